@@ -1,0 +1,87 @@
+// steptrace/backend/device.hpp - the GPU through the CUDA runtime: which device, its properties,
+// and device-memory readings. Every call reports failure as a reason string, never throws.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "../core/records.hpp"
+#include "../core/step_line.hpp"
+
+namespace steptrace::backend {
+
+struct DeviceProbe {
+  std::optional<DeviceInfo> device;
+  std::string null_reason;
+};
+
+inline std::string cuda_error_text(const char* call, cudaError_t e) {
+  return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+
+/// Finds the device to measure: `requested`, or the calling thread's current device if -1.
+/// Does not create a CUDA context.
+inline DeviceProbe probe_device(int requested) {
+  DeviceProbe p;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    p.null_reason = "no usable GPU: " + cuda_error_text("cudaGetDeviceCount", e);
+    return p;
+  }
+  if (count == 0) {
+    p.null_reason = "no usable GPU: cudaGetDeviceCount returned 0";
+    return p;
+  }
+  int dev = requested;
+  if (dev < 0 && (e = cudaGetDevice(&dev)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    p.null_reason = cuda_error_text("cudaGetDevice", e);
+    return p;
+  }
+  if (dev >= count) {
+    p.null_reason = "device " + std::to_string(dev) + " requested but only " + std::to_string(count) + " present";
+    return p;
+  }
+  cudaDeviceProp prop{};
+  if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    p.null_reason = cuda_error_text("cudaGetDeviceProperties", e);
+    return p;
+  }
+  DeviceInfo d;
+  d.index = dev;
+  d.name = prop.name;
+  d.sm_count = prop.multiProcessorCount;
+  d.cc_major = prop.major;
+  d.cc_minor = prop.minor;
+  d.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  p.device = d;
+  return p;
+}
+
+/// Binds the calling (background) thread to `device`. Returns an error text or "".
+inline std::string bind_thread_to_device(int device) {
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_error_text("cudaSetDevice", e);
+  }
+  return {};
+}
+
+/// Device-wide used/total memory now (cudaMemGetInfo: all processes on the device).
+inline std::optional<MemorySample> sample_device_memory(int64_t now_ns, std::string* error) {
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (error) *error = cuda_error_text("cudaMemGetInfo", e);
+    return std::nullopt;
+  }
+  return MemorySample{now_ns, static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
+}  // namespace steptrace::backend

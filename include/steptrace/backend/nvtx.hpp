@@ -1,0 +1,55 @@
+// steptrace/backend/nvtx.hpp - phase and step scopes mirrored as NVTX ranges in the "steptrace"
+// domain, so Nsight Systems shows them. Phase names are registered once; a push is then one call.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include <nvtx3/nvToolsExt.h>
+
+#include "../core/phase.hpp"
+
+namespace steptrace::backend::nvtx {
+
+inline nvtxDomainHandle_t domain() {
+  static nvtxDomainHandle_t handle = nvtxDomainCreateA("steptrace");
+  return handle;
+}
+
+inline nvtxStringHandle_t phase_string(PhaseId id) {
+  static std::array<std::atomic<nvtxStringHandle_t>, kMaxPhases> handles{};
+  if (id >= kMaxPhases) return nullptr;
+  nvtxStringHandle_t h = handles[id].load(std::memory_order_acquire);
+  if (!h) {  // two threads may both register: NVTX returns the same handle for the same string
+    h = nvtxDomainRegisterStringA(domain(), phase_name(id).c_str());
+    handles[id].store(h, std::memory_order_release);
+  }
+  return h;
+}
+
+inline void push_phase(PhaseId id) noexcept {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.colorType = NVTX_COLOR_ARGB;
+  a.color = 0xFF76B900u ^ (static_cast<uint32_t>(id) * 0x00253A5Fu);
+  a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  a.message.registered = phase_string(id);
+  nvtxDomainRangePushEx(domain(), &a);
+}
+
+inline void push_step(uint64_t index) noexcept {
+  static nvtxStringHandle_t step_string = nvtxDomainRegisterStringA(domain(), "step");
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  a.message.registered = step_string;
+  a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+  a.payload.ullValue = index;
+  nvtxDomainRangePushEx(domain(), &a);
+}
+
+inline void pop() noexcept { nvtxDomainRangePop(domain()); }
+
+}  // namespace steptrace::backend::nvtx

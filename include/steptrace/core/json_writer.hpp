@@ -1,0 +1,112 @@
+// steptrace/core/json_writer.hpp - a minimal streaming JSON writer for one line. Non-finite
+// numbers are written as null (JSON has no NaN), strings are escaped per RFC 8259.
+#pragma once
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace steptrace::details {
+
+class JsonWriter {
+ public:
+  JsonWriter& begin_object() { return open('{'); }
+  JsonWriter& end_object() { return close('}'); }
+  JsonWriter& begin_array() { return open('['); }
+  JsonWriter& end_array() { return close(']'); }
+
+  JsonWriter& key(std::string_view k) {
+    comma();
+    string_literal(k);
+    out_ += ':';
+    after_key_ = true;
+    return *this;
+  }
+  JsonWriter& null() { return raw("null"); }
+  JsonWriter& value(bool b) { return raw(b ? "true" : "false"); }
+  JsonWriter& value(std::string_view s) {
+    comma();
+    string_literal(s);
+    return *this;
+  }
+  JsonWriter& value(const char* s) { return value(std::string_view(s)); }
+  JsonWriter& value(const std::string& s) { return value(std::string_view(s)); }
+  JsonWriter& value(int64_t v) { return raw(std::to_string(v)); }
+  JsonWriter& value(uint64_t v) { return raw(std::to_string(v)); }
+  JsonWriter& value(int v) { return value(static_cast<int64_t>(v)); }
+  JsonWriter& value(unsigned v) { return value(static_cast<uint64_t>(v)); }
+  JsonWriter& value(double v) {
+    if (!std::isfinite(v)) return null();
+    char buf[32];  // shortest text that reads back as the same double
+    const auto result = std::to_chars(buf, buf + sizeof buf, v);
+    return raw(std::string_view(buf, static_cast<std::size_t>(result.ptr - buf)));
+  }
+  template <class T>
+  JsonWriter& value(const std::optional<T>& v) {
+    return v ? value(*v) : null();
+  }
+  template <class T>
+  JsonWriter& field(std::string_view k, const T& v) {
+    key(k);
+    return value(v);
+  }
+
+  const std::string& str() const { return out_; }
+
+ private:
+  JsonWriter& open(char c) {
+    comma();
+    out_ += c;
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& close(char c) {
+    out_ += c;
+    first_ = false;
+    return *this;
+  }
+  JsonWriter& raw(std::string_view s) {
+    comma();
+    out_ += s;
+    return *this;
+  }
+  void comma() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (!first_ && !out_.empty()) out_ += ',';
+    first_ = false;
+  }
+  void string_literal(std::string_view s) {
+    out_ += '"';
+    for (char c : s) {
+      const auto u = static_cast<unsigned char>(c);
+      switch (c) {
+        case '"': out_ += "\\\""; break;
+        case '\\': out_ += "\\\\"; break;
+        case '\n': out_ += "\\n"; break;
+        case '\r': out_ += "\\r"; break;
+        case '\t': out_ += "\\t"; break;
+        default:
+          if (u < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", u);
+            out_ += buf;
+          } else {
+            out_ += c;  // UTF-8 passes through; invalid bytes are the caller's (names come from us)
+          }
+      }
+    }
+    out_ += '"';
+  }
+
+  std::string out_;
+  bool first_ = true;
+  bool after_key_ = false;
+};
+
+}  // namespace steptrace::details

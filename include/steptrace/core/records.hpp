@@ -1,0 +1,61 @@
+// steptrace/core/records.hpp - steptrace's own plain records. No vendor types appear here: the
+// backends convert what they read into these, and everything downstream is tested without a GPU.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "phase.hpp"
+
+namespace steptrace {
+
+/// One closed phase scope on the host.
+struct PhaseSpan {
+  PhaseId phase = kNoPhase;
+  uint16_t depth = 0;           // 0 = outermost scope on its thread
+  bool on_step_thread = true;   // opened on the thread that runs TRACE_STEP
+  bool nested_in_same = false;  // inside a scope of the same phase (not counted twice)
+  int64_t begin_ns = 0;         // monotonic_ns()
+  int64_t end_ns = 0;
+};
+
+/// What a program's allocator reports (libtorch's caching allocator is the first user). Every field
+/// is optional: report what you know, the line says null for the rest.
+struct AllocatorStats {
+  std::optional<int64_t> allocated_bytes;
+  std::optional<int64_t> reserved_bytes;
+  std::optional<int64_t> peak_allocated_bytes;  // peak over the step if the hook resets it, else since start
+  std::optional<int64_t> peak_reserved_bytes;
+  std::optional<int64_t> alloc_retries;
+  std::optional<int64_t> ooms;
+};
+
+/// A device-memory reading taken by the background thread (cudaMemGetInfo).
+struct MemorySample {
+  int64_t time_ns = 0;  // monotonic_ns()
+  int64_t used_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+/// Everything the host side knows about one step when it is handed to the background thread.
+struct StepRecord {
+  uint64_t index = 0;             // global_step, 0-based
+  int64_t begin_ns = 0;           // TRACE_STEP constructed
+  int64_t scope_end_ns = 0;       // TRACE_STEP destroyed (0 if still open at stop())
+  int64_t end_ns = 0;             // next step's begin, or scope end for the last step
+  bool end_is_next_step = true;   // false for the last step (stop() closed it)
+  int64_t begin_unix_ns = 0;
+  std::optional<double> tokens;   // tokens processed by this rank in this step
+  std::optional<double> samples;
+  std::vector<PhaseSpan> spans;
+  std::vector<std::pair<std::string, double>> scalars;  // steptrace::record(name, value), in order
+  std::optional<AllocatorStats> allocator;
+  uint32_t ignored_step_scopes = 0;    // TRACE_STEP opened while this step was open (ignored)
+  uint32_t spans_outside_step = 0;     // phase scopes that ended while no step was open
+  uint32_t spans_dropped = 0;          // over the per-step span bound
+  uint32_t scalars_dropped = 0;
+};
+
+}  // namespace steptrace

@@ -1,0 +1,260 @@
+// steptrace/core/step_line.hpp - one step's fields -> one JSON line (schema "steptrace.step/1").
+// docs/schema.md documents every field: name, unit, source, when null.
+#pragma once
+#include <algorithm>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "json_writer.hpp"
+#include "phase.hpp"
+#include "step_metrics.hpp"
+
+namespace steptrace {
+
+inline constexpr const char* kSchemaVersion = "steptrace.step/1";
+
+/// The GPU this process measures.
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  int64_t total_memory_bytes = 0;
+};
+
+/// Identity of the process, fixed at start().
+struct RunInfo {
+  int rank = 0, local_rank = 0, world_size = 1;
+  std::string hostname;
+  int64_t pid = 0;
+  std::optional<DeviceInfo> device;
+  std::string device_null_reason;  // why there is no device
+};
+
+/// Device memory seen during the step.
+struct MemoryObservation {
+  std::optional<int64_t> device_used_peak_bytes;  // max of cudaMemGetInfo samples within the step
+  std::optional<int64_t> device_total_bytes;
+  uint32_t samples = 0;
+  std::string null_reason;
+};
+
+/// Aggregate of the steps since the previous line, when log_every > 1.
+struct WindowSummary {
+  uint32_t steps = 0;
+  double step_time_ms_mean = 0, step_time_ms_min = 0, step_time_ms_max = 0;
+  std::optional<double> tokens_per_second_mean;
+};
+
+/// Everything one line is made of.
+struct StepLineInput {
+  const StepRecord* step = nullptr;
+  HostStepMetrics host;
+  const RunInfo* run = nullptr;
+  MemoryObservation memory;
+  MfuResult mfu;
+  double flops_per_token = 0;
+  PeakFlops peak;
+  std::string gpu_metrics_null_reason;  // why gpu_utilization, sm_activity, ... are null
+  std::optional<WindowSummary> window;
+  uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
+  std::vector<std::string> warnings;
+};
+
+namespace details {
+
+inline std::string iso8601_utc(int64_t unix_ns) {
+  const std::time_t secs = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>((unix_ns / 1000000) % 1000));
+  return buf;
+}
+
+}  // namespace details
+
+/// Renders one step as a single JSON object without a trailing newline.
+inline std::string make_step_line(const StepLineInput& in) {
+  const StepRecord& step = *in.step;
+  const RunInfo& run = *in.run;
+  const HostStepMetrics& host = in.host;
+  std::vector<std::pair<std::string, std::string>> null_reasons;
+  details::JsonWriter w;
+
+  auto phase_ms = [&](PhaseId id) -> std::optional<double> {
+    auto it = host.phases.find(id);
+    if (it == host.phases.end()) return std::nullopt;
+    return ns_to_ms(it->second.total_ns);
+  };
+  // A built-in phase that was never opened has no time: null, and say so.
+  auto phase_field = [&](const char* name, PhaseId id) {
+    auto v = phase_ms(id);
+    w.field(name, v);
+    if (!v) null_reasons.emplace_back(name, "no '" + phase_name(id) + "' phase scope in this step");
+  };
+  auto optional_field = [&](const char* name, const std::optional<double>& v, const std::string& reason) {
+    w.field(name, v);
+    if (!v) null_reasons.emplace_back(name, reason);
+  };
+  auto scalar = [&](const std::string& name) -> std::optional<double> {
+    std::optional<double> v;
+    for (const auto& [n, x] : step.scalars)
+      if (n == name) v = x;  // last record wins
+    return v;
+  };
+
+  w.begin_object();
+  w.field("schema", kSchemaVersion);
+  w.field("global_step", step.index);
+  w.field("timestamp", details::iso8601_utc(step.begin_unix_ns));
+  w.field("start_unix_ms", static_cast<double>(step.begin_unix_ns) / 1e6);
+  w.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
+  w.field("hostname", run.hostname).field("pid", run.pid);
+  w.key("device");
+  if (run.device) {
+    w.begin_object()
+        .field("index", run.device->index)
+        .field("name", run.device->name)
+        .field("sm_count", run.device->sm_count)
+        .field("compute_capability", std::to_string(run.device->cc_major) + "." + std::to_string(run.device->cc_minor))
+        .end_object();
+  } else {
+    w.null();
+    null_reasons.emplace_back("device", run.device_null_reason);
+  }
+
+  // Time and throughput.
+  w.field("step_time_ms", ns_to_ms(host.step_time_ns));
+  w.field("step_time_basis", step.end_is_next_step ? "next_step_start" : "scope_end");
+  w.field("step_scope_ms", ns_to_ms(host.scope_time_ns));
+  const std::string no_tokens = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
+  const std::string no_samples = "samples per step unknown (set samples_per_step or TRACE_STEP(tokens, samples))";
+  optional_field("tokens", step.tokens, no_tokens);
+  optional_field("tokens_per_second", host.tokens_per_second, no_tokens);
+  optional_field("samples", step.samples, no_samples);
+  optional_field("samples_per_second", host.samples_per_second, no_samples);
+  phase_field("dataloader_wait_ms", phase_tag::input);
+  phase_field("h2d_time_ms", phase_tag::h2d);
+  phase_field("forward_time_ms", phase_tag::forward);
+  phase_field("backward_time_ms", phase_tag::backward);
+  phase_field("optimizer_time_ms", phase_tag::optimizer);
+  w.field("untracked_time_ms", ns_to_ms(host.untracked_ns));
+
+  // GPU-side metrics: filled by the attribution and counter backends.
+  for (const char* name : {"gpu_utilization", "sm_activity", "memory_bandwidth_utilization",
+                           "tensor_core_or_pipe_utilization", "nccl_time_ms"}) {
+    w.key(name).null();
+    null_reasons.emplace_back(name, in.gpu_metrics_null_reason);
+  }
+
+  // Memory.
+  std::optional<int64_t> peak_allocated;
+  std::string peak_source;
+  if (step.allocator && step.allocator->peak_allocated_bytes) {
+    peak_allocated = step.allocator->peak_allocated_bytes;
+    peak_source = "allocator_hook";
+  } else if (in.memory.device_used_peak_bytes) {
+    peak_allocated = in.memory.device_used_peak_bytes;
+    peak_source = "device_used_sampled";
+  }
+  w.field("peak_memory_allocated", peak_allocated);
+  if (peak_allocated) {
+    w.field("peak_memory_source", peak_source);
+  } else {
+    w.key("peak_memory_source").null();
+    null_reasons.emplace_back("peak_memory_allocated",
+                              in.memory.null_reason.empty() ? "no memory sample fell inside this step" : in.memory.null_reason);
+  }
+  w.key("memory").begin_object();
+  w.field("device_used_peak_bytes", in.memory.device_used_peak_bytes);
+  w.field("device_total_bytes", in.memory.device_total_bytes);
+  w.field("samples", in.memory.samples);
+  w.key("allocator");
+  if (step.allocator) {
+    const AllocatorStats& a = *step.allocator;
+    w.begin_object()
+        .field("allocated_bytes", a.allocated_bytes)
+        .field("reserved_bytes", a.reserved_bytes)
+        .field("peak_allocated_bytes", a.peak_allocated_bytes)
+        .field("peak_reserved_bytes", a.peak_reserved_bytes)
+        .field("alloc_retries", a.alloc_retries)
+        .field("ooms", a.ooms)
+        .end_object();
+  } else {
+    w.null();
+  }
+  w.end_object();
+
+  // MFU.
+  w.field("estimated_mfu", in.mfu.value);
+  if (!in.mfu.value) null_reasons.emplace_back("estimated_mfu", in.mfu.null_reason);
+  w.key("mfu_inputs").begin_object();
+  w.field("flops_per_token", in.flops_per_token > 0 ? std::optional<double>(in.flops_per_token) : std::nullopt);
+  w.field("peak_flops", in.peak.flops_per_second);
+  w.field("peak_source", in.peak.flops_per_second ? in.peak.source : in.peak.null_reason);
+  w.field("above_one", in.mfu.above_one);
+  w.end_object();
+
+  // Training scalars.
+  optional_field("loss", scalar("loss"), "not recorded (steptrace::record(\"loss\", v))");
+  optional_field("grad_norm", scalar("grad_norm"), "not recorded (steptrace::record(\"grad_norm\", v))");
+  optional_field("overflow_count", scalar("overflow_count"), "not recorded (steptrace::record(\"overflow_count\", v))");
+  w.key("scalars").begin_object();
+  std::vector<std::pair<std::string, double>> last_values;  // each name once, with its last value
+  for (const auto& entry : step.scalars) {
+    const std::string& name = entry.first;
+    if (name == "loss" || name == "grad_norm" || name == "overflow_count") continue;
+    auto it = std::find_if(last_values.begin(), last_values.end(), [&](const auto& p) { return p.first == name; });
+    if (it != last_values.end()) it->second = entry.second;
+    else last_values.push_back(entry);
+  }
+  for (const auto& [name, v] : last_values) w.field(name, v);
+  w.end_object();
+
+  // Per-phase detail (host now; GPU columns join with attribution).
+  w.key("phases").begin_object();
+  for (const auto& [id, p] : host.phases) {
+    w.key(phase_name(id)).begin_object();
+    w.field("host_ms", ns_to_ms(p.total_ns)).field("count", p.count);
+    if (p.other_thread_count) w.field("other_thread_count", p.other_thread_count);
+    w.end_object();
+  }
+  w.end_object();
+
+  if (in.window) {
+    const WindowSummary& s = *in.window;
+    w.key("window").begin_object();
+    w.field("steps", s.steps)
+        .field("step_time_ms_mean", s.step_time_ms_mean)
+        .field("step_time_ms_min", s.step_time_ms_min)
+        .field("step_time_ms_max", s.step_time_ms_max)
+        .field("tokens_per_second_mean", s.tokens_per_second_mean);
+    w.end_object();
+  }
+
+  w.key("dropped").begin_object();
+  w.field("steps_total", in.steps_dropped_total)
+      .field("phase_scopes", step.spans_dropped)
+      .field("scalars", step.scalars_dropped);
+  w.end_object();
+  w.field("ignored_step_scopes", step.ignored_step_scopes);
+  w.field("phase_scopes_outside_step", step.spans_outside_step);
+
+  w.key("warnings").begin_array();
+  for (const auto& s : in.warnings) w.value(s);
+  if (in.mfu.above_one) w.value("estimated_mfu > 1: flops_per_token or peak_flops is wrong");
+  w.end_array();
+
+  w.key("null_reasons").begin_object();
+  for (const auto& [field, reason] : null_reasons) w.field(field, reason);
+  w.end_object();
+  w.end_object();
+  return w.str();
+}
+
+}  // namespace steptrace

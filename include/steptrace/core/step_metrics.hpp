@@ -1,0 +1,73 @@
+// steptrace/core/step_metrics.hpp - one step's host-side numbers, derived from a StepRecord.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "clock.hpp"
+#include "intervals.hpp"
+#include "metrics.hpp"
+#include "records.hpp"
+
+namespace steptrace {
+
+/// Host time of one phase within a step.
+struct PhaseHostTime {
+  int64_t total_ns = 0;          // sum of the phase's scopes (a scope nested in the same phase counts once)
+  uint32_t count = 0;            // scopes closed in this step
+  uint32_t other_thread_count = 0;  // of which opened on a thread other than the step's
+};
+
+struct HostStepMetrics {
+  int64_t step_time_ns = 0;      // begin -> next step's begin (or scope end for the last step)
+  int64_t scope_time_ns = 0;     // begin -> TRACE_STEP scope end
+  int64_t untracked_ns = 0;      // step time not covered by any outermost phase on the step thread
+  std::map<PhaseId, PhaseHostTime> phases;
+  std::optional<double> tokens_per_second;
+  std::optional<double> samples_per_second;
+};
+
+/// Derives step, phase and untracked times. Pure: tested with synthetic records.
+inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
+  HostStepMetrics m;
+  m.step_time_ns = step.end_ns - step.begin_ns;
+  m.scope_time_ns = (step.scope_end_ns > 0 ? step.scope_end_ns : step.end_ns) - step.begin_ns;
+  std::vector<Interval> covered;
+  for (const auto& span : step.spans) {
+    auto& p = m.phases[span.phase];
+    ++p.count;
+    if (!span.on_step_thread) ++p.other_thread_count;
+    if (!span.nested_in_same) p.total_ns += span.end_ns - span.begin_ns;
+    if (span.on_step_thread && span.depth == 0)
+      covered.push_back(clip({span.begin_ns, span.end_ns}, step.begin_ns, step.end_ns));
+  }
+  m.untracked_ns = m.step_time_ns - union_length(std::move(covered));
+  if (m.step_time_ns > 0) {
+    const double seconds = static_cast<double>(m.step_time_ns) / 1e9;
+    if (step.tokens) m.tokens_per_second = *step.tokens / seconds;
+    if (step.samples) m.samples_per_second = *step.samples / seconds;
+  }
+  return m;
+}
+
+/// MFU with its inputs, or the reason it cannot be computed.
+struct MfuResult {
+  std::optional<double> value;
+  std::string null_reason;
+  bool above_one = false;  // a number above 1 is impossible: the FLOPs count or the peak is wrong
+};
+
+inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>& tokens_per_second,
+                             const PeakFlops& peak) {
+  MfuResult r;
+  if (!(flops_per_token > 0)) r.null_reason = "flops_per_token is not set";
+  else if (!tokens_per_second) r.null_reason = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
+  else if (!peak.flops_per_second) r.null_reason = peak.null_reason;
+  if (!r.null_reason.empty()) return r;
+  r.value = model_flops_utilization(flops_per_token, *tokens_per_second, *peak.flops_per_second);
+  r.above_one = *r.value > 1.0;
+  return r;
+}
+
+}  // namespace steptrace

@@ -1,0 +1,131 @@
+// steptrace/core/summary.hpp - the run summary that stop() returns and prints. Bounded memory:
+// running sums for the whole run, and the last kRecentSteps step times for the median and p90.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "clock.hpp"
+#include "phase.hpp"
+#include "step_metrics.hpp"
+
+namespace steptrace {
+
+struct Summary {
+  bool started = false;       // false when stop() found no running session
+  uint64_t steps = 0;         // steps closed
+  uint64_t lines_written = 0;
+  uint64_t lines_failed = 0;  // write errors
+  uint64_t steps_dropped = 0; // never reached the writer (queue full)
+  std::string log_path;       // "" when no file was written
+  double step_time_ms_mean = 0, step_time_ms_median = 0, step_time_ms_p90 = 0;
+  std::optional<double> tokens_per_second_mean;
+  std::optional<double> estimated_mfu_mean;
+  struct Phase {
+    std::string name;
+    double host_ms_mean = 0;   // per step, over all steps
+    double share = 0;          // of total step time
+  };
+  std::vector<Phase> phases;
+  double untracked_share = 0;
+  std::string table;           // the text stop() prints
+};
+
+/// Accumulates per-step metrics into a Summary. Not thread-safe: the background thread owns it.
+class SummaryBuilder {
+ public:
+  static constexpr std::size_t kRecentSteps = 10000;
+
+  void add(const HostStepMetrics& m, const std::optional<double>& mfu) {
+    ++steps_;
+    step_ns_total_ += m.step_time_ns;
+    untracked_ns_total_ += m.untracked_ns;
+    recent_ms_.push_back(ns_to_ms(m.step_time_ns));
+    if (recent_ms_.size() > kRecentSteps) recent_ms_.pop_front();
+    if (m.tokens_per_second) {
+      tokens_sum_ += *m.tokens_per_second;
+      ++tokens_n_;
+    }
+    if (mfu) {
+      mfu_sum_ += *mfu;
+      ++mfu_n_;
+    }
+    for (const auto& [id, p] : m.phases) phase_ns_[id] += p.total_ns;
+  }
+
+  Summary build() const {
+    Summary s;
+    s.started = true;
+    s.steps = steps_;
+    if (steps_ == 0) return s;
+    s.step_time_ms_mean = ns_to_ms(step_ns_total_) / static_cast<double>(steps_);
+    std::vector<double> sorted(recent_ms_.begin(), recent_ms_.end());
+    std::sort(sorted.begin(), sorted.end());
+    s.step_time_ms_median = sorted[sorted.size() / 2];
+    s.step_time_ms_p90 = sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)];
+    if (tokens_n_) s.tokens_per_second_mean = tokens_sum_ / static_cast<double>(tokens_n_);
+    if (mfu_n_) s.estimated_mfu_mean = mfu_sum_ / static_cast<double>(mfu_n_);
+    for (const auto& [id, ns] : phase_ns_) {
+      Summary::Phase p;
+      p.name = phase_name(id);
+      p.host_ms_mean = ns_to_ms(ns) / static_cast<double>(steps_);
+      p.share = step_ns_total_ > 0 ? static_cast<double>(ns) / static_cast<double>(step_ns_total_) : 0;
+      s.phases.push_back(p);
+    }
+    s.untracked_share =
+        step_ns_total_ > 0 ? static_cast<double>(untracked_ns_total_) / static_cast<double>(step_ns_total_) : 0;
+    return s;
+  }
+
+ private:
+  uint64_t steps_ = 0;
+  int64_t step_ns_total_ = 0, untracked_ns_total_ = 0;
+  std::deque<double> recent_ms_;
+  double tokens_sum_ = 0, mfu_sum_ = 0;
+  uint64_t tokens_n_ = 0, mfu_n_ = 0;
+  std::map<PhaseId, int64_t> phase_ns_;
+};
+
+/// Renders the summary as a small fixed-width table.
+inline std::string render_summary_table(const Summary& s) {
+  std::string out;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "steptrace summary: %llu steps, %llu lines written%s%s\n",
+                static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.lines_written),
+                s.log_path.empty() ? "" : " to ", s.log_path.c_str());
+  out += buf;
+  if (s.steps == 0) return out;
+  std::snprintf(buf, sizeof buf, "  step time ms: mean %.3f  median %.3f  p90 %.3f\n", s.step_time_ms_mean,
+                s.step_time_ms_median, s.step_time_ms_p90);
+  out += buf;
+  if (s.tokens_per_second_mean) {
+    std::snprintf(buf, sizeof buf, "  tokens/s mean: %.1f\n", *s.tokens_per_second_mean);
+    out += buf;
+  }
+  if (s.estimated_mfu_mean) {
+    std::snprintf(buf, sizeof buf, "  estimated MFU mean: %.2f %%\n", 100.0 * *s.estimated_mfu_mean);
+    out += buf;
+  } else {
+    out += "  estimated MFU: n/a (see null_reasons in the log)\n";
+  }
+  out += "  phase            host ms/step   share of step\n";
+  for (const auto& p : s.phases) {
+    std::snprintf(buf, sizeof buf, "  %-16s %12.3f   %6.1f %%\n", p.name.c_str(), p.host_ms_mean, 100.0 * p.share);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "  %-16s %12s   %6.1f %%\n", "(untracked)", "", 100.0 * s.untracked_share);
+  out += buf;
+  if (s.steps_dropped || s.lines_failed) {
+    std::snprintf(buf, sizeof buf, "  dropped steps: %llu, failed writes: %llu\n",
+                  static_cast<unsigned long long>(s.steps_dropped), static_cast<unsigned long long>(s.lines_failed));
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace steptrace

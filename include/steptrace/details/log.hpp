@@ -1,0 +1,46 @@
+// steptrace/details/log.hpp - the named spdlog logger "steptrace" and warn-once.
+// The host program's default logger, global level and pattern are never touched. If the program
+// registered a logger named "steptrace" before start(), steptrace uses that one as it is.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace steptrace::details {
+
+inline std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> instance = [] {
+    if (auto existing = spdlog::get("steptrace")) return existing;
+    auto created = std::make_shared<spdlog::logger>("steptrace", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    created->set_level(spdlog::level::info);
+    created->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [steptrace] [%l] %v");
+    try {
+      spdlog::register_logger(created);
+    } catch (...) {  // registered by another thread meanwhile: use that one
+      if (auto existing = spdlog::get("steptrace")) return existing;
+    }
+    return created;
+  }();
+  return instance;
+}
+
+/// Logs `message` at warn level the first time `key` is seen; returns true if it logged.
+inline bool warn_once(const std::string& key, const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!seen.insert(key).second) return false;
+  }
+  try {
+    logger()->warn("{}", message);
+  } catch (...) {
+  }
+  return true;
+}
+
+}  // namespace steptrace::details

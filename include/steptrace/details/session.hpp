@@ -1,0 +1,497 @@
+// steptrace/details/session.hpp - the running session: the step/phase bookkeeping the training
+// thread touches (a mutex-guarded append per scope), and the background thread that samples
+// memory, builds lines and writes them. The training thread never formats or writes.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../backend/device.hpp"
+#include "../config.hpp"
+#include "../core/clock.hpp"
+#include "../core/records.hpp"
+#include "../core/step_line.hpp"
+#include "../core/step_metrics.hpp"
+#include "../core/summary.hpp"
+#include "../sink/jsonl_file.hpp"
+#include "log.hpp"
+
+extern char** environ;
+
+namespace steptrace::details {
+
+inline constexpr uint16_t kMaxPhaseDepth = 32;
+inline constexpr std::size_t kMaxScalarsPerStep = 256;
+inline constexpr std::size_t kMaxMemorySamples = 4096;
+
+/// Per-thread phase stack: what is open on this thread (the CUPTI backend reads its top).
+struct ThreadState {
+  uint16_t depth = 0;
+  PhaseId stack[kMaxPhaseDepth];
+};
+inline ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
+}
+
+/// Whether a session is running; read by every scope before anything else.
+inline std::atomic<bool>& running_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+inline std::vector<std::pair<std::string, std::string>> read_environment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string s(*e);
+    const auto eq = s.find('=');
+    if (eq != std::string::npos && s.rfind("STEPTRACE_", 0) == 0) env.emplace_back(s.substr(0, eq), s.substr(eq + 1));
+  }
+  return env;
+}
+
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  long long i = 0;
+  return (v && parse_int(v, i)) ? static_cast<int>(i) : fallback;
+}
+
+class Session {
+ public:
+  /// The one session of the process. Deliberately never destroyed: no teardown in static
+  /// destructors; stop() releases everything.
+  static Session& instance() {
+    static Session* session = new Session();
+    return *session;
+  }
+
+  bool start(Config cfg) {
+    std::lock_guard<std::mutex> life(lifecycle_);
+    if (running_flag().load()) {
+      warn_once("start.twice", "steptrace::start() called while running; the second call is ignored");
+      return false;
+    }
+    for (const auto& e : apply_environment(cfg, read_environment())) report_config_error(e);
+    for (const auto& e : validate(cfg)) report_config_error(e);
+    if (!cfg.enabled) {
+      logger()->info("disabled by configuration (enabled=false / STEPTRACE_ENABLED=0)");
+      return false;
+    }
+    cfg_ = cfg;
+    dtype_ = *parse_dtype(cfg_.dtype);
+    run_ = RunInfo{};
+    run_.rank = cfg_.rank >= 0 ? cfg_.rank : env_int("RANK", env_int("OMPI_COMM_WORLD_RANK", env_int("SLURM_PROCID", 0)));
+    run_.local_rank = cfg_.local_rank >= 0 ? cfg_.local_rank
+                                           : env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0)));
+    run_.world_size = cfg_.world_size >= 0 ? cfg_.world_size
+                                           : env_int("WORLD_SIZE", env_int("OMPI_COMM_WORLD_SIZE", env_int("SLURM_NTASKS", 1)));
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0) run_.hostname = host;
+    run_.pid = static_cast<int64_t>(getpid());
+
+    if (cfg_.gpu == "off") {
+      run_.device_null_reason = "GPU measurement switched off (gpu=off / STEPTRACE_GPU=off)";
+    } else {
+      auto probe = backend::probe_device(cfg_.device);
+      run_.device = probe.device;
+      run_.device_null_reason = probe.null_reason;
+      if (!probe.device) warn_once("no_gpu", probe.null_reason + "; host timings only, GPU fields are null");
+    }
+    gpu_null_reason_ = run_.device ? "GPU activity attribution is not available in this build"
+                                   : "no GPU measured: " + run_.device_null_reason;
+    peak_ = resolve_peak_flops(run_.device ? std::optional<std::string_view>(run_.device->name) : std::nullopt,
+                               dtype_, cfg_.peak_flops);
+    if (cfg_.flops_per_token > 0 && !peak_.flops_per_second)
+      warn_once("peak", "estimated_mfu will be null: " + peak_.null_reason);
+
+    log_path_ = expand_log_path(cfg_.log_path, run_.rank);
+    file_.close();
+    if (!log_path_.empty()) {
+      const std::string err = file_.open(log_path_);
+      if (!err.empty()) {
+        report_config_error({"log_path", err + "; JSON lines disabled, training continues"});
+        log_path_.clear();
+      }
+    }
+
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      open_ = OpenStep{};
+      next_index_ = 0;
+      spans_outside_step_ = 0;
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queue_.clear();
+      stopping_ = false;
+      steps_dropped_ = 0;
+    }
+    summary_ = SummaryBuilder{};
+    lines_written_ = lines_failed_ = 0;
+    memory_samples_.clear();
+    window_ = Window{};
+    try {
+      worker_ = std::thread([this] { worker_loop(); });
+    } catch (const std::exception& e) {
+      warn_once("thread", std::string("cannot start the background thread: ") + e.what() + "; steptrace stays off");
+      file_.close();
+      return false;
+    }
+    running_flag().store(true, std::memory_order_release);
+    logger()->info("started: rank {}/{} on {}, device {}, log {}", run_.rank, run_.world_size, run_.hostname,
+                   run_.device ? run_.device->name : std::string("none (") + run_.device_null_reason + ")",
+                   log_path_.empty() ? "(none)" : log_path_);
+    return true;
+  }
+
+  Summary stop() {
+    std::lock_guard<std::mutex> life(lifecycle_);
+    if (!running_flag().load()) {
+      Summary s;  // started = false
+      return s;
+    }
+    running_flag().store(false, std::memory_order_release);
+    std::optional<StepRecord> last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_.exists) {
+        const int64_t now = monotonic_ns();
+        open_.record.end_ns = open_.scope_open ? now : open_.record.scope_end_ns;
+        open_.record.end_is_next_step = false;
+        last = std::move(open_.record);
+        open_ = OpenStep{};
+      }
+    }
+    if (last) enqueue(std::move(*last));
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    file_.close();
+
+    Summary s = summary_.build();
+    s.lines_written = lines_written_;
+    s.lines_failed = lines_failed_;
+    s.steps_dropped = steps_dropped_;
+    s.log_path = log_path_;
+    s.table = render_summary_table(s);
+    if (cfg_.summary) {
+      try {
+        logger()->info("\n{}", s.table);
+      } catch (...) {
+      }
+    }
+    return s;
+  }
+
+  // ---- training-thread side -----------------------------------------------------------------
+
+  /// Opens a step and returns its index; nullopt (counted) if a step scope is already open.
+  std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
+    std::optional<StepRecord> closed;
+    uint64_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_.exists && open_.scope_open) {
+        ++open_.record.ignored_step_scopes;
+        const bool same_thread = open_.thread == std::this_thread::get_id();
+        warn_once("step.nested", same_thread ? "TRACE_STEP opened inside an open TRACE_STEP; the inner one is ignored"
+                                             : "TRACE_STEP opened on a second thread while a step is open; ignored "
+                                               "(steps are process-wide and sequential)");
+        return std::nullopt;
+      }
+      const int64_t now = monotonic_ns();
+      if (open_.exists) {
+        open_.record.end_ns = now;
+        open_.record.end_is_next_step = true;
+        open_.record.spans_outside_step += static_cast<uint32_t>(std::exchange(spans_outside_step_, 0));
+        closed = std::move(open_.record);
+      }
+      open_ = OpenStep{};
+      open_.exists = true;
+      open_.scope_open = true;
+      open_.thread = std::this_thread::get_id();
+      StepRecord& r = open_.record;
+      r.index = index = next_index_++;
+      r.begin_ns = now;
+      r.begin_unix_ns = unix_ns();
+      if (tokens) r.tokens = tokens;
+      else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
+      if (samples) r.samples = samples;
+      else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
+    }
+    if (closed) enqueue(std::move(*closed));
+    return index;
+  }
+
+  void end_step() {
+    std::optional<AllocatorStats> stats = call_allocator_hook();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists || !open_.scope_open) return;
+    open_.scope_open = false;
+    open_.record.scope_end_ns = monotonic_ns();
+    if (stats) open_.record.allocator = stats;
+  }
+
+  void set_step_counts(std::optional<double> tokens, std::optional<double> samples) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists) return;
+    if (tokens) open_.record.tokens = tokens;
+    if (samples) open_.record.samples = samples;
+  }
+
+  void add_span(const PhaseSpan& span) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists) {
+      ++spans_outside_step_;  // reported in the first step's phase_scopes_outside_step
+      return;
+    }
+    StepRecord& r = open_.record;
+    if (r.spans.size() >= cfg_.max_spans_per_step) {
+      ++r.spans_dropped;
+      return;
+    }
+    PhaseSpan s = span;
+    s.on_step_thread = open_.thread == std::this_thread::get_id();
+    r.spans.push_back(s);
+  }
+
+  void record_scalar(std::string name, double value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists) {
+      warn_once("record.nostep", "steptrace::record(\"" + name + "\") before the first TRACE_STEP; dropped");
+      return;
+    }
+    if (open_.record.scalars.size() >= kMaxScalarsPerStep) {
+      ++open_.record.scalars_dropped;
+      return;
+    }
+    open_.record.scalars.emplace_back(std::move(name), value);
+  }
+
+  void set_allocator_hook(std::function<AllocatorStats()> hook) {
+    std::lock_guard<std::mutex> lock(hook_mutex_);
+    allocator_hook_ = std::move(hook);
+  }
+
+ private:
+  struct OpenStep {
+    bool exists = false;      // a step has begun and its line is not yet queued
+    bool scope_open = false;  // its TRACE_STEP scope has not ended yet
+    std::thread::id thread;
+    StepRecord record;
+  };
+  struct Window {
+    uint32_t steps = 0;
+    double sum_ms = 0, min_ms = 0, max_ms = 0, tokens_sum = 0;
+    uint32_t tokens_n = 0;
+  };
+
+  Session() = default;
+
+  void report_config_error(const ConfigError& e) {
+    warn_once("config." + e.setting, "configuration error in " + e.setting + ": " + e.message);
+  }
+
+  std::optional<AllocatorStats> call_allocator_hook() {
+    std::function<AllocatorStats()> hook;
+    {
+      std::lock_guard<std::mutex> lock(hook_mutex_);
+      hook = allocator_hook_;
+    }
+    if (!hook) return std::nullopt;
+    try {
+      return hook();
+    } catch (const std::exception& e) {
+      warn_once("hook", std::string("allocator stats hook threw: ") + e.what() + "; hook removed");
+    } catch (...) {
+      warn_once("hook", "allocator stats hook threw; hook removed");
+    }
+    set_allocator_hook(nullptr);
+    return std::nullopt;
+  }
+
+  void enqueue(StepRecord&& record) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      if (queue_.size() >= cfg_.max_pending_steps) {
+        ++steps_dropped_;
+        warn_once("queue.full", "writer queue full (max_pending_steps); step lines are being dropped and counted");
+        return;
+      }
+      queue_.push_back(std::move(record));
+    }
+    queue_cv_.notify_one();
+  }
+
+  // ---- background thread ----------------------------------------------------------------------
+
+  void worker_loop() {
+    bool sample_memory = run_.device.has_value();
+    if (sample_memory) {
+      const std::string err = backend::bind_thread_to_device(run_.device->index);
+      if (!err.empty()) {
+        memory_null_reason_ = err;
+        sample_memory = false;
+      }
+    } else {
+      memory_null_reason_ = run_.device_null_reason.empty() ? "no GPU" : run_.device_null_reason;
+    }
+    const auto period = std::chrono::microseconds(static_cast<int64_t>(cfg_.memory_sample_ms * 1000));
+    for (;;) {
+      std::deque<StepRecord> batch;
+      bool stopping = false;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_cv_.wait_for(lock, period, [&] { return !queue_.empty() || stopping_; });
+        batch.swap(queue_);
+        stopping = stopping_;
+      }
+      if (sample_memory) take_memory_sample(sample_memory);
+      for (auto& record : batch) process(record);
+      if (stopping) {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        if (queue_.empty()) break;
+      }
+    }
+  }
+
+  void take_memory_sample(bool& enabled) {
+    std::string err;
+    auto s = backend::sample_device_memory(monotonic_ns(), &err);
+    if (!s) {
+      memory_null_reason_ = err;
+      warn_once("memory", "device memory sampling stopped: " + err);
+      enabled = false;
+      return;
+    }
+    memory_samples_.push_back(*s);
+    if (memory_samples_.size() > kMaxMemorySamples) memory_samples_.pop_front();
+  }
+
+  MemoryObservation observe_memory(const StepRecord& r) {
+    MemoryObservation m;
+    std::optional<MemorySample> latest_before_end;
+    for (const auto& s : memory_samples_) {
+      if (s.time_ns <= r.end_ns) latest_before_end = s;
+      if (s.time_ns < r.begin_ns || s.time_ns > r.end_ns) continue;
+      ++m.samples;
+      m.device_used_peak_bytes = std::max(m.device_used_peak_bytes.value_or(0), s.used_bytes);
+      m.device_total_bytes = s.total_bytes;
+    }
+    // Steps shorter than the sampling period: report the latest earlier reading, marked by samples = 0.
+    if (!m.samples && latest_before_end) {
+      m.device_used_peak_bytes = latest_before_end->used_bytes;
+      m.device_total_bytes = latest_before_end->total_bytes;
+    }
+    while (!memory_samples_.empty() && memory_samples_.front().time_ns < r.begin_ns) memory_samples_.pop_front();
+    if (!m.device_used_peak_bytes)
+      m.null_reason = memory_null_reason_.empty() ? "no device-memory sample yet" : memory_null_reason_;
+    return m;
+  }
+
+  void process(const StepRecord& r) {
+    try {
+      StepLineInput in;
+      in.step = &r;
+      in.run = &run_;
+      in.host = compute_host_metrics(r);
+      in.memory = observe_memory(r);
+      in.flops_per_token = cfg_.flops_per_token;
+      in.peak = peak_;
+      in.mfu = compute_mfu(cfg_.flops_per_token, in.host.tokens_per_second, peak_);
+      in.gpu_metrics_null_reason = gpu_null_reason_;
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex_);
+        in.steps_dropped_total = steps_dropped_;
+      }
+      if (in.mfu.above_one)
+        warn_once("mfu.above_one", "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) +
+                                       "): flops_per_token or peak_flops is wrong");
+      summary_.add(in.host, in.mfu.value);
+
+      const double ms = ns_to_ms(in.host.step_time_ns);
+      window_.min_ms = window_.steps ? std::min(window_.min_ms, ms) : ms;
+      window_.max_ms = window_.steps ? std::max(window_.max_ms, ms) : ms;
+      window_.sum_ms += ms;
+      ++window_.steps;
+      if (in.host.tokens_per_second) {
+        window_.tokens_sum += *in.host.tokens_per_second;
+        ++window_.tokens_n;
+      }
+      // With log_every = N, a line is written for steps N-1, 2N-1, ... and for the last step.
+      const bool last = !r.end_is_next_step;
+      if (!last && (r.index + 1) % static_cast<uint64_t>(cfg_.log_every) != 0) return;
+      if (cfg_.log_every > 1) {
+        WindowSummary w;
+        w.steps = window_.steps;
+        w.step_time_ms_mean = window_.sum_ms / window_.steps;
+        w.step_time_ms_min = window_.min_ms;
+        w.step_time_ms_max = window_.max_ms;
+        if (window_.tokens_n) w.tokens_per_second_mean = window_.tokens_sum / window_.tokens_n;
+        in.window = w;
+      }
+      window_ = Window{};
+      if (!file_.is_open()) return;
+      const std::string err = file_.write_line(make_step_line(in));
+      if (err.empty()) {
+        ++lines_written_;
+      } else {
+        ++lines_failed_;
+        warn_once("write", "cannot write to '" + log_path_ + "': " + err + " (failures are counted; training continues)");
+      }
+    } catch (const std::exception& e) {
+      warn_once("process", std::string("step line not produced: ") + e.what());
+    }
+  }
+
+  std::mutex lifecycle_;  // start/stop
+
+  // Shared with the training threads (guarded by mutex_).
+  std::mutex mutex_;
+  OpenStep open_;
+  uint64_t next_index_ = 0;
+  std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
+
+  std::mutex hook_mutex_;
+  std::function<AllocatorStats()> allocator_hook_;
+
+  // Queue to the background thread (guarded by queue_mutex_).
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<StepRecord> queue_;
+  bool stopping_ = false;
+  uint64_t steps_dropped_ = 0;
+
+  // Fixed at start(); read by both sides afterwards.
+  Config cfg_;
+  Dtype dtype_ = Dtype::bf16;
+  RunInfo run_;
+  PeakFlops peak_;
+  std::string gpu_null_reason_;
+  std::string log_path_;
+
+  // Owned by the background thread while running.
+  std::thread worker_;
+  sink::JsonlFile file_;
+  std::deque<MemorySample> memory_samples_;
+  std::string memory_null_reason_;
+  SummaryBuilder summary_;
+  Window window_;
+  uint64_t lines_written_ = 0, lines_failed_ = 0;
+};
+
+}  // namespace steptrace::details

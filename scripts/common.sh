@@ -1,0 +1,42 @@
+# Shared by scripts/test.sh and scripts/demo.sh: install what is missing, configure, build.
+# Sourced, not run. Honours BUILD_DIR (default build) and CMAKE_BUILD_TYPE (default RelWithDebInfo).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+export PATH=/usr/local/cuda/bin:$PATH
+
+DEBIAN_PACKAGES=(cmake g++ catch2 libspdlog-dev nlohmann-json3-dev)
+
+install_dependencies() {
+  # A bundle made by ../shared/tools/bundle-deps (machines without package access) wins.
+  if [[ -d "$ROOT/.deps/usr" ]]; then
+    PREFIX_ARGS=(-DCMAKE_PREFIX_PATH="$ROOT/.deps/usr")
+    export LD_LIBRARY_PATH="$ROOT/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "steptrace: using dependencies bundled in $ROOT/.deps/usr"
+    return
+  fi
+  PREFIX_ARGS=()
+  local missing=()
+  for p in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "steptrace: installing ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ! command -v nvcc >/dev/null; then
+    echo "steptrace: the CUDA toolkit (nvcc, cudart, CUPTI, NVTX) is needed at /usr/local/cuda" >&2
+    exit 1
+  fi
+}
+
+configure_and_build() {
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+    "${PREFIX_ARGS[@]}" "$@" >/dev/null
+  cmake --build "$BUILD_DIR" -j"$(nproc)"
+}

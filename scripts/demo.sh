@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the example trainer, runs it with steptrace, prints the summary and where the lines are.
+#   scripts/demo.sh [example args...]      e.g. --steps 100 --slow-loader-ms 5 --cpu
+#   STEPTRACE_LOG=path scripts/demo.sh     write the JSON lines there (default ./steptrace-demo.jsonl)
+source "$(dirname "$0")/common.sh"
+install_dependencies
+configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF -DSTEPTRACE_BUILD_EXAMPLES=ON >/dev/null
+if [[ -z "${STEPTRACE_LOG:-}" ]]; then
+  export STEPTRACE_LOG="$PWD/steptrace-demo.jsonl"
+  rm -f "$STEPTRACE_LOG"
+fi
+"$BUILD_DIR/examples/mlp_train" --steps 50 "$@"
+echo
+echo "JSON lines: $STEPTRACE_LOG ($(wc -l <"${STEPTRACE_LOG//\{rank\}/0}") lines). The last one:"
+tail -n 1 "${STEPTRACE_LOG//\{rank\}/0}"

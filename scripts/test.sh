@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds steptrace and runs its tests.
+#   scripts/test.sh                 every test that needs no GPU (what CI runs)
+#   scripts/test.sh --gpu           the tests labelled gpu (on a machine with a GPU)
+#   scripts/test.sh --gpu --sanitize  the same, then the GPU example under compute-sanitizer
+source "$(dirname "$0")/common.sh"
+labels=(-LE gpu)
+sanitize=0
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) labels=(-L gpu) ;;
+    --sanitize) sanitize=1 ;;
+    *) echo "usage: scripts/test.sh [--gpu [--sanitize]]" >&2; exit 2 ;;
+  esac
+done
+install_dependencies
+configure_and_build
+ctest --test-dir "$BUILD_DIR" "${labels[@]}" --output-on-failure -j"$(nproc)"
+if ((sanitize)); then
+  for tool in memcheck racecheck synccheck; do
+    echo "steptrace: compute-sanitizer --tool $tool on the GPU example"
+    (cd "$BUILD_DIR" && STEPTRACE_LOG=sanitizer.jsonl compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      examples/mlp_train --steps 5)
+  done
+fi

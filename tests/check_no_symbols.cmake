@@ -1,0 +1,12 @@
+# Fails if a STEPTRACE_DISABLE build still contains steptrace's runtime (the session, NVTX calls).
+execute_process(COMMAND nm -C ${BINARY} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm failed on ${BINARY}")
+endif()
+foreach(forbidden "steptrace::details::Session" "nvtxDomainRangePushEx" "steptrace::backend")
+  string(FIND "${symbols}" "${forbidden}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "STEPTRACE_DISABLE build contains '${forbidden}'")
+  endif()
+endforeach()
+message(STATUS "no steptrace runtime symbols in ${BINARY}")

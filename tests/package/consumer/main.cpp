@@ -1,0 +1,25 @@
+// Consumer of the package: two steps, then checks that two lines were written.
+#include <steptrace/steptrace.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+int main() {
+  std::remove("consumer.jsonl");
+  steptrace::Config cfg;
+  cfg.log_path = "consumer.jsonl";
+  cfg.summary = false;
+  cfg.gpu = "off";
+  if (!steptrace::start(cfg)) return 2;
+  for (int i = 0; i < 2; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+  }
+  const auto summary = steptrace::stop();
+  std::ifstream in("consumer.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  std::printf("consumer: %d lines, summary says %llu\n", lines, static_cast<unsigned long long>(summary.lines_written));
+  return lines == 2 && summary.lines_written == 2 ? 0 : 1;
+}

@@ -1,0 +1,60 @@
+// Test helpers: run a session, read its JSON lines back with nlohmann-json.
+#pragma once
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+namespace steptrace_test {
+
+/// A fresh log path in the test's working directory (removed first).
+inline std::string fresh_log(const std::string& name) {
+  const std::string path = name + ".jsonl";
+  std::remove(path.c_str());
+  return path;
+}
+
+/// Every line of a JSONL file, each parsed; a line that does not parse fails the test.
+inline std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    INFO("line: " << line);
+    REQUIRE_NOTHROW(lines.push_back(nlohmann::json::parse(line)));
+  }
+  return lines;
+}
+
+inline void spin_for_us(int us) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+/// The top-level names issue #2 promises on every line.
+inline const std::vector<std::string>& minimal_log_set() {
+  static const std::vector<std::string> names = {
+      "global_step", "tokens_per_second", "samples_per_second", "step_time_ms", "forward_time_ms",
+      "backward_time_ms", "optimizer_time_ms", "dataloader_wait_ms", "gpu_utilization", "sm_activity",
+      "memory_bandwidth_utilization", "tensor_core_or_pipe_utilization", "peak_memory_allocated", "nccl_time_ms",
+      "estimated_mfu", "loss", "grad_norm", "overflow_count", "h2d_time_ms", "timestamp", "rank", "world_size",
+      "hostname", "device", "phases"};
+  return names;
+}
+
+/// Every null top-level field has a reason in null_reasons.
+inline void require_null_reasons(const nlohmann::json& line) {
+  for (auto it = line.begin(); it != line.end(); ++it) {
+    if (!it.value().is_null() || it.key() == "peak_memory_source") continue;
+    INFO("null field without reason: " << it.key());
+    REQUIRE(line["null_reasons"].contains(it.key()));
+    REQUIRE(!line["null_reasons"][it.key()].get<std::string>().empty());
+  }
+}
+
+}  // namespace steptrace_test

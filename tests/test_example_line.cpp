@@ -1,0 +1,62 @@
+// Runs the example training program and checks its JSON lines: on the CPU ([cpu], everywhere) and on
+// the GPU ([gpu], label gpu, the device machine).
+#include <cstdlib>
+#include <string>
+
+#include "support.hpp"
+
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+
+namespace {
+std::vector<nlohmann::json> run_example(const std::string& args, const std::string& log) {
+  const std::string cmd = std::string(STEPTRACE_EXAMPLE_PATH) + " " + args + " --log " + log;
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return read_lines(log);
+}
+void check_common(const std::vector<nlohmann::json>& lines, int steps) {
+  REQUIRE(lines.size() == static_cast<std::size_t>(steps));
+  for (const auto& l : lines) {
+    for (const auto& name : steptrace_test::minimal_log_set()) {
+      INFO("field " << name);
+      CHECK(l.contains(name));
+    }
+    steptrace_test::require_null_reasons(l);
+    for (const char* f : {"dataloader_wait_ms", "h2d_time_ms", "forward_time_ms", "backward_time_ms",
+                          "optimizer_time_ms", "tokens_per_second", "samples_per_second", "loss"}) {
+      INFO("field " << f);
+      CHECK(l[f].is_number());
+    }
+    CHECK(l["phases"].contains("softmax"));
+  }
+  // It trains: the loss goes down.
+  CHECK(double(lines.back()["loss"]) < double(lines.front()["loss"]));
+}
+}  // namespace
+
+TEST_CASE("example on the CPU", "[cpu]") {
+  const auto log = fresh_log("example_cpu");
+  const auto lines = run_example("--cpu --steps 12 --slow-loader-ms 2", log);
+  check_common(lines, 12);
+  CHECK(double(lines[3]["dataloader_wait_ms"]) >= 2.0);
+  CHECK(lines[0]["estimated_mfu"].is_null());  // the CPU has no peak-FLOPs entry
+}
+
+TEST_CASE("example on the GPU", "[gpu]") {
+  const auto log = fresh_log("example_gpu");
+  const auto lines = run_example("--steps 30", log);
+  check_common(lines, 30);
+  for (const auto& l : lines) {
+    REQUIRE(l["device"].is_object());
+    CHECK(int(l["device"]["sm_count"]) > 0);
+    CHECK(l["peak_memory_allocated"].is_number());
+    CHECK(int64_t(l["memory"]["device_total_bytes"]) > 0);
+  }
+  const std::string name = lines[0]["device"]["name"];
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
+    // A known GPU: MFU is a number in (0, 1].
+    CHECK(double(lines.back()["estimated_mfu"]) > 0);
+    CHECK(double(lines.back()["estimated_mfu"]) <= 1);
+  }
+}

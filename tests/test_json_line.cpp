@@ -1,0 +1,133 @@
+// Every line is valid JSON with the whole minimal log set; nulls carry reasons; the writer escapes.
+#include <steptrace/steptrace.hpp>
+
+#include <cmath>
+
+#include "support.hpp"
+
+using namespace steptrace;
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+using steptrace_test::spin_for_us;
+
+TEST_CASE("JsonWriter escapes strings and writes non-finite numbers as null", "[json]") {
+  details::JsonWriter w;
+  w.begin_object()
+      .field("s", std::string("quote\" back\\ nl\n tab\t ctl\x01"))
+      .field("nan", std::nan(""))
+      .field("inf", HUGE_VAL)
+      .field("opt", std::optional<double>())
+      .field("n", int64_t{-5});
+  w.key("arr").begin_array().value(1.5).value("x").begin_object().end_object().end_array();
+  w.end_object();
+  const auto j = nlohmann::json::parse(w.str());
+  CHECK(j["s"] == "quote\" back\\ nl\n tab\t ctl\x01");
+  CHECK(j["nan"].is_null());
+  CHECK(j["inf"].is_null());
+  CHECK(j["opt"].is_null());
+  CHECK(j["n"] == -5);
+  CHECK(j["arr"].size() == 3);
+}
+
+TEST_CASE("a full session writes one valid line per step with the minimal log set", "[json]") {
+  const auto log = fresh_log("json_line");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = "off";
+  cfg.tokens_per_step = 512;
+  cfg.samples_per_step = 4;
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 5; ++i) {
+    TRACE_STEP();
+    { TRACE_PHASE(input); spin_for_us(300); }
+    { TRACE_PHASE(h2d); spin_for_us(100); }
+    { TRACE_PHASE(forward); spin_for_us(500); }
+    { TRACE_PHASE(backward); spin_for_us(800); }
+    { TRACE_PHASE(optimizer); spin_for_us(200); }
+    record("loss", 2.5 - 0.1 * i);
+    record("grad_norm", 1.25);
+    record("lr", 3e-4);
+    record("lr", 1e-4);  // last value wins
+    record("weird\nname\xff", 1);
+  }
+  stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 5);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto& l = lines[i];
+    for (const auto& name : steptrace_test::minimal_log_set()) {
+      INFO("field " << name);
+      CHECK(l.contains(name));
+    }
+    steptrace_test::require_null_reasons(l);
+    CHECK(l["schema"] == "steptrace.step/1");
+    CHECK(l["global_step"] == i);
+    CHECK(double(l["loss"]) == Approx(2.5 - 0.1 * i));
+    CHECK(l["grad_norm"] == 1.25);
+    CHECK(l["overflow_count"].is_null());
+    CHECK(l["scalars"]["lr"] == 1e-4);
+    CHECK(l["scalars"].contains("weird_name_"));
+    CHECK(double(l["dataloader_wait_ms"]) >= 0.3);
+    CHECK(double(l["h2d_time_ms"]) >= 0.1);
+    CHECK(double(l["backward_time_ms"]) >= 0.8);
+    CHECK(double(l["tokens_per_second"]) > 0);
+    CHECK(double(l["samples_per_second"]) > 0);
+    // No GPU measured here: every GPU field is null and says why.
+    for (const char* f : {"gpu_utilization", "sm_activity", "memory_bandwidth_utilization",
+                          "tensor_core_or_pipe_utilization", "nccl_time_ms", "device", "peak_memory_allocated"}) {
+      INFO("field " << f);
+      CHECK(l[f].is_null());
+      CHECK(l["null_reasons"].contains(f));
+    }
+    CHECK(l["estimated_mfu"].is_null());
+    CHECK(l["null_reasons"]["estimated_mfu"] == "flops_per_token is not set");
+    CHECK(l["dropped"]["steps_total"] == 0);
+  }
+}
+
+TEST_CASE("make_step_line reports an MFU above one as a warning", "[json]") {
+  StepRecord r;
+  r.begin_ns = 0;
+  r.end_ns = 1'000'000'000;
+  r.tokens = 1e6;
+  RunInfo run;
+  run.device_null_reason = "test";
+  StepLineInput in;
+  in.step = &r;
+  in.run = &run;
+  in.host = compute_host_metrics(r);
+  in.flops_per_token = 1e9;
+  in.peak.flops_per_second = 1e14;
+  in.mfu = compute_mfu(in.flops_per_token, in.host.tokens_per_second, in.peak);
+  const auto j = nlohmann::json::parse(make_step_line(in));
+  CHECK(double(j["estimated_mfu"]) == Approx(10.0));
+  CHECK(j["mfu_inputs"]["above_one"] == true);
+  REQUIRE(j["warnings"].size() == 1);
+  CHECK(j["warnings"][0].get<std::string>().find("estimated_mfu > 1") != std::string::npos);
+}
+
+TEST_CASE("log_every writes every N-th step with a window summary", "[json]") {
+  const auto log = fresh_log("log_every");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = "off";
+  cfg.log_every = 4;
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 10; ++i) {
+    TRACE_STEP();
+    spin_for_us(200);
+  }
+  const auto summary = stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);  // steps 3, 7, and the last one (9)
+  CHECK(lines[0]["global_step"] == 3);
+  CHECK(lines[1]["global_step"] == 7);
+  CHECK(lines[2]["global_step"] == 9);
+  CHECK(lines[0]["window"]["steps"] == 4);
+  CHECK(lines[2]["window"]["steps"] == 2);
+  CHECK(double(lines[0]["window"]["step_time_ms_min"]) <= double(lines[0]["window"]["step_time_ms_mean"]));
+  CHECK(double(lines[0]["window"]["step_time_ms_mean"]) <= double(lines[0]["window"]["step_time_ms_max"]));
+  CHECK(summary.steps == 10);
+}

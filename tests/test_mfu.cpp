@@ -1,0 +1,69 @@
+// The transformer FLOPs helper and MFU against hand-computed values.
+#include <steptrace/steptrace.hpp>
+
+#include "support.hpp"
+
+using namespace steptrace;
+
+TEST_CASE("transformer FLOPs per token: GPT-2 small by hand", "[mfu]") {
+  // L=12, d=768, T=1024, V=50257, ffn=4d. N = 12*(4*768^2 + 2*768*3072) + 768*50257 = 123,532,032
+  // 6N = 741,192,192; attention 12*L*d*T = 12*12*768*1024 = 113,246,208; total 854,438,400.
+  TransformerShape s;
+  s.n_layers = 12;
+  s.d_model = 768;
+  s.seq_len = 1024;
+  s.vocab_size = 50257;
+  CHECK(transformer_matmul_params(s) == 123532032.0);
+  CHECK(transformer_flops_per_token(s) == 854438400.0);
+  s.include_lm_head = false;
+  CHECK(transformer_flops_per_token(s) == 854438400.0 - 6.0 * 768 * 50257);
+}
+
+TEST_CASE("transformer FLOPs per token: gated MLP (LLaMA-7B-like) by hand", "[mfu]") {
+  // L=32, d=4096, ffn=11008 (SwiGLU: 3 matrices), V=32000, T=2048.
+  // N = 32*(4*4096^2 + 3*4096*11008) + 4096*32000 = 6,607,077,376
+  // 6N + 12*32*4096*2048 = 39,642,464,256 + 3,221,225,472 = 42,863,689,728
+  TransformerShape s;
+  s.n_layers = 32;
+  s.d_model = 4096;
+  s.seq_len = 2048;
+  s.vocab_size = 32000;
+  s.ffn_hidden = 11008;
+  s.gated_mlp = true;
+  CHECK(transformer_matmul_params(s) == 6607077376.0);
+  CHECK(transformer_flops_per_token(s) == 42863689728.0);
+}
+
+TEST_CASE("transformer FLOPs per token is 0 for a missing dimension", "[mfu]") {
+  TransformerShape s;
+  s.n_layers = 2;
+  s.d_model = 0;
+  s.seq_len = 16;
+  CHECK(transformer_flops_per_token(s) == 0.0);
+}
+
+TEST_CASE("MFU = flops_per_token * tokens/s / peak", "[mfu]") {
+  const PeakFlops h100 = resolve_peak_flops(std::string_view("NVIDIA H100 80GB HBM3"), Dtype::bf16, 0);
+  REQUIRE(h100.flops_per_second);
+  CHECK(*h100.flops_per_second == 989.5e12);
+  const auto r = compute_mfu(854438400.0, 5e5, h100);
+  REQUIRE(r.value);
+  CHECK(*r.value == Approx(854438400.0 * 5e5 / 989.5e12));
+  CHECK(*r.value == Approx(0.43175).epsilon(1e-4));
+  CHECK_FALSE(r.above_one);
+}
+
+TEST_CASE("MFU is null with the reason when an input is missing, and flagged above 1", "[mfu]") {
+  const PeakFlops peak = resolve_peak_flops(std::nullopt, Dtype::bf16, 1e15);
+  CHECK(peak.source == "config peak_flops");
+  CHECK(compute_mfu(0, 1e5, peak).null_reason == "flops_per_token is not set");
+  CHECK(compute_mfu(1e9, std::nullopt, peak).null_reason.find("tokens per step unknown") == 0);
+  const PeakFlops unknown = resolve_peak_flops(std::string_view("NVIDIA GeForce RTX 4090"), Dtype::bf16, 0);
+  const auto r = compute_mfu(1e9, 1e5, unknown);
+  CHECK_FALSE(r.value);
+  CHECK(r.null_reason.find("RTX 4090") != std::string::npos);
+  const auto high = compute_mfu(1e10, 1e6, peak);  // 1e16 / 1e15
+  REQUIRE(high.value);
+  CHECK(*high.value == Approx(10.0));
+  CHECK(high.above_one);
+}

@@ -1,0 +1,54 @@
+// The summary stop() returns and prints.
+#include <steptrace/steptrace.hpp>
+
+#include "support.hpp"
+
+using namespace steptrace;
+
+TEST_CASE("SummaryBuilder: mean, median, p90, phase shares", "[summary]") {
+  SummaryBuilder b;
+  for (int i = 1; i <= 10; ++i) {
+    HostStepMetrics m;
+    m.step_time_ns = i * 1'000'000;  // 1..10 ms
+    m.untracked_ns = 100'000;
+    m.phases[phase_tag::forward].total_ns = i * 500'000;
+    m.tokens_per_second = 1000.0 * i;
+    b.add(m, i % 2 ? std::optional<double>(0.5) : std::nullopt);
+  }
+  const Summary s = b.build();
+  CHECK(s.steps == 10);
+  CHECK(s.step_time_ms_mean == Approx(5.5));
+  CHECK(s.step_time_ms_median == Approx(6.0));
+  CHECK(s.step_time_ms_p90 == Approx(10.0));
+  CHECK(*s.tokens_per_second_mean == Approx(5500.0));
+  CHECK(*s.estimated_mfu_mean == Approx(0.5));
+  REQUIRE(s.phases.size() == 1);
+  CHECK(s.phases[0].name == "forward");
+  CHECK(s.phases[0].share == Approx(0.5));
+  CHECK(s.phases[0].host_ms_mean == Approx(2.75));
+  CHECK(s.untracked_share == Approx(1.0 / 55.0));
+  const std::string table = render_summary_table(s);
+  CHECK(table.find("10 steps") != std::string::npos);
+  CHECK(table.find("forward") != std::string::npos);
+  CHECK(table.find("50.0 %") != std::string::npos);
+}
+
+TEST_CASE("stop() returns the run's summary with the table", "[summary]") {
+  const auto log = steptrace_test::fresh_log("summary_run");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = "off";
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 4; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(backward);
+    steptrace_test::spin_for_us(1000);
+  }
+  const Summary s = stop();
+  CHECK(s.steps == 4);
+  CHECK(s.lines_written == 4);
+  CHECK(s.log_path == log);
+  CHECK(s.step_time_ms_median >= 1.0);
+  CHECK(s.table.find("backward") != std::string::npos);
+  CHECK(s.table.find(log) != std::string::npos);
+}

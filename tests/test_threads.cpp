@@ -1,0 +1,154 @@
+// Lifecycle and threads: start twice, stop without start, restart, steps from several threads,
+// phases on a data-loader thread.
+#include <steptrace/steptrace.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "support.hpp"
+
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+using steptrace_test::spin_for_us;
+
+namespace {
+steptrace::Config quiet(const std::string& log) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = "off";
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("stop() without start() is a no-op that says so", "[lifecycle]") {
+  const auto s = steptrace::stop();
+  CHECK_FALSE(s.started);
+  CHECK(s.steps == 0);
+}
+
+TEST_CASE("start() twice: the second call is ignored, the first session goes on", "[lifecycle]") {
+  const auto log = fresh_log("start_twice");
+  REQUIRE(steptrace::start(quiet(log)));
+  CHECK_FALSE(steptrace::start(quiet("other.jsonl")));
+  CHECK(steptrace::is_running());
+  { TRACE_STEP(); }
+  const auto s = steptrace::stop();
+  CHECK(s.steps == 1);
+  CHECK(read_lines(log).size() == 1);
+  CHECK_FALSE(steptrace::is_running());
+  CHECK_FALSE(steptrace::stop().started);  // second stop
+}
+
+TEST_CASE("after stop(), scopes are no-ops; a restart counts steps from 0", "[lifecycle]") {
+  { TRACE_STEP(); TRACE_PHASE(forward); }  // nothing running
+  const auto log = fresh_log("restart");
+  REQUIRE(steptrace::start(quiet(log)));
+  { TRACE_STEP(); }
+  steptrace::stop();
+  REQUIRE(steptrace::start(quiet(log)));
+  { TRACE_STEP(); }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["global_step"] == 0);
+  CHECK(lines[1]["global_step"] == 0);
+}
+
+TEST_CASE("a scope alive across stop() ends cleanly", "[lifecycle]") {
+  const auto log = fresh_log("across_stop");
+  REQUIRE(steptrace::start(quiet(log)));
+  {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    steptrace::stop();  // the step is closed at stop(); the scopes' destructors find nothing running
+  }
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0]["step_time_basis"] == "scope_end");
+}
+
+TEST_CASE("nested TRACE_STEP and TRACE_STEP on a second thread are ignored and counted", "[threads]") {
+  const auto log = fresh_log("step_threads");
+  REQUIRE(steptrace::start(quiet(log)));
+  {
+    TRACE_STEP();
+    { TRACE_STEP(); }  // nested: ignored
+    std::thread other([] { TRACE_STEP(); });  // concurrent: ignored
+    other.join();
+    spin_for_us(500);
+  }
+  // Sequential steps from different threads are fine: steps are process-wide.
+  std::thread([] { TRACE_STEP(); spin_for_us(500); }).join();
+  { TRACE_STEP(); }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0]["ignored_step_scopes"] == 2);
+  CHECK(lines[1]["ignored_step_scopes"] == 0);
+  CHECK(lines[1]["global_step"] == 1);
+}
+
+TEST_CASE("phases on a data-loader thread are counted in the step, not in untracked time", "[threads]") {
+  const auto log = fresh_log("loader_thread");
+  REQUIRE(steptrace::start(quiet(log)));
+  std::atomic<bool> go{false}, done{false};
+  std::thread loader([&] {
+    while (!go) std::this_thread::yield();
+    TRACE_PHASE_NAMED("prefetch");
+    spin_for_us(3000);
+    done = true;
+  });
+  {
+    TRACE_STEP();
+    go = true;
+    { TRACE_PHASE(forward); spin_for_us(1000); }
+    while (!done) std::this_thread::yield();
+    spin_for_us(200);
+  }
+  loader.join();
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 1);
+  const auto& l = lines[0];
+  CHECK(l["phases"]["prefetch"]["other_thread_count"] == 1);
+  CHECK(double(l["phases"]["prefetch"]["host_ms"]) >= 3.0);
+  // untracked = step - forward only; the loader's phase does not cover step-thread time.
+  CHECK(double(l["untracked_time_ms"]) >= 2.0);
+}
+
+TEST_CASE("many threads hammering phases and records: every line valid, counts add up", "[threads]") {
+  const auto log = fresh_log("hammer");
+  REQUIRE(steptrace::start(quiet(log)));
+  std::atomic<bool> stop_workers{false};
+  std::atomic<long> phases_done{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t)
+    workers.emplace_back([&] {
+      while (!stop_workers) {
+        TRACE_PHASE(h2d);
+        steptrace::record("worker", 1);
+        ++phases_done;
+      }
+    });
+  for (int i = 0; i < 200; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    spin_for_us(50);
+  }
+  stop_workers = true;
+  for (auto& w : workers) w.join();
+  const auto s = steptrace::stop();
+  const auto lines = read_lines(log);
+  CHECK(lines.size() == 200);
+  CHECK(s.steps == 200);
+  // Every scope is accounted for exactly once: kept, dropped over the per-step bound, or outside a step.
+  long counted = 0;
+  for (const auto& l : lines) {
+    for (const char* p : {"h2d", "forward"})
+      if (l["phases"].contains(p)) counted += long(l["phases"][p]["count"]);
+    counted += long(l["dropped"]["phase_scopes"]) + long(l["phase_scopes_outside_step"]);
+  }
+  CHECK(phases_done.load() > 0);
+  CHECK(counted == phases_done.load() + 200);
+}
