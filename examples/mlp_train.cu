@@ -28,7 +28,7 @@ struct Options {
   int steps = 50;
   int batch = 0, input = 0, hidden = 0, classes = 0;  // 0 = default for the backend
   int slow_loader_ms = 0;
-  float lr = 0.5f;
+  float lr = 0.1f;
   std::string log;
 };
 
@@ -58,32 +58,33 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// ---- data: a hidden linear teacher labels Gaussian inputs ----------------------------------------
+// ---- data: a Gaussian mixture, one well-separated prototype per class ---------------------------
 
 struct Loader {
   int input, classes, batch, slow_ms;
-  std::vector<float> teacher;  // classes x input
+  std::vector<float> prototypes;  // classes x input
+  std::vector<float> noise;       // a pool of N(0, 1) values; each sample reads a random window of it
   std::mt19937 rng{1234};
-  std::normal_distribution<float> normal{0.f, 1.f};
 
-  Loader(int in, int c, int b, int slow) : input(in), classes(c), batch(b), slow_ms(slow), teacher(size_t(c) * in) {
-    for (auto& w : teacher) w = normal(rng);
+  Loader(int in, int c, int b, int slow)
+      : input(in), classes(c), batch(b), slow_ms(slow), prototypes(size_t(c) * in), noise(size_t(1) << 22) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (auto& v : prototypes) v = normal(rng);
+    for (auto& v : noise) v = normal(rng);
   }
-  // x: input x batch, column-major (one column per sample)
+  // x: input x batch, column-major (one column per sample); x = prototype[label] + noise
   void next(std::vector<float>& x, std::vector<int>& labels) {
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // a slow disk / decoder
     x.resize(size_t(input) * batch);
     labels.resize(batch);
-    for (auto& v : x) v = normal(rng);
+    std::uniform_int_distribution<int> label(0, classes - 1);
+    std::uniform_int_distribution<size_t> offset(0, noise.size() - size_t(input));
     for (int s = 0; s < batch; ++s) {
-      int best = 0;
-      float best_v = -1e30f;
-      for (int c = 0; c < classes; ++c) {
-        float v = 0;
-        for (int k = 0; k < input; ++k) v += teacher[size_t(c) * input + k] * x[size_t(s) * input + k];
-        if (v > best_v) best_v = v, best = c;
-      }
-      labels[s] = best;
+      labels[s] = label(rng);
+      const float* proto = &prototypes[size_t(labels[s]) * input];
+      const float* n = &noise[offset(rng)];
+      float* col = &x[size_t(s) * input];
+      for (int k = 0; k < input; ++k) col[k] = proto[k] + n[k];
     }
   }
 };

@@ -30,8 +30,11 @@ void check_common(const std::vector<nlohmann::json>& lines, int steps) {
     }
     CHECK(l["phases"].contains("softmax"));
   }
-  // It trains: the loss goes down.
-  CHECK(double(lines.back()["loss"]) < double(lines.front()["loss"]));
+  // It trains: the mean loss of the last three steps is below that of the first three.
+  const std::size_t n = lines.size();
+  const double first = double(lines[0]["loss"]) + double(lines[1]["loss"]) + double(lines[2]["loss"]);
+  const double last = double(lines[n - 1]["loss"]) + double(lines[n - 2]["loss"]) + double(lines[n - 3]["loss"]);
+  CHECK(last < first);
 }
 }  // namespace
 
