@@ -30,6 +30,9 @@ struct Config {
   std::string dtype = "bf16";            // STEPTRACE_DTYPE: bf16 | fp16 | tf32 | fp8 | fp32 (peak column)
   std::string gpu = "auto";              // STEPTRACE_GPU: auto | off (off: never touch CUDA)
   int device = -1;                       // STEPTRACE_DEVICE: CUDA device; -1 = the current device at start()
+  std::string cupti = "auto";            // STEPTRACE_CUPTI: auto | off (off: host timings and memory only)
+  int max_lag_steps = 2;                 // STEPTRACE_MAX_LAG_STEPS: a line waits for its GPU records at most
+  double max_lag_ms = 1000;              // STEPTRACE_MAX_LAG_MS:    this many newer steps or this long
   bool summary = true;                   // STEPTRACE_SUMMARY: print the summary table at stop()
   double memory_sample_ms = 10;          // STEPTRACE_MEMORY_SAMPLE_MS: device-memory sampling period
   int rank = -1, local_rank = -1, world_size = -1;  // STEPTRACE_RANK etc.; -1 = RANK/LOCAL_RANK/WORLD_SIZE env
@@ -89,6 +92,9 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     else if (key == "LOG") cfg.log_path = value;
     else if (key == "DTYPE") cfg.dtype = value;
     else if (key == "GPU") cfg.gpu = value;
+    else if (key == "CUPTI") cfg.cupti = value;
+    else if (key == "MAX_LAG_STEPS") ok = details::parse_int(value, i) && (cfg.max_lag_steps = static_cast<int>(i), true);
+    else if (key == "MAX_LAG_MS") ok = details::parse_double(value, d) && (cfg.max_lag_ms = d, true);
     else if (key == "LOG_EVERY") ok = details::parse_int(value, i) && (cfg.log_every = static_cast<int>(i), true);
     else if (key == "DEVICE") ok = details::parse_int(value, i) && (cfg.device = static_cast<int>(i), true);
     else if (key == "RANK") ok = details::parse_int(value, i) && (cfg.rank = static_cast<int>(i), true);
@@ -137,6 +143,18 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   if (cfg.gpu != "auto" && cfg.gpu != "off") {
     errors.push_back({"gpu", "unknown value '" + cfg.gpu + "' (auto, off); using auto"});
     cfg.gpu = defaults.gpu;
+  }
+  if (cfg.cupti != "auto" && cfg.cupti != "off") {
+    errors.push_back({"cupti", "unknown value '" + cfg.cupti + "' (auto, off); using auto"});
+    cfg.cupti = defaults.cupti;
+  }
+  if (cfg.max_lag_steps < 0) {
+    errors.push_back({"max_lag_steps", "must be >= 0; using " + std::to_string(defaults.max_lag_steps)});
+    cfg.max_lag_steps = defaults.max_lag_steps;
+  }
+  if (!(cfg.max_lag_ms >= 0)) {
+    errors.push_back({"max_lag_ms", "must be >= 0; using " + std::to_string(defaults.max_lag_ms)});
+    cfg.max_lag_ms = defaults.max_lag_ms;
   }
   if (!(cfg.memory_sample_ms > 0)) {
     errors.push_back({"memory_sample_ms", "must be > 0; using " + std::to_string(defaults.memory_sample_ms)});

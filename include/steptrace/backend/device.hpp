@@ -58,6 +58,15 @@ inline DeviceProbe probe_device(int requested) {
   d.cc_major = prop.major;
   d.cc_minor = prop.minor;
   d.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  d.max_threads_per_block = prop.maxThreadsPerBlock;
+  d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+  d.regs_per_block = prop.regsPerBlock;
+  d.regs_per_sm = prop.regsPerMultiprocessor;
+  d.warp_size = prop.warpSize;
+  d.smem_per_block = static_cast<int64_t>(prop.sharedMemPerBlock);
+  d.smem_per_sm = static_cast<int64_t>(prop.sharedMemPerMultiprocessor);
+  d.smem_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  d.reserved_smem_per_block = static_cast<int64_t>(prop.reservedSharedMemPerBlock);
   p.device = d;
   return p;
 }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "attribution.hpp"
 #include "json_writer.hpp"
 #include "phase.hpp"
 #include "step_metrics.hpp"
@@ -23,6 +24,9 @@ struct DeviceInfo {
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
   int64_t total_memory_bytes = 0;
+  // Limits the occupancy estimate needs (cudaDeviceProp's names).
+  int max_threads_per_block = 0, max_threads_per_sm = 0, regs_per_block = 0, regs_per_sm = 0, warp_size = 32;
+  int64_t smem_per_block = 0, smem_per_sm = 0, smem_per_block_optin = 0, reserved_smem_per_block = 0;
 };
 
 /// Identity of the process, fixed at start().
@@ -58,7 +62,10 @@ struct StepLineInput {
   MfuResult mfu;
   double flops_per_token = 0;
   PeakFlops peak;
-  std::string gpu_metrics_null_reason;  // why gpu_utilization, sm_activity, ... are null
+  std::optional<StepGpu> gpu;            // CUPTI attribution of the step's launches
+  std::string gpu_null_reason;           // why there is none
+  std::string counters_null_reason;      // why sm_activity, memory_bandwidth_utilization, tensor... are null
+  uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
   std::optional<WindowSummary> window;
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
   std::vector<std::string> warnings;
@@ -145,11 +152,38 @@ inline std::string make_step_line(const StepLineInput& in) {
   phase_field("optimizer_time_ms", phase_tag::optimizer);
   w.field("untracked_time_ms", ns_to_ms(host.untracked_ns));
 
-  // GPU-side metrics: filled by the attribution and counter backends.
-  for (const char* name : {"gpu_utilization", "sm_activity", "memory_bandwidth_utilization",
-                           "tensor_core_or_pipe_utilization", "nccl_time_ms"}) {
+  // GPU: attribution (CUPTI activity records joined to launches) and hardware counters.
+  if (in.gpu && host.step_time_ns > 0) {
+    w.field("gpu_utilization", std::min(1.0, static_cast<double>(in.gpu->busy_ns) / static_cast<double>(host.step_time_ns)));
+    w.field("nccl_time_ms", ns_to_ms(in.gpu->nccl_ns));
+  } else {
+    for (const char* name : {"gpu_utilization", "nccl_time_ms"}) {
+      w.key(name).null();
+      null_reasons.emplace_back(name, in.gpu_null_reason);
+    }
+  }
+  for (const char* name : {"sm_activity", "memory_bandwidth_utilization", "tensor_core_or_pipe_utilization"}) {
     w.key(name).null();
-    null_reasons.emplace_back(name, in.gpu_metrics_null_reason);
+    null_reasons.emplace_back(name, in.counters_null_reason);
+  }
+  w.key("gpu");
+  if (in.gpu) {
+    const StepGpu& g = *in.gpu;
+    w.begin_object();
+    w.field("complete", g.complete).field("missing_launches", g.missing_launches);
+    w.field("busy_ms", ns_to_ms(g.busy_ns)).field("idle_ms", ns_to_ms(std::max<int64_t>(0, host.step_time_ns - g.busy_ns)));
+    w.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
+    w.field("sm_efficiency", g.sm_efficiency);
+    w.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
+    w.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt);
+    w.field("late_records", g.late_records).field("unattributed_records", g.unattributed_records);
+    w.field("dropped_records", in.gpu_dropped_records);
+    if (g.before_first_step_records)
+      w.field("before_first_step_ms", ns_to_ms(g.before_first_step_ns)).field("before_first_step_records", g.before_first_step_records);
+    w.end_object();
+  } else {
+    w.null();
+    null_reasons.emplace_back("gpu", in.gpu_null_reason);
   }
 
   // Memory.
@@ -216,12 +250,46 @@ inline std::string make_step_line(const StepLineInput& in) {
   for (const auto& [name, v] : last_values) w.field(name, v);
   w.end_object();
 
-  // Per-phase detail (host now; GPU columns join with attribution).
+  // Per-phase detail: host time, and the GPU work the phase launched.
+  std::vector<PhaseId> ids;
+  for (const auto& kv : host.phases) ids.push_back(kv.first);
+  if (in.gpu)
+    for (const auto& kv : in.gpu->phases)
+      if (!host.phases.count(kv.first)) ids.push_back(kv.first);
   w.key("phases").begin_object();
-  for (const auto& [id, p] : host.phases) {
-    w.key(phase_name(id)).begin_object();
-    w.field("host_ms", ns_to_ms(p.total_ns)).field("count", p.count);
-    if (p.other_thread_count) w.field("other_thread_count", p.other_thread_count);
+  for (PhaseId id : ids) {
+    w.key(id == kNoPhase ? std::string("unphased") : phase_name(id)).begin_object();
+    auto hp = host.phases.find(id);
+    if (hp != host.phases.end()) {
+      w.field("host_ms", ns_to_ms(hp->second.total_ns)).field("count", hp->second.count);
+      if (hp->second.other_thread_count) w.field("other_thread_count", hp->second.other_thread_count);
+    }
+    const PhaseGpu* pg = nullptr;
+    if (in.gpu) {
+      auto it = in.gpu->phases.find(id);
+      if (it != in.gpu->phases.end()) pg = &it->second;
+    }
+    if (pg) {
+      w.key("gpu").begin_object();
+      w.field("kernel_ms", ns_to_ms(pg->kernel_ns)).field("busy_ms", ns_to_ms(pg->busy_ns)).field("kernels", pg->kernels);
+      w.field("sm_efficiency", pg->kernels ? std::optional<double>(pg->sm_efficiency) : std::nullopt);
+      w.field("occupancy", pg->kernels && pg->occupancy > 0 ? std::optional<double>(pg->occupancy) : std::nullopt);
+      for (int k = 0; k < kCopyKindCount; ++k) {
+        const CopyTotals& c = pg->copies[k];
+        if (!c.count) continue;
+        w.key(copy_kind_name(static_cast<CopyKind>(k))).begin_object();
+        w.field("bytes", c.bytes).field("ms", ns_to_ms(c.total_ns)).field("count", c.count);
+        w.field("gb_per_second", c.total_ns > 0 ? std::optional<double>(static_cast<double>(c.bytes) / static_cast<double>(c.total_ns)) : std::nullopt);
+        w.end_object();
+      }
+      w.key("top_kernels").begin_array();
+      for (const auto& t : pg->top_kernels) {
+        w.begin_object().field("name", t.name).field("ms", ns_to_ms(t.total_ns)).field("calls", t.calls);
+        w.field("sm_efficiency", t.sm_efficiency).end_object();
+      }
+      w.end_array();
+      w.end_object();
+    }
     w.end_object();
   }
   w.end_object();

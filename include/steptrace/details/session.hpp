@@ -17,7 +17,13 @@
 
 #include <unistd.h>
 
+#include <cxxabi.h>
+
+#include <unordered_map>
+
+#include "../backend/cupti/collector.hpp"
 #include "../backend/device.hpp"
+#include "../core/attribution.hpp"
 #include "../config.hpp"
 #include "../core/clock.hpp"
 #include "../core/records.hpp"
@@ -25,31 +31,15 @@
 #include "../core/step_metrics.hpp"
 #include "../core/summary.hpp"
 #include "../sink/jsonl_file.hpp"
+#include "context.hpp"
 #include "log.hpp"
 
 extern char** environ;
 
 namespace steptrace::details {
 
-inline constexpr uint16_t kMaxPhaseDepth = 32;
 inline constexpr std::size_t kMaxScalarsPerStep = 256;
 inline constexpr std::size_t kMaxMemorySamples = 4096;
-
-/// Per-thread phase stack: what is open on this thread (the CUPTI backend reads its top).
-struct ThreadState {
-  uint16_t depth = 0;
-  PhaseId stack[kMaxPhaseDepth];
-};
-inline ThreadState& thread_state() {
-  thread_local ThreadState state;
-  return state;
-}
-
-/// Whether a session is running; read by every scope before anything else.
-inline std::atomic<bool>& running_flag() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
   std::vector<std::pair<std::string, std::string>> env;
@@ -108,8 +98,24 @@ class Session {
       run_.device_null_reason = probe.null_reason;
       if (!probe.device) warn_once("no_gpu", probe.null_reason + "; host timings only, GPU fields are null");
     }
-    gpu_null_reason_ = run_.device ? "GPU activity attribution is not available in this build"
-                                   : "no GPU measured: " + run_.device_null_reason;
+    attribution_ = false;
+    if (!run_.device) {
+      gpu_null_reason_ = "no GPU measured: " + run_.device_null_reason;
+    } else if (cfg_.cupti == "off") {
+      gpu_null_reason_ = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
+    } else {
+      const std::string err = backend::cupti::Collector::instance().start(device_table());
+      if (err.empty()) {
+        attribution_ = true;
+        gpu_null_reason_.clear();
+      } else {
+        gpu_null_reason_ = "CUPTI unavailable: " + err;
+        warn_once("cupti", gpu_null_reason_ + "; falling back to host timings");
+      }
+    }
+    counters_null_reason_ = run_.device ? "hardware counters (PM sampling) are not read by this version; "
+                                          "gpu.sm_efficiency is the launch-geometry estimate"
+                                        : "no GPU measured: " + run_.device_null_reason;
     peak_ = resolve_peak_flops(run_.device ? std::optional<std::string_view>(run_.device->name) : std::nullopt,
                                dtype_, cfg_.peak_flops);
     if (cfg_.flops_per_token > 0 && !peak_.flops_per_second)
@@ -138,6 +144,9 @@ class Session {
       steps_dropped_ = 0;
     }
     summary_ = SummaryBuilder{};
+    attributor_ = Attributor{};
+    waiting_.clear();
+    gpu_dropped_records_ = 0;
     lines_written_ = lines_failed_ = 0;
     memory_samples_.clear();
     window_ = Window{};
@@ -162,6 +171,7 @@ class Session {
       return s;
     }
     running_flag().store(false, std::memory_order_release);
+    current_step().store(-1, std::memory_order_relaxed);
     std::optional<StepRecord> last;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -174,12 +184,23 @@ class Session {
       }
     }
     if (last) enqueue(std::move(*last));
+    if (attribution_) {
+      // The last steps' kernels may still run: wait for the measured device, then take every record.
+      int previous = -1;
+      const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+      if (cudaSetDevice(run_.device->index) == cudaSuccess) (void)cudaDeviceSynchronize();
+      if (restore) (void)cudaSetDevice(previous);
+      (void)cudaGetLastError();
+      backend::cupti::Collector::instance().flush(/*forced=*/true);
+    }
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       stopping_ = true;
     }
     queue_cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    if (attribution_) backend::cupti::Collector::instance().stop();  // disabled and detached: full speed again
+    attribution_ = false;
     file_.close();
 
     Summary s = summary_.build();
@@ -226,6 +247,7 @@ class Session {
       open_.thread = std::this_thread::get_id();
       StepRecord& r = open_.record;
       r.index = index = next_index_++;
+      current_step().store(static_cast<int64_t>(index), std::memory_order_relaxed);
       r.begin_ns = now;
       r.begin_unix_ns = unix_ns();
       if (tokens) r.tokens = tokens;
@@ -302,6 +324,25 @@ class Session {
 
   Session() = default;
 
+  /// SM counts and occupancy limits of every visible device (kernels may run on any of them).
+  static backend::cupti::DeviceTable device_table() {
+    backend::cupti::DeviceTable t;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return t;
+    }
+    t.sm_count.assign(static_cast<std::size_t>(count), 0);
+    t.occupancy.resize(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      auto probe = backend::probe_device(i);
+      if (!probe.device) continue;
+      t.sm_count[i] = probe.device->sm_count;
+      t.occupancy[i] = backend::cupti::occupancy_properties(*probe.device);
+    }
+    return t;
+  }
+
   void report_config_error(const ConfigError& e) {
     warn_once("config." + e.setting, "configuration error in " + e.setting + ": " + e.message);
   }
@@ -351,22 +392,72 @@ class Session {
       memory_null_reason_ = run_.device_null_reason.empty() ? "no GPU" : run_.device_null_reason;
     }
     const auto period = std::chrono::microseconds(static_cast<int64_t>(cfg_.memory_sample_ms * 1000));
+    // While a line waits for its GPU records, look more often than the memory period.
+    const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
     for (;;) {
       std::deque<StepRecord> batch;
       bool stopping = false;
       {
         std::unique_lock<std::mutex> lock(queue_mutex_);
-        queue_cv_.wait_for(lock, period, [&] { return !queue_.empty() || stopping_; });
+        queue_cv_.wait_for(lock, waiting_.empty() ? period : waiting_period,
+                           [&] { return !queue_.empty() || stopping_; });
         batch.swap(queue_);
         stopping = stopping_;
       }
       if (sample_memory) take_memory_sample(sample_memory);
-      for (auto& record : batch) process(record);
+      for (auto& record : batch) waiting_.push_back(std::move(record));
+      if (attribution_) collect_gpu_records(!waiting_.empty());
+      emit_ready(stopping);
       if (stopping) {
         std::lock_guard<std::mutex> lock(queue_mutex_);
-        if (queue_.empty()) break;
+        if (queue_.empty() && waiting_.empty()) break;
       }
     }
+  }
+
+  /// Moves what CUPTI has handed over into the attributor (launch sites first: records join them).
+  void collect_gpu_records(bool flush) {
+    auto& collector = backend::cupti::Collector::instance();
+    if (flush) collector.flush();
+    auto d = collector.drain();
+    for (const auto& l : d.launches) attributor_.add_launch(l);
+    for (const auto& k : d.kernels) attributor_.add_kernel(k);
+    for (const auto& c : d.copies) attributor_.add_copy(c);
+    gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
+  }
+
+  /// Writes the lines whose GPU records are all in, in step order; a line whose records are late
+  /// past max_lag_steps newer steps or max_lag_ms goes out marked incomplete.
+  void emit_ready(bool stopping) {
+    while (!waiting_.empty()) {
+      const StepRecord& r = waiting_.front();
+      std::optional<StepGpu> gpu;
+      if (attribution_) {
+        const bool complete = attributor_.is_complete(static_cast<int64_t>(r.index));
+        const bool overdue = waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) ||
+                             ns_to_ms(monotonic_ns() - r.end_ns) >= cfg_.max_lag_ms;
+        if (!complete && !overdue && !stopping) return;
+        gpu = attributor_.take(static_cast<int64_t>(r.index));
+        for (auto& [id, pg] : gpu->phases)
+          for (auto& t : pg.top_kernels) t.name = demangle(t.name);
+      }
+      process(r, std::move(gpu));
+      waiting_.pop_front();
+    }
+  }
+
+  /// Readable kernel name (C++ demangled, cut at 200 characters), cached.
+  std::string demangle(const std::string& mangled) {
+    auto it = demangled_.find(mangled);
+    if (it != demangled_.end()) return it->second;
+    std::string out = mangled;
+    int status = 0;
+    char* d = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && d) out = d;
+    std::free(d);
+    if (out.size() > 200) out = out.substr(0, 197) + "...";
+    if (demangled_.size() < 4096) demangled_.emplace(mangled, out);
+    return out;
   }
 
   void take_memory_sample(bool& enabled) {
@@ -403,7 +494,7 @@ class Session {
     return m;
   }
 
-  void process(const StepRecord& r) {
+  void process(const StepRecord& r, std::optional<StepGpu> gpu) {
     try {
       StepLineInput in;
       in.step = &r;
@@ -413,7 +504,10 @@ class Session {
       in.flops_per_token = cfg_.flops_per_token;
       in.peak = peak_;
       in.mfu = compute_mfu(cfg_.flops_per_token, in.host.tokens_per_second, peak_);
-      in.gpu_metrics_null_reason = gpu_null_reason_;
+      in.gpu = std::move(gpu);
+      in.gpu_null_reason = gpu_null_reason_;
+      in.counters_null_reason = counters_null_reason_;
+      in.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       {
         std::lock_guard<std::mutex> lock(queue_mutex_);
         in.steps_dropped_total = steps_dropped_;
@@ -481,8 +575,9 @@ class Session {
   Dtype dtype_ = Dtype::bf16;
   RunInfo run_;
   PeakFlops peak_;
-  std::string gpu_null_reason_;
+  std::string gpu_null_reason_, counters_null_reason_;
   std::string log_path_;
+  bool attribution_ = false;  // CUPTI collector running
 
   // Owned by the background thread while running.
   std::thread worker_;
@@ -492,6 +587,10 @@ class Session {
   SummaryBuilder summary_;
   Window window_;
   uint64_t lines_written_ = 0, lines_failed_ = 0;
+  Attributor attributor_;
+  std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
+  uint64_t gpu_dropped_records_ = 0;
+  std::unordered_map<std::string, std::string> demangled_;
 };
 
 }  // namespace steptrace::details

@@ -1,0 +1,84 @@
+// launch_cost - host cost per kernel launch of each way to attribute GPU work, measured in one binary.
+//
+//   launch_cost MODE [launches]
+//   MODE: none                 plain launches
+//         activity             raw CUPTI: CONCURRENT_KERNEL activity records only (the floor any
+//                              record-based tool pays)
+//         activity_api         raw CUPTI: + RUNTIME and DRIVER API activity records (what joining by
+//                              external correlation ids needs)
+//         steptrace_host       steptrace with cupti=off (step + phase scopes only)
+//         steptrace            steptrace full attribution (activity + launch-site callbacks)
+// Prints one JSON object: host ns per launch (launch loop only) and wall ns per launch (with sync).
+#include <steptrace/steptrace.hpp>
+
+#include <cuda_runtime.h>
+#include <cupti.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+__global__ void empty_kernel() {}
+
+namespace {
+void CUPTIAPI request(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = 8u << 20;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+  *max_records = 0;
+}
+void CUPTIAPI complete(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* r = nullptr;
+  size_t n = 0;
+  while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) ++n;
+  std::free(buffer);
+}
+double now_ns() {
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "none";
+  const int launches = argc > 2 ? std::atoi(argv[2]) : 50000;
+  cudaFree(nullptr);
+  empty_kernel<<<1, 32>>>();
+  cudaDeviceSynchronize();
+  if (mode == "activity" || mode == "activity_api") {
+    cuptiActivityRegisterCallbacks(request, complete);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (mode == "activity_api") {
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+    }
+  } else if (mode == "steptrace" || mode == "steptrace_host") {
+    steptrace::Config cfg;
+    cfg.log_path = "";
+    cfg.summary = false;
+    if (mode == "steptrace_host") cfg.cupti = "off";
+    steptrace::start(cfg);
+  } else if (mode != "none") {
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  // warm-up step, then the measured one
+  double host_ns = 0, wall_ns = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    const double t0 = now_ns();
+    for (int i = 0; i < launches; ++i) empty_kernel<<<1, 32>>>();
+    const double t1 = now_ns();
+    cudaDeviceSynchronize();
+    const double t2 = now_ns();
+    host_ns = (t1 - t0) / launches;
+    wall_ns = (t2 - t0) / launches;
+  }
+  if (mode == "steptrace" || mode == "steptrace_host") steptrace::stop();
+  if (mode == "activity" || mode == "activity_api") cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  const cudaError_t e = cudaGetLastError();
+  std::printf("{\"mode\":\"%s\",\"launches\":%d,\"host_ns_per_launch\":%.1f,\"wall_ns_per_launch\":%.1f,\"cuda\":\"%s\"}\n",
+              mode.c_str(), launches, host_ns, wall_ns, cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : 1;
+}

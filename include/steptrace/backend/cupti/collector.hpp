@@ -1,0 +1,281 @@
+// steptrace/backend/cupti/collector.hpp - the live CUPTI client.
+//
+// - Launch sites: CUPTI callbacks on the runtime and driver APIs that put work on the GPU (kernel
+//   launches incl. cudaLaunchKernelEx and cuLaunchKernel from cuBLAS/NCCL, graph launches, memcpy,
+//   memset). On API entry the callback stores (correlation id, current step, innermost phase of the
+//   calling thread): a thread-local read and an append under an uncontended mutex.
+// - GPU records: CUPTI activity kinds CONCURRENT_KERNEL, MEMCPY, MEMSET (never KERNEL, which
+//   serializes kernels) into a bounded pool of buffers; CUPTI hands full buffers to its own thread,
+//   where they are converted to core records and staged for steptrace's background thread.
+// - Nothing here runs a flush on the training thread. stop() disables everything and detaches CUPTI.
+#pragma once
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+
+#include "../../core/gpu_records.hpp"
+#include "../../details/context.hpp"
+#include "convert.hpp"
+
+namespace steptrace::backend::cupti {
+
+inline std::string result_text(const char* call, CUptiResult r) {
+  const char* s = nullptr;
+  if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s) s = "unknown CUPTI error";
+  return std::string(call) + ": " + s;
+}
+
+/// What the background thread takes from the collector each time it looks.
+struct Drained {
+  std::vector<LaunchRecord> launches;
+  std::vector<KernelRecord> kernels;
+  std::vector<CopyRecord> copies;
+  uint64_t dropped_records = 0;   // CUPTI could not store them (no free buffer)
+  uint64_t dropped_launches = 0;  // launch-site records over the staging bound
+};
+
+class Collector {
+ public:
+  static constexpr std::size_t kBufferBytes = 4u << 20;
+  static constexpr std::size_t kMaxBuffers = 8;            // 32 MiB at most
+  static constexpr std::size_t kMaxStagedLaunches = 1u << 20;
+  static constexpr std::size_t kMaxStagedRecords = 1u << 20;
+
+  static Collector& instance() {
+    static Collector* c = new Collector();  // CUPTI calls into it from C callbacks; never destroyed
+    return *c;
+  }
+
+  /// Subscribes and enables collection. Returns "" on success, else why CUPTI is unavailable
+  /// (another CUPTI client such as Nsight Systems, compute-sanitizer, ncu or Kineto; no driver...).
+  std::string start(const DeviceTable& devices) {
+    devices_ = devices;
+    CUptiResult r = cuptiSubscribe(&subscriber_, reinterpret_cast<CUpti_CallbackFunc>(&Collector::on_api), this);
+    if (r != CUPTI_SUCCESS) {
+      subscriber_ = nullptr;
+      if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        return "CUPTI is held by another client in this process (Nsight Systems, compute-sanitizer, ncu or "
+               "torch.profiler/Kineto): " + result_text("cuptiSubscribe", r);
+      return result_text("cuptiSubscribe", r);
+    }
+    std::string err = enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
+    if (err.empty()) err = enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, "cu");
+    if (err.empty()) {
+      if ((r = cuptiActivityRegisterCallbacks(&Collector::buffer_requested, &Collector::buffer_completed)) != CUPTI_SUCCESS)
+        err = result_text("cuptiActivityRegisterCallbacks", r);
+    }
+    for (CUpti_ActivityKind kind :
+         {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+      if (!err.empty()) break;
+      if ((r = cuptiActivityEnable(kind)) != CUPTI_SUCCESS) err = result_text("cuptiActivityEnable", r);
+    }
+    if (err.empty()) cuptiActivityFlushPeriod(100);  // CUPTI's own thread hands over buffers every 100 ms
+    if (!err.empty()) {
+      stop();
+      return err;
+    }
+    active_ = true;
+    return {};
+  }
+
+  /// Asks CUPTI for the buffers it has completed (non-blocking flush); call from the background thread.
+  void flush(bool forced = false) {
+    if (active_) cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+  }
+
+  /// Disables every kind and callback, returns the last records to the staging area, detaches CUPTI.
+  void stop() {
+    if (subscriber_) {
+      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      for (CUpti_ActivityKind kind :
+           {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
+        cuptiActivityDisable(kind);
+      cuptiEnableAllDomains(0, subscriber_);
+      cuptiUnsubscribe(subscriber_);
+      subscriber_ = nullptr;
+      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      cuptiFinalize();  // detach: the program runs without CUPTI's hooks afterwards
+    }
+    active_ = false;
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    for (uint8_t* b : free_buffers_) std::free(b);
+    buffers_allocated_ -= free_buffers_.size();
+    free_buffers_.clear();
+  }
+
+  bool active() const { return active_; }
+
+  Drained drain() {
+    Drained d;
+    std::lock_guard<std::mutex> lock(mutex_);
+    d.launches.swap(launches_);
+    d.kernels.swap(kernels_);
+    d.copies.swap(copies_);
+    d.dropped_records = std::exchange(dropped_records_, 0);
+    d.dropped_launches = std::exchange(dropped_launches_, 0);
+    return d;
+  }
+
+  std::size_t buffers_allocated() const { return buffers_allocated_; }
+
+ private:
+  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2 };
+
+  Collector() = default;
+
+  /// Enables the callbacks whose API names put work on the GPU, found by name so that new versions
+  /// of a call (…_v2, _ptsz, Ex) are covered without a list to maintain.
+  std::string enable_callbacks(CUpti_CallbackDomain domain, uint32_t count, const char* prefix) {
+    auto& kinds = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_sites_ : driver_sites_;
+    kinds.assign(count, kNone);
+    const std::string p(prefix);
+    for (uint32_t cbid = 1; cbid < count; ++cbid) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+      const std::string n(name);
+      if (n.find("HostFunc") != std::string::npos) continue;  // runs on the host: no GPU record
+      SiteKind kind = kNone;
+      if (n.rfind(p + "GraphLaunch", 0) == 0) kind = kGraphLaunch;
+      else if (n.rfind(p + "Launch", 0) == 0 || n.rfind(p + "Memcpy", 0) == 0 || n.rfind(p + "Memset", 0) == 0)
+        kind = kLaunch;
+      if (kind == kNone) continue;
+      const CUptiResult r = cuptiEnableCallback(1, subscriber_, domain, cbid);
+      if (r != CUPTI_SUCCESS) return result_text("cuptiEnableCallback", r);
+      kinds[cbid] = kind;
+    }
+    return {};
+  }
+
+  struct LaunchTls {
+    uint32_t runtime_correlation = 0;  // the runtime call in progress on this thread, if any
+  };
+  static LaunchTls& launch_tls() {
+    thread_local LaunchTls tls;
+    return tls;
+  }
+
+  static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+    auto* self = static_cast<Collector*>(userdata);
+    const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+    const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+    if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    const auto& sites = runtime ? self->runtime_sites_ : self->driver_sites_;
+    if (cbid >= sites.size() || sites[cbid] == kNone) return;
+    LaunchTls& tls = launch_tls();
+    LaunchRecord l;
+    l.correlation = cb->correlationId;
+    l.step = details::current_step().load(std::memory_order_relaxed);
+    l.phase = details::thread_state().innermost();
+    l.graph = sites[cbid] == kGraphLaunch;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+      if (runtime) tls.runtime_correlation = cb->correlationId;
+      else if (tls.runtime_correlation != 0) l.outer_correlation = tls.runtime_correlation;
+      self->stage(l);
+      return;
+    }
+    // API exit: a failed call produces no GPU record; say so, so its step does not wait for one.
+    bool failed = false;
+    if (cb->functionReturnValue) {
+      failed = runtime ? *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess
+                       : *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
+    }
+    const bool outermost = runtime || tls.runtime_correlation == 0;
+    if (runtime) tls.runtime_correlation = 0;
+    if (failed && outermost) {
+      l.failed = true;
+      self->stage(l);
+    }
+  }
+
+  void stage(const LaunchRecord& l) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (launches_.size() >= kMaxStagedLaunches) {
+      ++dropped_launches_;
+      return;
+    }
+    launches_.push_back(l);
+  }
+
+  static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+    Collector& self = instance();
+    *max_records = 0;
+    std::lock_guard<std::mutex> lock(self.pool_mutex_);
+    if (self.free_buffers_.empty() && self.buffers_allocated_ < kMaxBuffers) {
+      void* p = std::aligned_alloc(8, kBufferBytes);
+      if (p) {
+        self.free_buffers_.push_back(static_cast<uint8_t*>(p));
+        ++self.buffers_allocated_;
+      }
+    }
+    if (self.free_buffers_.empty()) {  // bounded: CUPTI drops what does not fit, and counts it
+      *buffer = nullptr;
+      *size = 0;
+      return;
+    }
+    *buffer = self.free_buffers_.back();
+    self.free_buffers_.pop_back();
+    *size = kBufferBytes;
+  }
+
+  static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+    Collector& self = instance();
+    std::vector<KernelRecord> kernels;
+    std::vector<CopyRecord> copies;
+    CUpti_Activity* record = nullptr;
+    while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+      switch (record->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+          kernels.push_back(convert_kernel(*reinterpret_cast<const KernelActivity*>(record), self.devices_));
+          break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY:
+          copies.push_back(convert_memcpy(*reinterpret_cast<const MemcpyActivity*>(record)));
+          break;
+        case CUPTI_ACTIVITY_KIND_MEMSET:
+          copies.push_back(convert_memset(*reinterpret_cast<const MemsetActivity*>(record)));
+          break;
+        default:
+          break;
+      }
+    }
+    size_t dropped = 0;
+    cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped);
+    {
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      self.dropped_records_ += dropped;
+      for (auto& k : kernels) {
+        if (self.kernels_.size() < kMaxStagedRecords) self.kernels_.push_back(k);
+        else ++self.dropped_records_;
+      }
+      for (auto& c : copies) {
+        if (self.copies_.size() < kMaxStagedRecords) self.copies_.push_back(c);
+        else ++self.dropped_records_;
+      }
+    }
+    if (buffer) {
+      std::lock_guard<std::mutex> lock(self.pool_mutex_);
+      self.free_buffers_.push_back(buffer);
+    }
+  }
+
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+  bool active_ = false;
+  DeviceTable devices_;
+  std::vector<uint8_t> runtime_sites_, driver_sites_;
+
+  std::mutex mutex_;  // staging, shared by the launching threads, CUPTI's thread and the background thread
+  std::vector<LaunchRecord> launches_;
+  std::vector<KernelRecord> kernels_;
+  std::vector<CopyRecord> copies_;
+  uint64_t dropped_records_ = 0, dropped_launches_ = 0;
+
+  std::mutex pool_mutex_;
+  std::vector<uint8_t*> free_buffers_;
+  std::size_t buffers_allocated_ = 0;
+};
+
+}  // namespace steptrace::backend::cupti

@@ -1,0 +1,366 @@
+// steptrace/core/attribution.hpp - GPU records -> (step, phase) by correlation id, and the per-step,
+// per-phase GPU metrics: kernel time, busy time (interval union), SM efficiency, occupancy, copies,
+// NCCL and exposed communication, top kernels. Pure C++17; tested with synthetic records.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "gpu_records.hpp"
+#include "intervals.hpp"
+
+namespace steptrace {
+
+// ---- pure interval functions ------------------------------------------------------------------
+
+/// Sorted, disjoint union of intervals.
+inline std::vector<Interval> merge_intervals(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+/// Length of the intersection of two sorted disjoint interval lists.
+inline int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  int64_t total = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += hi - lo;
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return total;
+}
+
+/// Communication time not hidden behind computation: |U(comm)| - |U(comm) ∩ U(compute)|.
+inline int64_t exposed_time(const std::vector<Interval>& comm, const std::vector<Interval>& compute) {
+  const auto c = merge_intervals(comm);
+  int64_t total = 0;
+  for (const auto& iv : c) total += iv.second - iv.first;
+  return total - intersection_length(c, merge_intervals(compute));
+}
+
+/// An interval carrying a weight (a kernel and its SM-efficiency estimate).
+struct WeightedInterval {
+  int64_t begin = 0, end = 0;
+  double weight = 0;
+};
+
+/// Time-weighted SM efficiency over the busy time: at each instant the sum of the running kernels'
+/// estimates, capped at 1 (concurrent kernels share the SMs), integrated and divided by the length of
+/// the union. Kineto's aggregate definition (pytorch/kineto, libkineto "sm_efficiency" of a time
+/// window: sum of blocks/SMs of concurrent kernels, clamped to 1). Returns 0 for no busy time.
+inline double time_weighted_sm_efficiency(const std::vector<WeightedInterval>& kernels) {
+  struct Event {
+    int64_t time;
+    int delta_active;  // -1 sorts first: a kernel ending at t and one starting at t never overlap
+    double delta_weight;
+    bool operator<(const Event& o) const { return time != o.time ? time < o.time : delta_active < o.delta_active; }
+  };
+  std::vector<Event> events;
+  events.reserve(kernels.size() * 2);
+  for (const auto& k : kernels) {
+    if (k.end <= k.begin) continue;
+    events.push_back({k.begin, +1, k.weight});
+    events.push_back({k.end, -1, -k.weight});
+  }
+  std::sort(events.begin(), events.end());
+  double integral = 0, level = 0;
+  int64_t busy = 0;
+  int active = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (i > 0) {
+      const int64_t dt = events[i].time - events[i - 1].time;
+      if (active > 0 && dt > 0) {
+        integral += std::min(1.0, std::max(0.0, level)) * static_cast<double>(dt);
+        busy += dt;
+      }
+    }
+    level += events[i].delta_weight;
+    active += events[i].delta_active;
+  }
+  return busy > 0 ? integral / static_cast<double>(busy) : 0;
+}
+
+// ---- per-step GPU metrics ----------------------------------------------------------------------
+
+struct TopKernel {
+  std::string name;  // as recorded (mangled); the backend demangles for display
+  int64_t total_ns = 0;
+  uint32_t calls = 0;
+  double sm_efficiency = 0;  // time-weighted over its calls
+};
+
+struct CopyTotals {
+  uint64_t bytes = 0;
+  int64_t total_ns = 0;
+  uint32_t count = 0;
+};
+
+struct PhaseGpu {
+  int64_t kernel_ns = 0;   // sum of kernel durations
+  int64_t busy_ns = 0;     // union of kernel, copy and memset intervals
+  uint32_t kernels = 0;
+  double sm_efficiency = 0;  // time_weighted_sm_efficiency of the phase's kernels
+  double occupancy = 0;      // kernel-time-weighted estimate; 0 if unknown
+  CopyTotals copies[kCopyKindCount];
+  std::vector<TopKernel> top_kernels;
+};
+
+struct StepGpu {
+  std::map<PhaseId, PhaseGpu> phases;  // kNoPhase = launched inside the step but outside every phase
+  int64_t busy_ns = 0;                 // union over everything the step launched
+  int64_t kernel_ns = 0;
+  uint32_t kernels = 0;
+  double sm_efficiency = 0;
+  int64_t nccl_ns = 0;           // NCCL kernels' durations, whatever phase launched them
+  int64_t nccl_exposed_ns = 0;   // NCCL time not overlapped by the step's other kernels
+  bool complete = true;          // every launch of the step produced its records before the line
+  uint32_t missing_launches = 0;
+  uint64_t late_records = 0;          // records that arrived after their step's line (since the last line)
+  uint64_t unattributed_records = 0;  // records whose launch was never seen (since the last line)
+  int64_t before_first_step_ns = 0;   // GPU time launched before the first step (first line only)
+  uint32_t before_first_step_records = 0;
+};
+
+inline bool is_nccl_kernel(std::string_view mangled_or_plain) {
+  // NCCL's kernels are "ncclKernel_*" / "ncclDevKernel_*" (mangled: "_Z..ncclDevKernel...").
+  return mangled_or_plain.find("nccl") != std::string_view::npos &&
+         (mangled_or_plain.find("ncclKernel") != std::string_view::npos ||
+          mangled_or_plain.find("ncclDevKernel") != std::string_view::npos);
+}
+
+/// Joins launches and GPU records by correlation id and turns a finished step into StepGpu.
+/// Not thread-safe: one owner (the background thread).
+class Attributor {
+ public:
+  explicit Attributor(std::size_t top_n = 5, std::size_t max_records_per_step = 1 << 20)
+      : top_n_(top_n), max_records_(max_records_per_step) {}
+
+  void add_launch(const LaunchRecord& l) {
+    if (l.outer_correlation != 0) {  // nested driver call: an alias of the runtime call
+      alias_[l.correlation] = l.outer_correlation;
+      return;
+    }
+    if (l.failed) {  // no record will come for it
+      auto it = pending_.find(l.step);
+      if (it != pending_.end()) it->second.expected.erase(l.correlation);
+      return;
+    }
+    if (l.step < 0 && !first_take_) return;         // too late to report before-first-step work
+    if (l.step >= 0 && l.step < emitted_below_) return;  // its step's line is already out
+    if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
+    launches_[l.correlation] = Where{l.step, l.phase};
+    Pending& p = pending_[l.step];
+    p.expected.insert(l.correlation);
+    if (l.graph) p.graph_launches = true;
+  }
+
+  void add_kernel(const KernelRecord& k) {
+    Pending* p = route(k.correlation);
+    if (!p) return;
+    if (p->kernels.size() + p->copies.size() >= max_records_) {
+      ++p->dropped;
+      return;
+    }
+    p->kernels.push_back({k, phase_of(k.correlation)});
+  }
+
+  void add_copy(const CopyRecord& c) {
+    Pending* p = route(c.correlation);
+    if (!p) return;
+    if (p->kernels.size() + p->copies.size() >= max_records_) {
+      ++p->dropped;
+      return;
+    }
+    p->copies.push_back({c, phase_of(c.correlation)});
+  }
+
+  /// Whether every launch of `step` has produced a record (and, for graph launches, a later step's
+  /// record has been seen, since a graph's kernels share one correlation id).
+  bool is_complete(int64_t step) const {
+    auto it = pending_.find(step);
+    if (it == pending_.end()) return true;
+    const Pending& p = it->second;
+    if (p.seen.size() < p.expected.size()) return false;
+    return !p.graph_launches || latest_record_step_ > step;
+  }
+
+  uint32_t missing_launches(int64_t step) const {
+    auto it = pending_.find(step);
+    if (it == pending_.end()) return 0;
+    return static_cast<uint32_t>(it->second.expected.size() - std::min(it->second.expected.size(), it->second.seen.size()));
+  }
+
+  /// Computes and removes `step`'s metrics. Steps are taken in increasing order.
+  StepGpu take(int64_t step) {
+    StepGpu g;
+    g.complete = is_complete(step);
+    g.missing_launches = missing_launches(step);
+    if (first_take_) {  // the first line carries what was launched before the first step
+      auto before = pending_.find(-1);
+      if (before != pending_.end()) {
+        for (const auto& k : before->second.kernels) g.before_first_step_ns += k.record.end_ns - k.record.start_ns;
+        for (const auto& c : before->second.copies) g.before_first_step_ns += c.record.end_ns - c.record.start_ns;
+        g.before_first_step_records =
+            static_cast<uint32_t>(before->second.kernels.size() + before->second.copies.size());
+        pending_.erase(before);
+      }
+    }
+    first_take_ = false;
+    auto it = pending_.find(step);
+    if (it != pending_.end()) {
+      fill(it->second, g);
+      pending_.erase(it);
+    }
+    g.late_records = std::exchange(late_records_, 0);
+    g.unattributed_records = std::exchange(unattributed_, 0);
+    emitted_below_ = std::max(emitted_below_, step + 1);
+    forget_before(step - 2);  // keep two steps of ids for graph kernels that finish late
+    return g;
+  }
+
+  std::size_t pending_steps() const { return pending_.size(); }
+
+ private:
+  struct Where {
+    int64_t step;
+    PhaseId phase;
+  };
+  template <class R>
+  struct Placed {
+    R record;
+    PhaseId phase;
+  };
+  struct Pending {
+    std::unordered_set<uint32_t> expected, seen;
+    bool graph_launches = false;
+    std::vector<Placed<KernelRecord>> kernels;
+    std::vector<Placed<CopyRecord>> copies;
+    uint64_t dropped = 0;
+  };
+
+  uint32_t resolve(uint32_t corr) const {
+    auto a = alias_.find(corr);
+    return a == alias_.end() ? corr : a->second;
+  }
+
+  PhaseId phase_of(uint32_t corr) const {
+    auto it = launches_.find(resolve(corr));
+    return it == launches_.end() ? kNoPhase : it->second.phase;
+  }
+
+  Pending* route(uint32_t corr) {
+    const uint32_t id = resolve(corr);
+    auto it = launches_.find(id);
+    if (it == launches_.end()) {
+      ++unattributed_;
+      return nullptr;
+    }
+    const int64_t step = it->second.step;
+    if ((step >= 0 && step < emitted_below_) || (step < 0 && !first_take_)) {
+      ++late_records_;
+      return nullptr;
+    }
+    latest_record_step_ = std::max(latest_record_step_, step);
+    Pending& p = pending_[step];
+    p.seen.insert(id);
+    return &p;
+  }
+
+  void forget_before(int64_t step) {
+    for (auto it = launches_.begin(); it != launches_.end();) {
+      if (it->second.step < step) {
+        it = launches_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Aliases whose runtime id is gone.
+    for (auto it = alias_.begin(); it != alias_.end();)
+      it = launches_.count(it->second) ? std::next(it) : alias_.erase(it);
+  }
+
+  void fill(const Pending& p, StepGpu& g) const {
+    std::vector<Interval> all, comm, compute;
+    std::vector<WeightedInterval> weighted_all;
+    std::map<PhaseId, std::vector<Interval>> phase_busy;
+    std::map<PhaseId, std::vector<WeightedInterval>> phase_weighted;
+    std::map<PhaseId, double> occupancy_weighted;
+    std::map<PhaseId, std::map<std::string_view, TopKernel>> by_name;
+    std::map<PhaseId, std::map<std::string_view, double>> name_eff_weighted;
+    for (const auto& [k, phase] : p.kernels) {
+      const int64_t d = k.end_ns - k.start_ns;
+      PhaseGpu& pg = g.phases[phase];
+      pg.kernel_ns += d;
+      ++pg.kernels;
+      g.kernel_ns += d;
+      ++g.kernels;
+      all.emplace_back(k.start_ns, k.end_ns);
+      phase_busy[phase].emplace_back(k.start_ns, k.end_ns);
+      weighted_all.push_back({k.start_ns, k.end_ns, k.sm_efficiency});
+      phase_weighted[phase].push_back({k.start_ns, k.end_ns, k.sm_efficiency});
+      occupancy_weighted[phase] += k.occupancy * static_cast<double>(d);
+      if (is_nccl_kernel(k.name)) {
+        g.nccl_ns += d;
+        comm.emplace_back(k.start_ns, k.end_ns);
+      } else {
+        compute.emplace_back(k.start_ns, k.end_ns);
+      }
+      TopKernel& t = by_name[phase][k.name];
+      t.total_ns += d;
+      ++t.calls;
+      name_eff_weighted[phase][k.name] += k.sm_efficiency * static_cast<double>(d);
+    }
+    for (const auto& [c, phase] : p.copies) {
+      PhaseGpu& pg = g.phases[phase];
+      CopyTotals& t = pg.copies[static_cast<int>(c.kind)];
+      t.bytes += c.bytes;
+      t.total_ns += c.end_ns - c.start_ns;
+      ++t.count;
+      all.emplace_back(c.start_ns, c.end_ns);
+      phase_busy[phase].emplace_back(c.start_ns, c.end_ns);
+    }
+    g.busy_ns = union_length(all);
+    g.sm_efficiency = time_weighted_sm_efficiency(weighted_all);
+    g.nccl_exposed_ns = exposed_time(comm, compute);
+    for (auto& [phase, pg] : g.phases) {
+      pg.busy_ns = union_length(phase_busy[phase]);
+      pg.sm_efficiency = time_weighted_sm_efficiency(phase_weighted[phase]);
+      pg.occupancy = pg.kernel_ns > 0 ? occupancy_weighted[phase] / static_cast<double>(pg.kernel_ns) : 0;
+      std::vector<TopKernel> top;
+      for (auto& [name, t] : by_name[phase]) {
+        t.name = std::string(name);
+        t.sm_efficiency = t.total_ns > 0 ? name_eff_weighted[phase][name] / static_cast<double>(t.total_ns) : 0;
+        top.push_back(t);
+      }
+      std::sort(top.begin(), top.end(), [](const TopKernel& a, const TopKernel& b) { return a.total_ns > b.total_ns; });
+      if (top.size() > top_n_) top.resize(top_n_);
+      pg.top_kernels = std::move(top);
+    }
+    if (p.dropped) g.complete = false;
+  }
+
+  std::size_t top_n_;
+  std::size_t max_records_;
+  std::unordered_map<uint32_t, Where> launches_;
+  std::unordered_map<uint32_t, uint32_t> alias_;
+  std::map<int64_t, Pending> pending_;
+  int64_t emitted_below_ = 0;
+  int64_t latest_record_step_ = -1;
+  uint64_t late_records_ = 0, unattributed_ = 0;
+  bool first_take_ = true;
+};
+
+}  // namespace steptrace

@@ -1,0 +1,59 @@
+// steptrace/core/gpu_records.hpp - GPU activity as steptrace's own records. The CUPTI backend fills
+// them from CUpti_Activity* structs; everything downstream is tested with hand-made ones.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "phase.hpp"
+
+namespace steptrace {
+
+/// A launch seen on the host (a CUDA API call that puts work on the GPU), and where it was made.
+struct LaunchRecord {
+  uint32_t correlation = 0;
+  uint32_t outer_correlation = 0;  // != 0: a driver call made inside a runtime call with this id
+  int64_t step = -1;               // global_step open on the launching side; -1 = before the first step
+  PhaseId phase = kNoPhase;        // innermost phase open on the launching thread
+  bool graph = false;              // a CUDA Graph launch: one id, many kernels
+  bool failed = false;             // the API returned an error: no GPU record will come
+};
+
+/// One kernel execution (CUPTI CONCURRENT_KERNEL).
+struct KernelRecord {
+  uint32_t correlation = 0;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  int64_t start_ns = 0, end_ns = 0;  // GPU timestamps (CUPTI clock)
+  uint64_t blocks = 0;               // grid x*y*z
+  uint32_t threads_per_block = 0;
+  double sm_efficiency = 0;          // estimate: min(1, blocks / SMs)
+  double occupancy = 0;              // estimate, see backend/cupti/occupancy.hpp; 0 if unknown
+  const char* name = "";             // mangled; owned by CUPTI, stable while it runs
+};
+
+enum class CopyKind : uint8_t { h2d, d2h, d2d, h2h, p2p, other, memset };
+inline constexpr int kCopyKindCount = 7;
+inline const char* copy_kind_name(CopyKind k) {
+  static const char* names[] = {"h2d", "d2h", "d2d", "h2h", "p2p", "other", "memset"};
+  return names[static_cast<int>(k)];
+}
+
+/// One memcpy or memset.
+struct CopyRecord {
+  uint32_t correlation = 0;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  int64_t start_ns = 0, end_ns = 0;
+  uint64_t bytes = 0;
+  CopyKind kind = CopyKind::other;
+};
+
+/// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves
+/// SMs idle. min(1, blocks / numSMs) — the estimate Kineto reports per kernel ("est. SM efficiency",
+/// pytorch/kineto libkineto/src/CuptiActivity.cpp, blocksPerSm clamped to 1).
+inline double kernel_sm_efficiency(uint64_t blocks, int num_sms) {
+  if (num_sms <= 0) return 0;
+  return std::min(1.0, static_cast<double>(blocks) / static_cast<double>(num_sms));
+}
+
+}  // namespace steptrace

@@ -1,0 +1,37 @@
+// steptrace/details/context.hpp - the launch context every thread carries: which phases are open on
+// it, and which step is open in the process. Scopes write it; the CUPTI callback reads it.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "../core/phase.hpp"
+
+namespace steptrace::details {
+
+inline constexpr uint16_t kMaxPhaseDepth = 32;
+
+/// Per-thread phase stack.
+struct ThreadState {
+  uint16_t depth = 0;
+  PhaseId stack[kMaxPhaseDepth];
+  PhaseId innermost() const { return depth ? stack[depth - 1] : kNoPhase; }
+};
+inline ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
+}
+
+/// Whether a session is running; read by every scope before anything else.
+inline std::atomic<bool>& running_flag() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+/// The step GPU work launched now belongs to: the last step begun (its line covers the time up to
+/// the next step's start), or -1 before the first step.
+inline std::atomic<int64_t>& current_step() {
+  static std::atomic<int64_t> step{-1};
+  return step;
+}
+
+}  // namespace steptrace::details

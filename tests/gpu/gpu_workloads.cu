@@ -1,0 +1,185 @@
+// gpu_workloads - ground-truth GPU work under steptrace, one scenario per step, for test_gpu_attribution.
+// Writes the steptrace log and a small JSON of what the program knows independently (SM count,
+// cudaEvent timings).   gpu_workloads LOG TRUTH
+#include <steptrace/steptrace.hpp>
+
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#define CHECK_CUDA(call)                                                                      \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+// Spins for about `cycles` SM clock cycles in every thread of the grid.
+__global__ void spin(long long cycles, int* sink) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (threadIdx.x == 0 && blockIdx.x == 0 && sink) *sink = 1;
+}
+
+__global__ void tiny(float* x) {
+  if (x) x[threadIdx.x] += 1.f;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  int clock_khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  const long long ms = static_cast<long long>(clock_khz);  // cycles per millisecond (at base clock)
+  int* sink = nullptr;
+  float* buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
+  CHECK_CUDA(cudaMalloc(&buf, 1024 * sizeof(float)));
+  cudaStream_t s1, s2;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return 1;
+  const int n = 2048;
+  float *A, *B, *C;
+  CHECK_CUDA(cudaMalloc(&A, sizeof(float) * n * n));
+  CHECK_CUDA(cudaMalloc(&B, sizeof(float) * n * n));
+  CHECK_CUDA(cudaMalloc(&C, sizeof(float) * n * n));
+  CHECK_CUDA(cudaMemset(A, 0, sizeof(float) * n * n));  // before start(): not attributed to any step
+  CHECK_CUDA(cudaMemset(B, 0, sizeof(float) * n * n));
+  const size_t copy_bytes = 64u << 20;
+  void *host, *dev;
+  CHECK_CUDA(cudaMallocHost(&host, copy_bytes));
+  CHECK_CUDA(cudaMalloc(&dev, copy_bytes));
+  // A graph of 6 kernels, captured before start().
+  cudaGraph_t graph;
+  cudaGraphExec_t graph_exec;
+  CHECK_CUDA(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 6; ++i) spin<<<sms, 128, 0, s1>>>(ms / 10, sink);
+  CHECK_CUDA(cudaStreamEndCapture(s1, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&graph_exec, graph, 0));
+  cudaEvent_t ev0, ev1;
+  CHECK_CUDA(cudaEventCreate(&ev0));
+  CHECK_CUDA(cudaEventCreate(&ev1));
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  steptrace::Config cfg;
+  cfg.log_path = argv[1];
+  cfg.summary = false;
+  steptrace::start(cfg);
+  {  // step 0: one block for ~2 ms
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("one_block");
+    spin<<<1, 128>>>(2 * ms, sink);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  {  // step 1: a full grid for ~1 ms
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("full_grid");
+    spin<<<sms * 8, 256>>>(ms, sink);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  {  // step 2: known kernel counts in two phases
+    TRACE_STEP();
+    {
+      TRACE_PHASE_NAMED("three");
+      for (int i = 0; i < 3; ++i) tiny<<<1, 32>>>(buf);
+    }
+    {
+      TRACE_PHASE_NAMED("five");
+      for (int i = 0; i < 5; ++i) tiny<<<1, 32>>>(buf);
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  {  // step 3: 64 MiB host-to-device in h2d
+    TRACE_STEP();
+    TRACE_PHASE(h2d);
+    CHECK_CUDA(cudaMemcpyAsync(dev, host, copy_bytes, cudaMemcpyHostToDevice, s1));
+    CHECK_CUDA(cudaStreamSynchronize(s1));
+  }
+  {  // step 4: cuBLAS GEMMs in forward
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    const float one = 1.f, zero = 0.f;
+    for (int i = 0; i < 4; ++i)
+      if (cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, n, B, n, &zero, C, n) != CUBLAS_STATUS_SUCCESS)
+        return 1;
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  {  // step 5: a CUDA Graph replay
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("graph");
+    CHECK_CUDA(cudaGraphLaunch(graph_exec, s1));
+    CHECK_CUDA(cudaStreamSynchronize(s1));
+  }
+  {  // step 6: two streams overlapping, ~3 ms each, half the SMs each
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("streams");
+    spin<<<sms / 2, 128, 0, s1>>>(3 * ms, sink);
+    spin<<<sms / 2, 128, 0, s2>>>(3 * ms, sink);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  float event_ms = 0;
+  {  // step 7: GPU time against cudaEvent timing of the same work
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("timed");
+    CHECK_CUDA(cudaEventRecord(ev0, s1));
+    for (int i = 0; i < 20; ++i) spin<<<sms, 128, 0, s1>>>(ms / 2, sink);
+    CHECK_CUDA(cudaEventRecord(ev1, s1));
+    CHECK_CUDA(cudaEventSynchronize(ev1));
+    CHECK_CUDA(cudaEventElapsedTime(&event_ms, ev0, ev1));
+  }
+  {  // step 8: cudaLaunchKernelEx
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("launch_ex");
+    cudaLaunchConfig_t lc{};
+    lc.gridDim = dim3(2);
+    lc.blockDim = dim3(64);
+    CHECK_CUDA(cudaLaunchKernelEx(&lc, spin, ms / 10, sink));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  {  // step 9: a driver-API launch (as cuBLAS/NCCL do), and a kernel outside every phase
+    TRACE_STEP();
+    {
+      TRACE_PHASE_NAMED("driver");
+      cudaFunction_t f;
+      CHECK_CUDA(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(&tiny)));
+      void* args[] = {&buf};
+      if (cuLaunchKernel(reinterpret_cast<CUfunction>(f), 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr) != CUDA_SUCCESS)
+        return 1;
+    }
+    tiny<<<1, 32>>>(buf);  // unphased
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  {  // step 10: two threads launching in their own phases at once
+    TRACE_STEP();
+    auto worker = [&](const char* which, int count, cudaStream_t s) {
+      steptrace::PhaseScope phase(steptrace::register_phase(which));
+      for (int i = 0; i < count; ++i) spin<<<4, 64, 0, s>>>(ms / 20, sink);
+      CHECK_CUDA(cudaStreamSynchronize(s));
+    };
+    std::thread a(worker, "thread_a", 3, s1), b(worker, "thread_b", 2, s2);
+    a.join();
+    b.join();
+  }
+  steptrace::stop();
+
+  FILE* truth = std::fopen(argv[2], "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"timed_event_ms\": %.6f, \"copy_bytes\": %zu}\n", sms, event_ms, copy_bytes);
+  std::fclose(truth);
+  cublasDestroy(blas);
+  return 0;
+}

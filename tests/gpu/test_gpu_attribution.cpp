@@ -1,0 +1,94 @@
+// Runs gpu_workloads (label gpu) and checks steptrace's attribution against answers known in advance.
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "../support.hpp"
+
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+
+namespace {
+const nlohmann::json& phase_gpu(const nlohmann::json& line, const std::string& phase) {
+  INFO("phase " << phase << " in step " << line["global_step"]);
+  REQUIRE(line["phases"].contains(phase));
+  REQUIRE(line["phases"][phase].contains("gpu"));
+  return line["phases"][phase]["gpu"];
+}
+}  // namespace
+
+TEST_CASE("attribution of known GPU work", "[gpu]") {
+  const auto log = fresh_log("gpu_workloads");
+  const std::string truth_path = "gpu_workloads_truth.json";
+  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path;
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream tin(truth_path);
+  const auto truth = nlohmann::json::parse(tin);
+  const int sms = truth["sm_count"];
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 11);
+  for (const auto& l : lines) {
+    INFO("step " << l["global_step"]);
+    REQUIRE(l["gpu"].is_object());
+    CHECK(l["gpu"]["complete"] == true);
+    CHECK(l["gpu"]["dropped_records"] == 0);
+    CHECK(l["gpu"]["unattributed_records"] == 0);
+    CHECK(l["gpu_utilization"].is_number());
+  }
+  // before start(): the two memsets and the graph capture are not in any step
+  CHECK_FALSE(lines[0]["gpu"].contains("before_first_step_records"));
+
+  SECTION("one block: SM efficiency is exactly 1/numSMs") {
+    const auto& g = phase_gpu(lines[0], "one_block");
+    CHECK(g["kernels"] == 1);
+    CHECK(double(g["sm_efficiency"]) == Approx(1.0 / sms).epsilon(1e-9));
+    CHECK(double(g["kernel_ms"]) > 1.0);
+  }
+  SECTION("full grid: SM efficiency >= 0.99") {
+    CHECK(double(phase_gpu(lines[1], "full_grid")["sm_efficiency"]) >= 0.99);
+  }
+  SECTION("known kernel counts per phase") {
+    CHECK(phase_gpu(lines[2], "three")["kernels"] == 3);
+    CHECK(phase_gpu(lines[2], "five")["kernels"] == 5);
+    CHECK(lines[2]["gpu"]["kernels"] == 8);
+  }
+  SECTION("64 MiB host-to-device copy in h2d") {
+    const auto& g = phase_gpu(lines[3], "h2d");
+    REQUIRE(g.contains("h2d"));
+    CHECK(g["h2d"]["bytes"] == truth["copy_bytes"]);
+    CHECK(g["h2d"]["count"] == 1);
+    CHECK(double(g["h2d"]["gb_per_second"]) > 1.0);
+  }
+  SECTION("cuBLAS GEMMs in forward") {
+    const auto& g = phase_gpu(lines[4], "forward");
+    CHECK(int(g["kernels"]) >= 4);
+    CHECK(double(g["kernel_ms"]) > 0.1);
+    CHECK(g["top_kernels"].size() >= 1);
+  }
+  SECTION("CUDA Graph replay: every graph kernel goes to the launching phase") {
+    const auto& g = phase_gpu(lines[5], "graph");
+    CHECK(g["kernels"] == 6);
+    CHECK(lines[5]["gpu"]["kernels"] == 6);
+  }
+  SECTION("two overlapping streams: busy is the union, not the sum") {
+    const auto& g = phase_gpu(lines[6], "streams");
+    CHECK(g["kernels"] == 2);
+    CHECK(double(g["busy_ms"]) < 0.75 * double(g["kernel_ms"]));
+    CHECK(double(g["sm_efficiency"]) > 0.9);  // two half-grids side by side fill the GPU
+  }
+  SECTION("phase GPU time within 2 % of cudaEvent timing of the same work") {
+    const auto& g = phase_gpu(lines[7], "timed");
+    const double event_ms = truth["timed_event_ms"];
+    CHECK(g["kernels"] == 20);
+    CHECK(double(g["busy_ms"]) == Approx(event_ms).epsilon(0.02));
+  }
+  SECTION("cudaLaunchKernelEx, driver-API launch, unphased launch") {
+    CHECK(phase_gpu(lines[8], "launch_ex")["kernels"] == 1);
+    CHECK(phase_gpu(lines[9], "driver")["kernels"] == 1);
+    CHECK(phase_gpu(lines[9], "unphased")["kernels"] == 1);
+  }
+  SECTION("two threads launching at once keep their phases") {
+    CHECK(phase_gpu(lines[10], "thread_a")["kernels"] == 3);
+    CHECK(phase_gpu(lines[10], "thread_b")["kernels"] == 2);
+  }
+}
