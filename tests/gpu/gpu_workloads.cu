@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
     TRACE_STEP();
     TRACE_PHASE(h2d);
     CHECK_CUDA(cudaMemcpyAsync(dev, host, copy_bytes, cudaMemcpyHostToDevice, s1));
+    CHECK_CUDA(cudaMemsetAsync(dev, 0, 1 << 20, s1));
     CHECK_CUDA(cudaStreamSynchronize(s1));
   }
   {  // step 4: cuBLAS GEMMs in forward

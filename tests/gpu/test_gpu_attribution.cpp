@@ -9,7 +9,7 @@ using steptrace_test::fresh_log;
 using steptrace_test::read_lines;
 
 namespace {
-const nlohmann::json& phase_gpu(const nlohmann::json& line, const std::string& phase) {
+nlohmann::json phase_gpu(const nlohmann::json& line, const std::string& phase) {
   INFO("phase " << phase << " in step " << line["global_step"]);
   REQUIRE(line["phases"].contains(phase));
   REQUIRE(line["phases"][phase].contains("gpu"));
@@ -39,7 +39,7 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
   CHECK_FALSE(lines[0]["gpu"].contains("before_first_step_records"));
 
   SECTION("one block: SM efficiency is exactly 1/numSMs") {
-    const auto& g = phase_gpu(lines[0], "one_block");
+    const auto g = phase_gpu(lines[0], "one_block");
     CHECK(g["kernels"] == 1);
     CHECK(double(g["sm_efficiency"]) == Approx(1.0 / sms).epsilon(1e-9));
     CHECK(double(g["kernel_ms"]) > 1.0);
@@ -52,32 +52,35 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
     CHECK(phase_gpu(lines[2], "five")["kernels"] == 5);
     CHECK(lines[2]["gpu"]["kernels"] == 8);
   }
-  SECTION("64 MiB host-to-device copy in h2d") {
-    const auto& g = phase_gpu(lines[3], "h2d");
+  SECTION("64 MiB host-to-device copy and a 1 MiB memset in h2d") {
+    const auto g = phase_gpu(lines[3], "h2d");
     REQUIRE(g.contains("h2d"));
     CHECK(g["h2d"]["bytes"] == truth["copy_bytes"]);
     CHECK(g["h2d"]["count"] == 1);
     CHECK(double(g["h2d"]["gb_per_second"]) > 1.0);
+    REQUIRE(g.contains("memset"));  // a runtime cudaMemsetAsync in the same phase
+    CHECK(g["memset"]["bytes"] == 1 << 20);
+    CHECK(g["memset"]["count"] == 1);
   }
   SECTION("cuBLAS GEMMs in forward") {
-    const auto& g = phase_gpu(lines[4], "forward");
+    const auto g = phase_gpu(lines[4], "forward");
     CHECK(int(g["kernels"]) >= 4);
     CHECK(double(g["kernel_ms"]) > 0.1);
     CHECK(g["top_kernels"].size() >= 1);
   }
   SECTION("CUDA Graph replay: every graph kernel goes to the launching phase") {
-    const auto& g = phase_gpu(lines[5], "graph");
+    const auto g = phase_gpu(lines[5], "graph");
     CHECK(g["kernels"] == 6);
     CHECK(lines[5]["gpu"]["kernels"] == 6);
   }
   SECTION("two overlapping streams: busy is the union, not the sum") {
-    const auto& g = phase_gpu(lines[6], "streams");
+    const auto g = phase_gpu(lines[6], "streams");
     CHECK(g["kernels"] == 2);
     CHECK(double(g["busy_ms"]) < 0.75 * double(g["kernel_ms"]));
     CHECK(double(g["sm_efficiency"]) > 0.9);  // two half-grids side by side fill the GPU
   }
   SECTION("phase GPU time within 2 % of cudaEvent timing of the same work") {
-    const auto& g = phase_gpu(lines[7], "timed");
+    const auto g = phase_gpu(lines[7], "timed");
     const double event_ms = truth["timed_event_ms"];
     CHECK(g["kernels"] == 20);
     CHECK(double(g["busy_ms"]) == Approx(event_ms).epsilon(0.02));
