@@ -147,6 +147,7 @@ class Session {
     attributor_ = Attributor{};
     waiting_.clear();
     gpu_dropped_records_ = 0;
+    last_forced_flush_ns_ = 0;
     lines_written_ = lines_failed_ = 0;
     memory_samples_.clear();
     window_ = Window{};
@@ -406,7 +407,7 @@ class Session {
       }
       if (sample_memory) take_memory_sample(sample_memory);
       for (auto& record : batch) waiting_.push_back(std::move(record));
-      if (attribution_) collect_gpu_records(!waiting_.empty());
+      if (attribution_) collect_gpu_records();
       emit_ready(stopping);
       if (stopping) {
         std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -416,9 +417,21 @@ class Session {
   }
 
   /// Moves what CUPTI has handed over into the attributor (launch sites first: records join them).
-  void collect_gpu_records(bool flush) {
+  /// CUPTI hands over a buffer only when it is full or flushed, so while a line waits for records the
+  /// background thread forces a flush: every 20 ms, or at once (at most every 2 ms) when the line has
+  /// reached max_lag_steps and no flush has happened since the newest closed step ended.
+  void collect_gpu_records() {
     auto& collector = backend::cupti::Collector::instance();
-    if (flush) collector.flush();
+    if (!waiting_.empty() && !attributor_.is_complete(static_cast<int64_t>(waiting_.front().index))) {
+      const int64_t now = monotonic_ns();
+      const bool lagging = waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) &&
+                           last_forced_flush_ns_ < waiting_.back().end_ns;
+      const int64_t since = now - last_forced_flush_ns_;
+      if ((lagging && since >= 2'000'000) || since >= 20'000'000) {
+        last_forced_flush_ns_ = now;
+        collector.flush(/*forced=*/true);
+      }
+    }
     auto d = collector.drain();
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
@@ -434,7 +447,10 @@ class Session {
       std::optional<StepGpu> gpu;
       if (attribution_) {
         const bool complete = attributor_.is_complete(static_cast<int64_t>(r.index));
-        const bool overdue = waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) ||
+        // Overdue: max_lag_steps newer steps have closed and a flush since then brought nothing more,
+        // or max_lag_ms has passed.
+        const bool overdue = (waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) &&
+                              last_forced_flush_ns_ >= waiting_.back().end_ns) ||
                              ns_to_ms(monotonic_ns() - r.end_ns) >= cfg_.max_lag_ms;
         if (!complete && !overdue && !stopping) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index));
@@ -590,6 +606,7 @@ class Session {
   Attributor attributor_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
+  int64_t last_forced_flush_ns_ = 0;
   std::unordered_map<std::string, std::string> demangled_;
 };
 
