@@ -39,6 +39,9 @@ extern char** environ;
 namespace steptrace::details {
 
 inline constexpr std::size_t kMaxScalarsPerStep = 256;
+// CUPTI delivers completed records within about its flush period (100 ms, set by the collector); a
+// line is not declared incomplete before its records have had that long.
+inline constexpr double kMinRecordLagMs = 150;
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
@@ -147,7 +150,6 @@ class Session {
     attributor_ = Attributor{};
     waiting_.clear();
     gpu_dropped_records_ = 0;
-    last_forced_flush_ns_ = 0;
     lines_written_ = lines_failed_ = 0;
     memory_samples_.clear();
     window_ = Window{};
@@ -392,6 +394,7 @@ class Session {
     } else {
       memory_null_reason_ = run_.device_null_reason.empty() ? "no GPU" : run_.device_null_reason;
     }
+    if (sample_memory) take_memory_sample(sample_memory);  // a first reading before any step ends
     const auto period = std::chrono::microseconds(static_cast<int64_t>(cfg_.memory_sample_ms * 1000));
     // While a line waits for its GPU records, look more often than the memory period.
     const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
@@ -417,21 +420,11 @@ class Session {
   }
 
   /// Moves what CUPTI has handed over into the attributor (launch sites first: records join them).
-  /// CUPTI hands over a buffer only when it is full or flushed, so while a line waits for records the
-  /// background thread forces a flush: every 20 ms, or at once (at most every 2 ms) when the line has
-  /// reached max_lag_steps and no flush has happened since the newest closed step ended.
+  /// While a line waits, ask CUPTI for its completed records. Never a forced flush while the program
+  /// runs: that returns records of kernels still running, with no end time.
   void collect_gpu_records() {
     auto& collector = backend::cupti::Collector::instance();
-    if (!waiting_.empty() && !attributor_.is_complete(static_cast<int64_t>(waiting_.front().index))) {
-      const int64_t now = monotonic_ns();
-      const bool lagging = waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) &&
-                           last_forced_flush_ns_ < waiting_.back().end_ns;
-      const int64_t since = now - last_forced_flush_ns_;
-      if ((lagging && since >= 2'000'000) || since >= 20'000'000) {
-        last_forced_flush_ns_ = now;
-        collector.flush(/*forced=*/true);
-      }
-    }
+    if (!waiting_.empty()) collector.flush();
     auto d = collector.drain();
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
@@ -447,11 +440,12 @@ class Session {
       std::optional<StepGpu> gpu;
       if (attribution_) {
         const bool complete = attributor_.is_complete(static_cast<int64_t>(r.index));
-        // Overdue: max_lag_steps newer steps have closed and a flush since then brought nothing more,
-        // or max_lag_ms has passed.
-        const bool overdue = (waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) &&
-                              last_forced_flush_ns_ >= waiting_.back().end_ns) ||
-                             ns_to_ms(monotonic_ns() - r.end_ns) >= cfg_.max_lag_ms;
+        // Overdue: max_lag_steps newer steps have closed and CUPTI has had kMinRecordLagMs to deliver,
+        // or max_lag_ms has passed, or the queue bound is reached.
+        const double waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+        const bool overdue =
+            (waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) && waited_ms >= kMinRecordLagMs) ||
+            waited_ms >= cfg_.max_lag_ms || waiting_.size() > cfg_.max_pending_steps;
         if (!complete && !overdue && !stopping) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index));
         for (auto& [id, pg] : gpu->phases)
@@ -606,7 +600,6 @@ class Session {
   Attributor attributor_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
-  int64_t last_forced_flush_ns_ = 0;
   std::unordered_map<std::string, std::string> demangled_;
 };
 
