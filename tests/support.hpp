@@ -43,7 +43,7 @@ inline const std::vector<std::string>& minimal_log_set() {
       "backward_time_ms", "optimizer_time_ms", "dataloader_wait_ms", "gpu_utilization", "sm_activity",
       "memory_bandwidth_utilization", "tensor_core_or_pipe_utilization", "peak_memory_allocated", "nccl_time_ms",
       "estimated_mfu", "loss", "grad_norm", "overflow_count", "h2d_time_ms", "timestamp", "rank", "world_size",
-      "hostname", "device", "phases"};
+      "hostname", "device", "phases", "diagnosis", "gpu"};
   return names;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attribution.hpp"
+#include "diagnosis.hpp"
 #include "json_writer.hpp"
 #include "phase.hpp"
 #include "step_metrics.hpp"
@@ -66,6 +67,8 @@ struct StepLineInput {
   std::string gpu_null_reason;           // why there is none
   std::string counters_null_reason;      // why sm_activity, memory_bandwidth_utilization, tensor... are null
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
+  StepShares shares;
+  Diagnosis diagnosis;
   std::optional<WindowSummary> window;
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
   std::vector<std::string> warnings;
@@ -292,6 +295,18 @@ inline std::string make_step_line(const StepLineInput& in) {
     }
     w.end_object();
   }
+  w.end_object();
+
+  w.key("diagnosis").begin_object();
+  w.field("label", bottleneck_name(in.diagnosis.label)).field("reason", in.diagnosis.reason);
+  w.key("evidence").begin_object();
+  w.field("input_share", in.shares.input).field("h2d_share", in.shares.h2d);
+  w.field("comm_exposed_share", in.shares.comm_exposed).field("gpu_utilization", in.shares.gpu_utilization);
+  w.field("sm_efficiency", in.shares.sm_efficiency);
+  w.end_object();
+  w.key("warnings").begin_array();
+  for (const auto& warning : in.diagnosis.warnings) w.value(warning);
+  w.end_array();
   w.end_object();
 
   if (in.window) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "clock.hpp"
+#include "diagnosis.hpp"
 #include "phase.hpp"
 #include "step_metrics.hpp"
 
@@ -33,6 +34,8 @@ struct Summary {
   };
   std::vector<Phase> phases;
   double untracked_share = 0;
+  std::string diagnosis;             // dominant label over the run, e.g. "INPUT-BOUND"
+  double diagnosis_fraction = 0;     // of steps carrying it
   std::string table;           // the text stop() prints
 };
 
@@ -41,8 +44,9 @@ class SummaryBuilder {
  public:
   static constexpr std::size_t kRecentSteps = 10000;
 
-  void add(const HostStepMetrics& m, const std::optional<double>& mfu) {
+  void add(const HostStepMetrics& m, const std::optional<double>& mfu, Bottleneck label = Bottleneck::unknown) {
     ++steps_;
+    ++labels_[label];
     step_ns_total_ += m.step_time_ns;
     untracked_ns_total_ += m.untracked_ns;
     recent_ms_.push_back(ns_to_ms(m.step_time_ns));
@@ -77,6 +81,9 @@ class SummaryBuilder {
       p.share = step_ns_total_ > 0 ? static_cast<double>(ns) / static_cast<double>(step_ns_total_) : 0;
       s.phases.push_back(p);
     }
+    const DominantLabel dominant = dominant_label(labels_);
+    s.diagnosis = bottleneck_name(dominant.label);
+    s.diagnosis_fraction = dominant.fraction;
     s.untracked_share =
         step_ns_total_ > 0 ? static_cast<double>(untracked_ns_total_) / static_cast<double>(step_ns_total_) : 0;
     return s;
@@ -89,6 +96,7 @@ class SummaryBuilder {
   double tokens_sum_ = 0, mfu_sum_ = 0;
   uint64_t tokens_n_ = 0, mfu_n_ = 0;
   std::map<PhaseId, int64_t> phase_ns_;
+  std::map<Bottleneck, uint64_t> labels_;
 };
 
 /// Renders the summary as a small fixed-width table.
@@ -113,6 +121,8 @@ inline std::string render_summary_table(const Summary& s) {
   } else {
     out += "  estimated MFU: n/a (see null_reasons in the log)\n";
   }
+  std::snprintf(buf, sizeof buf, "  diagnosis: %s (%.0f %% of steps)\n", s.diagnosis.c_str(), 100.0 * s.diagnosis_fraction);
+  out += buf;
   out += "  phase            host ms/step   share of step\n";
   for (const auto& p : s.phases) {
     std::snprintf(buf, sizeof buf, "  %-16s %12.3f   %6.1f %%\n", p.name.c_str(), p.host_ms_mean, 100.0 * p.share);

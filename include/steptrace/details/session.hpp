@@ -525,7 +525,9 @@ class Session {
       if (in.mfu.above_one)
         warn_once("mfu.above_one", "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) +
                                        "): flops_per_token or peak_flops is wrong");
-      summary_.add(in.host, in.mfu.value);
+      in.shares = compute_step_shares(in.host, in.gpu);
+      in.diagnosis = diagnose(in.shares);
+      summary_.add(in.host, in.mfu.value, in.diagnosis.label);
 
       const double ms = ns_to_ms(in.host.step_time_ns);
       window_.min_ms = window_.steps ? std::min(window_.min_ms, ms) : ms;

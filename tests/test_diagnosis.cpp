@@ -1,0 +1,115 @@
+// Diagnosis labels: pure rules on synthetic steps, their place in the line, the run's dominant label.
+#include <steptrace/steptrace.hpp>
+
+#include "support.hpp"
+
+using namespace steptrace;
+
+namespace {
+StepShares gpu_shares(double util, double sm_eff) {
+  StepShares s;
+  s.gpu_utilization = util;
+  s.sm_efficiency = sm_eff;
+  s.comm_exposed = 0.0;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("each label from the numbers that define it", "[diagnosis]") {
+  StepShares input = gpu_shares(0.5, 0.9);
+  input.input = 0.35;
+  CHECK(diagnose(input).label == Bottleneck::input_bound);
+  CHECK(diagnose(input).reason.find("35 %") != std::string::npos);
+
+  StepShares h2d = gpu_shares(0.6, 0.9);
+  h2d.h2d = 0.25;
+  CHECK(diagnose(h2d).label == Bottleneck::h2d_bound);
+
+  StepShares comm = gpu_shares(0.9, 0.9);
+  comm.comm_exposed = 0.30;
+  CHECK(diagnose(comm).label == Bottleneck::comm_bound);
+
+  CHECK(diagnose(gpu_shares(0.40, 0.95)).label == Bottleneck::host_launch_bound);
+  CHECK(diagnose(gpu_shares(0.95, 0.20)).label == Bottleneck::low_sm_efficiency);
+  CHECK(diagnose(gpu_shares(0.95, 0.97)).label == Bottleneck::compute_bound);
+}
+
+TEST_CASE("thresholds: at, just below, and the largest wait wins", "[diagnosis]") {
+  StepShares s = gpu_shares(0.95, 0.97);
+  s.input = 0.20;  // exactly critical
+  CHECK(diagnose(s).label == Bottleneck::input_bound);
+  s.input = 0.15;  // warning only: the GPU side decides, the warning is kept
+  const Diagnosis d = diagnose(s);
+  CHECK(d.label == Bottleneck::compute_bound);
+  REQUIRE(d.warnings.size() == 1);
+  CHECK(d.warnings[0].find("15 %") != std::string::npos);
+  s.input = 0.09;
+  CHECK(diagnose(s).warnings.empty());
+  StepShares both = gpu_shares(0.5, 0.5);
+  both.input = 0.22;
+  both.comm_exposed = 0.40;
+  CHECK(diagnose(both).label == Bottleneck::comm_bound);
+  CHECK(diagnose(both).warnings.size() == 1);  // input still reported
+  CHECK(diagnose(gpu_shares(0.70, 0.50)).label == Bottleneck::compute_bound);  // both at threshold
+}
+
+TEST_CASE("without GPU attribution only host-side waits can be named", "[diagnosis]") {
+  StepShares s;
+  s.input = 0.05;
+  CHECK(diagnose(s).label == Bottleneck::unknown);
+  s.input = 0.5;
+  CHECK(diagnose(s).label == Bottleneck::input_bound);
+}
+
+TEST_CASE("shares from host and GPU metrics", "[diagnosis]") {
+  HostStepMetrics host;
+  host.step_time_ns = 100'000'000;
+  host.phases[phase_tag::input].total_ns = 30'000'000;
+  host.phases[phase_tag::h2d].total_ns = 1'000'000;
+  StepGpu gpu;
+  gpu.busy_ns = 60'000'000;
+  gpu.kernels = 10;
+  gpu.sm_efficiency = 0.4;
+  gpu.nccl_exposed_ns = 5'000'000;
+  gpu.phases[phase_tag::h2d].busy_ns = 8'000'000;  // the copies took longer on the GPU than on the host
+  const StepShares s = compute_step_shares(host, gpu);
+  CHECK(s.input == Approx(0.30));
+  CHECK(s.h2d == Approx(0.08));
+  CHECK(*s.comm_exposed == Approx(0.05));
+  CHECK(*s.gpu_utilization == Approx(0.60));
+  CHECK(*s.sm_efficiency == Approx(0.4));
+  const StepShares host_only = compute_step_shares(host, std::nullopt);
+  CHECK_FALSE(host_only.gpu_utilization);
+  CHECK(host_only.h2d == Approx(0.01));
+}
+
+TEST_CASE("the line carries the label and its evidence; the summary the dominant label", "[diagnosis]") {
+  const auto log = steptrace_test::fresh_log("diagnosis");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = "off";
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 4; ++i) {
+    TRACE_STEP();
+    { TRACE_PHASE(input); steptrace_test::spin_for_us(3000); }
+    { TRACE_PHASE(forward); steptrace_test::spin_for_us(1000); }
+  }
+  const Summary summary = stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 4);
+  for (const auto& l : lines) {
+    CHECK(l["diagnosis"]["label"] == "INPUT-BOUND");
+    CHECK(double(l["diagnosis"]["evidence"]["input_share"]) > 0.5);
+    CHECK(l["diagnosis"]["evidence"]["gpu_utilization"].is_null());
+  }
+  CHECK(summary.diagnosis == "INPUT-BOUND");
+  CHECK(summary.diagnosis_fraction == 1.0);
+  CHECK(summary.table.find("diagnosis: INPUT-BOUND") != std::string::npos);
+}
+
+TEST_CASE("dominant label over counts", "[diagnosis]") {
+  const auto d = dominant_label({{Bottleneck::compute_bound, 3}, {Bottleneck::input_bound, 7}});
+  CHECK(d.label == Bottleneck::input_bound);
+  CHECK(d.fraction == Approx(0.7));
+  CHECK(dominant_label({}).label == Bottleneck::unknown);
+}
