@@ -392,7 +392,9 @@ int main(int argc, char** argv) {
       s.peak_allocated_bytes = model.arena.peak;
       return s;
     });
+    auto timed_from = std::chrono::steady_clock::now();  // independent of steptrace, after 10 steps
     for (int i = 0; i < o.steps; ++i) {
+      if (i == 10) timed_from = std::chrono::steady_clock::now();
       TRACE_STEP();
       { TRACE_PHASE(input); loader.next(hx, hl); }
       { TRACE_PHASE(h2d); model.upload(hx, hl); }
@@ -403,6 +405,9 @@ int main(int argc, char** argv) {
       steptrace::record("lr", o.lr);
       if (i % 10 == 0 || i == o.steps - 1) std::printf("step %4d  loss %.4f\n", i, loss);
     }
+    const double timed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - timed_from).count();
+    if (o.steps > 10) std::printf("steady_step_ms %.4f\n", timed_ms / (o.steps - 10));
     steptrace::set_allocator_stats_hook(nullptr);
     steptrace::stop();
   } else {
