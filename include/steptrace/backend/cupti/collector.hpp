@@ -124,7 +124,7 @@ class Collector {
   std::size_t buffers_allocated() const { return buffers_allocated_; }
 
  private:
-  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2 };
+  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3 };
 
   Collector() = default;
 
@@ -141,8 +141,8 @@ class Collector {
       if (n.find("HostFunc") != std::string::npos) continue;  // runs on the host: no GPU record
       SiteKind kind = kNone;
       if (n.rfind(p + "GraphLaunch", 0) == 0) kind = kGraphLaunch;
-      else if (n.rfind(p + "Launch", 0) == 0 || n.rfind(p + "Memcpy", 0) == 0 || n.rfind(p + "Memset", 0) == 0)
-        kind = kLaunch;
+      else if (n.rfind(p + "Memset", 0) == 0) kind = kMemset;
+      else if (n.rfind(p + "Launch", 0) == 0 || n.rfind(p + "Memcpy", 0) == 0) kind = kLaunch;
       if (kind == kNone) continue;
       const CUptiResult r = cuptiEnableCallback(1, subscriber_, domain, cbid);
       if (r != CUPTI_SUCCESS) return result_text("cuptiEnableCallback", r);
@@ -153,6 +153,7 @@ class Collector {
 
   struct LaunchTls {
     uint32_t runtime_correlation = 0;  // the runtime call in progress on this thread, if any
+    uint8_t runtime_kind = kNone;
   };
   static LaunchTls& launch_tls() {
     thread_local LaunchTls tls;
@@ -173,8 +174,16 @@ class Collector {
     l.phase = details::thread_state().innermost();
     l.graph = sites[cbid] == kGraphLaunch;
     if (cb->callbackSite == CUPTI_API_ENTER) {
-      if (runtime) tls.runtime_correlation = cb->correlationId;
-      else if (tls.runtime_correlation != 0) l.outer_correlation = tls.runtime_correlation;
+      if (runtime) {
+        tls.runtime_correlation = cb->correlationId;
+        tls.runtime_kind = sites[cbid];
+      } else if (tls.runtime_correlation != 0) {
+        // Inside a runtime call. Kernel records carry the runtime call's id and memcpy records carry
+        // it as runtimeCorrelationId; only memset records carry the driver call's id alone, so only
+        // then is the nested id worth an alias.
+        if (tls.runtime_kind != kMemset) return;
+        l.outer_correlation = tls.runtime_correlation;
+      }
       self->stage(l);
       return;
     }
@@ -185,7 +194,7 @@ class Collector {
                        : *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
     }
     const bool outermost = runtime || tls.runtime_correlation == 0;
-    if (runtime) tls.runtime_correlation = 0;
+    if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
     if (failed && outermost) {
       l.failed = true;
       self->stage(l);
