@@ -12,6 +12,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -23,10 +24,18 @@
 
 void naive_softmax_rows(const float* x, float* y, long rows, int cols, cudaStream_t stream);
 
+// A steptrace phase that is also a torch.profiler user annotation ("phase:<name>"), so the two tools can
+// be compared phase by phase (scripts/compare_kineto.py).
+#define PHASE(name) \
+  TRACE_PHASE(name); \
+  RECORD_USER_SCOPE("phase:" #name)
+
 namespace {
 
 struct Options {
   int steps = 100, batch = 16, seq = 512, layers = 6, dmodel = 512, heads = 8, vocab = 8192, loader_ms = 0;
+  int kineto_steps = 0;     // after steptrace's steps: this many more under torch.profiler (Kineto)
+  std::string kineto_trace = "kineto_trace.json";
   int extra_input_mb = 0;  // a float "features" tensor per step beside the tokens (images, audio...)
   bool naive = false, pageable = false;
   std::string log;
@@ -54,6 +63,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--attention") o.naive = next() == "naive";
     else if (a == "--pageable") o.pageable = true;
     else if (a == "--extra-input-mb") o.extra_input_mb = std::stoi(next());
+    else if (a == "--kineto-steps") o.kineto_steps = std::stoi(next());
+    else if (a == "--kineto-trace") o.kineto_trace = next();
     else if (a == "--log") o.log = next();
     else {
       std::fprintf(stderr, "gpt_train: unknown argument %s (see the comment at the top of gpt_train.cpp)\n", a.c_str());
@@ -103,6 +114,7 @@ struct BlockImpl : torch::nn::Module {
     torch::Tensor y;
     {
       TRACE_PHASE_NAMED("attention");
+      RECORD_USER_SCOPE("phase:attention");
       if (naive) {
         auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(C / heads));
         auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
@@ -190,12 +202,11 @@ int main(int argc, char** argv) {
   }
   // Timed independently of steptrace (for the overhead benchmark): steps after the first 10.
   auto timed_from = std::chrono::steady_clock::now();
-  for (int step = 0; step < o.steps; ++step) {
-    if (step == 10) timed_from = std::chrono::steady_clock::now();
+  auto train_step = [&](int step) {
     TRACE_STEP();
     torch::Tensor tokens, inputs, targets, features;
     {
-      TRACE_PHASE(input);  // a CPU data loader: synthetic tokens with a learnable pattern
+      PHASE(input);  // a CPU data loader: synthetic tokens with a learnable pattern
       if (o.loader_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.loader_ms));
       auto start = torch::randint(o.vocab, {o.batch, 1}, torch::kLong);
       tokens = (start + torch::arange(o.seq + 1, torch::kLong)).remainder(o.vocab);
@@ -203,7 +214,7 @@ int main(int argc, char** argv) {
       if (!o.pageable) tokens = tokens.pin_memory();
     }
     {
-      TRACE_PHASE(h2d);
+      PHASE(h2d);
       tokens = tokens.to(device, /*non_blocking=*/!o.pageable);
       if (features.defined()) features = features.to(device, /*non_blocking=*/!o.pageable);
       inputs = tokens.slice(1, 0, o.seq);
@@ -211,27 +222,47 @@ int main(int argc, char** argv) {
     }
     torch::Tensor loss;
     {
-      TRACE_PHASE(forward);
+      PHASE(forward);
       auto logits = model->forward(inputs);
       loss = torch::nn::functional::cross_entropy(logits.view({-1, o.vocab}).to(torch::kFloat32), targets.reshape({-1}));
     }
     {
-      TRACE_PHASE(backward);
+      PHASE(backward);
       opt.zero_grad();
       loss.backward();
     }
     {
-      TRACE_PHASE(optimizer);
+      PHASE(optimizer);
       opt.step();
     }
     const double loss_value = loss.item<double>();  // the step's synchronization
     steptrace::record("loss", loss_value);
     if (step % 20 == 0 || step == o.steps - 1) std::printf("step %4d  loss %.4f\n", step, loss_value);
+  };
+  for (int step = 0; step < o.steps; ++step) {
+    if (step == 10) timed_from = std::chrono::steady_clock::now();
+    train_step(step);
   }
   const double timed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - timed_from).count();
   if (o.steps > 10) std::printf("steady_step_ms %.4f\n", timed_ms / (o.steps - 10));
   steptrace::set_allocator_stats_hook(nullptr);
   const auto summary = steptrace::stop();
   std::printf("diagnosis: %s (%.0f %% of steps)\n", summary.diagnosis.c_str(), 100 * summary.diagnosis_fraction);
+  if (o.kineto_steps > 0) {
+    // The same training, more steps, under torch.profiler. steptrace has released CUPTI in stop():
+    // only one CUPTI client can run at a time, so the two tools measure adjacent steps.
+    namespace prof = torch::autograd::profiler;
+    const torch::profiler::impl::ProfilerConfig pcfg(torch::profiler::impl::ProfilerState::KINETO);
+    const std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU,
+                                                                   torch::profiler::impl::ActivityType::CUDA};
+    prof::prepareProfiler(pcfg, activities);
+    train_step(o.steps);  // warm-up under the profiler
+    prof::enableProfiler(pcfg, activities);
+    for (int k = 0; k < o.kineto_steps; ++k) train_step(o.steps + 1 + k);
+    torch::cuda::synchronize();
+    auto result = prof::disableProfiler();
+    result->save(o.kineto_trace);
+    std::printf("kineto: %d steps written to %s\n", o.kineto_steps, o.kineto_trace.c_str());
+  }
   return 0;
 }

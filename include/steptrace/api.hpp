@@ -143,6 +143,8 @@ class PhaseScope {
     for (uint16_t i = 0; i < ts.depth; ++i)
       if (ts.stack[i] == phase) span_.nested_in_same = true;
     ts.stack[ts.depth++] = phase;
+    if (&ts == details::step_thread().load(std::memory_order_relaxed))
+      details::step_thread_phase().store(phase, std::memory_order_relaxed);
     active_ = true;
     backend::nvtx::push_phase(phase);
     span_.begin_ns = monotonic_ns();
@@ -155,7 +157,10 @@ class PhaseScope {
     if (!active_) return;
     span_.end_ns = monotonic_ns();
     backend::nvtx::pop();
-    --details::thread_state().depth;
+    auto& ts = details::thread_state();
+    --ts.depth;
+    if (&ts == details::step_thread().load(std::memory_order_relaxed))
+      details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
     try {
       details::Session::instance().add_span(span_);
     } catch (...) {

@@ -175,6 +175,15 @@ int main(int argc, char** argv) {
     a.join();
     b.join();
   }
+  {  // step 11: a helper thread with no phase of its own launches while the step thread waits in "parent"
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("parent");
+    std::thread helper([&] {
+      for (int i = 0; i < 4; ++i) spin<<<4, 64, 0, s1>>>(ms / 20, sink);
+      CHECK_CUDA(cudaStreamSynchronize(s1));
+    });
+    helper.join();
+  }
   steptrace::stop();
 
   FILE* truth = std::fopen(argv[2], "w");

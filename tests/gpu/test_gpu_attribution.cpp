@@ -26,7 +26,7 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
   const auto truth = nlohmann::json::parse(tin);
   const int sms = truth["sm_count"];
   const auto lines = read_lines(log);
-  REQUIRE(lines.size() == 11);
+  REQUIRE(lines.size() == 12);
   for (const auto& l : lines) {
     INFO("step " << l["global_step"]);
     REQUIRE(l["gpu"].is_object());
@@ -92,6 +92,10 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
     CHECK(phase_gpu(lines[8], "launch_ex")["kernels"] == 1);
     CHECK(phase_gpu(lines[9], "driver")["kernels"] == 1);
     CHECK(phase_gpu(lines[9], "unphased")["kernels"] == 1);
+  }
+  SECTION("a helper thread without a phase inherits the step thread's phase (libtorch autograd threads)") {
+    CHECK(phase_gpu(lines[11], "parent")["kernels"] == 4);
+    CHECK_FALSE(lines[11]["phases"].contains("unphased"));
   }
   SECTION("two threads launching at once keep their phases") {
     CHECK(phase_gpu(lines[10], "thread_a")["kernels"] == 3);

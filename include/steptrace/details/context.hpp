@@ -34,4 +34,22 @@ inline std::atomic<int64_t>& current_step() {
   return step;
 }
 
+/// The thread that runs the current step, and the innermost phase open on it. A launch from a thread
+/// with no phase of its own (libtorch runs backward kernels on its autograd threads) is attributed to
+/// this phase: the step thread is then waiting inside it.
+inline std::atomic<const ThreadState*>& step_thread() {
+  static std::atomic<const ThreadState*> state{nullptr};
+  return state;
+}
+inline std::atomic<PhaseId>& step_thread_phase() {
+  static std::atomic<PhaseId> phase{kNoPhase};
+  return phase;
+}
+
+/// The phase a launch made on this thread now belongs to.
+inline PhaseId launch_phase() {
+  const ThreadState& ts = thread_state();
+  return ts.depth ? ts.innermost() : step_thread_phase().load(std::memory_order_relaxed);
+}
+
 }  // namespace steptrace::details

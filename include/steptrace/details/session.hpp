@@ -175,6 +175,8 @@ class Session {
     }
     running_flag().store(false, std::memory_order_release);
     current_step().store(-1, std::memory_order_relaxed);
+    step_thread().store(nullptr, std::memory_order_relaxed);
+    step_thread_phase().store(kNoPhase, std::memory_order_relaxed);
     std::optional<StepRecord> last;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -251,6 +253,8 @@ class Session {
       StepRecord& r = open_.record;
       r.index = index = next_index_++;
       current_step().store(static_cast<int64_t>(index), std::memory_order_relaxed);
+      step_thread().store(&thread_state(), std::memory_order_relaxed);
+      step_thread_phase().store(thread_state().innermost(), std::memory_order_relaxed);
       r.begin_ns = now;
       r.begin_unix_ns = unix_ns();
       if (tokens) r.tokens = tokens;

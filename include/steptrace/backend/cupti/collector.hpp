@@ -171,7 +171,7 @@ class Collector {
     LaunchRecord l;
     l.correlation = cb->correlationId;
     l.step = details::current_step().load(std::memory_order_relaxed);
-    l.phase = details::thread_state().innermost();
+    l.phase = details::launch_phase();
     l.graph = sites[cbid] == kGraphLaunch;
     if (cb->callbackSite == CUPTI_API_ENTER) {
       if (runtime) {
