@@ -44,24 +44,31 @@ def kineto_means(path):
                 steps += 1
     for tid in phases:
         phases[tid].sort()
+    # The step's thread: the one with the most phase annotations. A launch from a thread with no
+    # annotation of its own (libtorch's autograd threads run backward) takes the phase open on the step
+    # thread at that moment - the same rule steptrace applies.
+    step_tid = max(phases, key=lambda t: len(phases[t])) if phases else None
+
+    def innermost(tid, ts):
+        spans = phases.get(tid, [])
+        i = bisect.bisect_right(spans, (ts, float("inf"), "")) - 1
+        while i >= 0:  # the latest-starting span that still contains ts
+            b, e, name = spans[i]
+            if b <= ts <= e:
+                return name
+            i -= 1
+        return None
+
     sums = collections.Counter()
     for k in kernels:
         launch = launches.get(k.get("args", {}).get("correlation"))
-        phase = "unphased"
+        phase = None
         if launch:
             tid, ts = launch
-            spans = phases.get(tid, [])
-            i = bisect.bisect_right(spans, (ts, float("inf"), "")) - 1
-            best = None
-            while i >= 0:  # innermost: the latest-starting span that still contains ts
-                b, e, name = spans[i]
-                if b <= ts <= e:
-                    best = name
-                    break
-                i -= 1
-            if best:
-                phase = best
-        sums[phase] += k["dur"] / 1000.0
+            phase = innermost(tid, ts)
+            if phase is None and tid != step_tid:
+                phase = innermost(step_tid, ts)
+        sums[phase or "unphased"] += k["dur"] / 1000.0
     return {k: v / max(steps, 1) for k, v in sums.items()}, steps
 
 

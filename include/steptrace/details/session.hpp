@@ -502,7 +502,9 @@ class Session {
       m.device_used_peak_bytes = latest_before_end->used_bytes;
       m.device_total_bytes = latest_before_end->total_bytes;
     }
-    while (!memory_samples_.empty() && memory_samples_.front().time_ns < r.begin_ns) memory_samples_.pop_front();
+    // Drop readings older than this step, but keep the latest of them: it is the fallback reading for
+    // the next step if that one is shorter than the sampling period.
+    while (memory_samples_.size() > 1 && memory_samples_[1].time_ns <= r.begin_ns) memory_samples_.pop_front();
     if (!m.device_used_peak_bytes)
       m.null_reason = memory_null_reason_.empty() ? "no device-memory sample yet" : memory_null_reason_;
     return m;
