@@ -167,25 +167,8 @@ class Attributor {
     if (l.graph) p.graph_launches = true;
   }
 
-  void add_kernel(const KernelRecord& k) {
-    Pending* p = route(k.correlation);
-    if (!p) return;
-    if (p->kernels.size() + p->copies.size() >= max_records_) {
-      ++p->dropped;
-      return;
-    }
-    p->kernels.push_back({k, phase_of(k.correlation)});
-  }
-
-  void add_copy(const CopyRecord& c) {
-    Pending* p = route(c.correlation);
-    if (!p) return;
-    if (p->kernels.size() + p->copies.size() >= max_records_) {
-      ++p->dropped;
-      return;
-    }
-    p->copies.push_back({c, phase_of(c.correlation)});
-  }
+  void add_kernel(const KernelRecord& k) { place(k, &Pending::kernels); }
+  void add_copy(const CopyRecord& c) { place(c, &Pending::copies); }
 
   /// Whether every launch of `step` has produced a record (and, for graph launches, a later step's
   /// record has been seen, since a graph's kernels share one correlation id).
@@ -250,6 +233,18 @@ class Attributor {
     std::vector<Placed<CopyRecord>> copies;
     uint64_t dropped = 0;
   };
+
+  /// Files a record under its launch's step and phase, within the per-step bound.
+  template <class R>
+  void place(const R& record, std::vector<Placed<R>> Pending::*list) {
+    Pending* p = route(record.correlation);
+    if (!p) return;
+    if (p->kernels.size() + p->copies.size() >= max_records_) {
+      ++p->dropped;
+      return;
+    }
+    (p->*list).push_back({record, phase_of(record.correlation)});
+  }
 
   uint32_t resolve(uint32_t corr) const {
     auto a = alias_.find(corr);
