@@ -148,6 +148,15 @@ TEST_CASE("graph launches: every kernel of the graph goes to the launching phase
   CHECK(s.phases.at(phase_tag::forward).top_kernels[0].calls == 4);
 }
 
+TEST_CASE("a graph in the last step is complete once the device is drained", "[attribution]") {
+  Attributor a;
+  a.add_launch(launch(5, 0, phase_tag::forward, /*graph=*/true));
+  a.add_kernel(kernel(5, 0, 90, 1.0));
+  CHECK_FALSE(a.is_complete(0));       // running: more graph kernels may come
+  CHECK(a.is_complete(0, /*drained=*/true));
+  CHECK(a.take(0, /*drained=*/true).complete);
+}
+
 TEST_CASE("failed launches are not waited for; missing ones are counted; late ones too", "[attribution]") {
   Attributor a;
   a.add_launch(launch(1, 0, phase_tag::forward));

@@ -171,13 +171,14 @@ class Attributor {
   void add_copy(const CopyRecord& c) { place(c, &Pending::copies); }
 
   /// Whether every launch of `step` has produced a record (and, for graph launches, a later step's
-  /// record has been seen, since a graph's kernels share one correlation id).
-  bool is_complete(int64_t step) const {
+  /// record has been seen, since a graph's kernels share one correlation id). `drained`: the device
+  /// has finished and every record has been flushed (stop()), so a graph needs no later witness.
+  bool is_complete(int64_t step, bool drained = false) const {
     auto it = pending_.find(step);
     if (it == pending_.end()) return true;
     const Pending& p = it->second;
     if (p.seen.size() < p.expected.size()) return false;
-    return !p.graph_launches || latest_record_step_ > step;
+    return !p.graph_launches || drained || latest_record_step_ > step;
   }
 
   uint32_t missing_launches(int64_t step) const {
@@ -187,9 +188,9 @@ class Attributor {
   }
 
   /// Computes and removes `step`'s metrics. Steps are taken in increasing order.
-  StepGpu take(int64_t step) {
+  StepGpu take(int64_t step, bool drained = false) {
     StepGpu g;
-    g.complete = is_complete(step);
+    g.complete = is_complete(step, drained);
     g.missing_launches = missing_launches(step);
     if (first_take_) {  // the first line carries what was launched before the first step
       auto before = pending_.find(-1);

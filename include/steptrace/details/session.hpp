@@ -451,7 +451,7 @@ class Session {
             (waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) && waited_ms >= kMinRecordLagMs) ||
             waited_ms >= cfg_.max_lag_ms || waiting_.size() > cfg_.max_pending_steps;
         if (!complete && !overdue && !stopping) return;
-        gpu = attributor_.take(static_cast<int64_t>(r.index));
+        gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping);
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle(t.name);
       }
