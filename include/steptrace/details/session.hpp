@@ -82,7 +82,6 @@ class Session {
       return false;
     }
     cfg_ = cfg;
-    dtype_ = *parse_dtype(cfg_.dtype);
     run_ = RunInfo{};
     run_.rank = cfg_.rank >= 0 ? cfg_.rank : env_int("RANK", env_int("OMPI_COMM_WORLD_RANK", env_int("SLURM_PROCID", 0)));
     run_.local_rank = cfg_.local_rank >= 0 ? cfg_.local_rank
@@ -120,7 +119,7 @@ class Session {
                                           "gpu.sm_efficiency is the launch-geometry estimate"
                                         : "no GPU measured: " + run_.device_null_reason;
     peak_ = resolve_peak_flops(run_.device ? std::optional<std::string_view>(run_.device->name) : std::nullopt,
-                               dtype_, cfg_.peak_flops);
+                               *parse_dtype(cfg_.dtype), cfg_.peak_flops);
     if (cfg_.flops_per_token > 0 && !peak_.flops_per_second)
       warn_once("peak", "estimated_mfu will be null: " + peak_.null_reason);
 
@@ -233,7 +232,7 @@ class Session {
       std::lock_guard<std::mutex> lock(mutex_);
       if (open_.exists && open_.scope_open) {
         ++open_.record.ignored_step_scopes;
-        const bool same_thread = open_.thread == std::this_thread::get_id();
+        const bool same_thread = step_thread().load(std::memory_order_relaxed) == &thread_state();
         warn_once("step.nested", same_thread ? "TRACE_STEP opened inside an open TRACE_STEP; the inner one is ignored"
                                              : "TRACE_STEP opened on a second thread while a step is open; ignored "
                                                "(steps are process-wide and sequential)");
@@ -249,7 +248,6 @@ class Session {
       open_ = OpenStep{};
       open_.exists = true;
       open_.scope_open = true;
-      open_.thread = std::this_thread::get_id();
       StepRecord& r = open_.record;
       r.index = index = next_index_++;
       current_step().store(static_cast<int64_t>(index), std::memory_order_relaxed);
@@ -294,7 +292,7 @@ class Session {
       return;
     }
     PhaseSpan s = span;
-    s.on_step_thread = open_.thread == std::this_thread::get_id();
+    s.on_step_thread = step_thread().load(std::memory_order_relaxed) == &thread_state();
     r.spans.push_back(s);
   }
 
@@ -320,7 +318,6 @@ class Session {
   struct OpenStep {
     bool exists = false;      // a step has begun and its line is not yet queued
     bool scope_open = false;  // its TRACE_STEP scope has not ended yet
-    std::thread::id thread;
     StepRecord record;
   };
   struct Window {
@@ -590,7 +587,6 @@ class Session {
 
   // Fixed at start(); read by both sides afterwards.
   Config cfg_;
-  Dtype dtype_ = Dtype::bf16;
   RunInfo run_;
   PeakFlops peak_;
   std::string gpu_null_reason_, counters_null_reason_;
