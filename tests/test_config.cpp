@@ -69,17 +69,19 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   c.tokens_per_step = -5;
   c.flops_per_token = std::nan("");
   c.log_every = 0;
+  c.trace_every = 0;
   c.dtype = "bf17";
   c.gpu = "yes";
   c.memory_sample_ms = -1;
   const auto errors = validate(c);
   std::vector<std::string> names;
   for (const auto& e : errors) names.push_back(e.setting);
-  CHECK(names == std::vector<std::string>{"tokens_per_step", "flops_per_token", "log_every", "dtype", "gpu",
+  CHECK(names == std::vector<std::string>{"tokens_per_step", "flops_per_token", "log_every", "trace_every", "dtype", "gpu",
                                           "memory_sample_ms"});
   CHECK(c.tokens_per_step == 0);
   CHECK(c.flops_per_token == 0);
   CHECK(c.log_every == 1);
+  CHECK(c.trace_every == 1);
   CHECK(c.dtype == "bf16");
   CHECK(c.gpu == "auto");
   CHECK(c.memory_sample_ms > 0);

@@ -31,6 +31,8 @@ struct Config {
   std::string gpu = "auto";              // STEPTRACE_GPU: auto | off (off: never touch CUDA)
   int device = -1;                       // STEPTRACE_DEVICE: CUDA device; -1 = the current device at start()
   std::string cupti = "auto";            // STEPTRACE_CUPTI: auto | off (off: host timings and memory only)
+  int trace_every = 1;                   // STEPTRACE_TRACE_EVERY: CUPTI attributes every N-th step (steps N*k);
+                                         // between them CUPTI is switched off and lines carry host timings
   int max_lag_steps = 2;                 // STEPTRACE_MAX_LAG_STEPS: a line waits for its GPU records at most
   double max_lag_ms = 1000;              // STEPTRACE_MAX_LAG_MS:    this many newer steps or this long
   bool summary = true;                   // STEPTRACE_SUMMARY: print the summary table at stop()
@@ -95,6 +97,7 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     else if (key == "CUPTI") cfg.cupti = value;
     else if (key == "MAX_LAG_STEPS") ok = details::parse_int(value, i) && (cfg.max_lag_steps = static_cast<int>(i), true);
     else if (key == "MAX_LAG_MS") ok = details::parse_double(value, d) && (cfg.max_lag_ms = d, true);
+    else if (key == "TRACE_EVERY") ok = details::parse_int(value, i) && (cfg.trace_every = static_cast<int>(i), true);
     else if (key == "LOG_EVERY") ok = details::parse_int(value, i) && (cfg.log_every = static_cast<int>(i), true);
     else if (key == "DEVICE") ok = details::parse_int(value, i) && (cfg.device = static_cast<int>(i), true);
     else if (key == "RANK") ok = details::parse_int(value, i) && (cfg.rank = static_cast<int>(i), true);
@@ -135,6 +138,10 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   if (cfg.log_every < 1) {
     errors.push_back({"log_every", "must be >= 1, got " + std::to_string(cfg.log_every) + "; using 1"});
     cfg.log_every = 1;
+  }
+  if (cfg.trace_every < 1) {
+    errors.push_back({"trace_every", "must be >= 1, got " + std::to_string(cfg.trace_every) + "; using 1 (every step)"});
+    cfg.trace_every = 1;
   }
   if (!parse_dtype(cfg.dtype)) {
     errors.push_back({"dtype", "unknown dtype '" + cfg.dtype + "' (bf16, fp16, tf32, fp8, fp32); using bf16"});

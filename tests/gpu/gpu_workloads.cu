@@ -1,6 +1,7 @@
 // gpu_workloads - ground-truth GPU work under steptrace, one scenario per step, for test_gpu_attribution.
 // Writes the steptrace log and a small JSON of what the program knows independently (SM count,
 // cudaEvent timings).   gpu_workloads LOG TRUTH
+//                       gpu_workloads LOG TRUTH sampled    (trace_every = 2, no synchronization between steps)
 #include <steptrace/steptrace.hpp>
 
 #include <cublas_v2.h>
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #define CHECK_CUDA(call)                                                                      \
@@ -32,9 +34,32 @@ __global__ void tiny(float* x) {
   if (x) x[threadIdx.x] += 1.f;
 }
 
+// Sampled attribution: 8 steps, every other one traced. Nothing synchronizes between steps, so each
+// traced step's kernels are still queued or running when the next step switches CUPTI off.
+int sampled(const char* log, const char* truth_path, int sms, long long ms, int* sink, float* buf) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.trace_every = 2;
+  steptrace::start(cfg);
+  for (int step = 0; step < 8; ++step) {
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("work");
+    spin<<<1, 64>>>(3 * ms, sink);
+    for (int i = 0; i < 4; ++i) tiny<<<1, 32>>>(buf);
+  }
+  steptrace::stop();
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"kernels_per_step\": 5}\n", sms);
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH\n");
+  const bool sampled_mode = argc == 4 && std::string(argv[3]) == "sampled";
+  if (argc != 3 && !sampled_mode) {
+    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled]\n");
     return 2;
   }
   cudaDeviceProp prop{};
@@ -47,6 +72,7 @@ int main(int argc, char** argv) {
   float* buf = nullptr;
   CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
   CHECK_CUDA(cudaMalloc(&buf, 1024 * sizeof(float)));
+  if (sampled_mode) return sampled(argv[1], argv[2], sms, ms, sink, buf);
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

@@ -102,3 +102,38 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
     CHECK(phase_gpu(lines[10], "thread_b")["kernels"] == 2);
   }
 }
+
+TEST_CASE("sampled attribution: every other step traced, every step has its line", "[gpu]") {
+  const auto log = fresh_log("gpu_workloads_sampled");
+  const std::string truth_path = "gpu_workloads_sampled_truth.json";
+  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path + " sampled";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream tin(truth_path);
+  const auto truth = nlohmann::json::parse(tin);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 8);
+  for (const auto& l : lines) {
+    const int step = l["global_step"];
+    INFO("step " << step);
+    CHECK(l["phases"]["work"]["count"] == 1);  // host timings on every line
+    if (step % 2 == 0) {
+      CHECK(l["traced"] == true);
+      REQUIRE(l["gpu"].is_object());
+      // The step's kernels were still queued when CUPTI was switched off: all their records came.
+      CHECK(l["gpu"]["complete"] == true);
+      CHECK(l["gpu"]["missing_launches"] == 0);
+      CHECK(l["gpu"]["kernels"] == truth["kernels_per_step"]);
+      CHECK(phase_gpu(l, "work")["kernels"] == truth["kernels_per_step"]);
+      // Work of the untraced steps produced no records (CUPTI was off for their launches).
+      CHECK(l["gpu"]["unattributed_records"] == 0);
+      CHECK(l["gpu"]["late_records"] == 0);
+      CHECK(l["gpu_utilization"].is_number());
+    } else {
+      CHECK(l["traced"] == false);
+      CHECK(l["gpu"].is_null());
+      CHECK(l["gpu_utilization"].is_null());
+      CHECK(std::string(l["null_reasons"]["gpu"]).find("trace_every=2") != std::string::npos);
+      CHECK_FALSE(l["phases"]["work"].contains("gpu"));
+    }
+  }
+}

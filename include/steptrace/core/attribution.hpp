@@ -215,6 +215,16 @@ class Attributor {
     return g;
   }
 
+  /// A step that was not traced (sampled attribution): whatever was filed under it is dropped and
+  /// later records of it count as late. Steps are skipped or taken in increasing order.
+  void skip(int64_t step) {
+    pending_.erase(step);
+    if (first_take_) pending_.erase(-1);
+    first_take_ = false;
+    emitted_below_ = std::max(emitted_below_, step + 1);
+    forget_before(step - 2);
+  }
+
   std::size_t pending_steps() const { return pending_.size(); }
 
  private:

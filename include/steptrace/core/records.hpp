@@ -46,6 +46,7 @@ struct StepRecord {
   int64_t scope_end_ns = 0;       // TRACE_STEP destroyed (0 if still open at stop())
   int64_t end_ns = 0;             // next step's begin, or scope end for the last step
   bool end_is_next_step = true;   // false for the last step (stop() closed it)
+  bool traced = true;             // GPU attribution was on for this step (false: sampled out, trace_every)
   int64_t begin_unix_ns = 0;
   std::optional<double> tokens;   // tokens processed by this rank in this step
   std::optional<double> samples;

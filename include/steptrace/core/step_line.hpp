@@ -169,6 +169,7 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.key(name).null();
     null_reasons.emplace_back(name, in.counters_null_reason);
   }
+  w.field("traced", in.gpu.has_value());
   w.key("gpu");
   if (in.gpu) {
     const StepGpu& g = *in.gpu;

@@ -138,6 +138,8 @@ class Session {
       open_ = OpenStep{};
       next_index_ = 0;
       spans_outside_step_ = 0;
+      tracing_ = true;
+      tracing_failed_ = false;
     }
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -228,6 +230,7 @@ class Session {
   std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
     std::optional<StepRecord> closed;
     uint64_t index = 0;
+    bool toggle = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (open_.exists && open_.scope_open) {
@@ -255,10 +258,24 @@ class Session {
       step_thread_phase().store(thread_state().innermost(), std::memory_order_relaxed);
       r.begin_ns = now;
       r.begin_unix_ns = unix_ns();
+      r.traced = !tracing_failed_ && index % static_cast<uint64_t>(cfg_.trace_every) == 0;
+      toggle = attribution_ && cfg_.trace_every > 1 && !tracing_failed_ && r.traced != tracing_;
+      if (toggle) tracing_ = r.traced;
       if (tokens) r.tokens = tokens;
       else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
       if (samples) r.samples = samples;
       else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
+    }
+    if (toggle) {
+      // Sampled attribution: CUPTI on for traced steps only. A failure leaves it off for good.
+      const std::string err = backend::cupti::Collector::instance().set_tracing(tracing_);
+      if (!err.empty()) {
+        warn_once("cupti.toggle", "cannot switch CUPTI tracing between steps (" + err +
+                                      "); GPU attribution stays off for the rest of the run");
+        std::lock_guard<std::mutex> lock(mutex_);
+        tracing_failed_ = true;
+        if (open_.exists && open_.record.index == index) open_.record.traced = false;
+      }
     }
     if (closed) enqueue(std::move(*closed));
     return index;
@@ -439,7 +456,14 @@ class Session {
     while (!waiting_.empty()) {
       const StepRecord& r = waiting_.front();
       std::optional<StepGpu> gpu;
-      if (attribution_) {
+      std::string untraced;
+      if (attribution_ && !r.traced) {
+        attributor_.skip(static_cast<int64_t>(r.index));
+        untraced = cfg_.trace_every > 1 && r.index % static_cast<uint64_t>(cfg_.trace_every) != 0
+                       ? "step not traced: trace_every=" + std::to_string(cfg_.trace_every) +
+                             " attributes the steps whose global_step is a multiple of it; host timings only"
+                       : "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
+      } else if (attribution_) {
         const bool complete = attributor_.is_complete(static_cast<int64_t>(r.index));
         // Overdue: max_lag_steps newer steps have closed and CUPTI has had kMinRecordLagMs to deliver,
         // or max_lag_ms has passed, or the queue bound is reached.
@@ -452,7 +476,7 @@ class Session {
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle(t.name);
       }
-      process(r, std::move(gpu));
+      process(r, std::move(gpu), untraced);
       waiting_.pop_front();
     }
   }
@@ -507,7 +531,7 @@ class Session {
     return m;
   }
 
-  void process(const StepRecord& r, std::optional<StepGpu> gpu) {
+  void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced = {}) {
     try {
       StepLineInput in;
       in.step = &r;
@@ -518,7 +542,7 @@ class Session {
       in.peak = peak_;
       in.mfu = compute_mfu(cfg_.flops_per_token, in.host.tokens_per_second, peak_);
       in.gpu = std::move(gpu);
-      in.gpu_null_reason = gpu_null_reason_;
+      in.gpu_null_reason = untraced.empty() ? gpu_null_reason_ : untraced;
       in.counters_null_reason = counters_null_reason_;
       in.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       {
@@ -592,6 +616,8 @@ class Session {
   std::string gpu_null_reason_, counters_null_reason_;
   std::string log_path_;
   bool attribution_ = false;  // CUPTI collector running
+  bool tracing_ = true;       // collector's record kinds on (trace_every > 1 switches them per step)
+  bool tracing_failed_ = false;
 
   // Owned by the background thread while running.
   std::thread worker_;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -69,8 +70,7 @@ class Collector {
       if ((r = cuptiActivityRegisterCallbacks(&Collector::buffer_requested, &Collector::buffer_completed)) != CUPTI_SUCCESS)
         err = result_text("cuptiActivityRegisterCallbacks", r);
     }
-    for (CUpti_ActivityKind kind :
-         {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+    for (CUpti_ActivityKind kind : kRecordKinds) {
       if (!err.empty()) break;
       if ((r = cuptiActivityEnable(kind)) != CUPTI_SUCCESS) err = result_text("cuptiActivityEnable", r);
     }
@@ -80,6 +80,7 @@ class Collector {
       return err;
     }
     active_ = true;
+    tracing_ = true;
     return {};
   }
 
@@ -92,9 +93,7 @@ class Collector {
   void stop() {
     if (subscriber_) {
       cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-      for (CUpti_ActivityKind kind :
-           {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
-        cuptiActivityDisable(kind);
+      for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
       cuptiEnableAllDomains(0, subscriber_);
       cuptiUnsubscribe(subscriber_);
       subscriber_ = nullptr;
@@ -102,6 +101,8 @@ class Collector {
       cuptiFinalize();  // detach: the program runs without CUPTI's hooks afterwards
     }
     active_ = false;
+    tracing_ = false;
+    enabled_callbacks_.clear();
     std::lock_guard<std::mutex> lock(pool_mutex_);
     for (uint8_t* b : free_buffers_) std::free(b);
     buffers_allocated_ -= free_buffers_.size();
@@ -109,6 +110,27 @@ class Collector {
   }
 
   bool active() const { return active_; }
+
+  /// Sampled attribution: switches the GPU-record kinds and the launch callbacks on or off between
+  /// steps, so that steps not traced run without CUPTI's per-launch cost. Called on the training
+  /// thread at a step boundary; no flush, no synchronization. Records of work launched while on are
+  /// still delivered after it is switched off. Returns "" or what failed (then tracing stays off).
+  std::string set_tracing(bool on) {
+    if (!active_ || on == tracing_) return {};
+    std::string err;
+    for (const auto& [domain, cbid] : enabled_callbacks_) {
+      const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
+      if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
+    }
+    for (CUpti_ActivityKind kind : kRecordKinds) {
+      const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
+      if (r != CUPTI_SUCCESS && err.empty()) err = result_text(on ? "cuptiActivityEnable" : "cuptiActivityDisable", r);
+    }
+    tracing_ = on && err.empty();
+    if (!err.empty() && on) set_tracing_off_quietly();
+    return err;
+  }
+  bool tracing() const { return tracing_; }
 
   Drained drain() {
     Drained d;
@@ -125,6 +147,14 @@ class Collector {
 
  private:
   enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3 };
+  static constexpr CUpti_ActivityKind kRecordKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                        CUPTI_ACTIVITY_KIND_MEMSET};
+
+  void set_tracing_off_quietly() {
+    for (const auto& [domain, cbid] : enabled_callbacks_) cuptiEnableCallback(0, subscriber_, domain, cbid);
+    for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
+    tracing_ = false;
+  }
 
   Collector() = default;
 
@@ -147,6 +177,7 @@ class Collector {
       const CUptiResult r = cuptiEnableCallback(1, subscriber_, domain, cbid);
       if (r != CUPTI_SUCCESS) return result_text("cuptiEnableCallback", r);
       kinds[cbid] = kind;
+      enabled_callbacks_.emplace_back(domain, cbid);
     }
     return {};
   }
@@ -273,6 +304,8 @@ class Collector {
 
   CUpti_SubscriberHandle subscriber_ = nullptr;
   bool active_ = false;
+  bool tracing_ = false;  // record kinds and callbacks on (set_tracing)
+  std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> enabled_callbacks_;
   DeviceTable devices_;
   std::vector<uint8_t> runtime_sites_, driver_sites_;
 
