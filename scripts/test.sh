@@ -14,7 +14,7 @@ for arg in "$@"; do
   esac
 done
 install_dependencies
-configure_and_build
+configure_and_build -DSTEPTRACE_BUILD_TESTS=ON -DSTEPTRACE_BUILD_EXAMPLES=ON -DSTEPTRACE_BUILD_BENCHMARKS=ON
 ctest --test-dir "$BUILD_DIR" "${labels[@]}" --output-on-failure -j"$(nproc)"
 if ((sanitize)); then
   # Every GPU program under each compute-sanitizer tool. compute-sanitizer is itself a CUPTI client:

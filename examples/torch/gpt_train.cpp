@@ -2,6 +2,7 @@
 //
 //   gpt_train [--steps N] [--batch B] [--seq T] [--layers L] [--dmodel D] [--heads H] [--vocab V]
 //             [--attention sdpa|naive] [--loader-ms MS] [--pageable] [--log PATH]
+//             [--kineto-steps K --kineto-trace PATH] [--torch-profiler]   (torch.profiler comparisons)
 //
 // Variants that reproduce the classic bottlenecks:
 //   --loader-ms 30                      a slow CPU data loader            -> INPUT-BOUND
@@ -35,6 +36,7 @@ namespace {
 struct Options {
   int steps = 100, batch = 16, seq = 512, layers = 6, dmodel = 512, heads = 8, vocab = 8192, loader_ms = 0;
   int kineto_steps = 0;     // after steptrace's steps: this many more under torch.profiler (Kineto)
+  bool torch_profiler = false;  // every step under torch.profiler (the overhead benchmark's comparison)
   std::string kineto_trace = "kineto_trace.json";
   int extra_input_mb = 0;  // a float "features" tensor per step beside the tokens (images, audio...)
   bool naive = false, pageable = false;
@@ -65,6 +67,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--extra-input-mb") o.extra_input_mb = std::stoi(next());
     else if (a == "--kineto-steps") o.kineto_steps = std::stoi(next());
     else if (a == "--kineto-trace") o.kineto_trace = next();
+    else if (a == "--torch-profiler") o.torch_profiler = true;
     else if (a == "--log") o.log = next();
     else {
       std::fprintf(stderr, "gpt_train: unknown argument %s (see the comment at the top of gpt_train.cpp)\n", a.c_str());
@@ -177,6 +180,7 @@ int main(int argc, char** argv) {
   shape.vocab_size = o.vocab;
   cfg.flops_per_token = steptrace::transformer_flops_per_token(shape);
   cfg.dtype = "bf16";
+  if (o.torch_profiler) cfg.cupti = "off";  // one CUPTI client at a time: Kineto has it
   steptrace::start(cfg);
   // The caching allocator's own numbers, peaks reset every step.
   steptrace::set_allocator_stats_hook([] {
@@ -239,22 +243,32 @@ int main(int argc, char** argv) {
     steptrace::record("loss", loss_value);
     if (step % 20 == 0 || step == o.steps - 1) std::printf("step %4d  loss %.4f\n", step, loss_value);
   };
+  namespace prof = torch::autograd::profiler;
+  const torch::profiler::impl::ProfilerConfig pcfg(torch::profiler::impl::ProfilerState::KINETO);
+  const std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU,
+                                                                 torch::profiler::impl::ActivityType::CUDA};
+  if (o.torch_profiler) {  // torch.profiler records every step (CPU ops and CUDA kernels), as a user would
+    prof::prepareProfiler(pcfg, activities);
+    prof::enableProfiler(pcfg, activities);
+  }
   for (int step = 0; step < o.steps; ++step) {
     if (step == 10) timed_from = std::chrono::steady_clock::now();
     train_step(step);
   }
   const double timed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - timed_from).count();
   if (o.steps > 10) std::printf("steady_step_ms %.4f\n", timed_ms / (o.steps - 10));
+  if (o.torch_profiler) {  // outside the timed steps: collecting and writing the trace
+    torch::cuda::synchronize();
+    auto result = prof::disableProfiler();
+    result->save(o.kineto_trace);
+    std::printf("torch.profiler: %d steps written to %s\n", o.steps, o.kineto_trace.c_str());
+  }
   steptrace::set_allocator_stats_hook(nullptr);
   const auto summary = steptrace::stop();
   std::printf("diagnosis: %s (%.0f %% of steps)\n", summary.diagnosis.c_str(), 100 * summary.diagnosis_fraction);
   if (o.kineto_steps > 0) {
     // The same training, more steps, under torch.profiler. steptrace has released CUPTI in stop():
     // only one CUPTI client can run at a time, so the two tools measure adjacent steps.
-    namespace prof = torch::autograd::profiler;
-    const torch::profiler::impl::ProfilerConfig pcfg(torch::profiler::impl::ProfilerState::KINETO);
-    const std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU,
-                                                                   torch::profiler::impl::ActivityType::CUDA};
     prof::prepareProfiler(pcfg, activities);
     train_step(o.steps);  // warm-up under the profiler
     prof::enableProfiler(pcfg, activities);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Every overhead measurement of benchmarks/README.md, on a GPU machine, modes interleaved run by run.
+#   benchmarks/run_all.sh OUT_DIR [REPEATS] [PARTS...]
+# PARTS (default all): scope launch_cost transformer launch memory gpt
+# Writes OUT_DIR/runs.csv (one row per run), scope_cost.jsonl, launch_cost.jsonl, and OUT_DIR/table.md
+# (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
+source "$(dirname "$0")/../scripts/common.sh"
+out=${1:?out dir}; repeats=${2:-5}; shift $(( $# >= 2 ? 2 : $# ))
+parts=("$@"); ((${#parts[@]})) || parts=(scope launch_cost transformer launch memory gpt)
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+want() { local p; for p in "${parts[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
+
+install_dependencies
+BUILD_DIR=$ROOT/build-bench CMAKE_BUILD_TYPE=Release configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+bin=$ROOT/build-bench/benchmarks
+csv=$out/runs.csv
+[[ -f $csv ]] || echo "program,workload,mode,every,repeat,mean_ms,median_ms,p10_ms,p90_ms,traced_mean_ms,untraced_mean_ms,launches_per_step,rss_hwm_kib,steps" >"$csv"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1; date -u +%F; } >"$out/device.txt"
+
+# One run of step_workloads: PROGRAM MODE EVERY REPEAT ARGS... -> a CSV row.
+workload_run() {
+  local mode=$1 every=$2 r=$3; shift 3
+  local exe=$bin/step_workloads env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0)
+  case $mode in
+    baseline) exe=$bin/step_workloads_baseline ;;
+    compiled_out) exe=$bin/step_workloads_compiled_out ;;
+    off) env+=(STEPTRACE_ENABLED=0) ;;
+    host) env+=(STEPTRACE_CUPTI=off) ;;
+    full) ;;
+    sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
+  esac
+  local line
+  line=$(env "${env[@]}" "$exe" "$@" 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
+  kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
+  echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps)" >>"$csv"
+}
+
+if want scope; then
+  for r in $(seq "$repeats"); do "$bin/scope_cost" 2000000 >>"$out/scope_cost.jsonl"; done
+fi
+if want launch_cost; then
+  "$ROOT/benchmarks/run_launch_cost.sh" "$ROOT/build-bench" "$repeats" 50000 >>"$out/launch_cost.jsonl"
+fi
+if want transformer; then
+  for r in $(seq "$repeats"); do
+    for mode in baseline compiled_out off host full sampled; do
+      workload_run "$mode" 10 "$r" --workload transformer --steps 30 --warmup 5
+    done
+  done
+fi
+if want launch; then
+  for r in $(seq "$repeats"); do
+    for mode in baseline compiled_out off host full sampled; do
+      workload_run "$mode" 50 "$r" --workload launch --kernels 10000 --steps 100 --warmup 10
+    done
+  done
+fi
+if want memory; then  # steptrace's host memory does not grow with the run: short and long runs, full attribution
+  for steps in 50 400; do
+    workload_run baseline 1 "mem$steps" --workload launch --kernels 10000 --steps "$steps" --warmup 5
+    workload_run full 1 "mem$steps" --workload launch --kernels 10000 --steps "$steps" --warmup 5
+  done
+fi
+if want gpt; then
+  if ! python3 -c 'import torch' 2>/dev/null; then
+    echo "run_all: no python3 torch; gpt part skipped" >&2
+  else
+    tp=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+    cmake -S "$ROOT" -B "$ROOT/build-torch" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEPTRACE_BUILD_TESTS=OFF \
+      -DSTEPTRACE_BUILD_BENCHMARKS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 "-DCMAKE_PREFIX_PATH=${ROOT}/.deps/usr;$tp" >/dev/null
+    cmake --build "$ROOT/build-torch" --target steptrace_example_gpt >/dev/null
+    gpt=$ROOT/build-torch/examples/gpt_train
+    for r in $(seq "$repeats"); do
+      for mode in off host full sampled torch_profiler; do
+        env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0) args=(--steps 80)
+        case $mode in
+          off) env+=(STEPTRACE_ENABLED=0) ;;
+          host) env+=(STEPTRACE_CUPTI=off) ;;
+          sampled) env+=(STEPTRACE_TRACE_EVERY=10) ;;
+          torch_profiler) env+=(STEPTRACE_ENABLED=0) args+=(--torch-profiler --kineto-trace /tmp/gpt_profile.json) ;;
+        esac
+        ms=$(env "${env[@]}" "$gpt" "${args[@]}" 2>/dev/null | sed -n 's/^steady_step_ms //p')
+        echo "gpt_train,gpt,$mode,$([[ $mode == sampled ]] && echo 10 || echo 1),$r,${ms:-failed},,,,,,,,70" >>"$csv"
+      done
+    done
+  fi
+fi
+python3 "$ROOT/benchmarks/summarize.py" "$out" >"$out/table.md" && cat "$out/table.md"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A brief run of every benchmark binary (CTest gpu_benchmarks_smoke): each must run and print its
+# result. Not a measurement.   benchmarks/smoke.sh BUILD_DIR
+set -euo pipefail
+b=${1:?build dir}/benchmarks
+fail() { echo "smoke: $*" >&2; exit 1; }
+"$b/scope_cost" 20000 | grep -q "\"phase_scope_ns\"" || fail "scope_cost printed no result"
+for mode in none activity activity_api steptrace_host steptrace; do
+  "$b/launch_cost" "$mode" 2000 | grep -q '"host_ns_per_launch"' || fail "launch_cost $mode"
+done
+small_tf=(--workload transformer --layers 2 --batch 2 --seq 256 --dmodel 256 --steps 4 --warmup 1)
+small_lb=(--workload launch --kernels 500 --steps 4 --warmup 1)
+for args in small_tf small_lb; do
+  declare -n a=$args
+  "$b/step_workloads_baseline" "${a[@]}" | grep -q "^result .*build=baseline" || fail "baseline ${a[*]}"
+  "$b/step_workloads_compiled_out" "${a[@]}" | grep -q "^result .*build=compiled_out" || fail "compiled_out ${a[*]}"
+  for env in STEPTRACE_ENABLED=0 STEPTRACE_CUPTI=off STEPTRACE_TRACE_EVERY=1 STEPTRACE_TRACE_EVERY=2; do
+    log=$(mktemp)
+    env "$env" STEPTRACE_LOG="$log" "$b/step_workloads" "${a[@]}" | grep -q "^result .*build=instrumented" ||
+      fail "$env ${a[*]}"
+    lines=$(wc -l <"$log")
+    if [[ $env == STEPTRACE_ENABLED=0 ]]; then [[ $lines == 0 ]] || fail "$env wrote $lines lines"
+    else [[ $lines == 5 ]] || fail "$env ${a[*]}: $lines lines, expected 5"; fi
+    rm -f "$log"
+  done
+done
+echo "smoke: every benchmark ran"

@@ -1,0 +1,466 @@
+// step_workloads - training-like steps for the overhead benchmark, one source built three ways:
+//   step_workloads               instrumented (steptrace modes chosen at run time: STEPTRACE_ENABLED,
+//                                STEPTRACE_CUPTI, STEPTRACE_TRACE_EVERY)
+//   step_workloads_compiled_out  the same source with STEPTRACE_DISABLE (the macros compile to nothing)
+//   step_workloads_baseline      the same source without steptrace at all (STEPTRACE_BENCH_BASELINE)
+//
+//   step_workloads --workload transformer|launch [--steps N] [--warmup W] [--layers L] [--batch B]
+//                  [--seq S] [--dmodel D] [--kernels K]
+//
+// transformer: a GPU-bound step shaped like a decoder-only transformer's (bf16 cuBLAS GEMMs with fp32
+//   accumulation, batched attention GEMMs, softmax, layernorm, GELU, residual adds, an elementwise
+//   optimizer), forward and backward, ~35 launches per layer. Values are not trained; shapes and
+//   launch counts are what matter.
+// launch: a launch-bound step of K tiny kernels (default 10 000) in forward/backward/optimizer.
+// Every step ends by reading a scalar back (as loss.item() does), so steps do not overlap.
+//
+// Prints one line:  result workload=... build=... steps=... mean_ms=... median_ms=... p10_ms=... p90_ms=...
+//   launches_per_step=... traced_mean_ms=... untraced_mean_ms=... rss_hwm_kib=... rss_kib=...
+// (traced/untraced: with STEPTRACE_TRACE_EVERY=N, the steps N divides and the others.)
+#ifdef STEPTRACE_BENCH_BASELINE
+#define TRACE_STEP(...)
+#define TRACE_PHASE(name)
+#define BENCH_BUILD "baseline"
+#else
+#include <steptrace/steptrace.hpp>
+#ifdef STEPTRACE_DISABLE
+#define BENCH_BUILD "compiled_out"
+#else
+#define BENCH_BUILD "instrumented"
+#endif
+#endif
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#define CHECK_CUDA(call)                                                                          \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+#define CHECK_BLAS(call)                                                          \
+  do {                                                                            \
+    cublasStatus_t s_ = (call);                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                            \
+      std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, int(s_), __LINE__); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+__global__ void fill(bf16* x, size_t n, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = __float2bfloat16(scale * float((i * 2654435761u) % 1000) / 1000.f - scale / 2);
+}
+
+// One block per row: mean/variance normalisation.
+__global__ void layernorm(const bf16* x, bf16* y, int cols) {
+  const bf16* row = x + size_t(blockIdx.x) * cols;
+  bf16* out = y + size_t(blockIdx.x) * cols;
+  __shared__ float s_sum[32], s_sq[32];
+  float sum = 0, sq = 0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = __bfloat162float(row[c]);
+    sum += v;
+    sq += v * v;
+  }
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_down_sync(0xffffffff, sum, o), sq += __shfl_down_sync(0xffffffff, sq, o);
+  if (threadIdx.x % 32 == 0) s_sum[threadIdx.x / 32] = sum, s_sq[threadIdx.x / 32] = sq;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x / 32); ++w) s_sum[0] += s_sum[w], s_sq[0] += s_sq[w];
+  }
+  __syncthreads();
+  const float mean = s_sum[0] / cols, inv = rsqrtf(fmaxf(s_sq[0] / cols - mean * mean, 0.f) + 1e-5f);
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) out[c] = __float2bfloat16((__bfloat162float(row[c]) - mean) * inv);
+}
+
+// One block per row: max, exp, sum, normalise (in place).
+__global__ void softmax_rows(bf16* x, int cols) {
+  bf16* row = x + size_t(blockIdx.x) * cols;
+  __shared__ float s[32];
+  float m = -1e30f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, __bfloat162float(row[c]));
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffff, m, o));
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < int(blockDim.x / 32); ++w) s[0] = fmaxf(s[0], s[w]);
+  __syncthreads();
+  m = s[0];
+  __syncthreads();
+  float sum = 0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) sum += __expf(__bfloat162float(row[c]) - m);
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_down_sync(0xffffffff, sum, o);
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < int(blockDim.x / 32); ++w) s[0] += s[w];
+  __syncthreads();
+  const float inv = 1.f / s[0];
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] = __float2bfloat16(__expf(__bfloat162float(row[c]) - m) * inv);
+}
+
+// Elementwise: y = op(a, b).  0: a + b   1: gelu(a)   2: gelu'(b) * a   3: softmax backward-like a * (b - a)
+__global__ void elementwise(int op, const bf16* a, const bf16* b, bf16* y, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = __bfloat162float(a[i]);
+    const float z = b ? __bfloat162float(b[i]) : 0.f;
+    float r;
+    switch (op) {
+      case 0: r = x + z; break;
+      case 1: r = 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); break;
+      case 2: r = x * (z > 0 ? 1.f : 0.1f); break;
+      default: r = x * (z - x); break;
+    }
+    y[i] = __float2bfloat16(r);
+  }
+}
+
+// Momentum SGD on bf16 weights with an fp32 momentum buffer.
+__global__ void sgd_momentum(bf16* w, const bf16* g, float* m, size_t n, float lr) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float mi = 0.9f * m[i] + __bfloat162float(g[i]);
+    m[i] = mi;
+    w[i] = __float2bfloat16(__bfloat162float(w[i]) - lr * mi);
+  }
+}
+
+__global__ void tiny(float* x, int i) {
+  if (threadIdx.x == 0) x[i & 1023] += 1.f;
+}
+
+// ---- host side -------------------------------------------------------------------------------
+
+struct Options {
+  std::string workload = "transformer";
+  int steps = 40, warmup = 10;
+  int layers = 24, batch = 8, seq = 1024, dmodel = 1024, heads = 16;
+  int kernels = 10000;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> int {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", a.c_str());
+        std::exit(2);
+      }
+      return std::atoi(argv[++i]);
+    };
+    if (a == "--workload") {
+      if (i + 1 >= argc) std::exit(2);
+      o.workload = argv[++i];
+    } else if (a == "--steps") o.steps = next();
+    else if (a == "--warmup") o.warmup = next();
+    else if (a == "--layers") o.layers = next();
+    else if (a == "--batch") o.batch = next();
+    else if (a == "--seq") o.seq = next();
+    else if (a == "--dmodel") o.dmodel = next();
+    else if (a == "--kernels") o.kernels = next();
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.workload != "transformer" && o.workload != "launch") {
+    std::fprintf(stderr, "--workload must be transformer or launch\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+long launches = 0;  // launch calls made in the current step (cuBLAS calls counted once)
+
+bf16* alloc_bf16(size_t n) {
+  bf16* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, n * sizeof(bf16)));
+  fill<<<1024, 256>>>(p, n, 0.1f);
+  return p;
+}
+
+dim3 grid_for(size_t n) { return dim3(static_cast<unsigned>(std::min<size_t>((n + 255) / 256, 132 * 16))); }
+
+struct Gemm {
+  cublasHandle_t h;
+  // Column-major C(m x n) = op(A) op(B), bf16 in/out, fp32 accumulation.
+  void operator()(bool ta, bool tb, int m, int n, int k, const bf16* A, int lda, const bf16* B, int ldb, bf16* C, int ldc) {
+    const float one = 1.f, zero = 0.f;
+    CHECK_BLAS(cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF,
+                            lda, B, CUDA_R_16BF, ldb, &zero, C, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    ++launches;
+  }
+  void batched(bool ta, bool tb, int m, int n, int k, const bf16* A, int lda, long long sa, const bf16* B, int ldb,
+               long long sb, bf16* C, int ldc, long long sc, int count) {
+    const float one = 1.f, zero = 0.f;
+    CHECK_BLAS(cublasGemmStridedBatchedEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A,
+                                          CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb, &zero, C, CUDA_R_16BF, ldc, sc,
+                                          count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    ++launches;
+  }
+};
+
+struct Layer {
+  bf16 *wqkv, *wo, *w1, *w2;      // weights
+  bf16 *gqkv, *go, *g1, *g2;      // gradients
+  float *mqkv, *mo, *m1, *m2;     // momentum
+};
+
+class Transformer {
+ public:
+  explicit Transformer(const Options& o) : o_(o) {
+    T_ = size_t(o.batch) * o.seq;
+    d_ = o.dmodel;
+    ff_ = 4 * d_;
+    hd_ = d_ / o.heads;
+    bh_ = o.batch * o.heads;
+    CHECK_BLAS(cublasCreate(&gemm_.h));
+    for (int l = 0; l < o.layers; ++l) {
+      Layer L;
+      L.wqkv = alloc_bf16(d_ * 3 * d_), L.gqkv = alloc_bf16(d_ * 3 * d_), L.mqkv = alloc_f32(d_ * 3 * d_);
+      L.wo = alloc_bf16(d_ * d_), L.go = alloc_bf16(d_ * d_), L.mo = alloc_f32(d_ * d_);
+      L.w1 = alloc_bf16(d_ * ff_), L.g1 = alloc_bf16(d_ * ff_), L.m1 = alloc_f32(d_ * ff_);
+      L.w2 = alloc_bf16(ff_ * d_), L.g2 = alloc_bf16(ff_ * d_), L.m2 = alloc_f32(ff_ * d_);
+      layers_.push_back(L);
+    }
+    x_ = alloc_bf16(T_ * d_), ln_ = alloc_bf16(T_ * d_), qkv_ = alloc_bf16(T_ * 3 * d_);
+    att_ = alloc_bf16(T_ * d_), proj_ = alloc_bf16(T_ * d_), h1_ = alloc_bf16(T_ * ff_), h1a_ = alloc_bf16(T_ * ff_);
+    scores_ = alloc_bf16(size_t(bh_) * o.seq * o.seq);
+    dx_ = alloc_bf16(T_ * d_), dh_ = alloc_bf16(T_ * ff_), dqkv_ = alloc_bf16(T_ * 3 * d_), dscores_ = alloc_bf16(size_t(bh_) * o.seq * o.seq);
+    CHECK_CUDA(cudaMalloc(&loss_, sizeof(float)));
+    CHECK_CUDA(cudaMallocHost(&host_tokens_, T_ * sizeof(int)));
+    CHECK_CUDA(cudaMalloc(&tokens_, T_ * sizeof(int)));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+
+  void step(int s) {
+    {
+      TRACE_PHASE(input);
+      for (size_t i = 0; i < T_; ++i) host_tokens_[i] = int((i * 31 + s) % 50257);
+    }
+    {
+      TRACE_PHASE(h2d);
+      CHECK_CUDA(cudaMemcpyAsync(tokens_, host_tokens_, T_ * sizeof(int), cudaMemcpyHostToDevice));
+      ++launches;
+    }
+    {
+      TRACE_PHASE(forward);
+      for (auto& L : layers_) forward_layer(L);
+    }
+    {
+      TRACE_PHASE(backward);
+      for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) backward_layer(*it);
+    }
+    {
+      TRACE_PHASE(optimizer);
+      for (auto& L : layers_) {
+        update(L.wqkv, L.gqkv, L.mqkv, d_ * 3 * d_);
+        update(L.wo, L.go, L.mo, d_ * d_);
+        update(L.w1, L.g1, L.m1, d_ * ff_);
+        update(L.w2, L.g2, L.m2, ff_ * d_);
+      }
+    }
+    float loss = 0;
+    CHECK_CUDA(cudaMemcpy(&loss, x_, sizeof(bf16), cudaMemcpyDeviceToHost));  // the step's synchronization
+    ++launches;
+  }
+
+ private:
+  float* alloc_f32(size_t n) {
+    float* p = nullptr;
+    CHECK_CUDA(cudaMalloc(&p, n * sizeof(float)));
+    CHECK_CUDA(cudaMemset(p, 0, n * sizeof(float)));
+    return p;
+  }
+  void ew(int op, const bf16* a, const bf16* b, bf16* y, size_t n) {
+    elementwise<<<grid_for(n), 256>>>(op, a, b, y, n);
+    ++launches;
+  }
+  void update(bf16* w, const bf16* g, float* m, size_t n) {
+    sgd_momentum<<<grid_for(n), 256>>>(w, g, m, n, 1e-4f);
+    ++launches;
+  }
+  // Row-major Y[T, n] = X[T, k] W[k, n]  ==  column-major Y^T = W^T X^T.
+  void linear(const bf16* X, const bf16* W, bf16* Y, int k, int n) { gemm_(false, false, n, int(T_), k, W, n, X, k, Y, n); }
+  // dX[T, k] = dY[T, n] W^T ;  dW[k, n] = X^T dY.
+  void linear_backward(const bf16* X, const bf16* W, const bf16* dY, bf16* dX, bf16* dW, int k, int n) {
+    gemm_(true, false, k, int(T_), n, W, n, dY, n, dX, k);
+    gemm_(false, true, n, k, int(T_), dY, n, X, k, dW, n);
+  }
+  // Per (batch, head): S = Q K^T (seq x seq), then O = P V.
+  void attention_scores(const bf16* q, const bf16* k, bf16* s) {
+    const int S = o_.seq;
+    gemm_.batched(true, false, S, S, int(hd_), k, int(hd_), (long long)S * hd_, q, int(hd_), (long long)S * hd_, s, S,
+                  (long long)S * S, bh_);
+  }
+  void attention_values(const bf16* p, const bf16* v, bf16* out) {
+    const int S = o_.seq;
+    gemm_.batched(false, false, int(hd_), S, S, v, int(hd_), (long long)S * hd_, p, S, (long long)S * S, out, int(hd_),
+                  (long long)S * hd_, bh_);
+  }
+  void forward_layer(Layer& L) {
+    const size_t td = T_ * d_;
+    layernorm<<<unsigned(T_), 256>>>(x_, ln_, int(d_));
+    ++launches;
+    linear(ln_, L.wqkv, qkv_, int(d_), int(3 * d_));
+    attention_scores(qkv_, qkv_ + td, scores_);
+    softmax_rows<<<unsigned(size_t(bh_) * o_.seq), 256>>>(scores_, o_.seq);
+    ++launches;
+    attention_values(scores_, qkv_ + 2 * td, att_);
+    linear(att_, L.wo, proj_, int(d_), int(d_));
+    ew(0, x_, proj_, x_, td);
+    layernorm<<<unsigned(T_), 256>>>(x_, ln_, int(d_));
+    ++launches;
+    linear(ln_, L.w1, h1_, int(d_), int(ff_));
+    ew(1, h1_, nullptr, h1a_, T_ * ff_);
+    linear(h1a_, L.w2, proj_, int(ff_), int(d_));
+    ew(0, x_, proj_, x_, td);
+  }
+  void backward_layer(Layer& L) {
+    const size_t td = T_ * d_;
+    linear_backward(h1a_, L.w2, dx_, dh_, L.g2, int(ff_), int(d_));
+    ew(2, dh_, h1_, dh_, T_ * ff_);
+    linear_backward(ln_, L.w1, dh_, proj_, L.g1, int(d_), int(ff_));
+    ew(0, dx_, proj_, dx_, td);  // through the second layernorm (approximated) and the residual
+    linear_backward(att_, L.wo, dx_, proj_, L.go, int(d_), int(d_));
+    // attention backward: dP = dO V^T, dV = P^T dO, softmax backward, dQ = dS K, dK = dS^T Q
+    attention_scores(proj_, qkv_ + 2 * td, dscores_);
+    attention_values(scores_, proj_, dqkv_ + 2 * td);
+    ew(3, scores_, dscores_, dscores_, size_t(bh_) * o_.seq * o_.seq);
+    attention_values(dscores_, qkv_ + td, dqkv_);
+    attention_values(dscores_, qkv_, dqkv_ + td);
+    linear_backward(ln_, L.wqkv, dqkv_, proj_, L.gqkv, int(d_), int(3 * d_));
+    ew(0, dx_, proj_, dx_, td);
+  }
+
+  Options o_;
+  size_t T_, d_, ff_, hd_;
+  int bh_;
+  Gemm gemm_;
+  std::vector<Layer> layers_;
+  bf16 *x_, *ln_, *qkv_, *att_, *proj_, *h1_, *h1a_, *scores_, *dx_, *dh_, *dqkv_, *dscores_;
+  float* loss_;
+  int *host_tokens_, *tokens_;
+};
+
+class LaunchBound {
+ public:
+  explicit LaunchBound(const Options& o) : o_(o) {
+    CHECK_CUDA(cudaMalloc(&buf_, 1024 * sizeof(float)));
+    CHECK_CUDA(cudaMemset(buf_, 0, 1024 * sizeof(float)));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  void step(int) {
+    const int opt = std::max(1, o_.kernels / 20), fwd = (o_.kernels - opt) / 2, bwd = o_.kernels - opt - fwd;
+    {
+      TRACE_PHASE(forward);
+      for (int i = 0; i < fwd; ++i) tiny<<<1, 32>>>(buf_, i);
+    }
+    {
+      TRACE_PHASE(backward);
+      for (int i = 0; i < bwd; ++i) tiny<<<1, 32>>>(buf_, i);
+    }
+    {
+      TRACE_PHASE(optimizer);
+      for (int i = 0; i < opt; ++i) tiny<<<1, 32>>>(buf_, i);
+    }
+    launches += o_.kernels;
+    float v = 0;
+    CHECK_CUDA(cudaMemcpy(&v, buf_, sizeof(float), cudaMemcpyDeviceToHost));
+    ++launches;
+  }
+
+ private:
+  Options o_;
+  float* buf_;
+};
+
+long status_kib(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::atol(line.c_str() + std::strlen(key));
+  return -1;
+}
+
+double at(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "step_workloads: needs a CUDA GPU\n");
+    return 1;
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  Transformer* tf = o.workload == "transformer" ? new Transformer(o) : nullptr;
+  LaunchBound* lb = o.workload == "launch" ? new LaunchBound(o) : nullptr;
+
+#ifndef STEPTRACE_BENCH_BASELINE
+  steptrace::Config cfg;
+  cfg.log_path = "";  // STEPTRACE_LOG may set one
+  cfg.summary = false;
+  steptrace::start(cfg);
+#endif
+  const char* every_env = std::getenv("STEPTRACE_TRACE_EVERY");
+  const int every = every_env ? std::max(1, std::atoi(every_env)) : 1;
+
+  std::vector<double> ms, traced, untraced;
+  long launches_per_step = 0;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    launches = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      TRACE_STEP();
+      if (tf) tf->step(s);
+      else lb->step(s);
+    }
+    const double d = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    launches_per_step = launches;
+    if (s < o.warmup) continue;
+    ms.push_back(d);
+    (s % every == 0 ? traced : untraced).push_back(d);
+  }
+#ifndef STEPTRACE_BENCH_BASELINE
+  steptrace::stop();
+#endif
+  double sum = 0;
+  for (double d : ms) sum += d;
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double d : v) s += d;
+    return v.empty() ? 0.0 : s / v.size();
+  };
+  std::printf(
+      "result workload=%s build=%s steps=%zu mean_ms=%.4f median_ms=%.4f p10_ms=%.4f p90_ms=%.4f launches_per_step=%ld "
+      "traced_mean_ms=%.4f untraced_mean_ms=%.4f rss_hwm_kib=%ld rss_kib=%ld\n",
+      o.workload.c_str(), BENCH_BUILD, ms.size(), sum / std::max<size_t>(1, ms.size()), at(ms, 0.5), at(ms, 0.1),
+      at(ms, 0.9), launches_per_step, mean(traced), mean(untraced), status_kib("VmHWM:"), status_kib("VmRSS:"));
+  return 0;
+}

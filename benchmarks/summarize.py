@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Turns benchmarks/run_all.sh's output directory into the markdown tables of benchmarks/README.md.
+
+Ratios are taken run by run: each repeat's mode against the same repeat's baseline (the runs of one
+repeat are adjacent in time), then the median and the min-max of those per-repeat ratios.
+"""
+import csv
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+out = sys.argv[1]
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def load_jsonl(name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return []
+    return [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+
+
+rows = []
+if os.path.exists(os.path.join(out, "runs.csv")):
+    with open(os.path.join(out, "runs.csv")) as f:
+        for r in csv.DictReader(f):
+            try:
+                r["mean_ms"] = float(r["mean_ms"])
+            except (TypeError, ValueError):
+                continue
+            rows.append(r)
+
+device = open(os.path.join(out, "device.txt")).read().strip().replace("\n", ", ") if os.path.exists(
+    os.path.join(out, "device.txt")) else "unknown device"
+print(f"Device: {device}\n")
+
+# ---- step time per mode ----------------------------------------------------------------------
+BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
+ORDER = ["baseline", "compiled_out", "off", "host", "full", "sampled", "torch_profiler"]
+by = defaultdict(dict)  # (workload, mode) -> repeat -> row
+for r in rows:
+    if r["repeat"].startswith("mem"):
+        continue
+    by[(r["workload"], r["mode"])][r["repeat"]] = r
+for workload in ["transformer", "launch", "gpt"]:
+    modes = [m for m in ORDER if (workload, m) in by]
+    if not modes:
+        continue
+    base = by.get((workload, BASE[workload]), {})
+    sample = next(iter(by[(workload, modes[0])].values()))
+    lps = sample.get("launches_per_step") or "?"
+    print(f"### {workload} (launches per step: {lps}; {sample.get('steps') or '?'} timed steps per run)\n")
+    print("| mode | step ms, median of runs | min – max | ratio to " + BASE[workload] +
+          ", median | ratio min – max | overhead % (median) | runs |")
+    print("|---|---|---|---|---|---|---|")
+    for m in modes:
+        runs = by[(workload, m)]
+        ms = [r["mean_ms"] for r in runs.values()]
+        ratios = [runs[k]["mean_ms"] / base[k]["mean_ms"] for k in runs if k in base]
+        every = next(iter(runs.values()))["every"]
+        label = f"sampled (trace_every={every})" if m == "sampled" else m
+        rmed = med(ratios)
+        print(f"| {label} | {med(ms):.3f} | {min(ms):.3f} – {max(ms):.3f} | {rmed:.4f} | "
+              f"{min(ratios):.4f} – {max(ratios):.4f} | {100 * (rmed - 1):+.2f} | {len(ms)} |")
+    if (workload, "sampled") in by:
+        runs = by[(workload, "sampled")].values()
+        t = [float(r["traced_mean_ms"]) for r in runs if r.get("traced_mean_ms") and float(r["traced_mean_ms"]) > 0]
+        u = [float(r["untraced_mean_ms"]) for r in runs if r.get("untraced_mean_ms") and float(r["untraced_mean_ms"]) > 0]
+        if t and u:
+            print(f"\nSampled mode: traced steps {med(t):.3f} ms, the others {med(u):.3f} ms (medians over runs).")
+    print()
+
+# ---- added host cost per kernel ------------------------------------------------------------------
+lc = load_jsonl("launch_cost.jsonl")
+if lc:
+    per = defaultdict(list)
+    for r in lc:
+        per[r["mode"]].append(r["host_ns_per_launch"])
+    print("### Host ns per kernel launch (`launch_cost`, 50 000 empty kernels)\n")
+    print("| mode | median | min – max | runs |")
+    print("|---|---|---|---|")
+    for m in ["none", "activity", "activity_api", "steptrace_host", "steptrace"]:
+        if per[m]:
+            print(f"| {m} | {med(per[m]):.0f} | {min(per[m]):.0f} – {max(per[m]):.0f} | {len(per[m])} |")
+    by_repeat = defaultdict(dict)
+    for r in lc:
+        by_repeat[r.get("repeat")][r["mode"]] = r["host_ns_per_launch"]
+    over_floor = [v["steptrace"] - v["activity"] for v in by_repeat.values() if "steptrace" in v and "activity" in v]
+    floor = [v["activity"] - v["none"] for v in by_repeat.values() if "activity" in v and "none" in v]
+    if over_floor:
+        print(f"\nRaw CUPTI floor (activity − none): {med(floor) / 1000:.2f} µs per launch (median of runs, "
+              f"{min(floor) / 1000:.2f} – {max(floor) / 1000:.2f}); steptrace full above that floor: "
+              f"{med(over_floor) / 1000:+.2f} µs ({min(over_floor) / 1000:+.2f} – {max(over_floor) / 1000:+.2f}).")
+    print()
+launch = {m: by.get(("launch", m), {}) for m in ORDER}
+if launch["full"] and launch["host"]:
+    lps = float(next(iter(launch["full"].values()))["launches_per_step"])
+    added = [(launch["full"][k]["mean_ms"] - launch["host"][k]["mean_ms"]) * 1e3 / lps
+             for k in launch["full"] if k in launch["host"]]
+    print(f"Launch-bound step: full attribution adds {med(added):.2f} µs per launch over scopes-only "
+          f"({min(added):.2f} – {max(added):.2f}), CUPTI's floor included.\n")
+
+# ---- host cost of a scope -------------------------------------------------------------------------
+sc = load_jsonl("scope_cost.jsonl")
+if sc:
+    print("### Host ns per scope (`scope_cost`, 2 000 000 iterations)\n")
+    print("| what | median | min – max |")
+    print("|---|---|---|")
+    for key, what in [("phase_scope_not_running_ns", "TRACE_PHASE, no session"),
+                      ("phase_scope_ns", "TRACE_PHASE, running"),
+                      ("nested_phase_scope_ns", "nested TRACE_PHASE (per scope)"),
+                      ("step_scope_ns", "TRACE_STEP")]:
+        xs = [r[key] for r in sc]
+        print(f"| {what} | {med(xs):.1f} | {min(xs):.1f} – {max(xs):.1f} |")
+    print()
+
+# ---- host memory ----------------------------------------------------------------------------------
+mem = defaultdict(dict)
+for r in rows:
+    if r["repeat"].startswith("mem"):
+        mem[r["repeat"]][r["mode"]] = r
+if mem:
+    print("### Peak host memory (VmHWM), launch-bound workload, full attribution vs baseline\n")
+    print("| timed steps | kernels traced | baseline MiB | full MiB | steptrace's share MiB |")
+    print("|---|---|---|---|---|")
+    for k in sorted(mem, key=lambda s: int(s[3:])):
+        b, f = mem[k].get("baseline"), mem[k].get("full")
+        if b and f:
+            hb, hf = int(b["rss_hwm_kib"]) / 1024, int(f["rss_hwm_kib"]) / 1024
+            n = int(f["steps"]) * int(f["launches_per_step"])
+            print(f"| {f['steps']} | {n:,} | {hb:.1f} | {hf:.1f} | {hf - hb:.1f} |")
+    print()
