@@ -28,6 +28,7 @@ workload_run() {
     host) env+=(STEPTRACE_CUPTI=off) ;;
     full) ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
+    cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=1) ;;
   esac
   local line
   line=$(env "${env[@]}" "$exe" "$@" 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
@@ -43,14 +44,14 @@ if want launch_cost; then
 fi
 if want transformer; then
   for r in $(seq "$repeats"); do
-    for mode in baseline compiled_out off host full sampled; do
+    for mode in baseline compiled_out off host cupti_floor full sampled; do
       workload_run "$mode" 10 "$r" --workload transformer --steps 30 --warmup 5
     done
   done
 fi
 if want launch; then
   for r in $(seq "$repeats"); do
-    for mode in baseline compiled_out off host full sampled; do
+    for mode in baseline compiled_out off host cupti_floor full sampled; do
       workload_run "$mode" 50 "$r" --workload launch --kernels 10000 --steps 100 --warmup 10
     done
   done

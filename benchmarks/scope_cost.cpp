@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 namespace {
 template <class F>
@@ -21,6 +22,18 @@ volatile long sink = 0;
 int main(int argc, char** argv) {
   const long n = argc > 1 ? std::atol(argv[1]) : 2000000;
   const double empty = ns_per_call(n, [](long i) { sink = i; });
+  // What a scope is made of, each alone: a clock read, an NVTX push+pop, an uncontended mutex.
+  const double clock = ns_per_call(n, [](long) { sink = steptrace::monotonic_ns(); });
+  const double nvtx = ns_per_call(n, [](long i) {
+    steptrace::backend::nvtx::push_phase(steptrace::phase_tag::forward);
+    steptrace::backend::nvtx::pop();
+    sink = i;
+  });
+  std::mutex m;
+  const double mutex = ns_per_call(n, [&m](long i) {
+    std::lock_guard<std::mutex> lock(m);
+    sink = i;
+  });
   const double phase_off = ns_per_call(n, [](long i) {
     TRACE_PHASE(forward);
     sink = i;
@@ -31,10 +44,18 @@ int main(int argc, char** argv) {
   cfg.gpu = "off";
   cfg.max_spans_per_step = 1 << 30;  // keep every span: measure the append, not the drop path
   steptrace::start(cfg);
-  double phase_on = 0, nested_on = 0, step_on = 0;
-  {
+  double phase_on = 0, phase_huge = 0, nested_on = 0, step_on = 0;
+  // Steps of 1000 phase scopes each (a step boundary adds its cost / 1000 per scope).
+  phase_on = ns_per_call(n / 1000, [](long i) {
+               TRACE_STEP();
+               for (int k = 0; k < 1000; ++k) {
+                 TRACE_PHASE(forward);
+                 sink = i + k;
+               }
+             }) / 1000;
+  {  // All scopes in one step: the span list grows to n entries (reallocation and page faults included).
     TRACE_STEP();
-    phase_on = ns_per_call(n, [](long i) {
+    phase_huge = ns_per_call(n, [](long i) {
       TRACE_PHASE(forward);
       sink = i;
     });
@@ -53,7 +74,8 @@ int main(int argc, char** argv) {
   });
   steptrace::stop();
   std::printf("{\"iterations\":%ld,\"empty_loop_ns\":%.1f,\"phase_scope_not_running_ns\":%.1f,"
-              "\"phase_scope_ns\":%.1f,\"nested_phase_scope_ns\":%.1f,\"step_scope_ns\":%.1f}\n",
-              n, empty, phase_off, phase_on, nested_on, step_on);
+              "\"phase_scope_ns\":%.1f,\"phase_scope_one_step_ns\":%.1f,\"nested_phase_scope_ns\":%.1f,\"step_scope_ns\":%.1f,"
+              "\"clock_read_ns\":%.1f,\"nvtx_push_pop_ns\":%.1f,\"mutex_lock_unlock_ns\":%.1f}\n",
+              n, empty, phase_off, phase_on, phase_huge, nested_on, step_on, clock, nvtx, mutex);
   return 0;
 }

@@ -3,6 +3,9 @@
 //                                STEPTRACE_CUPTI, STEPTRACE_TRACE_EVERY)
 //   step_workloads_compiled_out  the same source with STEPTRACE_DISABLE (the macros compile to nothing)
 //   step_workloads_baseline      the same source without steptrace at all (STEPTRACE_BENCH_BASELINE)
+// In the instrumented build, BENCH_RAW_CUPTI=1 (with STEPTRACE_ENABLED=0) enables the same CUPTI
+// activity kinds steptrace uses, with a handler that only walks the records: CUPTI's own cost, the
+// floor under any record-based tool.
 //
 //   step_workloads --workload transformer|launch [--steps N] [--warmup W] [--layers L] [--batch B]
 //                  [--seq S] [--dmodel D] [--kernels K]
@@ -30,6 +33,9 @@
 #endif
 #endif
 
+#ifndef STEPTRACE_BENCH_BASELINE
+#include <cupti.h>
+#endif
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -395,6 +401,35 @@ class LaunchBound {
   float* buf_;
 };
 
+#ifndef STEPTRACE_BENCH_BASELINE
+void CUPTIAPI raw_request(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = 4u << 20;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+  *max_records = 0;
+}
+long raw_records = 0;
+void CUPTIAPI raw_complete(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* r = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) ++raw_records;
+  std::free(buffer);
+}
+const CUpti_ActivityKind raw_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                        CUPTI_ACTIVITY_KIND_MEMSET};
+bool raw_cupti_start() {
+  const char* v = std::getenv("BENCH_RAW_CUPTI");
+  if (!v || std::string(v) != "1") return false;
+  if (cuptiActivityRegisterCallbacks(raw_request, raw_complete) != CUPTI_SUCCESS) std::exit(3);
+  for (auto k : raw_kinds)
+    if (cuptiActivityEnable(k) != CUPTI_SUCCESS) std::exit(3);
+  cuptiActivityFlushPeriod(100);
+  return true;
+}
+void raw_cupti_stop() {
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  for (auto k : raw_kinds) cuptiActivityDisable(k);
+}
+#endif
+
 long status_kib(const char* key) {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -427,6 +462,7 @@ int main(int argc, char** argv) {
   cfg.log_path = "";  // STEPTRACE_LOG may set one
   cfg.summary = false;
   steptrace::start(cfg);
+  const bool raw = raw_cupti_start();
 #endif
   const char* every_env = std::getenv("STEPTRACE_TRACE_EVERY");
   const int every = every_env ? std::max(1, std::atoi(every_env)) : 1;
@@ -449,6 +485,7 @@ int main(int argc, char** argv) {
   }
 #ifndef STEPTRACE_BENCH_BASELINE
   steptrace::stop();
+  if (raw) raw_cupti_stop();
 #endif
   double sum = 0;
   for (double d : ms) sum += d;

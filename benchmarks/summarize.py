@@ -41,7 +41,7 @@ print(f"Device: {device}\n")
 
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
-ORDER = ["baseline", "compiled_out", "off", "host", "full", "sampled", "torch_profiler"]
+ORDER = ["baseline", "compiled_out", "off", "host", "cupti_floor", "full", "sampled", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -63,7 +63,10 @@ for workload in ["transformer", "launch", "gpt"]:
         ms = [r["mean_ms"] for r in runs.values()]
         ratios = [runs[k]["mean_ms"] / base[k]["mean_ms"] for k in runs if k in base]
         every = next(iter(runs.values()))["every"]
-        label = f"sampled (trace_every={every})" if m == "sampled" else m
+        label = {"sampled": f"sampled (trace_every={every})", "cupti_floor": "raw CUPTI, same record kinds (floor)",
+                 "host": "host (scopes, no CUPTI)", "full": "full attribution", "off": "off (STEPTRACE_ENABLED=0)",
+                 "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
+                 "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)"}.get(m, m)
         rmed = med(ratios)
         print(f"| {label} | {med(ms):.3f} | {min(ms):.3f} – {max(ms):.3f} | {rmed:.4f} | "
               f"{min(ratios):.4f} – {max(ratios):.4f} | {100 * (rmed - 1):+.2f} | {len(ms)} |")
@@ -103,7 +106,17 @@ if launch["full"] and launch["host"]:
     added = [(launch["full"][k]["mean_ms"] - launch["host"][k]["mean_ms"]) * 1e3 / lps
              for k in launch["full"] if k in launch["host"]]
     print(f"Launch-bound step: full attribution adds {med(added):.2f} µs per launch over scopes-only "
-          f"({min(added):.2f} – {max(added):.2f}), CUPTI's floor included.\n")
+          f"({min(added):.2f} – {max(added):.2f}), CUPTI's floor included.")
+    if launch["cupti_floor"]:
+        base = launch["baseline"]
+        floor = [(launch["cupti_floor"][k]["mean_ms"] - base[k]["mean_ms"]) * 1e3 / lps
+                 for k in launch["cupti_floor"] if k in base]
+        above = [(launch["full"][k]["mean_ms"] - launch["cupti_floor"][k]["mean_ms"]) * 1e3 / lps
+                 for k in launch["full"] if k in launch["cupti_floor"]]
+        print(f"Raw CUPTI (same record kinds) costs {med(floor):.2f} µs per launch over the baseline "
+              f"({min(floor):.2f} – {max(floor):.2f}); steptrace's full attribution costs {med(above):+.2f} µs per "
+              f"launch above that floor ({min(above):+.2f} – {max(above):+.2f}).")
+    print()
 
 # ---- host cost of a scope -------------------------------------------------------------------------
 sc = load_jsonl("scope_cost.jsonl")
@@ -112,10 +125,16 @@ if sc:
     print("| what | median | min – max |")
     print("|---|---|---|")
     for key, what in [("phase_scope_not_running_ns", "TRACE_PHASE, no session"),
-                      ("phase_scope_ns", "TRACE_PHASE, running"),
+                      ("phase_scope_ns", "TRACE_PHASE, running (steps of 1000 scopes)"),
+                      ("phase_scope_one_step_ns", "TRACE_PHASE, running, all in one step (span list grows to 2M)"),
                       ("nested_phase_scope_ns", "nested TRACE_PHASE (per scope)"),
-                      ("step_scope_ns", "TRACE_STEP")]:
-        xs = [r[key] for r in sc]
+                      ("step_scope_ns", "TRACE_STEP"),
+                      ("clock_read_ns", "its parts: one steady_clock::now()"),
+                      ("nvtx_push_pop_ns", "its parts: NVTX push + pop (no tool attached)"),
+                      ("mutex_lock_unlock_ns", "its parts: uncontended std::mutex lock + unlock")]:
+        xs = [r[key] for r in sc if key in r]
+        if not xs:
+            continue
         print(f"| {what} | {med(xs):.1f} | {min(xs):.1f} – {max(xs):.1f} |")
     print()
 

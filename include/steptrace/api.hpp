@@ -159,8 +159,8 @@ class PhaseScope {
     backend::nvtx::pop();
     auto& ts = details::thread_state();
     --ts.depth;
-    if (&ts == details::step_thread().load(std::memory_order_relaxed))
-      details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
+    span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
+    if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
     try {
       details::Session::instance().add_span(span_);
     } catch (...) {

@@ -13,7 +13,7 @@ inline constexpr uint16_t kMaxPhaseDepth = 32;
 /// Per-thread phase stack.
 struct ThreadState {
   uint16_t depth = 0;
-  PhaseId stack[kMaxPhaseDepth];
+  PhaseId stack[kMaxPhaseDepth] = {};  // all members initialised: constant-initialised TLS, no guard per access
   PhaseId innermost() const { return depth ? stack[depth - 1] : kNoPhase; }
 };
 inline ThreadState& thread_state() {

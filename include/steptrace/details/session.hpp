@@ -258,6 +258,7 @@ class Session {
       step_thread_phase().store(thread_state().innermost(), std::memory_order_relaxed);
       r.begin_ns = now;
       r.begin_unix_ns = unix_ns();
+      r.spans.reserve(16);
       r.traced = !tracing_failed_ && index % static_cast<uint64_t>(cfg_.trace_every) == 0;
       toggle = attribution_ && cfg_.trace_every > 1 && !tracing_failed_ && r.traced != tracing_;
       if (toggle) tracing_ = r.traced;
@@ -308,9 +309,7 @@ class Session {
       ++r.spans_dropped;
       return;
     }
-    PhaseSpan s = span;
-    s.on_step_thread = step_thread().load(std::memory_order_relaxed) == &thread_state();
-    r.spans.push_back(s);
+    r.spans.push_back(span);  // span.on_step_thread: set by the scope
   }
 
   void record_scalar(std::string name, double value) {
