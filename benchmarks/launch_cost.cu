@@ -8,6 +8,11 @@
 //                              external correlation ids needs)
 //         steptrace_host       steptrace with cupti=off (step + phase scopes only)
 //         steptrace            steptrace full attribution (activity + launch-site callbacks)
+//         steptrace_untraced   steptrace with trace_every: the measured step is one not traced
+//   What is left of CUPTI's cost once it is switched off (the warm-up step runs with it on):
+//         activity_disabled    CONCURRENT_KERNEL enabled, then disabled
+//         subscribed_disabled  a callback subscriber with the runtime and driver domains enabled, then disabled
+//         finalized            both, then disabled, unsubscribed and cuptiFinalize()d
 // Prints one JSON object: host ns per launch (launch loop only) and wall ns per launch (with sync).
 #include <steptrace/steptrace.hpp>
 
@@ -28,6 +33,7 @@ void CUPTIAPI request(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
   *max_records = 0;
 }
+void CUPTIAPI noop_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 void CUPTIAPI complete(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* r = nullptr;
   size_t n = 0;
@@ -45,26 +51,51 @@ int main(int argc, char** argv) {
   cudaFree(nullptr);
   empty_kernel<<<1, 32>>>();
   cudaDeviceSynchronize();
-  if (mode == "activity" || mode == "activity_api") {
+  const bool raw_activity = mode == "activity" || mode == "activity_api" || mode == "activity_disabled" || mode == "finalized";
+  const bool subscribes = mode == "subscribed_disabled" || mode == "finalized";
+  const bool uses_steptrace = mode == "steptrace" || mode == "steptrace_host" || mode == "steptrace_untraced";
+  CUpti_SubscriberHandle subscriber = nullptr;
+  if (raw_activity) {
     cuptiActivityRegisterCallbacks(request, complete);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (mode == "activity_api") {
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
     }
-  } else if (mode == "steptrace" || mode == "steptrace_host") {
+  }
+  if (subscribes) {
+    cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(noop_callback), nullptr);
+    cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
+    cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
+  }
+  if (uses_steptrace) {
     steptrace::Config cfg;
     cfg.log_path = "";
     cfg.summary = false;
     if (mode == "steptrace_host") cfg.cupti = "off";
+    if (mode == "steptrace_untraced") cfg.trace_every = 1 << 30;  // step 0 traced, step 1 (measured) not
     steptrace::start(cfg);
-  } else if (mode != "none") {
+  } else if (!raw_activity && !subscribes && mode != "none") {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
   }
+  // After the warm-up step: switch CUPTI off in the ways being compared.
+  auto switch_off = [&] {
+    cudaDeviceSynchronize();
+    if (mode == "activity_disabled" || mode == "finalized") {
+      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+    if (subscribes) cuptiEnableAllDomains(0, subscriber);
+    if (mode == "finalized") {
+      cuptiUnsubscribe(subscriber);
+      cuptiFinalize();
+    }
+  };
   // warm-up step, then the measured one
   double host_ns = 0, wall_ns = 0;
   for (int rep = 0; rep < 2; ++rep) {
+    if (rep == 1) switch_off();
     TRACE_STEP();
     TRACE_PHASE(forward);
     const double t0 = now_ns();
@@ -75,7 +106,7 @@ int main(int argc, char** argv) {
     host_ns = (t1 - t0) / launches;
     wall_ns = (t2 - t0) / launches;
   }
-  if (mode == "steptrace" || mode == "steptrace_host") steptrace::stop();
+  if (uses_steptrace) steptrace::stop();
   if (mode == "activity" || mode == "activity_api") cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   const cudaError_t e = cudaGetLastError();
   std::printf("{\"mode\":\"%s\",\"launches\":%d,\"host_ns_per_launch\":%.1f,\"wall_ns_per_launch\":%.1f,\"cuda\":\"%s\"}\n",

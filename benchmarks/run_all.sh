@@ -2,6 +2,7 @@
 # Every overhead measurement of benchmarks/README.md, on a GPU machine, modes interleaved run by run.
 #   benchmarks/run_all.sh OUT_DIR [REPEATS] [PARTS...]
 # PARTS (default all): scope launch_cost transformer launch memory gpt
+# MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full".
 # Writes OUT_DIR/runs.csv (one row per run), scope_cost.jsonl, launch_cost.jsonl, and OUT_DIR/table.md
 # (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -44,14 +45,14 @@ if want launch_cost; then
 fi
 if want transformer; then
   for r in $(seq "$repeats"); do
-    for mode in baseline compiled_out off host cupti_floor full sampled; do
+    for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled}; do
       workload_run "$mode" 10 "$r" --workload transformer --steps 30 --warmup 5
     done
   done
 fi
 if want launch; then
   for r in $(seq "$repeats"); do
-    for mode in baseline compiled_out off host cupti_floor full sampled; do
+    for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled}; do
       workload_run "$mode" 50 "$r" --workload launch --kernels 10000 --steps 100 --warmup 10
     done
   done

@@ -87,7 +87,8 @@ if lc:
     print("### Host ns per kernel launch (`launch_cost`, 50 000 empty kernels)\n")
     print("| mode | median | min – max | runs |")
     print("|---|---|---|---|")
-    for m in ["none", "activity", "activity_api", "steptrace_host", "steptrace"]:
+    for m in ["none", "activity", "activity_api", "steptrace_host", "steptrace", "steptrace_untraced",
+              "activity_disabled", "subscribed_disabled", "finalized"]:
         if per[m]:
             print(f"| {m} | {med(per[m]):.0f} | {min(per[m]):.0f} – {max(per[m]):.0f} | {len(per[m])} |")
     by_repeat = defaultdict(dict)

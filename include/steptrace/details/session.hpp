@@ -43,6 +43,7 @@ inline constexpr std::size_t kMaxScalarsPerStep = 256;
 // line is not declared incomplete before its records have had that long.
 inline constexpr double kMinRecordLagMs = 150;
 inline constexpr std::size_t kMaxMemorySamples = 4096;
+inline constexpr double kFlushIntervalMs = 20;
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
   std::vector<std::pair<std::string, std::string>> env;
@@ -441,7 +442,13 @@ class Session {
   /// runs: that returns records of kernels still running, with no end time.
   void collect_gpu_records() {
     auto& collector = backend::cupti::Collector::instance();
-    if (!waiting_.empty()) collector.flush();
+    // CUPTI hands over full buffers by itself every 100 ms; while a line waits, ask for the completed
+    // ones sooner, but at most every kFlushIntervalMs (a flush walks CUPTI's buffers and costs time).
+    const int64_t now = monotonic_ns();
+    if (!waiting_.empty() && now - last_flush_ns_ >= static_cast<int64_t>(kFlushIntervalMs * 1e6)) {
+      collector.flush();
+      last_flush_ns_ = now;
+    }
     auto d = collector.drain();
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
@@ -629,6 +636,7 @@ class Session {
   Attributor attributor_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
+  int64_t last_flush_ns_ = 0;
   std::unordered_map<std::string, std::string> demangled_;
 };
 
