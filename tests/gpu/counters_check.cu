@@ -1,0 +1,177 @@
+// counters_check - known kernels against steptrace's PM sampler (and, with --ncu, one launch of each
+// kernel for Nsight Compute to measure the same metrics). Prints one JSON object.
+//
+//   counters_check [--interval-us N]   PM sampling over each workload's window (~100 ms each)
+//   counters_check --ncu               no sampling; each kernel once, for
+//       ncu --metrics sm__cycles_active.avg.pct_of_peak_sustained_elapsed,... counters_check --ncu
+//
+// Workloads: one block spinning (sm_active = 1/numSMs), a full grid of FMA loops (sm_active ~ 1,
+// tensor ~ 0), cuBLAS bf16 GEMMs (tensor pipe busy), a device-to-device copy kernel (DRAM busy).
+#include <steptrace/backend/cupti/pm_sampler.hpp>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CHECK_CUDA(call)                                                                          \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+namespace {
+__global__ void spin(long long cycles, int* sink) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (threadIdx.x == 0 && sink) *sink = 1;
+}
+__global__ void fma_loop(float* out, int iters) {
+  float a = threadIdx.x * 1e-3f, b = 1.0001f, c = 0.9999f;
+  for (int i = 0; i < iters; ++i) {
+    a = fmaf(a, b, c);
+    c = fmaf(c, b, a);
+  }
+  if (a == 12345.f) out[threadIdx.x] = a + c;
+}
+__global__ void copy_kernel(const float4* __restrict__ in, float4* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) out[i] = in[i];
+}
+
+uint64_t gpu_now() {
+  uint64_t t = 0;
+  cuptiGetTimestamp(&t);
+  return t;
+}
+
+struct Window {
+  std::string name;
+  uint64_t begin = 0, end = 0;
+};
+
+// Time-weighted mean of one metric over the samples inside [begin, end], the first and last sample
+// (partly outside) left out.
+double mean_in(const std::vector<steptrace::backend::cupti::PmSample>& samples, const Window& w,
+               double steptrace::backend::cupti::PmSample::*field, int* count) {
+  double sum = 0, weight = 0;
+  *count = 0;
+  for (const auto& s : samples) {
+    if (s.start_ns < w.begin || s.end_ns > w.end || std::isnan(s.*field)) continue;
+    const double d = double(s.end_ns - s.start_ns);
+    sum += d * s.*field;
+    weight += d;
+    ++*count;
+  }
+  return weight > 0 ? sum / weight : std::nan("");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool ncu = false;
+  uint64_t interval_us = 1000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ncu") ncu = true;
+    else if (a == "--interval-us" && i + 1 < argc) interval_us = std::strtoull(argv[++i], nullptr, 10);
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("{\"error\":\"no CUDA device\"}\n");
+    return 1;
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  int clock_khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  const long long ms = clock_khz;  // cycles per ms at the reported clock
+  int* sink;
+  float* out;
+  CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
+  CHECK_CUDA(cudaMalloc(&out, 4096 * sizeof(float)));
+  const int n = 8192;
+  __nv_bfloat16 *A, *B, *C;
+  CHECK_CUDA(cudaMalloc(&A, sizeof(__nv_bfloat16) * n * n));
+  CHECK_CUDA(cudaMalloc(&B, sizeof(__nv_bfloat16) * n * n));
+  CHECK_CUDA(cudaMalloc(&C, sizeof(__nv_bfloat16) * n * n));
+  CHECK_CUDA(cudaMemset(A, 0, sizeof(__nv_bfloat16) * n * n));
+  CHECK_CUDA(cudaMemset(B, 0, sizeof(__nv_bfloat16) * n * n));
+  const size_t copy_bytes = size_t(1) << 30;
+  float4 *src, *dst;
+  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
+  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
+  CHECK_CUDA(cudaMemset(src, 0, copy_bytes));
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return 1;
+  const float one = 1.f, zero = 0.f;
+  auto gemm = [&] {
+    cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B, CUDA_R_16BF, n, &zero, C,
+                 CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  gemm();  // warm-up: cuBLAS picks its kernel
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  steptrace::backend::cupti::PmSampler sampler;
+  std::string err;
+  if (!ncu) err = sampler.start(0, interval_us * 1000);
+  std::vector<Window> windows;
+  std::vector<steptrace::backend::cupti::PmSample> samples;
+  // Each workload runs ~100 ms (one launch each in --ncu mode), with a gap between them.
+  auto run = [&](const char* name, auto&& body, int reps) {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    Window w{name, gpu_now(), 0};
+    for (int r = 0; r < (ncu ? 1 : reps); ++r) body();
+    CHECK_CUDA(cudaDeviceSynchronize());
+    w.end = gpu_now();
+    windows.push_back(w);
+    if (sampler.running()) {
+      const std::string e = sampler.poll(samples);
+      if (!e.empty() && err.empty()) err = e;
+    }
+  };
+  run("one_block", [&] { spin<<<1, 128>>>(100 * ms, sink); }, 1);
+  run("full_grid_fma", [&] { fma_loop<<<prop.multiProcessorCount * 8, 256>>>(out, 1 << 16); }, 20);
+  run("gemm_bf16", gemm, 60);
+  run("d2d_copy", [&] { copy_kernel<<<prop.multiProcessorCount * 4, 512>>>(src, dst, copy_bytes / sizeof(float4)); }, 40);
+  if (sampler.running()) {
+    const std::string e = sampler.poll(samples);
+    if (!e.empty() && err.empty()) err = e;
+  }
+
+  std::printf("{\"device\":\"%s\",\"sm_count\":%d,\"mode\":\"%s\",\"interval_us\":%llu,", prop.name,
+              prop.multiProcessorCount, ncu ? "ncu" : "pm_sampling", (unsigned long long)interval_us);
+  if (!ncu) {
+    std::printf("\"error\":\"%s\",\"chip\":\"%s\",\"metrics\":\"%s\",\"samples\":%zu,\"overflows\":%llu,",
+                err.c_str(), sampler.chip().c_str(), sampler.describe().c_str(), samples.size(),
+                (unsigned long long)sampler.overflows());
+    if (!samples.empty())
+      std::printf("\"first_sample\":[%llu,%llu],\"windows_span\":[%llu,%llu],",
+                  (unsigned long long)samples.front().start_ns, (unsigned long long)samples.front().end_ns,
+                  (unsigned long long)windows.front().begin, (unsigned long long)windows.back().end);
+  }
+  std::printf("\"workloads\":{");
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const auto& w = windows[i];
+    int c1 = 0, c2 = 0, c3 = 0, c4 = 0;
+    using S = steptrace::backend::cupti::PmSample;
+    const double sm = mean_in(samples, w, &S::sm_active, &c1), tc = mean_in(samples, w, &S::tensor_active, &c2),
+                 dr = mean_in(samples, w, &S::dram, &c3), oc = mean_in(samples, w, &S::occupancy, &c4);
+    auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
+    std::printf("%s\"%s\":{\"ms\":%.3f,\"samples\":%d,\"sm_active\":%s,\"tensor_active\":%s,\"dram\":%s,\"occupancy\":%s}",
+                i ? "," : "", w.name.c_str(), double(w.end - w.begin) / 1e6, c1, num(sm).c_str(), num(tc).c_str(),
+                num(dr).c_str(), num(oc).c_str());
+  }
+  std::printf("}}\n");
+  sampler.stop();
+  cublasDestroy(blas);
+  return err.empty() || ncu ? 0 : 3;
+}
