@@ -28,6 +28,7 @@ workload_run() {
     off) env+=(STEPTRACE_ENABLED=0) ;;
     host) env+=(STEPTRACE_CUPTI=off) ;;
     full) ;;
+    full_nocounters) env+=(STEPTRACE_COUNTERS=off) ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
     cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=1) ;;
   esac

@@ -41,7 +41,7 @@ print(f"Device: {device}\n")
 
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
-ORDER = ["baseline", "compiled_out", "off", "host", "cupti_floor", "full", "sampled", "torch_profiler"]
+ORDER = ["baseline", "compiled_out", "off", "host", "cupti_floor", "full_nocounters", "full", "sampled", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -64,7 +64,8 @@ for workload in ["transformer", "launch", "gpt"]:
         ratios = [runs[k]["mean_ms"] / base[k]["mean_ms"] for k in runs if k in base]
         every = next(iter(runs.values()))["every"]
         label = {"sampled": f"sampled (trace_every={every})", "cupti_floor": "raw CUPTI, same record kinds (floor)",
-                 "host": "host (scopes, no CUPTI)", "full": "full attribution", "off": "off (STEPTRACE_ENABLED=0)",
+                 "host": "host (scopes, no CUPTI)", "full": "full attribution (+ PM sampling counters)",
+                 "full_nocounters": "full attribution, counters off", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
                  "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)"}.get(m, m)
         rmed = med(ratios)

@@ -31,6 +31,9 @@ struct Config {
   std::string gpu = "auto";              // STEPTRACE_GPU: auto | off (off: never touch CUDA)
   int device = -1;                       // STEPTRACE_DEVICE: CUDA device; -1 = the current device at start()
   std::string cupti = "auto";            // STEPTRACE_CUPTI: auto | off (off: host timings and memory only)
+  std::string counters = "auto";         // STEPTRACE_COUNTERS: auto | off. Hardware counters by CUPTI PM sampling
+                                         // (needs cupti=auto); off: sm_activity etc. stay null
+  double counters_interval_us = 1000;    // STEPTRACE_COUNTERS_INTERVAL_US: PM sampling period (GPU time)
   int trace_every = 1;                   // STEPTRACE_TRACE_EVERY: CUPTI attributes every N-th step (steps N*k);
                                          // between them CUPTI is switched off and lines carry host timings
   int max_lag_steps = 2;                 // STEPTRACE_MAX_LAG_STEPS: a line waits for its GPU records at most
@@ -95,6 +98,8 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     else if (key == "DTYPE") cfg.dtype = value;
     else if (key == "GPU") cfg.gpu = value;
     else if (key == "CUPTI") cfg.cupti = value;
+    else if (key == "COUNTERS") cfg.counters = value;
+    else if (key == "COUNTERS_INTERVAL_US") ok = details::parse_double(value, d) && (cfg.counters_interval_us = d, true);
     else if (key == "MAX_LAG_STEPS") ok = details::parse_int(value, i) && (cfg.max_lag_steps = static_cast<int>(i), true);
     else if (key == "MAX_LAG_MS") ok = details::parse_double(value, d) && (cfg.max_lag_ms = d, true);
     else if (key == "TRACE_EVERY") ok = details::parse_int(value, i) && (cfg.trace_every = static_cast<int>(i), true);
@@ -154,6 +159,15 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   if (cfg.cupti != "auto" && cfg.cupti != "off") {
     errors.push_back({"cupti", "unknown value '" + cfg.cupti + "' (auto, off); using auto"});
     cfg.cupti = defaults.cupti;
+  }
+  if (cfg.counters != "auto" && cfg.counters != "off") {
+    errors.push_back({"counters", "unknown value '" + cfg.counters + "' (auto, off); using auto"});
+    cfg.counters = defaults.counters;
+  }
+  if (!(cfg.counters_interval_us >= 20 && cfg.counters_interval_us <= 1e6)) {
+    errors.push_back({"counters_interval_us", "must be within [20, 1000000] microseconds; using " +
+                                                  std::to_string(defaults.counters_interval_us)});
+    cfg.counters_interval_us = defaults.counters_interval_us;
   }
   if (cfg.max_lag_steps < 0) {
     errors.push_back({"max_lag_steps", "must be >= 0; using " + std::to_string(defaults.max_lag_steps)});

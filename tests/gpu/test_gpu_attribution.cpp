@@ -1,4 +1,5 @@
 // Runs gpu_workloads (label gpu) and checks steptrace's attribution against answers known in advance.
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -38,6 +39,21 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
   // before start(): the two memsets and the graph capture are not in any step
   CHECK_FALSE(lines[0]["gpu"].contains("before_first_step_records"));
 
+  SECTION("hardware counters: on every line, and the one-block phase's SM activity is 1/numSMs") {
+    for (const auto& l : lines) {
+      INFO("step " << l["global_step"]);
+      REQUIRE(l["counters"].is_object());
+      CHECK(int(l["counters"]["samples"]) >= 1);
+      CHECK(l["sm_activity"].is_number());
+      // NVML: power and SM clock where the driver gives them (device_state null says why otherwise)
+      if (l["device_state"].is_object()) CHECK(double(l["device_state"]["sm_clock_mhz_mean"]) > 0);
+      else CHECK(std::string(l["null_reasons"]["device_state"]).size() > 0);
+    }
+    const auto c = phase_gpu(lines[0], "one_block")["counters"];
+    CHECK(std::abs(double(c["sm_activity"]) - 1.0 / sms) < 0.01);
+    CHECK(double(c["tensor_core_or_pipe_utilization"]) < 0.01);
+    CHECK(double(phase_gpu(lines[1], "full_grid")["counters"]["sm_activity"]) > 0.5);
+  }
   SECTION("one block: SM efficiency is exactly 1/numSMs") {
     const auto g = phase_gpu(lines[0], "one_block");
     CHECK(g["kernels"] == 1);
@@ -136,4 +152,23 @@ TEST_CASE("sampled attribution: every other step traced, every step has its line
       CHECK_FALSE(l["phases"]["work"].contains("gpu"));
     }
   }
+}
+
+TEST_CASE("hardware counters of known kernels (PM sampling)", "[gpu]") {
+  const std::string out = "counters_check.json";
+  REQUIRE(std::system((std::string(STEPTRACE_COUNTERS_CHECK) + " > " + out).c_str()) == 0);
+  std::ifstream in(out);
+  const auto r = nlohmann::json::parse(in);
+  INFO(r.dump());
+  REQUIRE(r["error"] == "");
+  CHECK(r["overflows"] == 0);
+  const int sms = r["sm_count"];
+  const auto& w = r["workloads"];
+  CHECK(int(w["one_block"]["samples"]) >= 50);  // ~100 ms at 1 ms
+  CHECK(std::abs(double(w["one_block"]["sm_active"]) - 1.0 / sms) < 0.005);
+  CHECK(double(w["full_grid_fma"]["sm_active"]) > 0.95);
+  CHECK(double(w["full_grid_fma"]["tensor_active"]) < 0.02);
+  CHECK(double(w["gemm_bf16"]["tensor_active"]) > 0.5);
+  CHECK(double(w["d2d_copy"]["dram"]) > 0.5);
+  CHECK(double(w["d2d_copy"]["tensor_active"]) < 0.02);
 }

@@ -19,18 +19,6 @@ namespace steptrace {
 
 // ---- pure interval functions ------------------------------------------------------------------
 
-/// Sorted, disjoint union of intervals.
-inline std::vector<Interval> merge_intervals(std::vector<Interval> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<Interval> out;
-  for (const auto& iv : v) {
-    if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
-    else out.push_back(iv);
-  }
-  return out;
-}
-
 /// Length of the intersection of two sorted disjoint interval lists.
 inline int64_t intersection_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {
   int64_t total = 0;
@@ -116,6 +104,7 @@ struct PhaseGpu {
   double occupancy = 0;      // kernel-time-weighted estimate; 0 if unknown
   CopyTotals copies[kCopyKindCount];
   std::vector<TopKernel> top_kernels;
+  std::vector<Interval> busy;  // the phase's GPU busy intervals (merged), for hardware-counter attribution
 };
 
 struct StepGpu {
@@ -342,7 +331,9 @@ class Attributor {
     g.sm_efficiency = time_weighted_sm_efficiency(weighted_all);
     g.nccl_exposed_ns = exposed_time(comm, compute);
     for (auto& [phase, pg] : g.phases) {
-      pg.busy_ns = union_length(phase_busy[phase]);
+      pg.busy = merge_intervals(std::move(phase_busy[phase]));
+      pg.busy_ns = 0;
+      for (const auto& [b, e] : pg.busy) pg.busy_ns += e - b;
       pg.sm_efficiency = time_weighted_sm_efficiency(phase_weighted[phase]);
       pg.occupancy = pg.kernel_ns > 0 ? occupancy_weighted[phase] / static_cast<double>(pg.kernel_ns) : 0;
       std::vector<TopKernel> top;

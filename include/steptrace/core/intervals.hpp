@@ -29,6 +29,18 @@ inline int64_t union_length(std::vector<Interval> intervals) {
   return total;
 }
 
+/// Sorted, disjoint union of intervals.
+inline std::vector<Interval> merge_intervals(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<Interval> out;
+  for (const auto& iv : intervals) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
 /// Clips an interval to [lo, hi); an empty result has second <= first.
 inline Interval clip(Interval iv, int64_t lo, int64_t hi) {
   return {std::max(iv.first, lo), std::min(iv.second, hi)};

@@ -3,12 +3,15 @@
 #pragma once
 #include <algorithm>
 #include <ctime>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attribution.hpp"
+#include "counters.hpp"
+#include "device_state.hpp"
 #include "diagnosis.hpp"
 #include "json_writer.hpp"
 #include "phase.hpp"
@@ -66,6 +69,11 @@ struct StepLineInput {
   std::optional<StepGpu> gpu;            // CUPTI attribution of the step's launches
   std::string gpu_null_reason;           // why there is none
   std::string counters_null_reason;      // why sm_activity, memory_bandwidth_utilization, tensor... are null
+  std::optional<CounterSummary> counters;             // PM sampling over the step's window
+  std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
+  double counters_interval_us = 0;
+  std::optional<DeviceStateSummary> device_state;     // NVML readings within the step
+  std::string device_state_null_reason;
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
   StepShares shares;
   Diagnosis diagnosis;
@@ -165,9 +173,51 @@ inline std::string make_step_line(const StepLineInput& in) {
       null_reasons.emplace_back(name, in.gpu_null_reason);
     }
   }
-  for (const char* name : {"sm_activity", "memory_bandwidth_utilization", "tensor_core_or_pipe_utilization"}) {
-    w.key(name).null();
-    null_reasons.emplace_back(name, in.counters_null_reason);
+  {
+    // Hardware counters (PM sampling): a field is null when counters are off/unavailable, or when the
+    // chip offers no such metric, or no sample has covered the step yet.
+    const std::optional<double> none;
+    const CounterSummary* c = in.counters ? &*in.counters : nullptr;
+    const std::pair<const char*, const std::optional<double>*> fields[] = {
+        {"sm_activity", c ? &c->sm_active : &none},
+        {"memory_bandwidth_utilization", c ? &c->dram : &none},
+        {"tensor_core_or_pipe_utilization", c ? &c->tensor_active : &none}};
+    for (const auto& [name, v] : fields) {
+      w.field(name, *v);
+      if (!*v)
+        null_reasons.emplace_back(name, c ? (c->samples ? "this metric is not available from PM sampling on this GPU"
+                                                        : "no PM sample covered this step")
+                                          : in.counters_null_reason);
+    }
+    w.key("counters");
+    if (c) {
+      w.begin_object().field("source", "cupti_pm_sampling").field("interval_us", in.counters_interval_us);
+      w.field("samples", c->samples).field("coverage", c->coverage).field("occupancy", c->occupancy);
+      w.end_object();
+    } else {
+      w.null();
+      null_reasons.emplace_back("counters", in.counters_null_reason);
+    }
+    w.key("device_state");
+    if (in.device_state) {
+      const DeviceStateSummary& d = *in.device_state;
+      w.begin_object().field("samples", d.samples);
+      w.field("power_w_mean", d.power_w_mean).field("power_w_max", d.power_w_max);
+      w.field("sm_clock_mhz_mean", d.sm_clock_mhz_mean).field("sm_clock_mhz_min", d.sm_clock_mhz_min);
+      w.field("temperature_c_max", d.temperature_c_max);
+      w.key("clock_event_reasons");
+      if (d.clock_event_reasons) {
+        w.begin_array();
+        for (const auto& r : clock_event_reason_names(*d.clock_event_reasons)) w.value(r);
+        w.end_array();
+      } else {
+        w.null();
+      }
+      w.end_object();
+    } else {
+      w.null();
+      null_reasons.emplace_back("device_state", in.device_state_null_reason);
+    }
   }
   w.field("traced", in.gpu.has_value());
   w.key("gpu");
@@ -292,6 +342,15 @@ inline std::string make_step_line(const StepLineInput& in) {
         w.field("sm_efficiency", t.sm_efficiency).end_object();
       }
       w.end_array();
+      auto pc = in.phase_counters.find(id);
+      if (pc != in.phase_counters.end()) {
+        const CounterSummary& c = pc->second;
+        w.key("counters").begin_object();
+        w.field("sm_activity", c.sm_active).field("tensor_core_or_pipe_utilization", c.tensor_active);
+        w.field("memory_bandwidth_utilization", c.dram).field("occupancy", c.occupancy);
+        w.field("samples", c.samples).field("coverage", c.coverage);
+        w.end_object();
+      }
       w.end_object();
     }
     w.end_object();

@@ -22,8 +22,12 @@
 #include <unordered_map>
 
 #include "../backend/cupti/collector.hpp"
+#include "../backend/cupti/pm_sampler.hpp"
 #include "../backend/device.hpp"
+#include "../backend/nvml.hpp"
 #include "../core/attribution.hpp"
+#include "../core/counters.hpp"
+#include "../core/device_state.hpp"
 #include "../config.hpp"
 #include "../core/clock.hpp"
 #include "../core/records.hpp"
@@ -44,6 +48,7 @@ inline constexpr std::size_t kMaxScalarsPerStep = 256;
 inline constexpr double kMinRecordLagMs = 150;
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 inline constexpr double kFlushIntervalMs = 20;
+inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
   std::vector<std::pair<std::string, std::string>> env;
@@ -116,9 +121,26 @@ class Session {
         warn_once("cupti", gpu_null_reason_ + "; falling back to host timings");
       }
     }
-    counters_null_reason_ = run_.device ? "hardware counters (PM sampling) are not read by this version; "
-                                          "gpu.sm_efficiency is the launch-geometry estimate"
-                                        : "no GPU measured: " + run_.device_null_reason;
+    counters_on_ = false;
+    if (!run_.device) {
+      counters_null_reason_ = "no GPU measured: " + run_.device_null_reason;
+    } else if (cfg_.counters == "off") {
+      counters_null_reason_ = "hardware counters switched off (counters=off / STEPTRACE_COUNTERS=off)";
+    } else if (cfg_.cupti == "off") {
+      counters_null_reason_ = "hardware counters are read through CUPTI, switched off (cupti=off / STEPTRACE_CUPTI=off)";
+    } else {
+      const std::string err =
+          pm_.start(run_.device->index, static_cast<uint64_t>(cfg_.counters_interval_us * 1000.0));
+      if (err.empty()) {
+        counters_on_ = true;
+        counters_null_reason_.clear();
+        logger()->info("hardware counters: CUPTI PM sampling every {} us on {} ({})", cfg_.counters_interval_us,
+                       pm_.chip(), pm_.describe());
+      } else {
+        counters_null_reason_ = "hardware counters unavailable: " + err + "; gpu.sm_efficiency is the launch-geometry estimate";
+        warn_once("counters", counters_null_reason_);
+      }
+    }
     peak_ = resolve_peak_flops(run_.device ? std::optional<std::string_view>(run_.device->name) : std::nullopt,
                                *parse_dtype(cfg_.dtype), cfg_.peak_flops);
     if (cfg_.flops_per_token > 0 && !peak_.flops_per_second)
@@ -152,6 +174,9 @@ class Session {
     attributor_ = Attributor{};
     waiting_.clear();
     gpu_dropped_records_ = 0;
+    counter_samples_.clear();
+    latest_counter_end_ns_ = 0;
+    device_states_.clear();
     lines_written_ = lines_failed_ = 0;
     memory_samples_.clear();
     window_ = Window{};
@@ -206,6 +231,8 @@ class Session {
     }
     queue_cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    if (counters_on_) pm_.stop();
+    counters_on_ = false;
     if (attribution_) backend::cupti::Collector::instance().stop();  // disabled and detached: full speed again
     attribution_ = false;
     file_.close();
@@ -413,6 +440,7 @@ class Session {
       memory_null_reason_ = run_.device_null_reason.empty() ? "no GPU" : run_.device_null_reason;
     }
     if (sample_memory) take_memory_sample(sample_memory);  // a first reading before any step ends
+    open_device_state();
     const auto period = std::chrono::microseconds(static_cast<int64_t>(cfg_.memory_sample_ms * 1000));
     // While a line waits for its GPU records, look more often than the memory period.
     const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
@@ -427,13 +455,77 @@ class Session {
         stopping = stopping_;
       }
       if (sample_memory) take_memory_sample(sample_memory);
+      take_device_state();
       for (auto& record : batch) waiting_.push_back(std::move(record));
       if (attribution_) collect_gpu_records();
+      if (counters_on_) collect_counter_samples();
       emit_ready(stopping);
       if (stopping) {
         std::lock_guard<std::mutex> lock(queue_mutex_);
         if (queue_.empty() && waiting_.empty()) break;
       }
+    }
+    nvml_.close();
+  }
+
+  /// NVML for power, clocks, temperature and clock-event reasons (background thread).
+  void open_device_state() {
+    nvml_on_ = false;
+    if (!run_.device) {
+      device_state_null_reason_ = "no GPU measured: " + run_.device_null_reason;
+      return;
+    }
+    char bus[64] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, run_.device->index) != cudaSuccess) {
+      (void)cudaGetLastError();
+      device_state_null_reason_ = "cudaDeviceGetPCIBusId failed";
+      return;
+    }
+    const std::string err = nvml_.open(bus);
+    if (!err.empty()) {
+      device_state_null_reason_ = "NVML unavailable: " + err;
+      warn_once("nvml", device_state_null_reason_ + "; power, clocks and temperature are null");
+      return;
+    }
+    nvml_on_ = true;
+    device_state_null_reason_.clear();
+  }
+
+  void take_device_state() {
+    if (!nvml_on_) return;
+    const int64_t now = monotonic_ns();
+    if (!device_states_.empty() && now - device_states_.back().time_ns < static_cast<int64_t>(cfg_.memory_sample_ms * 1e6)) return;
+    device_states_.push_back(nvml_.read(now));
+    if (device_states_.size() > kMaxMemorySamples) device_states_.pop_front();
+  }
+
+  /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
+  /// offset between the host clock and the CUPTI clock the samples are stamped with.
+  void collect_counter_samples() {
+    uint64_t cupti_now = 0;
+    const int64_t h0 = monotonic_ns();
+    cuptiGetTimestamp(&cupti_now);
+    const int64_t h1 = monotonic_ns();
+    gpu_clock_offset_ns_ = static_cast<int64_t>(cupti_now) - (h0 + (h1 - h0) / 2);
+    std::vector<backend::cupti::PmSample> fresh;
+    const std::string err = pm_.poll(fresh);
+    for (const auto& p : fresh) {
+      CounterSample c;
+      c.start_ns = static_cast<int64_t>(p.start_ns);
+      c.end_ns = static_cast<int64_t>(p.end_ns);
+      c.sm_active = p.sm_active;
+      c.tensor_active = p.tensor_active;
+      c.dram = p.dram;
+      c.occupancy = p.occupancy;
+      latest_counter_end_ns_ = std::max(latest_counter_end_ns_, c.end_ns);
+      counter_samples_.push_back(c);
+      if (counter_samples_.size() > kMaxCounterSamples) counter_samples_.pop_front();
+    }
+    if (!err.empty()) {
+      counters_on_ = false;  // the worker owns it from here on; stop() sees it off
+      pm_.stop();
+      counters_null_reason_ = "hardware counters stopped: " + err;
+      warn_once("counters.poll", counters_null_reason_);
     }
   }
 
@@ -477,7 +569,8 @@ class Session {
         const bool overdue =
             (waiting_.size() > static_cast<std::size_t>(cfg_.max_lag_steps) && waited_ms >= kMinRecordLagMs) ||
             waited_ms >= cfg_.max_lag_ms || waiting_.size() > cfg_.max_pending_steps;
-        if (!complete && !overdue && !stopping) return;
+        const bool counters_in = !counters_on_ || latest_counter_end_ns_ >= r.end_ns + gpu_clock_offset_ns_;
+        if ((!complete || !counters_in) && !overdue && !stopping) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping);
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle(t.name);
@@ -512,6 +605,20 @@ class Session {
     }
     memory_samples_.push_back(*s);
     if (memory_samples_.size() > kMaxMemorySamples) memory_samples_.pop_front();
+  }
+
+  /// Hardware counters over the step's window (host times moved to the CUPTI clock) and over each
+  /// phase's GPU busy intervals; drops samples that ended before this step.
+  void attribute_counters(const StepRecord& r, StepLineInput& in) {
+    const int64_t b = r.begin_ns + gpu_clock_offset_ns_, e = r.end_ns + gpu_clock_offset_ns_;
+    in.counters = summarize_counters(counter_samples_, Interval{b, e});
+    in.counters_interval_us = cfg_.counters_interval_us;
+    if (in.gpu)
+      for (const auto& [id, pg] : in.gpu->phases)
+        if (!pg.busy.empty()) in.phase_counters[id] = summarize_counters(counter_samples_, pg.busy);
+    while (!counter_samples_.empty() && counter_samples_.front().end_ns < b) counter_samples_.pop_front();
+    // device_states_: keep the latest reading before this step (fallback for a short next step).
+    while (device_states_.size() > 1 && device_states_[1].time_ns <= r.begin_ns) device_states_.pop_front();
   }
 
   MemoryObservation observe_memory(const StepRecord& r) {
@@ -550,6 +657,9 @@ class Session {
       in.gpu = std::move(gpu);
       in.gpu_null_reason = untraced.empty() ? gpu_null_reason_ : untraced;
       in.counters_null_reason = counters_null_reason_;
+      if (counters_on_ || !counter_samples_.empty()) attribute_counters(r, in);
+      if (nvml_on_) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.end_ns);
+      in.device_state_null_reason = device_state_null_reason_;
       in.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       {
         std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -638,6 +748,17 @@ class Session {
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
   std::unordered_map<std::string, std::string> demangled_;
+
+  // Hardware counters (PM sampling) and device state (NVML); started by start(), then the worker's.
+  backend::cupti::PmSampler pm_;
+  bool counters_on_ = false;
+  std::deque<CounterSample> counter_samples_;
+  int64_t latest_counter_end_ns_ = 0;
+  int64_t gpu_clock_offset_ns_ = 0;  // CUPTI clock - monotonic_ns()
+  backend::Nvml nvml_;
+  bool nvml_on_ = false;
+  std::deque<DeviceStateSample> device_states_;
+  std::string device_state_null_reason_;
 };
 
 }  // namespace steptrace::details

@@ -38,6 +38,15 @@ struct PmSample {
   double occupancy = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// A zeroed CUPTI parameter struct with its size set (the API's convention).
+template <class T>
+T params(std::size_t struct_size) {
+  T p;
+  std::memset(&p, 0, sizeof p);
+  p.structSize = struct_size;
+  return p;
+}
+
 inline const char* pm_result_text(CUptiResult r) {
   const char* s = nullptr;
   if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s) s = "unknown CUPTI error";
@@ -59,16 +68,16 @@ class PmSampler {
   std::string start(int device, uint64_t interval_ns) {
     stop();
     interval_ns_ = interval_ns;
-    CUpti_Profiler_Initialize_Params init{CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
+    auto init = params<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
     if (auto r = cuptiProfilerInitialize(&init); r != CUPTI_SUCCESS) return fail("cuptiProfilerInitialize", r);
     profiler_initialized_ = true;
 
-    CUpti_Device_GetChipName_Params chip{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
+    auto chip = params<CUpti_Device_GetChipName_Params>(CUpti_Device_GetChipName_Params_STRUCT_SIZE);
     chip.deviceIndex = static_cast<size_t>(device);
     if (auto r = cuptiDeviceGetChipName(&chip); r != CUPTI_SUCCESS) return fail("cuptiDeviceGetChipName", r);
     chip_ = chip.pChipName ? chip.pChipName : "";
 
-    CUpti_PmSampling_GetCounterAvailability_Params avail{CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE};
+    auto avail = params<CUpti_PmSampling_GetCounterAvailability_Params>(CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE);
     avail.deviceIndex = static_cast<size_t>(device);
     if (auto r = cuptiPmSamplingGetCounterAvailability(&avail); r != CUPTI_SUCCESS)
       return fail("cuptiPmSamplingGetCounterAvailability", r);
@@ -77,7 +86,7 @@ class PmSampler {
     if (auto r = cuptiPmSamplingGetCounterAvailability(&avail); r != CUPTI_SUCCESS)
       return fail("cuptiPmSamplingGetCounterAvailability", r);
 
-    CUpti_Profiler_Host_Initialize_Params host{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
+    auto host = params<CUpti_Profiler_Host_Initialize_Params>(CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE);
     host.profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING;
     host.pChipName = chip_.c_str();
     host.pCounterAvailabilityImage = availability_.data();
@@ -89,12 +98,12 @@ class PmSampler {
     std::string err = build_config();
     if (!err.empty()) return fail_text(err);
 
-    CUpti_PmSampling_Enable_Params enable{CUpti_PmSampling_Enable_Params_STRUCT_SIZE};
+    auto enable = params<CUpti_PmSampling_Enable_Params>(CUpti_PmSampling_Enable_Params_STRUCT_SIZE);
     enable.deviceIndex = static_cast<size_t>(device);
     if (auto r = cuptiPmSamplingEnable(&enable); r != CUPTI_SUCCESS) return fail("cuptiPmSamplingEnable", r);
     sampler_ = enable.pPmSamplingObject;
 
-    CUpti_PmSampling_SetConfig_Params set{CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE};
+    auto set = params<CUpti_PmSampling_SetConfig_Params>(CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE);
     set.pPmSamplingObject = sampler_;
     set.configSize = config_.size();
     set.pConfig = config_.data();
@@ -105,7 +114,7 @@ class PmSampler {
     if (auto r = cuptiPmSamplingSetConfig(&set); r != CUPTI_SUCCESS) return fail("cuptiPmSamplingSetConfig", r);
 
     std::vector<const char*> names = metric_cstrs();
-    CUpti_PmSampling_GetCounterDataSize_Params size{CUpti_PmSampling_GetCounterDataSize_Params_STRUCT_SIZE};
+    auto size = params<CUpti_PmSampling_GetCounterDataSize_Params>(CUpti_PmSampling_GetCounterDataSize_Params_STRUCT_SIZE);
     size.pPmSamplingObject = sampler_;
     size.pMetricNames = names.data();
     size.numMetrics = names.size();
@@ -115,7 +124,7 @@ class PmSampler {
     counter_data_.assign(size.counterDataSize, 0);
     if (!reset_counter_data()) return fail_text("cuptiPmSamplingCounterDataImageInitialize failed");
 
-    CUpti_PmSampling_Start_Params go{CUpti_PmSampling_Start_Params_STRUCT_SIZE};
+    auto go = params<CUpti_PmSampling_Start_Params>(CUpti_PmSampling_Start_Params_STRUCT_SIZE);
     go.pPmSamplingObject = sampler_;
     if (auto r = cuptiPmSamplingStart(&go); r != CUPTI_SUCCESS) return fail("cuptiPmSamplingStart", r);
     started_ = true;
@@ -127,7 +136,7 @@ class PmSampler {
   std::string poll(std::vector<PmSample>& out) {
     if (!started_) return "PM sampling not running";
     for (int round = 0; round < 64; ++round) {  // bounded: at most 64 x kMaxDecodedSamples per call
-      CUpti_PmSampling_DecodeData_Params decode{CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE};
+      auto decode = params<CUpti_PmSampling_DecodeData_Params>(CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE);
       decode.pPmSamplingObject = sampler_;
       decode.pCounterDataImage = counter_data_.data();
       decode.counterDataImageSize = counter_data_.size();
@@ -137,20 +146,20 @@ class PmSampler {
         return e;
       }
       if (decode.overflow) ++overflows_;
-      CUpti_PmSampling_GetCounterDataInfo_Params info{CUpti_PmSampling_GetCounterDataInfo_Params_STRUCT_SIZE};
+      auto info = params<CUpti_PmSampling_GetCounterDataInfo_Params>(CUpti_PmSampling_GetCounterDataInfo_Params_STRUCT_SIZE);
       info.pCounterDataImage = counter_data_.data();
       info.counterDataImageSize = counter_data_.size();
       if (cuptiPmSamplingGetCounterDataInfo(&info) != CUPTI_SUCCESS) break;
       std::vector<const char*> names = metric_cstrs();
       std::vector<double> values(names.size());
       for (size_t i = 0; i < info.numCompletedSamples; ++i) {
-        CUpti_PmSampling_CounterData_GetSampleInfo_Params si{CUpti_PmSampling_CounterData_GetSampleInfo_Params_STRUCT_SIZE};
+        auto si = params<CUpti_PmSampling_CounterData_GetSampleInfo_Params>(CUpti_PmSampling_CounterData_GetSampleInfo_Params_STRUCT_SIZE);
         si.pPmSamplingObject = sampler_;
         si.pCounterDataImage = counter_data_.data();
         si.counterDataImageSize = counter_data_.size();
         si.sampleIndex = i;
         if (cuptiPmSamplingCounterDataGetSampleInfo(&si) != CUPTI_SUCCESS) continue;
-        CUpti_Profiler_Host_EvaluateToGpuValues_Params ev{CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE};
+        auto ev = params<CUpti_Profiler_Host_EvaluateToGpuValues_Params>(CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE);
         ev.pHostObject = host_;
         ev.pCounterDataImage = counter_data_.data();
         ev.counterDataImageSize = counter_data_.size();
@@ -187,24 +196,24 @@ class PmSampler {
   void stop() {
     if (sampler_) {
       if (started_) {
-        CUpti_PmSampling_Stop_Params st{CUpti_PmSampling_Stop_Params_STRUCT_SIZE};
+        auto st = params<CUpti_PmSampling_Stop_Params>(CUpti_PmSampling_Stop_Params_STRUCT_SIZE);
         st.pPmSamplingObject = sampler_;
         cuptiPmSamplingStop(&st);
       }
-      CUpti_PmSampling_Disable_Params d{CUpti_PmSampling_Disable_Params_STRUCT_SIZE};
+      auto d = params<CUpti_PmSampling_Disable_Params>(CUpti_PmSampling_Disable_Params_STRUCT_SIZE);
       d.pPmSamplingObject = sampler_;
       cuptiPmSamplingDisable(&d);
       sampler_ = nullptr;
     }
     started_ = false;
     if (host_) {
-      CUpti_Profiler_Host_Deinitialize_Params d{CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE};
+      auto d = params<CUpti_Profiler_Host_Deinitialize_Params>(CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
       d.pHostObject = host_;
       cuptiProfilerHostDeinitialize(&d);
       host_ = nullptr;
     }
     if (profiler_initialized_) {
-      CUpti_Profiler_DeInitialize_Params d{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
+      auto d = params<CUpti_Profiler_DeInitialize_Params>(CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE);
       cuptiProfilerDeInitialize(&d);
       profiler_initialized_ = false;
     }
@@ -247,7 +256,7 @@ class PmSampler {
   }
 
   bool metric_exists(const char* name) {
-    CUpti_Profiler_Host_GetMetricProperties_Params p{CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE};
+    auto p = params<CUpti_Profiler_Host_GetMetricProperties_Params>(CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE);
     p.pHostObject = host_;
     p.pMetricName = name;
     return cuptiProfilerHostGetMetricProperties(&p) == CUPTI_SUCCESS;
@@ -284,12 +293,12 @@ class PmSampler {
     while (!metrics_.empty()) {
       // A fresh host object per attempt: metrics added to one cannot be removed.
       if (host_) {
-        CUpti_Profiler_Host_Deinitialize_Params d{CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE};
+        auto d = params<CUpti_Profiler_Host_Deinitialize_Params>(CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
         d.pHostObject = host_;
         cuptiProfilerHostDeinitialize(&d);
         host_ = nullptr;
       }
-      CUpti_Profiler_Host_Initialize_Params host{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
+      auto host = params<CUpti_Profiler_Host_Initialize_Params>(CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE);
       host.profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING;
       host.pChipName = chip_.c_str();
       host.pCounterAvailabilityImage = availability_.data();
@@ -297,20 +306,20 @@ class PmSampler {
         return std::string("cuptiProfilerHostInitialize: ") + pm_result_text(r);
       host_ = host.pHostObject;
       std::vector<const char*> names = metric_cstrs();
-      CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
+      auto add = params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
       add.pHostObject = host_;
       add.ppMetricNames = names.data();
       add.numMetrics = names.size();
       if (cuptiProfilerHostConfigAddMetrics(&add) == CUPTI_SUCCESS) {
-        CUpti_Profiler_Host_GetConfigImageSize_Params sz{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
+        auto sz = params<CUpti_Profiler_Host_GetConfigImageSize_Params>(CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE);
         sz.pHostObject = host_;
         if (cuptiProfilerHostGetConfigImageSize(&sz) == CUPTI_SUCCESS) {
           config_.assign(sz.configImageSize, 0);
-          CUpti_Profiler_Host_GetConfigImage_Params img{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
+          auto img = params<CUpti_Profiler_Host_GetConfigImage_Params>(CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE);
           img.pHostObject = host_;
           img.configImageSize = config_.size();
           img.pConfigImage = config_.data();
-          CUpti_Profiler_Host_GetNumOfPasses_Params passes{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
+          auto passes = params<CUpti_Profiler_Host_GetNumOfPasses_Params>(CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE);
           passes.configImageSize = config_.size();
           passes.pConfigImage = config_.data();
           if (cuptiProfilerHostGetConfigImage(&img) == CUPTI_SUCCESS &&
@@ -324,7 +333,7 @@ class PmSampler {
   }
 
   bool reset_counter_data() {
-    CUpti_PmSampling_CounterDataImage_Initialize_Params p{CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE};
+    auto p = params<CUpti_PmSampling_CounterDataImage_Initialize_Params>(CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE);
     p.pPmSamplingObject = sampler_;
     p.counterDataSize = counter_data_.size();
     p.pCounterData = counter_data_.data();
