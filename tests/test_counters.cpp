@@ -30,11 +30,22 @@ TEST_CASE("counters: a window covered by whole samples averages them by time", "
   CHECK(*c.dram == 0.0);  // measured zero stays zero
 }
 
+TEST_CASE("counters: whole samples inside the window are preferred to the edges", "[counters]") {
+  // Neighbouring work (1.0) at both edges of a window whose own work ran at 0.0.
+  std::deque<CounterSample> s{sample(0, 100, 1.0), sample(100, 200, 0.0), sample(200, 300, 0.0), sample(300, 400, 1.0)};
+  const auto c = summarize_counters(s, Interval{50, 350});
+  CHECK(*c.sm_active == 0.0);
+  CHECK(c.samples == 2);
+  CHECK_FALSE(c.edge_only);
+  CHECK(c.coverage == Approx(200.0 / 300.0));
+}
+
 TEST_CASE("counters: partial overlap weights a sample by the time it shares with the window", "[counters]") {
   std::deque<CounterSample> s{sample(0, 100, 0.0), sample(100, 200, 1.0)};
-  const auto c = summarize_counters(s, Interval{50, 150});  // half of each
+  const auto c = summarize_counters(s, Interval{50, 150});  // half of each, no whole sample inside
   CHECK(*c.sm_active == Approx(0.5));
   CHECK(c.samples == 2);
+  CHECK(c.edge_only);
   const auto late = summarize_counters(s, Interval{150, 250});  // half of it is not covered yet
   CHECK(*late.sm_active == Approx(1.0));
   CHECK(late.coverage == Approx(0.5));

@@ -111,10 +111,10 @@ int main(int argc, char** argv) {
     spin<<<1, 128>>>(2 * ms, sink);
     CHECK_CUDA(cudaDeviceSynchronize());
   }
-  {  // step 1: a full grid for ~1 ms
+  {  // step 1: a full grid for ~3 ms (long enough to hold whole 1 ms counter samples)
     TRACE_STEP();
     TRACE_PHASE_NAMED("full_grid");
-    spin<<<sms * 8, 256>>>(ms, sink);
+    spin<<<sms * 8, 256>>>(3 * ms, sink);
     CHECK_CUDA(cudaDeviceSynchronize());
   }
   {  // step 2: known kernel counts in two phases

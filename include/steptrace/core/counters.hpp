@@ -2,10 +2,11 @@
 // Pure C++17: samples are plain structs, so the attribution is tested without a GPU.
 //
 // A sample covers [start_ns, end_ns) on the GPU clock and carries fractions 0-1 (NaN = not measured).
-// A step's value is the mean of the samples overlapping its window, each weighted by its overlap
-// with the window; a phase's value weights each sample by its overlap with the phase's GPU busy
-// intervals. With a sampling interval I, a window shorter than a few I is summarised by the few
-// samples around it (see coverage): values of work shorter than I mix in what ran next to it.
+// A window (a step's span, or a phase's GPU busy intervals) is summarised by the samples lying whole
+// inside it, weighted by duration: their values describe only that window's work. A window too
+// short to hold a whole sample (shorter than about two sampling intervals) falls back to the samples
+// overlapping it, weighted by overlap (edge_only): a sample's value is its average over its whole
+// interval, so those values mix in whatever ran next to the window.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -29,8 +30,9 @@ struct CounterSample {
 
 struct CounterSummary {
   std::optional<double> sm_active, tensor_active, dram, occupancy;
-  uint32_t samples = 0;   // samples overlapping the window
-  double coverage = 0;    // overlapped time / window time (1 = the samples cover the window)
+  uint32_t samples = 0;    // samples used
+  double coverage = 0;     // time of the samples used / window time (overlap only, for edge_only)
+  bool edge_only = false;  // no whole sample inside the window: partly-overlapping samples used
 };
 
 namespace details {
@@ -48,14 +50,31 @@ inline CounterSummary summarize_counters(const std::deque<CounterSample>& sample
   for (const auto& [b, e] : windows) window_ns += std::max<int64_t>(0, e - b);
   if (windows.empty() || window_ns <= 0) return out;
   const int64_t lo = windows.front().first, hi = windows.back().second;
+  auto inside = [&](const CounterSample& smp) {  // whole sample within one interval of the window
+    for (const auto& [b, e] : windows)
+      if (smp.start_ns >= b && smp.end_ns <= e) return true;
+    return false;
+  };
+  bool have_whole = false;
+  for (const auto& smp : samples)
+    if (smp.end_ns > smp.start_ns && smp.end_ns > lo && smp.start_ns < hi && inside(smp)) {
+      have_whole = true;
+      break;
+    }
+  out.edge_only = !have_whole;
   double s[4] = {}, w[4] = {};
   int64_t covered = 0;
   for (const auto& smp : samples) {
     if (smp.end_ns <= lo || smp.start_ns >= hi || smp.end_ns <= smp.start_ns) continue;
     int64_t overlap = 0;
-    for (const auto& [b, e] : windows) {
-      const Interval c = clip({smp.start_ns, smp.end_ns}, b, e);
-      if (c.second > c.first) overlap += c.second - c.first;
+    if (have_whole) {
+      if (!inside(smp)) continue;
+      overlap = smp.end_ns - smp.start_ns;
+    } else {
+      for (const auto& [b, e] : windows) {
+        const Interval c = clip({smp.start_ns, smp.end_ns}, b, e);
+        if (c.second > c.first) overlap += c.second - c.first;
+      }
     }
     if (overlap <= 0) continue;
     ++out.samples;

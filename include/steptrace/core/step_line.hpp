@@ -192,14 +192,17 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.key("counters");
     if (c) {
       w.begin_object().field("source", "cupti_pm_sampling").field("interval_us", in.counters_interval_us);
-      w.field("samples", c->samples).field("coverage", c->coverage).field("occupancy", c->occupancy);
+      w.field("samples", c->samples).field("coverage", c->coverage).field("edge_only", c->edge_only);
+      w.field("occupancy", c->occupancy);
       w.end_object();
     } else {
       w.null();
       null_reasons.emplace_back("counters", in.counters_null_reason);
     }
     w.key("device_state");
-    if (in.device_state) {
+    const bool any_reading = in.device_state && (in.device_state->samples || in.device_state->sm_clock_mhz_mean ||
+                                                 in.device_state->power_w_mean || in.device_state->temperature_c_max);
+    if (any_reading) {
       const DeviceStateSummary& d = *in.device_state;
       w.begin_object().field("samples", d.samples);
       w.field("power_w_mean", d.power_w_mean).field("power_w_max", d.power_w_max);
@@ -216,7 +219,9 @@ inline std::string make_step_line(const StepLineInput& in) {
       w.end_object();
     } else {
       w.null();
-      null_reasons.emplace_back("device_state", in.device_state_null_reason);
+      null_reasons.emplace_back("device_state", in.device_state ? "NVML gave no reading for this step (power, clocks and "
+                                                                 "temperature unreadable on this GPU or VM)"
+                                                               : in.device_state_null_reason);
     }
   }
   w.field("traced", in.gpu.has_value());
@@ -348,7 +353,7 @@ inline std::string make_step_line(const StepLineInput& in) {
         w.key("counters").begin_object();
         w.field("sm_activity", c.sm_active).field("tensor_core_or_pipe_utilization", c.tensor_active);
         w.field("memory_bandwidth_utilization", c.dram).field("occupancy", c.occupancy);
-        w.field("samples", c.samples).field("coverage", c.coverage);
+        w.field("samples", c.samples).field("coverage", c.coverage).field("edge_only", c.edge_only);
         w.end_object();
       }
       w.end_object();

@@ -489,6 +489,7 @@ class Session {
     }
     nvml_on_ = true;
     device_state_null_reason_.clear();
+    device_states_.push_back(nvml_.read(monotonic_ns()));  // a first reading before any step ends
   }
 
   void take_device_state() {
