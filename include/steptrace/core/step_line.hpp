@@ -219,8 +219,8 @@ inline std::string make_step_line(const StepLineInput& in) {
       w.end_object();
     } else {
       w.null();
-      null_reasons.emplace_back("device_state", in.device_state ? "NVML gave no reading for this step (power, clocks and "
-                                                                 "temperature unreadable on this GPU or VM)"
+      null_reasons.emplace_back("device_state", in.device_state ? "no NVML reading within or before this step yet (NVML opens "
+                                                                 "in the background after start()), or NVML refused every field"
                                                                : in.device_state_null_reason);
     }
   }
