@@ -1,0 +1,167 @@
+// steptrace/core/cross_rank.hpp - which rank holds the step back, and in which phase. Pure C++17:
+// every rank contributes one fixed-size RankSummary (gathered through the job's own communicator,
+// see steptrace/nccl.hpp); rank 0 aggregates them into a CrossRankView for its line.
+//
+// Semantics (culprit / victim, as TraceML describes stragglers): in synchronous data-parallel training
+// every rank's *step* time is about the same, because the fast ranks wait for the slow one inside the
+// collective. What differs is the time a rank spends outside communication, its `work` time
+// (step time minus the host time of its 'nccl' phase): the culprit has the most work, its victims show
+// the same delay as extra time in 'nccl'. So:
+//   slowest_rank  = the rank with the largest work time
+//   skew          = (slowest work - median work) / median work
+//   culprit_phase = the non-communication phase whose time on the slowest rank exceeds the median of
+//                   that phase over the other ranks by the most (the gap that explains the delay)
+//   (with two ranks the median of both is their mean, so skew is half the pair's difference)
+//   score         = best work time / this rank's work time, 1 = as fast as the best rank (the relative
+//                   performance score of NVIDIA's nvidia-resiliency-ext straggler detection, which
+//                   rates each rank against the best one)
+// A rank whose summary is missing, invalid or of another step "stopped reporting" and is listed, not
+// counted.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phase.hpp"
+
+namespace steptrace {
+
+/// The built-in phases a summary carries, in this order (custom phases are not exchanged).
+inline constexpr int kSummaryPhases = 6;  // input, h2d, forward, backward, optimizer, nccl
+inline constexpr int kSummaryCommPhase = 5;
+
+/// One rank's step, as exchanged: fixed size, plain floats (the wire format is this struct as
+/// kSummaryFloats floats, see to_floats / from_floats).
+struct RankSummary {
+  int32_t rank = -1;
+  int64_t step = -1;          // global_step summarised
+  double step_ms = 0;
+  double phase_ms[kSummaryPhases] = {};  // host time per built-in phase (outermost scopes on the step thread)
+  bool valid = false;
+};
+
+inline constexpr int kSummaryFloats = 4 + kSummaryPhases;  // valid, rank, step, step_ms, phases
+
+/// Floats on the wire: step numbers up to 2^24 are exact in a float; the step is sent as two halves.
+inline void to_floats(const RankSummary& s, float* out) {
+  out[0] = s.valid ? 1.f : 0.f;
+  out[1] = static_cast<float>(s.rank);
+  out[2] = static_cast<float>(s.step >= 0 ? s.step % (1 << 20) : -1);  // low bits; exact
+  out[3] = static_cast<float>(s.step_ms);
+  for (int p = 0; p < kSummaryPhases; ++p) out[4 + p] = static_cast<float>(s.phase_ms[p]);
+}
+inline RankSummary from_floats(const float* in, int64_t expected_step) {
+  RankSummary s;
+  s.valid = in[0] == 1.f;
+  s.rank = static_cast<int32_t>(in[1]);
+  const int64_t low = static_cast<int64_t>(in[2]);
+  // Restore the full step from the expected one (a summary is never 2^19 steps stale).
+  s.step = low < 0 ? -1 : expected_step - ((expected_step - low) % (1 << 20) + (1 << 20)) % (1 << 20);
+  s.step_ms = in[3];
+  for (int p = 0; p < kSummaryPhases; ++p) s.phase_ms[p] = in[4 + p];
+  return s;
+}
+
+struct RankScore {
+  int rank = -1;
+  double score = 1;
+  double work_ms = 0;
+};
+
+struct CrossRankView {
+  int64_t step = -1;
+  int world_size = 0;
+  int reporting = 0;
+  std::vector<int> missing_ranks;  // at most kMaxListed, ascending
+  uint32_t missing_count = 0;
+  double step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;
+  double work_ms_median = 0, work_ms_min = 0, work_ms_max = 0;
+  int slowest_rank = -1;
+  double skew = 0;
+  std::optional<PhaseId> culprit_phase;
+  double culprit_gap_ms = 0;
+  std::vector<RankScore> lowest_scores;  // the kMaxListed lowest, ascending by score
+};
+
+inline constexpr std::size_t kMaxListed = 8;
+
+namespace details {
+inline double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const std::size_t n = v.size();
+  std::nth_element(v.begin(), v.begin() + n / 2, v.end());
+  const double hi = v[n / 2];
+  if (n % 2) return hi;
+  return (hi + *std::max_element(v.begin(), v.begin() + n / 2)) / 2;
+}
+inline double work_of(const RankSummary& s) {
+  return std::max(0.0, s.step_ms - s.phase_ms[kSummaryCommPhase]);
+}
+}  // namespace details
+
+/// Aggregates one exchange. `summaries` holds one slot per rank (index = rank); a slot that is
+/// invalid, names another rank, or describes another step than `step` counts as missing.
+inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, int64_t step) {
+  CrossRankView v;
+  v.step = step;
+  v.world_size = static_cast<int>(summaries.size());
+  std::vector<const RankSummary*> ok;
+  for (std::size_t r = 0; r < summaries.size(); ++r) {
+    const RankSummary& s = summaries[r];
+    const bool good = s.valid && s.rank == static_cast<int>(r) && s.step == step && std::isfinite(s.step_ms);
+    if (good) {
+      ok.push_back(&s);
+    } else {
+      ++v.missing_count;
+      if (v.missing_ranks.size() < kMaxListed) v.missing_ranks.push_back(static_cast<int>(r));
+    }
+  }
+  v.reporting = static_cast<int>(ok.size());
+  if (ok.empty()) return v;
+  std::vector<double> steps, works;
+  for (const auto* s : ok) {
+    steps.push_back(s->step_ms);
+    works.push_back(details::work_of(*s));
+  }
+  v.step_ms_median = details::median_of(steps);
+  v.step_ms_min = *std::min_element(steps.begin(), steps.end());
+  v.step_ms_max = *std::max_element(steps.begin(), steps.end());
+  v.work_ms_median = details::median_of(works);
+  v.work_ms_min = *std::min_element(works.begin(), works.end());
+  v.work_ms_max = *std::max_element(works.begin(), works.end());
+  const auto slowest = std::max_element(ok.begin(), ok.end(), [](const RankSummary* a, const RankSummary* b) {
+    return details::work_of(*a) < details::work_of(*b);
+  });
+  v.slowest_rank = (*slowest)->rank;
+  v.skew = v.work_ms_median > 0 ? (v.work_ms_max - v.work_ms_median) / v.work_ms_median : 0;
+  // The phase that explains the slowest rank's extra work.
+  for (int p = 0; p < kSummaryPhases; ++p) {
+    if (p == kSummaryCommPhase) continue;
+    std::vector<double> col;
+    for (const auto* s : ok)
+      if (s != *slowest) col.push_back(s->phase_ms[p]);
+    if (col.empty()) break;  // one rank reporting: nothing to compare with
+    const double gap = (*slowest)->phase_ms[p] - details::median_of(col);
+    if (gap > v.culprit_gap_ms) {
+      v.culprit_gap_ms = gap;
+      v.culprit_phase = static_cast<PhaseId>(p);
+    }
+  }
+  // Scores relative to the best rank.
+  std::vector<RankScore> scores;
+  for (const auto* s : ok) {
+    const double w = details::work_of(*s);
+    scores.push_back({s->rank, w > 0 ? v.work_ms_min / w : 1.0, w});
+  }
+  const std::size_t k = std::min(kMaxListed, scores.size());
+  std::partial_sort(scores.begin(), scores.begin() + static_cast<std::ptrdiff_t>(k), scores.end(),
+                    [](const RankScore& a, const RankScore& b) { return a.score < b.score || (a.score == b.score && a.rank < b.rank); });
+  scores.resize(k);
+  v.lowest_scores = std::move(scores);
+  return v;
+}
+
+}  // namespace steptrace

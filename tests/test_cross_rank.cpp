@@ -1,0 +1,120 @@
+// Cross-rank aggregation with simulated ranks (pure core): culprit rank and phase, skew, scores,
+// ranks that stop reporting, the float wire format.
+#include <steptrace/core/cross_rank.hpp>
+
+#include <random>
+
+#include "support.hpp"
+
+using namespace steptrace;
+
+namespace {
+// A synchronous data-parallel step: every rank's step takes as long as the slowest rank's work plus
+// the all-reduce; faster ranks wait inside their 'nccl' phase.
+std::vector<RankSummary> simulate(int world, int64_t step, int slow_rank, PhaseId slow_phase, double extra_ms,
+                                  unsigned seed = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> jitter(-0.2, 0.2);
+  const double base[kSummaryPhases] = {5, 1, 20, 40, 3, 0};
+  const double allreduce_ms = 4;
+  std::vector<RankSummary> s(static_cast<std::size_t>(world));
+  double slowest_work = 0;
+  for (int r = 0; r < world; ++r) {
+    RankSummary& x = s[static_cast<std::size_t>(r)];
+    x.rank = r;
+    x.step = step;
+    x.valid = true;
+    double work = 0;
+    for (int p = 0; p < kSummaryPhases; ++p) {
+      if (p == kSummaryCommPhase) continue;
+      x.phase_ms[p] = base[p] + jitter(rng) + (r == slow_rank && p == slow_phase ? extra_ms : 0);
+      work += x.phase_ms[p];
+    }
+    slowest_work = std::max(slowest_work, work);
+  }
+  for (auto& x : s) {
+    double work = 0;
+    for (int p = 0; p < kSummaryPhases; ++p)
+      if (p != kSummaryCommPhase) work += x.phase_ms[p];
+    x.phase_ms[kSummaryCommPhase] = allreduce_ms + (slowest_work - work);  // waiting for the slowest
+    x.step_ms = work + x.phase_ms[kSummaryCommPhase];
+  }
+  return s;
+}
+}  // namespace
+
+TEST_CASE("cross-rank: the slow rank and its phase are found at every world size", "[cross_rank]") {
+  for (int world : {2, 3, 8, 64, 256, 1024}) {
+    INFO("world " << world);
+    const int slow = world / 2;
+    const auto s = simulate(world, 41, slow, phase_tag::input, 30.0 * 0.69 * 0.3 + 6);
+    const auto v = aggregate_ranks(s, 41);
+    CHECK(v.reporting == world);
+    CHECK(v.missing_count == 0);
+    CHECK(v.slowest_rank == slow);
+    REQUIRE(v.culprit_phase);
+    CHECK(*v.culprit_phase == phase_tag::input);
+    CHECK(v.culprit_gap_ms > 10);
+    CHECK(v.skew > (world == 2 ? 0.07 : 0.15));  // two ranks: the median is their mean
+    // Step times are equal across ranks (everyone waits for the slowest): step time alone cannot tell.
+    CHECK(v.step_ms_max - v.step_ms_min < 1e-9);
+    REQUIRE_FALSE(v.lowest_scores.empty());
+    CHECK(v.lowest_scores.front().rank == slow);
+    CHECK(v.lowest_scores.front().score < 0.9);
+    CHECK(v.lowest_scores.size() == std::min<std::size_t>(kMaxListed, static_cast<std::size_t>(world)));
+  }
+}
+
+TEST_CASE("cross-rank: a slow backward on rank 0 of 1024", "[cross_rank]") {
+  const auto v = aggregate_ranks(simulate(1024, 7, 0, phase_tag::backward, 25), 7);
+  CHECK(v.slowest_rank == 0);
+  CHECK(*v.culprit_phase == phase_tag::backward);
+  CHECK(v.culprit_gap_ms == Approx(25).margin(1));
+}
+
+TEST_CASE("cross-rank: balanced ranks give a small skew and scores near 1", "[cross_rank]") {
+  const auto v = aggregate_ranks(simulate(512, 3, -1, phase_tag::input, 0), 3);
+  CHECK(v.skew < 0.03);
+  CHECK(v.lowest_scores.front().score > 0.97);
+}
+
+TEST_CASE("cross-rank: ranks that stop reporting are listed, not counted", "[cross_rank]") {
+  auto s = simulate(1024, 100, 17, phase_tag::forward, 15);
+  s[5].valid = false;          // never filled in
+  s[900].step = 99;            // still on an older step
+  s[901].rank = 3;             // garbage in the slot
+  s[1023].step_ms = std::nan("");
+  const auto v = aggregate_ranks(s, 100);
+  CHECK(v.reporting == 1020);
+  CHECK(v.missing_count == 4);
+  CHECK(v.missing_ranks == std::vector<int>{5, 900, 901, 1023});
+  CHECK(v.slowest_rank == 17);
+  CHECK(*v.culprit_phase == phase_tag::forward);
+  // Everyone silent: an empty view, no culprit, nothing made up.
+  std::vector<RankSummary> silent(16);
+  const auto none = aggregate_ranks(silent, 100);
+  CHECK(none.reporting == 0);
+  CHECK(none.missing_count == 16);
+  CHECK(none.missing_ranks.size() == kMaxListed);
+  CHECK(none.slowest_rank == -1);
+  CHECK_FALSE(none.culprit_phase);
+}
+
+TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
+  RankSummary s;
+  s.rank = 1023;
+  s.step = 3'000'123;  // beyond float's exact integers: sent as low bits, restored from the expected step
+  s.step_ms = 61.25;
+  s.phase_ms[phase_tag::input] = 12.5;
+  s.phase_ms[kSummaryCommPhase] = 4.75;
+  s.valid = true;
+  float wire[kSummaryFloats];
+  to_floats(s, wire);
+  const RankSummary back = from_floats(wire, 3'000'123);
+  CHECK(back.valid);
+  CHECK(back.rank == 1023);
+  CHECK(back.step == 3'000'123);
+  CHECK(back.step_ms == Approx(61.25));
+  CHECK(back.phase_ms[phase_tag::input] == Approx(12.5));
+  CHECK(from_floats(wire, 3'000'124).step == 3'000'123);  // one step stale: detected as another step
+}
