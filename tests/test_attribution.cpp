@@ -211,3 +211,11 @@ TEST_CASE("per-step record bound: excess dropped and the step marked incomplete"
   CHECK(s.kernels == 3);
   CHECK_FALSE(s.complete);
 }
+
+TEST_CASE("NCCL kernel names give the collective", "[attribution]") {
+  CHECK(nccl_collective("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == "AllReduce");
+  CHECK(nccl_collective("_Z29ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm4096EE") == "AllGather");
+  CHECK(nccl_collective("ncclKernel_ReduceScatter_RING_LL_Sum_int8_t") == "ReduceScatter");
+  CHECK(nccl_collective("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)") == "other");
+  CHECK(nccl_collective("not_nccl") == "other");
+}

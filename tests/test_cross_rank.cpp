@@ -1,8 +1,12 @@
 // Cross-rank aggregation with simulated ranks (pure core): culprit rank and phase, skew, scores,
 // ranks that stop reporting, the float wire format.
 #include <steptrace/core/cross_rank.hpp>
+#include <steptrace/steptrace.hpp>
 
+#include <chrono>
+#include <memory>
 #include <random>
+#include <thread>
 
 #include "support.hpp"
 
@@ -117,4 +121,82 @@ TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
   CHECK(back.step_ms == Approx(61.25));
   CHECK(back.phase_ms[phase_tag::input] == Approx(12.5));
   CHECK(from_floats(wire, 3'000'124).step == 3'000'123);  // one step stale: detected as another step
+}
+
+namespace {
+// Four ranks in one process: rank 0 is this program; ranks 1-3 are made up from rank 0's own summary,
+// rank 2 with 20 ms more input. Completes at once (no GPU, no NCCL).
+class FakeExchange : public steptrace::details::CrossRankExchange {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 4; }
+  std::string post(const std::vector<float>& summary) override {
+    std::vector<float> all;
+    for (int r = 0; r < 4; ++r) {
+      std::vector<float> s = summary;
+      s[1] = static_cast<float>(r);
+      if (r == 2) s[4 + phase_tag::input] += 20.f, s[3] += 20.f;
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    ready_.push_back(all);
+    ++*posts;
+    return {};
+  }
+  bool poll(std::vector<float>& out) override {
+    if (ready_.empty()) return false;
+    out = ready_.front();
+    ready_.erase(ready_.begin());
+    return true;
+  }
+  std::shared_ptr<int> posts = std::make_shared<int>(0);  // outlives the exchange (stop() destroys it)
+
+ private:
+  std::vector<std::vector<float>> ready_;
+};
+}  // namespace
+
+TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, simulated exchange)", "[cross_rank]") {
+  const auto log = steptrace_test::fresh_log("cross_rank_session");
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = "off";
+  cfg.summary = false;
+  cfg.rank = 0;
+  cfg.world_size = 4;
+  REQUIRE(steptrace::start(cfg));
+  auto fake = std::make_unique<FakeExchange>();
+  const std::shared_ptr<int> posts = fake->posts;
+  REQUIRE(steptrace::details::Session::instance().set_exchange(std::move(fake), 2));
+  for (int i = 0; i < 7; ++i) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(input);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    {
+      TRACE_PHASE(nccl);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  steptrace::stop();
+  CHECK(*posts == 3);  // steps 0, 2, 4 closed with an exchange due (step 6 closes in stop())
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 7);
+  int views = 0;
+  for (const auto& l : lines) {
+    if (l["cross_rank"].is_null()) {
+      CHECK(l["null_reasons"].contains("cross_rank"));
+      continue;
+    }
+    ++views;
+    const auto& v = l["cross_rank"];
+    CHECK(int(v["step"]) % 2 == 0);
+    CHECK(v["world_size"] == 4);
+    CHECK(v["reporting"] == 4);
+    CHECK(v["slowest_rank"] == 2);
+    CHECK(v["culprit_phase"] == "input");
+    CHECK(double(v["culprit_gap_ms"]) == Approx(20).margin(0.5));
+    CHECK(v["lowest_scores"][0]["rank"] == 2);
+  }
+  CHECK(views == 3);
 }

@@ -34,6 +34,8 @@ struct Config {
   std::string counters = "auto";         // STEPTRACE_COUNTERS: auto | off. Hardware counters by CUPTI PM sampling
                                          // (needs cupti=auto); off: sm_activity etc. stay null
   double counters_interval_us = 1000;    // STEPTRACE_COUNTERS_INTERVAL_US: PM sampling period (GPU time)
+  int cross_rank_every = 10;             // STEPTRACE_CROSS_RANK_EVERY: with a communicator (steptrace/nccl.hpp),
+                                         // gather every rank's step summary every N steps
   int trace_every = 1;                   // STEPTRACE_TRACE_EVERY: CUPTI attributes every N-th step (steps N*k);
                                          // between them CUPTI is switched off and lines carry host timings
   int max_lag_steps = 2;                 // STEPTRACE_MAX_LAG_STEPS: a line waits for its GPU records at most
@@ -102,6 +104,7 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     else if (key == "COUNTERS_INTERVAL_US") ok = details::parse_double(value, d) && (cfg.counters_interval_us = d, true);
     else if (key == "MAX_LAG_STEPS") ok = details::parse_int(value, i) && (cfg.max_lag_steps = static_cast<int>(i), true);
     else if (key == "MAX_LAG_MS") ok = details::parse_double(value, d) && (cfg.max_lag_ms = d, true);
+    else if (key == "CROSS_RANK_EVERY") ok = details::parse_int(value, i) && (cfg.cross_rank_every = static_cast<int>(i), true);
     else if (key == "TRACE_EVERY") ok = details::parse_int(value, i) && (cfg.trace_every = static_cast<int>(i), true);
     else if (key == "LOG_EVERY") ok = details::parse_int(value, i) && (cfg.log_every = static_cast<int>(i), true);
     else if (key == "DEVICE") ok = details::parse_int(value, i) && (cfg.device = static_cast<int>(i), true);
@@ -143,6 +146,10 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   if (cfg.log_every < 1) {
     errors.push_back({"log_every", "must be >= 1, got " + std::to_string(cfg.log_every) + "; using 1"});
     cfg.log_every = 1;
+  }
+  if (cfg.cross_rank_every < 1) {
+    errors.push_back({"cross_rank_every", "must be >= 1, got " + std::to_string(cfg.cross_rank_every) + "; using 10"});
+    cfg.cross_rank_every = defaults.cross_rank_every;
   }
   if (cfg.trace_every < 1) {
     errors.push_back({"trace_every", "must be >= 1, got " + std::to_string(cfg.trace_every) + "; using 1 (every step)"});

@@ -115,6 +115,7 @@ struct StepGpu {
   double sm_efficiency = 0;
   int64_t nccl_ns = 0;           // NCCL kernels' durations, whatever phase launched them
   int64_t nccl_exposed_ns = 0;   // NCCL time not overlapped by the step's other kernels
+  std::map<std::string, std::pair<int64_t, uint32_t>> nccl_collectives;  // collective -> (time, kernels)
   bool complete = true;          // every launch of the step produced its records before the line
   uint32_t missing_launches = 0;
   uint64_t late_records = 0;          // records that arrived after their step's line (since the last line)
@@ -128,6 +129,22 @@ inline bool is_nccl_kernel(std::string_view mangled_or_plain) {
   return mangled_or_plain.find("nccl") != std::string_view::npos &&
          (mangled_or_plain.find("ncclKernel") != std::string_view::npos ||
           mangled_or_plain.find("ncclDevKernel") != std::string_view::npos);
+}
+
+/// The collective an NCCL kernel runs ("AllReduce", "AllGather", "ReduceScatter", "Broadcast",
+/// "SendRecv", ...), read from its name ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)"); "other" when
+/// the name carries none (ncclDevKernel_Generic...).
+inline std::string nccl_collective(std::string_view name) {
+  for (std::string_view prefix : {"ncclDevKernel_", "ncclKernel_"}) {
+    const auto at = name.find(prefix);
+    if (at == std::string_view::npos) continue;
+    std::string_view rest = name.substr(at + prefix.size());
+    const auto end = rest.find_first_of("_(<");
+    std::string_view op = rest.substr(0, end);
+    if (op.empty() || op == "Generic") return "other";
+    return std::string(op);
+  }
+  return "other";
 }
 
 /// Joins launches and GPU records by correlation id and turns a finished step into StepGpu.
@@ -309,6 +326,9 @@ class Attributor {
       occupancy_weighted[phase] += k.occupancy * static_cast<double>(d);
       if (is_nccl_kernel(k.name)) {
         g.nccl_ns += d;
+        auto& c = g.nccl_collectives[nccl_collective(k.name)];
+        c.first += d;
+        ++c.second;
         comm.emplace_back(k.start_ns, k.end_ns);
       } else {
         compute.emplace_back(k.start_ns, k.end_ns);

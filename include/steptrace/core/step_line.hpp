@@ -11,6 +11,7 @@
 
 #include "attribution.hpp"
 #include "counters.hpp"
+#include "cross_rank.hpp"
 #include "device_state.hpp"
 #include "diagnosis.hpp"
 #include "json_writer.hpp"
@@ -72,6 +73,9 @@ struct StepLineInput {
   std::optional<CounterSummary> counters;             // PM sampling over the step's window
   std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
   double counters_interval_us = 0;
+  std::optional<CrossRankView> cross_rank;            // rank 0: the latest gathered view
+  std::string cross_rank_null_reason;
+  int cross_rank_every = 0;
   std::optional<DeviceStateSummary> device_state;     // NVML readings within the step
   std::string device_state_null_reason;
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
@@ -199,6 +203,30 @@ inline std::string make_step_line(const StepLineInput& in) {
       w.null();
       null_reasons.emplace_back("counters", in.counters_null_reason);
     }
+    w.key("cross_rank");
+    if (in.cross_rank) {
+      const CrossRankView& v = *in.cross_rank;
+      w.begin_object().field("step", v.step).field("every", static_cast<int64_t>(in.cross_rank_every));
+      w.field("world_size", static_cast<int64_t>(v.world_size)).field("reporting", static_cast<int64_t>(v.reporting));
+      w.field("missing_count", v.missing_count).key("missing_ranks").begin_array();
+      for (int r : v.missing_ranks) w.value(static_cast<int64_t>(r));
+      w.end_array();
+      if (v.reporting) {
+        w.key("step_time_ms").begin_object().field("median", v.step_ms_median).field("min", v.step_ms_min).field("max", v.step_ms_max).end_object();
+        w.key("work_ms").begin_object().field("median", v.work_ms_median).field("min", v.work_ms_min).field("max", v.work_ms_max).end_object();
+        w.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("skew", v.skew);
+        w.field("culprit_phase", v.culprit_phase ? std::optional<std::string>(phase_name(*v.culprit_phase)) : std::nullopt);
+        w.field("culprit_gap_ms", v.culprit_gap_ms);
+        w.key("lowest_scores").begin_array();
+        for (const auto& sc : v.lowest_scores)
+          w.begin_object().field("rank", static_cast<int64_t>(sc.rank)).field("score", sc.score).field("work_ms", sc.work_ms).end_object();
+        w.end_array();
+      }
+      w.end_object();
+    } else {
+      w.null();
+      null_reasons.emplace_back("cross_rank", in.cross_rank_null_reason.empty() ? "no cross-rank exchange" : in.cross_rank_null_reason);
+    }
     w.key("device_state");
     const bool any_reading = in.device_state && (in.device_state->samples || in.device_state->sm_clock_mhz_mean ||
                                                  in.device_state->power_w_mean || in.device_state->temperature_c_max);
@@ -235,6 +263,10 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.field("sm_efficiency", g.sm_efficiency);
     w.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
     w.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt);
+    w.key("nccl_collectives").begin_object();
+    for (const auto& [op, t] : g.nccl_collectives)
+      w.key(op).begin_object().field("ms", ns_to_ms(t.first)).field("kernels", t.second).end_object();
+    w.end_object();
     w.field("late_records", g.late_records).field("unattributed_records", g.unattributed_records);
     w.field("dropped_records", in.gpu_dropped_records);
     if (g.before_first_step_records)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +28,7 @@
 #include "../backend/nvml.hpp"
 #include "../core/attribution.hpp"
 #include "../core/counters.hpp"
+#include "../core/cross_rank.hpp"
 #include "../core/device_state.hpp"
 #include "../config.hpp"
 #include "../core/clock.hpp"
@@ -36,6 +38,7 @@
 #include "../core/summary.hpp"
 #include "../sink/jsonl_file.hpp"
 #include "context.hpp"
+#include "exchange.hpp"
 #include "log.hpp"
 
 extern char** environ;
@@ -165,6 +168,10 @@ class Session {
       tracing_failed_ = false;
     }
     {
+      std::lock_guard<std::mutex> lock(exchange_mutex_);
+      exchange_null_reason_.clear();
+    }
+    {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       queue_.clear();
       stopping_ = false;
@@ -231,6 +238,12 @@ class Session {
     }
     queue_cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    {
+      std::lock_guard<std::mutex> lock(exchange_mutex_);
+      exchange_.reset();  // its destructor waits (bounded) for its own stream, never for the job's
+      exchange_posted_.clear();
+      latest_view_.reset();
+    }
     if (counters_on_) pm_.stop();
     counters_on_ = false;
     if (attribution_) backend::cupti::Collector::instance().stop();  // disabled and detached: full speed again
@@ -306,7 +319,10 @@ class Session {
         if (open_.exists && open_.record.index == index) open_.record.traced = false;
       }
     }
-    if (closed) enqueue(std::move(*closed));
+    if (closed) {
+      post_summary(*closed);
+      enqueue(std::move(*closed));
+    }
     return index;
   }
 
@@ -353,6 +369,24 @@ class Session {
     open_.record.scalars.emplace_back(std::move(name), value);
   }
 
+  /// Hands over a way to reach the other ranks (steptrace/nccl.hpp). Training thread, while running.
+  bool set_exchange(std::unique_ptr<CrossRankExchange> exchange, int every) {
+    if (!running_flag().load()) {
+      warn_once("cross_rank.not_running", "enable_cross_rank() before steptrace::start(): ignored");
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(exchange_mutex_);
+    if (exchange_) {
+      warn_once("cross_rank.twice", "enable_cross_rank() called twice: the second call is ignored");
+      return false;
+    }
+    exchange_every_ = every > 0 ? every : cfg_.cross_rank_every;
+    exchange_ = std::move(exchange);
+    exchange_posted_.clear();
+    exchange_null_reason_.clear();
+    return true;
+  }
+
   void set_allocator_hook(std::function<AllocatorStats()> hook) {
     std::lock_guard<std::mutex> lock(hook_mutex_);
     allocator_hook_ = std::move(hook);
@@ -371,6 +405,46 @@ class Session {
   };
 
   Session() = default;
+
+  /// Training thread: every exchange_every_ steps, start gathering the closed step's summary.
+  void post_summary(const StepRecord& r) {
+    std::lock_guard<std::mutex> lock(exchange_mutex_);
+    if (!exchange_ || r.index % static_cast<uint64_t>(exchange_every_) != 0) return;
+    RankSummary sum;
+    sum.rank = exchange_->rank();
+    sum.step = static_cast<int64_t>(r.index);
+    sum.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
+    for (const auto& sp : r.spans)
+      if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
+        sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
+    sum.valid = true;
+    std::vector<float> wire(kSummaryFloats);
+    to_floats(sum, wire.data());
+    const std::string err = exchange_->post(wire);
+    if (!err.empty()) {
+      exchange_null_reason_ = "cross-rank exchange stopped: " + err;
+      warn_once("cross_rank.post", exchange_null_reason_);
+      exchange_.reset();
+      return;
+    }
+    exchange_posted_.push_back(sum.step);
+  }
+
+  /// Background thread: collects a completed exchange and aggregates it (kept for the next line).
+  void collect_exchange() {
+    std::lock_guard<std::mutex> lock(exchange_mutex_);
+    if (!exchange_) return;
+    std::vector<float> all;
+    while (!exchange_posted_.empty() && exchange_->poll(all)) {
+      const int64_t step = exchange_posted_.front();
+      exchange_posted_.pop_front();
+      const int world = exchange_->world_size();
+      std::vector<RankSummary> ranks(static_cast<std::size_t>(world));
+      for (int k = 0; k < world && static_cast<std::size_t>((k + 1) * kSummaryFloats) <= all.size(); ++k)
+        ranks[static_cast<std::size_t>(k)] = from_floats(all.data() + k * kSummaryFloats, step);
+      latest_view_ = aggregate_ranks(ranks, step);
+    }
+  }
 
   /// SM counts and occupancy limits of every visible device (kernels may run on any of them).
   static backend::cupti::DeviceTable device_table() {
@@ -459,6 +533,7 @@ class Session {
       for (auto& record : batch) waiting_.push_back(std::move(record));
       if (attribution_) collect_gpu_records();
       if (counters_on_) collect_counter_samples();
+      collect_exchange();
       emit_ready(stopping);
       if (stopping) {
         std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -661,6 +736,20 @@ class Session {
       if (counters_on_ || !counter_samples_.empty()) attribute_counters(r, in);
       if (nvml_on_) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.end_ns);
       in.device_state_null_reason = device_state_null_reason_;
+      {
+        std::lock_guard<std::mutex> lock(exchange_mutex_);
+        in.cross_rank_every = exchange_every_;
+        if (!exchange_ && exchange_null_reason_.empty())
+          in.cross_rank_null_reason = "no communicator handed to steptrace (steptrace::enable_cross_rank, steptrace/nccl.hpp); "
+                                      "aggregate the ranks' lines by rank in the dashboard instead";
+        else if (!exchange_)
+          in.cross_rank_null_reason = exchange_null_reason_;
+        else if (run_.rank != 0)
+          in.cross_rank_null_reason = "rank 0's line carries the cross-rank view";
+        else if (!latest_view_)
+          in.cross_rank_null_reason = "no exchange completed since the previous line";
+        if (run_.rank == 0 && latest_view_) in.cross_rank = std::exchange(latest_view_, std::nullopt);
+      }
       in.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       {
         std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -749,6 +838,14 @@ class Session {
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
   std::unordered_map<std::string, std::string> demangled_;
+
+  // Cross-rank exchange (guarded by exchange_mutex_: posted on the training thread, polled by the worker).
+  std::mutex exchange_mutex_;
+  std::unique_ptr<CrossRankExchange> exchange_;
+  int exchange_every_ = 0;
+  std::deque<int64_t> exchange_posted_;
+  std::optional<CrossRankView> latest_view_;
+  std::string exchange_null_reason_;
 
   // Hardware counters (PM sampling) and device state (NVML); started by start(), then the worker's.
   backend::cupti::PmSampler pm_;

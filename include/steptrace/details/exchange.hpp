@@ -1,0 +1,24 @@
+// steptrace/details/exchange.hpp - how the session talks to other ranks, whatever carries it: the
+// NCCL implementation is in steptrace/nccl.hpp (the program includes it and hands over its
+// communicator), tests use an in-process one.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace steptrace::details {
+
+class CrossRankExchange {
+ public:
+  virtual ~CrossRankExchange() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// Training thread, at a step boundary, at the same steps on every rank: starts gathering this
+  /// rank's summary (floats) from all ranks. Asynchronous: never waits for the other ranks.
+  /// Returns "" or an error (the exchange is then switched off).
+  virtual std::string post(const std::vector<float>& summary) = 0;
+  /// Background thread: if the oldest exchange not yet returned has completed, moves every rank's
+  /// summary (world_size x summary size floats, rank order) into `out` and returns true.
+  virtual bool poll(std::vector<float>& out) = 0;
+};
+
+}  // namespace steptrace::details
