@@ -242,7 +242,7 @@ class Session {
       std::lock_guard<std::mutex> lock(exchange_mutex_);
       exchange_.reset();  // its destructor waits (bounded) for its own stream, never for the job's
       exchange_posted_.clear();
-      latest_view_.reset();
+      views_.clear();
     }
     if (counters_on_) pm_.stop();
     counters_on_ = false;
@@ -442,7 +442,8 @@ class Session {
       std::vector<RankSummary> ranks(static_cast<std::size_t>(world));
       for (int k = 0; k < world && static_cast<std::size_t>((k + 1) * kSummaryFloats) <= all.size(); ++k)
         ranks[static_cast<std::size_t>(k)] = from_floats(all.data() + k * kSummaryFloats, step);
-      latest_view_ = aggregate_ranks(ranks, step);
+      views_.push_back(aggregate_ranks(ranks, step));
+      if (views_.size() > 16) views_.pop_front();  // lines carry one view each, oldest first
     }
   }
 
@@ -746,9 +747,12 @@ class Session {
           in.cross_rank_null_reason = exchange_null_reason_;
         else if (run_.rank != 0)
           in.cross_rank_null_reason = "rank 0's line carries the cross-rank view";
-        else if (!latest_view_)
+        else if (views_.empty())
           in.cross_rank_null_reason = "no exchange completed since the previous line";
-        if (run_.rank == 0 && latest_view_) in.cross_rank = std::exchange(latest_view_, std::nullopt);
+        if (run_.rank == 0 && !views_.empty()) {
+          in.cross_rank = std::move(views_.front());
+          views_.pop_front();
+        }
       }
       in.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       {
@@ -844,7 +848,7 @@ class Session {
   std::unique_ptr<CrossRankExchange> exchange_;
   int exchange_every_ = 0;
   std::deque<int64_t> exchange_posted_;
-  std::optional<CrossRankView> latest_view_;
+  std::deque<CrossRankView> views_;  // gathered, not yet on a line
   std::string exchange_null_reason_;
 
   // Hardware counters (PM sampling) and device state (NVML); started by start(), then the worker's.
