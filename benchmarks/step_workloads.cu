@@ -39,6 +39,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include "../support/cuda_check.cuh"
 
 #include <algorithm>
 #include <chrono>
@@ -49,14 +50,6 @@
 #include <string>
 #include <vector>
 
-#define CHECK_CUDA(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 #define CHECK_BLAS(call)                                                          \
   do {                                                                            \
     cublasStatus_t s_ = (call);                                                   \

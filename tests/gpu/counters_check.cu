@@ -12,6 +12,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include "../../support/cuda_check.cuh"
 
 #include <cmath>
 #include <cstdio>
@@ -19,22 +20,8 @@
 #include <string>
 #include <vector>
 
-#define CHECK_CUDA(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 namespace {
-__global__ void spin(long long cycles, int* sink) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-  if (threadIdx.x == 0 && sink) *sink = 1;
-}
 __global__ void fma_loop(float* out, int iters) {
   float a = threadIdx.x * 1e-3f, b = 1.0001f, c = 0.9999f;
   for (int i = 0; i < iters; ++i) {
@@ -60,12 +47,12 @@ struct Window {
 
 // Time-weighted mean of one metric over the samples inside [begin, end], the first and last sample
 // (partly outside) left out.
-double mean_in(const std::vector<steptrace::backend::cupti::PmSample>& samples, const Window& w,
-               double steptrace::backend::cupti::PmSample::*field, int* count) {
+double mean_in(const std::vector<steptrace::CounterSample>& samples, const Window& w,
+               double steptrace::CounterSample::*field, int* count) {
   double sum = 0, weight = 0;
   *count = 0;
   for (const auto& s : samples) {
-    if (s.start_ns < w.begin || s.end_ns > w.end || std::isnan(s.*field)) continue;
+    if (s.start_ns < int64_t(w.begin) || s.end_ns > int64_t(w.end) || std::isnan(s.*field)) continue;
     const double d = double(s.end_ns - s.start_ns);
     sum += d * s.*field;
     weight += d;
@@ -124,7 +111,7 @@ int main(int argc, char** argv) {
   std::string err;
   if (!ncu) err = sampler.start(0, interval_us * 1000);
   std::vector<Window> windows;
-  std::vector<steptrace::backend::cupti::PmSample> samples;
+  std::vector<steptrace::CounterSample> samples;
   // Each workload runs ~100 ms (one launch each in --ncu mode), with a gap between them.
   auto run = [&](const char* name, auto&& body, int reps) {
     CHECK_CUDA(cudaDeviceSynchronize());
@@ -162,7 +149,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < windows.size(); ++i) {
     const auto& w = windows[i];
     int c1 = 0, c2 = 0, c3 = 0, c4 = 0;
-    using S = steptrace::backend::cupti::PmSample;
+    using S = steptrace::CounterSample;
     const double sm = mean_in(samples, w, &S::sm_active, &c1), tc = mean_in(samples, w, &S::tensor_active, &c2),
                  dr = mean_in(samples, w, &S::dram, &c3), oc = mean_in(samples, w, &S::occupancy, &c4);
     auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };

@@ -7,28 +7,14 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include "../../support/cuda_check.cuh"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
-#define CHECK_CUDA(call)                                                                      \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
-// Spins for about `cycles` SM clock cycles in every thread of the grid.
-__global__ void spin(long long cycles, int* sink) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-  if (threadIdx.x == 0 && blockIdx.x == 0 && sink) *sink = 1;
-}
 
 __global__ void tiny(float* x) {
   if (x) x[threadIdx.x] += 1.f;

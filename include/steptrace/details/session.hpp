@@ -584,16 +584,9 @@ class Session {
     cuptiGetTimestamp(&cupti_now);
     const int64_t h1 = monotonic_ns();
     gpu_clock_offset_ns_ = static_cast<int64_t>(cupti_now) - (h0 + (h1 - h0) / 2);
-    std::vector<backend::cupti::PmSample> fresh;
+    std::vector<CounterSample> fresh;
     const std::string err = pm_.poll(fresh);
-    for (const auto& p : fresh) {
-      CounterSample c;
-      c.start_ns = static_cast<int64_t>(p.start_ns);
-      c.end_ns = static_cast<int64_t>(p.end_ns);
-      c.sm_active = p.sm_active;
-      c.tensor_active = p.tensor_active;
-      c.dram = p.dram;
-      c.occupancy = p.occupancy;
+    for (const auto& c : fresh) {
       latest_counter_end_ns_ = std::max(latest_counter_end_ns_, c.end_ns);
       counter_samples_.push_back(c);
       if (counter_samples_.size() > kMaxCounterSamples) counter_samples_.pop_front();

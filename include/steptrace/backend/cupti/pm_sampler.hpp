@@ -26,17 +26,9 @@
 #include <cupti_profiler_target.h>
 #include <cupti_target.h>
 
-namespace steptrace::backend::cupti {
+#include "../../core/counters.hpp"
 
-/// One decoded PM sample: its GPU time window (CUPTI timestamps, ns) and its metric values (0-1, NaN
-/// when the metric is unavailable).
-struct PmSample {
-  uint64_t start_ns = 0, end_ns = 0;
-  double sm_active = std::numeric_limits<double>::quiet_NaN();
-  double tensor_active = std::numeric_limits<double>::quiet_NaN();
-  double dram = std::numeric_limits<double>::quiet_NaN();
-  double occupancy = std::numeric_limits<double>::quiet_NaN();
-};
+namespace steptrace::backend::cupti {
 
 /// A zeroed CUPTI parameter struct with its size set (the API's convention).
 template <class T>
@@ -133,7 +125,7 @@ class PmSampler {
 
   /// Decodes what the hardware buffer holds and appends the completed samples. Background thread
   /// only. Returns "" or the error (sampling is then stopped).
-  std::string poll(std::vector<PmSample>& out) {
+  std::string poll(std::vector<CounterSample>& out) {
     if (!started_) return "PM sampling not running";
     for (int round = 0; round < 64; ++round) {  // bounded: at most 64 x kMaxDecodedSamples per call
       auto decode = params<CUpti_PmSampling_DecodeData_Params>(CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE);
@@ -168,9 +160,9 @@ class PmSampler {
         ev.numMetrics = names.size();
         ev.pMetricValues = values.data();
         if (cuptiProfilerHostEvaluateToGpuValues(&ev) != CUPTI_SUCCESS) continue;
-        PmSample s;
-        s.start_ns = si.startTimestamp;
-        s.end_ns = si.endTimestamp;
+        CounterSample s;  // fractions; the GPU timestamps are on CUPTI's clock (cuptiGetTimestamp)
+        s.start_ns = static_cast<int64_t>(si.startTimestamp);
+        s.end_ns = static_cast<int64_t>(si.endTimestamp);
         for (size_t m = 0; m < metrics_.size(); ++m) {
           const double v = values[m] / 100.0;  // the metrics are percentages
           switch (metrics_[m].field) {
