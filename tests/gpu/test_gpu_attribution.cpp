@@ -98,13 +98,12 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
     CHECK(g["kernels"] == 2);
     const double busy = g["busy_ms"], kernel = g["kernel_ms"];
     // CUDA does not promise that the two half-grid kernels run concurrently: on the H200 they overlapped
-    // in 4 of 5 runs, and ran one after the other in the fifth. Either way the union rule must hold:
+    // fully in most runs, partly or not at all in others. Whatever the overlap, the union rule holds:
     CHECK(busy <= kernel * 1.0001);
+    CHECK(busy >= 0.5 * kernel * 0.9999);  // at least the longer kernel
     // two half-grids (0.5 each) never sum past 1, so the time-weighted efficiency is exactly
-    // 0.5 x kernel time / busy time: > 0.5 when they overlapped, 0.5 when they did not.
+    // 0.5 x kernel time / busy time: 1 for full overlap, 0.5 for none, in between for partial.
     CHECK(double(g["sm_efficiency"]) == Approx(0.5 * kernel / busy).epsilon(1e-3));
-    if (busy < 0.75 * kernel) CHECK(double(g["sm_efficiency"]) > 0.5);
-    else CHECK(double(g["sm_efficiency"]) == Approx(0.5).epsilon(1e-3));
   }
   SECTION("phase GPU time within 2 % of cudaEvent timing of the same work") {
     const auto g = phase_gpu(lines[7], "timed");
