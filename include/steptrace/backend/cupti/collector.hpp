@@ -22,14 +22,9 @@
 #include "../../core/gpu_records.hpp"
 #include "../../details/context.hpp"
 #include "convert.hpp"
+#include "result.hpp"
 
 namespace steptrace::backend::cupti {
-
-inline std::string result_text(const char* call, CUptiResult r) {
-  const char* s = nullptr;
-  if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s) s = "unknown CUPTI error";
-  return std::string(call) + ": " + s;
-}
 
 /// What the background thread takes from the collector each time it looks.
 struct Drained {

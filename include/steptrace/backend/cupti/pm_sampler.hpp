@@ -27,6 +27,7 @@
 #include <cupti_target.h>
 
 #include "../../core/counters.hpp"
+#include "result.hpp"
 
 namespace steptrace::backend::cupti {
 
@@ -39,11 +40,6 @@ T params(std::size_t struct_size) {
   return p;
 }
 
-inline const char* pm_result_text(CUptiResult r) {
-  const char* s = nullptr;
-  if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s) s = "unknown CUPTI error";
-  return s;
-}
 
 class PmSampler {
  public:
@@ -133,7 +129,7 @@ class PmSampler {
       decode.pCounterDataImage = counter_data_.data();
       decode.counterDataImageSize = counter_data_.size();
       if (auto r = cuptiPmSamplingDecodeData(&decode); r != CUPTI_SUCCESS) {
-        const std::string e = std::string("cuptiPmSamplingDecodeData: ") + pm_result_text(r);
+        const std::string e = result_text("cuptiPmSamplingDecodeData", r);
         stop();
         return e;
       }
@@ -295,7 +291,7 @@ class PmSampler {
       host.pChipName = chip_.c_str();
       host.pCounterAvailabilityImage = availability_.data();
       if (auto r = cuptiProfilerHostInitialize(&host); r != CUPTI_SUCCESS)
-        return std::string("cuptiProfilerHostInitialize: ") + pm_result_text(r);
+        return result_text("cuptiProfilerHostInitialize", r);
       host_ = host.pHostObject;
       std::vector<const char*> names = metric_cstrs();
       auto add = params<CUpti_Profiler_Host_ConfigAddMetrics_Params>(CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE);
@@ -333,7 +329,7 @@ class PmSampler {
   }
 
   std::string fail(const char* call, CUptiResult r) {
-    std::string why = std::string(call) + ": " + pm_result_text(r);
+    std::string why = result_text(call, r);
     if (r == CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)
       why += " (GPU performance counters are restricted to admin users: NVreg_RestrictProfilingToAdminUsers)";
     return fail_text(why);
