@@ -15,6 +15,8 @@
 #include "../../support/cuda_check.cuh"
 
 #include <cmath>
+#include <deque>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -45,21 +47,6 @@ struct Window {
   uint64_t begin = 0, end = 0;
 };
 
-// Time-weighted mean of one metric over the samples inside [begin, end], the first and last sample
-// (partly outside) left out.
-double mean_in(const std::vector<steptrace::CounterSample>& samples, const Window& w,
-               double steptrace::CounterSample::*field, int* count) {
-  double sum = 0, weight = 0;
-  *count = 0;
-  for (const auto& s : samples) {
-    if (s.start_ns < int64_t(w.begin) || s.end_ns > int64_t(w.end) || std::isnan(s.*field)) continue;
-    const double d = double(s.end_ns - s.start_ns);
-    sum += d * s.*field;
-    weight += d;
-    ++*count;
-  }
-  return weight > 0 ? sum / weight : std::nan("");
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,17 +132,17 @@ int main(int argc, char** argv) {
                   (unsigned long long)samples.front().start_ns, (unsigned long long)samples.front().end_ns,
                   (unsigned long long)windows.front().begin, (unsigned long long)windows.back().end);
   }
+  const std::deque<steptrace::CounterSample> all_samples(samples.begin(), samples.end());
   std::printf("\"workloads\":{");
   for (size_t i = 0; i < windows.size(); ++i) {
     const auto& w = windows[i];
-    int c1 = 0, c2 = 0, c3 = 0, c4 = 0;
-    using S = steptrace::CounterSample;
-    const double sm = mean_in(samples, w, &S::sm_active, &c1), tc = mean_in(samples, w, &S::tensor_active, &c2),
-                 dr = mean_in(samples, w, &S::dram, &c3), oc = mean_in(samples, w, &S::occupancy, &c4);
-    auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
-    std::printf("%s\"%s\":{\"ms\":%.3f,\"samples\":%d,\"sm_active\":%s,\"tensor_active\":%s,\"dram\":%s,\"occupancy\":%s}",
-                i ? "," : "", w.name.c_str(), double(w.end - w.begin) / 1e6, c1, num(sm).c_str(), num(tc).c_str(),
-                num(dr).c_str(), num(oc).c_str());
+    // steptrace's own rule: the whole samples inside the window, weighted by duration.
+    const auto c = steptrace::summarize_counters(all_samples, steptrace::Interval{int64_t(w.begin), int64_t(w.end)});
+    auto num = [](const std::optional<double>& v) { return v ? std::to_string(*v) : std::string("null"); };
+    std::printf("%s\"%s\":{\"ms\":%.3f,\"samples\":%u,\"edge_only\":%s,\"sm_active\":%s,\"tensor_active\":%s,"
+                "\"dram\":%s,\"occupancy\":%s}",
+                i ? "," : "", w.name.c_str(), double(w.end - w.begin) / 1e6, c.samples, c.edge_only ? "true" : "false",
+                num(c.sm_active).c_str(), num(c.tensor_active).c_str(), num(c.dram).c_str(), num(c.occupancy).c_str());
   }
   std::printf("}}\n");
   sampler.stop();
