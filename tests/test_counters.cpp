@@ -82,21 +82,25 @@ TEST_CASE("device state: readings within the step, the latest earlier one for a 
   r.push_back(reading(10, 500, 1755, 55, 0x4));
   r.push_back(reading(20, 700, 1700, 60, 0x4 | 0x20));
   const auto d = summarize_device_state(r, 5, 25);
-  CHECK(d.samples == 2);
-  CHECK(*d.power_w_mean == Approx(600));
-  CHECK(*d.power_w_max == Approx(700));
-  CHECK(*d.sm_clock_mhz_min == Approx(1700));
-  CHECK(*d.sm_clock_mhz_mean == Approx(1727.5));
-  CHECK(*d.temperature_c_max == Approx(60));
-  CHECK(clock_event_reason_names(*d.clock_event_reasons) == std::vector<std::string>{"sw_power_cap", "sw_thermal_slowdown"});
+  REQUIRE(d);
+  CHECK(d->samples == 2);
+  CHECK(*d->power_w_mean == Approx(600));
+  CHECK(*d->power_w_max == Approx(700));
+  CHECK(*d->sm_clock_mhz_min == Approx(1700));
+  CHECK(*d->sm_clock_mhz_mean == Approx(1727.5));
+  CHECK(*d->temperature_c_max == Approx(60));
+  CHECK(clock_event_reason_names(*d->clock_event_reasons) == std::vector<std::string>{"sw_power_cap", "sw_thermal_slowdown"});
   const auto shortstep = summarize_device_state(r, 21, 23);  // between readings
-  CHECK(shortstep.samples == 0);
-  CHECK(*shortstep.power_w_mean == Approx(700));
+  REQUIRE(shortstep);
+  CHECK(shortstep->samples == 0);
+  CHECK(*shortstep->power_w_mean == Approx(700));
   DeviceStateSample partial;  // a VM that hides power: that field stays absent
   partial.time_ns = 30;
   partial.sm_clock_mhz = 1500;
   std::deque<DeviceStateSample> p{partial};
   const auto d2 = summarize_device_state(p, 0, 40);
-  CHECK_FALSE(d2.power_w_mean);
-  CHECK(*d2.sm_clock_mhz_mean == 1500);
+  REQUIRE(d2);
+  CHECK_FALSE(d2->power_w_mean);
+  CHECK(*d2->sm_clock_mhz_mean == 1500);
+  CHECK_FALSE(summarize_device_state(p, 0, 20));  // no reading within or before the step
 }

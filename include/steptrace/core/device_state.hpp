@@ -42,9 +42,10 @@ struct DeviceStateSummary {
 };
 
 /// Summarises the readings taken within [begin_ns, end_ns]; a step shorter than the reading period
-/// gets the latest reading before its end (samples = 0 then says so).
-inline DeviceStateSummary summarize_device_state(const std::deque<DeviceStateSample>& readings, int64_t begin_ns,
-                                                 int64_t end_ns) {
+/// gets the latest reading before its end (samples = 0 then says so); nullopt without any reading
+/// within or before the step.
+inline std::optional<DeviceStateSummary> summarize_device_state(const std::deque<DeviceStateSample>& readings,
+                                                                int64_t begin_ns, int64_t end_ns) {
   DeviceStateSummary out;
   std::vector<const DeviceStateSample*> in;
   const DeviceStateSample* before = nullptr;
@@ -54,6 +55,7 @@ inline DeviceStateSummary summarize_device_state(const std::deque<DeviceStateSam
   }
   out.samples = static_cast<uint32_t>(in.size());
   if (in.empty() && before) in.push_back(before);
+  if (in.empty()) return std::nullopt;
   double p_sum = 0, c_sum = 0;
   uint32_t p_n = 0, c_n = 0;
   for (const auto* r : in) {

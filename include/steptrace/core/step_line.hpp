@@ -77,7 +77,7 @@ struct StepLineInput {
   std::string cross_rank_null_reason;
   int cross_rank_every = 0;
   std::optional<DeviceStateSummary> device_state;     // NVML readings within the step
-  std::string device_state_null_reason;
+  std::string device_state_null_reason;               // why device_state is null
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
   StepShares shares;
   Diagnosis diagnosis;
@@ -228,9 +228,7 @@ inline std::string make_step_line(const StepLineInput& in) {
       null_reasons.emplace_back("cross_rank", in.cross_rank_null_reason.empty() ? "no cross-rank exchange" : in.cross_rank_null_reason);
     }
     w.key("device_state");
-    const bool any_reading = in.device_state && (in.device_state->samples || in.device_state->sm_clock_mhz_mean ||
-                                                 in.device_state->power_w_mean || in.device_state->temperature_c_max);
-    if (any_reading) {
+    if (in.device_state) {
       const DeviceStateSummary& d = *in.device_state;
       w.begin_object().field("samples", d.samples);
       w.field("power_w_mean", d.power_w_mean).field("power_w_max", d.power_w_max);
@@ -247,9 +245,7 @@ inline std::string make_step_line(const StepLineInput& in) {
       w.end_object();
     } else {
       w.null();
-      null_reasons.emplace_back("device_state", in.device_state ? "no NVML reading within or before this step yet (NVML opens "
-                                                                 "in the background after start()), or NVML refused every field"
-                                                               : in.device_state_null_reason);
+      null_reasons.emplace_back("device_state", in.device_state_null_reason);
     }
   }
   w.field("traced", in.gpu.has_value());

@@ -729,7 +729,9 @@ class Session {
       in.counters_null_reason = counters_null_reason_;
       if (counters_on_ || !counter_samples_.empty()) attribute_counters(r, in);
       if (nvml_on_) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.end_ns);
-      in.device_state_null_reason = device_state_null_reason_;
+      in.device_state_null_reason = !nvml_on_ ? device_state_null_reason_
+                                              : "no NVML reading within or before this step yet (NVML opens in the "
+                                                "background after start())";
       {
         std::lock_guard<std::mutex> lock(exchange_mutex_);
         in.cross_rank_every = exchange_every_;
