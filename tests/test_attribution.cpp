@@ -219,3 +219,23 @@ TEST_CASE("NCCL kernel names give the collective", "[attribution]") {
   CHECK(nccl_collective("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)") == "other");
   CHECK(nccl_collective("not_nccl") == "other");
 }
+
+TEST_CASE("skip: a step not traced leaves no state, and its stray records count as late", "[attribution]") {
+  Attributor a;
+  a.add_launch(launch(1, 0, phase_tag::forward));
+  a.add_launch(launch(2, 1, phase_tag::forward));  // a launch filed under a step that is then not traced
+  a.add_launch(launch(3, 2, phase_tag::forward));
+  a.add_kernel(kernel(1, 0, 100, 1.0));
+  REQUIRE(a.is_complete(0));
+  CHECK(a.take(0).kernels == 1);
+  a.skip(1);
+  CHECK(a.pending_steps() == 1);  // only step 2 waits
+  a.add_kernel(kernel(2, 100, 200, 1.0));  // step 1's record after its line: late, not in step 2
+  a.add_kernel(kernel(3, 200, 300, 1.0));
+  const auto g = a.take(2);
+  CHECK(g.kernels == 1);
+  CHECK(g.late_records == 1);
+  CHECK(g.unattributed_records == 0);
+  a.add_launch(launch(4, 1, phase_tag::forward));  // a launch of a skipped step arriving late is ignored
+  CHECK(a.pending_steps() == 0);
+}

@@ -216,8 +216,7 @@ class Attributor {
     }
     g.late_records = std::exchange(late_records_, 0);
     g.unattributed_records = std::exchange(unattributed_, 0);
-    emitted_below_ = std::max(emitted_below_, step + 1);
-    forget_before(step - 2);  // keep two steps of ids for graph kernels that finish late
+    close_step(step);
     return g;
   }
 
@@ -227,8 +226,7 @@ class Attributor {
     pending_.erase(step);
     if (first_take_) pending_.erase(-1);
     first_take_ = false;
-    emitted_below_ = std::max(emitted_below_, step + 1);
-    forget_before(step - 2);
+    close_step(step);
   }
 
   std::size_t pending_steps() const { return pending_.size(); }
@@ -289,6 +287,13 @@ class Attributor {
     Pending& p = pending_[step];
     p.seen.insert(id);
     return &p;
+  }
+
+  /// `step`'s line is out: its late records are counted as late; ids older than two steps are
+  /// forgotten (two are kept for graph kernels that finish late).
+  void close_step(int64_t step) {
+    emitted_below_ = std::max(emitted_below_, step + 1);
+    forget_before(step - 2);
   }
 
   void forget_before(int64_t step) {
