@@ -164,7 +164,6 @@ class Session {
       open_ = OpenStep{};
       next_index_ = 0;
       spans_outside_step_ = 0;
-      tracing_ = true;
       tracing_failed_ = false;
     }
     {
@@ -271,7 +270,7 @@ class Session {
   std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
     std::optional<StepRecord> closed;
     uint64_t index = 0;
-    bool toggle = false;
+    bool toggle = false, traced = true;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (open_.exists && open_.scope_open) {
@@ -301,16 +300,17 @@ class Session {
       r.begin_unix_ns = unix_ns();
       r.spans.reserve(16);
       r.traced = !tracing_failed_ && index % static_cast<uint64_t>(cfg_.trace_every) == 0;
-      toggle = attribution_ && cfg_.trace_every > 1 && !tracing_failed_ && r.traced != tracing_;
-      if (toggle) tracing_ = r.traced;
+      toggle = attribution_ && cfg_.trace_every > 1 && !tracing_failed_;
+      traced = r.traced;
       if (tokens) r.tokens = tokens;
       else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
       if (samples) r.samples = samples;
       else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
     }
     if (toggle) {
-      // Sampled attribution: CUPTI on for traced steps only. A failure leaves it off for good.
-      const std::string err = backend::cupti::Collector::instance().set_tracing(tracing_);
+      // Sampled attribution: CUPTI on for traced steps only (a no-op when it already is as wanted).
+      // A failure leaves it off for good.
+      const std::string err = backend::cupti::Collector::instance().set_tracing(traced);
       if (!err.empty()) {
         warn_once("cupti.toggle", "cannot switch CUPTI tracing between steps (" + err +
                                       "); GPU attribution stays off for the rest of the run");
@@ -821,7 +821,6 @@ class Session {
   std::string gpu_null_reason_, counters_null_reason_;
   std::string log_path_;
   bool attribution_ = false;  // CUPTI collector running
-  bool tracing_ = true;       // collector's record kinds on (trace_every > 1 switches them per step)
   bool tracing_failed_ = false;
 
   // Owned by the background thread while running.
