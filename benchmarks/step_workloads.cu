@@ -246,7 +246,6 @@ class Transformer {
     att_ = alloc_bf16(T_ * d_), proj_ = alloc_bf16(T_ * d_), h1_ = alloc_bf16(T_ * ff_), h1a_ = alloc_bf16(T_ * ff_);
     scores_ = alloc_bf16(size_t(bh_) * o.seq * o.seq);
     dx_ = alloc_bf16(T_ * d_), dh_ = alloc_bf16(T_ * ff_), dqkv_ = alloc_bf16(T_ * 3 * d_), dscores_ = alloc_bf16(size_t(bh_) * o.seq * o.seq);
-    CHECK_CUDA(cudaMalloc(&loss_, sizeof(float)));
     CHECK_CUDA(cudaMallocHost(&host_tokens_, T_ * sizeof(int)));
     CHECK_CUDA(cudaMalloc(&tokens_, T_ * sizeof(int)));
     CHECK_CUDA(cudaDeviceSynchronize());
@@ -279,7 +278,7 @@ class Transformer {
         update(L.w2, L.g2, L.m2, ff_ * d_);
       }
     }
-    float loss = 0;
+    bf16 loss;
     CHECK_CUDA(cudaMemcpy(&loss, x_, sizeof(bf16), cudaMemcpyDeviceToHost));  // the step's synchronization
     ++launches;
   }
@@ -358,7 +357,6 @@ class Transformer {
   Gemm gemm_;
   std::vector<Layer> layers_;
   bf16 *x_, *ln_, *qkv_, *att_, *proj_, *h1_, *h1a_, *scores_, *dx_, *dh_, *dqkv_, *dscores_;
-  float* loss_;
   int *host_tokens_, *tokens_;
 };
 
@@ -480,8 +478,6 @@ int main(int argc, char** argv) {
   steptrace::stop();
   if (raw) raw_cupti_stop();
 #endif
-  double sum = 0;
-  for (double d : ms) sum += d;
   auto mean = [](const std::vector<double>& v) {
     double s = 0;
     for (double d : v) s += d;
@@ -490,7 +486,7 @@ int main(int argc, char** argv) {
   std::printf(
       "result workload=%s build=%s steps=%zu mean_ms=%.4f median_ms=%.4f p10_ms=%.4f p90_ms=%.4f launches_per_step=%ld "
       "traced_mean_ms=%.4f untraced_mean_ms=%.4f rss_hwm_kib=%ld rss_kib=%ld\n",
-      o.workload.c_str(), BENCH_BUILD, ms.size(), sum / std::max<size_t>(1, ms.size()), at(ms, 0.5), at(ms, 0.1),
+      o.workload.c_str(), BENCH_BUILD, ms.size(), mean(ms), at(ms, 0.5), at(ms, 0.1),
       at(ms, 0.9), launches_per_step, mean(traced), mean(untraced), status_kib("VmHWM:"), status_kib("VmRSS:"));
   return 0;
 }

@@ -240,6 +240,7 @@ class Session {
     {
       std::lock_guard<std::mutex> lock(exchange_mutex_);
       exchange_.reset();  // its destructor waits (bounded) for its own stream, never for the job's
+      has_exchange_.store(false, std::memory_order_release);
       exchange_posted_.clear();
       views_.clear();
     }
@@ -382,6 +383,7 @@ class Session {
     }
     exchange_every_ = every > 0 ? every : cfg_.cross_rank_every;
     exchange_ = std::move(exchange);
+    has_exchange_.store(true, std::memory_order_release);
     exchange_posted_.clear();
     exchange_null_reason_.clear();
     return true;
@@ -408,6 +410,7 @@ class Session {
 
   /// Training thread: every exchange_every_ steps, start gathering the closed step's summary.
   void post_summary(const StepRecord& r) {
+    if (!has_exchange_.load(std::memory_order_acquire)) return;  // the common case: no lock on the training thread
     std::lock_guard<std::mutex> lock(exchange_mutex_);
     if (!exchange_ || r.index % static_cast<uint64_t>(exchange_every_) != 0) return;
     RankSummary sum;
@@ -425,6 +428,7 @@ class Session {
       exchange_null_reason_ = "cross-rank exchange stopped: " + err;
       warn_once("cross_rank.post", exchange_null_reason_);
       exchange_.reset();
+      has_exchange_.store(false, std::memory_order_release);
       return;
     }
     exchange_posted_.push_back(sum.step);
@@ -840,6 +844,7 @@ class Session {
   // Cross-rank exchange (guarded by exchange_mutex_: posted on the training thread, polled by the worker).
   std::mutex exchange_mutex_;
   std::unique_ptr<CrossRankExchange> exchange_;
+  std::atomic<bool> has_exchange_{false};  // exchange_ != nullptr, readable without the lock
   int exchange_every_ = 0;
   std::deque<int64_t> exchange_posted_;
   std::deque<CrossRankView> views_;  // gathered, not yet on a line
