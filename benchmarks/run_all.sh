@@ -2,7 +2,8 @@
 # Every overhead measurement of benchmarks/README.md, on a GPU machine, modes interleaved run by run.
 #   benchmarks/run_all.sh OUT_DIR [REPEATS] [PARTS...]
 # PARTS (default all): scope launch_cost transformer launch memory gpt
-# MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full".
+# MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full";
+# WORKLOAD_ARGS adds arguments to every step_workloads run (e.g. "--head-start-us 20000").
 # Writes OUT_DIR/runs.csv (one row per run), scope_cost.jsonl, launch_cost.jsonl, and OUT_DIR/table.md
 # (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -15,7 +16,7 @@ install_dependencies
 BUILD_DIR=$ROOT/build-bench CMAKE_BUILD_TYPE=Release configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 bin=$ROOT/build-bench/benchmarks
 csv=$out/runs.csv
-[[ -f $csv ]] || echo "program,workload,mode,every,repeat,mean_ms,median_ms,p10_ms,p90_ms,traced_mean_ms,untraced_mean_ms,launches_per_step,rss_hwm_kib,steps" >"$csv"
+[[ -f $csv ]] || echo "program,workload,mode,every,repeat,mean_ms,median_ms,p10_ms,p90_ms,traced_mean_ms,untraced_mean_ms,launches_per_step,rss_hwm_kib,steps,enqueue_mean_ms" >"$csv"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1; date -u +%F; } >"$out/device.txt"
 
 # One run of step_workloads: PROGRAM MODE EVERY REPEAT ARGS... -> a CSV row.
@@ -30,16 +31,22 @@ workload_run() {
     full) ;;
     full_nocounters) env+=(STEPTRACE_COUNTERS=off) ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
-    cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=1) ;;
+    cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records) ;;
+    cupti_floor_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks) ;;
+    cupti_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks) ;;
+    full_quiet) env+=(STEPTRACE_COUNTERS=off STEPTRACE_MEMORY_SAMPLE_MS=1000) ;;
   esac
   local line
-  line=$(env "${env[@]}" "$exe" "$@" 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
+  line=$(env "${env[@]}" "$exe" "$@" ${WORKLOAD_ARGS:-} 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
   kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
-  echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps)" >>"$csv"
+  echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps),$(kv enqueue_mean_ms)" >>"$csv"
 }
 
 if want scope; then
-  for r in $(seq "$repeats"); do "$bin/scope_cost" 2000000 >>"$out/scope_cost.jsonl"; done
+  for r in $(seq "$repeats"); do
+    "$bin/scope_cost" 2000000 >>"$out/scope_cost.jsonl"
+    STEPTRACE_CLOCK=steady "$bin/scope_cost" 2000000 >>"$out/scope_cost.jsonl"
+  done
 fi
 if want launch_cost; then
   "$ROOT/benchmarks/run_launch_cost.sh" "$ROOT/build-bench" "$repeats" 50000 >>"$out/launch_cost.jsonl"

@@ -5,10 +5,14 @@
 //   step_workloads_baseline      the same source without steptrace at all (STEPTRACE_BENCH_BASELINE)
 // In the instrumented build, BENCH_RAW_CUPTI=1 (with STEPTRACE_ENABLED=0) enables the same CUPTI
 // activity kinds steptrace uses, with a handler that only walks the records: CUPTI's own cost, the
-// floor under any record-based tool.
+// floor under any record-based tool (other values of BENCH_RAW_CUPTI: see raw_cupti_start).
 //
 //   step_workloads --workload transformer|launch [--steps N] [--warmup W] [--layers L] [--batch B]
-//                  [--seq S] [--dmodel D] [--kernels K]
+//                  [--seq S] [--dmodel D] [--kernels K] [--head-start-us U]
+//
+// --head-start-us U: each step starts with a one-block kernel that spins U µs, so the host queues the
+//   step's launches while the GPU is busy: host launch costs then hide behind it and what remains of an
+//   overhead is GPU time.
 //
 // transformer: a GPU-bound step shaped like a decoder-only transformer's (bf16 cuBLAS GEMMs with fp32
 //   accumulation, batched attention GEMMs, softmax, layernorm, GELU, residual adds, an elementwise
@@ -18,7 +22,8 @@
 // Every step ends by reading a scalar back (as loss.item() does), so steps do not overlap.
 //
 // Prints one line:  result workload=... build=... steps=... mean_ms=... median_ms=... p10_ms=... p90_ms=...
-//   launches_per_step=... traced_mean_ms=... untraced_mean_ms=... rss_hwm_kib=... rss_kib=...
+//   launches_per_step=... traced_mean_ms=... untraced_mean_ms=... enqueue_mean_ms=... rss_hwm_kib=... rss_kib=...
+// (enqueue: from the step's start until its last launch returned, before the read-back waits.)
 // (traced/untraced: with STEPTRACE_TRACE_EVERY=N, the steps N divides and the others.)
 #ifdef STEPTRACE_BENCH_BASELINE
 #define TRACE_STEP(...)
@@ -42,12 +47,14 @@
 #include "../support/cuda_check.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #define CHECK_BLAS(call)                                                          \
@@ -154,6 +161,7 @@ struct Options {
   int steps = 40, warmup = 10;
   int layers = 24, batch = 8, seq = 1024, dmodel = 1024, heads = 16;
   int kernels = 10000;
+  int head_start_us = 0;
 };
 
 Options parse(int argc, char** argv) {
@@ -177,6 +185,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--seq") o.seq = next();
     else if (a == "--dmodel") o.dmodel = next();
     else if (a == "--kernels") o.kernels = next();
+    else if (a == "--head-start-us") o.head_start_us = next();
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       std::exit(2);
@@ -190,6 +199,8 @@ Options parse(int argc, char** argv) {
 }
 
 long launches = 0;  // launch calls made in the current step (cuBLAS calls counted once)
+// When the step's last launch returned, just before its read-back: the host's enqueue time.
+std::chrono::steady_clock::time_point enqueued;
 
 bf16* alloc_bf16(size_t n) {
   bf16* p = nullptr;
@@ -279,6 +290,7 @@ class Transformer {
       }
     }
     bf16 loss;
+    enqueued = std::chrono::steady_clock::now();
     CHECK_CUDA(cudaMemcpy(&loss, x_, sizeof(bf16), cudaMemcpyDeviceToHost));  // the step's synchronization
     ++launches;
   }
@@ -382,6 +394,7 @@ class LaunchBound {
       for (int i = 0; i < opt; ++i) tiny<<<1, 32>>>(buf_, i);
     }
     launches += o_.kernels;
+    enqueued = std::chrono::steady_clock::now();
     float v = 0;
     CHECK_CUDA(cudaMemcpy(&v, buf_, sizeof(float), cudaMemcpyDeviceToHost));
     ++launches;
@@ -406,18 +419,70 @@ void CUPTIAPI raw_complete(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t 
 }
 const CUpti_ActivityKind raw_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                         CUPTI_ACTIVITY_KIND_MEMSET};
+// BENCH_RAW_FLUSH_MS=N (with a records mode): a thread asks CUPTI for completed buffers every N ms
+// (cuptiActivityFlushAll(0)), as steptrace's background thread does while a line waits for records.
+std::atomic<bool> raw_flushing{false};
+std::thread raw_flusher;
+void raw_flush_start() {
+  const char* v = std::getenv("BENCH_RAW_FLUSH_MS");
+  const int ms = v ? std::atoi(v) : 0;
+  if (ms <= 0) return;
+  raw_flushing = true;
+  raw_flusher = std::thread([ms] {
+    while (raw_flushing) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      cuptiActivityFlushAll(0);
+    }
+  });
+}
+// BENCH_RAW_CUPTI: 1 or "records" - the record kinds only; "records+callbacks" - plus a subscriber whose
+// callback returns at once, on the same API sites steptrace's collector watches (runtime and driver
+// launch, memcpy and memset calls); "callbacks" - that subscriber alone. Separates CUPTI's own cost
+// from what steptrace's handlers add.
+CUpti_SubscriberHandle raw_subscriber = nullptr;
+void CUPTIAPI raw_noop(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+void raw_enable_sites(CUpti_CallbackDomain domain, uint32_t count, const std::string& prefix) {
+  for (uint32_t cbid = 1; cbid < count; ++cbid) {
+    const char* name = nullptr;
+    if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+    const std::string n(name);
+    const bool site = n.find("HostFunc") == std::string::npos &&
+                      (n.rfind(prefix + "Launch", 0) == 0 || n.rfind(prefix + "GraphLaunch", 0) == 0 ||
+                       n.rfind(prefix + "Memcpy", 0) == 0 || n.rfind(prefix + "Memset", 0) == 0);
+    if (site && cuptiEnableCallback(1, raw_subscriber, domain, cbid) != CUPTI_SUCCESS) std::exit(3);
+  }
+}
 bool raw_cupti_start() {
   const char* v = std::getenv("BENCH_RAW_CUPTI");
-  if (!v || std::string(v) != "1") return false;
-  if (cuptiActivityRegisterCallbacks(raw_request, raw_complete) != CUPTI_SUCCESS) std::exit(3);
-  for (auto k : raw_kinds)
-    if (cuptiActivityEnable(k) != CUPTI_SUCCESS) std::exit(3);
-  cuptiActivityFlushPeriod(100);
+  if (!v || !*v || std::string(v) == "0") return false;
+  const std::string mode(v);
+  const bool records = mode == "1" || mode == "records" || mode == "records+callbacks";
+  const bool callbacks = mode == "callbacks" || mode == "records+callbacks";
+  if (!records && !callbacks) {
+    std::fprintf(stderr, "BENCH_RAW_CUPTI must be 1, records, records+callbacks or callbacks\n");
+    std::exit(2);
+  }
+  if (callbacks) {
+    if (cuptiSubscribe(&raw_subscriber, reinterpret_cast<CUpti_CallbackFunc>(&raw_noop), nullptr) != CUPTI_SUCCESS) std::exit(3);
+    raw_enable_sites(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
+    raw_enable_sites(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, "cu");
+  }
+  if (records) {
+    if (cuptiActivityRegisterCallbacks(raw_request, raw_complete) != CUPTI_SUCCESS) std::exit(3);
+    for (auto k : raw_kinds)
+      if (cuptiActivityEnable(k) != CUPTI_SUCCESS) std::exit(3);
+    const char* period = std::getenv("BENCH_RAW_FLUSH_PERIOD_MS");  // CUPTI's own periodic flush; 0: none
+    cuptiActivityFlushPeriod(period ? static_cast<uint32_t>(std::atoi(period)) : 100);
+    raw_flush_start();
+  }
   return true;
 }
 void raw_cupti_stop() {
+  raw_flushing = false;
+  if (raw_flusher.joinable()) raw_flusher.join();
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   for (auto k : raw_kinds) cuptiActivityDisable(k);
+  if (raw_subscriber) cuptiUnsubscribe(raw_subscriber);
 }
 #endif
 
@@ -458,13 +523,20 @@ int main(int argc, char** argv) {
   const char* every_env = std::getenv("STEPTRACE_TRACE_EVERY");
   const int every = every_env ? std::max(1, std::atoi(every_env)) : 1;
 
-  std::vector<double> ms, traced, untraced;
+  std::vector<double> ms, traced, untraced, enqueue;
   long launches_per_step = 0;
+  int clock_khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  const long long head_cycles = static_cast<long long>(o.head_start_us) * clock_khz / 1000;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     launches = 0;
     const auto t0 = std::chrono::steady_clock::now();
     {
       TRACE_STEP();
+      if (head_cycles > 0) {  // the GPU spins while the host queues the step behind it
+        spin<<<1, 32>>>(head_cycles, nullptr);
+        ++launches;
+      }
       if (tf) tf->step(s);
       else lb->step(s);
     }
@@ -472,6 +544,7 @@ int main(int argc, char** argv) {
     launches_per_step = launches;
     if (s < o.warmup) continue;
     ms.push_back(d);
+    enqueue.push_back(std::chrono::duration<double, std::milli>(enqueued - t0).count());
     (s % every == 0 ? traced : untraced).push_back(d);
   }
 #ifndef STEPTRACE_BENCH_BASELINE
@@ -485,8 +558,8 @@ int main(int argc, char** argv) {
   };
   std::printf(
       "result workload=%s build=%s steps=%zu mean_ms=%.4f median_ms=%.4f p10_ms=%.4f p90_ms=%.4f launches_per_step=%ld "
-      "traced_mean_ms=%.4f untraced_mean_ms=%.4f rss_hwm_kib=%ld rss_kib=%ld\n",
+      "traced_mean_ms=%.4f untraced_mean_ms=%.4f enqueue_mean_ms=%.4f rss_hwm_kib=%ld rss_kib=%ld\n",
       o.workload.c_str(), BENCH_BUILD, ms.size(), mean(ms), at(ms, 0.5), at(ms, 0.1),
-      at(ms, 0.9), launches_per_step, mean(traced), mean(untraced), status_kib("VmHWM:"), status_kib("VmRSS:"));
+      at(ms, 0.9), launches_per_step, mean(traced), mean(untraced), mean(enqueue), status_kib("VmHWM:"), status_kib("VmRSS:"));
   return 0;
 }

@@ -41,7 +41,8 @@ print(f"Device: {device}\n")
 
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
-ORDER = ["baseline", "compiled_out", "off", "host", "cupti_floor", "full_nocounters", "full", "sampled", "torch_profiler"]
+ORDER = ["baseline", "compiled_out", "off", "host", "cupti_callbacks", "cupti_floor", "cupti_floor_callbacks",
+         "full_nocounters", "full_quiet", "full", "sampled", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -67,8 +68,14 @@ for workload in ["transformer", "launch", "gpt"]:
                  "host": "host (scopes, no CUPTI)", "full": "full attribution (+ PM sampling counters)",
                  "full_nocounters": "full attribution, counters off", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
-                 "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)"}.get(m, m)
+                 "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)",
+                 "cupti_callbacks": "raw CUPTI: empty callbacks on the launch sites, no records",
+                 "cupti_floor_callbacks": "raw CUPTI: same record kinds + empty callbacks on the launch sites",
+                 "full_quiet": "full attribution, counters off, memory sampled every 1 s"}.get(m, m)
         rmed = med(ratios)
+        enq = [float(r["enqueue_mean_ms"]) for r in runs.values() if r.get("enqueue_mean_ms")]
+        if enq:
+            label += f" (enqueue {med(enq):.2f} ms)"
         print(f"| {label} | {med(ms):.3f} | {min(ms):.3f} – {max(ms):.3f} | {rmed:.4f} | "
               f"{min(ratios):.4f} – {max(ratios):.4f} | {100 * (rmed - 1):+.2f} | {len(ms)} |")
     if (workload, "sampled") in by:
@@ -123,21 +130,26 @@ if launch["full"] and launch["host"]:
 # ---- host cost of a scope -------------------------------------------------------------------------
 sc = load_jsonl("scope_cost.jsonl")
 if sc:
-    print("### Host ns per scope (`scope_cost`, 2 000 000 iterations)\n")
-    print("| what | median | min – max |")
-    print("|---|---|---|")
+    clocks = [c for c in ["ticks", "steady_clock"] if any(r.get("scope_clock", "steady_clock") == c for r in sc)]
+    print("### Host ns per scope (`scope_cost`, 2 000 000 iterations), median (min – max) of runs\n")
+    print("| what | " + " | ".join("scopes read " + ("the CPU tick counter" if c == "ticks" else "steady_clock")
+                                   for c in clocks) + " |")
+    print("|---|" + "---|" * len(clocks))
     for key, what in [("phase_scope_not_running_ns", "TRACE_PHASE, no session"),
                       ("phase_scope_ns", "TRACE_PHASE, running (steps of 1000 scopes)"),
                       ("phase_scope_one_step_ns", "TRACE_PHASE, running, all in one step (span list grows to 2M)"),
                       ("nested_phase_scope_ns", "nested TRACE_PHASE (per scope)"),
                       ("step_scope_ns", "TRACE_STEP"),
                       ("clock_read_ns", "its parts: one steady_clock::now()"),
+                      ("ticks_read_ns", "its parts: one tick-counter read (rdtsc)"),
                       ("nvtx_push_pop_ns", "its parts: NVTX push + pop (no tool attached)"),
                       ("mutex_lock_unlock_ns", "its parts: uncontended std::mutex lock + unlock")]:
-        xs = [r[key] for r in sc if key in r]
-        if not xs:
-            continue
-        print(f"| {what} | {med(xs):.1f} | {min(xs):.1f} – {max(xs):.1f} |")
+        cells = []
+        for c in clocks:
+            xs = [r[key] for r in sc if key in r and r.get("scope_clock", "steady_clock") == c]
+            cells.append(f"{med(xs):.1f} ({min(xs):.1f} – {max(xs):.1f})" if xs else "—")
+        if any(cell != "—" for cell in cells):
+            print(f"| {what} | " + " | ".join(cells) + " |")
     print()
 
 # ---- host memory ----------------------------------------------------------------------------------

@@ -72,12 +72,14 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   c.trace_every = 0;
   c.dtype = "bf17";
   c.gpu = "yes";
+  c.clock = "tsc";
   c.memory_sample_ms = -1;
   const auto errors = validate(c);
   std::vector<std::string> names;
   for (const auto& e : errors) names.push_back(e.setting);
   CHECK(names == std::vector<std::string>{"tokens_per_step", "flops_per_token", "log_every", "trace_every", "dtype", "gpu",
-                                          "memory_sample_ms"});
+                                          "clock", "memory_sample_ms"});
+  CHECK(c.clock == "auto");
   CHECK(c.tokens_per_step == 0);
   CHECK(c.flops_per_token == 0);
   CHECK(c.log_every == 1);

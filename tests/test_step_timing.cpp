@@ -125,3 +125,87 @@ TEST_CASE("tokens from TRACE_STEP arguments override the config", "[timing]") {
   CHECK(lines[2]["tokens"] == 50);
   CHECK(lines[2]["samples"] == 2);
 }
+
+TEST_CASE("TickClock: identity until calibrated, then a line through the latest anchor", "[timing][clock]") {
+  // Synthetic counter: 3 ticks per ns, offset 1000.
+  auto ticks = [](int64_t ns) { return static_cast<uint64_t>(3 * ns + 1000); };
+  TickClock c;
+  CHECK(c.to_ns(12345) == 12345);
+  CHECK(c.anchor(ticks(0), 0) == 0);
+  CHECK(c.anchor(ticks(500'000), 500'000) == 0);  // baseline below 1 ms: no slope yet
+  CHECK_FALSE(c.calibrated());
+  CHECK(c.anchor(ticks(2'000'000), 2'000'000) == 0);
+  REQUIRE(c.calibrated());
+  CHECK(c.ns_per_tick() == Approx(1.0 / 3.0));
+  CHECK(std::llabs(c.to_ns(ticks(2'500'000)) - 2'500'000) <= 1);
+  CHECK(std::llabs(c.to_ns(ticks(1'999'000)) - 1'999'000) <= 1);  // read just before the anchor
+  // The next anchor predicted right: error 0; a counter that jumped 50 us: reported.
+  CHECK(std::llabs(c.anchor(ticks(10'000'000), 10'000'000)) <= 1);
+  CHECK(std::llabs(c.anchor(ticks(20'050'000), 20'000'000) - 50'000) <= 1);
+}
+
+TEST_CASE("the CPU tick counter, once anchored, reads steady_clock time", "[timing][clock]") {
+  const std::string why = steptrace::details::ticks_unusable_reason();
+  if (!why.empty()) {
+    WARN("tick clock not usable here (" << why << "); scopes read steady_clock");
+    return;
+  }
+  TickClock c;
+  uint64_t t = 0;
+  int64_t n = 0;
+  REQUIRE(steptrace::details::take_clock_anchor(t, n, 1.0, 100000));
+  c.anchor(t, n);
+  spin_for_us(5000);
+  REQUIRE(steptrace::details::take_clock_anchor(t, n, 1.0, 100000));
+  c.anchor(t, n);
+  REQUIRE(c.calibrated());
+  spin_for_us(2000);
+  // 2 ms after the anchor the fitted line is within a few µs (a 5 ms baseline, ~50 ns of jitter);
+  // the smallest of several tries keeps a preemption between the two reads out.
+  int64_t best = INT64_MAX;
+  for (int i = 0; i < 20; ++i) {
+    const int64_t before = monotonic_ns();
+    const int64_t converted = c.to_ns(read_ticks());
+    const int64_t after = monotonic_ns();
+    best = std::min(best, std::max(before - converted, converted - after));
+  }
+  CHECK(best <= 5000);
+}
+
+TEST_CASE("phase times are the same with the tick clock and with steady_clock", "[timing][clock]") {
+  for (const char* clock : {"auto", "steady"}) {
+    INFO("clock=" << clock);
+    const auto log = fresh_log(std::string("clock_") + clock);
+    Config cfg;
+    cfg.log_path = log;
+    cfg.summary = false;
+    cfg.gpu = "off";
+    cfg.clock = clock;
+    REQUIRE(start(cfg));
+    const bool ticks_expected = std::string(clock) == "auto" && steptrace::details::ticks_unusable_reason().empty();
+    CHECK(steptrace::details::scopes_read_ticks().load() == ticks_expected);
+    std::vector<double> outer_ms;
+    for (int i = 0; i < 6; ++i) {
+      TRACE_STEP();
+      const int64_t t0 = monotonic_ns();
+      {
+        TRACE_PHASE(forward);
+        spin_for_us(1000);
+      }
+      outer_ms.push_back(ns_to_ms(monotonic_ns() - t0));
+      spin_for_us(300);
+    }
+    stop();
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 6);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      const double fwd = lines[i]["forward_time_ms"].get<double>();
+      CHECK(fwd >= 1.0);
+      CHECK(fwd <= outer_ms[i] + 0.005);
+      // The phase lies inside its step: untracked time is what the step has besides it (~0.3 ms).
+      const double untracked = lines[i]["untracked_time_ms"].get<double>();
+      CHECK(untracked >= 0.25);
+      CHECK(untracked <= lines[i]["step_time_ms"].get<double>() - 1.0 + 0.005);
+    }
+  }
+}

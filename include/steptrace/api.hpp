@@ -147,7 +147,8 @@ class PhaseScope {
       details::step_thread_phase().store(phase, std::memory_order_relaxed);
     active_ = true;
     backend::nvtx::push_phase(phase);
-    span_.begin_ns = monotonic_ns();
+    ticks_ = details::scopes_read_ticks().load(std::memory_order_relaxed);
+    begin_ = ticks_ ? read_ticks() : static_cast<uint64_t>(monotonic_ns());
   }
   PhaseScope(const PhaseScope&) = delete;
   PhaseScope& operator=(const PhaseScope&) = delete;
@@ -155,20 +156,22 @@ class PhaseScope {
   PhaseScope& operator=(PhaseScope&&) = delete;
   ~PhaseScope() {
     if (!active_) return;
-    span_.end_ns = monotonic_ns();
+    const uint64_t end = ticks_ ? read_ticks() : static_cast<uint64_t>(monotonic_ns());
     backend::nvtx::pop();
     auto& ts = details::thread_state();
     --ts.depth;
     span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
     if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
     try {
-      details::Session::instance().add_span(span_);
+      details::Session::instance().add_span(span_, ticks_, begin_, end);
     } catch (...) {
     }
   }
 
  private:
-  PhaseSpan span_;
+  PhaseSpan span_;   // times filled in by the session from begin_/end
+  uint64_t begin_ = 0;
+  bool ticks_ = false;  // begin_ (and the end) are read_ticks() readings, else monotonic_ns()
   bool active_ = false;
 };
 

@@ -33,6 +33,8 @@ struct Config {
   std::string cupti = "auto";            // STEPTRACE_CUPTI: auto | off (off: host timings and memory only)
   std::string counters = "auto";         // STEPTRACE_COUNTERS: auto | off. Hardware counters by CUPTI PM sampling
                                          // (needs cupti=auto); off: sm_activity etc. stay null
+  std::string clock = "auto";            // STEPTRACE_CLOCK: auto | steady. Phase scopes read the CPU's invariant
+                                         // time-stamp counter where usable (auto), else steady_clock
   double counters_interval_us = 1000;    // STEPTRACE_COUNTERS_INTERVAL_US: PM sampling period (GPU time)
   int cross_rank_every = 10;             // STEPTRACE_CROSS_RANK_EVERY: with a communicator (steptrace/nccl.hpp),
                                          // gather every rank's step summary every N steps
@@ -101,6 +103,7 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     else if (key == "GPU") cfg.gpu = value;
     else if (key == "CUPTI") cfg.cupti = value;
     else if (key == "COUNTERS") cfg.counters = value;
+    else if (key == "CLOCK") cfg.clock = value;
     else if (key == "COUNTERS_INTERVAL_US") ok = details::parse_double(value, d) && (cfg.counters_interval_us = d, true);
     else if (key == "MAX_LAG_STEPS") ok = details::parse_int(value, i) && (cfg.max_lag_steps = static_cast<int>(i), true);
     else if (key == "MAX_LAG_MS") ok = details::parse_double(value, d) && (cfg.max_lag_ms = d, true);
@@ -166,6 +169,10 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   if (cfg.cupti != "auto" && cfg.cupti != "off") {
     errors.push_back({"cupti", "unknown value '" + cfg.cupti + "' (auto, off); using auto"});
     cfg.cupti = defaults.cupti;
+  }
+  if (cfg.clock != "auto" && cfg.clock != "steady") {
+    errors.push_back({"clock", "unknown value '" + cfg.clock + "' (auto, steady); using auto"});
+    cfg.clock = defaults.clock;
   }
   if (cfg.counters != "auto" && cfg.counters != "off") {
     errors.push_back({"counters", "unknown value '" + cfg.counters + "' (auto, off); using auto"});

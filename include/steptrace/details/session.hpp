@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <chrono>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "../sink/jsonl_file.hpp"
 #include "context.hpp"
 #include "exchange.hpp"
+#include "host_clock.hpp"
 #include "log.hpp"
 
 extern char** environ;
@@ -46,11 +48,19 @@ extern char** environ;
 namespace steptrace::details {
 
 inline constexpr std::size_t kMaxScalarsPerStep = 256;
-// CUPTI delivers completed records within about its flush period (100 ms, set by the collector); a
-// line is not declared incomplete before its records have had that long.
-inline constexpr double kMinRecordLagMs = 150;
+// CUPTI hands over a buffer of GPU records by itself only once the buffer is full; partly filled
+// ones come only when asked (cuptiActivityFlushAll). Asking costs GPU time: measured on an H200, a
+// flush every 20 ms slowed a 770-kernel, 62 ms step by 0.5-0.6 ms (benchmarks/README.md). So the
+// background thread asks only once the oldest waiting line has waited kFlushAfterMs, and at most that
+// often: fast steps then get their lines about kFlushAfterMs late, in batches, for ~one flush per
+// kFlushAfterMs. A line is not declared incomplete before its records have had kMinRecordLagMs.
+#ifndef STEPTRACE_FLUSH_AFTER_MS
+#define STEPTRACE_FLUSH_AFTER_MS 200
+#endif
+inline constexpr double kFlushAfterMs = STEPTRACE_FLUSH_AFTER_MS;
+inline constexpr double kMinRecordLagMs = kFlushAfterMs + 150;
 inline constexpr std::size_t kMaxMemorySamples = 4096;
-inline constexpr double kFlushIntervalMs = 20;
+inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
 inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
@@ -91,6 +101,7 @@ class Session {
       return false;
     }
     cfg_ = cfg;
+    const std::string clock_reason = begin_clock_calibration();
     run_ = RunInfo{};
     run_.rank = cfg_.rank >= 0 ? cfg_.rank : env_int("RANK", env_int("OMPI_COMM_WORLD_RANK", env_int("SLURM_PROCID", 0)));
     run_.local_rank = cfg_.local_rank >= 0 ? cfg_.local_rank
@@ -186,6 +197,7 @@ class Session {
     lines_written_ = lines_failed_ = 0;
     memory_samples_.clear();
     window_ = Window{};
+    finish_clock_calibration(clock_reason);
     try {
       worker_ = std::thread([this] { worker_loop(); });
     } catch (const std::exception& e) {
@@ -207,6 +219,7 @@ class Session {
       return s;
     }
     running_flag().store(false, std::memory_order_release);
+    scopes_read_ticks().store(false, std::memory_order_relaxed);
     current_step().store(-1, std::memory_order_relaxed);
     step_thread().store(nullptr, std::memory_order_relaxed);
     step_thread_phase().store(kNoPhase, std::memory_order_relaxed);
@@ -343,8 +356,12 @@ class Session {
     if (samples) open_.record.samples = samples;
   }
 
-  void add_span(const PhaseSpan& span) {
+  /// A closed phase scope. `ticks`: begin and end are read_ticks() readings, converted here;
+  /// otherwise they are monotonic_ns().
+  void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) {
     std::lock_guard<std::mutex> lock(mutex_);
+    span.begin_ns = ticks ? tick_clock_.to_ns(begin) : static_cast<int64_t>(begin);
+    span.end_ns = ticks ? tick_clock_.to_ns(end) : static_cast<int64_t>(end);
     if (!open_.exists) {
       ++spans_outside_step_;  // reported in the first step's phase_scopes_outside_step
       return;
@@ -533,6 +550,7 @@ class Session {
         batch.swap(queue_);
         stopping = stopping_;
       }
+      refresh_clock_anchor();
       if (sample_memory) take_memory_sample(sample_memory);
       take_device_state();
       for (auto& record : batch) waiting_.push_back(std::move(record));
@@ -546,6 +564,59 @@ class Session {
       }
     }
     nvml_.close();
+  }
+
+  /// start(): the first anchor of the tick clock, or why scopes read steady_clock ("" = ticks usable).
+  std::string begin_clock_calibration() {
+    scopes_read_ticks().store(false, std::memory_order_relaxed);
+    std::string reason = cfg_.clock == "steady" ? "clock=steady" : ticks_unusable_reason();
+    uint64_t t = 0;
+    int64_t n = 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    tick_clock_ = TickClock{};
+    if (reason.empty()) {
+      if (take_clock_anchor(t, n, 1.0, 20000)) tick_clock_.anchor(t, n);
+      else reason = "the time-stamp counter could not be read next to steady_clock";
+    }
+    return reason;
+  }
+
+  /// start(), after the device probe: a second anchor at least TickClock::kMinBaselineNs after the
+  /// first gives the slope; only then do scopes read ticks.
+  void finish_clock_calibration(std::string reason) {
+    if (reason.empty()) {
+      uint64_t t = 0;
+      int64_t n = 0;
+      bool ok = false;
+      for (int i = 0; i < 50 && !ok; ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::lock_guard<std::mutex> lock(mutex_);
+        ok = take_clock_anchor(t, n, 1.0, 20000) && (tick_clock_.anchor(t, n), tick_clock_.calibrated());
+      }
+      if (!ok) reason = "the time-stamp counter could not be calibrated against steady_clock";
+    }
+    if (reason.empty()) {
+      scopes_read_ticks().store(true, std::memory_order_relaxed);
+      logger()->debug("phase scopes read the CPU time-stamp counter ({:.4f} ns per tick)", tick_clock_.ns_per_tick());
+    } else {
+      logger()->debug("phase scopes read steady_clock: {}", reason);
+    }
+  }
+
+  /// Background thread: a fresh anchor keeps tick conversions within ~1 µs; a counter that no
+  /// longer follows steady_clock sends new scopes back to steady_clock.
+  void refresh_clock_anchor() {
+    if (!scopes_read_ticks().load(std::memory_order_relaxed)) return;
+    uint64_t t = 0;
+    int64_t n = 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!take_clock_anchor(t, n, tick_clock_.ns_per_tick())) return;
+    const int64_t error = tick_clock_.anchor(t, n);
+    if (error > kMaxTickDriftNs || error < -kMaxTickDriftNs) {
+      scopes_read_ticks().store(false, std::memory_order_relaxed);
+      warn_once("clock.drift", "the CPU time-stamp counter drifted " + std::to_string(error / 1000) +
+                                   " us from steady_clock; phase scopes read steady_clock from now on");
+    }
   }
 
   /// NVML for power, clocks, temperature and clock-event reasons (background thread).
@@ -604,14 +675,13 @@ class Session {
   }
 
   /// Moves what CUPTI has handed over into the attributor (launch sites first: records join them).
-  /// While a line waits, ask CUPTI for its completed records. Never a forced flush while the program
-  /// runs: that returns records of kernels still running, with no end time.
+  /// Once the oldest line has waited kFlushAfterMs, ask CUPTI for its completed records. Never a forced
+  /// flush while the program runs: that returns records of kernels still running, with no end time.
   void collect_gpu_records() {
     auto& collector = backend::cupti::Collector::instance();
-    // CUPTI hands over full buffers by itself every 100 ms; while a line waits, ask for the completed
-    // ones sooner, but at most every kFlushIntervalMs (a flush walks CUPTI's buffers and costs time).
     const int64_t now = monotonic_ns();
-    if (!waiting_.empty() && now - last_flush_ns_ >= static_cast<int64_t>(kFlushIntervalMs * 1e6)) {
+    const auto after = static_cast<int64_t>(kFlushAfterMs * 1e6);
+    if (!waiting_.empty() && now - waiting_.front().end_ns >= after && now - last_flush_ns_ >= after) {
       collector.flush();
       last_flush_ns_ = now;
     }
@@ -839,6 +909,7 @@ class Session {
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
+  TickClock tick_clock_;  // guarded by mutex_: anchored by the worker, read by add_span
   std::unordered_map<std::string, std::string> demangled_;
 
   // Cross-rank exchange (guarded by exchange_mutex_: posted on the training thread, polled by the worker).
