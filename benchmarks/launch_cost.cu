@@ -6,6 +6,8 @@
 //                              record-based tool pays)
 //         activity_api         raw CUPTI: + RUNTIME and DRIVER API activity records (what joining by
 //                              external correlation ids needs)
+//         activity_callbacks   raw CUPTI: activity records + a callback that returns at once on the API
+//                              sites steptrace watches (CUPTI's callback dispatch without steptrace's handler)
 //         steptrace_host       steptrace with cupti=off (step + phase scopes only)
 //         steptrace            steptrace full attribution (activity + launch-site callbacks)
 //         steptrace_untraced   steptrace with trace_every: the measured step is one not traced
@@ -24,6 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "raw_cupti.hpp"
 
 __global__ void empty_kernel() {}
 
@@ -51,7 +55,8 @@ int main(int argc, char** argv) {
   cudaFree(nullptr);
   empty_kernel<<<1, 32>>>();
   cudaDeviceSynchronize();
-  const bool raw_activity = mode == "activity" || mode == "activity_api" || mode == "activity_disabled" || mode == "finalized";
+  const bool raw_activity = mode == "activity" || mode == "activity_api" || mode == "activity_callbacks" ||
+                            mode == "activity_disabled" || mode == "finalized";
   const bool subscribes = mode == "subscribed_disabled" || mode == "finalized";
   const bool uses_steptrace = mode == "steptrace" || mode == "steptrace_host" || mode == "steptrace_untraced";
   CUpti_SubscriberHandle subscriber = nullptr;
@@ -61,6 +66,10 @@ int main(int argc, char** argv) {
     if (mode == "activity_api") {
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+    }
+    if (mode == "activity_callbacks" && !subscribe_empty_launch_callbacks(subscriber)) {
+      std::fprintf(stderr, "launch_cost: CUPTI refused the callback subscriber\n");
+      return 3;
     }
   }
   if (subscribes) {
@@ -107,7 +116,7 @@ int main(int argc, char** argv) {
     wall_ns = (t2 - t0) / launches;
   }
   if (uses_steptrace) steptrace::stop();
-  if (mode == "activity" || mode == "activity_api") cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (mode == "activity" || mode == "activity_api" || mode == "activity_callbacks") cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   const cudaError_t e = cudaGetLastError();
   std::printf("{\"mode\":\"%s\",\"launches\":%d,\"host_ns_per_launch\":%.1f,\"wall_ns_per_launch\":%.1f,\"cuda\":\"%s\"}\n",
               mode.c_str(), launches, host_ns, wall_ns, cudaGetErrorString(e));

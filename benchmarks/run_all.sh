@@ -4,6 +4,7 @@
 # PARTS (default all): scope launch_cost transformer launch memory gpt
 # MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full";
 # WORKLOAD_ARGS adds arguments to every step_workloads run (e.g. "--head-start-us 20000").
+# GPT_STEPS (default 80; the first 10 are warm-up) and BENCH_CPUS (a taskset CPU list pinning each gpt run).
 # Writes OUT_DIR/runs.csv (one row per run), scope_cost.jsonl, launch_cost.jsonl, and OUT_DIR/table.md
 # (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -82,15 +83,16 @@ if want gpt; then
     gpt=$ROOT/build-torch/examples/gpt_train
     for r in $(seq "$repeats"); do
       for mode in off host full sampled torch_profiler; do
-        env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0) args=(--steps 80)
+        env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0) args=(--steps "${GPT_STEPS:-80}")
         case $mode in
           off) env+=(STEPTRACE_ENABLED=0) ;;
           host) env+=(STEPTRACE_CUPTI=off) ;;
           sampled) env+=(STEPTRACE_TRACE_EVERY=10) ;;
           torch_profiler) env+=(STEPTRACE_ENABLED=0) args+=(--torch-profiler --kineto-trace /tmp/gpt_profile.json) ;;
         esac
-        ms=$(env "${env[@]}" "$gpt" "${args[@]}" 2>/dev/null | sed -n 's/^steady_step_ms //p')
-        echo "gpt_train,gpt,$mode,$([[ $mode == sampled ]] && echo 10 || echo 1),$r,${ms:-failed},,,,,,,,70" >>"$csv"
+        pin=(); [[ -n ${BENCH_CPUS:-} ]] && pin=(taskset -c "$BENCH_CPUS")
+        ms=$(env "${env[@]}" "${pin[@]}" "$gpt" "${args[@]}" 2>/dev/null | sed -n 's/^steady_step_ms //p')
+        echo "gpt_train,gpt,$mode,$([[ $mode == sampled ]] && echo 10 || echo 1),$r,${ms:-failed},,,,,,,,$(( ${GPT_STEPS:-80} - 10 ))" >>"$csv"
       done
     done
   fi

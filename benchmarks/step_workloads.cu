@@ -40,6 +40,7 @@
 
 #ifndef STEPTRACE_BENCH_BASELINE
 #include <cupti.h>
+#include "raw_cupti.hpp"
 #endif
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -440,18 +441,6 @@ void raw_flush_start() {
 // launch, memcpy and memset calls); "callbacks" - that subscriber alone. Separates CUPTI's own cost
 // from what steptrace's handlers add.
 CUpti_SubscriberHandle raw_subscriber = nullptr;
-void CUPTIAPI raw_noop(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
-void raw_enable_sites(CUpti_CallbackDomain domain, uint32_t count, const std::string& prefix) {
-  for (uint32_t cbid = 1; cbid < count; ++cbid) {
-    const char* name = nullptr;
-    if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
-    const std::string n(name);
-    const bool site = n.find("HostFunc") == std::string::npos &&
-                      (n.rfind(prefix + "Launch", 0) == 0 || n.rfind(prefix + "GraphLaunch", 0) == 0 ||
-                       n.rfind(prefix + "Memcpy", 0) == 0 || n.rfind(prefix + "Memset", 0) == 0);
-    if (site && cuptiEnableCallback(1, raw_subscriber, domain, cbid) != CUPTI_SUCCESS) std::exit(3);
-  }
-}
 bool raw_cupti_start() {
   const char* v = std::getenv("BENCH_RAW_CUPTI");
   if (!v || !*v || std::string(v) == "0") return false;
@@ -463,9 +452,7 @@ bool raw_cupti_start() {
     std::exit(2);
   }
   if (callbacks) {
-    if (cuptiSubscribe(&raw_subscriber, reinterpret_cast<CUpti_CallbackFunc>(&raw_noop), nullptr) != CUPTI_SUCCESS) std::exit(3);
-    raw_enable_sites(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
-    raw_enable_sites(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, "cu");
+    if (!subscribe_empty_launch_callbacks(raw_subscriber)) std::exit(3);
   }
   if (records) {
     if (cuptiActivityRegisterCallbacks(raw_request, raw_complete) != CUPTI_SUCCESS) std::exit(3);

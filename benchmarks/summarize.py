@@ -95,7 +95,7 @@ if lc:
     print("### Host ns per kernel launch (`launch_cost`, 50 000 empty kernels)\n")
     print("| mode | median | min – max | runs |")
     print("|---|---|---|---|")
-    for m in ["none", "activity", "activity_api", "steptrace_host", "steptrace", "steptrace_untraced",
+    for m in ["none", "activity", "activity_api", "activity_callbacks", "steptrace_host", "steptrace", "steptrace_untraced",
               "activity_disabled", "subscribed_disabled", "finalized"]:
         if per[m]:
             print(f"| {m} | {med(per[m]):.0f} | {min(per[m]):.0f} – {max(per[m]):.0f} | {len(per[m])} |")
@@ -108,6 +108,15 @@ if lc:
         print(f"\nRaw CUPTI floor (activity − none): {med(floor) / 1000:.2f} µs per launch (median of runs, "
               f"{min(floor) / 1000:.2f} – {max(floor) / 1000:.2f}); steptrace full above that floor: "
               f"{med(over_floor) / 1000:+.2f} µs ({min(over_floor) / 1000:+.2f} – {max(over_floor) / 1000:+.2f}).")
+    handler = [v["steptrace"] - v["activity_callbacks"] for v in by_repeat.values()
+               if "steptrace" in v and "activity_callbacks" in v]
+    dispatch = [v["activity_callbacks"] - v["activity"] for v in by_repeat.values()
+                if "activity_callbacks" in v and "activity" in v]
+    if handler:
+        print(f"Of that, CUPTI's callback dispatch (empty callbacks on the same sites − activity): "
+              f"{med(dispatch) / 1000:+.2f} µs ({min(dispatch) / 1000:+.2f} – {max(dispatch) / 1000:+.2f}); "
+              f"steptrace's own handler (steptrace − empty callbacks): {med(handler) / 1000:+.2f} µs "
+              f"({min(handler) / 1000:+.2f} – {max(handler) / 1000:+.2f}).")
     print()
 launch = {m: by.get(("launch", m), {}) for m in ORDER}
 if launch["full"] and launch["host"]:
