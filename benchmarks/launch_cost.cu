@@ -15,9 +15,11 @@
 //         activity_disabled    CONCURRENT_KERNEL enabled, then disabled
 //         subscribed_disabled  a callback subscriber with the runtime and driver domains enabled, then disabled
 //         finalized            both, then disabled, unsubscribed and cuptiFinalize()d
+//         context_disabled     CONCURRENT_KERNEL enabled for the current context only, then disabled for it
 // Prints one JSON object: host ns per launch (launch loop only) and wall ns per launch (with sync).
 #include <steptrace/steptrace.hpp>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>
 
@@ -56,13 +58,25 @@ int main(int argc, char** argv) {
   empty_kernel<<<1, 32>>>();
   cudaDeviceSynchronize();
   const bool raw_activity = mode == "activity" || mode == "activity_api" || mode == "activity_callbacks" ||
-                            mode == "activity_disabled" || mode == "finalized";
+                            mode == "activity_disabled" || mode == "finalized" || mode == "context_disabled";
+  CUcontext ctx = nullptr;  // the runtime's context, through the driver entry point (no libcuda link)
+  if (mode == "context_disabled") {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess || !fn)
+      return 3;
+    reinterpret_cast<CUresult (*)(CUcontext*)>(fn)(&ctx);
+  }
   const bool subscribes = mode == "subscribed_disabled" || mode == "finalized";
   const bool uses_steptrace = mode == "steptrace" || mode == "steptrace_host" || mode == "steptrace_untraced";
   CUpti_SubscriberHandle subscriber = nullptr;
   if (raw_activity) {
     cuptiActivityRegisterCallbacks(request, complete);
-    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (mode == "context_disabled") {
+      if (cuptiActivityEnableContext(ctx, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 3;
+    } else {
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
     if (mode == "activity_api") {
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
@@ -94,6 +108,10 @@ int main(int argc, char** argv) {
     if (mode == "activity_disabled" || mode == "finalized") {
       cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
       cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+    if (mode == "context_disabled") {
+      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      cuptiActivityDisableContext(ctx, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     }
     if (subscribes) cuptiEnableAllDomains(0, subscriber);
     if (mode == "finalized") {

@@ -41,9 +41,13 @@ T params(std::size_t struct_size) {
 }
 
 
+#ifndef STEPTRACE_PM_BUFFER_MIB
+#define STEPTRACE_PM_BUFFER_MIB 64
+#endif
+
 class PmSampler {
  public:
-  static constexpr std::size_t kHardwareBufferBytes = 64u << 20;  // in GPU memory, CUPTI's
+  static constexpr std::size_t kHardwareBufferBytes = std::size_t{STEPTRACE_PM_BUFFER_MIB} << 20;  // CUPTI's
   static constexpr uint32_t kMaxDecodedSamples = 2048;            // per decode call
 
   PmSampler() = default;
