@@ -53,12 +53,13 @@ inline constexpr std::size_t kMaxScalarsPerStep = 256;
 // flush every 20 ms slowed a 770-kernel, 62 ms step by 0.5-0.6 ms (benchmarks/README.md). So the
 // background thread asks only once the oldest waiting line has waited kFlushAfterMs, and at most that
 // often: fast steps then get their lines about kFlushAfterMs late, in batches, for ~one flush per
-// kFlushAfterMs. A line is not declared incomplete before its records have had kMinRecordLagMs.
+// kFlushAfterMs. A line is not declared incomplete before its records have had kMinRecordLagMs: two
+// flushes and a margin (on an H200 the records of a step sometimes came only with the second flush).
 #ifndef STEPTRACE_FLUSH_AFTER_MS
 #define STEPTRACE_FLUSH_AFTER_MS 200
 #endif
 inline constexpr double kFlushAfterMs = STEPTRACE_FLUSH_AFTER_MS;
-inline constexpr double kMinRecordLagMs = kFlushAfterMs + 150;
+inline constexpr double kMinRecordLagMs = 2 * kFlushAfterMs + 150;
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
 inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
