@@ -5,7 +5,7 @@ set -euo pipefail
 b=${1:?build dir}/benchmarks
 fail() { echo "smoke: $*" >&2; exit 1; }
 "$b/scope_cost" 20000 | grep -q "\"phase_scope_ns\"" || fail "scope_cost printed no result"
-for mode in none activity activity_api steptrace_host steptrace; do
+for mode in none activity activity_api activity_callbacks steptrace_host steptrace steptrace_untraced context_disabled; do
   "$b/launch_cost" "$mode" 2000 | grep -q '"host_ns_per_launch"' || fail "launch_cost $mode"
 done
 small_tf=(--workload transformer --layers 2 --batch 2 --seq 256 --dmodel 256 --steps 4 --warmup 1)
@@ -22,6 +22,10 @@ for args in small_tf small_lb; do
     if [[ $env == STEPTRACE_ENABLED=0 ]]; then [[ $lines == 0 ]] || fail "$env wrote $lines lines"
     else [[ $lines == 5 ]] || fail "$env ${a[*]}: $lines lines, expected 5"; fi
     rm -f "$log"
+  done
+  for raw in records records+callbacks callbacks; do
+    STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=$raw "$b/step_workloads" "${a[@]}" --head-start-us 100 |
+      grep -q "^result .*enqueue_mean_ms=" || fail "BENCH_RAW_CUPTI=$raw ${a[*]}"
   done
 done
 echo "smoke: every benchmark ran"
