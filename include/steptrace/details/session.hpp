@@ -361,6 +361,10 @@ class Session {
   /// otherwise they are monotonic_ns().
   void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (ticks && !tick_clock_.calibrated()) {  // opened in an earlier session; this one reads steady_clock
+      ++spans_outside_step_;
+      return;
+    }
     span.begin_ns = ticks ? tick_clock_.to_ns(begin) : static_cast<int64_t>(begin);
     span.end_ns = ticks ? tick_clock_.to_ns(end) : static_cast<int64_t>(end);
     if (!open_.exists) {
