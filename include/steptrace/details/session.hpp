@@ -602,9 +602,9 @@ class Session {
     }
     if (reason.empty()) {
       scopes_read_ticks().store(true, std::memory_order_relaxed);
-      logger()->debug("phase scopes read the CPU time-stamp counter ({:.4f} ns per tick)", tick_clock_.ns_per_tick());
+      logger()->info("phase scopes read the CPU time-stamp counter ({:.4f} ns per tick)", tick_clock_.ns_per_tick());
     } else {
-      logger()->debug("phase scopes read steady_clock: {}", reason);
+      logger()->info("phase scopes read steady_clock: {}", reason);
     }
   }
 
