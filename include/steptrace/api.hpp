@@ -138,6 +138,7 @@ class PhaseScope {
     if (!is_running() || phase == kNoPhase) return;
     auto& ts = details::thread_state();
     if (ts.depth >= details::kMaxPhaseDepth) return;  // absurdly deep nesting: not recorded
+    ts_ = &ts;  // a scope ends on the thread that opened it: one thread-local lookup, not two
     span_.phase = phase;
     span_.depth = ts.depth;
     for (uint16_t i = 0; i < ts.depth; ++i)
@@ -158,7 +159,7 @@ class PhaseScope {
     if (!active_) return;
     const uint64_t end = ticks_ ? read_ticks() : static_cast<uint64_t>(monotonic_ns());
     backend::nvtx::pop();
-    auto& ts = details::thread_state();
+    auto& ts = *ts_;
     --ts.depth;
     span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
     if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
@@ -170,6 +171,7 @@ class PhaseScope {
 
  private:
   PhaseSpan span_;   // times filled in by the session from begin_/end
+  details::ThreadState* ts_ = nullptr;
   uint64_t begin_ = 0;
   bool ticks_ = false;  // begin_ (and the end) are read_ticks() readings, else monotonic_ns()
   bool active_ = false;
