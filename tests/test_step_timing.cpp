@@ -209,3 +209,24 @@ TEST_CASE("phase times are the same with the tick clock and with steady_clock", 
     }
   }
 }
+
+TEST_CASE("CUPTI is asked for partly filled buffers only after a line waited, and not more often", "[timing][flush]") {
+  using steptrace::details::should_flush_records;
+  const int64_t ms = 1'000'000, after = 200 * ms;
+  CHECK_FALSE(should_flush_records(1000 * ms, std::nullopt, 0, after));    // no line waits
+  CHECK_FALSE(should_flush_records(1000 * ms, 900 * ms, 0, after));        // waited 100 ms
+  CHECK(should_flush_records(1000 * ms, 800 * ms, 0, after));              // waited 200 ms
+  CHECK_FALSE(should_flush_records(1000 * ms, 500 * ms, 950 * ms, after)); // asked 50 ms ago
+  CHECK(should_flush_records(1000 * ms, 500 * ms, 800 * ms, after));
+  // Steps of 62 ms whose records come only with a flush: the oldest waiting line is the first step that
+  // ended after the last flush. One flush per 200-264 ms, i.e. one per ~3-4 steps, never one per step.
+  int flushes = 0;
+  int64_t last = 0;
+  for (int64_t t = 0; t < 6200 * ms; t += 2 * ms) {  // the worker looks every 2 ms while lines wait
+    const int64_t first_end = (last / (62 * ms) + 1) * 62 * ms;  // first step end after the last flush
+    const std::optional<int64_t> oldest = first_end <= t ? std::optional<int64_t>(first_end) : std::nullopt;
+    if (should_flush_records(t, oldest, last, after)) ++flushes, last = t;
+  }
+  CHECK(flushes <= 31);
+  CHECK(flushes >= 23);
+}

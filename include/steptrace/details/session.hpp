@@ -60,6 +60,11 @@ inline constexpr std::size_t kMaxScalarsPerStep = 256;
 #endif
 inline constexpr double kFlushAfterMs = STEPTRACE_FLUSH_AFTER_MS;
 inline constexpr double kMinRecordLagMs = 2 * kFlushAfterMs + 150;
+/// Whether the background thread asks CUPTI for partly filled buffers now: only once the oldest
+/// waiting line (ended at `oldest_end`, or none) has waited `after_ns`, and at most every `after_ns`.
+inline bool should_flush_records(int64_t now, std::optional<int64_t> oldest_end, int64_t last_flush, int64_t after_ns) {
+  return oldest_end && now - *oldest_end >= after_ns && now - last_flush >= after_ns;
+}
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
 inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
@@ -685,8 +690,8 @@ class Session {
   void collect_gpu_records() {
     auto& collector = backend::cupti::Collector::instance();
     const int64_t now = monotonic_ns();
-    const auto after = static_cast<int64_t>(kFlushAfterMs * 1e6);
-    if (!waiting_.empty() && now - waiting_.front().end_ns >= after && now - last_flush_ns_ >= after) {
+    const std::optional<int64_t> oldest = waiting_.empty() ? std::nullopt : std::optional<int64_t>(waiting_.front().end_ns);
+    if (should_flush_records(now, oldest, last_flush_ns_, static_cast<int64_t>(kFlushAfterMs * 1e6))) {
       collector.flush();
       last_flush_ns_ = now;
     }
