@@ -210,23 +210,50 @@ TEST_CASE("phase times are the same with the tick clock and with steady_clock", 
   }
 }
 
-TEST_CASE("CUPTI is asked for partly filled buffers only after a line waited, and not more often", "[timing][flush]") {
+TEST_CASE("CUPTI is asked for partly filled buffers only after a line waited, or after many launches", "[timing][flush]") {
+  using steptrace::details::FlushInputs;
   using steptrace::details::should_flush_records;
-  const int64_t ms = 1'000'000, after = 200 * ms;
-  CHECK_FALSE(should_flush_records(1000 * ms, std::nullopt, 0, after));    // no line waits
-  CHECK_FALSE(should_flush_records(1000 * ms, 900 * ms, 0, after));        // waited 100 ms
-  CHECK(should_flush_records(1000 * ms, 800 * ms, 0, after));              // waited 200 ms
-  CHECK_FALSE(should_flush_records(1000 * ms, 500 * ms, 950 * ms, after)); // asked 50 ms ago
-  CHECK(should_flush_records(1000 * ms, 500 * ms, 800 * ms, after));
-  // Steps of 62 ms whose records come only with a flush: the oldest waiting line is the first step that
-  // ended after the last flush. One flush per 200-264 ms, i.e. one per ~3-4 steps, never one per step.
-  int flushes = 0;
-  int64_t last = 0;
-  for (int64_t t = 0; t < 6200 * ms; t += 2 * ms) {  // the worker looks every 2 ms while lines wait
-    const int64_t first_end = (last / (62 * ms) + 1) * 62 * ms;  // first step end after the last flush
-    const std::optional<int64_t> oldest = first_end <= t ? std::optional<int64_t>(first_end) : std::nullopt;
-    if (should_flush_records(t, oldest, last, after)) ++flushes, last = t;
+  const int64_t ms = 1'000'000;
+  auto at = [](int64_t now, std::optional<int64_t> oldest, int64_t last, uint64_t launches = 0) {
+    FlushInputs in;
+    in.now = now;
+    in.oldest_end = oldest;
+    in.last_flush = last;
+    in.launches_since_flush = launches;
+    return should_flush_records(in);
+  };
+  CHECK_FALSE(at(1000 * ms, std::nullopt, 0));          // no line waits, no pressure
+  CHECK_FALSE(at(1000 * ms, 900 * ms, 0));              // the oldest line waited 100 ms
+  CHECK(at(1000 * ms, 800 * ms, 0));                    // waited 200 ms
+  CHECK_FALSE(at(1000 * ms, 500 * ms, 950 * ms));       // asked 50 ms ago
+  CHECK(at(1000 * ms, 500 * ms, 800 * ms));
+  // Many launches since the last flush: sooner, with or without a waiting line, at most every 20 ms.
+  CHECK(at(1000 * ms, 990 * ms, 950 * ms, 20000));
+  CHECK(at(1000 * ms, std::nullopt, 950 * ms, 16384));
+  CHECK_FALSE(at(1000 * ms, 990 * ms, 990 * ms, 20000));
+  CHECK_FALSE(at(1000 * ms, 990 * ms, 950 * ms, 16383));
+
+  // Steps of 62 ms with 770 launches each, whose records come only with a flush (the oldest waiting
+  // line is the first step that ended after the last flush): one flush per 200-264 ms, not per step.
+  // With 10 000 launches per 38 ms step: one per ~2 steps, so CUPTI's buffers never hold more than
+  // ~20 000 records.
+  struct Case {
+    int64_t step_ms;
+    uint64_t launches;
+    int min_flushes, max_flushes;
+  };
+  for (const Case c : {Case{62, 770, 23, 31}, Case{38, 10000, 70, 110}}) {
+    INFO("step " << c.step_ms << " ms, " << c.launches << " launches");
+    int flushes = 0;
+    int64_t last = 0;
+    uint64_t since = 0;
+    for (int64_t t = 0; t < 6200 * ms; t += 2 * ms) {  // the worker looks every 2 ms while lines wait
+      if (t > 0 && t % (c.step_ms * ms) == 0) since += c.launches;  // a step's launches, drained
+      const int64_t first_end = (last / (c.step_ms * ms) + 1) * c.step_ms * ms;
+      const std::optional<int64_t> oldest = first_end <= t ? std::optional<int64_t>(first_end) : std::nullopt;
+      if (at(t, oldest, last, since)) ++flushes, last = t, since = 0;
+    }
+    CHECK(flushes >= c.min_flushes);
+    CHECK(flushes <= c.max_flushes);
   }
-  CHECK(flushes <= 31);
-  CHECK(flushes >= 23);
 }

@@ -60,10 +60,29 @@ inline constexpr std::size_t kMaxScalarsPerStep = 256;
 #endif
 inline constexpr double kFlushAfterMs = STEPTRACE_FLUSH_AFTER_MS;
 inline constexpr double kMinRecordLagMs = 2 * kFlushAfterMs + 150;
-/// Whether the background thread asks CUPTI for partly filled buffers now: only once the oldest
-/// waiting line (ended at `oldest_end`, or none) has waited `after_ns`, and at most every `after_ns`.
-inline bool should_flush_records(int64_t now, std::optional<int64_t> oldest_end, int64_t last_flush, int64_t after_ns) {
-  return oldest_end && now - *oldest_end >= after_ns && now - last_flush >= after_ns;
+// Launch-heavy programs ask sooner, so that what waits in CUPTI's buffers is bounded by a launch
+// count rather than by the launch rate (the pool of 8 x 4 MiB holds roughly 140 000 kernel records):
+// after kFlushAfterLaunches launches since the last flush, but not more often than kMinFlushGapMs
+// (the old cadence; its GPU cost matters little when the host, not the GPU, bounds the step). A CUDA
+// Graph launch counts once however many kernels it runs.
+inline constexpr uint64_t kFlushAfterLaunches = 16384;
+inline constexpr double kMinFlushGapMs = 20;
+
+/// What the background thread knows when it decides whether to ask CUPTI for partly filled buffers.
+struct FlushInputs {
+  int64_t now = 0;
+  std::optional<int64_t> oldest_end;  // end of the oldest line waiting for records, if any
+  int64_t last_flush = 0;
+  uint64_t launches_since_flush = 0;
+};
+
+/// Ask once the oldest waiting line has waited kFlushAfterMs (at most that often), or sooner after
+/// kFlushAfterLaunches launches (at most every kMinFlushGapMs).
+inline bool should_flush_records(const FlushInputs& in) {
+  const auto after = static_cast<int64_t>(kFlushAfterMs * 1e6);
+  if (in.oldest_end && in.now - *in.oldest_end >= after && in.now - in.last_flush >= after) return true;
+  return in.launches_since_flush >= kFlushAfterLaunches &&
+         in.now - in.last_flush >= static_cast<int64_t>(kMinFlushGapMs * 1e6);
 }
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
@@ -197,6 +216,8 @@ class Session {
     attributor_ = Attributor{};
     waiting_.clear();
     gpu_dropped_records_ = 0;
+    last_flush_ns_ = 0;
+    launches_since_flush_ = 0;
     counter_samples_.clear();
     latest_counter_end_ns_ = 0;
     device_states_.clear();
@@ -685,17 +706,23 @@ class Session {
   }
 
   /// Moves what CUPTI has handed over into the attributor (launch sites first: records join them).
-  /// Once the oldest line has waited kFlushAfterMs, ask CUPTI for its completed records. Never a forced
+  /// Asks CUPTI for its completed records when should_flush_records says so. Never a forced
   /// flush while the program runs: that returns records of kernels still running, with no end time.
   void collect_gpu_records() {
     auto& collector = backend::cupti::Collector::instance();
     const int64_t now = monotonic_ns();
-    const std::optional<int64_t> oldest = waiting_.empty() ? std::nullopt : std::optional<int64_t>(waiting_.front().end_ns);
-    if (should_flush_records(now, oldest, last_flush_ns_, static_cast<int64_t>(kFlushAfterMs * 1e6))) {
+    FlushInputs in;
+    in.now = now;
+    if (!waiting_.empty()) in.oldest_end = waiting_.front().end_ns;
+    in.last_flush = last_flush_ns_;
+    in.launches_since_flush = launches_since_flush_;
+    if (should_flush_records(in)) {
       collector.flush();
       last_flush_ns_ = now;
+      launches_since_flush_ = 0;
     }
     auto d = collector.drain();
+    launches_since_flush_ += d.launches.size();
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
@@ -919,6 +946,7 @@ class Session {
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
+  uint64_t launches_since_flush_ = 0;
   TickClock tick_clock_;  // guarded by mutex_: anchored by the worker, read by add_span
   std::unordered_map<std::string, std::string> demangled_;
 
