@@ -34,18 +34,6 @@
 __global__ void empty_kernel() {}
 
 namespace {
-void CUPTIAPI request(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *size = 8u << 20;
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
-  *max_records = 0;
-}
-void CUPTIAPI noop_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
-void CUPTIAPI complete(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-  CUpti_Activity* r = nullptr;
-  size_t n = 0;
-  while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) ++n;
-  std::free(buffer);
-}
 double now_ns() {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -71,7 +59,8 @@ int main(int argc, char** argv) {
   const bool uses_steptrace = mode == "steptrace" || mode == "steptrace_host" || mode == "steptrace_untraced";
   CUpti_SubscriberHandle subscriber = nullptr;
   if (raw_activity) {
-    cuptiActivityRegisterCallbacks(request, complete);
+    bench_buffer_bytes = 8u << 20;
+    cuptiActivityRegisterCallbacks(bench_buffer_requested, bench_buffer_completed);
     if (mode == "context_disabled") {
       if (cuptiActivityEnableContext(ctx, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 3;
     } else {
@@ -87,7 +76,7 @@ int main(int argc, char** argv) {
     }
   }
   if (subscribes) {
-    cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(noop_callback), nullptr);
+    cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(&bench_empty_callback), nullptr);
     cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
     cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
   }

@@ -1,11 +1,28 @@
-// raw_cupti.hpp - for the benchmarks' raw-CUPTI floors: a subscriber whose callback returns at once,
-// enabled on the API sites steptrace's collector watches (runtime and driver calls that launch
-// kernels or graphs, copy or set memory; host functions excluded). What CUPTI's callback dispatch
-// costs by itself, without steptrace's handler.
+// raw_cupti.hpp - for the benchmarks' raw-CUPTI floors: activity buffer callbacks that only walk the
+// records, and a subscriber whose callback returns at once, enabled on the API sites steptrace's
+// collector watches (runtime and driver calls that launch kernels or graphs, copy or set memory; host
+// functions excluded). What CUPTI costs by itself, without steptrace's handlers.
 #pragma once
 #include <cupti.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <string>
+
+inline std::size_t bench_buffer_bytes = 4u << 20;  // each activity buffer handed to CUPTI
+inline long bench_records_walked = 0;
+
+inline void CUPTIAPI bench_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = bench_buffer_bytes;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+  *max_records = 0;
+}
+
+inline void CUPTIAPI bench_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* r = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) ++bench_records_walked;
+  std::free(buffer);
+}
 
 inline void CUPTIAPI bench_empty_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 

@@ -407,17 +407,6 @@ class LaunchBound {
 };
 
 #ifndef STEPTRACE_BENCH_BASELINE
-void CUPTIAPI raw_request(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *size = 4u << 20;
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
-  *max_records = 0;
-}
-long raw_records = 0;
-void CUPTIAPI raw_complete(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-  CUpti_Activity* r = nullptr;
-  while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) ++raw_records;
-  std::free(buffer);
-}
 const CUpti_ActivityKind raw_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                         CUPTI_ACTIVITY_KIND_MEMSET};
 // BENCH_RAW_FLUSH_MS=N (with a records mode): a thread asks CUPTI for completed buffers every N ms
@@ -455,7 +444,7 @@ bool raw_cupti_start() {
     if (!subscribe_empty_launch_callbacks(raw_subscriber)) std::exit(3);
   }
   if (records) {
-    if (cuptiActivityRegisterCallbacks(raw_request, raw_complete) != CUPTI_SUCCESS) std::exit(3);
+    if (cuptiActivityRegisterCallbacks(bench_buffer_requested, bench_buffer_completed) != CUPTI_SUCCESS) std::exit(3);
     for (auto k : raw_kinds)
       if (cuptiActivityEnable(k) != CUPTI_SUCCESS) std::exit(3);
     const char* period = std::getenv("BENCH_RAW_FLUSH_PERIOD_MS");  // CUPTI's own periodic flush; 0: none

@@ -149,7 +149,7 @@ class PhaseScope {
     active_ = true;
     backend::nvtx::push_phase(phase);
     ticks_ = details::scopes_read_ticks().load(std::memory_order_relaxed);
-    begin_ = ticks_ ? read_ticks() : static_cast<uint64_t>(monotonic_ns());
+    begin_ = details::scope_clock_reading(ticks_);
   }
   PhaseScope(const PhaseScope&) = delete;
   PhaseScope& operator=(const PhaseScope&) = delete;
@@ -157,7 +157,7 @@ class PhaseScope {
   PhaseScope& operator=(PhaseScope&&) = delete;
   ~PhaseScope() {
     if (!active_) return;
-    const uint64_t end = ticks_ ? read_ticks() : static_cast<uint64_t>(monotonic_ns());
+    const uint64_t end = details::scope_clock_reading(ticks_);
     backend::nvtx::pop();
     auto& ts = *ts_;
     --ts.depth;

@@ -20,6 +20,11 @@ inline std::atomic<bool>& scopes_read_ticks() {
   return flag;
 }
 
+/// What a scope reads at its begin and end: ticks, or monotonic_ns() as an unsigned reading.
+inline uint64_t scope_clock_reading(bool ticks) noexcept {
+  return ticks ? read_ticks() : static_cast<uint64_t>(monotonic_ns());
+}
+
 /// Reads both clocks at about the same moment: `ticks` is the middle of two tick readings around a
 /// steady_clock reading. False if the readings were more than `max_gap_ns` apart (interrupted).
 inline bool take_clock_anchor(uint64_t& ticks, int64_t& ns, double ns_per_tick, int64_t max_gap_ns = 2000) noexcept {

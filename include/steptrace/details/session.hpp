@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <chrono>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -12,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <chrono>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -618,13 +618,15 @@ class Session {
     if (reason.empty()) {
       uint64_t t = 0;
       int64_t n = 0;
-      bool ok = false;
-      for (int i = 0; i < 50 && !ok; ++i) {
+      bool calibrated = false;
+      for (int i = 0; i < 50 && !calibrated; ++i) {  // at most ~10 ms
         std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (!take_clock_anchor(t, n, 1.0, 20000)) continue;
         std::lock_guard<std::mutex> lock(mutex_);
-        ok = take_clock_anchor(t, n, 1.0, 20000) && (tick_clock_.anchor(t, n), tick_clock_.calibrated());
+        tick_clock_.anchor(t, n);
+        calibrated = tick_clock_.calibrated();
       }
-      if (!ok) reason = "the time-stamp counter could not be calibrated against steady_clock";
+      if (!calibrated) reason = "the time-stamp counter could not be calibrated against steady_clock";
     }
     if (reason.empty()) {
       scopes_read_ticks().store(true, std::memory_order_relaxed);
@@ -640,8 +642,9 @@ class Session {
     if (!scopes_read_ticks().load(std::memory_order_relaxed)) return;
     uint64_t t = 0;
     int64_t n = 0;
-    std::lock_guard<std::mutex> lock(mutex_);
+    // Read outside the lock the scopes take; only this thread changes the slope it reads here.
     if (!take_clock_anchor(t, n, tick_clock_.ns_per_tick())) return;
+    std::lock_guard<std::mutex> lock(mutex_);
     const int64_t error = tick_clock_.anchor(t, n);
     if (error > kMaxTickDriftNs || error < -kMaxTickDriftNs) {
       scopes_read_ticks().store(false, std::memory_order_relaxed);
