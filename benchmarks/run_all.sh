@@ -4,7 +4,8 @@
 # PARTS (default all): scope launch_cost transformer launch memory gpt
 # MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full";
 # WORKLOAD_ARGS adds arguments to every step_workloads run (e.g. "--head-start-us 20000").
-# GPT_STEPS (default 80; the first 10 are warm-up) and BENCH_CPUS (a taskset CPU list pinning each gpt run).
+# GPT_STEPS (default 80; the first 10 are warm-up), GPT_MODES narrows the gpt part, and BENCH_CPUS (a
+# taskset CPU list pinning each gpt run).
 # Writes OUT_DIR/runs.csv (one row per run), scope_cost.jsonl, launch_cost.jsonl, and OUT_DIR/table.md
 # (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -32,6 +33,7 @@ workload_run() {
     full) ;;
     full_nocounters) env+=(STEPTRACE_COUNTERS=off) ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
+    sampled_detach) env+=(STEPTRACE_TRACE_EVERY=$every STEPTRACE_UNTRACED_CUPTI=detach) ;;
     cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records) ;;
     cupti_floor_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks) ;;
     cupti_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks) ;;
@@ -54,14 +56,14 @@ if want launch_cost; then
 fi
 if want transformer; then
   for r in $(seq "$repeats"); do
-    for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled}; do
+    for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled sampled_detach}; do
       workload_run "$mode" 10 "$r" --workload transformer --steps 30 --warmup 5
     done
   done
 fi
 if want launch; then
   for r in $(seq "$repeats"); do
-    for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled}; do
+    for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled sampled_detach}; do
       workload_run "$mode" 50 "$r" --workload launch --kernels 10000 --steps 100 --warmup 10
     done
   done
@@ -82,17 +84,18 @@ if want gpt; then
     cmake --build "$ROOT/build-torch" --target steptrace_example_gpt >/dev/null
     gpt=$ROOT/build-torch/examples/gpt_train
     for r in $(seq "$repeats"); do
-      for mode in off host full sampled torch_profiler; do
+      for mode in ${GPT_MODES:-off host full sampled sampled_detach torch_profiler}; do
         env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0) args=(--steps "${GPT_STEPS:-80}")
         case $mode in
           off) env+=(STEPTRACE_ENABLED=0) ;;
           host) env+=(STEPTRACE_CUPTI=off) ;;
           sampled) env+=(STEPTRACE_TRACE_EVERY=10) ;;
+          sampled_detach) env+=(STEPTRACE_TRACE_EVERY=10 STEPTRACE_UNTRACED_CUPTI=detach) ;;
           torch_profiler) env+=(STEPTRACE_ENABLED=0) args+=(--torch-profiler --kineto-trace /tmp/gpt_profile.json) ;;
         esac
         pin=(); [[ -n ${BENCH_CPUS:-} ]] && pin=(taskset -c "$BENCH_CPUS")
         ms=$(env "${env[@]}" "${pin[@]}" "$gpt" "${args[@]}" 2>/dev/null | sed -n 's/^steady_step_ms //p')
-        echo "gpt_train,gpt,$mode,$([[ $mode == sampled ]] && echo 10 || echo 1),$r,${ms:-failed},,,,,,,,$(( ${GPT_STEPS:-80} - 10 ))" >>"$csv"
+        echo "gpt_train,gpt,$mode,$([[ $mode == sampled* ]] && echo 10 || echo 1),$r,${ms:-failed},,,,,,,,$(( ${GPT_STEPS:-80} - 10 ))" >>"$csv"
       done
     done
   fi

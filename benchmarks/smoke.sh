@@ -8,15 +8,18 @@ fail() { echo "smoke: $*" >&2; exit 1; }
 for mode in none activity activity_api activity_callbacks steptrace_host steptrace steptrace_untraced context_disabled; do
   "$b/launch_cost" "$mode" 2000 | grep -q '"host_ns_per_launch"' || fail "launch_cost $mode"
 done
+"$b/cupti_cycle" 2 1000 | grep -q '"summary":true' || fail "cupti_cycle"
 small_tf=(--workload transformer --layers 2 --batch 2 --seq 256 --dmodel 256 --steps 4 --warmup 1)
 small_lb=(--workload launch --kernels 500 --steps 4 --warmup 1)
 for args in small_tf small_lb; do
   declare -n a=$args
   "$b/step_workloads_baseline" "${a[@]}" | grep -q "^result .*build=baseline" || fail "baseline ${a[*]}"
   "$b/step_workloads_compiled_out" "${a[@]}" | grep -q "^result .*build=compiled_out" || fail "compiled_out ${a[*]}"
-  for env in STEPTRACE_ENABLED=0 STEPTRACE_CUPTI=off STEPTRACE_TRACE_EVERY=1 STEPTRACE_TRACE_EVERY=2; do
+  for env in STEPTRACE_ENABLED=0 STEPTRACE_CUPTI=off STEPTRACE_TRACE_EVERY=1 STEPTRACE_TRACE_EVERY=2 \
+    "STEPTRACE_TRACE_EVERY=2 STEPTRACE_UNTRACED_CUPTI=detach"; do
     log=$(mktemp)
-    env "$env" STEPTRACE_LOG="$log" "$b/step_workloads" "${a[@]}" | grep -q "^result .*build=instrumented" ||
+    # shellcheck disable=SC2086  # $env holds one or two assignments
+    env $env STEPTRACE_LOG="$log" "$b/step_workloads" "${a[@]}" | grep -q "^result .*build=instrumented" ||
       fail "$env ${a[*]}"
     lines=$(wc -l <"$log")
     if [[ $env == STEPTRACE_ENABLED=0 ]]; then [[ $lines == 0 ]] || fail "$env wrote $lines lines"

@@ -42,7 +42,7 @@ print(f"Device: {device}\n")
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
 ORDER = ["baseline", "compiled_out", "off", "host", "cupti_callbacks", "cupti_floor", "cupti_floor_callbacks",
-         "full_nocounters", "full_quiet", "full", "sampled", "torch_profiler"]
+         "full_nocounters", "full_quiet", "full", "sampled", "sampled_detach", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -64,7 +64,8 @@ for workload in ["transformer", "launch", "gpt"]:
         ms = [r["mean_ms"] for r in runs.values()]
         ratios = [runs[k]["mean_ms"] / base[k]["mean_ms"] for k in runs if k in base]
         every = next(iter(runs.values()))["every"]
-        label = {"sampled": f"sampled (trace_every={every})", "cupti_floor": "raw CUPTI, same record kinds (floor)",
+        label = {"sampled": f"sampled (trace_every={every})",
+                 "sampled_detach": f"sampled (trace_every={every}), CUPTI detached between traced steps", "cupti_floor": "raw CUPTI, same record kinds (floor)",
                  "host": "host (scopes, no CUPTI)", "full": "full attribution (+ PM sampling counters)",
                  "full_nocounters": "full attribution, counters off", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
@@ -78,12 +79,14 @@ for workload in ["transformer", "launch", "gpt"]:
             label += f" (enqueue {med(enq):.2f} ms)"
         print(f"| {label} | {med(ms):.3f} | {min(ms):.3f} – {max(ms):.3f} | {rmed:.4f} | "
               f"{min(ratios):.4f} – {max(ratios):.4f} | {100 * (rmed - 1):+.2f} | {len(ms)} |")
-    if (workload, "sampled") in by:
-        runs = by[(workload, "sampled")].values()
+    for sm in ["sampled", "sampled_detach"]:
+        if (workload, sm) not in by:
+            continue
+        runs = by[(workload, sm)].values()
         t = [float(r["traced_mean_ms"]) for r in runs if r.get("traced_mean_ms") and float(r["traced_mean_ms"]) > 0]
         u = [float(r["untraced_mean_ms"]) for r in runs if r.get("untraced_mean_ms") and float(r["untraced_mean_ms"]) > 0]
         if t and u:
-            print(f"\nSampled mode: traced steps {med(t):.3f} ms, the others {med(u):.3f} ms (medians over runs).")
+            print(f"\n{sm}: traced steps {med(t):.3f} ms, the others {med(u):.3f} ms (medians over runs).")
     print()
 
 # ---- added host cost per kernel ------------------------------------------------------------------

@@ -239,3 +239,37 @@ TEST_CASE("skip: a step not traced leaves no state, and its stray records count 
   a.add_launch(launch(4, 1, phase_tag::forward));  // a launch of a skipped step arriving late is ignored
   CHECK(a.pending_steps() == 0);
 }
+
+TEST_CASE("CUPTI attached again numbers ids from 1: old ids and aliases are forgotten", "[attribution]") {
+  // untraced_cupti=detach with trace_every=3: step 0 traced, CUPTI detached, steps 1-2 not traced,
+  // CUPTI attached again for step 3, whose launches reuse step 0's ids.
+  auto run = [](bool forget) {
+    Attributor a;
+    a.add_launch(launch(1, 0, phase_tag::forward));
+    LaunchRecord memset_driver = launch(2, 0, phase_tag::forward);  // a memset's driver call inside runtime call 1
+    memset_driver.outer_correlation = 1;
+    a.add_launch(memset_driver);
+    a.add_kernel(kernel(1, 0, 100, 1.0));
+    REQUIRE(a.is_complete(0));
+    a.take(0);
+    a.skip(1);
+    a.skip(2);
+    if (forget) a.forget_correlations();
+    a.add_launch(launch(1, 3, phase_tag::backward));
+    a.add_launch(launch(2, 3, phase_tag::optimizer));  // id 2 was step 0's alias of id 1
+    a.add_kernel(kernel(1, 1000, 1100, 1.0));
+    a.add_kernel(kernel(2, 1100, 1300, 1.0));
+    return a;
+  };
+  Attributor a = run(true);
+  REQUIRE(a.is_complete(3));
+  const auto g = a.take(3);
+  CHECK(g.kernels == 2);
+  CHECK(g.phases.at(phase_tag::backward).kernel_ns == 100);
+  CHECK(g.phases.at(phase_tag::optimizer).kernel_ns == 200);
+  CHECK(g.unattributed_records == 0);
+  // Without forgetting, id 2's record follows the stale alias to id 1: the optimizer's kernel lands in
+  // the backward phase and step 3 never sees id 2.
+  Attributor stale = run(false);
+  CHECK_FALSE(stale.is_complete(3));
+}

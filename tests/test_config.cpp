@@ -35,7 +35,7 @@ TEST_CASE("environment variables override fields", "[config]") {
   const auto errors = apply_environment(
       c, {{"STEPTRACE_LOG", "x-{rank}.jsonl"}, {"STEPTRACE_LOG_EVERY", "10"}, {"STEPTRACE_TOKENS_PER_STEP", "8192"},
           {"STEPTRACE_FLOPS_PER_TOKEN", "6e9"}, {"STEPTRACE_DTYPE", "fp8"}, {"STEPTRACE_ENABLED", "false"},
-          {"STEPTRACE_GPU", "off"}, {"STEPTRACE_RANK", "3"}, {"HOME", "/root"}});
+          {"STEPTRACE_GPU", "off"}, {"STEPTRACE_RANK", "3"}, {"STEPTRACE_UNTRACED_CUPTI", "detach"}, {"HOME", "/root"}});
   CHECK(errors.empty());
   CHECK(c.log_path == "x-{rank}.jsonl");
   CHECK(expand_log_path(c.log_path, 3) == "x-3.jsonl");
@@ -46,6 +46,7 @@ TEST_CASE("environment variables override fields", "[config]") {
   CHECK_FALSE(c.enabled);
   CHECK(c.gpu == "off");
   CHECK(c.rank == 3);
+  CHECK(c.untraced_cupti == "detach");
 }
 
 TEST_CASE("bad environment values and unknown names are named in the error", "[config]") {
@@ -73,13 +74,15 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   c.dtype = "bf17";
   c.gpu = "yes";
   c.clock = "tsc";
+  c.untraced_cupti = "finalize";
   c.memory_sample_ms = -1;
   const auto errors = validate(c);
   std::vector<std::string> names;
   for (const auto& e : errors) names.push_back(e.setting);
   CHECK(names == std::vector<std::string>{"tokens_per_step", "flops_per_token", "log_every", "trace_every", "dtype", "gpu",
-                                          "clock", "memory_sample_ms"});
+                                          "clock", "untraced_cupti", "memory_sample_ms"});
   CHECK(c.clock == "auto");
+  CHECK(c.untraced_cupti == "keep");
   CHECK(c.tokens_per_step == 0);
   CHECK(c.flops_per_token == 0);
   CHECK(c.log_every == 1);

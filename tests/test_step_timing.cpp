@@ -233,6 +233,19 @@ TEST_CASE("CUPTI is asked for partly filled buffers only after a line waited, or
   CHECK(at(1000 * ms, std::nullopt, 950 * ms, 16384));
   CHECK_FALSE(at(1000 * ms, 990 * ms, 990 * ms, 20000));
   CHECK_FALSE(at(1000 * ms, 990 * ms, 950 * ms, 16383));
+  // untraced_cupti=detach: a traced step's line is asked for at once (at most every 20 ms), since
+  // CUPTI stays attached until it is out.
+  FlushInputs detach;
+  detach.now = 1000 * ms;
+  detach.oldest_end = 995 * ms;
+  detach.last_flush = 975 * ms;
+  detach.detach_waits = true;
+  CHECK(should_flush_records(detach));
+  detach.last_flush = 990 * ms;
+  CHECK_FALSE(should_flush_records(detach));
+  detach.last_flush = 0;
+  detach.oldest_end.reset();  // nothing waits yet
+  CHECK_FALSE(should_flush_records(detach));
 
   // Steps of 62 ms with 770 launches each, whose records come only with a flush (the oldest waiting
   // line is the first step that ended after the last flush): one flush per 200-264 ms, not per step.

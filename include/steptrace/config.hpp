@@ -40,6 +40,12 @@ struct Config {
                                          // gather every rank's step summary every N steps
   int trace_every = 1;                   // STEPTRACE_TRACE_EVERY: CUPTI attributes every N-th step (steps N*k);
                                          // between them CUPTI is switched off and lines carry host timings
+  std::string untraced_cupti = "keep";   // STEPTRACE_UNTRACED_CUPTI: keep | detach. What CUPTI does between traced
+                                         // steps (trace_every > 1). keep: stays attached with records and
+                                         // callbacks off (~0.7 us per launch remains). detach: cuptiFinalize
+                                         // after each traced step's line, attach again before the next traced
+                                         // step (~8 ms and one device synchronization per traced step; untraced
+                                         // steps at full speed). For launch-bound programs; no hardware counters
   int max_lag_steps = 2;                 // STEPTRACE_MAX_LAG_STEPS: a line waits for its GPU records at most
   double max_lag_ms = 1000;              // STEPTRACE_MAX_LAG_MS:    this many newer steps or this long
   bool summary = true;                   // STEPTRACE_SUMMARY: print the summary table at stop()
@@ -103,6 +109,7 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     else if (key == "GPU") cfg.gpu = value;
     else if (key == "CUPTI") cfg.cupti = value;
     else if (key == "COUNTERS") cfg.counters = value;
+    else if (key == "UNTRACED_CUPTI") cfg.untraced_cupti = value;
     else if (key == "CLOCK") cfg.clock = value;
     else if (key == "COUNTERS_INTERVAL_US") ok = details::parse_double(value, d) && (cfg.counters_interval_us = d, true);
     else if (key == "MAX_LAG_STEPS") ok = details::parse_int(value, i) && (cfg.max_lag_steps = static_cast<int>(i), true);
@@ -173,6 +180,10 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   if (cfg.clock != "auto" && cfg.clock != "steady") {
     errors.push_back({"clock", "unknown value '" + cfg.clock + "' (auto, steady); using auto"});
     cfg.clock = defaults.clock;
+  }
+  if (cfg.untraced_cupti != "keep" && cfg.untraced_cupti != "detach") {
+    errors.push_back({"untraced_cupti", "unknown value '" + cfg.untraced_cupti + "' (keep, detach); using keep"});
+    cfg.untraced_cupti = defaults.untraced_cupti;
   }
   if (cfg.counters != "auto" && cfg.counters != "off") {
     errors.push_back({"counters", "unknown value '" + cfg.counters + "' (auto, off); using auto"});

@@ -2,6 +2,7 @@
 // Writes the steptrace log and a small JSON of what the program knows independently (SM count,
 // cudaEvent timings).   gpu_workloads LOG TRUTH
 //                       gpu_workloads LOG TRUTH sampled    (trace_every = 2, no synchronization between steps)
+//                       gpu_workloads LOG TRUTH detached   (trace_every = 3, untraced_cupti = detach)
 #include <steptrace/steptrace.hpp>
 
 #include <cublas_v2.h>
@@ -9,6 +10,7 @@
 #include <cuda_runtime.h>
 #include "../../support/cuda_check.cuh"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,10 +44,43 @@ int sampled(const char* log, const char* truth_path, int sms, long long ms, int*
   return 0;
 }
 
+// Sampled attribution with CUPTI detached between traced steps (untraced_cupti=detach): 12 steps,
+// every third traced. The untraced steps wait 40 ms before launching, so the background thread has the
+// traced step's line out and CUPTI detaches at their launches; each traced step then attaches CUPTI
+// again, which numbers correlation ids from 1 again. A memset (a runtime call around a driver call)
+// in its own phase.
+int detached(const char* log, const char* truth_path, int sms, long long ms, int* sink, float* buf) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.trace_every = 3;
+  cfg.untraced_cupti = "detach";
+  steptrace::start(cfg);
+  for (int step = 0; step < 12; ++step) {
+    TRACE_STEP();
+    if (step % 3 != 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    {
+      TRACE_PHASE_NAMED("work");
+      spin<<<1, 64>>>(3 * ms, sink);
+      for (int i = 0; i < 4; ++i) tiny<<<1, 32>>>(buf);
+    }
+    TRACE_PHASE_NAMED("clear");
+    CHECK_CUDA(cudaMemsetAsync(buf, 0, 1024 * sizeof(float)));
+  }
+  steptrace::stop();
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"kernels_per_step\": 5, \"detaches\": %llu}\n", sms,
+               static_cast<unsigned long long>(steptrace::backend::cupti::Collector::instance().detaches()));
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  const bool sampled_mode = argc == 4 && std::string(argv[3]) == "sampled";
-  if (argc != 3 && !sampled_mode) {
-    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled]\n");
+  const std::string mode = argc == 4 ? argv[3] : "";
+  const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached";
+  if (argc != 3 && !sampled_mode && !detached_mode) {
+    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached]\n");
     return 2;
   }
   cudaDeviceProp prop{};
@@ -59,6 +94,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
   CHECK_CUDA(cudaMalloc(&buf, 1024 * sizeof(float)));
   if (sampled_mode) return sampled(argv[1], argv[2], sms, ms, sink, buf);
+  if (detached_mode) return detached(argv[1], argv[2], sms, ms, sink, buf);
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

@@ -161,6 +161,46 @@ TEST_CASE("sampled attribution: every other step traced, every step has its line
   }
 }
 
+TEST_CASE("sampled attribution with CUPTI detached between traced steps", "[gpu]") {
+  const auto log = fresh_log("gpu_workloads_detached");
+  const std::string truth_path = "gpu_workloads_detached_truth.json";
+  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path + " detached";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream tin(truth_path);
+  const auto truth = nlohmann::json::parse(tin);
+  // Detached after steps 0, 3 and 6 at least (the untraced steps wait 40 ms before launching).
+  CHECK(int(truth["detaches"]) >= 3);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 12);
+  for (const auto& l : lines) {
+    const int step = l["global_step"];
+    INFO("step " << step);
+    CHECK(l["phases"]["work"]["count"] == 1);
+    if (step % 3 == 0) {
+      // After each attach CUPTI numbers correlation ids from 1 again: the step's launches must still
+      // find their own records, phases and aliases (the memset's driver call).
+      CHECK(l["traced"] == true);
+      REQUIRE(l["gpu"].is_object());
+      CHECK(l["gpu"]["complete"] == true);
+      CHECK(l["gpu"]["missing_launches"] == 0);
+      CHECK(l["gpu"]["kernels"] == truth["kernels_per_step"]);
+      CHECK(phase_gpu(l, "work")["kernels"] == truth["kernels_per_step"]);
+      const auto clear = phase_gpu(l, "clear");
+      CHECK(clear["kernels"] == 0);
+      REQUIRE(clear.contains("memset"));
+      CHECK(clear["memset"]["bytes"] == 4096);
+      CHECK(l["gpu"]["unattributed_records"] == 0);
+      CHECK(l["gpu"]["late_records"] == 0);
+      CHECK(l["counters"].is_null());
+      CHECK(std::string(l["null_reasons"]["counters"]).find("untraced_cupti=detach") != std::string::npos);
+    } else {
+      CHECK(l["traced"] == false);
+      CHECK(l["gpu"].is_null());
+      CHECK(std::string(l["null_reasons"]["gpu"]).find("untraced_cupti=detach") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("hardware counters of known kernels (PM sampling)", "[gpu]") {
   const std::string out = "counters_check.json";
   REQUIRE(std::system((std::string(STEPTRACE_COUNTERS_CHECK) + " > " + out).c_str()) == 0);

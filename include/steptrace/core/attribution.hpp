@@ -229,6 +229,14 @@ class Attributor {
     close_step(step);
   }
 
+  /// CUPTI was attached again and numbers correlation ids from 1: every id seen so far is
+  /// forgotten, so that a new launch is never joined to an old launch's step or alias. Records of
+  /// the old ids still to come count as unattributed.
+  void forget_correlations() {
+    launches_.clear();
+    alias_.clear();
+  }
+
   std::size_t pending_steps() const { return pending_.size(); }
 
  private:

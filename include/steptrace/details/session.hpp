@@ -74,14 +74,17 @@ struct FlushInputs {
   std::optional<int64_t> oldest_end;  // end of the oldest line waiting for records, if any
   int64_t last_flush = 0;
   uint64_t launches_since_flush = 0;
+  bool detach_waits = false;  // untraced_cupti=detach: a traced step's line waits; CUPTI detaches after it
 };
 
 /// Ask once the oldest waiting line has waited kFlushAfterMs (at most that often), or sooner after
-/// kFlushAfterLaunches launches (at most every kMinFlushGapMs).
+/// kFlushAfterLaunches launches (at most every kMinFlushGapMs). In detach mode a traced step's line
+/// is asked for at once (at most every kMinFlushGapMs): until it is out, CUPTI stays attached and
+/// every launch of the untraced steps pays for it.
 inline bool should_flush_records(const FlushInputs& in) {
   const auto after = static_cast<int64_t>(kFlushAfterMs * 1e6);
   if (in.oldest_end && in.now - *in.oldest_end >= after && in.now - in.last_flush >= after) return true;
-  return in.launches_since_flush >= kFlushAfterLaunches &&
+  return (in.launches_since_flush >= kFlushAfterLaunches || (in.detach_waits && in.oldest_end)) &&
          in.now - in.last_flush >= static_cast<int64_t>(kMinFlushGapMs * 1e6);
 }
 inline constexpr std::size_t kMaxMemorySamples = 4096;
@@ -146,12 +149,17 @@ class Session {
       if (!probe.device) warn_once("no_gpu", probe.null_reason + "; host timings only, GPU fields are null");
     }
     attribution_ = false;
+    detach_ = false;
+    traced_done_.store(0, std::memory_order_relaxed);
     if (!run_.device) {
       gpu_null_reason_ = "no GPU measured: " + run_.device_null_reason;
     } else if (cfg_.cupti == "off") {
       gpu_null_reason_ = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
     } else {
-      const std::string err = backend::cupti::Collector::instance().start(device_table());
+      detach_ = cfg_.untraced_cupti == "detach" && cfg_.trace_every > 1;
+      if (cfg_.untraced_cupti == "detach" && !detach_)
+        logger()->info("untraced_cupti=detach has no effect with trace_every=1 (every step is traced)");
+      const std::string err = backend::cupti::Collector::instance().start(device_table(), detach_);
       if (err.empty()) {
         attribution_ = true;
         gpu_null_reason_.clear();
@@ -167,6 +175,9 @@ class Session {
       counters_null_reason_ = "hardware counters switched off (counters=off / STEPTRACE_COUNTERS=off)";
     } else if (cfg_.cupti == "off") {
       counters_null_reason_ = "hardware counters are read through CUPTI, switched off (cupti=off / STEPTRACE_CUPTI=off)";
+    } else if (detach_) {
+      counters_null_reason_ = "hardware counters are not read with untraced_cupti=detach: detaching CUPTI between "
+                              "traced steps would end PM sampling";
     } else {
       const std::string err =
           pm_.start(run_.device->index, static_cast<uint64_t>(cfg_.counters_interval_us * 1000.0));
@@ -545,6 +556,7 @@ class Session {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       if (queue_.size() >= cfg_.max_pending_steps) {
         ++steps_dropped_;
+        if (record.traced) traced_done_.fetch_add(1, std::memory_order_relaxed);
         warn_once("queue.full", "writer queue full (max_pending_steps); step lines are being dropped and counted");
         return;
       }
@@ -589,6 +601,7 @@ class Session {
       if (counters_on_) collect_counter_samples();
       collect_exchange();
       emit_ready(stopping);
+      if (detach_ && !stopping) backend::cupti::Collector::instance().request_detach(traced_done_.load(std::memory_order_relaxed));
       if (stopping) {
         std::lock_guard<std::mutex> lock(queue_mutex_);
         if (queue_.empty() && waiting_.empty()) break;
@@ -719,12 +732,14 @@ class Session {
     if (!waiting_.empty()) in.oldest_end = waiting_.front().end_ns;
     in.last_flush = last_flush_ns_;
     in.launches_since_flush = launches_since_flush_;
+    in.detach_waits = detach_ && std::any_of(waiting_.begin(), waiting_.end(), [](const StepRecord& r) { return r.traced; });
     if (should_flush_records(in)) {
       collector.flush();
       last_flush_ns_ = now;
       launches_since_flush_ = 0;
     }
     auto d = collector.drain();
+    if (d.correlations_restarted) attributor_.forget_correlations();  // before the new ids come in
     launches_since_flush_ += d.launches.size();
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
@@ -743,7 +758,8 @@ class Session {
         attributor_.skip(static_cast<int64_t>(r.index));
         untraced = cfg_.trace_every > 1 && r.index % static_cast<uint64_t>(cfg_.trace_every) != 0
                        ? "step not traced: trace_every=" + std::to_string(cfg_.trace_every) +
-                             " attributes the steps whose global_step is a multiple of it; host timings only"
+                             " attributes the steps whose global_step is a multiple of it; host timings only" +
+                             (detach_ ? " (CUPTI detached between traced steps: untraced_cupti=detach)" : "")
                        : "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
       } else if (attribution_) {
         const bool complete = attributor_.is_complete(static_cast<int64_t>(r.index));
@@ -756,6 +772,7 @@ class Session {
         const bool counters_in = !counters_on_ || latest_counter_end_ns_ >= r.end_ns + gpu_clock_offset_ns_;
         if ((!complete || !counters_in) && !overdue && !stopping) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping);
+        traced_done_.fetch_add(1, std::memory_order_relaxed);
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle(t.name);
       }
@@ -935,6 +952,8 @@ class Session {
   std::string gpu_null_reason_, counters_null_reason_;
   std::string log_path_;
   bool attribution_ = false;  // CUPTI collector running
+  bool detach_ = false;       // untraced_cupti=detach in effect
+  std::atomic<uint64_t> traced_done_{0};  // traced steps whose line was taken (or dropped): detach after
   bool tracing_failed_ = false;
 
   // Owned by the background thread while running.

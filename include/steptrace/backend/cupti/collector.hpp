@@ -8,7 +8,10 @@
 //   serializes kernels) into a bounded pool of buffers; CUPTI hands full buffers to its own thread,
 //   where they are converted to core records and staged for steptrace's background thread.
 // - Nothing here runs a flush on the training thread. stop() disables everything and detaches CUPTI.
+// - Sampled attribution either switches records and callbacks off between traced steps, or (detach
+//   mode) detaches CUPTI after a traced step's records are in and attaches it again for the next one.
 #pragma once
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -33,6 +36,7 @@ struct Drained {
   std::vector<CopyRecord> copies;
   uint64_t dropped_records = 0;   // CUPTI could not store them (no free buffer)
   uint64_t dropped_launches = 0;  // launch-site records over the staging bound
+  bool correlations_restarted = false;  // CUPTI was attached again: ids start over before these launches
 };
 
 class Collector {
@@ -49,44 +53,35 @@ class Collector {
 
   /// Subscribes and enables collection. Returns "" on success, else why CUPTI is unavailable
   /// (another CUPTI client such as Nsight Systems, compute-sanitizer, ncu or Kineto; no driver...).
-  std::string start(const DeviceTable& devices) {
+  /// `detach_between_traces`: sampled attribution detaches CUPTI (cuptiFinalize) between traced
+  /// steps instead of only switching its records off (Config::untraced_cupti = detach).
+  std::string start(const DeviceTable& devices, bool detach_between_traces = false) {
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
     devices_ = devices;
-    CUptiResult r = cuptiSubscribe(&subscriber_, reinterpret_cast<CUpti_CallbackFunc>(&Collector::on_api), this);
-    if (r != CUPTI_SUCCESS) {
-      subscriber_ = nullptr;
-      if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
-        return "CUPTI is held by another client in this process (Nsight Systems, compute-sanitizer, ncu or "
-               "torch.profiler/Kineto): " + result_text("cuptiSubscribe", r);
-      return result_text("cuptiSubscribe", r);
-    }
-    std::string err = enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
-    if (err.empty()) err = enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, "cu");
-    if (err.empty()) {
-      if ((r = cuptiActivityRegisterCallbacks(&Collector::buffer_requested, &Collector::buffer_completed)) != CUPTI_SUCCESS)
-        err = result_text("cuptiActivityRegisterCallbacks", r);
-    }
-    for (CUpti_ActivityKind kind : kRecordKinds) {
-      if (!err.empty()) break;
-      if ((r = cuptiActivityEnable(kind)) != CUPTI_SUCCESS) err = result_text("cuptiActivityEnable", r);
-    }
-    if (err.empty()) cuptiActivityFlushPeriod(100);  // CUPTI's own thread hands over buffers every 100 ms
+    detach_mode_ = detach_between_traces;
+    generation_ = 1;  // tracing from the start: the first traced step
+    detaches_ = 0;
+    detach_requested_ = false;
+    tracing_ = true;  // before the callbacks are on: launches from here on are staged
+    const std::string err = attach(/*records=*/true);
     if (!err.empty()) {
-      stop();
+      tracing_ = false;
       return err;
     }
     active_ = true;
-    tracing_ = true;
     return {};
   }
 
   /// Asks CUPTI for the buffers it has completed (non-blocking flush); call from the background thread.
   void flush(bool forced = false) {
-    if (active_) cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
+    if (active_ && attached_) cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
   }
 
   /// Disables every kind and callback, returns the last records to the staging area, detaches CUPTI.
   void stop() {
-    if (subscriber_) {
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
+    if (attached_) {
       cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
       for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
       cuptiEnableAllDomains(0, subscriber_);
@@ -94,11 +89,12 @@ class Collector {
       subscriber_ = nullptr;
       cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
       cuptiFinalize();  // detach: the program runs without CUPTI's hooks afterwards
+      attached_ = false;
     }
     active_ = false;
     tracing_ = false;
-    enabled_callbacks_.clear();
-    std::lock_guard<std::mutex> lock(pool_mutex_);
+    detach_requested_ = false;
+    std::lock_guard<std::mutex> pool(pool_mutex_);
     for (uint8_t* b : free_buffers_) std::free(b);
     buffers_allocated_ -= free_buffers_.size();
     free_buffers_.clear();
@@ -110,22 +106,60 @@ class Collector {
   /// steps, so that steps not traced run without CUPTI's per-launch cost. Called on the training
   /// thread at a step boundary; no flush, no synchronization. Records of work launched while on are
   /// still delivered after it is switched off. Returns "" or what failed (then tracing stays off).
+  /// Detach mode: off leaves the callbacks on (they return at once) until request_detach() lets the
+  /// next API exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
-    if (!active_ || on == tracing_) return {};
+    if (!active_ || on == tracing_.load(std::memory_order_relaxed)) return {};
+    std::unique_lock<std::mutex> lock(cupti_mutex_, std::defer_lock);
+    if (detach_mode_) lock.lock();
     std::string err;
-    for (const auto& [domain, cbid] : enabled_callbacks_) {
-      const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
-      if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
+    if (on && !attached_) {
+      err = attach(/*records=*/false);
+      if (err.empty()) {
+        std::lock_guard<std::mutex> staging(mutex_);
+        correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
+      }
     }
-    for (CUpti_ActivityKind kind : kRecordKinds) {
-      const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
-      if (r != CUPTI_SUCCESS && err.empty()) err = result_text(on ? "cuptiActivityEnable" : "cuptiActivityDisable", r);
+    if (err.empty() && !detach_mode_) {
+      for (const auto& [domain, cbid] : enabled_callbacks_) {
+        const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
+        if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
+      }
     }
-    tracing_ = on && err.empty();
+    if (err.empty()) {
+      for (CUpti_ActivityKind kind : kRecordKinds) {
+        const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
+        if (r != CUPTI_SUCCESS && err.empty()) err = result_text(on ? "cuptiActivityEnable" : "cuptiActivityDisable", r);
+      }
+    }
+    if (on && err.empty()) {
+      ++generation_;
+      detach_requested_.store(false, std::memory_order_relaxed);
+    }
+    tracing_.store(on && err.empty(), std::memory_order_relaxed);
     if (!err.empty() && on) set_tracing_off_quietly();
     return err;
   }
-  bool tracing() const { return tracing_; }
+  bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
+
+  /// Detach mode, background thread: once every traced step up to `generation` (the count of
+  /// switches to on, start() included) has its line, the next API exit on any thread detaches CUPTI
+  /// (cuptiFinalize, from a callback as CUPTI documents). Ignored if a newer traced step began.
+  void request_detach(uint64_t generation) {
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
+    if (detach_mode_ && attached_ && !tracing_.load(std::memory_order_relaxed) && generation == generation_)
+      detach_requested_.store(true, std::memory_order_relaxed);
+  }
+  uint64_t generation() const {
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
+    return generation_;
+  }
+  bool attached() const {
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
+    return attached_;
+  }
+  /// How many times CUPTI was detached between traced steps.
+  uint64_t detaches() const { return detaches_.load(std::memory_order_relaxed); }
 
   Drained drain() {
     Drained d;
@@ -135,6 +169,7 @@ class Collector {
     d.copies.swap(copies_);
     d.dropped_records = std::exchange(dropped_records_, 0);
     d.dropped_launches = std::exchange(dropped_launches_, 0);
+    d.correlations_restarted = std::exchange(correlations_restarted_, false);
     return d;
   }
 
@@ -146,9 +181,72 @@ class Collector {
                                                         CUPTI_ACTIVITY_KIND_MEMSET};
 
   void set_tracing_off_quietly() {
-    for (const auto& [domain, cbid] : enabled_callbacks_) cuptiEnableCallback(0, subscriber_, domain, cbid);
-    for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
+    if (attached_) {
+      for (const auto& [domain, cbid] : enabled_callbacks_) cuptiEnableCallback(0, subscriber_, domain, cbid);
+      for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
+    }
     tracing_ = false;
+  }
+
+  /// Subscribes, enables the launch-site callbacks and registers the buffers; `records`: also
+  /// enables the record kinds. Caller holds cupti_mutex_. On failure nothing stays attached.
+  std::string attach(bool records) {
+    CUptiResult r = cuptiSubscribe(&subscriber_, reinterpret_cast<CUpti_CallbackFunc>(&Collector::on_api), this);
+    if (r != CUPTI_SUCCESS) {
+      subscriber_ = nullptr;
+      if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        return "CUPTI is held by another client in this process (Nsight Systems, compute-sanitizer, ncu or "
+               "torch.profiler/Kineto): " + result_text("cuptiSubscribe", r);
+      return result_text("cuptiSubscribe", r);
+    }
+    attached_ = true;
+    std::string err;
+    if (enabled_callbacks_.empty()) {  // the first time: find the sites by name
+      err = enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
+      if (err.empty()) err = enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, "cu");
+      if (!err.empty()) enabled_callbacks_.clear();
+    } else {
+      for (const auto& [domain, cbid] : enabled_callbacks_) {
+        if ((r = cuptiEnableCallback(1, subscriber_, domain, cbid)) != CUPTI_SUCCESS) {
+          err = result_text("cuptiEnableCallback", r);
+          break;
+        }
+      }
+    }
+    if (err.empty()) {
+      if ((r = cuptiActivityRegisterCallbacks(&Collector::buffer_requested, &Collector::buffer_completed)) != CUPTI_SUCCESS)
+        err = result_text("cuptiActivityRegisterCallbacks", r);
+    }
+    for (CUpti_ActivityKind kind : kRecordKinds) {
+      if (!err.empty() || !records) break;
+      if ((r = cuptiActivityEnable(kind)) != CUPTI_SUCCESS) err = result_text("cuptiActivityEnable", r);
+    }
+    if (err.empty()) cuptiActivityFlushPeriod(100);  // CUPTI's own thread hands over buffers every 100 ms
+    if (!err.empty()) {
+      for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
+      cuptiEnableAllDomains(0, subscriber_);
+      cuptiUnsubscribe(subscriber_);
+      subscriber_ = nullptr;
+      cuptiFinalize();
+      attached_ = false;
+    }
+    return err;
+  }
+
+  /// Detach mode: on an API exit of any thread once requested. Never waits for the lock: if the
+  /// background thread is flushing, a later API exit detaches.
+  void try_detach() {
+    std::unique_lock<std::mutex> lock(cupti_mutex_, std::try_to_lock);
+    if (!lock || !attached_ || tracing_.load(std::memory_order_relaxed) ||
+        !detach_requested_.load(std::memory_order_relaxed))
+      return;
+    detach_requested_.store(false, std::memory_order_relaxed);
+    // Records are off and every traced step's records are in. cuptiFinalize waits for the device's
+    // work to finish and removes CUPTI's hooks: launches cost what they cost without CUPTI.
+    cuptiFinalize();
+    subscriber_ = nullptr;
+    attached_ = false;
+    detaches_.fetch_add(1, std::memory_order_relaxed);
   }
 
   Collector() = default;
@@ -189,6 +287,10 @@ class Collector {
   static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
     auto* self = static_cast<Collector*>(userdata);
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+    if (!self->tracing_.load(std::memory_order_relaxed)) {  // detach mode between traced steps
+      if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
+      return;
+    }
     const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
     if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const auto& sites = runtime ? self->runtime_sites_ : self->driver_sites_;
@@ -297,9 +399,17 @@ class Collector {
     }
   }
 
+  // CUPTI calls that must not overlap a detach: attach, flush, detach, stop (never waited for in a callback).
+  mutable std::mutex cupti_mutex_;
   CUpti_SubscriberHandle subscriber_ = nullptr;
-  bool active_ = false;
-  bool tracing_ = false;  // record kinds and callbacks on (set_tracing)
+  bool active_ = false;    // started and not stopped (attached or, in detach mode, between traced steps)
+  bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
+  std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
+  bool detach_mode_ = false;
+  uint64_t generation_ = 0;  // switches of tracing to on, start() included (guarded by cupti_mutex_)
+  std::atomic<bool> detach_requested_{false};
+  std::atomic<uint64_t> detaches_{0};
+  bool correlations_restarted_ = false;  // guarded by mutex_
   std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> enabled_callbacks_;
   DeviceTable devices_;
   std::vector<uint8_t> runtime_sites_, driver_sites_;
