@@ -220,7 +220,9 @@ class PmSampler {
   std::string describe() const {
     std::string s;
     for (const auto& m : metrics_) s += (s.empty() ? "" : ", ") + std::string(field_name(m.field)) + "=" + m.name;
-    return s;
+    return s + "; hardware buffer " + std::to_string(kHardwareBufferBytes >> 20) + " MiB, decode image " +
+           std::to_string(counter_data_.size() >> 10) + " KiB, config image " + std::to_string(config_.size() >> 10) +
+           " KiB";
   }
   bool has_tensor() const { return has(Field::tensor_active); }
   bool has_dram() const { return has(Field::dram); }
