@@ -5,7 +5,7 @@
 # MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full";
 # WORKLOAD_ARGS adds arguments to every step_workloads run (e.g. "--head-start-us 20000").
 # GPT_STEPS (default 80; the first 10 are warm-up), GPT_MODES narrows the gpt part, and BENCH_CPUS (a
-# taskset CPU list pinning each gpt run).
+# taskset CPU list pinning each step_workloads and gpt run).
 # Writes OUT_DIR/runs.csv (one row per run), scope_cost.jsonl, launch_cost.jsonl, and OUT_DIR/table.md
 # (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
 source "$(dirname "$0")/../scripts/common.sh"
@@ -39,8 +39,9 @@ workload_run() {
     cupti_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks) ;;
     full_quiet) env+=(STEPTRACE_COUNTERS=off STEPTRACE_MEMORY_SAMPLE_MS=1000) ;;
   esac
-  local line
-  line=$(env "${env[@]}" "$exe" "$@" ${WORKLOAD_ARGS:-} 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
+  local line pin=()
+  [[ -n ${BENCH_CPUS:-} ]] && pin=(taskset -c "$BENCH_CPUS")
+  line=$(env "${env[@]}" "${pin[@]}" "$exe" "$@" ${WORKLOAD_ARGS:-} 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
   kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
   echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps),$(kv enqueue_mean_ms)" >>"$csv"
 }
