@@ -48,7 +48,9 @@ T params(std::size_t struct_size) {
 class PmSampler {
  public:
   static constexpr std::size_t kHardwareBufferBytes = std::size_t{STEPTRACE_PM_BUFFER_MIB} << 20;  // CUPTI's
-  static constexpr uint32_t kMaxDecodedSamples = 2048;            // per decode call
+  // Samples decoded per call. The decode image costs ~34 KiB per sample on GH100 (2048 took 68 MiB);
+  // poll() loops, and the background thread looks every few ms, when ~10 samples are new at 1 ms.
+  static constexpr uint32_t kMaxDecodedSamples = 128;
 
   PmSampler() = default;
   PmSampler(const PmSampler&) = delete;
@@ -57,9 +59,10 @@ class PmSampler {
 
   /// Configures and starts sampling on `device` every `interval_ns`. Returns "" or why not (the
   /// reason goes into the lines' null_reasons verbatim).
-  std::string start(int device, uint64_t interval_ns) {
+  std::string start(int device, uint64_t interval_ns, std::size_t hardware_buffer_bytes = kHardwareBufferBytes) {
     stop();
     interval_ns_ = interval_ns;
+    hardware_buffer_bytes_ = hardware_buffer_bytes;
     auto init = params<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
     if (auto r = cuptiProfilerInitialize(&init); r != CUPTI_SUCCESS) return fail("cuptiProfilerInitialize", r);
     profiler_initialized_ = true;
@@ -99,7 +102,7 @@ class PmSampler {
     set.pPmSamplingObject = sampler_;
     set.configSize = config_.size();
     set.pConfig = config_.data();
-    set.hardwareBufferSize = kHardwareBufferBytes;
+    set.hardwareBufferSize = hardware_buffer_bytes_;
     set.samplingInterval = interval_ns;
     set.triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL;
     set.hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST;
@@ -127,7 +130,7 @@ class PmSampler {
   /// only. Returns "" or the error (sampling is then stopped).
   std::string poll(std::vector<CounterSample>& out) {
     if (!started_) return "PM sampling not running";
-    for (int round = 0; round < 64; ++round) {  // bounded: at most 64 x kMaxDecodedSamples per call
+    for (int round = 0; round < 256; ++round) {  // bounded: at most 256 x kMaxDecodedSamples per call
       auto decode = params<CUpti_PmSampling_DecodeData_Params>(CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE);
       decode.pPmSamplingObject = sampler_;
       decode.pCounterDataImage = counter_data_.data();
@@ -220,7 +223,7 @@ class PmSampler {
   std::string describe() const {
     std::string s;
     for (const auto& m : metrics_) s += (s.empty() ? "" : ", ") + std::string(field_name(m.field)) + "=" + m.name;
-    return s + "; hardware buffer " + std::to_string(kHardwareBufferBytes >> 20) + " MiB, decode image " +
+    return s + "; hardware buffer " + std::to_string(hardware_buffer_bytes_ >> 20) + " MiB, decode image " +
            std::to_string(counter_data_.size() >> 10) + " KiB, config image " + std::to_string(config_.size() >> 10) +
            " KiB";
   }
@@ -353,6 +356,7 @@ class PmSampler {
   CUpti_PmSampling_Object* sampler_ = nullptr;
   std::vector<Metric> metrics_;
   uint64_t samples_ = 0, overflows_ = 0;
+  std::size_t hardware_buffer_bytes_ = kHardwareBufferBytes;
 };
 
 }  // namespace steptrace::backend::cupti
