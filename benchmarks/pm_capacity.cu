@@ -1,6 +1,6 @@
 // pm_capacity - how many PM samples CUPTI's hardware buffer holds, and what decoding them costs.
 //
-//   pm_capacity [buffer_mib] [seconds] [interval_us]
+//   pm_capacity [buffer_mib] [seconds] [interval_us] [decoded_samples]
 // Starts steptrace's PM sampler with a hardware buffer of `buffer_mib`, keeps the GPU busy for
 // `seconds` without decoding, then decodes everything once. The buffer keeps the oldest samples, so
 // when it overflowed the decoded count is its capacity. Prints one JSON object.
@@ -36,12 +36,14 @@ int main(int argc, char** argv) {
   const std::size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 8;
   const double seconds = argc > 2 ? std::atof(argv[2]) : 3;
   const double interval_us = argc > 3 ? std::atof(argv[3]) : 1000;
+  const uint32_t decoded = argc > 4 ? static_cast<uint32_t>(std::atoi(argv[4]))
+                                    : steptrace::backend::cupti::PmSampler::kMaxDecodedSamples;
   cudaFree(nullptr);
   int clock_khz = 0;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
   const long before = rss_kib();
   steptrace::backend::cupti::PmSampler pm;
-  const std::string err = pm.start(0, static_cast<uint64_t>(interval_us * 1000), mib << 20);
+  const std::string err = pm.start(0, static_cast<uint64_t>(interval_us * 1000), mib << 20, decoded);
   if (!err.empty()) {
     std::printf("{\"buffer_mib\":%zu,\"error\":\"%s\"}\n", mib, err.c_str());
     return 3;
@@ -56,10 +58,10 @@ int main(int argc, char** argv) {
   double covered_ms = 0;
   if (!samples.empty()) covered_ms = (samples.back().end_ns - samples.front().start_ns) / 1e6;
   std::printf(
-      "{\"buffer_mib\":%zu,\"seconds\":%.2f,\"interval_us\":%.0f,\"expected_samples\":%.0f,\"decoded\":%zu,"
+      "{\"buffer_mib\":%zu,\"decoded_samples_per_call\":%u,\"seconds\":%.2f,\"interval_us\":%.0f,\"expected_samples\":%.0f,\"decoded\":%zu,"
       "\"covered_ms\":%.1f,\"overflows\":%llu,\"poll_ms\":%.1f,\"rss_start_kib\":%ld,\"rss_after_poll_kib\":%ld,"
       "\"error\":\"%s\",\"sampler\":\"%s\"}\n",
-      mib, seconds, interval_us, seconds * 1000.0 / (interval_us / 1000.0), samples.size(), covered_ms,
+      mib, decoded, seconds, interval_us, seconds * 1000.0 / (interval_us / 1000.0), samples.size(), covered_ms,
       static_cast<unsigned long long>(pm.overflows()), poll_ms, started - before, rss_kib() - before,
       poll_err.c_str(), pm.describe().c_str());
   pm.stop();

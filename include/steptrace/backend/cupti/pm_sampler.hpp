@@ -59,7 +59,8 @@ class PmSampler {
 
   /// Configures and starts sampling on `device` every `interval_ns`. Returns "" or why not (the
   /// reason goes into the lines' null_reasons verbatim).
-  std::string start(int device, uint64_t interval_ns, std::size_t hardware_buffer_bytes = kHardwareBufferBytes) {
+  std::string start(int device, uint64_t interval_ns, std::size_t hardware_buffer_bytes = kHardwareBufferBytes,
+                    uint32_t decoded_samples = kMaxDecodedSamples) {
     stop();
     interval_ns_ = interval_ns;
     hardware_buffer_bytes_ = hardware_buffer_bytes;
@@ -113,7 +114,7 @@ class PmSampler {
     size.pPmSamplingObject = sampler_;
     size.pMetricNames = names.data();
     size.numMetrics = names.size();
-    size.maxSamples = kMaxDecodedSamples;
+    size.maxSamples = decoded_samples;
     if (auto r = cuptiPmSamplingGetCounterDataSize(&size); r != CUPTI_SUCCESS)
       return fail("cuptiPmSamplingGetCounterDataSize", r);
     counter_data_.assign(size.counterDataSize, 0);
