@@ -3,7 +3,8 @@
 //   pm_capacity [buffer_mib] [seconds] [interval_us] [decoded_samples]
 // Starts steptrace's PM sampler with a hardware buffer of `buffer_mib`, keeps the GPU busy for
 // `seconds` without decoding, then decodes everything once. The buffer keeps the oldest samples, so
-// when it overflowed the decoded count is its capacity. Prints one JSON object.
+// when it overflowed the decoded count is its capacity. A failed decode is followed by a restart of
+// sampling (as steptrace's background thread does) and a second, short measurement. Prints JSON.
 #include <steptrace/backend/cupti/pm_sampler.hpp>
 
 #include <cuda_runtime.h>
@@ -64,6 +65,15 @@ int main(int argc, char** argv) {
       mib, decoded, seconds, interval_us, seconds * 1000.0 / (interval_us / 1000.0), samples.size(), covered_ms,
       static_cast<unsigned long long>(pm.overflows()), poll_ms, started - before, rss_kib() - before,
       poll_err.c_str(), pm.describe().c_str());
+  if (!poll_err.empty()) {  // what steptrace does after a failed decode: start sampling again
+    const std::string again = pm.start(0, static_cast<uint64_t>(interval_us * 1000), mib << 20, decoded);
+    spin_kernel<<<1, 1>>>(static_cast<long long>(0.3 * clock_khz * 1000.0));
+    cudaDeviceSynchronize();
+    std::vector<steptrace::CounterSample> after;
+    const std::string err2 = again.empty() ? pm.poll(after) : again;
+    std::printf("{\"restarted\":%s,\"decoded_after_restart\":%zu,\"expected_after_restart\":%.0f,\"error\":\"%s\"}\n",
+                again.empty() ? "true" : "false", after.size(), 300.0 / (interval_us / 1000.0), err2.c_str());
+  }
   pm.stop();
   return 0;
 }

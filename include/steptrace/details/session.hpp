@@ -90,6 +90,7 @@ inline bool should_flush_records(const FlushInputs& in) {
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
 inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
+inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
   std::vector<std::pair<std::string, std::string>> env;
@@ -231,6 +232,7 @@ class Session {
     launches_since_flush_ = 0;
     counter_samples_.clear();
     latest_counter_end_ns_ = 0;
+    counter_restarts_ = 0;
     device_states_.clear();
     lines_written_ = lines_failed_ = 0;
     memory_samples_.clear();
@@ -714,6 +716,18 @@ class Session {
       if (counter_samples_.size() > kMaxCounterSamples) counter_samples_.pop_front();
     }
     if (!err.empty()) {
+      // Usually the hardware buffer filled while this thread was held up for seconds (the decode then
+      // says CUPTI_ERROR_OUT_OF_MEMORY). Start sampling again, a few times per run; the steps of the
+      // gap show it in counters.coverage and counters.samples.
+      if (counter_restarts_ < kMaxCounterRestarts) {
+        ++counter_restarts_;
+        const std::string again =
+            pm_.start(run_.device->index, static_cast<uint64_t>(cfg_.counters_interval_us * 1000.0));
+        warn_once("counters.restart", "hardware counters: " + err + "; PM sampling started again (" +
+                                          (again.empty() ? std::string("ok") : again) +
+                                          "), steps of the gap have fewer samples");
+        if (again.empty()) return;
+      }
       counters_on_ = false;  // the worker owns it from here on; stop() sees it off
       pm_.stop();
       counters_null_reason_ = "hardware counters stopped: " + err;
@@ -984,6 +998,7 @@ class Session {
   // Hardware counters (PM sampling) and device state (NVML); started by start(), then the worker's.
   backend::cupti::PmSampler pm_;
   bool counters_on_ = false;
+  int counter_restarts_ = 0;
   std::deque<CounterSample> counter_samples_;
   int64_t latest_counter_end_ns_ = 0;
   int64_t gpu_clock_offset_ns_ = 0;  // CUPTI clock - monotonic_ns()
