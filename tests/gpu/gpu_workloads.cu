@@ -47,14 +47,16 @@ int sampled(const char* log, const char* truth_path, int sms, long long ms, int*
 // Sampled attribution with CUPTI detached between traced steps (untraced_cupti=detach): 12 steps,
 // every third traced. The untraced steps wait 40 ms before launching, so the background thread has the
 // traced step's line out and CUPTI detaches at their launches; each traced step then attaches CUPTI
-// again, which numbers correlation ids from 1 again. A memset (a runtime call around a driver call)
-// in its own phase.
+// again, which numbers correlation ids from 1 again. A driver-API launch and a memset (a runtime call
+// around a driver call), each in its own phase.
 int detached(const char* log, const char* truth_path, int sms, long long ms, int* sink, float* buf) {
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
   cfg.trace_every = 3;
   cfg.untraced_cupti = "detach";
+  cudaFunction_t tiny_fn;
+  CHECK_CUDA(cudaGetFuncBySymbol(&tiny_fn, reinterpret_cast<const void*>(&tiny)));
   steptrace::start(cfg);
   for (int step = 0; step < 12; ++step) {
     TRACE_STEP();
@@ -63,6 +65,12 @@ int detached(const char* log, const char* truth_path, int sms, long long ms, int
       TRACE_PHASE_NAMED("work");
       spin<<<1, 64>>>(3 * ms, sink);
       for (int i = 0; i < 4; ++i) tiny<<<1, 32>>>(buf);
+    }
+    {
+      TRACE_PHASE_NAMED("driver");  // a driver-API launch, no runtime call around it
+      void* args[] = {&buf};
+      if (cuLaunchKernel(reinterpret_cast<CUfunction>(tiny_fn), 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr) != CUDA_SUCCESS)
+        return 1;
     }
     TRACE_PHASE_NAMED("clear");
     CHECK_CUDA(cudaMemsetAsync(buf, 0, 1024 * sizeof(float)));

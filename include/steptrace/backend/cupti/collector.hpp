@@ -200,6 +200,7 @@ class Collector {
       return result_text("cuptiSubscribe", r);
     }
     attached_ = true;
+    attaches_.fetch_add(1, std::memory_order_relaxed);
     std::string err;
     if (enabled_callbacks_.empty()) {  // the first time: find the sites by name
       err = enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
@@ -278,24 +279,37 @@ class Collector {
   struct LaunchTls {
     uint32_t runtime_correlation = 0;  // the runtime call in progress on this thread, if any
     uint8_t runtime_kind = kNone;
+    uint32_t attach = 0;  // the attach this state belongs to: a call open across a detach never exits
   };
   static LaunchTls& launch_tls() {
     thread_local LaunchTls tls;
+    return tls;
+  }
+  /// This thread's launch state, cleared if it dates from an earlier attach.
+  LaunchTls& thread_launch_state() {
+    LaunchTls& tls = launch_tls();
+    const uint32_t attach = attaches_.load(std::memory_order_relaxed);
+    if (tls.attach != attach) tls = LaunchTls{0, kNone, attach};
     return tls;
   }
 
   static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
     auto* self = static_cast<Collector*>(userdata);
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+    const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
     if (!self->tracing_.load(std::memory_order_relaxed)) {  // detach mode between traced steps
-      if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
+      if (cb->callbackSite != CUPTI_API_EXIT) return;
+      LaunchTls& tls = self->thread_launch_state();
+      if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
+      // Detach at the exit of an outermost call only: after a detach no exit callback comes, and a
+      // runtime call left open in this thread's state would hide the next driver-only launches.
+      if (tls.runtime_correlation == 0 && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
       return;
     }
-    const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
     if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
     const auto& sites = runtime ? self->runtime_sites_ : self->driver_sites_;
     if (cbid >= sites.size() || sites[cbid] == kNone) return;
-    LaunchTls& tls = launch_tls();
+    LaunchTls& tls = self->thread_launch_state();
     LaunchRecord l;
     l.correlation = cb->correlationId;
     l.step = details::current_step().load(std::memory_order_relaxed);
@@ -409,6 +423,7 @@ class Collector {
   uint64_t generation_ = 0;  // switches of tracing to on, start() included (guarded by cupti_mutex_)
   std::atomic<bool> detach_requested_{false};
   std::atomic<uint64_t> detaches_{0};
+  std::atomic<uint32_t> attaches_{0};  // subscriptions so far (launch_tls() state is per attach)
   bool correlations_restarted_ = false;  // guarded by mutex_
   std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> enabled_callbacks_;
   DeviceTable devices_;
