@@ -78,14 +78,16 @@ TEST_CASE("live steps: step time is start-to-next-start, last step ends at its s
     if (i < 2) {
       CHECK(l["step_time_basis"] == "next_step_start");
       CHECK(step >= 7.0);
-      CHECK(double(l["untracked_time_ms"]) >= 3.0);
+      CHECK(double(l["untracked_time_ms"]) >= 3.0 - 0.005);  // less the phase span's clock error
     } else {
       CHECK(l["step_time_basis"] == "scope_end");
       CHECK(step >= 4.0);
       CHECK(step == double(l["step_scope_ms"]));  // the last step ends at its scope
     }
     CHECK(double(l["step_scope_ms"]) >= 4.0);
-    CHECK(double(l["forward_time_ms"]) >= 4.0);
+    // Phase scopes may read the CPU tick counter, converted to steady_clock time by a fitted slope:
+    // a 4 ms span (spun on steady_clock) can come out a few ppm short (3.999989 ms was seen).
+    CHECK(double(l["forward_time_ms"]) >= 4.0 - 0.005);
     // step time = outermost phases + untracked (to rounding of the printed values)
     CHECK(double(l["forward_time_ms"]) + double(l["untracked_time_ms"]) == Approx(step).epsilon(0.01));
   }
@@ -201,12 +203,12 @@ TEST_CASE("phase times are the same with the tick clock and with steady_clock", 
     REQUIRE(lines.size() == 6);
     for (std::size_t i = 0; i < lines.size(); ++i) {
       const double fwd = lines[i]["forward_time_ms"].get<double>();
-      CHECK(fwd >= 1.0);
+      CHECK(fwd >= 1.0 - 0.005);  // tick-clock conversion: a few ppm either way
       CHECK(fwd <= outer_ms[i] + 0.005);
       // The phase lies inside its step: untracked time is what the step has besides it (~0.3 ms).
       const double untracked = lines[i]["untracked_time_ms"].get<double>();
       CHECK(untracked >= 0.25);
-      CHECK(untracked <= lines[i]["step_time_ms"].get<double>() - 1.0 + 0.005);
+      CHECK(untracked <= lines[i]["step_time_ms"].get<double>() - 1.0 + 0.01);
     }
   }
 }
