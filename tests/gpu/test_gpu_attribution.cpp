@@ -16,17 +16,31 @@ nlohmann::json phase_gpu(const nlohmann::json& line, const std::string& phase) {
   REQUIRE(line["phases"][phase].contains("gpu"));
   return line["phases"][phase]["gpu"];
 }
+
+/// Runs gpu_workloads in `mode` ("" = the scenario per step); returns its log's lines and its truth.
+struct WorkloadRun {
+  std::vector<nlohmann::json> lines;
+  nlohmann::json truth;
+};
+WorkloadRun run_workloads(const std::string& mode) {
+  const std::string name = mode.empty() ? "gpu_workloads" : "gpu_workloads_" + mode;
+  const auto log = fresh_log(name);
+  const std::string truth_path = name + "_truth.json";
+  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path + (mode.empty() ? "" : " " + mode);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream tin(truth_path);
+  WorkloadRun run;
+  run.truth = nlohmann::json::parse(tin);
+  run.lines = read_lines(log);
+  return run;
+}
 }  // namespace
 
 TEST_CASE("attribution of known GPU work", "[gpu]") {
-  const auto log = fresh_log("gpu_workloads");
-  const std::string truth_path = "gpu_workloads_truth.json";
-  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path;
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::ifstream tin(truth_path);
-  const auto truth = nlohmann::json::parse(tin);
+  const auto run = run_workloads("");
+  const auto& truth = run.truth;
   const int sms = truth["sm_count"];
-  const auto lines = read_lines(log);
+  const auto& lines = run.lines;
   REQUIRE(lines.size() == 12);
   for (const auto& l : lines) {
     INFO("step " << l["global_step"]);
@@ -127,13 +141,9 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
 }
 
 TEST_CASE("sampled attribution: every other step traced, every step has its line", "[gpu]") {
-  const auto log = fresh_log("gpu_workloads_sampled");
-  const std::string truth_path = "gpu_workloads_sampled_truth.json";
-  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path + " sampled";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::ifstream tin(truth_path);
-  const auto truth = nlohmann::json::parse(tin);
-  const auto lines = read_lines(log);
+  const auto run = run_workloads("sampled");
+  const auto& truth = run.truth;
+  const auto& lines = run.lines;
   REQUIRE(lines.size() == 8);
   for (const auto& l : lines) {
     const int step = l["global_step"];
@@ -162,15 +172,11 @@ TEST_CASE("sampled attribution: every other step traced, every step has its line
 }
 
 TEST_CASE("sampled attribution with CUPTI detached between traced steps", "[gpu]") {
-  const auto log = fresh_log("gpu_workloads_detached");
-  const std::string truth_path = "gpu_workloads_detached_truth.json";
-  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path + " detached";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::ifstream tin(truth_path);
-  const auto truth = nlohmann::json::parse(tin);
+  const auto run = run_workloads("detached");
+  const auto& truth = run.truth;
   // Detached after steps 0, 3 and 6 at least (the untraced steps wait 40 ms before launching).
   CHECK(int(truth["detaches"]) >= 3);
-  const auto lines = read_lines(log);
+  const auto& lines = run.lines;
   REQUIRE(lines.size() == 12);
   for (const auto& l : lines) {
     const int step = l["global_step"];
