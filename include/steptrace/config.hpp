@@ -139,6 +139,16 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
   return errors;
 }
 
+namespace details {
+/// A setting with two spellings: anything else is reported and replaced by the default.
+inline void one_of(std::vector<ConfigError>& errors, const char* setting, std::string& value, const std::string& fallback,
+                   const char* a, const char* b) {
+  if (value == a || value == b) return;
+  errors.push_back({setting, "unknown value '" + value + "' (" + a + ", " + b + "); using " + fallback});
+  value = fallback;
+}
+}  // namespace details
+
 /// Checks ranges and spellings; a bad value is reported and replaced by its default.
 inline std::vector<ConfigError> validate(Config& cfg) {
   std::vector<ConfigError> errors;
@@ -169,26 +179,11 @@ inline std::vector<ConfigError> validate(Config& cfg) {
     errors.push_back({"dtype", "unknown dtype '" + cfg.dtype + "' (bf16, fp16, tf32, fp8, fp32); using bf16"});
     cfg.dtype = defaults.dtype;
   }
-  if (cfg.gpu != "auto" && cfg.gpu != "off") {
-    errors.push_back({"gpu", "unknown value '" + cfg.gpu + "' (auto, off); using auto"});
-    cfg.gpu = defaults.gpu;
-  }
-  if (cfg.cupti != "auto" && cfg.cupti != "off") {
-    errors.push_back({"cupti", "unknown value '" + cfg.cupti + "' (auto, off); using auto"});
-    cfg.cupti = defaults.cupti;
-  }
-  if (cfg.clock != "auto" && cfg.clock != "steady") {
-    errors.push_back({"clock", "unknown value '" + cfg.clock + "' (auto, steady); using auto"});
-    cfg.clock = defaults.clock;
-  }
-  if (cfg.untraced_cupti != "keep" && cfg.untraced_cupti != "detach") {
-    errors.push_back({"untraced_cupti", "unknown value '" + cfg.untraced_cupti + "' (keep, detach); using keep"});
-    cfg.untraced_cupti = defaults.untraced_cupti;
-  }
-  if (cfg.counters != "auto" && cfg.counters != "off") {
-    errors.push_back({"counters", "unknown value '" + cfg.counters + "' (auto, off); using auto"});
-    cfg.counters = defaults.counters;
-  }
+  details::one_of(errors, "gpu", cfg.gpu, defaults.gpu, "auto", "off");
+  details::one_of(errors, "cupti", cfg.cupti, defaults.cupti, "auto", "off");
+  details::one_of(errors, "clock", cfg.clock, defaults.clock, "auto", "steady");
+  details::one_of(errors, "untraced_cupti", cfg.untraced_cupti, defaults.untraced_cupti, "keep", "detach");
+  details::one_of(errors, "counters", cfg.counters, defaults.counters, "auto", "off");
   if (!(cfg.counters_interval_us >= 20 && cfg.counters_interval_us <= 1e6)) {
     errors.push_back({"counters_interval_us", "must be within [20, 1000000] microseconds; using " +
                                                   std::to_string(defaults.counters_interval_us)});
