@@ -152,6 +152,7 @@ class Session {
     attribution_ = false;
     detach_ = false;
     traced_done_.store(0, std::memory_order_relaxed);
+    detach_asked_for_ = 0;
     if (!run_.device) {
       gpu_null_reason_ = "no GPU measured: " + run_.device_null_reason;
     } else if (cfg_.cupti == "off") {
@@ -603,7 +604,10 @@ class Session {
       if (counters_on_) collect_counter_samples();
       collect_exchange();
       emit_ready(stopping);
-      if (detach_ && !stopping) backend::cupti::Collector::instance().request_detach(traced_done_.load(std::memory_order_relaxed));
+      if (detach_ && !stopping) {  // once per traced line: the collector ignores a request it cannot act on yet
+        const uint64_t done = traced_done_.load(std::memory_order_relaxed);
+        if (done != detach_asked_for_) backend::cupti::Collector::instance().request_detach(detach_asked_for_ = done);
+      }
       if (stopping) {
         std::lock_guard<std::mutex> lock(queue_mutex_);
         if (queue_.empty() && waiting_.empty()) break;
@@ -968,6 +972,7 @@ class Session {
   bool attribution_ = false;  // CUPTI collector running
   bool detach_ = false;       // untraced_cupti=detach in effect
   std::atomic<uint64_t> traced_done_{0};  // traced steps whose line was taken (or dropped): detach after
+  uint64_t detach_asked_for_ = 0;         // traced_done_ when the worker last asked for a detach
   bool tracing_failed_ = false;
 
   // Owned by the background thread while running.

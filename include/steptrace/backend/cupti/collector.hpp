@@ -62,7 +62,8 @@ class Collector {
     generation_ = 1;  // tracing from the start: the first traced step
     detaches_ = 0;
     detach_requested_ = false;
-    tracing_ = true;  // before the callbacks are on: launches from here on are staged
+    periods_.fetch_add(1, std::memory_order_relaxed);
+    tracing_.store(true, std::memory_order_release);  // before the callbacks are on: launches from here on are staged
     const std::string err = attach(/*records=*/true);
     if (!err.empty()) {
       tracing_ = false;
@@ -134,9 +135,10 @@ class Collector {
     }
     if (on && err.empty()) {
       ++generation_;
+      periods_.fetch_add(1, std::memory_order_relaxed);
       detach_requested_.store(false, std::memory_order_relaxed);
     }
-    tracing_.store(on && err.empty(), std::memory_order_relaxed);
+    tracing_.store(on && err.empty(), std::memory_order_release);
     if (!err.empty() && on) set_tracing_off_quietly();
     return err;
   }
@@ -149,14 +151,6 @@ class Collector {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
     if (detach_mode_ && attached_ && !tracing_.load(std::memory_order_relaxed) && generation == generation_)
       detach_requested_.store(true, std::memory_order_relaxed);
-  }
-  uint64_t generation() const {
-    std::lock_guard<std::mutex> lock(cupti_mutex_);
-    return generation_;
-  }
-  bool attached() const {
-    std::lock_guard<std::mutex> lock(cupti_mutex_);
-    return attached_;
   }
   /// How many times CUPTI was detached between traced steps.
   uint64_t detaches() const { return detaches_.load(std::memory_order_relaxed); }
@@ -200,7 +194,6 @@ class Collector {
       return result_text("cuptiSubscribe", r);
     }
     attached_ = true;
-    attaches_.fetch_add(1, std::memory_order_relaxed);
     std::string err;
     if (enabled_callbacks_.empty()) {  // the first time: find the sites by name
       err = enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
@@ -279,17 +272,18 @@ class Collector {
   struct LaunchTls {
     uint32_t runtime_correlation = 0;  // the runtime call in progress on this thread, if any
     uint8_t runtime_kind = kNone;
-    uint32_t attach = 0;  // the attach this state belongs to: a call open across a detach never exits
+    uint64_t period = 0;  // the tracing period this state belongs to: a call open while tracing was
+                          // switched off (or CUPTI detached) never reached its exit callback
   };
   static LaunchTls& launch_tls() {
     thread_local LaunchTls tls;
     return tls;
   }
-  /// This thread's launch state, cleared if it dates from an earlier attach.
+  /// This thread's launch state, cleared if it dates from an earlier tracing period.
   LaunchTls& thread_launch_state() {
     LaunchTls& tls = launch_tls();
-    const uint32_t attach = attaches_.load(std::memory_order_relaxed);
-    if (tls.attach != attach) tls = LaunchTls{0, kNone, attach};
+    const uint64_t period = periods_.load(std::memory_order_relaxed);
+    if (tls.period != period) tls = LaunchTls{0, kNone, period};
     return tls;
   }
 
@@ -297,13 +291,8 @@ class Collector {
     auto* self = static_cast<Collector*>(userdata);
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-    if (!self->tracing_.load(std::memory_order_relaxed)) {  // detach mode between traced steps
-      if (cb->callbackSite != CUPTI_API_EXIT) return;
-      LaunchTls& tls = self->thread_launch_state();
-      if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
-      // Detach at the exit of an outermost call only: after a detach no exit callback comes, and a
-      // runtime call left open in this thread's state would hide the next driver-only launches.
-      if (tls.runtime_correlation == 0 && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
+    if (!self->tracing_.load(std::memory_order_acquire)) {  // detach mode between traced steps
+      if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
       return;
     }
     if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
@@ -423,7 +412,7 @@ class Collector {
   uint64_t generation_ = 0;  // switches of tracing to on, start() included (guarded by cupti_mutex_)
   std::atomic<bool> detach_requested_{false};
   std::atomic<uint64_t> detaches_{0};
-  std::atomic<uint32_t> attaches_{0};  // subscriptions so far (launch_tls() state is per attach)
+  std::atomic<uint64_t> periods_{0};  // tracing periods so far, all sessions (launch_tls() state is per period)
   bool correlations_restarted_ = false;  // guarded by mutex_
   std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> enabled_callbacks_;
   DeviceTable devices_;
