@@ -14,6 +14,7 @@
 
 #include "gpu_records.hpp"
 #include "intervals.hpp"
+#include "plausibility.hpp"
 
 namespace steptrace {
 
@@ -122,6 +123,10 @@ struct StepGpu {
   uint64_t unattributed_records = 0;  // records whose launch was never seen (since the last line)
   int64_t before_first_step_ns = 0;   // GPU time launched before the first step (first line only)
   uint32_t before_first_step_records = 0;
+  // Records excluded as impossible (core/plausibility.hpp), by reason (index = Implausible - 1).
+  uint64_t excluded[kImplausibleKinds] = {};
+  uint64_t excluded_records = 0;
+  uint32_t implausible_phases = 0;  // phases whose busy time failed busy_time_plausible (left out)
 };
 
 inline bool is_nccl_kernel(std::string_view mangled_or_plain) {
@@ -159,6 +164,10 @@ class Attributor {
       alias_[l.correlation] = l.outer_correlation;
       return;
     }
+    if (l.discard) {  // its records are read only to settle an earlier graph launch: dropped quietly
+      if (!l.failed) launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true};
+      return;
+    }
     if (l.failed) {  // no record will come for it
       auto it = pending_.find(l.step);
       if (it != pending_.end()) it->second.expected.erase(l.correlation);
@@ -167,10 +176,19 @@ class Attributor {
     if (l.step < 0 && !first_take_) return;         // too late to report before-first-step work
     if (l.step >= 0 && l.step < emitted_below_) return;  // its step's line is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
-    launches_[l.correlation] = Where{l.step, l.phase};
+    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false};
     Pending& p = pending_[l.step];
     p.expected.insert(l.correlation);
     if (l.graph) p.graph_launches = true;
+  }
+
+  /// Graph launches whose records may be overwritten by an untraced replay (sampled attribution):
+  /// their records delivered after `u.after_ns` are excluded (Implausible::graph_replayed_untraced).
+  void add_unsettled(const UnsettledGraphs& u) {
+    for (uint32_t corr : u.correlations) {
+      auto it = launches_.find(corr);
+      if (it != launches_.end()) it->second.suspect_after_ns = u.after_ns;
+    }
   }
 
   void add_kernel(const KernelRecord& k) { place(k, &Pending::kernels); }
@@ -238,11 +256,16 @@ class Attributor {
   }
 
   std::size_t pending_steps() const { return pending_.size(); }
+  /// Records of discard launches (graph settling) dropped so far.
+  uint64_t discarded_records() const { return discarded_; }
 
  private:
   struct Where {
     int64_t step;
     PhaseId phase;
+    int64_t enter_ns;          // the launch call's entry (CUPTI clock), 0 = unknown
+    int64_t suspect_after_ns;  // see add_unsettled; 0 = not suspect
+    bool discard;
   };
   template <class R>
   struct Placed {
@@ -255,18 +278,27 @@ class Attributor {
     std::vector<Placed<KernelRecord>> kernels;
     std::vector<Placed<CopyRecord>> copies;
     uint64_t dropped = 0;
+    uint64_t excluded[kImplausibleKinds] = {};
   };
 
   /// Files a record under its launch's step and phase, within the per-step bound.
+  /// Impossible records are counted and left out of every sum (their launch still counts as seen).
   template <class R>
   void place(const R& record, std::vector<Placed<R>> Pending::*list) {
-    Pending* p = route(record.correlation);
+    const Where* where = nullptr;
+    Pending* p = route(record.correlation, &where);
     if (!p) return;
+    const Implausible why = check_record(record.start_ns, record.end_ns, where->enter_ns, record.delivered_ns,
+                                         where->suspect_after_ns);
+    if (why != Implausible::none) {
+      ++p->excluded[static_cast<int>(why) - 1];
+      return;
+    }
     if (p->kernels.size() + p->copies.size() >= max_records_) {
       ++p->dropped;
       return;
     }
-    (p->*list).push_back({record, phase_of(record.correlation)});
+    (p->*list).push_back({record, where->phase});
   }
 
   uint32_t resolve(uint32_t corr) const {
@@ -274,12 +306,7 @@ class Attributor {
     return a == alias_.end() ? corr : a->second;
   }
 
-  PhaseId phase_of(uint32_t corr) const {
-    auto it = launches_.find(resolve(corr));
-    return it == launches_.end() ? kNoPhase : it->second.phase;
-  }
-
-  Pending* route(uint32_t corr) {
+  Pending* route(uint32_t corr, const Where** where) {
     const uint32_t id = resolve(corr);
     auto it = launches_.find(id);
     if (it == launches_.end()) {
@@ -287,6 +314,12 @@ class Attributor {
       return nullptr;
     }
     const int64_t step = it->second.step;
+    *where = &it->second;
+    if (it->second.discard) {  // a later step's record: witness for graph completeness, then dropped
+      latest_record_step_ = std::max(latest_record_step_, step);
+      ++discarded_;
+      return nullptr;
+    }
     if ((step >= 0 && step < emitted_below_) || (step < 0 && !first_take_)) {
       ++late_records_;
       return nullptr;
@@ -363,10 +396,23 @@ class Attributor {
     g.busy_ns = union_length(all);
     g.sm_efficiency = time_weighted_sm_efficiency(weighted_all);
     g.nccl_exposed_ns = exposed_time(comm, compute);
-    for (auto& [phase, pg] : g.phases) {
+    for (int i = 0; i < kImplausibleKinds; ++i) {
+      g.excluded[i] = p.excluded[i];
+      g.excluded_records += p.excluded[i];
+    }
+    for (auto it = g.phases.begin(); it != g.phases.end();) {
+      auto& [phase, pg] = *it;
       pg.busy = merge_intervals(std::move(phase_busy[phase]));
       pg.busy_ns = 0;
       for (const auto& [b, e] : pg.busy) pg.busy_ns += e - b;
+      int64_t duration_sum = pg.kernel_ns;
+      for (const auto& c : pg.copies) duration_sum += c.total_ns;
+      if (!pg.busy.empty() &&
+          !busy_time_plausible(pg.busy_ns, pg.busy.front().first, pg.busy.back().second, duration_sum)) {
+        ++g.implausible_phases;  // never published: the sums above are broken
+        it = g.phases.erase(it);
+        continue;
+      }
       pg.sm_efficiency = time_weighted_sm_efficiency(phase_weighted[phase]);
       pg.occupancy = pg.kernel_ns > 0 ? occupancy_weighted[phase] / static_cast<double>(pg.kernel_ns) : 0;
       std::vector<TopKernel> top;
@@ -378,6 +424,7 @@ class Attributor {
       std::sort(top.begin(), top.end(), [](const TopKernel& a, const TopKernel& b) { return a.total_ns > b.total_ns; });
       if (top.size() > top_n_) top.resize(top_n_);
       pg.top_kernels = std::move(top);
+      ++it;
     }
     if (p.dropped) g.complete = false;
   }
@@ -389,7 +436,7 @@ class Attributor {
   std::map<int64_t, Pending> pending_;
   int64_t emitted_below_ = 0;
   int64_t latest_record_step_ = -1;
-  uint64_t late_records_ = 0, unattributed_ = 0;
+  uint64_t late_records_ = 0, unattributed_ = 0, discarded_ = 0;
   bool first_take_ = true;
 };
 

@@ -8,6 +8,12 @@
 // (step time minus the host time of its 'nccl' phase): the culprit has the most work, its victims show
 // the same delay as extra time in 'nccl'. So:
 //   slowest_rank  = the rank with the largest work time
+//   gap_ms        = slowest work - median work: the time the others wait for the slowest rank
+//   step_skew     = gap_ms / median step time, the headline: the share of every rank's step lost to
+//                   the slowest one. Relative to the step, not to the work: when communication fills
+//                   most of the step, the work is small and a fraction of a millisecond of noise in it
+//                   reads as a large `skew` (on 2 H200s with a 6 ms step of 0.5 ms work, a balanced
+//                   run read skew 0.08-0.65). Balanced below kBalancedStepSkew.
 //   skew          = (slowest work - median work) / median work
 //   culprit_phase = the non-communication phase whose time on the slowest rank exceeds the median of
 //                   that phase over the other ranks by the most (the gap that explains the delay)
@@ -65,6 +71,10 @@ inline RankSummary from_floats(const float* in, int64_t expected_step) {
   return s;
 }
 
+/// step_skew below this: balanced. Measured on 2 H200s with examples/dp_train (scripts/dp_skew_check.py):
+/// see docs/multi-gpu-validation.md for the balanced and slow-rank distributions it separates.
+inline constexpr double kBalancedStepSkew = 0.05;
+
 struct RankScore {
   int rank = -1;
   double score = 1;
@@ -81,6 +91,8 @@ struct CrossRankView {
   double work_ms_median = 0, work_ms_min = 0, work_ms_max = 0;
   int slowest_rank = -1;
   double skew = 0;
+  double gap_ms = 0;     // slowest work - median work
+  double step_skew = 0;  // gap_ms / median step time (the headline; balanced below kBalancedStepSkew)
   std::optional<PhaseId> culprit_phase;
   double culprit_gap_ms = 0;
   std::vector<RankScore> lowest_scores;  // the kMaxListed lowest, ascending by score
@@ -137,6 +149,8 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   });
   v.slowest_rank = (*slowest)->rank;
   v.skew = v.work_ms_median > 0 ? (v.work_ms_max - v.work_ms_median) / v.work_ms_median : 0;
+  v.gap_ms = v.work_ms_max - v.work_ms_median;
+  v.step_skew = v.step_ms_median > 0 ? v.gap_ms / v.step_ms_median : 0;
   // The phase that explains the slowest rank's extra work.
   for (int p = 0; p < kSummaryPhases; ++p) {
     if (p == kSummaryCommPhase) continue;

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "phase.hpp"
 
@@ -16,6 +17,16 @@ struct LaunchRecord {
   PhaseId phase = kNoPhase;        // innermost phase open on the launching thread
   bool graph = false;              // a CUDA Graph launch: one id, many kernels
   bool failed = false;             // the API returned an error: no GPU record will come
+  bool discard = false;            // launched while records stayed on only to settle a traced step's graphs
+  int64_t enter_ns = 0;            // the API call's entry on the CUPTI clock; 0 = not read
+};
+
+/// Graph launches of a traced step whose records may not have been read out when records were
+/// switched off: a later replay with records off can overwrite their end times (see
+/// backend/cupti/collector.hpp). Records of these launches delivered after `after_ns` are excluded.
+struct UnsettledGraphs {
+  std::vector<uint32_t> correlations;
+  int64_t after_ns = 0;  // CUPTI clock: when records were switched off
 };
 
 /// One kernel execution (CUPTI CONCURRENT_KERNEL).
@@ -29,6 +40,7 @@ struct KernelRecord {
   double sm_efficiency = 0;          // estimate: min(1, blocks / SMs)
   double occupancy = 0;              // estimate, see backend/cupti/occupancy.hpp; 0 if unknown
   const char* name = "";             // mangled; owned by CUPTI, stable while it runs
+  int64_t delivered_ns = 0;          // CUPTI handed over the buffer holding it (CUPTI clock); 0 = unknown
 };
 
 enum class CopyKind : uint8_t { h2d, d2h, d2d, h2h, p2p, other, memset };
@@ -46,6 +58,7 @@ struct CopyRecord {
   int64_t start_ns = 0, end_ns = 0;
   uint64_t bytes = 0;
   CopyKind kind = CopyKind::other;
+  int64_t delivered_ns = 0;  // as KernelRecord::delivered_ns
 };
 
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves

@@ -196,7 +196,8 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.key("counters");
     if (c) {
       w.begin_object().field("source", "cupti_pm_sampling").field("interval_us", in.counters_interval_us);
-      w.field("samples", c->samples).field("coverage", c->coverage).field("edge_only", c->edge_only);
+      w.field("samples", c->samples).field("sample_ms", ns_to_ms(c->sample_ns)).field("coverage", c->coverage);
+      w.field("edge_only", c->edge_only);
       w.field("occupancy", c->occupancy);
       w.end_object();
     } else {
@@ -214,7 +215,8 @@ inline std::string make_step_line(const StepLineInput& in) {
       if (v.reporting) {
         w.key("step_time_ms").begin_object().field("median", v.step_ms_median).field("min", v.step_ms_min).field("max", v.step_ms_max).end_object();
         w.key("work_ms").begin_object().field("median", v.work_ms_median).field("min", v.work_ms_min).field("max", v.work_ms_max).end_object();
-        w.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("skew", v.skew);
+        w.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("step_skew", v.step_skew);
+        w.field("balanced", v.step_skew < kBalancedStepSkew).field("gap_ms", v.gap_ms).field("skew", v.skew);
         w.field("culprit_phase", v.culprit_phase ? std::optional<std::string>(phase_name(*v.culprit_phase)) : std::nullopt);
         w.field("culprit_gap_ms", v.culprit_gap_ms);
         w.key("lowest_scores").begin_array();
@@ -265,6 +267,11 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.end_object();
     w.field("late_records", g.late_records).field("unattributed_records", g.unattributed_records);
     w.field("dropped_records", in.gpu_dropped_records);
+    w.field("excluded_records", g.excluded_records);
+    w.key("excluded").begin_object();
+    for (int i = 0; i < kImplausibleKinds; ++i) w.field(implausible_name(static_cast<Implausible>(i + 1)), g.excluded[i]);
+    w.end_object();
+    w.field("implausible_phases", g.implausible_phases);
     if (g.before_first_step_records)
       w.field("before_first_step_ms", ns_to_ms(g.before_first_step_ns)).field("before_first_step_records", g.before_first_step_records);
     w.end_object();
@@ -381,7 +388,8 @@ inline std::string make_step_line(const StepLineInput& in) {
         w.key("counters").begin_object();
         w.field("sm_activity", c.sm_active).field("tensor_core_or_pipe_utilization", c.tensor_active);
         w.field("memory_bandwidth_utilization", c.dram).field("occupancy", c.occupancy);
-        w.field("samples", c.samples).field("coverage", c.coverage).field("edge_only", c.edge_only);
+        w.field("samples", c.samples).field("sample_ms", ns_to_ms(c.sample_ns)).field("coverage", c.coverage);
+        w.field("edge_only", c.edge_only);
         w.end_object();
       }
       w.end_object();

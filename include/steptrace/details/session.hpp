@@ -760,6 +760,7 @@ class Session {
     if (d.correlations_restarted) attributor_.forget_correlations();  // before the new ids come in
     launches_since_flush_ += d.launches.size();
     for (const auto& l : d.launches) attributor_.add_launch(l);
+    for (const auto& u : d.unsettled) attributor_.add_unsettled(u);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
@@ -791,12 +792,28 @@ class Session {
         if ((!complete || !counters_in) && !overdue && !stopping) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping);
         traced_done_.fetch_add(1, std::memory_order_relaxed);
+        warn_excluded(*gpu, r.index);
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle(t.name);
       }
       process(r, std::move(gpu), untraced);
       waiting_.pop_front();
     }
+  }
+
+  /// Impossible GPU records are left out of the line's sums and counted there; said once per reason.
+  void warn_excluded(const StepGpu& g, uint64_t step) {
+    for (int i = 0; i < kImplausibleKinds; ++i) {
+      if (!g.excluded[i]) continue;
+      const auto why = static_cast<Implausible>(i + 1);
+      warn_once(std::string("gpu.excluded.") + implausible_name(why),
+                std::to_string(g.excluded[i]) + " GPU record(s) of step " + std::to_string(step) +
+                    " excluded from every sum: " + implausible_text(why) + " (counted in gpu.excluded." +
+                    implausible_name(why) + ")");
+    }
+    if (g.implausible_phases)
+      warn_once("gpu.implausible_phase", "a phase's GPU busy time exceeded the span or the sum of its records in step " +
+                                             std::to_string(step) + "; its GPU fields are left out (gpu.implausible_phases)");
   }
 
   /// Readable kernel name (C++ demangled, cut at 200 characters), cached.
@@ -834,7 +851,7 @@ class Session {
     in.counters_interval_us = cfg_.counters_interval_us;
     if (in.gpu)
       for (const auto& [id, pg] : in.gpu->phases)
-        if (!pg.busy.empty()) in.phase_counters[id] = summarize_counters(counter_samples_, pg.busy);
+        if (!pg.busy.empty()) in.phase_counters[id] = summarize_phase_counters(counter_samples_, pg.busy);
     while (!counter_samples_.empty() && counter_samples_.front().end_ns < b) counter_samples_.pop_front();
     // device_states_: keep the latest reading before this step (fallback for a short next step).
     while (device_states_.size() > 1 && device_states_[1].time_ns <= r.begin_ns) device_states_.pop_front();

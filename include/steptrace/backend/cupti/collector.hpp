@@ -10,12 +10,20 @@
 // - Nothing here runs a flush on the training thread. stop() disables everything and detaches CUPTI.
 // - Sampled attribution either switches records and callbacks off between traced steps, or (detach
 //   mode) detaches CUPTI after a traced step's records are in and attaches it again for the next one.
+// - CUDA graphs under sampled attribution (keep mode): CUPTI reads a graph launch's kernel records out
+//   when the same graph is launched again with records on, or at a flush; a replay with records off
+//   in between overwrites their end times (measured: benchmarks/graph_records, H100, CUDA 13.0 - each
+//   kernel then "lasts" until the last untraced replay). So after a traced step that launched graphs,
+//   records and callbacks stay on (settling) until each of those graphs has been launched again, at
+//   most kMaxSettleSteps steps; those launches are marked discard. A graph not relaunched by then is
+//   handed over as unsettled: its records delivered after the switch-off are excluded as impossible.
 #pragma once
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -37,6 +45,7 @@ struct Drained {
   uint64_t dropped_records = 0;   // CUPTI could not store them (no free buffer)
   uint64_t dropped_launches = 0;  // launch-site records over the staging bound
   bool correlations_restarted = false;  // CUPTI was attached again: ids start over before these launches
+  std::vector<UnsettledGraphs> unsettled;  // after the launches, before the records
 };
 
 class Collector {
@@ -45,6 +54,7 @@ class Collector {
   static constexpr std::size_t kMaxBuffers = 8;            // 32 MiB at most
   static constexpr std::size_t kMaxStagedLaunches = 1u << 20;
   static constexpr std::size_t kMaxStagedRecords = 1u << 20;
+  static constexpr int kMaxSettleSteps = 2;  // steps records stay on after a traced step, waiting for its graphs
 
   static Collector& instance() {
     static Collector* c = new Collector();  // CUPTI calls into it from C callbacks; never destroyed
@@ -62,6 +72,12 @@ class Collector {
     generation_ = 1;  // tracing from the start: the first traced step
     detaches_ = 0;
     detach_requested_ = false;
+    {
+      std::lock_guard<std::mutex> staging(mutex_);
+      pending_graphs_.clear();
+      settle_steps_ = 0;
+    }
+    settling_ = false;
     periods_.fetch_add(1, std::memory_order_relaxed);
     tracing_.store(true, std::memory_order_release);  // before the callbacks are on: launches from here on are staged
     const std::string err = attach(/*records=*/true);
@@ -94,6 +110,7 @@ class Collector {
     }
     active_ = false;
     tracing_ = false;
+    settling_ = false;
     detach_requested_ = false;
     std::lock_guard<std::mutex> pool(pool_mutex_);
     for (uint8_t* b : free_buffers_) std::free(b);
@@ -110,7 +127,15 @@ class Collector {
   /// Detach mode: off leaves the callbacks on (they return at once) until request_detach() lets the
   /// next API exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
-    if (!active_ || on == tracing_.load(std::memory_order_relaxed)) return {};
+    if (!active_) return {};
+    if (on && settling_.load(std::memory_order_relaxed)) {  // records are still on: trace again
+      settling_.store(false, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> staging(mutex_);
+      settle_steps_ = 0;
+      return {};
+    }
+    if (on == tracing_.load(std::memory_order_relaxed)) return {};
+    if (!on && !detach_mode_ && !settled()) return {};  // records stay on for this step
     std::unique_lock<std::mutex> lock(cupti_mutex_, std::defer_lock);
     if (detach_mode_) lock.lock();
     std::string err;
@@ -143,6 +168,8 @@ class Collector {
     return err;
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
+  /// Keep mode: records stay on after a traced step until its graphs have been launched again.
+  bool settling() const { return settling_.load(std::memory_order_relaxed); }
 
   /// Detach mode, background thread: once every traced step up to `generation` (the count of
   /// switches to on, start() included) has its line, the next API exit on any thread detaches CUPTI
@@ -164,6 +191,7 @@ class Collector {
     d.dropped_records = std::exchange(dropped_records_, 0);
     d.dropped_launches = std::exchange(dropped_launches_, 0);
     d.correlations_restarted = std::exchange(correlations_restarted_, false);
+    d.unsettled.swap(unsettled_);
     return d;
   }
 
@@ -173,6 +201,33 @@ class Collector {
   enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3 };
   static constexpr CUpti_ActivityKind kRecordKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                                         CUPTI_ACTIVITY_KIND_MEMSET};
+
+  /// Keep mode, switching off: whether the graphs launched while tracing have been launched again
+  /// (their records are then read out whole). If not, records stay on for this step (settling), up to
+  /// kMaxSettleSteps; past that the graphs still waiting are handed over as unsettled.
+  bool settled() {
+    std::lock_guard<std::mutex> staging(mutex_);
+    if (pending_graphs_.empty()) {
+      settle_steps_ = 0;
+      settling_.store(false, std::memory_order_relaxed);
+      return true;
+    }
+    if (settle_steps_ < kMaxSettleSteps) {
+      ++settle_steps_;
+      settling_.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    UnsettledGraphs u;
+    uint64_t now = 0;
+    cuptiGetTimestamp(&now);
+    u.after_ns = static_cast<int64_t>(now);
+    for (const auto& [exec, corr] : pending_graphs_) u.correlations.push_back(corr);
+    unsettled_.push_back(std::move(u));
+    pending_graphs_.clear();
+    settle_steps_ = 0;
+    settling_.store(false, std::memory_order_relaxed);
+    return true;
+  }
 
   void set_tracing_off_quietly() {
     if (attached_) {
@@ -304,6 +359,7 @@ class Collector {
     l.step = details::current_step().load(std::memory_order_relaxed);
     l.phase = details::launch_phase();
     l.graph = sites[cbid] == kGraphLaunch;
+    l.discard = self->settling_.load(std::memory_order_relaxed);
     if (cb->callbackSite == CUPTI_API_ENTER) {
       if (runtime) {
         tls.runtime_correlation = cb->correlationId;
@@ -315,7 +371,14 @@ class Collector {
         if (tls.runtime_kind != kMemset) return;
         l.outer_correlation = tls.runtime_correlation;
       }
-      self->stage(l);
+      if (l.outer_correlation == 0) {  // the record cannot start before this (core/plausibility.hpp)
+        uint64_t now = 0;
+        if (cuptiGetTimestamp(&now) == CUPTI_SUCCESS) l.enter_ns = static_cast<int64_t>(now);
+      }
+      // cudaGraphLaunch{,_ptsz}_v10000_params and cuGraphLaunch{,_ptsz}_params both begin with the
+      // executable graph's handle (CUPTI's generated_cuda_runtime_api_meta.h, generated_cuda_meta.h).
+      const void* exec = l.graph && cb->functionParams ? *static_cast<void* const*>(cb->functionParams) : nullptr;
+      self->stage(l, exec);
       return;
     }
     // API exit: a failed call produces no GPU record; say so, so its step does not wait for one.
@@ -332,8 +395,12 @@ class Collector {
     }
   }
 
-  void stage(const LaunchRecord& l) {
+  void stage(const LaunchRecord& l, const void* graph_exec = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (graph_exec && !detach_mode_) {  // keep mode: which graphs wait for a relaunch (settled())
+      if (l.discard) pending_graphs_.erase(graph_exec);
+      else pending_graphs_[graph_exec] = l.correlation;
+    }
     if (launches_.size() >= kMaxStagedLaunches) {
       ++dropped_launches_;
       return;
@@ -364,6 +431,8 @@ class Collector {
 
   static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
     Collector& self = instance();
+    uint64_t handed = 0;  // no record in this buffer can end after this (core/plausibility.hpp)
+    if (cuptiGetTimestamp(&handed) != CUPTI_SUCCESS) handed = 0;
     std::vector<KernelRecord> kernels;
     std::vector<CopyRecord> copies;
     CUpti_Activity* record = nullptr;
@@ -371,12 +440,15 @@ class Collector {
       switch (record->kind) {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
           kernels.push_back(convert_kernel(*reinterpret_cast<const KernelActivity*>(record), self.devices_));
+          kernels.back().delivered_ns = static_cast<int64_t>(handed);
           break;
         case CUPTI_ACTIVITY_KIND_MEMCPY:
           copies.push_back(convert_memcpy(*reinterpret_cast<const MemcpyActivity*>(record)));
+          copies.back().delivered_ns = static_cast<int64_t>(handed);
           break;
         case CUPTI_ACTIVITY_KIND_MEMSET:
           copies.push_back(convert_memset(*reinterpret_cast<const MemsetActivity*>(record)));
+          copies.back().delivered_ns = static_cast<int64_t>(handed);
           break;
         default:
           break;
@@ -423,6 +495,10 @@ class Collector {
   std::vector<KernelRecord> kernels_;
   std::vector<CopyRecord> copies_;
   uint64_t dropped_records_ = 0, dropped_launches_ = 0;
+  std::unordered_map<const void*, uint32_t> pending_graphs_;  // keep mode: graph exec -> its latest traced launch
+  int settle_steps_ = 0;
+  std::vector<UnsettledGraphs> unsettled_;
+  std::atomic<bool> settling_{false};
 
   std::mutex pool_mutex_;
   std::vector<uint8_t*> free_buffers_;
