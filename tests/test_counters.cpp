@@ -67,6 +67,119 @@ TEST_CASE("counters: a phase's busy intervals select the samples it ran in", "[c
   CHECK(summarize_counters(s, std::vector<Interval>{}).samples == 0);
 }
 
+namespace {
+// A phase's GPU work as hundreds of short kernels with gaps of a few microseconds: [b, e) in ns.
+std::vector<Interval> many_kernels(int64_t b, int64_t e, int64_t kernel_ns, int64_t gap_ns) {
+  std::vector<Interval> out;
+  for (int64_t t = b; t + kernel_ns <= e; t += kernel_ns + gap_ns) out.push_back({t, t + kernel_ns});
+  return out;
+}
+CounterSample full_sample(int64_t b, int64_t e, double sm, double tensor, double dram, double occ) {
+  CounterSample s = sample(b, e, sm, tensor, dram);
+  s.occupancy = occ;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("phase counters: a phase of many short kernels gets every sample its work spans", "[counters]") {
+  // The defect: a 33 ms backward phase of 343 kernels a few us apart got 1-2 of its ~33 one-ms samples,
+  // because hardly any sample lies whole inside one kernel's interval.
+  const int64_t ms = 1'000'000;
+  std::deque<CounterSample> s;
+  for (int i = 0; i < 60; ++i) s.push_back(full_sample(i * ms, (i + 1) * ms, 0.9, 0.6, 0.3, 0.4));
+  // backward: 33 ms of 90 us kernels 4 us apart, starting mid-sample, with one 2.5 ms GEMM among them
+  auto busy = many_kernels(5 * ms + ms / 3, 20 * ms, 90'000, 4'000);
+  busy.push_back({20 * ms + 4'000, 22 * ms + ms / 2});
+  for (const auto& k : many_kernels(22 * ms + ms / 2 + 4'000, 38 * ms + ms / 3, 90'000, 4'000)) busy.push_back(k);
+  int64_t busy_ns = 0;
+  for (const auto& [b, e] : busy) busy_ns += e - b;
+  REQUIRE(busy.size() > 300);
+  const auto c = summarize_phase_counters(s, busy);
+  const double spanned = 34;  // samples 5..38 hold some of its work
+  CHECK(c.samples >= 0.8 * spanned);
+  CHECK(c.samples == 34);
+  CHECK(c.sample_ns == busy_ns);  // every busy instant lies in some sample
+  CHECK(c.coverage == Approx(1.0));
+  CHECK_FALSE(c.edge_only);
+  CHECK(*c.sm_active == Approx(0.9));
+  CHECK(*c.tensor_active == Approx(0.6));
+  CHECK(*c.occupancy == Approx(0.4));
+  // The rule of one window (whole samples inside it when there are any) keeps only the one or two
+  // samples inside the long kernel: the values of 2.5 ms of the phase's 33.
+  CHECK(summarize_counters(s, busy).samples <= 2);
+}
+
+TEST_CASE("phase counters: phases run one after another give back the step's value when weighted",
+          "[counters]") {
+  // forward 0-17.3 ms (tensor-heavy GEMMs), backward 17.3-50.6 ms (element-wise), optimizer 50.6-53 ms;
+  // samples of 1 ms whose values mix whichever phases ran in them, in proportion to their time there.
+  const int64_t ms = 1'000'000;
+  struct Phase {
+    int64_t b, e;
+    double sm, tensor, dram, occ;
+  };
+  const Phase phases[] = {{0, 17'300'000, 0.95, 0.7, 0.2, 0.3},
+                          {17'300'000, 50'600'000, 0.8, 0.05, 0.6, 0.6},
+                          {50'600'000, 53'000'000, 0.4, 0.0, 0.9, 0.2}};
+  std::vector<std::vector<Interval>> busy;
+  for (const auto& p : phases) busy.push_back(many_kernels(p.b, p.e, 20'000, 3'000));
+  // Each sample's value: the time-weighted mix of the phases' kernels inside it (gaps count as idle).
+  std::deque<CounterSample> s;
+  for (int64_t t = 0; t < 53 * ms; t += ms) {
+    double v[4] = {}, len = static_cast<double>(ms);
+    for (std::size_t i = 0; i < busy.size(); ++i) {
+      double in = 0;
+      for (const auto& [b, e] : busy[i]) in += static_cast<double>(std::max<int64_t>(0, std::min(e, t + ms) - std::max(b, t)));
+      v[0] += in / len * phases[i].sm;
+      v[1] += in / len * phases[i].tensor;
+      v[2] += in / len * phases[i].dram;
+      v[3] += in / len * phases[i].occ;
+    }
+    s.push_back(full_sample(t, t + ms, v[0], v[1], v[2], v[3]));
+  }
+  const auto step = summarize_counters(s, Interval{0, 53 * ms});
+  REQUIRE(step.samples == 53);
+  double sum_w = 0, sm = 0, tensor = 0, dram = 0, occ = 0;
+  std::vector<CounterSummary> per;
+  for (const auto& b : busy) {
+    const auto c = summarize_phase_counters(s, b);
+    per.push_back(c);
+    const double w = static_cast<double>(c.sample_ns);
+    sum_w += w;
+    sm += w * *c.sm_active;
+    tensor += w * *c.tensor_active;
+    dram += w * *c.dram;
+    occ += w * *c.occupancy;
+  }
+  // Weighted by the sample time each phase was given, the phases reproduce the step (within 0.02).
+  CHECK(sm / sum_w == Approx(*step.sm_active).margin(0.02));
+  CHECK(tensor / sum_w == Approx(*step.tensor_active).margin(0.02));
+  CHECK(dram / sum_w == Approx(*step.dram).margin(0.02));
+  CHECK(occ / sum_w == Approx(*step.occupancy).margin(0.02));
+  // Each phase reads close to its own work (samples at its edges mix in the neighbour).
+  CHECK(per[0].samples == 18);
+  CHECK(per[1].samples == 34);
+  CHECK(*per[0].tensor_active > 0.5);
+  CHECK(*per[1].tensor_active < 0.1);
+  CHECK(*per[1].dram > *per[0].dram);
+}
+
+TEST_CASE("phase counters: a phase inside one sample is edge_only; no work, no samples", "[counters]") {
+  std::deque<CounterSample> s{sample(0, 1000, 0.2), sample(1000, 2000, 0.8)};
+  const auto tiny = summarize_phase_counters(s, {{1100, 1200}, {1300, 1350}});
+  CHECK(tiny.samples == 1);
+  CHECK(tiny.edge_only);
+  CHECK(tiny.sample_ns == 150);
+  CHECK(*tiny.sm_active == Approx(0.8));
+  const auto half = summarize_phase_counters(s, {{400, 1500}});  // 600 ns of sample 0, 500 of sample 1
+  CHECK(half.samples == 2);
+  CHECK_FALSE(half.edge_only);
+  CHECK(*half.sm_active == Approx((0.2 * 600 + 0.8 * 500) / 1100));
+  CHECK(summarize_phase_counters(s, {}).samples == 0);
+  CHECK_FALSE(summarize_phase_counters(s, {{5000, 6000}}).sm_active);  // after the last sample: nothing
+  CHECK(summarize_phase_counters(s, {{5000, 6000}}).coverage == 0);
+}
+
 TEST_CASE("device state: readings within the step, the latest earlier one for a short step", "[counters]") {
   std::deque<DeviceStateSample> r;
   auto reading = [](int64_t t, double w, double mhz, double temp, uint64_t reasons) {

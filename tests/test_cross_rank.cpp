@@ -82,6 +82,42 @@ TEST_CASE("cross-rank: balanced ranks give a small skew and scores near 1", "[cr
   CHECK(v.lowest_scores.front().score > 0.97);
 }
 
+TEST_CASE("cross-rank: step_skew is the gap relative to the step, steady when communication dominates",
+          "[cross_rank]") {
+  // Two ranks, a 6 ms step of which ~0.5 ms is work and the rest all-reduce (as on 2 H200s with
+  // examples/dp_train). 0.1 ms of noise in the work is a 20 % `skew` but 1.7 % of the step.
+  auto two = [](double work0, double work1) {
+    std::vector<RankSummary> s(2);
+    for (int r = 0; r < 2; ++r) {
+      s[static_cast<std::size_t>(r)].rank = r;
+      s[static_cast<std::size_t>(r)].step = 9;
+      s[static_cast<std::size_t>(r)].valid = true;
+      s[static_cast<std::size_t>(r)].phase_ms[phase_tag::backward] = r == 0 ? work0 : work1;
+    }
+    const double slowest = std::max(work0, work1);
+    for (auto& x : s) {
+      x.phase_ms[kSummaryCommPhase] = 5.5 + (slowest - x.phase_ms[phase_tag::backward]);
+      x.step_ms = x.phase_ms[phase_tag::backward] + x.phase_ms[kSummaryCommPhase];
+    }
+    return aggregate_ranks(s, 9);
+  };
+  const auto noisy = two(0.5, 0.7);
+  CHECK(noisy.skew > 0.15);                        // the work-relative ratio reads a false alarm
+  CHECK(noisy.gap_ms == Approx(0.1));              // two ranks: the median is their mean
+  CHECK(noisy.step_skew == Approx(0.1 / 6.2));
+  CHECK(noisy.step_skew < kBalancedStepSkew);
+  // One rank 3 ms slower in backward: everyone loses a third of the step waiting for it.
+  const auto slow = two(0.5, 3.5);
+  CHECK(slow.slowest_rank == 1);
+  CHECK(*slow.culprit_phase == phase_tag::backward);
+  CHECK(slow.gap_ms == Approx(1.5));
+  CHECK(slow.step_skew == Approx(1.5 / 9.0));
+  CHECK(slow.step_skew > kBalancedStepSkew);
+  // Many ranks, balanced: far below the threshold; a slow one: above it.
+  CHECK(aggregate_ranks(simulate(256, 3, -1, phase_tag::input, 0), 3).step_skew < kBalancedStepSkew);
+  CHECK(aggregate_ranks(simulate(256, 3, 5, phase_tag::backward, 15), 3).step_skew > kBalancedStepSkew);
+}
+
 TEST_CASE("cross-rank: ranks that stop reporting are listed, not counted", "[cross_rank]") {
   auto s = simulate(1024, 100, 17, phase_tag::forward, 15);
   s[5].valid = false;          // never filled in
@@ -197,6 +233,9 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
     CHECK(v["culprit_phase"] == "input");
     CHECK(double(v["culprit_gap_ms"]) == Approx(20).margin(0.5));
     CHECK(v["lowest_scores"][0]["rank"] == 2);
+    CHECK(double(v["gap_ms"]) == Approx(20).margin(0.5));
+    CHECK(double(v["step_skew"]) == Approx(double(v["gap_ms"]) / double(v["step_time_ms"]["median"])));
+    CHECK(v["balanced"] == false);
   }
   CHECK(views == 3);
 }

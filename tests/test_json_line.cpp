@@ -107,6 +107,48 @@ TEST_CASE("make_step_line reports an MFU above one as a warning", "[json]") {
   CHECK(j["warnings"][0].get<std::string>().find("estimated_mfu > 1") != std::string::npos);
 }
 
+TEST_CASE("make_step_line counts excluded GPU records by reason and gives phase counters their sample time",
+          "[json]") {
+  StepRecord r;
+  r.begin_ns = 0;
+  r.end_ns = 10'000'000;
+  RunInfo run;
+  run.device_null_reason = "test";
+  StepLineInput in;
+  in.step = &r;
+  in.run = &run;
+  in.host = compute_host_metrics(r);
+  StepGpu g;
+  g.kernels = 1;
+  g.kernel_ns = g.busy_ns = 1'000'000;
+  g.excluded[static_cast<int>(Implausible::ends_after_delivery) - 1] = 50;
+  g.excluded[static_cast<int>(Implausible::graph_replayed_untraced) - 1] = 2;
+  g.excluded_records = 52;
+  g.implausible_phases = 1;
+  PhaseGpu pg;
+  pg.kernels = 1;
+  pg.kernel_ns = pg.busy_ns = 1'000'000;
+  pg.busy = {{0, 1'000'000}};
+  g.phases[phase_tag::forward] = pg;
+  in.gpu = g;
+  CounterSummary c;
+  c.sm_active = 0.5;
+  c.samples = 3;
+  c.sample_ns = 1'000'000;
+  c.coverage = 1;
+  in.phase_counters[phase_tag::forward] = c;
+  const auto j = nlohmann::json::parse(make_step_line(in));
+  CHECK(j["gpu"]["excluded_records"] == 52);
+  CHECK(j["gpu"]["excluded"]["ends_after_delivery"] == 50);
+  CHECK(j["gpu"]["excluded"]["graph_replayed_untraced"] == 2);
+  CHECK(j["gpu"]["excluded"]["starts_before_launch"] == 0);
+  CHECK(j["gpu"]["excluded"].size() == kImplausibleKinds);
+  CHECK(j["gpu"]["implausible_phases"] == 1);
+  const auto& pc = j["phases"]["forward"]["gpu"]["counters"];
+  CHECK(pc["samples"] == 3);
+  CHECK(double(pc["sample_ms"]) == Approx(1.0));
+}
+
 TEST_CASE("log_every writes every N-th step with a window summary", "[json]") {
   const auto log = fresh_log("log_every");
   Config cfg;
