@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "../support.hpp"
@@ -22,11 +23,11 @@ struct WorkloadRun {
   std::vector<nlohmann::json> lines;
   nlohmann::json truth;
 };
-WorkloadRun run_workloads(const std::string& mode) {
+WorkloadRun run_workloads(const std::string& mode, const std::string& program = STEPTRACE_GPU_WORKLOADS) {
   const std::string name = mode.empty() ? "gpu_workloads" : "gpu_workloads_" + mode;
   const auto log = fresh_log(name);
   const std::string truth_path = name + "_truth.json";
-  const std::string cmd = std::string(STEPTRACE_GPU_WORKLOADS) + " " + log + " " + truth_path + (mode.empty() ? "" : " " + mode);
+  const std::string cmd = program + " " + log + " " + truth_path + (mode.empty() ? "" : " " + mode);
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream tin(truth_path);
   WorkloadRun run;
@@ -206,6 +207,110 @@ TEST_CASE("sampled attribution with CUPTI detached between traced steps", "[gpu]
       CHECK(std::string(l["null_reasons"]["gpu"]).find("untraced_cupti=detach") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS GEMMs, element-wise)", "[gpu]") {
+  const auto run = run_workloads("phases", STEPTRACE_REAL_SHAPES);
+  const auto& lines = run.lines;
+  REQUIRE(lines.size() == 12);
+  const char* keys[] = {"sm_activity", "tensor_core_or_pipe_utilization", "memory_bandwidth_utilization", "occupancy"};
+  auto step_value = [](const nlohmann::json& l, const std::string& key) {
+    return key == "occupancy" ? double(l["counters"]["occupancy"]) : double(l[key]);
+  };
+  // The same kernels measured alone: steps 4-7 (GEMMs) and 8-11 (element-wise), the step's own value.
+  std::map<std::string, std::map<std::string, double>> alone;
+  for (int i = 4; i < 12; ++i) {
+    const std::string phase = i < 8 ? "gemm" : "elementwise";
+    INFO("step " << i);
+    REQUIRE(lines[static_cast<std::size_t>(i)]["counters"].is_object());
+    for (const char* k : keys) alone[phase][k] += step_value(lines[static_cast<std::size_t>(i)], k) / 4;
+  }
+  for (const auto& l : lines) {
+    const int step = l["global_step"];
+    INFO("step " << step << ": " << l["phases"].dump());
+    REQUIRE(l["gpu"].is_object());
+    CHECK(l["gpu"]["complete"] == true);
+    CHECK(l["gpu"]["excluded_records"] == 0);
+    CHECK(l["gpu"]["late_records"] == 0);
+    CHECK(l["gpu"]["unattributed_records"] == 0);
+    REQUIRE(l["counters"].is_object());
+    const double interval_ms = double(l["counters"]["interval_us"]) / 1000;
+    double weight = 0;
+    std::map<std::string, double> weighted;
+    for (const std::string phase : {"gemm", "elementwise"}) {
+      if (!l["phases"].contains(phase)) continue;
+      const auto g = phase_gpu(l, phase);
+      CHECK(int(g["kernels"]) >= (phase == "gemm" ? int(run.truth["gemms"]) : int(run.truth["elementwise"])));
+      const double busy_ms = g["busy_ms"];
+      REQUIRE(busy_ms >= 5 * interval_ms);  // the property below is promised for phases this long
+      REQUIRE(g["counters"].is_object());
+      const auto& c = g["counters"];
+      // A phase gets >= 80 % of the samples its busy time spans (at least busy/interval of them).
+      CHECK(int(c["samples"]) >= 0.8 * std::floor(busy_ms / interval_ms));
+      CHECK_FALSE(c["edge_only"]);
+      const double w = c["sample_ms"];
+      CHECK(w == Approx(busy_ms).epsilon(0.01));  // every busy instant lies in some sample
+      weight += w;
+      for (const char* k : keys) weighted[k] += w * double(c[k]);
+      if (step < 4) {
+        // Against the same kernels alone: the sample shared with the other phase mixes the two, in
+        // proportion to their time in it, about one sample of the phase's samples.
+        for (const char* k : keys) {
+          const double other = alone[phase == "gemm" ? "elementwise" : "gemm"][k];
+          const double tol = 0.02 + std::abs(alone[phase][k] - other) / std::floor(busy_ms / interval_ms);
+          INFO(phase << " " << k << " in the mixed step " << double(c[k]) << ", alone " << alone[phase][k]);
+          CHECK(std::abs(double(c[k]) - alone[phase][k]) <= tol);
+        }
+      }
+    }
+    // Phases one after another: their values weighted by sample time give back the step's (0.02).
+    for (const char* k : keys) {
+      INFO(k << " step " << step_value(l, k) << ", phases weighted " << weighted[k] / weight);
+      CHECK(std::abs(weighted[k] / weight - step_value(l, k)) <= 0.02);
+    }
+    if (step < 4) {
+      const double gemm_tensor = phase_gpu(l, "gemm")["counters"]["tensor_core_or_pipe_utilization"];
+      const double ew_tensor = phase_gpu(l, "elementwise")["counters"]["tensor_core_or_pipe_utilization"];
+      CHECK(gemm_tensor > 0.3);
+      CHECK(ew_tensor < 0.05);
+      CHECK(double(phase_gpu(l, "elementwise")["counters"]["memory_bandwidth_utilization"]) >
+            double(phase_gpu(l, "gemm")["counters"]["memory_bandwidth_utilization"]));
+    }
+  }
+}
+
+TEST_CASE("sampled attribution of a CUDA graph launched every step (untraced_cupti=keep)", "[gpu]") {
+  // A replay of the graph with records off between traced steps used to overwrite the end times of
+  // the traced launch's kernels (each "lasted" ~3 steps). Records stay on until the graph is launched
+  // again; what cannot be settled is excluded and counted, never published.
+  const auto run = run_workloads("graph_sampled", STEPTRACE_REAL_SHAPES);
+  const auto& lines = run.lines;
+  REQUIRE(lines.size() == 29);
+  int traced = 0;
+  for (const auto& l : lines) {
+    const int step = l["global_step"];
+    INFO("step " << step << ": " << l.dump());
+    if (step % 4 != 0) {
+      CHECK(l["traced"] == false);
+      CHECK(l["gpu"].is_null());
+      continue;
+    }
+    ++traced;
+    REQUIRE(l["gpu"].is_object());
+    CHECK(l["gpu"]["complete"] == true);
+    CHECK(l["gpu"]["excluded_records"] == 0);
+    CHECK(l["gpu"]["late_records"] == 0);
+    CHECK(l["gpu"]["unattributed_records"] == 0);
+    const auto opt = phase_gpu(l, "optimizer");
+    CHECK(opt["kernels"] == run.truth["graph_kernels"]);
+    const double event_ms = run.truth["graph_event_ms"][static_cast<std::size_t>(step)];
+    // The graph's kernels run one after another inside the events: their sum cannot exceed it.
+    CHECK(double(opt["kernel_ms"]) <= event_ms * 1.02 + 0.005);
+    CHECK(double(opt["busy_ms"]) <= event_ms * 1.02 + 0.005);
+    CHECK(double(l["gpu"]["busy_ms"]) <= double(l["step_time_ms"]));
+    CHECK(phase_gpu(l, "forward")["kernels"] == 1);
+  }
+  CHECK(traced == 8);
 }
 
 TEST_CASE("hardware counters of known kernels (PM sampling)", "[gpu]") {

@@ -165,7 +165,17 @@ class Attributor {
       return;
     }
     if (l.discard) {  // its records are read only to settle an earlier graph launch: dropped quietly
-      if (!l.failed) launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true};
+      if (l.failed) return;
+      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true};
+      // A settling graph launch's own records come out at the graph's next launch with records on,
+      // possibly many steps later, after its step's ids are forgotten: remembered apart (bounded).
+      if (l.graph && discard_graphs_.insert(l.correlation).second) {
+        discard_graph_order_.push_back(l.correlation);
+        if (discard_graph_order_.size() > kMaxDiscardGraphs) {
+          discard_graphs_.erase(discard_graph_order_.front());
+          discard_graph_order_.erase(discard_graph_order_.begin());
+        }
+      }
       return;
     }
     if (l.failed) {  // no record will come for it
@@ -253,6 +263,8 @@ class Attributor {
   void forget_correlations() {
     launches_.clear();
     alias_.clear();
+    discard_graphs_.clear();
+    discard_graph_order_.clear();
   }
 
   std::size_t pending_steps() const { return pending_.size(); }
@@ -310,7 +322,8 @@ class Attributor {
     const uint32_t id = resolve(corr);
     auto it = launches_.find(id);
     if (it == launches_.end()) {
-      ++unattributed_;
+      if (discard_graphs_.count(id)) ++discarded_;
+      else ++unattributed_;
       return nullptr;
     }
     const int64_t step = it->second.step;
@@ -437,6 +450,9 @@ class Attributor {
   int64_t emitted_below_ = 0;
   int64_t latest_record_step_ = -1;
   uint64_t late_records_ = 0, unattributed_ = 0, discarded_ = 0;
+  static constexpr std::size_t kMaxDiscardGraphs = 4096;
+  std::unordered_set<uint32_t> discard_graphs_;  // settling graph launches (see add_launch)
+  std::vector<uint32_t> discard_graph_order_;    // oldest first, for the bound
   bool first_take_ = true;
 };
 
