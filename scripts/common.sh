@@ -33,6 +33,19 @@ install_dependencies() {
   fi
 }
 
+# NCCL for examples/dp_train: the CUDA toolkit's, else the wheel PyTorch installs (nvidia.nccl).
+# Sets NCCL_ARGS (for configure_and_build) and puts the wheel's library on LD_LIBRARY_PATH.
+find_nccl() {
+  NCCL_ARGS=()
+  [[ -f /usr/local/cuda/include/nccl.h ]] && return
+  local root
+  root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+  if [[ -n $root ]]; then
+    NCCL_ARGS=(-DNCCL_ROOT="$root")
+    export LD_LIBRARY_PATH=$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+}
+
 configure_and_build() {
   local generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)

@@ -7,12 +7,8 @@ out=${1:-$ROOT/dp-validation}; gpus=${2:-2}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0  # no NVLink multicast (the device machines ask for it off)
 install_dependencies
-nccl_root=""
-if [[ ! -f /usr/local/cuda/include/nccl.h ]]; then  # the wheel that PyTorch installs, if any
-  nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
-fi
-configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF ${nccl_root:+-DNCCL_ROOT=$nccl_root} >/dev/null
-[[ -n $nccl_root ]] && export LD_LIBRARY_PATH=$nccl_root/lib:${LD_LIBRARY_PATH:-}
+find_nccl
+configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF "${NCCL_ARGS[@]}" >/dev/null
 bin=$BUILD_DIR/examples/dp_train
 [[ -x $bin ]] || { echo "dp_train was not built (NCCL not found)"; exit 1; }
 

@@ -14,7 +14,8 @@ for arg in "$@"; do
   esac
 done
 install_dependencies
-configure_and_build -DSTEPTRACE_BUILD_TESTS=ON -DSTEPTRACE_BUILD_EXAMPLES=ON -DSTEPTRACE_BUILD_BENCHMARKS=ON
+find_nccl
+configure_and_build -DSTEPTRACE_BUILD_TESTS=ON -DSTEPTRACE_BUILD_EXAMPLES=ON -DSTEPTRACE_BUILD_BENCHMARKS=ON "${NCCL_ARGS[@]}"
 ctest --test-dir "$BUILD_DIR" "${labels[@]}" --output-on-failure -j"$(nproc)"
 if ((sanitize)); then
   # Every GPU program under each compute-sanitizer tool. compute-sanitizer is itself a CUPTI client:

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The cross-rank headline (`cross_rank.step_skew`, `balanced`) on two GPUs, with examples/dp_train.
+
+    scripts/dp_skew_check.py DP_TRAIN OUT_DIR
+
+A balanced run must read `balanced` (step_skew below the documented threshold) in >= 95 % of rank 0's
+views; a run whose rank 1 spends 25 % of the median step more in `backward` from step 10 on must read
+not balanced, with rank 1 and `backward` named, in every view of step 10 and later. Prints the
+distributions (docs/multi-gpu-validation.md quotes them). Exit 77 (skipped) with fewer than two GPUs.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def run(binary, out, name, extra):
+    log = os.path.join(out, name + "-{rank}.jsonl")
+    for r in range(2):
+        path = log.replace("{rank}", str(r))
+        if os.path.exists(path):
+            os.remove(path)
+    env = dict(os.environ, STEPTRACE_SUMMARY="0", NCCL_NVLS_ENABLE="0")
+    cmd = [binary, "--gpus", "2", "--cross-rank-every", "2", "--log", log] + extra
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, env=env, check=True)
+    views = []
+    with open(log.replace("{rank}", "0")) as f:
+        for line in f:
+            v = json.loads(line).get("cross_rank")
+            if v and v.get("reporting") == 2:
+                views.append(v)
+    return views
+
+
+def quantiles(xs):
+    xs = sorted(xs)
+    q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]
+    return f"min {xs[0]:.4f} median {q(0.5):.4f} p95 {q(0.95):.4f} max {xs[-1]:.4f}"
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    binary, out = sys.argv[1], sys.argv[2]
+    if gpu_count() < 2:
+        print("dp_skew_check: fewer than two GPUs, skipped")
+        return 77
+    os.makedirs(out, exist_ok=True)
+    ok = True
+
+    balanced = run(binary, out, "balanced", ["--steps", "200"])
+    n = len(balanced)
+    calm = sum(1 for v in balanced if v["balanced"])
+    print(f"balanced run: {n} views, {calm} balanced ({100.0 * calm / max(n, 1):.1f} %)")
+    print("  step_skew", quantiles([v["step_skew"] for v in balanced]))
+    print("  skew     ", quantiles([v["skew"] for v in balanced]))
+    print("  gap_ms   ", quantiles([v["gap_ms"] for v in balanced]))
+    print("  step_ms  ", quantiles([v["step_time_ms"]["median"] for v in balanced]))
+    if n < 50 or calm < 0.95 * n:
+        print("FAIL: fewer than 95 % of the balanced run's views read balanced (or too few views)")
+        ok = False
+
+    slow = run(binary, out, "slow", ["--steps", "100", "--slow-rank", "1", "--slow-phase", "backward",
+                                     "--slow-pct", "25"])
+    after = [v for v in slow if v["step"] >= 10]
+    print(f"slow run: {len(slow)} views, {len(after)} of step 10 or later")
+    print("  step_skew before step 10", quantiles([v["step_skew"] for v in slow if v["step"] < 10] or [0]))
+    print("  step_skew from step 10  ", quantiles([v["step_skew"] for v in after] or [0]))
+    print("  skew from step 10       ", quantiles([v["skew"] for v in after] or [0]))
+    for v in after:
+        if v["balanced"] or v["slowest_rank"] != 1 or v["culprit_phase"] != "backward":
+            print(f"FAIL: view of step {v['step']}: balanced {v['balanced']} step_skew {v['step_skew']:.4f} "
+                  f"slowest_rank {v['slowest_rank']} culprit {v['culprit_phase']}")
+            ok = False
+    if len(after) < 30 or after[0]["step"] > 11:
+        print("FAIL: the slow run's views from step 10 are missing")
+        ok = False
+    print("dp_skew_check:", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
