@@ -1,8 +1,10 @@
 // real_shapes - training-shaped GPU work under steptrace, for test_gpu_attribution: phases of hundreds
 // of short back-to-back kernels, and a CUDA graph under sampled attribution.
-//   real_shapes LOG TRUTH phases         12 steps: 0-3 a `gemm` phase (400 cuBLAS bf16 GEMMs) then an
-//                                        `elementwise` phase (400 axpy kernels), back to back; 4-7 the
-//                                        GEMMs alone; 8-11 the element-wise kernels alone
+//   real_shapes LOG TRUTH phases         18 steps: 0-5 a `gemm` phase (400 cuBLAS bf16 GEMMs) then an
+//                                        `elementwise` phase (400 axpy kernels), back to back; 6-11 the
+//                                        GEMMs alone; 12-17 the element-wise kernels alone. Pipelined
+//                                        like a training loop: the host runs at most one step ahead of
+//                                        the GPU, which never waits between steps
 //   real_shapes LOG TRUTH graph_sampled  29 steps, trace_every = 4, untraced_cupti = keep: a forward
 //                                        kernel, then a graph of 50 tiny kernels in `optimizer`
 // Writes the steptrace log and a small JSON of what the program knows independently.
@@ -41,7 +43,7 @@ bool write_truth(const char* path, const std::string& json) {
 int phases(const char* log, const char* truth_path, int sms) {
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return 1;
-  const int n = 2048;              // one GEMM ~ 17 GFLOP: tens of microseconds on an H100
+  const int n = 3072;              // one GEMM ~ 58 GFLOP: under 0.1 ms on an H100
   const int len = 16 << 20;        // one axpy reads 128 MiB and writes 64 MiB: tens of microseconds
   __nv_bfloat16 *A, *B, *C;
   float *x, *y;
@@ -68,22 +70,27 @@ int phases(const char* log, const char* truth_path, int sms) {
   elementwise();
   CHECK_CUDA(cudaDeviceSynchronize());
 
+  cudaEvent_t done[2];
+  for (auto& e : done) CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
   steptrace::start(cfg);
-  for (int step = 0; step < 12; ++step) {
+  for (int step = 0; step < 18; ++step) {
     TRACE_STEP();
-    if (step < 8) {
+    if (step >= 2) CHECK_CUDA(cudaEventSynchronize(done[step % 2]));  // step - 2 has finished
+    if (step < 12) {
       TRACE_PHASE_NAMED("gemm");
       gemms();
     }
-    if (step < 4 || step >= 8) {
+    if (step < 6 || step >= 12) {
       TRACE_PHASE_NAMED("elementwise");
       elementwise();
     }
-    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaEventRecord(done[step % 2]));
   }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  for (auto& e : done) cudaEventDestroy(e);
   steptrace::stop();
   cublasDestroy(blas);
   char truth[256];

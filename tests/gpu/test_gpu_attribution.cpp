@@ -212,22 +212,27 @@ TEST_CASE("sampled attribution with CUPTI detached between traced steps", "[gpu]
 TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS GEMMs, element-wise)", "[gpu]") {
   const auto run = run_workloads("phases", STEPTRACE_REAL_SHAPES);
   const auto& lines = run.lines;
-  REQUIRE(lines.size() == 12);
+  REQUIRE(lines.size() == 18);
   const char* keys[] = {"sm_activity", "tensor_core_or_pipe_utilization", "memory_bandwidth_utilization", "occupancy"};
   auto step_value = [](const nlohmann::json& l, const std::string& key) {
     return key == "occupancy" ? double(l["counters"]["occupancy"]) : double(l[key]);
   };
-  // The same kernels measured alone: steps 4-7 (GEMMs) and 8-11 (element-wise), the step's own value.
+  // Steps 0-5 run both phases, 6-11 the GEMMs alone, 12-17 the element-wise kernels alone. The loop is
+  // pipelined, so a step's window holds the tail of the previous step's GPU work: the first two steps
+  // of each block and the last step (whose work ends after its window) are not in steady state.
+  auto steady = [](int step) { return step % 6 >= 2 && step != 17; };
+  // The same kernels measured alone: the steady steps' own values.
   std::map<std::string, std::map<std::string, double>> alone;
-  for (int i = 4; i < 12; ++i) {
-    const std::string phase = i < 8 ? "gemm" : "elementwise";
+  for (int i = 8; i < 17; ++i) {
+    if (i == 11 || !steady(i)) continue;  // 8-10 GEMMs, 14-16 element-wise
+    const std::string phase = i < 12 ? "gemm" : "elementwise";
     INFO("step " << i);
     REQUIRE(lines[static_cast<std::size_t>(i)]["counters"].is_object());
-    for (const char* k : keys) alone[phase][k] += step_value(lines[static_cast<std::size_t>(i)], k) / 4;
+    for (const char* k : keys) alone[phase][k] += step_value(lines[static_cast<std::size_t>(i)], k) / 3;
   }
   for (const auto& l : lines) {
     const int step = l["global_step"];
-    INFO("step " << step << ": " << l["phases"].dump());
+    INFO("step " << step << ": " << l["phases"].dump() << " counters " << l["counters"].dump());
     REQUIRE(l["gpu"].is_object());
     CHECK(l["gpu"]["complete"] == true);
     CHECK(l["gpu"]["excluded_records"] == 0);
@@ -245,30 +250,32 @@ TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS G
       REQUIRE(busy_ms >= 5 * interval_ms);  // the property below is promised for phases this long
       REQUIRE(g["counters"].is_object());
       const auto& c = g["counters"];
-      // A phase gets >= 80 % of the samples its busy time spans (at least busy/interval of them).
+      // A phase gets >= 80 % of the samples its busy time spans (at least busy/interval of them): all
+      // but the two at its ends, which it shares with idle time or the other phase.
       CHECK(int(c["samples"]) >= 0.8 * std::floor(busy_ms / interval_ms));
       CHECK_FALSE(c["edge_only"]);
       const double w = c["sample_ms"];
-      CHECK(w == Approx(busy_ms).epsilon(0.01));  // every busy instant lies in some sample
+      CHECK(w <= busy_ms * 1.0001);
+      CHECK(w >= busy_ms - 2 * interval_ms);
       weight += w;
       for (const char* k : keys) weighted[k] += w * double(c[k]);
-      if (step < 4) {
-        // Against the same kernels alone: the sample shared with the other phase mixes the two, in
-        // proportion to their time in it, about one sample of the phase's samples.
+      if (step < 6 && steady(step)) {
+        // Against the same kernels alone: no sample shared with the other phase is used.
         for (const char* k : keys) {
-          const double other = alone[phase == "gemm" ? "elementwise" : "gemm"][k];
-          const double tol = 0.02 + std::abs(alone[phase][k] - other) / std::floor(busy_ms / interval_ms);
           INFO(phase << " " << k << " in the mixed step " << double(c[k]) << ", alone " << alone[phase][k]);
-          CHECK(std::abs(double(c[k]) - alone[phase][k]) <= tol);
+          CHECK(std::abs(double(c[k]) - alone[phase][k]) <= 0.02);
         }
       }
     }
-    // Phases one after another: their values weighted by sample time give back the step's (0.02).
-    for (const char* k : keys) {
-      INFO(k << " step " << step_value(l, k) << ", phases weighted " << weighted[k] / weight);
-      CHECK(std::abs(weighted[k] / weight - step_value(l, k)) <= 0.02);
+    if (steady(step)) {
+      // Phases one after another on a GPU kept busy: their values weighted by the sample time each
+      // was given give back the step's value (0.02).
+      for (const char* k : keys) {
+        INFO(k << " step " << step_value(l, k) << ", phases weighted " << weighted[k] / weight);
+        CHECK(std::abs(weighted[k] / weight - step_value(l, k)) <= 0.02);
+      }
     }
-    if (step < 4) {
+    if (step < 6) {
       const double gemm_tensor = phase_gpu(l, "gemm")["counters"]["tensor_core_or_pipe_utilization"];
       const double ew_tensor = phase_gpu(l, "elementwise")["counters"]["tensor_core_or_pipe_utilization"];
       CHECK(gemm_tensor > 0.3);

@@ -2,16 +2,18 @@
 // Pure C++17: samples are plain structs, so the attribution is tested without a GPU.
 //
 // A sample covers [start_ns, end_ns) on the GPU clock and carries fractions 0-1 (NaN = not measured);
-// its value is the average over its whole interval.
-// - A step's window (one interval) is summarised by the samples lying whole inside it, weighted by
-//   duration. A step too short to hold a whole sample falls back to the samples overlapping it,
-//   weighted by overlap (edge_only).
-// - A phase's window is its GPU busy intervals: typically hundreds of kernels a few microseconds
-//   apart, so hardly any sample lies whole inside one interval. Each sample is shared among the
-//   phases whose work ran in it, in proportion to their busy time in it (summarize_phase_counters):
-//   a phase gets every sample its work touched, weighted by the time it ran there. When phases run
-//   one after another and keep the GPU busy, the phases' values weighted by that time give back the
-//   step's value; a sample that straddles two phases mixes their values in both, in proportion.
+// its value is the average over its whole interval, idle time included. One rule for steps and phases:
+// - the samples lying whole inside the window's span are used, each weighted by the time the window's
+//   work took in it. A step's work is its whole window (host times on the GPU clock); a phase's work
+//   is its GPU busy intervals (PhaseGpu::busy: typically hundreds of kernels a few microseconds apart)
+//   and its span runs from its first record's start to its last record's end. Kernel gaps inside the
+//   span do not break a sample, so a phase gets every sample its work spans but the two at its ends;
+//   those ends hold idle time or other work that would dilute or mix its values.
+// - a window without a whole sample inside its span falls back to every sample overlapping its work,
+//   weighted the same way, and says so (edge_only).
+// When phases run one after another on a busy GPU, a sample at a boundary belongs to neither phase,
+// the others to exactly one: the phases' values weighted by their sample time give back the step's
+// value up to the boundary samples (tested: within 0.02 for phases of >= 5 samples).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -36,9 +38,9 @@ struct CounterSample {
 struct CounterSummary {
   std::optional<double> sm_active, tensor_active, dram, occupancy;
   uint32_t samples = 0;    // samples used
-  double coverage = 0;     // time of the samples used / window time (overlap only, for edge_only)
-  bool edge_only = false;  // step: no whole sample inside the window; phase: no sample half filled by it
-  int64_t sample_ns = 0;   // sample time given to the window (the weight of its values)
+  double coverage = 0;     // sample_ns / the window's work time (step: its window; phase: its busy time)
+  bool edge_only = false;  // no whole sample inside the span: the values come from samples at its edges
+  int64_t sample_ns = 0;   // the window's work time inside the samples used (the weight of its values)
 };
 
 namespace details {
@@ -47,106 +49,62 @@ inline void add_weighted(double v, double w, double& sum, double& weight) {
   sum += v * w;
   weight += w;
 }
-}  // namespace details
 
-/// Overlap-weighted means of the samples over `windows` (sorted, disjoint; e.g. merge_intervals()).
-inline CounterSummary summarize_counters(const std::deque<CounterSample>& samples, const std::vector<Interval>& windows) {
+/// The rule above: `work` sorted and disjoint, inside `span`; `samples` in time order.
+inline CounterSummary summarize_work(const std::deque<CounterSample>& samples, Interval span,
+                                     const std::vector<Interval>& work) {
   CounterSummary out;
-  int64_t window_ns = 0;
-  for (const auto& [b, e] : windows) window_ns += std::max<int64_t>(0, e - b);
-  if (windows.empty() || window_ns <= 0) return out;
-  const int64_t lo = windows.front().first, hi = windows.back().second;
-  auto inside = [&](const CounterSample& smp) {  // whole sample within one interval of the window
-    for (const auto& [b, e] : windows)
-      if (smp.start_ns >= b && smp.end_ns <= e) return true;
-    return false;
-  };
+  int64_t work_ns = 0;
+  for (const auto& [b, e] : work) work_ns += std::max<int64_t>(0, e - b);
+  const int64_t lo = span.first, hi = span.second;
+  if (work.empty() || work_ns <= 0 || hi <= lo) return out;
+  const auto first = std::lower_bound(samples.begin(), samples.end(), lo,
+                                      [](const CounterSample& smp, int64_t t) { return smp.end_ns <= t; });
+  auto whole = [&](const CounterSample& smp) { return smp.start_ns >= lo && smp.end_ns <= hi; };
   bool have_whole = false;
-  for (const auto& smp : samples)
-    if (smp.end_ns > smp.start_ns && smp.end_ns > lo && smp.start_ns < hi && inside(smp)) {
-      have_whole = true;
-      break;
-    }
-  out.edge_only = !have_whole;
+  for (auto it = first; it != samples.end() && it->start_ns < hi && !have_whole; ++it)
+    have_whole = it->end_ns > it->start_ns && whole(*it);
+  std::size_t k = 0;  // first work interval that may overlap the current sample
   double s[4] = {}, w[4] = {};
-  int64_t covered = 0;
-  for (const auto& smp : samples) {
-    if (smp.end_ns <= lo || smp.start_ns >= hi || smp.end_ns <= smp.start_ns) continue;
-    int64_t overlap = 0;
-    if (have_whole) {
-      if (!inside(smp)) continue;
-      overlap = smp.end_ns - smp.start_ns;
-    } else {
-      for (const auto& [b, e] : windows) {
-        const Interval c = clip({smp.start_ns, smp.end_ns}, b, e);
-        if (c.second > c.first) overlap += c.second - c.first;
-      }
-    }
-    if (overlap <= 0) continue;
-    ++out.samples;
-    covered += overlap;
-    const double wt = static_cast<double>(overlap);
-    details::add_weighted(smp.sm_active, wt, s[0], w[0]);
-    details::add_weighted(smp.tensor_active, wt, s[1], w[1]);
-    details::add_weighted(smp.dram, wt, s[2], w[2]);
-    details::add_weighted(smp.occupancy, wt, s[3], w[3]);
-  }
-  auto value = [&](int i) { return w[i] > 0 ? std::optional<double>(s[i] / w[i]) : std::nullopt; };
-  out.sm_active = value(0);
-  out.tensor_active = value(1);
-  out.dram = value(2);
-  out.occupancy = value(3);
-  out.coverage = std::min(1.0, static_cast<double>(covered) / static_cast<double>(window_ns));
-  out.sample_ns = covered;
-  return out;
-}
-
-/// A phase's counters: every sample overlapping its busy intervals (sorted, disjoint; PhaseGpu::busy),
-/// weighted by the phase's busy time inside the sample. `samples` must be in time order.
-inline CounterSummary summarize_phase_counters(const std::deque<CounterSample>& samples,
-                                               const std::vector<Interval>& busy) {
-  CounterSummary out;
-  int64_t busy_ns = 0;
-  for (const auto& [b, e] : busy) busy_ns += std::max<int64_t>(0, e - b);
-  if (busy.empty() || busy_ns <= 0) return out;
-  const int64_t lo = busy.front().first, hi = busy.back().second;
-  // First sample that ends after the phase's first busy instant.
-  auto it = std::lower_bound(samples.begin(), samples.end(), lo,
-                             [](const CounterSample& smp, int64_t t) { return smp.end_ns <= t; });
-  std::size_t k = 0;  // first busy interval that may overlap the current sample
-  double s[4] = {}, w[4] = {};
-  bool half_filled = false;
-  for (; it != samples.end() && it->start_ns < hi; ++it) {
+  for (auto it = first; it != samples.end() && it->start_ns < hi; ++it) {
     const CounterSample& smp = *it;
-    if (smp.end_ns <= smp.start_ns) continue;
-    while (k < busy.size() && busy[k].second <= smp.start_ns) ++k;
+    if (smp.end_ns <= smp.start_ns || (have_whole && !whole(smp))) continue;
+    while (k < work.size() && work[k].second <= smp.start_ns) ++k;
     int64_t overlap = 0;
-    for (std::size_t j = k; j < busy.size() && busy[j].first < smp.end_ns; ++j) {
-      const Interval c = clip(busy[j], smp.start_ns, smp.end_ns);
+    for (std::size_t j = k; j < work.size() && work[j].first < smp.end_ns; ++j) {
+      const Interval c = clip(work[j], smp.start_ns, smp.end_ns);
       if (c.second > c.first) overlap += c.second - c.first;
     }
     if (overlap <= 0) continue;
     ++out.samples;
     out.sample_ns += overlap;
-    if (2 * overlap >= smp.end_ns - smp.start_ns) half_filled = true;
     const double wt = static_cast<double>(overlap);
-    details::add_weighted(smp.sm_active, wt, s[0], w[0]);
-    details::add_weighted(smp.tensor_active, wt, s[1], w[1]);
-    details::add_weighted(smp.dram, wt, s[2], w[2]);
-    details::add_weighted(smp.occupancy, wt, s[3], w[3]);
+    add_weighted(smp.sm_active, wt, s[0], w[0]);
+    add_weighted(smp.tensor_active, wt, s[1], w[1]);
+    add_weighted(smp.dram, wt, s[2], w[2]);
+    add_weighted(smp.occupancy, wt, s[3], w[3]);
   }
   auto value = [&](int i) { return w[i] > 0 ? std::optional<double>(s[i] / w[i]) : std::nullopt; };
   out.sm_active = value(0);
   out.tensor_active = value(1);
   out.dram = value(2);
   out.occupancy = value(3);
-  out.edge_only = out.samples > 0 && !half_filled;
-  out.coverage = std::min(1.0, static_cast<double>(out.sample_ns) / static_cast<double>(busy_ns));
+  out.edge_only = out.samples > 0 && !have_whole;
+  out.coverage = std::min(1.0, static_cast<double>(out.sample_ns) / static_cast<double>(work_ns));
   return out;
 }
+}  // namespace details
 
+/// A step's counters: its window [begin, end) on the GPU clock.
 inline CounterSummary summarize_counters(const std::deque<CounterSample>& samples, Interval window) {
-  return summarize_counters(samples, std::vector<Interval>{window});
+  return details::summarize_work(samples, window, std::vector<Interval>{window});
+}
+
+/// A phase's counters: its GPU busy intervals (sorted, disjoint; PhaseGpu::busy).
+inline CounterSummary summarize_phase_counters(const std::deque<CounterSample>& samples,
+                                               const std::vector<Interval>& busy) {
+  if (busy.empty()) return {};
+  return details::summarize_work(samples, Interval{busy.front().first, busy.back().second}, busy);
 }
 
 }  // namespace steptrace
