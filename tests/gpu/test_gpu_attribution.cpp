@@ -230,6 +230,12 @@ TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS G
     REQUIRE(lines[static_cast<std::size_t>(i)]["counters"].is_object());
     for (const char* k : keys) alone[phase][k] += step_value(lines[static_cast<std::size_t>(i)], k) / 3;
   }
+  // Per block of steady steps: the steps' values and the phases' values weighted by sample time.
+  struct Block {
+    int steps = 0;
+    std::map<std::string, double> step, phases;
+  };
+  Block blocks[3];
   for (const auto& l : lines) {
     const int step = l["global_step"];
     INFO("step " << step << ": " << l["phases"].dump() << " counters " << l["counters"].dump());
@@ -268,11 +274,11 @@ TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS G
       }
     }
     if (steady(step)) {
-      // Phases one after another on a GPU kept busy: their values weighted by the sample time each
-      // was given give back the step's value (0.02).
+      auto& b = blocks[step / 6];
+      ++b.steps;
       for (const char* k : keys) {
-        INFO(k << " step " << step_value(l, k) << ", phases weighted " << weighted[k] / weight);
-        CHECK(std::abs(weighted[k] / weight - step_value(l, k)) <= 0.02);
+        b.step[k] += step_value(l, k);
+        b.phases[k] += weighted[k] / weight;
       }
     }
     if (step < 6) {
@@ -282,6 +288,21 @@ TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS G
       CHECK(ew_tensor < 0.05);
       CHECK(double(phase_gpu(l, "elementwise")["counters"]["memory_bandwidth_utilization"]) >
             double(phase_gpu(l, "gemm")["counters"]["memory_bandwidth_utilization"]));
+    }
+  }
+  // Phases one after another on a GPU kept busy: their values weighted by the sample time each was
+  // given give back the step's value (0.02). A pipelined step's window holds the previous step's tail
+  // and its own head, not its own work: the two measure the same repeating work at different times,
+  // and the counters differ by up to ~0.02 from one millisecond to the next (tensor pipe of the GEMMs:
+  // 0.82-0.84 per step). So the comparison is over each block's steady steps, not step by step (the
+  // rule itself is checked step by step on hand-made samples in test_counters).
+  for (int i = 0; i < 3; ++i) {
+    INFO("block " << i << " (steps " << 6 * i << "-" << 6 * i + 5 << ")");
+    REQUIRE(blocks[i].steps >= 3);
+    for (const char* k : keys) {
+      const double st = blocks[i].step[k] / blocks[i].steps, ph = blocks[i].phases[k] / blocks[i].steps;
+      INFO(k << " steps " << st << ", phases weighted " << ph);
+      CHECK(std::abs(st - ph) <= 0.02);
     }
   }
 }
