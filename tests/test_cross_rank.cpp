@@ -227,6 +227,7 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
     ++views;
     const auto& v = l["cross_rank"];
     CHECK(int(v["step"]) % 2 == 0);
+    CHECK(int(v["step"]) <= int(l["global_step"]));  // a view never lands on an earlier step's line
     CHECK(v["world_size"] == 4);
     CHECK(v["reporting"] == 4);
     CHECK(v["slowest_rank"] == 2);

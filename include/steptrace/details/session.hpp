@@ -509,7 +509,9 @@ class Session {
       for (int k = 0; k < world && static_cast<std::size_t>((k + 1) * kSummaryFloats) <= all.size(); ++k)
         ranks[static_cast<std::size_t>(k)] = from_floats(all.data() + k * kSummaryFloats, step);
       views_.push_back(aggregate_ranks(ranks, step));
-      if (views_.size() > 16) views_.pop_front();  // lines carry one view each, oldest first
+      // Lines carry one view each, oldest first, and wait for the line of the view's step: 64 views
+      // cover lines lagging 64 exchanges behind (they lag ~20 steps while the first lines wait).
+      if (views_.size() > 64) views_.pop_front();
     }
   }
 
@@ -910,7 +912,11 @@ class Session {
           in.cross_rank_null_reason = "rank 0's line carries the cross-rank view";
         else if (views_.empty())
           in.cross_rank_null_reason = "no exchange completed since the previous line";
-        if (run_.rank == 0 && !views_.empty()) {
+        else if (views_.front().step > static_cast<int64_t>(r.index))
+          in.cross_rank_null_reason = "the next gathered view is of a later step (it waits for that step's line)";
+        // A line carries the oldest view of its own step or an earlier one: lines may lag the exchange
+        // (the first lines wait for their GPU records), and a view never lands on an earlier step's line.
+        if (run_.rank == 0 && !views_.empty() && views_.front().step <= static_cast<int64_t>(r.index)) {
           in.cross_rank = std::move(views_.front());
           views_.pop_front();
         }
