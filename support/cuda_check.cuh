@@ -23,3 +23,24 @@ static __global__ void spin(long long cycles, int* sink) {
   }
   if (threadIdx.x == 0 && blockIdx.x == 0 && sink) *sink = 1;
 }
+
+// Device 0's SM count and clock, and the small buffers the test programs' kernels write to.
+struct TestDevice {
+  int sms = 0;
+  long long cycles_per_ms = 0;  // at the base clock
+  int* sink = nullptr;
+  float* buf = nullptr;  // 1024 floats
+};
+
+inline TestDevice open_test_device() {
+  TestDevice d;
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  d.sms = prop.multiProcessorCount;
+  int clock_khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  d.cycles_per_ms = static_cast<long long>(clock_khz);
+  CHECK_CUDA(cudaMalloc(&d.sink, sizeof(int)));
+  CHECK_CUDA(cudaMalloc(&d.buf, 1024 * sizeof(float)));
+  return d;
+}

@@ -6,6 +6,18 @@
 #include "support.hpp"
 
 using namespace steptrace;
+
+namespace {
+// A line's input with only the step and a run without a device.
+StepLineInput minimal_input(const StepRecord& r, RunInfo& run) {
+  run.device_null_reason = "test";
+  StepLineInput in;
+  in.step = &r;
+  in.run = &run;
+  in.host = compute_host_metrics(r);
+  return in;
+}
+}  // namespace
 using steptrace_test::fresh_log;
 using steptrace_test::read_lines;
 using steptrace_test::spin_for_us;
@@ -92,11 +104,7 @@ TEST_CASE("make_step_line reports an MFU above one as a warning", "[json]") {
   r.end_ns = 1'000'000'000;
   r.tokens = 1e6;
   RunInfo run;
-  run.device_null_reason = "test";
-  StepLineInput in;
-  in.step = &r;
-  in.run = &run;
-  in.host = compute_host_metrics(r);
+  StepLineInput in = minimal_input(r, run);
   in.flops_per_token = 1e9;
   in.peak.flops_per_second = 1e14;
   in.mfu = compute_mfu(in.flops_per_token, in.host.tokens_per_second, in.peak);
@@ -113,11 +121,7 @@ TEST_CASE("make_step_line counts excluded GPU records by reason and gives phase 
   r.begin_ns = 0;
   r.end_ns = 10'000'000;
   RunInfo run;
-  run.device_null_reason = "test";
-  StepLineInput in;
-  in.step = &r;
-  in.run = &run;
-  in.host = compute_host_metrics(r);
+  StepLineInput in = minimal_input(r, run);
   StepGpu g;
   g.kernels = 1;
   g.kernel_ns = g.busy_ns = 1'000'000;

@@ -91,16 +91,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached]\n");
     return 2;
   }
-  cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const int sms = prop.multiProcessorCount;
-  int clock_khz = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  const long long ms = static_cast<long long>(clock_khz);  // cycles per millisecond (at base clock)
-  int* sink = nullptr;
-  float* buf = nullptr;
-  CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
-  CHECK_CUDA(cudaMalloc(&buf, 1024 * sizeof(float)));
+  const TestDevice d = open_test_device();
+  const int sms = d.sms;
+  const long long ms = d.cycles_per_ms;  // cycles per millisecond (at base clock)
+  int* sink = d.sink;
+  float* buf = d.buf;
   if (sampled_mode) return sampled(argv[1], argv[2], sms, ms, sink, buf);
   if (detached_mode) return detached(argv[1], argv[2], sms, ms, sink, buf);
   cudaStream_t s1, s2;

@@ -154,16 +154,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: real_shapes LOG TRUTH phases|graph_sampled\n");
     return 2;
   }
-  cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const int sms = prop.multiProcessorCount;
-  int clock_khz = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  const long long ms = static_cast<long long>(clock_khz);  // cycles per millisecond (at base clock)
-  int* sink = nullptr;
-  float* buf = nullptr;
-  CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
-  CHECK_CUDA(cudaMalloc(&buf, 1024 * sizeof(float)));
-  if (mode == "phases") return phases(argv[1], argv[2], sms);
-  return graph_sampled(argv[1], argv[2], sms, ms, sink, buf);
+  const TestDevice d = open_test_device();
+  if (mode == "phases") return phases(argv[1], argv[2], d.sms);
+  return graph_sampled(argv[1], argv[2], d.sms, d.cycles_per_ms, d.sink, d.buf);
 }
