@@ -41,6 +41,26 @@ TEST_CASE("JsonWriter escapes strings and writes non-finite numbers as null", "[
   CHECK(j["arr"].size() == 3);
 }
 
+TEST_CASE("JsonWriter writes names with invalid UTF-8 as valid JSON (U+FFFD per bad byte)", "[json]") {
+  const std::string fffd = "\xEF\xBF\xBD";
+  const std::pair<std::string, std::string> cases[] = {
+      {"ok \xE2\x82\xAC \xF0\x9F\x98\x80", "ok \xE2\x82\xAC \xF0\x9F\x98\x80"},  // euro sign, emoji: kept
+      {"a\xFF" "b", "a" + fffd + "b"},                                          // never valid
+      {"cut\xE2\x82", "cut" + fffd + fffd},                                  // truncated at the end
+      {"\xC0\xAF", fffd + fffd},                                              // overlong '/'
+      {"\xED\xA0\x80", fffd + fffd + fffd},                                   // a surrogate
+      {"\xF4\x90\x80\x80", fffd + fffd + fffd + fffd},                        // above U+10FFFF
+      {"\x80kernel", fffd + "kernel"},                                         // stray continuation byte
+  };
+  for (const auto& [in, want] : cases) {
+    details::JsonWriter w;
+    w.begin_object().field("name", in).end_object();
+    INFO(w.str());
+    const auto j = nlohmann::json::parse(w.str());  // throws on invalid UTF-8
+    CHECK(j["name"].get<std::string>() == want);
+  }
+}
+
 TEST_CASE("a full session writes one valid line per step with the minimal log set", "[json]") {
   const auto log = fresh_log("json_line");
   Config cfg;

@@ -81,9 +81,28 @@ class JsonWriter {
     if (!first_ && !out_.empty()) out_ += ',';
     first_ = false;
   }
+  /// Length of the well-formed UTF-8 sequence at s[i] (RFC 3629, table 3-7 of the Unicode standard:
+  /// no overlongs, no surrogates, nothing above U+10FFFF), or 0 if it is not one.
+  static std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+    const auto b = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+    const unsigned c = b(0);
+    const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) { return b(k) >= lo && b(k) <= hi; };
+    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+    if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+    if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+    if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+    if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+    if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+    if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+    return 0;
+  }
+
+  // Names (kernels, host, device, phases, scalars) come from outside: a byte that does not start a
+  // well-formed UTF-8 sequence is written as U+FFFD, so every line is valid JSON text.
   void string_literal(std::string_view s) {
     out_ += '"';
-    for (char c : s) {
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
       const auto u = static_cast<unsigned char>(c);
       switch (c) {
         case '"': out_ += "\\\""; break;
@@ -96,8 +115,13 @@ class JsonWriter {
             char buf[8];
             std::snprintf(buf, sizeof buf, "\\u%04x", u);
             out_ += buf;
+          } else if (u < 0x80) {
+            out_ += c;
+          } else if (const std::size_t n = utf8_sequence(s, i)) {
+            out_.append(s.data() + i, n);
+            i += n - 1;
           } else {
-            out_ += c;  // UTF-8 passes through; invalid bytes are the caller's (names come from us)
+            out_ += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
           }
       }
     }

@@ -258,7 +258,9 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.field("complete", g.complete).field("missing_launches", g.missing_launches);
     w.field("busy_ms", ns_to_ms(g.busy_ns)).field("idle_ms", ns_to_ms(std::max<int64_t>(0, host.step_time_ns - g.busy_ns)));
     w.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
-    w.field("sm_efficiency", g.sm_efficiency);
+    // No kernel, no efficiency: null, never 0 (the step's null_reasons say why).
+    w.field("sm_efficiency", g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt);
+    if (!g.kernels) null_reasons.emplace_back("gpu.sm_efficiency", "no kernel ran in this step");
     w.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
     w.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt);
     w.key("nccl_collectives").begin_object();
@@ -295,8 +297,9 @@ inline std::string make_step_line(const StepLineInput& in) {
     w.field("peak_memory_source", peak_source);
   } else {
     w.key("peak_memory_source").null();
-    null_reasons.emplace_back("peak_memory_allocated",
-                              in.memory.null_reason.empty() ? "no memory sample fell inside this step" : in.memory.null_reason);
+    const std::string why = in.memory.null_reason.empty() ? "no memory sample fell inside this step" : in.memory.null_reason;
+    null_reasons.emplace_back("peak_memory_allocated", why);
+    null_reasons.emplace_back("peak_memory_source", why);
   }
   w.key("memory").begin_object();
   w.field("device_used_peak_bytes", in.memory.device_used_peak_bytes);
