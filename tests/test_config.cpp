@@ -23,6 +23,8 @@ std::ostringstream& captured() {
   (void)installed;
   return out;
 }
+// Before any test case runs, whatever the order: steptrace keeps the first logger it finds.
+const bool capture_installed = (captured(), true);
 std::size_t count(const std::string& hay, const std::string& needle) {
   std::size_t n = 0;
   for (auto p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;

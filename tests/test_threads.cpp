@@ -70,7 +70,7 @@ TEST_CASE("a scope alive across stop() ends cleanly", "[lifecycle]") {
   CHECK(lines[0]["step_time_basis"] == "scope_end");
 }
 
-TEST_CASE("a scope alive across stop() and a new start() with another clock is not recorded", "[lifecycle]") {
+TEST_CASE("a scope alive across stop() and a new start() with another clock is not recorded", "[lifecycle][tsc]") {
   // It began in a session whose scopes read the tick counter (where usable) and ends in one that
   // reads steady_clock: its readings cannot be converted, so it counts as outside the steps.
   const auto log = fresh_log("across_restart");
@@ -79,8 +79,7 @@ TEST_CASE("a scope alive across stop() and a new start() with another clock is n
   REQUIRE(steptrace::start(cfg));
   if (!steptrace::details::scopes_read_ticks().load()) {  // start() found the tick counter unusable here
     steptrace::stop();
-    WARN("tick clock not usable here: nothing to check");
-    return;
+    steptrace_test::skip_test("tick clock not usable here: nothing to check");
   }
   auto scope = std::make_unique<steptrace::PhaseScope>(steptrace::phase_tag::backward);
   steptrace::stop();
