@@ -15,32 +15,7 @@ bin=$BUILD_DIR/examples/dp_train
 rm -f "$out"/slow-*.jsonl
 STEPTRACE_SUMMARY=0 "$bin" --gpus "$gpus" --steps 60 --slow-rank $((gpus - 1)) --slow-phase input --slow-pct 30 \
   --cross-rank-every 5 --log "$out/slow-{rank}.jsonl" | tee "$out/slow.txt"
-python3 - "$out" "$gpus" <<'PY'
-import json, sys
-out, gpus = sys.argv[1], int(sys.argv[2])
-lines = [json.loads(l) for l in open(f"{out}/slow-0.jsonl")]
-slow = gpus - 1
-print("rank 0's cross_rank views (the slow rank is", slow, "from step 10):")
-first = None
-for l in lines:
-    v = l.get("cross_rank")
-    if not v:
-        continue
-    print(f"  line {l['global_step']:3d}: view of step {v['step']:3d} reporting {v['reporting']}/{v['world_size']} "
-          f"slowest_rank {v.get('slowest_rank')} culprit {v.get('culprit_phase')} gap {v.get('culprit_gap_ms', 0):.2f} ms "
-          f"skew {v.get('skew', 0):.3f} scores {[(s['rank'], round(s['score'], 3)) for s in v.get('lowest_scores', [])]}")
-    if first is None and v["step"] >= 10 and v.get("slowest_rank") == slow and v.get("culprit_phase") == "input":
-        first = (l["global_step"], v["step"])
-print("first line naming the slow rank and the input phase:", first)
-for r in range(gpus):
-    ls = [json.loads(x) for x in open(f"{out}/slow-{r}.jsonl")]
-    l = ls[len(ls) // 2]
-    g = l.get("gpu") or {}
-    print(f"rank {r} step {l['global_step']}: step_time_ms {l['step_time_ms']:.2f} input {l['dataloader_wait_ms']:.2f} "
-          f"nccl phase {l['phases'].get('nccl', {}).get('host_ms', 0):.2f} ms | nccl_time_ms {l['nccl_time_ms']} "
-          f"nccl_exposed_ms {g.get('nccl_exposed_ms')} nccl_overlap {g.get('nccl_overlap')} collectives {g.get('nccl_collectives')} "
-          f"| rank {l['rank']} local_rank {l['local_rank']} world {l['world_size']} host {l['hostname']} device {(l.get('device') or {}).get('index')}")
-PY
+python3 "$ROOT/scripts/dp_views.py" "$out" "$gpus"
 echo "overhead of the gather (steady_step_ms per rank, interleaved):"
 for rep in 1 2 3; do
   for mode in off every5 every1; do

@@ -17,18 +17,7 @@ run() {
   local name=$1; shift
   rm -f "$out/$name.jsonl"
   STEPTRACE_SUMMARY=0 "$bin" --log "$out/$name.jsonl" "$@" >"$out/$name.txt" 2>&1 || { echo "$name: failed"; tail -5 "$out/$name.txt"; return; }
-  python3 - "$out/$name.jsonl" "$name" <<'PY'
-import json, sys, collections
-lines = [json.loads(l) for l in open(sys.argv[1])][5:]  # skip warm-up steps
-labels = collections.Counter(l["diagnosis"]["label"] for l in lines)
-ev = lambda k: sum((l["diagnosis"]["evidence"][k] or 0) for l in lines) / len(lines)
-att = [l["phases"].get("attention", {}).get("gpu", {}) for l in lines]
-att_eff = [a["sm_efficiency"] for a in att if a.get("sm_efficiency") is not None]
-top = att[-1].get("top_kernels", [{}])[0].get("name", "")[:60] if att else ""
-print(f"{sys.argv[2]:10s} {labels.most_common(1)[0][0]:18s} steps={len(lines)} step_ms={sum(l['step_time_ms'] for l in lines)/len(lines):8.2f} "
-      f"mfu={sum((l['estimated_mfu'] or 0) for l in lines)/len(lines):.3f} input={ev('input_share'):.2f} h2d={ev('h2d_share'):.2f} "
-      f"gpu_util={ev('gpu_utilization'):.2f} sm_eff={ev('sm_efficiency'):.2f} attn_sm_eff={(sum(att_eff)/len(att_eff) if att_eff else float('nan')):.3f} attn_top={top}")
-PY
+  python3 "$ROOT/scripts/torch_variant_summary.py" "$out/$name.jsonl" "$name"
 }
 run baseline --steps 60
 run slowload --steps 40 --loader-ms 40
