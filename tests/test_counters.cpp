@@ -180,6 +180,34 @@ TEST_CASE("phase counters: a phase inside one sample is edge_only; no work, no s
   CHECK(summarize_phase_counters(s, {{5000, 6000}}).coverage == 0);
 }
 
+TEST_CASE("phase counters: phases taking turns inside the samples say they share them", "[counters]") {
+  // Two per-layer phases alternating every 100 us for 10 ms: their spans cover the same samples, so
+  // each reads the mix of both; `shared_ns` says half the work in its samples was the other's.
+  const int64_t ms = 1'000'000, us = 1'000;
+  std::deque<CounterSample> s;
+  for (int i = 0; i < 12; ++i) s.push_back(sample(i * ms, (i + 1) * ms, 0.7));
+  std::vector<Interval> a, b;
+  for (int64_t t = ms; t < 11 * ms; t += 200 * us) {
+    a.push_back({t, t + 100 * us});
+    b.push_back({t + 100 * us, t + 200 * us});
+  }
+  const auto ca = summarize_phase_counters(s, a, b);
+  CHECK(ca.samples == 9);  // 1..9: its last kernel ends 100 us before 11 ms, so sample 10 is not whole
+  CHECK(ca.sample_ns == 9 * ms / 2);
+  CHECK(ca.shared_ns == 9 * ms / 2);
+  // One after another instead: no sample of one holds the other's work.
+  const auto first = summarize_phase_counters(s, {{ms, 5 * ms}}, {{5 * ms, 9 * ms}});
+  CHECK(first.samples == 4);
+  CHECK(first.shared_ns == 0);
+  // Nested: the inner phase's kernels inside the outer's span (records go to the innermost phase).
+  const auto outer = summarize_phase_counters(s, {{ms, 3 * ms}, {5 * ms, 9 * ms}}, {{3 * ms, 5 * ms}});
+  CHECK(outer.samples == 6);
+  CHECK(outer.shared_ns == 0);  // the inner phase's samples (3, 4) hold none of the outer's work
+  const auto outer_mixed = summarize_phase_counters(s, {{ms, 3 * ms + ms / 2}, {4 * ms + ms / 2, 9 * ms}},
+                                                    {{3 * ms + ms / 2, 4 * ms + ms / 2}});
+  CHECK(outer_mixed.shared_ns == ms);  // samples 3 and 4 are half the inner phase's
+}
+
 TEST_CASE("phase counters: a long kernel between idle time reads its own value, not the idle edges",
           "[counters]") {
   // A 3 ms full-grid kernel from 0.4 ms: samples 1 and 2 are its own (1.0), samples 0 and 3 are mostly

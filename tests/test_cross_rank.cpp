@@ -240,3 +240,30 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
   }
   CHECK(views == 3);
 }
+
+TEST_CASE("cross-rank: with log_every, the written lines carry the views (unwritten lines take none)",
+          "[cross_rank]") {
+  const auto log = steptrace_test::fresh_log("cross_rank_log_every");
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = "off";
+  cfg.summary = false;
+  cfg.rank = 0;
+  cfg.world_size = 4;
+  cfg.log_every = 5;
+  REQUIRE(steptrace::start(cfg));
+  REQUIRE(steptrace::details::Session::instance().set_exchange(std::make_unique<FakeExchange>(), 5));
+  for (int i = 0; i < 15; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(input);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  steptrace::stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 3);  // steps 4, 9, 14
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    INFO("line of step " << lines[i]["global_step"]);
+    REQUIRE(lines[i]["cross_rank"].is_object());
+    CHECK(lines[i]["cross_rank"]["step"] == 5 * int(i));  // views of steps 0, 5, 10
+  }
+}

@@ -197,3 +197,29 @@ TEST_CASE("log_every writes every N-th step with a window summary", "[json]") {
   CHECK(double(lines[0]["window"]["step_time_ms_mean"]) <= double(lines[0]["window"]["step_time_ms_max"]));
   CHECK(summary.steps == 10);
 }
+
+TEST_CASE("cross_rank.balanced is null with a reason when a rank is missing", "[json]") {
+  StepRecord r;
+  r.end_ns = 10'000'000;
+  RunInfo run;
+  StepLineInput in = minimal_input(r, run);
+  CrossRankView v;
+  v.step = 0;
+  v.world_size = 3;
+  v.reporting = 2;
+  v.step_ms_median = 6;
+  v.step_skew = 0.001;  // looks balanced, but rank 2 did not report
+  v.missing_count = 1;
+  v.missing_ranks = {2};
+  in.cross_rank = v;
+  auto j = nlohmann::json::parse(make_step_line(in));
+  CHECK(j["cross_rank"]["balanced"].is_null());
+  CHECK(std::string(j["null_reasons"]["cross_rank.balanced"]).find("missing") != std::string::npos);
+  in.cross_rank->missing_count = 0;
+  in.cross_rank->missing_ranks.clear();
+  in.cross_rank->world_size = 2;
+  j = nlohmann::json::parse(make_step_line(in));
+  CHECK(j["cross_rank"]["balanced"] == true);
+  in.cross_rank->step_skew = 0.2;
+  CHECK(nlohmann::json::parse(make_step_line(in))["cross_rank"]["balanced"] == false);
+}

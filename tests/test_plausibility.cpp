@@ -133,13 +133,13 @@ TEST_CASE("plausibility: sampled attribution settles a traced graph by launching
   CHECK(a.pending_steps() == 0);
   // The settling launch's own records come out at the graph's next launch with records on, steps
   // later, after step 1's ids were forgotten: dropped as settling records, not counted unattributed.
-  for (int64_t step = 2; step < 4; ++step) a.skip(step);
-  a.add_launch(launch(30, 4, phase_tag::optimizer, 4100 * us, /*graph=*/true));
-  a.add_launch(launch(31, 4, phase_tag::forward, 4200 * us));
+  for (int64_t step = 2; step < 5; ++step) a.skip(step);  // skip(4) forgets the launches of step 1
+  a.add_launch(launch(30, 5, phase_tag::optimizer, 4100 * us, /*graph=*/true));
+  a.add_launch(launch(31, 5, phase_tag::forward, 4200 * us));
   for (int i = 0; i < 50; ++i) a.add_kernel(kernel(11, (1110 + i) * us, 4000 * us, 5000 * us));
   a.add_kernel(kernel(31, 4210 * us, 4220 * us, 5000 * us));
   for (int i = 0; i < 50; ++i) a.add_kernel(kernel(30, (4110 + i) * us, (4110 + i) * us + 1000, 5000 * us));
-  const StepGpu g4 = a.take(4, /*drained=*/true);
+  const StepGpu g4 = a.take(5, /*drained=*/true);
   CHECK(g4.kernels == 51);
   CHECK(g4.unattributed_records == 0);
   CHECK(g4.late_records == 0);

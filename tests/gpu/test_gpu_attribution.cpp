@@ -260,6 +260,7 @@ TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS G
       // but the two at its ends, which it shares with idle time or the other phase.
       CHECK(int(c["samples"]) >= 0.8 * std::floor(busy_ms / interval_ms));
       CHECK_FALSE(c["edge_only"]);
+      CHECK(double(c["shared"]) <= 0.02);  // one after another: its samples hold only its own work
       const double w = c["sample_ms"];
       CHECK(w <= busy_ms * 1.0001);
       CHECK(w >= busy_ms - 2 * interval_ms);

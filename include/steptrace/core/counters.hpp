@@ -13,7 +13,9 @@
 //   weighted the same way, and says so (edge_only).
 // When phases run one after another on a busy GPU, a sample at a boundary belongs to neither phase,
 // the others to exactly one: the phases' values weighted by their sample time give back the step's
-// value up to the boundary samples (tested: within 0.02 for phases of >= 5 samples).
+// value up to the boundary samples (tested: within 0.02 for phases of >= 5 samples). Phases whose
+// spans interleave (one nested in another, per-layer phases taking turns, concurrent streams) read the
+// samples they share; shared_ns says how much of the GPU work in a phase's samples was not its own.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -41,6 +43,7 @@ struct CounterSummary {
   double coverage = 0;     // sample_ns / the window's work time (step: its window; phase: its busy time)
   bool edge_only = false;  // no whole sample inside the span: the values come from samples at its edges
   int64_t sample_ns = 0;   // the window's work time inside the samples used (the weight of its values)
+  int64_t shared_ns = 0;   // phase: other phases' busy time inside the samples used (they read them too)
 };
 
 namespace details {
@@ -51,8 +54,18 @@ inline void add_weighted(double v, double w, double& sum, double& weight) {
 }
 
 /// The rule above: `work` sorted and disjoint, inside `span`; `samples` in time order.
+inline int64_t overlap_with(const std::vector<Interval>& ivs, std::size_t& k, const CounterSample& smp) {
+  while (k < ivs.size() && ivs[k].second <= smp.start_ns) ++k;  // samples come in time order
+  int64_t overlap = 0;
+  for (std::size_t j = k; j < ivs.size() && ivs[j].first < smp.end_ns; ++j) {
+    const Interval c = clip(ivs[j], smp.start_ns, smp.end_ns);
+    if (c.second > c.first) overlap += c.second - c.first;
+  }
+  return overlap;
+}
+
 inline CounterSummary summarize_work(const std::deque<CounterSample>& samples, Interval span,
-                                     const std::vector<Interval>& work) {
+                                     const std::vector<Interval>& work, const std::vector<Interval>& others = {}) {
   CounterSummary out;
   int64_t work_ns = 0;
   for (const auto& [b, e] : work) work_ns += std::max<int64_t>(0, e - b);
@@ -64,20 +77,16 @@ inline CounterSummary summarize_work(const std::deque<CounterSample>& samples, I
   bool have_whole = false;
   for (auto it = first; it != samples.end() && it->start_ns < hi && !have_whole; ++it)
     have_whole = it->end_ns > it->start_ns && whole(*it);
-  std::size_t k = 0;  // first work interval that may overlap the current sample
+  std::size_t k = 0, k_others = 0;  // first intervals that may overlap the current sample
   double s[4] = {}, w[4] = {};
   for (auto it = first; it != samples.end() && it->start_ns < hi; ++it) {
     const CounterSample& smp = *it;
     if (smp.end_ns <= smp.start_ns || (have_whole && !whole(smp))) continue;
-    while (k < work.size() && work[k].second <= smp.start_ns) ++k;
-    int64_t overlap = 0;
-    for (std::size_t j = k; j < work.size() && work[j].first < smp.end_ns; ++j) {
-      const Interval c = clip(work[j], smp.start_ns, smp.end_ns);
-      if (c.second > c.first) overlap += c.second - c.first;
-    }
+    const int64_t overlap = overlap_with(work, k, smp);
     if (overlap <= 0) continue;
     ++out.samples;
     out.sample_ns += overlap;
+    out.shared_ns += overlap_with(others, k_others, smp);
     const double wt = static_cast<double>(overlap);
     add_weighted(smp.sm_active, wt, s[0], w[0]);
     add_weighted(smp.tensor_active, wt, s[1], w[1]);
@@ -100,11 +109,13 @@ inline CounterSummary summarize_counters(const std::deque<CounterSample>& sample
   return details::summarize_work(samples, window, std::vector<Interval>{window});
 }
 
-/// A phase's counters: its GPU busy intervals (sorted, disjoint; PhaseGpu::busy).
+/// A phase's counters: its GPU busy intervals (sorted, disjoint; PhaseGpu::busy). `others`: the other
+/// phases' busy intervals (merged), whose time inside the samples used is reported as shared_ns.
 inline CounterSummary summarize_phase_counters(const std::deque<CounterSample>& samples,
-                                               const std::vector<Interval>& busy) {
+                                               const std::vector<Interval>& busy,
+                                               const std::vector<Interval>& others = {}) {
   if (busy.empty()) return {};
-  return details::summarize_work(samples, Interval{busy.front().first, busy.back().second}, busy);
+  return details::summarize_work(samples, Interval{busy.front().first, busy.back().second}, busy, others);
 }
 
 }  // namespace steptrace

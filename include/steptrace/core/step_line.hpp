@@ -216,7 +216,14 @@ inline std::string make_step_line(const StepLineInput& in) {
         w.key("step_time_ms").begin_object().field("median", v.step_ms_median).field("min", v.step_ms_min).field("max", v.step_ms_max).end_object();
         w.key("work_ms").begin_object().field("median", v.work_ms_median).field("min", v.work_ms_min).field("max", v.work_ms_max).end_object();
         w.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("step_skew", v.step_skew);
-        w.field("balanced", v.step_skew < kBalancedStepSkew).field("gap_ms", v.gap_ms).field("skew", v.skew);
+        // Balanced only when every rank reported: a missing rank may be the one the others wait for.
+        const bool judged = v.missing_count == 0 && v.reporting >= 2 && v.step_ms_median > 0;
+        w.field("balanced", judged ? std::optional<bool>(v.step_skew < kBalancedStepSkew) : std::nullopt);
+        if (!judged)
+          null_reasons.emplace_back("cross_rank.balanced", v.reporting < 2 ? "fewer than two ranks reported"
+                                                           : v.missing_count ? "a rank's summary is missing (it may be the slow one)"
+                                                                             : "no positive median step time");
+        w.field("gap_ms", v.gap_ms).field("skew", v.skew);
         w.field("culprit_phase", v.culprit_phase ? std::optional<std::string>(phase_name(*v.culprit_phase)) : std::nullopt);
         w.field("culprit_gap_ms", v.culprit_gap_ms);
         w.key("lowest_scores").begin_array();
@@ -393,6 +400,10 @@ inline std::string make_step_line(const StepLineInput& in) {
         w.field("memory_bandwidth_utilization", c.dram).field("occupancy", c.occupancy);
         w.field("samples", c.samples).field("sample_ms", ns_to_ms(c.sample_ns)).field("coverage", c.coverage);
         w.field("edge_only", c.edge_only);
+        const int64_t all = c.sample_ns + c.shared_ns;
+        w.field("shared", all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all))
+                                  : std::nullopt);
+        if (all <= 0) null_reasons.emplace_back("phases." + (id == kNoPhase ? std::string("unphased") : phase_name(id)) + ".gpu.counters.shared", "no sample used");
         w.end_object();
       }
       w.end_object();

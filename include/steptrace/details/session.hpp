@@ -717,6 +717,13 @@ class Session {
     std::vector<CounterSample> fresh;
     const std::string err = pm_.poll(fresh);
     for (const auto& c : fresh) {
+      // The attribution searches the samples by time: keep starts and ends in order and samples
+      // non-empty. A sample that breaks the order (a bad timestamp) is dropped, with one warning.
+      if (c.end_ns <= c.start_ns || (!counter_samples_.empty() && (c.start_ns < counter_samples_.back().start_ns ||
+                                                                   c.end_ns < counter_samples_.back().end_ns))) {
+        warn_once("counters.order", "hardware counters: a PM sample out of time order or empty was dropped");
+        continue;
+      }
       latest_counter_end_ns_ = std::max(latest_counter_end_ns_, c.end_ns);
       counter_samples_.push_back(c);
       if (counter_samples_.size() > kMaxCounterSamples) counter_samples_.pop_front();
@@ -853,7 +860,12 @@ class Session {
     in.counters_interval_us = cfg_.counters_interval_us;
     if (in.gpu)
       for (const auto& [id, pg] : in.gpu->phases)
-        if (!pg.busy.empty()) in.phase_counters[id] = summarize_phase_counters(counter_samples_, pg.busy);
+        if (!pg.busy.empty()) {
+          std::vector<Interval> others;  // the other phases' GPU work: it may share this phase's samples
+          for (const auto& [other_id, other] : in.gpu->phases)
+            if (other_id != id) others.insert(others.end(), other.busy.begin(), other.busy.end());
+          in.phase_counters[id] = summarize_phase_counters(counter_samples_, pg.busy, merge_intervals(std::move(others)));
+        }
     while (!counter_samples_.empty() && counter_samples_.front().end_ns < b) counter_samples_.pop_front();
     // device_states_: keep the latest reading before this step (fallback for a short next step).
     while (device_states_.size() > 1 && device_states_[1].time_ns <= r.begin_ns) device_states_.pop_front();
@@ -900,7 +912,10 @@ class Session {
       in.device_state_null_reason = !nvml_on_ ? device_state_null_reason_
                                               : "no NVML reading within or before this step yet (NVML opens in the "
                                                 "background after start())";
-      {
+      // With log_every = N, a line is written for steps N-1, 2N-1, ... and for the last step.
+      const bool last = !r.end_is_next_step;
+      const bool written = last || (r.index + 1) % static_cast<uint64_t>(cfg_.log_every) == 0;
+      if (written) {  // a line never written takes no view (it would be lost)
         std::lock_guard<std::mutex> lock(exchange_mutex_);
         in.cross_rank_every = exchange_every_;
         if (!exchange_ && exchange_null_reason_.empty())
@@ -942,9 +957,7 @@ class Session {
         window_.tokens_sum += *in.host.tokens_per_second;
         ++window_.tokens_n;
       }
-      // With log_every = N, a line is written for steps N-1, 2N-1, ... and for the last step.
-      const bool last = !r.end_is_next_step;
-      if (!last && (r.index + 1) % static_cast<uint64_t>(cfg_.log_every) != 0) return;
+      if (!written) return;
       if (cfg_.log_every > 1) {
         WindowSummary w;
         w.steps = window_.steps;
