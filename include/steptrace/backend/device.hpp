@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../core/records.hpp"
-#include "../core/step_line.hpp"
+#include "../core/run_info.hpp"
 
 namespace steptrace::backend {
 

@@ -354,7 +354,7 @@ class Session {
       r.begin_ns = now;
       r.begin_unix_ns = unix_ns();
       r.spans.reserve(16);
-      r.traced = !tracing_failed_ && index % static_cast<uint64_t>(cfg_.trace_every) == 0;
+      r.traced = !tracing_failed_ && scheduled_for_tracing(index);
       toggle = attribution_ && cfg_.trace_every > 1 && !tracing_failed_;
       traced = r.traced;
       if (tokens) r.tokens = tokens;
@@ -533,6 +533,10 @@ class Session {
     }
     return t;
   }
+
+  /// trace_every's schedule, the one place that says which steps are traced (the training thread
+  /// also needs CUPTI to be working: tracing_failed_).
+  bool scheduled_for_tracing(uint64_t index) const { return index % static_cast<uint64_t>(cfg_.trace_every) == 0; }
 
   void report_config_error(const ConfigError& e) {
     warn_once("config." + e.setting, "configuration error in " + e.setting + ": " + e.message);
@@ -784,7 +788,7 @@ class Session {
       std::string untraced;
       if (attribution_ && !r.traced) {
         attributor_.skip(static_cast<int64_t>(r.index));
-        untraced = cfg_.trace_every > 1 && r.index % static_cast<uint64_t>(cfg_.trace_every) != 0
+        untraced = !scheduled_for_tracing(r.index)
                        ? "step not traced: trace_every=" + std::to_string(cfg_.trace_every) +
                              " attributes the steps whose global_step is a multiple of it; host timings only" +
                              (detach_ ? " (CUPTI detached between traced steps: untraced_cupti=detach)" : "")

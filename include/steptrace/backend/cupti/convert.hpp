@@ -8,7 +8,7 @@
 #include <cupti_activity.h>
 
 #include "../../core/gpu_records.hpp"
-#include "../../core/step_line.hpp"
+#include "../../core/run_info.hpp"
 
 namespace steptrace::backend::cupti {
 

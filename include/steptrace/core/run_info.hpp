@@ -1,0 +1,31 @@
+// steptrace/core/run_info.hpp - the process and the GPU it measures, fixed at start(): what the
+// backends fill in and the line reports. Pure C++17.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace steptrace {
+
+/// The GPU this process measures.
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  int64_t total_memory_bytes = 0;
+  // Limits the occupancy estimate needs (cudaDeviceProp's names).
+  int max_threads_per_block = 0, max_threads_per_sm = 0, regs_per_block = 0, regs_per_sm = 0, warp_size = 32;
+  int64_t smem_per_block = 0, smem_per_sm = 0, smem_per_block_optin = 0, reserved_smem_per_block = 0;
+};
+
+/// Identity of the process, fixed at start().
+struct RunInfo {
+  int rank = 0, local_rank = 0, world_size = 1;
+  std::string hostname;
+  int64_t pid = 0;
+  std::optional<DeviceInfo> device;
+  std::string device_null_reason;  // why there is no device
+};
+
+}  // namespace steptrace
