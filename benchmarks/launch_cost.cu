@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     steptrace::Config cfg;
     cfg.log_path = "";
     cfg.summary = false;
-    if (mode == "steptrace_host") cfg.cupti = "off";
+    if (mode == "steptrace_host") cfg.cupti = steptrace::Mode::off;
     if (mode == "steptrace_untraced") cfg.trace_every = 1 << 30;  // step 0 traced, step 1 (measured) not
     steptrace::start(cfg);
   } else if (!raw_activity && !subscribes && mode != "none") {

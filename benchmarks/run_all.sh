@@ -15,7 +15,7 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 want() { local p; for p in "${parts[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
 
 install_dependencies
-BUILD_DIR=$ROOT/build-bench CMAKE_BUILD_TYPE=Release configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+configure_and_build bench >/dev/null
 bin=$ROOT/build-bench/benchmarks
 csv=$out/runs.csv
 [[ -f $csv ]] || echo "program,workload,mode,every,repeat,mean_ms,median_ms,p10_ms,p90_ms,traced_mean_ms,untraced_mean_ms,launches_per_step,rss_hwm_kib,steps,enqueue_mean_ms" >"$csv"
@@ -79,10 +79,9 @@ if want gpt; then
   if ! python3 -c 'import torch' 2>/dev/null; then
     echo "run_all: no python3 torch; gpt part skipped" >&2
   else
-    tp=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-    cmake -S "$ROOT" -B "$ROOT/build-torch" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEPTRACE_BUILD_TESTS=OFF \
-      -DSTEPTRACE_BUILD_BENCHMARKS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 "-DCMAKE_PREFIX_PATH=${ROOT}/.deps/usr;$tp" >/dev/null
-    cmake --build "$ROOT/build-torch" --target steptrace_example_gpt >/dev/null
+    TORCH_PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+    export TORCH_PREFIX
+    (cd "$ROOT" && cmake --preset torch >/dev/null && cmake --build build-torch --target steptrace_example_gpt >/dev/null)
     gpt=$ROOT/build-torch/examples/gpt_train
     for r in $(seq "$repeats"); do
       for mode in ${GPT_MODES:-off host full sampled sampled_detach torch_profiler}; do

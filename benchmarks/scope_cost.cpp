@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   steptrace::Config cfg;
   cfg.log_path = "";
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.max_spans_per_step = 1 << 30;  // keep every span: measure the append, not the drop path
   steptrace::start(cfg);
   const bool scope_ticks = steptrace::details::scopes_read_ticks().load();

@@ -377,8 +377,8 @@ int main(int argc, char** argv) {
   cfg.tokens_per_step = batch;  // one sample = one "token" for this model
   // Training FLOPs per sample: 6 x (matmul parameters), the same convention as the transformer helper.
   cfg.flops_per_token = 6.0 * (double(hidden) * input + double(classes) * hidden);
-  cfg.dtype = "fp32";  // cuBLAS SGEMM without TF32: the FP32 peak applies
-  if (!gpu) cfg.gpu = "off";
+  cfg.dtype = steptrace::Dtype::fp32;  // cuBLAS SGEMM without TF32: the FP32 peak applies
+  if (!gpu) cfg.gpu = steptrace::Mode::off;
   steptrace::start(cfg);
 
   Loader loader(input, classes, batch, o.slow_loader_ms);

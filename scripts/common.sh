@@ -1,7 +1,8 @@
 # Shared by scripts/test.sh and scripts/demo.sh: install what is missing, configure, build.
-# Sourced, not run. Honours BUILD_DIR (default build) and CMAKE_BUILD_TYPE (default RelWithDebInfo).
+# Sourced, not run. Honours BUILD_DIR (default: the preset's folder) and CMAKE_BUILD_TYPE (default: the preset's).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[[ -n ${BUILD_DIR:-} ]] && BUILD_DIR_SET=1
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 export PATH=/usr/local/cuda/bin:$PATH
 
@@ -46,10 +47,20 @@ find_nccl() {
   fi
 }
 
+# configure_and_build PRESET [cmake -D arguments...]: configures with a preset of CMakePresets.json
+# (ci, gpu, bench, torch) and builds. The build goes to BUILD_DIR when the caller set it, else to the
+# preset's folder, and BUILD_DIR then names that folder.
 configure_and_build() {
-  local generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
-    "${PREFIX_ARGS[@]}" "$@" >/dev/null
+  local preset=$1; shift
+  if [[ -z ${BUILD_DIR_SET:-} ]]; then
+    case $preset in
+      bench) BUILD_DIR=$ROOT/build-bench ;;
+      torch) BUILD_DIR=$ROOT/build-torch ;;
+      *) BUILD_DIR=$ROOT/build ;;
+    esac
+  fi
+  command -v ninja >/dev/null && export CMAKE_GENERATOR=Ninja
+  (cd "$ROOT" && cmake --preset "$preset" -B "$BUILD_DIR" ${CMAKE_BUILD_TYPE:+-DCMAKE_BUILD_TYPE=$CMAKE_BUILD_TYPE} \
+    "${PREFIX_ARGS[@]}" "$@" >/dev/null)
   cmake --build "$BUILD_DIR" -j"$(nproc)"
 }

@@ -4,7 +4,7 @@
 #   STEPTRACE_LOG=path scripts/demo.sh     write the JSON lines there (default ./steptrace-demo.jsonl)
 source "$(dirname "$0")/common.sh"
 install_dependencies
-configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF -DSTEPTRACE_BUILD_EXAMPLES=ON >/dev/null
+configure_and_build ci -DSTEPTRACE_BUILD_TESTS=OFF >/dev/null
 if [[ -z "${STEPTRACE_LOG:-}" ]]; then
   export STEPTRACE_LOG="$PWD/steptrace-demo.jsonl"
   rm -f "$STEPTRACE_LOG"

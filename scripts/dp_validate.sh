@@ -8,7 +8,7 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0  # no NVLink multicast (the device machines ask for it off)
 install_dependencies
 find_nccl
-configure_and_build -DSTEPTRACE_BUILD_TESTS=OFF "${NCCL_ARGS[@]}" >/dev/null
+configure_and_build gpu -DSTEPTRACE_BUILD_TESTS=OFF "${NCCL_ARGS[@]}" >/dev/null
 bin=$BUILD_DIR/examples/dp_train
 [[ -x $bin ]] || { echo "dp_train was not built (NCCL not found)"; exit 1; }
 

@@ -5,17 +5,18 @@
 #   scripts/test.sh --gpu --sanitize  the same, then the GPU example under compute-sanitizer
 source "$(dirname "$0")/common.sh"
 labels=(-LE gpu)
+preset=ci
 sanitize=0
 for arg in "$@"; do
   case "$arg" in
-    --gpu) labels=(-L gpu) ;;
+    --gpu) labels=(-L gpu); preset=gpu ;;
     --sanitize) sanitize=1 ;;
     *) echo "usage: scripts/test.sh [--gpu [--sanitize]]" >&2; exit 2 ;;
   esac
 done
 install_dependencies
 find_nccl
-configure_and_build -DSTEPTRACE_BUILD_TESTS=ON -DSTEPTRACE_BUILD_EXAMPLES=ON -DSTEPTRACE_BUILD_BENCHMARKS=ON "${NCCL_ARGS[@]}"
+configure_and_build "$preset" "${NCCL_ARGS[@]}"
 ctest --test-dir "$BUILD_DIR" "${labels[@]}" --output-on-failure -j"$(nproc)"
 if ((sanitize)); then
   # Every GPU program under each compute-sanitizer tool. compute-sanitizer is itself a CUPTI client:

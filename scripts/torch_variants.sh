@@ -6,11 +6,10 @@ source "$(dirname "$0")/common.sh"
 out=${1:-$ROOT/torch-variants}
 mkdir -p "$out"
 install_dependencies
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+export TORCH_PREFIX
 BUILD_DIR=$ROOT/build-torch
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEPTRACE_BUILD_TESTS=OFF \
-  -DSTEPTRACE_BUILD_BENCHMARKS=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-  "-DCMAKE_PREFIX_PATH=${ROOT}/.deps/usr;${torch_prefix}" >/dev/null
+(cd "$ROOT" && cmake --preset torch >/dev/null)
 cmake --build "$BUILD_DIR" --target steptrace_example_gpt
 bin=$BUILD_DIR/examples/gpt_train
 run() {

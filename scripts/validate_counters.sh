@@ -6,7 +6,7 @@
 source "$(dirname "$0")/common.sh"
 out=${1:-$ROOT/counters-validation}; mkdir -p "$out"
 install_dependencies
-configure_and_build -DSTEPTRACE_BUILD_TESTS=ON >/dev/null
+configure_and_build gpu >/dev/null
 bin=$BUILD_DIR/tests/counters_check
 "$bin" >"$out/pm_sampling.json"
 metrics=sm__cycles_active.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active

@@ -3,6 +3,10 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <steptrace/steptrace.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "support.hpp"
@@ -44,11 +48,11 @@ TEST_CASE("environment variables override fields", "[config]") {
   CHECK(c.log_every == 10);
   CHECK(c.tokens_per_step == 8192);
   CHECK(c.flops_per_token == 6e9);
-  CHECK(c.dtype == "fp8");
+  CHECK(c.dtype == Dtype::fp8);
   CHECK_FALSE(c.enabled);
-  CHECK(c.gpu == "off");
+  CHECK(c.gpu == Mode::off);
   CHECK(c.rank == 3);
-  CHECK(c.untraced_cupti == "detach");
+  CHECK(c.untraced_cupti == UntracedCupti::detach);
 }
 
 TEST_CASE("bad environment values and unknown names are named in the error", "[config]") {
@@ -73,27 +77,63 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   c.flops_per_token = std::nan("");
   c.log_every = 0;
   c.trace_every = 0;
-  c.dtype = "bf17";
-  c.gpu = "yes";
-  c.clock = "tsc";
-  c.untraced_cupti = "finalize";
+  c.counters_interval_us = 5;
   c.memory_sample_ms = -1;
+  c.world_size = 0;
+  c.max_pending_steps = std::size_t(1) << 62;
   const auto errors = validate(c);
   std::vector<std::string> names;
   for (const auto& e : errors) names.push_back(e.setting);
-  CHECK(names == std::vector<std::string>{"tokens_per_step", "flops_per_token", "log_every", "trace_every", "dtype", "gpu",
-                                          "clock", "untraced_cupti", "memory_sample_ms"});
-  CHECK(c.clock == "auto");
-  CHECK(c.untraced_cupti == "keep");
+  CHECK(names == std::vector<std::string>{"log_every", "tokens_per_step", "flops_per_token", "counters_interval_us",
+                                          "trace_every", "memory_sample_ms", "world_size", "max_pending_steps"});
   CHECK(c.tokens_per_step == 0);
   CHECK(c.flops_per_token == 0);
   CHECK(c.log_every == 1);
   CHECK(c.trace_every == 1);
-  CHECK(c.dtype == "bf16");
-  CHECK(c.gpu == "auto");
-  CHECK(c.memory_sample_ms > 0);
+  CHECK(c.counters_interval_us == 1000);
+  CHECK(c.memory_sample_ms == 10);
+  CHECK(c.world_size == -1);
+  CHECK(c.max_pending_steps == 256);
   Config good;
   CHECK(validate(good).empty());
+}
+
+TEST_CASE("environment values outside their range or spelling are refused, naming the variable", "[config]") {
+  Config c;
+  const auto errors = apply_environment(c, {{"STEPTRACE_GPU", "yes"},
+                                            {"STEPTRACE_CLOCK", "tsc"},
+                                            {"STEPTRACE_UNTRACED_CUPTI", "finalize"},
+                                            {"STEPTRACE_DTYPE", "bf17"},
+                                            {"STEPTRACE_RANK", "99999999999"},
+                                            {"STEPTRACE_LOG_EVERY", "4294967297"},
+                                            {"STEPTRACE_MEMORY_SAMPLE_MS", "inf"},
+                                            {"STEPTRACE_MEMORY_SAMPLE_MS", "1e300"},
+                                            {"STEPTRACE_WORLD_SIZE", "-3"},
+                                            {"STEPTRACE_MAX_PENDING_STEPS", "9223372036854775807"}});
+  std::vector<std::string> names;
+  for (const auto& e : errors) names.push_back(e.setting);
+  CHECK(names == std::vector<std::string>{"STEPTRACE_GPU", "STEPTRACE_CLOCK", "STEPTRACE_UNTRACED_CUPTI", "STEPTRACE_DTYPE",
+                                          "STEPTRACE_RANK", "STEPTRACE_LOG_EVERY", "STEPTRACE_MEMORY_SAMPLE_MS",
+                                          "STEPTRACE_MEMORY_SAMPLE_MS", "STEPTRACE_WORLD_SIZE",
+                                          "STEPTRACE_MAX_PENDING_STEPS"});
+  REQUIRE(errors.size() == 10);
+  CHECK(errors[0].message.find("`auto`, `off`") != std::string::npos);
+  CHECK(errors[4].message.find("outside") != std::string::npos);
+  // Every field kept its value: nothing truncated, nothing half-applied.
+  const Config defaults;
+  CHECK(c.gpu == defaults.gpu);
+  CHECK(c.clock == defaults.clock);
+  CHECK(c.untraced_cupti == defaults.untraced_cupti);
+  CHECK(c.dtype == defaults.dtype);
+  CHECK(c.rank == -1);
+  CHECK(c.log_every == 1);
+  CHECK(c.memory_sample_ms == 10);
+  CHECK(c.world_size == -1);
+  CHECK(c.max_pending_steps == 256);
+  // The knobs that were compile-time macros are settings now.
+  CHECK(apply_environment(c, {{"STEPTRACE_FLUSH_AFTER_MS", "50"}, {"STEPTRACE_COUNTERS_BUFFER_MIB", "8"}}).empty());
+  CHECK(c.flush_after_ms == 50);
+  CHECK(c.counters_buffer_mib == 8);
 }
 
 TEST_CASE("bad config at start(): one message naming the setting, training goes on", "[config]") {
@@ -102,7 +142,7 @@ TEST_CASE("bad config at start(): one message naming the setting, training goes 
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.tokens_per_step = -1;
   REQUIRE(start(cfg));
   for (int i = 0; i < 3; ++i) TRACE_STEP();
@@ -119,7 +159,7 @@ TEST_CASE("an unwritable log path disables lines but not the session", "[config]
   Config cfg;
   cfg.log_path = "/nonexistent-dir/steps.jsonl";
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   REQUIRE(start(cfg));
   for (int i = 0; i < 3; ++i) {
     TRACE_STEP();
@@ -138,7 +178,7 @@ TEST_CASE("an unwritable log path disables lines but not the session", "[config]
 TEST_CASE("STEPTRACE_ENABLED=0 keeps steptrace off", "[config]") {
   setenv("STEPTRACE_ENABLED", "0", 1);
   Config cfg;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   CHECK_FALSE(start(cfg));
   CHECK_FALSE(is_running());
   unsetenv("STEPTRACE_ENABLED");
@@ -152,7 +192,7 @@ TEST_CASE("environment reaches start(): STEPTRACE_LOG and a bad STEPTRACE_DTYPE"
   Config cfg;
   cfg.log_path = "not-this.jsonl";
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   REQUIRE(start(cfg));
   { TRACE_STEP(); }
   stop();
@@ -161,4 +201,56 @@ TEST_CASE("environment reaches start(): STEPTRACE_LOG and a bad STEPTRACE_DTYPE"
   CHECK(read_lines(log).size() == 1);
   CHECK(out.str().find("dtype") != std::string::npos);
   CHECK(out.str().find("fp7") != std::string::npos);
+}
+
+namespace {
+/// The README's settings table as the settings table says it must read.
+std::string expected_readme_table() {
+  std::string t = "| field | variable | default | accepted | meaning |\n|---|---|---|---|---|\n";
+  const Config defaults;
+  for (const auto& s : settings()) {
+    const std::string shown = s.text(defaults);
+    t += "| `" + s.name + "` | `" + s.variable + "` | `" + (shown.empty() ? "\"\"" : shown) + "` | " + s.range + " | " +
+         s.doc + " |\n";
+  }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("the README's settings table is the settings table", "[config]") {
+  std::ifstream in(std::string(STEPTRACE_SOURCE_DIR) + "/README.md");
+  REQUIRE(in);
+  std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string header = "| field | variable | default | accepted | meaning |\n";
+  const auto begin = readme.find(header);
+  REQUIRE(begin != std::string::npos);
+  const auto end = readme.find("\n\n", begin);
+  const std::string actual = readme.substr(begin, end - begin + 1);
+  const std::string expected = expected_readme_table();
+  if (actual != expected) {
+    std::ofstream("settings_table.md") << expected;
+    FAIL("README.md's table differs from settings.hpp; the table settings.hpp gives is in "
+         "build/tests/settings_table.md");
+  }
+  // Every variable the README names elsewhere is a setting.
+  for (auto p = readme.find("STEPTRACE_"); p != std::string::npos; p = readme.find("STEPTRACE_", p + 1)) {
+    std::size_t q = p + 10;
+    while (q < readme.size() && (std::isupper(static_cast<unsigned char>(readme[q])) || readme[q] == '_' ||
+                                 std::isdigit(static_cast<unsigned char>(readme[q]))))
+      ++q;
+    const std::string name = readme.substr(p, q - p);
+    // Macros (STEPTRACE_STEP(...)), compile switches and CMake options are not settings; the old
+    // compile-time knob is named once, where the README says it became a setting.
+    static const std::vector<std::string> not_settings = {"STEPTRACE_",         "STEPTRACE_DISABLE",
+                                                          "STEPTRACE_NO_SHORT_MACROS", "STEPTRACE_INSTALL",
+                                                          "STEPTRACE_PM_BUFFER_MIB", "STEPTRACE_STEP",
+                                                          "STEPTRACE_PHASE", "STEPTRACE_PHASE_NAMED"};
+    if (std::find(not_settings.begin(), not_settings.end(), name) != not_settings.end() ||
+        name.rfind("STEPTRACE_BUILD_", 0) == 0 || (q < readme.size() && readme[q] == '('))
+      continue;
+    bool known = false;
+    for (const auto& s : settings()) known = known || s.variable == name;
+    INFO(name);
+    CHECK(known);
+  }
 }

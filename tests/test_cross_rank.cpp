@@ -195,14 +195,14 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
   const auto log = steptrace_test::fresh_log("cross_rank_session");
   steptrace::Config cfg;
   cfg.log_path = log;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.summary = false;
   cfg.rank = 0;
   cfg.world_size = 4;
   REQUIRE(steptrace::start(cfg));
   auto fake = std::make_unique<FakeExchange>();
   const std::shared_ptr<int> posts = fake->posts;
-  REQUIRE(steptrace::details::Session::instance().set_exchange(std::move(fake), 2));
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
   for (int i = 0; i < 7; ++i) {
     TRACE_STEP();
     {
@@ -246,13 +246,13 @@ TEST_CASE("cross-rank: with log_every, the written lines carry the views (unwrit
   const auto log = steptrace_test::fresh_log("cross_rank_log_every");
   steptrace::Config cfg;
   cfg.log_path = log;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.summary = false;
   cfg.rank = 0;
   cfg.world_size = 4;
   cfg.log_every = 5;
   REQUIRE(steptrace::start(cfg));
-  REQUIRE(steptrace::details::Session::instance().set_exchange(std::make_unique<FakeExchange>(), 5));
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<FakeExchange>(), 5));
   for (int i = 0; i < 15; ++i) {
     TRACE_STEP();
     TRACE_PHASE(input);

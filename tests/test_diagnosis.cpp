@@ -87,7 +87,7 @@ TEST_CASE("the line carries the label and its evidence; the summary the dominant
   const auto log = steptrace_test::fresh_log("diagnosis");
   Config cfg;
   cfg.log_path = log;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   REQUIRE(start(cfg));
   for (int i = 0; i < 4; ++i) {
     TRACE_STEP();

@@ -66,7 +66,7 @@ TEST_CASE("a full session writes one valid line per step with the minimal log se
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.tokens_per_step = 512;
   cfg.samples_per_step = 4;
   REQUIRE(start(cfg));
@@ -178,7 +178,7 @@ TEST_CASE("log_every writes every N-th step with a window summary", "[json]") {
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.log_every = 4;
   REQUIRE(start(cfg));
   for (int i = 0; i < 10; ++i) {

@@ -14,7 +14,7 @@ TEST_CASE("allocator hook numbers appear in the line and drive peak_memory_alloc
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   int calls = 0;
   set_allocator_stats_hook([&] {
     ++calls;
@@ -46,7 +46,7 @@ TEST_CASE("a hook that throws is removed and the steps go on", "[memory]") {
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   int calls = 0;
   set_allocator_stats_hook([&]() -> AllocatorStats {
     ++calls;

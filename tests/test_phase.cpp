@@ -48,7 +48,7 @@ TEST_CASE("nested phases: inclusive times, same-phase nesting counted once", "[p
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   REQUIRE(steptrace::start(cfg));
   {
     TRACE_STEP();

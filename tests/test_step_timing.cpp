@@ -56,7 +56,7 @@ TEST_CASE("live steps: step time is start-to-next-start, last step ends at its s
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   REQUIRE(start(cfg));
   for (int i = 0; i < 3; ++i) {
     {
@@ -98,7 +98,7 @@ TEST_CASE("tokens from TRACE_STEP arguments override the config", "[timing]") {
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   cfg.tokens_per_step = 100;
   REQUIRE(start(cfg));
   {
@@ -174,15 +174,16 @@ TEST_CASE("the CPU tick counter, once anchored, reads steady_clock time", "[timi
 TEST_CASE("phase times are the same with the tick clock and with steady_clock", "[timing][clock]") {
   for (const char* clock : {"auto", "steady"}) {
     INFO("clock=" << clock);
+    const bool steady = std::string(clock) == "steady";
     const auto log = fresh_log(std::string("clock_") + clock);
     Config cfg;
     cfg.log_path = log;
     cfg.summary = false;
-    cfg.gpu = "off";
-    cfg.clock = clock;
+    cfg.gpu = steptrace::Mode::off;
+    cfg.clock = steady ? steptrace::ClockSource::steady : steptrace::ClockSource::automatic;
     REQUIRE(start(cfg));
     // clock=steady never reads ticks; auto reads them where start() found them usable (the log says).
-    if (std::string(clock) == "steady") CHECK_FALSE(steptrace::details::scopes_read_ticks().load());
+    if (steady) CHECK_FALSE(steptrace::details::scopes_read_ticks().load());
     INFO("scopes read ticks: " << steptrace::details::scopes_read_ticks().load());
     std::vector<double> outer_ms;
     for (int i = 0; i < 6; ++i) {
@@ -215,7 +216,7 @@ TEST_CASE("CUPTI is asked for partly filled buffers only after a line waited, or
   using steptrace::details::should_flush_records;
   const int64_t ms = 1'000'000;
   auto at = [](int64_t now, std::optional<int64_t> oldest, int64_t last, uint64_t launches = 0) {
-    FlushInputs in;
+    FlushInputs in;  // flush_after_ms: the default 200
     in.now = now;
     in.oldest_end = oldest;
     in.last_flush = last;

@@ -37,7 +37,7 @@ TEST_CASE("stop() returns the run's summary with the table", "[summary]") {
   const auto log = steptrace_test::fresh_log("summary_run");
   Config cfg;
   cfg.log_path = log;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   REQUIRE(start(cfg));
   for (int i = 0; i < 4; ++i) {
     TRACE_STEP();

@@ -18,7 +18,7 @@ steptrace::Config quiet(const std::string& log) {
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   return cfg;
 }
 }  // namespace
@@ -75,7 +75,7 @@ TEST_CASE("a scope alive across stop() and a new start() with another clock is n
   // reads steady_clock: its readings cannot be converted, so it counts as outside the steps.
   const auto log = fresh_log("across_restart");
   steptrace::Config cfg = quiet(log);
-  cfg.clock = "auto";
+  cfg.clock = steptrace::ClockSource::automatic;
   REQUIRE(steptrace::start(cfg));
   if (!steptrace::details::scopes_read_ticks().load()) {  // start() found the tick counter unusable here
     steptrace::stop();
@@ -83,7 +83,7 @@ TEST_CASE("a scope alive across stop() and a new start() with another clock is n
   }
   auto scope = std::make_unique<steptrace::PhaseScope>(steptrace::phase_tag::backward);
   steptrace::stop();
-  cfg.clock = "steady";
+  cfg.clock = steptrace::ClockSource::steady;
   REQUIRE(steptrace::start(cfg));
   {
     TRACE_STEP();

@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
   shape.seq_len = o.seq;
   shape.vocab_size = o.vocab;
   cfg.flops_per_token = steptrace::transformer_flops_per_token(shape);
-  cfg.dtype = "bf16";
-  if (o.torch_profiler) cfg.cupti = "off";  // one CUPTI client at a time: Kineto has it
+  cfg.dtype = steptrace::Dtype::bf16;
+  if (o.torch_profiler) cfg.cupti = steptrace::Mode::off;  // one CUPTI client at a time: Kineto has it
   steptrace::start(cfg);
   // The caching allocator's own numbers, peaks reset every step.
   steptrace::set_allocator_stats_hook([] {

@@ -13,7 +13,7 @@
 
 #ifndef STEPTRACE_DISABLE
 #include "backend/nvtx.hpp"
-#include "details/session.hpp"
+#include "details/instance.hpp"
 #endif
 
 namespace steptrace {
@@ -37,7 +37,7 @@ inline bool start(const Config& cfg = {}) noexcept {
 /// releases the thread and the file. Without a running session it returns a Summary with started=false.
 inline Summary stop() noexcept {
   try {
-    return details::Session::instance().stop();
+    return details::Session::current().stop();
   } catch (...) {
     return Summary{};
   }
@@ -53,7 +53,7 @@ inline void record(std::string_view name, double value) noexcept {
     std::string clean(name.substr(0, 64));
     for (char& c : clean)
       if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '_';
-    details::Session::instance().record_scalar(std::move(clean), value);
+    details::Session::current().record_scalar(std::move(clean), value);
   } catch (...) {
   }
 }
@@ -62,7 +62,7 @@ inline void record(std::string_view name, double value) noexcept {
 inline void set_step_tokens(double tokens, std::optional<double> samples = std::nullopt) noexcept {
   if (!is_running()) return;
   try {
-    details::Session::instance().set_step_counts(tokens >= 0 ? std::optional<double>(tokens) : std::nullopt, samples);
+    details::Session::current().set_step_counts(tokens >= 0 ? std::optional<double>(tokens) : std::nullopt, samples);
   } catch (...) {
   }
 }
@@ -71,7 +71,7 @@ inline void set_step_tokens(double tokens, std::optional<double> samples = std::
 /// when the TRACE_STEP scope ends, on that thread: keep it cheap. A hook that throws is removed.
 inline void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept {
   try {
-    details::Session::instance().set_allocator_hook(std::move(hook));
+    details::Session::current().set_allocator_hook(std::move(hook));
   } catch (...) {
   }
 }
@@ -107,7 +107,7 @@ class StepScope {
     if (!active_) return;
     backend::nvtx::pop();
     try {
-      details::Session::instance().end_step();
+      details::Session::current().end_step();
     } catch (...) {
     }
   }
@@ -121,7 +121,7 @@ class StepScope {
         tokens.reset();
       }
       if (samples && !(*samples >= 0)) samples.reset();
-      const auto index = details::Session::instance().begin_step(tokens, samples);
+      const auto index = details::Session::current().begin_step(tokens, samples);
       active_ = index.has_value();
       if (active_) backend::nvtx::push_step(*index);
     } catch (...) {
@@ -164,7 +164,7 @@ class PhaseScope {
     span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
     if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
     try {
-      details::Session::instance().add_span(span_, ticks_, begin_, end);
+      details::Session::current().add_span(span_, ticks_, begin_, end);
     } catch (...) {
     }
   }

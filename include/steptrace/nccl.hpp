@@ -158,7 +158,7 @@ inline bool enable_cross_rank(ncclComm_t comm, int every_k_steps = 0) noexcept {
       details::warn_once("cross_rank.init", "cross-rank view off: " + err);
       return false;
     }
-    return details::Session::instance().set_exchange(std::move(ex), every_k_steps);
+    return details::Session::current().set_exchange(std::move(ex), every_k_steps);
   } catch (const std::exception& e) {
     details::warn_once("cross_rank.init", std::string("cross-rank view off: ") + e.what());
     return false;

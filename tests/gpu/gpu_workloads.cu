@@ -54,7 +54,7 @@ int detached(const char* log, const char* truth_path, int sms, long long ms, int
   cfg.log_path = log;
   cfg.summary = false;
   cfg.trace_every = 3;
-  cfg.untraced_cupti = "detach";
+  cfg.untraced_cupti = steptrace::UntracedCupti::detach;
   cudaFunction_t tiny_fn;
   CHECK_CUDA(cudaGetFuncBySymbol(&tiny_fn, reinterpret_cast<const void*>(&tiny)));
   steptrace::start(cfg);

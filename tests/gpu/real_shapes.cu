@@ -118,7 +118,7 @@ int graph_sampled(const char* log, const char* truth_path, int sms, long long ms
   cfg.log_path = log;
   cfg.summary = false;
   cfg.trace_every = 4;
-  cfg.untraced_cupti = "keep";
+  cfg.untraced_cupti = steptrace::UntracedCupti::keep;
   steptrace::start(cfg);
   std::vector<float> graph_ms;
   for (int step = 0; step < 29; ++step) {  // the last step (28) is traced: its graph is read out at stop()

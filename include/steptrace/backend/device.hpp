@@ -8,13 +8,9 @@
 
 #include "../core/records.hpp"
 #include "../core/run_info.hpp"
+#include "gpu_backend.hpp"
 
 namespace steptrace::backend {
-
-struct DeviceProbe {
-  std::optional<DeviceInfo> device;
-  std::string null_reason;
-};
 
 inline std::string cuda_error_text(const char* call, cudaError_t e) {
   return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";

@@ -61,6 +61,18 @@ struct CopyRecord {
   int64_t delivered_ns = 0;  // as KernelRecord::delivered_ns
 };
 
+/// What the background thread takes from the GPU backend each time it looks: launches first
+/// (records join them by correlation id), then graphs left unsettled, then the records.
+struct GpuDrain {
+  std::vector<LaunchRecord> launches;
+  std::vector<KernelRecord> kernels;
+  std::vector<CopyRecord> copies;
+  uint64_t dropped_records = 0;   // the backend could not store them (no free buffer)
+  uint64_t dropped_launches = 0;  // launch-site records over the staging bound
+  bool correlations_restarted = false;  // attached again: ids start over before these launches
+  std::vector<UnsettledGraphs> unsettled;
+};
+
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves
 /// SMs idle. min(1, blocks / numSMs) — the estimate Kineto reports per kernel ("est. SM efficiency",
 /// pytorch/kineto libkineto/src/CuptiActivity.cpp, blocksPerSm clamped to 1).

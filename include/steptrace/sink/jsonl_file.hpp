@@ -8,27 +8,31 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "sink.hpp"
+
 namespace steptrace::sink {
 
-class JsonlFile {
+class JsonlFile final : public LineSink {
  public:
   JsonlFile() = default;
   JsonlFile(const JsonlFile&) = delete;
   JsonlFile& operator=(const JsonlFile&) = delete;
-  ~JsonlFile() { close(); }
+  ~JsonlFile() override { close(); }
 
   /// Opens (creating, appending) `path`. Returns "" or the reason it cannot be used.
   std::string open(const std::string& path) {
     close();
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0) return "cannot open log '" + path + "': " + std::strerror(errno);
+    path_ = path;
     return {};
   }
 
   bool is_open() const { return fd_ >= 0; }
+  std::string describe() const override { return "the log '" + path_ + "'"; }
 
   /// Writes `line` plus a newline. Returns "" or the error.
-  std::string write_line(std::string line) {
+  std::string write_line(std::string line) override {
     if (fd_ < 0) return "log not open";
     line += '\n';
     const char* p = line.data();
@@ -52,6 +56,7 @@ class JsonlFile {
 
  private:
   int fd_ = -1;
+  std::string path_;
 };
 
 }  // namespace steptrace::sink

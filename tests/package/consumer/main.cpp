@@ -10,7 +10,7 @@ int main() {
   steptrace::Config cfg;
   cfg.log_path = "consumer.jsonl";
   cfg.summary = false;
-  cfg.gpu = "off";
+  cfg.gpu = steptrace::Mode::off;
   if (!steptrace::start(cfg)) return 2;
   for (int i = 0; i < 2; ++i) {
     TRACE_STEP();

@@ -31,22 +31,14 @@
 #include <cupti.h>
 
 #include "../../core/gpu_records.hpp"
-#include "../../details/context.hpp"
+#include "../../core/launch_context.hpp"
 #include "convert.hpp"
 #include "result.hpp"
 
 namespace steptrace::backend::cupti {
 
 /// What the background thread takes from the collector each time it looks.
-struct Drained {
-  std::vector<LaunchRecord> launches;
-  std::vector<KernelRecord> kernels;
-  std::vector<CopyRecord> copies;
-  uint64_t dropped_records = 0;   // CUPTI could not store them (no free buffer)
-  uint64_t dropped_launches = 0;  // launch-site records over the staging bound
-  bool correlations_restarted = false;  // CUPTI was attached again: ids start over before these launches
-  std::vector<UnsettledGraphs> unsettled;  // after the launches, before the records
-};
+using Drained = GpuDrain;
 
 class Collector {
  public:

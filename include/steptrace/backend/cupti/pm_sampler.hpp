@@ -41,13 +41,10 @@ T params(std::size_t struct_size) {
 }
 
 
-#ifndef STEPTRACE_PM_BUFFER_MIB
-#define STEPTRACE_PM_BUFFER_MIB 64
-#endif
 
 class PmSampler {
  public:
-  static constexpr std::size_t kHardwareBufferBytes = std::size_t{STEPTRACE_PM_BUFFER_MIB} << 20;  // CUPTI's
+  static constexpr std::size_t kHardwareBufferBytes = std::size_t{64} << 20;  // Config::counters_buffer_mib's default; CUPTI's
   // Samples decoded per call. The decode image costs ~34 KiB per sample on GH100 (2048 took 68 MiB);
   // poll() loops, and the background thread looks every few ms, when ~10 samples are new at 1 ms.
   static constexpr uint32_t kMaxDecodedSamples = 128;

@@ -1,10 +1,10 @@
-// steptrace/details/context.hpp - the launch context every thread carries: which phases are open on
+// steptrace/core/launch_context.hpp - the launch context every thread carries: which phases are open on
 // it, and which step is open in the process. Scopes write it; the CUPTI callback reads it.
 #pragma once
 #include <atomic>
 #include <cstdint>
 
-#include "../core/phase.hpp"
+#include "phase.hpp"
 
 namespace steptrace::details {
 

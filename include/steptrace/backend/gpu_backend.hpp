@@ -1,0 +1,71 @@
+// steptrace/backend/gpu_backend.hpp - everything the runtime asks of a GPU, behind one interface.
+//
+// The runtime (details/session.hpp) is handed a GpuBackend: the real one (backend/cuda_backend.hpp:
+// CUDA runtime, CUPTI activity records and callbacks, CUPTI PM sampling, NVML) in a program, a fake in
+// the CPU tests (tests/fake_backend.hpp), so the runtime's rules - sampled tracing, detach, overdue
+// lines, flushes, null reasons - are tested without a GPU. No vendor header here: only core types.
+// Every call reports failure as a reason string ("" = done) and never throws.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../core/counters.hpp"
+#include "../core/device_state.hpp"
+#include "../core/gpu_records.hpp"
+#include "../core/records.hpp"
+#include "../core/run_info.hpp"
+
+namespace steptrace::backend {
+
+/// The device to measure, or why there is none.
+struct DeviceProbe {
+  std::optional<DeviceInfo> device;
+  std::string null_reason;
+};
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+
+  // ---- device (start(), training thread) ----
+  /// `requested`, or the calling thread's current device if -1. Creates no CUDA context.
+  virtual DeviceProbe probe(int requested) = 0;
+  /// Waits for the device's work to finish (stop(): the last steps' kernels may still run).
+  virtual void synchronize(int device) = 0;
+
+  // ---- attribution: launch callbacks and GPU records ----
+  /// Starts collecting. `detach_between_traces`: untraced_cupti=detach.
+  virtual std::string start_attribution(bool detach_between_traces) = 0;
+  /// Sampled attribution, training thread at a step boundary: records on for traced steps.
+  virtual std::string set_tracing(bool on) = 0;
+  /// Detach mode, background thread: every traced step up to `generation` has its line.
+  virtual void request_detach(uint64_t generation) = 0;
+  /// Asks for partly filled record buffers. `forced` also returns records of unfinished work
+  /// (stop() only, after synchronize()).
+  virtual void flush_records(bool forced) = 0;
+  /// What has been handed over since the last call.
+  virtual GpuDrain drain_records() = 0;
+  virtual void stop_attribution() = 0;
+
+  // ---- hardware counters (PM sampling; background thread after start) ----
+  virtual std::string start_counters(int device, uint64_t interval_ns, std::size_t hardware_buffer_bytes) = 0;
+  /// Chip and metrics chosen, for the start-up log line.
+  virtual std::string counters_description() = 0;
+  virtual std::string poll_counters(std::vector<CounterSample>& out) = 0;
+  virtual void stop_counters() = 0;
+  /// The GPU records' clock minus monotonic_ns(), read now.
+  virtual int64_t gpu_clock_offset_ns() = 0;
+
+  // ---- memory and device state (background thread) ----
+  virtual std::string bind_thread(int device) = 0;
+  virtual std::optional<MemorySample> sample_memory(int64_t now_ns, std::string* error) = 0;
+  /// Power, clocks, temperature, clock-event reasons (NVML).
+  virtual std::string open_device_state(int device) = 0;
+  virtual DeviceStateSample read_device_state(int64_t now_ns) = 0;
+  virtual void close_device_state() = 0;
+};
+
+}  // namespace steptrace::backend

@@ -1,0 +1,125 @@
+// steptrace/details/cross_rank_link.hpp - the runtime's end of the cross-rank exchange: the training
+// thread posts a closed step's summary every N steps, the background thread collects what completed
+// and hands each gathered view to the line of its own step (core/cross_rank.hpp has the semantics).
+#pragma once
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../core/cross_rank.hpp"
+#include "../core/records.hpp"
+#include "../core/step_line.hpp"
+#include "exchange.hpp"
+#include "log.hpp"
+
+namespace steptrace::details {
+
+class CrossRankLink {
+ public:
+  static constexpr std::size_t kMaxViews = 64;
+
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exchange_.reset();  // its destructor waits (bounded) for its own stream, never for the job's
+    has_exchange_.store(false, std::memory_order_release);
+    posted_.clear();
+    views_.clear();
+    null_reason_.clear();
+  }
+
+  /// Training thread: the communicator's side of the exchange, handed over once per run.
+  bool set(std::unique_ptr<CrossRankExchange> exchange, int every) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exchange_) {
+      warn_once("cross_rank.twice", "enable_cross_rank() called twice: the second call is ignored");
+      return false;
+    }
+    every_ = every;
+    exchange_ = std::move(exchange);
+    has_exchange_.store(true, std::memory_order_release);
+    posted_.clear();
+    null_reason_.clear();
+    return true;
+  }
+
+  /// Training thread: every `every` steps, start gathering the closed step's summary.
+  void post(const StepRecord& r) {
+    if (!has_exchange_.load(std::memory_order_acquire)) return;  // the common case: no lock on the training thread
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!exchange_ || r.index % static_cast<uint64_t>(every_) != 0) return;
+    RankSummary sum;
+    sum.rank = exchange_->rank();
+    sum.step = static_cast<int64_t>(r.index);
+    sum.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
+    for (const auto& sp : r.spans)
+      if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
+        sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
+    sum.valid = true;
+    std::vector<float> wire(kSummaryFloats);
+    to_floats(sum, wire.data());
+    const std::string err = exchange_->post(wire);
+    if (!err.empty()) {
+      null_reason_ = "cross-rank exchange stopped: " + err;
+      warn_once("cross_rank.post", null_reason_);
+      exchange_.reset();
+      has_exchange_.store(false, std::memory_order_release);
+      return;
+    }
+    posted_.push_back(sum.step);
+  }
+
+  /// Background thread: collects completed exchanges and aggregates them (kept for their lines).
+  void collect() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!exchange_) return;
+    std::vector<float> all;
+    while (!posted_.empty() && exchange_->poll(all)) {
+      const int64_t step = posted_.front();
+      posted_.pop_front();
+      const int world = exchange_->world_size();
+      std::vector<RankSummary> ranks(static_cast<std::size_t>(world));
+      for (int k = 0; k < world && static_cast<std::size_t>((k + 1) * kSummaryFloats) <= all.size(); ++k)
+        ranks[static_cast<std::size_t>(k)] = from_floats(all.data() + k * kSummaryFloats, step);
+      views_.push_back(aggregate_ranks(ranks, step));
+      // Lines carry one view each, oldest first, and wait for the line of the view's step: 64 views
+      // cover lines lagging 64 exchanges behind (they lag ~20 steps while the first lines wait).
+      if (views_.size() > kMaxViews) views_.pop_front();
+    }
+  }
+
+  /// Background thread, for a line that is written: the oldest view of its own step or an earlier
+  /// one (lines may lag the exchange; a view never lands on an earlier step's line), or why none.
+  void fill_line(uint64_t step, int rank, int default_every, StepLineInput& in) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in.cross_rank_every = exchange_ ? every_ : default_every;
+    if (!exchange_ && null_reason_.empty())
+      in.cross_rank_null_reason = "no communicator handed to steptrace (steptrace::enable_cross_rank, steptrace/nccl.hpp); "
+                                  "aggregate the ranks' lines by rank in the dashboard instead";
+    else if (!exchange_)
+      in.cross_rank_null_reason = null_reason_;
+    else if (rank != 0)
+      in.cross_rank_null_reason = "rank 0's line carries the cross-rank view";
+    else if (views_.empty())
+      in.cross_rank_null_reason = "no exchange completed since the previous line";
+    else if (views_.front().step > static_cast<int64_t>(step))
+      in.cross_rank_null_reason = "the next gathered view is of a later step (it waits for that step's line)";
+    if (rank == 0 && !views_.empty() && views_.front().step <= static_cast<int64_t>(step)) {
+      in.cross_rank = std::move(views_.front());
+      views_.pop_front();
+    }
+  }
+
+ private:
+  std::mutex mutex_;  // posted on the training thread, polled by the background thread
+  std::unique_ptr<CrossRankExchange> exchange_;
+  std::atomic<bool> has_exchange_{false};  // exchange_ != nullptr, readable without the lock
+  int every_ = 0;
+  std::deque<int64_t> posted_;
+  std::deque<CrossRankView> views_;  // gathered, not yet on a line
+  std::string null_reason_;
+};
+
+}  // namespace steptrace::details

@@ -1,0 +1,205 @@
+// steptrace/details/line_assembler.hpp - one step's line from what the background thread holds: the
+// step's host record, its GPU attribution, the memory, counter and device-state readings around it,
+// and why a section is unavailable. Pure given its inputs: no vendor call, no I/O, no clock read, so
+// the rules are tested on the CPU (tests/test_runtime.cpp). The readings are kept here, bounded, and
+// dropped once no waiting step can use them.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../config.hpp"
+#include "../core/counters.hpp"
+#include "../core/device_state.hpp"
+#include "../core/metrics.hpp"
+#include "../core/records.hpp"
+#include "../core/step_line.hpp"
+#include "../core/step_metrics.hpp"
+#include "../core/summary.hpp"
+#include "log.hpp"
+
+namespace steptrace::details {
+
+inline constexpr std::size_t kMaxMemorySamples = 4096;
+inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
+
+/// Fixed at start(): what the run has, and why a part is missing ("" = present).
+struct LineContext {
+  Config cfg;
+  RunInfo run;
+  PeakFlops peak;
+  std::string gpu_null_reason;       // no attribution at all (no GPU, CUPTI off or unavailable)
+  std::string counters_null_reason;  // updated by the worker when counters stop
+  bool counters_on = false;
+  bool device_state_on = false;
+  std::string device_state_null_reason;
+  std::string memory_null_reason;  // updated by the worker when memory sampling stops
+};
+
+class LineAssembler {
+ public:
+  LineAssembler() = default;
+  explicit LineAssembler(LineContext ctx) : ctx_(std::move(ctx)) {}
+
+  LineContext& context() { return ctx_; }
+  SummaryBuilder& summary() { return summary_; }
+
+  // ---- readings, background thread ----
+  void add_memory_sample(const MemorySample& s) {
+    memory_samples_.push_back(s);
+    if (memory_samples_.size() > kMaxMemorySamples) memory_samples_.pop_front();
+  }
+  void add_device_state(const DeviceStateSample& s) {
+    device_states_.push_back(s);
+    if (device_states_.size() > kMaxMemorySamples) device_states_.pop_front();
+  }
+  const std::deque<DeviceStateSample>& device_states() const { return device_states_; }
+  /// PM samples, in time order. The attribution searches them by time: a sample that breaks the
+  /// order (a bad timestamp) or is empty is dropped, with one warning.
+  void add_counter_samples(const std::vector<CounterSample>& fresh) {
+    for (const auto& c : fresh) {
+      if (c.end_ns <= c.start_ns || (!counter_samples_.empty() && (c.start_ns < counter_samples_.back().start_ns ||
+                                                                   c.end_ns < counter_samples_.back().end_ns))) {
+        warn_once("counters.order", "hardware counters: a PM sample out of time order or empty was dropped");
+        continue;
+      }
+      latest_counter_end_ns_ = std::max(latest_counter_end_ns_, c.end_ns);
+      counter_samples_.push_back(c);
+      if (counter_samples_.size() > kMaxCounterSamples) counter_samples_.pop_front();
+    }
+  }
+  void set_gpu_clock_offset(int64_t offset_ns) { gpu_clock_offset_ns_ = offset_ns; }
+  /// Whether PM samples up to the step's end (host clock) have been read.
+  bool counters_cover(int64_t end_ns) const {
+    return !ctx_.counters_on || latest_counter_end_ns_ >= end_ns + gpu_clock_offset_ns_;
+  }
+
+  /// The line input of one step; advances the window. `written`: whether this step's line is
+  /// written (log_every); `extra` carries what the worker counted since the last line.
+  struct Extra {
+    uint64_t gpu_dropped_records = 0;
+    uint64_t steps_dropped_total = 0;
+  };
+  StepLineInput assemble(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced, const Extra& x) {
+    StepLineInput in;
+    in.step = &r;
+    in.run = &ctx_.run;
+    in.host = compute_host_metrics(r);
+    in.memory = observe_memory(r);
+    in.flops_per_token = ctx_.cfg.flops_per_token;
+    in.peak = ctx_.peak;
+    in.mfu = compute_mfu(ctx_.cfg.flops_per_token, in.host.tokens_per_second, ctx_.peak);
+    in.gpu = std::move(gpu);
+    in.gpu_null_reason = untraced.empty() ? ctx_.gpu_null_reason : untraced;
+    in.counters_null_reason = ctx_.counters_null_reason;
+    if (ctx_.counters_on || !counter_samples_.empty()) attribute_counters(r, in);
+    if (ctx_.device_state_on) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.end_ns);
+    in.device_state_null_reason = !ctx_.device_state_on ? ctx_.device_state_null_reason
+                                                        : "no NVML reading within or before this step yet (NVML opens in "
+                                                          "the background after start())";
+    // device_states_: keep the latest reading before this step (fallback for a short next step).
+    while (device_states_.size() > 1 && device_states_[1].time_ns <= r.begin_ns) device_states_.pop_front();
+    in.gpu_dropped_records = x.gpu_dropped_records;
+    in.steps_dropped_total = x.steps_dropped_total;
+    if (in.mfu.above_one)
+      warn_once("mfu.above_one",
+                "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) + "): flops_per_token or peak_flops is wrong");
+    in.shares = compute_step_shares(in.host, in.gpu);
+    in.diagnosis = diagnose(in.shares);
+    summary_.add(in.host, in.mfu.value, in.diagnosis.label);
+    add_to_window(ns_to_ms(in.host.step_time_ns), in.host.tokens_per_second);
+    return in;
+  }
+
+  /// With log_every = N, a line is written for steps N-1, 2N-1, ... and for the last step.
+  bool written(const StepRecord& r) const {
+    return !r.end_is_next_step || (r.index + 1) % static_cast<uint64_t>(ctx_.cfg.log_every) == 0;
+  }
+
+  /// A written line: the window of the steps since the previous one (log_every > 1), then a new window.
+  void close_window(StepLineInput& in) {
+    if (ctx_.cfg.log_every > 1) {
+      WindowSummary w;
+      w.steps = window_.steps;
+      w.step_time_ms_mean = window_.sum_ms / window_.steps;
+      w.step_time_ms_min = window_.min_ms;
+      w.step_time_ms_max = window_.max_ms;
+      if (window_.tokens_n) w.tokens_per_second_mean = window_.tokens_sum / window_.tokens_n;
+      in.window = w;
+    }
+    window_ = Window{};
+  }
+
+ private:
+  struct Window {
+    uint32_t steps = 0;
+    double sum_ms = 0, min_ms = 0, max_ms = 0, tokens_sum = 0;
+    uint32_t tokens_n = 0;
+  };
+
+  void add_to_window(double ms, std::optional<double> tokens_per_second) {
+    window_.min_ms = window_.steps ? std::min(window_.min_ms, ms) : ms;
+    window_.max_ms = window_.steps ? std::max(window_.max_ms, ms) : ms;
+    window_.sum_ms += ms;
+    ++window_.steps;
+    if (tokens_per_second) {
+      window_.tokens_sum += *tokens_per_second;
+      ++window_.tokens_n;
+    }
+  }
+
+  /// Hardware counters over the step's window (host times moved to the CUPTI clock) and over each
+  /// phase's GPU busy intervals; drops samples that ended before this step.
+  void attribute_counters(const StepRecord& r, StepLineInput& in) {
+    const int64_t b = r.begin_ns + gpu_clock_offset_ns_, e = r.end_ns + gpu_clock_offset_ns_;
+    in.counters = summarize_counters(counter_samples_, Interval{b, e});
+    in.counters_interval_us = ctx_.cfg.counters_interval_us;
+    if (in.gpu)
+      for (const auto& [id, pg] : in.gpu->phases)
+        if (!pg.busy.empty()) {
+          std::vector<Interval> others;  // the other phases' GPU work: it may share this phase's samples
+          for (const auto& [other_id, other] : in.gpu->phases)
+            if (other_id != id) others.insert(others.end(), other.busy.begin(), other.busy.end());
+          in.phase_counters[id] = summarize_phase_counters(counter_samples_, pg.busy, merge_intervals(std::move(others)));
+        }
+    while (!counter_samples_.empty() && counter_samples_.front().end_ns < b) counter_samples_.pop_front();
+  }
+
+  MemoryObservation observe_memory(const StepRecord& r) {
+    MemoryObservation m;
+    std::optional<MemorySample> latest_before_end;
+    for (const auto& s : memory_samples_) {
+      if (s.time_ns <= r.end_ns) latest_before_end = s;
+      if (s.time_ns < r.begin_ns || s.time_ns > r.end_ns) continue;
+      ++m.samples;
+      m.device_used_peak_bytes = std::max(m.device_used_peak_bytes.value_or(0), s.used_bytes);
+      m.device_total_bytes = s.total_bytes;
+    }
+    // Steps shorter than the sampling period: report the latest earlier reading, marked by samples = 0.
+    if (!m.samples && latest_before_end) {
+      m.device_used_peak_bytes = latest_before_end->used_bytes;
+      m.device_total_bytes = latest_before_end->total_bytes;
+    }
+    // Drop readings older than this step, but keep the latest of them: it is the fallback reading for
+    // the next step if that one is shorter than the sampling period.
+    while (memory_samples_.size() > 1 && memory_samples_[1].time_ns <= r.begin_ns) memory_samples_.pop_front();
+    if (!m.device_used_peak_bytes)
+      m.null_reason = ctx_.memory_null_reason.empty() ? "no device-memory sample yet" : ctx_.memory_null_reason;
+    return m;
+  }
+
+  LineContext ctx_;
+  SummaryBuilder summary_;
+  Window window_;
+  std::deque<MemorySample> memory_samples_;
+  std::deque<CounterSample> counter_samples_;
+  int64_t latest_counter_end_ns_ = 0;
+  int64_t gpu_clock_offset_ns_ = 0;  // GPU record clock - monotonic_ns()
+  std::deque<DeviceStateSample> device_states_;
+};
+
+}  // namespace steptrace::details

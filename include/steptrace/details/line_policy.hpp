@@ -1,0 +1,83 @@
+// steptrace/details/line_policy.hpp - the runtime's rules as pure functions: which steps are traced,
+// when the background thread asks CUPTI for records, and when a line stops waiting for them. The
+// runtime calls these; tests/test_runtime.cpp and tests/test_step_timing.cpp check them without a GPU.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "../config.hpp"
+
+namespace steptrace::details {
+
+// CUPTI hands over a buffer of GPU records by itself only once the buffer is full; partly filled
+// ones come only when asked (cuptiActivityFlushAll). Asking costs GPU time: measured on an H200, a
+// flush every 20 ms slowed a 770-kernel, 62 ms step by 0.5-0.6 ms (benchmarks/README.md). So the
+// background thread asks only once the oldest waiting line has waited Config::flush_after_ms (200 by
+// default), and at most that often: fast steps then get their lines about that late, in batches. A
+// line is not declared incomplete before its records have had min_record_lag_ms(): two flushes and a
+// margin (on an H200 the records of a step sometimes came only with the second flush).
+inline double min_record_lag_ms(double flush_after_ms) { return 2 * flush_after_ms + 150; }
+// Launch-heavy programs ask sooner, so that what waits in CUPTI's buffers is bounded by a launch
+// count rather than by the launch rate (the pool of 8 x 4 MiB holds roughly 140 000 kernel records):
+// after kFlushAfterLaunches launches since the last flush, but not more often than kMinFlushGapMs. A
+// CUDA Graph launch counts once however many kernels it runs.
+inline constexpr uint64_t kFlushAfterLaunches = 16384;
+inline constexpr double kMinFlushGapMs = 20;
+
+/// trace_every's schedule: the one place that says which steps are traced.
+inline bool scheduled_for_tracing(uint64_t step, int trace_every) {
+  return trace_every <= 1 || step % static_cast<uint64_t>(trace_every) == 0;
+}
+
+/// What the background thread knows when it decides whether to ask CUPTI for partly filled buffers.
+struct FlushInputs {
+  int64_t now = 0;
+  std::optional<int64_t> oldest_end;  // end of the oldest line waiting for records, if any
+  int64_t last_flush = 0;
+  uint64_t launches_since_flush = 0;
+  bool detach_waits = false;  // untraced_cupti=detach: a traced step's line waits; CUPTI detaches after it
+  double flush_after_ms = 200;  // Config::flush_after_ms
+};
+
+/// Ask once the oldest waiting line has waited flush_after_ms (at most that often), or sooner after
+/// kFlushAfterLaunches launches (at most every kMinFlushGapMs). In detach mode a traced step's line
+/// is asked for at once (at most every kMinFlushGapMs): until it is out, CUPTI stays attached and
+/// every launch of the untraced steps pays for it.
+inline bool should_flush_records(const FlushInputs& in) {
+  const auto after = static_cast<int64_t>(in.flush_after_ms * 1e6);
+  if (in.oldest_end && in.now - *in.oldest_end >= after && in.now - in.last_flush >= after) return true;
+  return (in.launches_since_flush >= kFlushAfterLaunches || (in.detach_waits && in.oldest_end)) &&
+         in.now - in.last_flush >= static_cast<int64_t>(kMinFlushGapMs * 1e6);
+}
+
+/// A traced step's line, waiting for its GPU records and hardware-counter samples.
+struct LineWait {
+  bool records_complete = false;  // every launch of the step has its records
+  bool counters_in = true;        // samples up to the step's end have been read (or counters are off)
+  std::size_t lines_waiting = 0;  // this one included
+  double waited_ms = 0;           // since the step ended
+  bool stopping = false;          // stop(): everything has been flushed
+};
+
+/// Whether the line goes out now. Overdue (out, marked incomplete): max_lag_steps newer steps have
+/// closed and CUPTI has had min_record_lag_ms to deliver, or max_lag_ms has passed, or the queue
+/// bound is reached.
+inline bool line_due(const LineWait& w, const Config& cfg) {
+  if ((w.records_complete && w.counters_in) || w.stopping) return true;
+  return (w.lines_waiting > static_cast<std::size_t>(cfg.max_lag_steps) &&
+          w.waited_ms >= min_record_lag_ms(cfg.flush_after_ms)) ||
+         w.waited_ms >= cfg.max_lag_ms || w.lines_waiting > cfg.max_pending_steps;
+}
+
+/// Why a step has no GPU attribution although CUPTI runs (its line's gpu null reason).
+inline std::string untraced_reason(uint64_t step, const Config& cfg, bool detach) {
+  if (!scheduled_for_tracing(step, cfg.trace_every))
+    return "step not traced: trace_every=" + std::to_string(cfg.trace_every) +
+           " attributes the steps whose global_step is a multiple of it; host timings only" +
+           (detach ? " (CUPTI detached between traced steps: untraced_cupti=detach)" : "");
+  return "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
+}
+
+}  // namespace steptrace::details

@@ -1,0 +1,81 @@
+// steptrace/details/step_queue.hpp - closed steps on their way from the training thread to the
+// background thread: bounded (max_pending_steps), a step over the bound is dropped and counted.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+#include "../core/records.hpp"
+#include "log.hpp"
+
+namespace steptrace::details {
+
+class StepQueue {
+ public:
+  void reset(std::size_t bound) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bound_ = bound;
+    queue_.clear();
+    stopping_ = false;
+    dropped_ = dropped_traced_ = 0;
+  }
+
+  /// Training thread. False: dropped (counted).
+  bool push(StepRecord&& record) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.size() >= bound_) {
+        ++dropped_;
+        if (record.traced) ++dropped_traced_;
+        warn_once("queue.full", "writer queue full (max_pending_steps); step lines are being dropped and counted");
+        return false;
+      }
+      queue_.push_back(std::move(record));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  /// Background thread: waits up to `period` for steps (or stop), then takes all of them.
+  /// Returns whether stop() has been asked.
+  bool take(std::deque<StepRecord>& out, std::chrono::microseconds period) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, period, [&] { return !queue_.empty() || stopping_; });
+    out.swap(queue_);
+    return stopping_;
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  bool empty() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queue_.empty();
+  }
+  uint64_t dropped() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return dropped_;
+  }
+  /// Traced steps among the dropped: their lines will never be taken (detach counts them as done).
+  uint64_t dropped_traced() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return dropped_traced_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<StepRecord> queue_;
+  std::size_t bound_ = 256;
+  bool stopping_ = false;
+  uint64_t dropped_ = 0, dropped_traced_ = 0;
+};
+
+}  // namespace steptrace::details

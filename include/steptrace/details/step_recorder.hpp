@@ -1,0 +1,231 @@
+// steptrace/details/step_recorder.hpp - the training-thread side of a run: the open step, its phase
+// spans and scalars, under one uncontended mutex (an append per scope), and the clock phase scopes
+// read. The recorder never formats or writes: a closed step is handed back to the caller, which
+// queues it for the background thread.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "../config.hpp"
+#include "../core/clock.hpp"
+#include "../core/launch_context.hpp"
+#include "../core/records.hpp"
+#include "host_clock.hpp"
+#include "line_policy.hpp"
+#include "log.hpp"
+
+namespace steptrace::details {
+
+inline constexpr std::size_t kMaxScalarsPerStep = 256;
+inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
+
+class StepRecorder {
+ public:
+  /// What begin() did: the step it closed (to be queued), the new step's index (nullopt when a step
+  /// scope was already open: counted, ignored), and whether the new step is traced.
+  struct Begun {
+    std::optional<StepRecord> closed;
+    std::optional<uint64_t> index;
+    bool traced = false;
+  };
+
+  /// start(): forget the previous run.
+  void reset(const Config& cfg) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cfg_ = cfg;
+    open_ = OpenStep{};
+    next_index_ = 0;
+    spans_outside_step_ = 0;
+    tracing_failed_ = false;
+  }
+
+  Begun begin(std::optional<double> tokens, std::optional<double> samples) {
+    Begun out;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (open_.exists && open_.scope_open) {
+      ++open_.record.ignored_step_scopes;
+      const bool same_thread = step_thread().load(std::memory_order_relaxed) == &thread_state();
+      warn_once("step.nested", same_thread ? "TRACE_STEP opened inside an open TRACE_STEP; the inner one is ignored"
+                                           : "TRACE_STEP opened on a second thread while a step is open; ignored "
+                                             "(steps are process-wide and sequential)");
+      return out;
+    }
+    const int64_t now = monotonic_ns();
+    if (open_.exists) {
+      open_.record.end_ns = now;
+      open_.record.end_is_next_step = true;
+      open_.record.spans_outside_step += static_cast<uint32_t>(std::exchange(spans_outside_step_, 0));
+      out.closed = std::move(open_.record);
+    }
+    open_ = OpenStep{};
+    open_.exists = true;
+    open_.scope_open = true;
+    StepRecord& r = open_.record;
+    r.index = next_index_++;
+    current_step().store(static_cast<int64_t>(r.index), std::memory_order_relaxed);
+    step_thread().store(&thread_state(), std::memory_order_relaxed);
+    step_thread_phase().store(thread_state().innermost(), std::memory_order_relaxed);
+    r.begin_ns = now;
+    r.begin_unix_ns = unix_ns();
+    r.spans.reserve(16);
+    r.traced = !tracing_failed_ && scheduled_for_tracing(r.index, cfg_.trace_every);
+    if (tokens) r.tokens = tokens;
+    else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
+    if (samples) r.samples = samples;
+    else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
+    out.index = r.index;
+    out.traced = r.traced;
+    return out;
+  }
+
+  /// Tracing could not be switched on: this step and every later one go untraced.
+  void tracing_failed(uint64_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracing_failed_ = true;
+    if (open_.exists && open_.record.index == index) open_.record.traced = false;
+  }
+  bool tracing_has_failed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tracing_failed_;
+  }
+
+  void end(std::optional<AllocatorStats> stats) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists || !open_.scope_open) return;
+    open_.scope_open = false;
+    open_.record.scope_end_ns = monotonic_ns();
+    if (stats) open_.record.allocator = stats;
+  }
+
+  void set_counts(std::optional<double> tokens, std::optional<double> samples) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists) return;
+    if (tokens) open_.record.tokens = tokens;
+    if (samples) open_.record.samples = samples;
+  }
+
+  /// A closed phase scope. `ticks`: begin and end are read_ticks() readings, converted here;
+  /// otherwise they are monotonic_ns().
+  void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ticks && !tick_clock_.calibrated()) {  // opened in an earlier session; this one reads steady_clock
+      ++spans_outside_step_;
+      return;
+    }
+    span.begin_ns = ticks ? tick_clock_.to_ns(begin) : static_cast<int64_t>(begin);
+    span.end_ns = ticks ? tick_clock_.to_ns(end) : static_cast<int64_t>(end);
+    if (!open_.exists) {
+      ++spans_outside_step_;  // reported in the first step's phase_scopes_outside_step
+      return;
+    }
+    StepRecord& r = open_.record;
+    if (r.spans.size() >= cfg_.max_spans_per_step) {
+      ++r.spans_dropped;
+      return;
+    }
+    r.spans.push_back(span);  // span.on_step_thread: set by the scope
+  }
+
+  void record_scalar(std::string name, double value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists) {
+      warn_once("record.nostep", "steptrace::record(\"" + name + "\") before the first TRACE_STEP; dropped");
+      return;
+    }
+    if (open_.record.scalars.size() >= kMaxScalarsPerStep) {
+      ++open_.record.scalars_dropped;
+      return;
+    }
+    open_.record.scalars.emplace_back(std::move(name), value);
+  }
+
+  /// stop(): the open step, closed now (its line is the last).
+  std::optional<StepRecord> close_last() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_.exists) return std::nullopt;
+    open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
+    open_.record.end_is_next_step = false;
+    std::optional<StepRecord> last = std::move(open_.record);
+    open_ = OpenStep{};
+    return last;
+  }
+
+  // ---- the clock phase scopes read ----
+
+  /// start(): the first anchor of the tick clock, or why scopes read steady_clock ("" = ticks usable).
+  std::string begin_clock_calibration(ClockSource source) {
+    scopes_read_ticks().store(false, std::memory_order_relaxed);
+    std::string reason = source == ClockSource::steady ? "clock=steady" : ticks_unusable_reason();
+    uint64_t t = 0;
+    int64_t n = 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    tick_clock_ = TickClock{};
+    if (reason.empty()) {
+      if (take_clock_anchor(t, n, 1.0, 20000)) tick_clock_.anchor(t, n);
+      else reason = "the time-stamp counter could not be read next to steady_clock";
+    }
+    return reason;
+  }
+
+  /// start(), after the device probe: a second anchor at least TickClock::kMinBaselineNs after the
+  /// first gives the slope; only then do scopes read ticks.
+  void finish_clock_calibration(std::string reason) {
+    if (reason.empty()) {
+      uint64_t t = 0;
+      int64_t n = 0;
+      bool calibrated = false;
+      for (int i = 0; i < 50 && !calibrated; ++i) {  // at most ~10 ms
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (!take_clock_anchor(t, n, 1.0, 20000)) continue;
+        std::lock_guard<std::mutex> lock(mutex_);
+        tick_clock_.anchor(t, n);
+        calibrated = tick_clock_.calibrated();
+      }
+      if (!calibrated) reason = "the time-stamp counter could not be calibrated against steady_clock";
+    }
+    if (reason.empty()) {
+      scopes_read_ticks().store(true, std::memory_order_relaxed);
+      logger()->info("phase scopes read the CPU time-stamp counter ({:.4f} ns per tick)", tick_clock_.ns_per_tick());
+    } else {
+      logger()->info("phase scopes read steady_clock: {}", reason);
+    }
+  }
+
+  /// Background thread: a fresh anchor keeps tick conversions within ~1 us; a counter that no
+  /// longer follows steady_clock sends new scopes back to steady_clock.
+  void refresh_clock_anchor() {
+    if (!scopes_read_ticks().load(std::memory_order_relaxed)) return;
+    uint64_t t = 0;
+    int64_t n = 0;
+    // Read outside the lock the scopes take; only this thread changes the slope it reads here.
+    if (!take_clock_anchor(t, n, tick_clock_.ns_per_tick())) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t error = tick_clock_.anchor(t, n);
+    if (error > kMaxTickDriftNs || error < -kMaxTickDriftNs) {
+      scopes_read_ticks().store(false, std::memory_order_relaxed);
+      warn_once("clock.drift", "the CPU time-stamp counter drifted " + std::to_string(error / 1000) +
+                                   " us from steady_clock; phase scopes read steady_clock from now on");
+    }
+  }
+
+ private:
+  struct OpenStep {
+    bool exists = false;      // a step has begun and its line is not yet queued
+    bool scope_open = false;  // its TRACE_STEP scope has not ended yet
+    StepRecord record;
+  };
+
+  std::mutex mutex_;
+  Config cfg_;
+  OpenStep open_;
+  uint64_t next_index_ = 0;
+  std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
+  bool tracing_failed_ = false;
+  TickClock tick_clock_;  // anchored by the worker, read by add_span
+};
+
+}  // namespace steptrace::details

@@ -1,0 +1,285 @@
+// steptrace/details/worker.hpp - the background thread: takes closed steps from the queue, reads
+// memory, device state and hardware counters, moves GPU records from the backend into the
+// attribution, decides when to ask for records and when a line stops waiting (line_policy.hpp),
+// assembles each line and hands it to the sinks. Nothing here runs on the training thread.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../backend/gpu_backend.hpp"
+#include "../core/attribution.hpp"
+#include "../core/clock.hpp"
+#include "../core/plausibility.hpp"
+#include "../sink/sink.hpp"
+#include "cross_rank_link.hpp"
+#include "demangle.hpp"
+#include "line_assembler.hpp"
+#include "line_policy.hpp"
+#include "log.hpp"
+#include "step_queue.hpp"
+#include "step_recorder.hpp"
+
+namespace steptrace::details {
+
+inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
+
+/// What the worker is given at start(); it owns the rest.
+struct WorkerSetup {
+  LineContext context;
+  backend::GpuBackend* gpu = nullptr;
+  StepRecorder* recorder = nullptr;  // the scope clock it keeps anchored
+  StepQueue* queue = nullptr;
+  CrossRankLink* link = nullptr;
+  std::vector<sink::LineSink*> sinks;
+  bool attribution = false;  // the backend collects launches and records
+  bool detach = false;       // untraced_cupti=detach in effect
+};
+
+class Worker {
+ public:
+  explicit Worker(WorkerSetup setup) : s_(std::move(setup)), lines_(s_.context) {}
+
+  /// The thread's body; returns once stop() was asked and every step has its line.
+  void run() {
+    const LineContext& ctx = lines_.context();
+    bool sample_memory = ctx.run.device.has_value();
+    if (sample_memory) {
+      const std::string err = s_.gpu->bind_thread(ctx.run.device->index);
+      if (!err.empty()) {
+        lines_.context().memory_null_reason = err;
+        sample_memory = false;
+      }
+    } else {
+      lines_.context().memory_null_reason = ctx.run.device_null_reason.empty() ? "no GPU" : ctx.run.device_null_reason;
+    }
+    if (sample_memory) take_memory_sample(sample_memory);  // a first reading before any step ends
+    open_device_state();
+    const auto period = std::chrono::microseconds(static_cast<int64_t>(ctx.cfg.memory_sample_ms * 1000));
+    // While a line waits for its GPU records, look more often than the memory period.
+    const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
+    for (;;) {
+      std::deque<StepRecord> batch;
+      const bool stopping = s_.queue->take(batch, waiting_.empty() ? period : waiting_period);
+      s_.recorder->refresh_clock_anchor();
+      if (sample_memory) take_memory_sample(sample_memory);
+      take_device_state();
+      for (auto& record : batch) waiting_.push_back(std::move(record));
+      if (s_.attribution) collect_gpu_records();
+      if (lines_.context().counters_on) collect_counter_samples();
+      s_.link->collect();
+      emit_ready(stopping);
+      if (s_.detach && !stopping) {  // once per traced line: the backend ignores a request it cannot act on yet
+        const uint64_t done = traced_done_ + s_.queue->dropped_traced();
+        if (done != detach_asked_for_) s_.gpu->request_detach(detach_asked_for_ = done);
+      }
+      if (stopping && waiting_.empty() && s_.queue->empty()) break;
+    }
+    if (lines_.context().device_state_on) s_.gpu->close_device_state();
+  }
+
+  // After run() returned (stop()).
+  bool counters_on() { return lines_.context().counters_on; }
+  SummaryBuilder& summary() { return lines_.summary(); }
+  uint64_t lines_written() const { return lines_written_; }
+  uint64_t lines_failed() const { return lines_failed_; }
+
+ private:
+  void take_memory_sample(bool& enabled) {
+    std::string err;
+    auto s = s_.gpu->sample_memory(monotonic_ns(), &err);
+    if (!s) {
+      lines_.context().memory_null_reason = err;
+      warn_once("memory", "device memory sampling stopped: " + err);
+      enabled = false;
+      return;
+    }
+    lines_.add_memory_sample(*s);
+  }
+
+  /// NVML for power, clocks, temperature and clock-event reasons.
+  void open_device_state() {
+    LineContext& ctx = lines_.context();
+    ctx.device_state_on = false;
+    if (!ctx.run.device) {
+      ctx.device_state_null_reason = "no GPU measured: " + ctx.run.device_null_reason;
+      return;
+    }
+    const std::string err = s_.gpu->open_device_state(ctx.run.device->index);
+    if (!err.empty()) {
+      ctx.device_state_null_reason = "NVML unavailable: " + err;
+      warn_once("nvml", ctx.device_state_null_reason + "; power, clocks and temperature are null");
+      return;
+    }
+    ctx.device_state_on = true;
+    ctx.device_state_null_reason.clear();
+    lines_.add_device_state(s_.gpu->read_device_state(monotonic_ns()));  // a first reading before any step ends
+  }
+
+  void take_device_state() {
+    if (!lines_.context().device_state_on) return;
+    const int64_t now = monotonic_ns();
+    const auto& states = lines_.device_states();
+    if (!states.empty() &&
+        now - states.back().time_ns < static_cast<int64_t>(lines_.context().cfg.memory_sample_ms * 1e6))
+      return;
+    lines_.add_device_state(s_.gpu->read_device_state(now));
+  }
+
+  /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
+  /// offset between the host clock and the GPU clock the samples are stamped with.
+  void collect_counter_samples() {
+    LineContext& ctx = lines_.context();
+    lines_.set_gpu_clock_offset(s_.gpu->gpu_clock_offset_ns());
+    std::vector<CounterSample> fresh;
+    const std::string err = s_.gpu->poll_counters(fresh);
+    lines_.add_counter_samples(fresh);
+    if (err.empty()) return;
+    // Usually the hardware buffer filled while this thread was held up for seconds (the decode then
+    // says CUPTI_ERROR_OUT_OF_MEMORY). Start sampling again, a few times per run; the steps of the
+    // gap show it in counters.coverage and counters.samples.
+    if (counter_restarts_ < kMaxCounterRestarts) {
+      ++counter_restarts_;
+      const std::string again = s_.gpu->start_counters(ctx.run.device->index, counters_interval_ns(ctx.cfg),
+                                                       counters_buffer_bytes(ctx.cfg));
+      warn_once("counters.restart", "hardware counters: " + err + "; PM sampling started again (" +
+                                        (again.empty() ? std::string("ok") : again) +
+                                        "), steps of the gap have fewer samples");
+      if (again.empty()) return;
+    }
+    ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
+    s_.gpu->stop_counters();
+    ctx.counters_null_reason = "hardware counters stopped: " + err;
+    warn_once("counters.poll", ctx.counters_null_reason);
+  }
+
+  /// Moves what the backend has handed over into the attributor (launch sites first: records join
+  /// them). Asks for completed records when should_flush_records says so. Never a forced flush while
+  /// the program runs: that returns records of kernels still running, with no end time.
+  void collect_gpu_records() {
+    const int64_t now = monotonic_ns();
+    FlushInputs in;
+    in.now = now;
+    if (!waiting_.empty()) in.oldest_end = waiting_.front().end_ns;
+    in.last_flush = last_flush_ns_;
+    in.launches_since_flush = launches_since_flush_;
+    in.detach_waits =
+        s_.detach && std::any_of(waiting_.begin(), waiting_.end(), [](const StepRecord& r) { return r.traced; });
+    in.flush_after_ms = lines_.context().cfg.flush_after_ms;
+    if (should_flush_records(in)) {
+      s_.gpu->flush_records(/*forced=*/false);
+      last_flush_ns_ = now;
+      launches_since_flush_ = 0;
+    }
+    GpuDrain d = s_.gpu->drain_records();
+    if (d.correlations_restarted) attributor_.forget_correlations();  // before the new ids come in
+    launches_since_flush_ += d.launches.size();
+    for (const auto& l : d.launches) attributor_.add_launch(l);
+    for (const auto& u : d.unsettled) attributor_.add_unsettled(u);
+    for (const auto& k : d.kernels) attributor_.add_kernel(k);
+    for (const auto& c : d.copies) attributor_.add_copy(c);
+    gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
+  }
+
+  /// Writes the lines whose GPU records are all in, in step order (line_due decides).
+  void emit_ready(bool stopping) {
+    const Config& cfg = lines_.context().cfg;
+    while (!waiting_.empty()) {
+      const StepRecord& r = waiting_.front();
+      std::optional<StepGpu> gpu;
+      std::string untraced;
+      if (s_.attribution && !r.traced) {
+        attributor_.skip(static_cast<int64_t>(r.index));
+        untraced = untraced_reason(r.index, cfg, s_.detach);
+      } else if (s_.attribution) {
+        LineWait w;
+        w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index));
+        w.counters_in = lines_.counters_cover(r.end_ns);
+        w.lines_waiting = waiting_.size();
+        w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+        w.stopping = stopping;
+        if (!line_due(w, cfg)) return;
+        gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping);
+        ++traced_done_;
+        warn_excluded(*gpu, r.index);
+        for (auto& [id, pg] : gpu->phases)
+          for (auto& t : pg.top_kernels) t.name = demangle_(t.name);
+      }
+      process(r, std::move(gpu), untraced);
+      waiting_.pop_front();
+    }
+  }
+
+  /// Impossible GPU records are left out of the line's sums and counted there; said once per reason.
+  static void warn_excluded(const StepGpu& g, uint64_t step) {
+    for (int i = 0; i < kImplausibleKinds; ++i) {
+      if (!g.excluded[i]) continue;
+      const auto why = static_cast<Implausible>(i + 1);
+      warn_once(std::string("gpu.excluded.") + implausible_name(why),
+                std::to_string(g.excluded[i]) + " GPU record(s) of step " + std::to_string(step) +
+                    " excluded from every sum: " + implausible_text(why) + " (counted in gpu.excluded." +
+                    implausible_name(why) + ")");
+    }
+    if (g.implausible_phases)
+      warn_once("gpu.implausible_phase", "a phase's GPU busy time exceeded the span or the sum of its records in step " +
+                                             std::to_string(step) + "; its GPU fields are left out (gpu.implausible_phases)");
+  }
+
+  void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced) {
+    try {
+      LineAssembler::Extra x;
+      x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
+      x.steps_dropped_total = s_.queue->dropped();
+      StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
+      if (!lines_.written(r)) return;  // a line never written takes no cross-rank view (it would be lost)
+      const LineContext& ctx = lines_.context();
+      s_.link->fill_line(r.index, ctx.run.rank, ctx.cfg.cross_rank_every, in);
+      lines_.close_window(in);
+      if (s_.sinks.empty()) return;
+      const std::string line = make_step_line(in);
+      for (sink::LineSink* sink : s_.sinks) {
+        const std::string err = sink->write_line(line);
+        if (err.empty()) {
+          ++lines_written_;
+        } else {
+          ++lines_failed_;
+          warn_once("write", "cannot write to " + sink->describe() + ": " + err +
+                                 " (failures are counted; training continues)");
+        }
+      }
+    } catch (const std::exception& e) {
+      warn_once("process", std::string("step line not produced: ") + e.what());
+    }
+  }
+
+ public:
+  static uint64_t counters_interval_ns(const Config& cfg) {
+    return static_cast<uint64_t>(cfg.counters_interval_us * 1000.0);
+  }
+  static std::size_t counters_buffer_bytes(const Config& cfg) {
+    return static_cast<std::size_t>(cfg.counters_buffer_mib) << 20;
+  }
+
+ private:
+  WorkerSetup s_;
+  LineAssembler lines_;
+  Attributor attributor_;
+  Demangler demangle_;
+  std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
+  uint64_t gpu_dropped_records_ = 0;
+  int64_t last_flush_ns_ = 0;
+  uint64_t launches_since_flush_ = 0;
+  uint64_t traced_done_ = 0;       // traced steps whose line was taken: detach after
+  uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
+  int counter_restarts_ = 0;
+  uint64_t lines_written_ = 0, lines_failed_ = 0;
+};
+
+}  // namespace steptrace::details

@@ -1,0 +1,270 @@
+// steptrace/settings.hpp - every Config field as one row of a typed table: its name, environment
+// variable, accepted range or spellings, default and one line of documentation. The table drives
+// apply_environment() and validate(), and tests/test_settings.cpp checks the README's table against
+// it, so a setting cannot be spelled one way in code and another in the documentation.
+#pragma once
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config.hpp"
+
+namespace steptrace {
+
+namespace details {
+
+inline bool parse_bool(const std::string& v, bool& out) {
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return out = true, true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return out = false, true;
+  return false;
+}
+
+inline bool parse_double(const std::string& v, double& out) {
+  if (v.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (errno != 0 || end != v.c_str() + v.size()) return false;
+  out = d;
+  return true;
+}
+
+inline bool parse_int(const std::string& v, long long& out) {
+  if (v.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long i = std::strtoll(v.c_str(), &end, 10);
+  if (errno != 0 || end != v.c_str() + v.size()) return false;
+  out = i;
+  return true;
+}
+
+inline std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+}  // namespace details
+
+/// One setting. `parse` reads an environment value into the field ("" or what was wrong; the field
+/// is left as it was); `check` tests the field's current value ("" or what is wrong); `text` shows it.
+struct Setting {
+  std::string name;      // the Config field
+  std::string variable;  // the environment variable
+  std::string range;     // what is accepted, as the README shows it
+  std::string doc;       // one line
+  std::function<std::string(Config&, const std::string&)> parse;
+  std::function<std::string(const Config&)> check;
+  std::function<std::string(const Config&)> text;
+  std::function<void(Config&, const Config&)> reset;  // field := the default's
+};
+
+namespace details {
+
+template <typename Member>
+std::function<void(Config&, const Config&)> resetter(Member Config::*m) {
+  return [m](Config& c, const Config& d) { c.*m = d.*m; };
+}
+
+inline Setting flag(const char* name, const char* var, bool Config::*m, const char* doc) {
+  Setting s{name, var, "`true`, `false` (also 1/0, on/off, yes/no)", doc, {}, {}, {}, resetter(m)};
+  s.parse = [m](Config& c, const std::string& v) { return parse_bool(v, c.*m) ? "" : std::string("not a boolean"); };
+  s.check = [](const Config&) { return std::string(); };
+  s.text = [m](const Config& c) { return std::string(c.*m ? "true" : "false"); };
+  return s;
+}
+
+inline Setting text(const char* name, const char* var, std::string Config::*m, const char* range, const char* doc) {
+  Setting s{name, var, range, doc, {}, {}, {}, resetter(m)};
+  s.parse = [m](Config& c, const std::string& v) {
+    c.*m = v;
+    return std::string();
+  };
+  s.check = [](const Config&) { return std::string(); };
+  s.text = [m](const Config& c) { return c.*m; };
+  return s;
+}
+
+/// An integer within [lo, hi]; `unset` (when not lo..hi) is accepted too and means "not set".
+template <typename T>
+Setting integer(const char* name, const char* var, T Config::*m, long long lo, long long hi, const char* doc,
+                std::optional<long long> unset = std::nullopt) {
+  std::string range = unset ? "`" + std::to_string(*unset) + "` or " : "";
+  range += std::to_string(lo) + " – " + std::to_string(hi);
+  Setting s{name, var, range, doc, {}, {}, {}, resetter(m)};
+  auto ok = [lo, hi, unset](long long v) { return (v >= lo && v <= hi) || (unset && v == *unset); };
+  s.parse = [m, ok, range](Config& c, const std::string& v) {
+    long long i = 0;
+    if (!parse_int(v, i)) return std::string("not an integer");
+    if (!ok(i)) return "outside " + range;
+    c.*m = static_cast<T>(i);
+    return std::string();
+  };
+  s.check = [m, ok, range](const Config& c) {
+    const long long v = static_cast<long long>(c.*m);
+    if (c.*m > static_cast<T>(0) && v < 0) return "outside " + range;  // a size_t above long long's range
+    return ok(v) ? std::string() : "got " + std::to_string(v) + ", outside " + range;
+  };
+  s.text = [m](const Config& c) { return std::to_string(c.*m); };
+  return s;
+}
+
+/// A finite number within [lo, hi].
+inline Setting real(const char* name, const char* var, double Config::*m, double lo, double hi, const char* doc) {
+  const std::string range = number_text(lo) + " – " + number_text(hi);
+  Setting s{name, var, range, doc, {}, {}, {}, resetter(m)};
+  auto ok = [lo, hi](double v) { return std::isfinite(v) && v >= lo && v <= hi; };
+  s.parse = [m, ok, range](Config& c, const std::string& v) {
+    double d = 0;
+    if (!parse_double(v, d)) return std::string("not a number");
+    if (!ok(d)) return "outside " + range;
+    c.*m = d;
+    return std::string();
+  };
+  s.check = [m, ok, range](const Config& c) {
+    return ok(c.*m) ? std::string() : "got " + number_text(c.*m) + ", outside " + range;
+  };
+  s.text = [m](const Config& c) { return number_text(c.*m); };
+  return s;
+}
+
+/// One of a few spellings, held as an enum.
+template <typename E>
+Setting choice(const char* name, const char* var, E Config::*m, std::vector<std::pair<std::string, E>> names,
+               const char* doc) {
+  std::string range;
+  for (const auto& [spelling, value] : names) range += (range.empty() ? "`" : ", `") + spelling + "`";
+  Setting s{name, var, range, doc, {}, {}, {}, resetter(m)};
+  s.parse = [m, names, range](Config& c, const std::string& v) {
+    for (const auto& [spelling, value] : names)
+      if (v == spelling) return c.*m = value, std::string();
+    return "not one of " + range;
+  };
+  s.check = [m, names](const Config& c) {
+    for (const auto& [spelling, value] : names)
+      if (c.*m == value) return std::string();
+    return std::string("not a known value");
+  };
+  s.text = [m, names](const Config& c) {
+    for (const auto& [spelling, value] : names)
+      if (c.*m == value) return spelling;
+    return std::string("?");
+  };
+  return s;
+}
+
+}  // namespace details
+
+/// Every setting, in the README's order.
+inline const std::vector<Setting>& settings() {
+  using namespace details;
+  static const std::vector<Setting> table = [] {
+    constexpr long long kMaxRanks = 1 << 24;
+    std::vector<Setting> t;
+    t.push_back(flag("enabled", "STEPTRACE_ENABLED", &Config::enabled, "`0` keeps steptrace off (`start()` returns false)"));
+    t.push_back(text("log_path", "STEPTRACE_LOG", &Config::log_path, "a path; `{rank}` is replaced by the rank",
+                     "JSON lines file (appended); `\"\"` = none"));
+    t.push_back(integer("log_every", "STEPTRACE_LOG_EVERY", &Config::log_every, 1, 1000000,
+                        "write every N-th step with a `window` summary of the N steps"));
+    t.push_back(real("tokens_per_step", "STEPTRACE_TOKENS_PER_STEP", &Config::tokens_per_step, 0, 1e15,
+                     "this rank's tokens per step (0 = unknown)"));
+    t.push_back(real("samples_per_step", "STEPTRACE_SAMPLES_PER_STEP", &Config::samples_per_step, 0, 1e15,
+                     "this rank's samples per step (0 = unknown)"));
+    t.push_back(real("flops_per_token", "STEPTRACE_FLOPS_PER_TOKEN", &Config::flops_per_token, 0, 1e18,
+                     "training FLOPs per token (0 = no MFU)"));
+    t.push_back(real("peak_flops", "STEPTRACE_PEAK_FLOPS", &Config::peak_flops, 0, 1e18,
+                     "dense FLOP/s of one GPU, overrides the table (0 = from the table)"));
+    t.push_back(choice("dtype", "STEPTRACE_DTYPE", &Config::dtype,
+                       {{"bf16", Dtype::bf16}, {"fp16", Dtype::fp16}, {"tf32", Dtype::tf32}, {"fp8", Dtype::fp8},
+                        {"fp32", Dtype::fp32}},
+                       "the peak column MFU is measured against"));
+    t.push_back(choice("gpu", "STEPTRACE_GPU", &Config::gpu, {{"auto", Mode::automatic}, {"off", Mode::off}},
+                       "`off`: never touch CUDA (CPU-only programs on GPU machines)"));
+    t.push_back(integer("device", "STEPTRACE_DEVICE", &Config::device, 0, 1023,
+                        "CUDA device measured; -1 = the current device at `start()`", -1));
+    t.push_back(choice("cupti", "STEPTRACE_CUPTI", &Config::cupti, {{"auto", Mode::automatic}, {"off", Mode::off}},
+                       "`off`: no GPU attribution (host timings and memory only)"));
+    t.push_back(choice("counters", "STEPTRACE_COUNTERS", &Config::counters, {{"auto", Mode::automatic}, {"off", Mode::off}},
+                       "hardware counters by CUPTI PM sampling; `off` leaves them null. Needs `cupti=auto`"));
+    t.push_back(real("counters_interval_us", "STEPTRACE_COUNTERS_INTERVAL_US", &Config::counters_interval_us, 20, 1e6,
+                     "PM sampling period in GPU time"));
+    t.push_back(integer("counters_buffer_mib", "STEPTRACE_COUNTERS_BUFFER_MIB", &Config::counters_buffer_mib, 8, 1024,
+                        "PM sampling's hardware buffer (device memory)"));
+    t.push_back(choice("clock", "STEPTRACE_CLOCK", &Config::clock,
+                       {{"auto", ClockSource::automatic}, {"steady", ClockSource::steady}},
+                       "what phase scopes read: the CPU's time-stamp counter where usable, or `steady_clock`"));
+    t.push_back(integer("cross_rank_every", "STEPTRACE_CROSS_RANK_EVERY", &Config::cross_rank_every, 1, 1000000,
+                        "with a communicator: gather every rank's step summary every N steps"));
+    t.push_back(integer("trace_every", "STEPTRACE_TRACE_EVERY", &Config::trace_every, 1, 1000000,
+                        "sampled attribution: CUPTI attributes the steps whose `global_step` is a multiple of N"));
+    t.push_back(choice("untraced_cupti", "STEPTRACE_UNTRACED_CUPTI", &Config::untraced_cupti,
+                       {{"keep", UntracedCupti::keep}, {"detach", UntracedCupti::detach}},
+                       "with `trace_every` > 1, what CUPTI does between traced steps"));
+    t.push_back(integer("max_lag_steps", "STEPTRACE_MAX_LAG_STEPS", &Config::max_lag_steps, 0, 100000,
+                        "a line waits for its GPU records until this many newer steps closed"));
+    t.push_back(real("max_lag_ms", "STEPTRACE_MAX_LAG_MS", &Config::max_lag_ms, 0, 3.6e6,
+                     "... or this long; then it is written with `gpu.complete: false`"));
+    t.push_back(real("flush_after_ms", "STEPTRACE_FLUSH_AFTER_MS", &Config::flush_after_ms, 1, 10000,
+                     "CUPTI is asked for partly filled record buffers once a line has waited this long"));
+    t.push_back(flag("summary", "STEPTRACE_SUMMARY", &Config::summary, "print the summary at `stop()`"));
+    t.push_back(real("memory_sample_ms", "STEPTRACE_MEMORY_SAMPLE_MS", &Config::memory_sample_ms, 0.1, 60000,
+                     "device-memory and NVML sampling period (background thread)"));
+    t.push_back(integer("rank", "STEPTRACE_RANK", &Config::rank, 0, kMaxRanks - 1,
+                        "this process's rank; -1 = `RANK`, `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`", -1));
+    t.push_back(integer("local_rank", "STEPTRACE_LOCAL_RANK", &Config::local_rank, 0, kMaxRanks - 1,
+                        "rank on this host; -1 = `LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`", -1));
+    t.push_back(integer("world_size", "STEPTRACE_WORLD_SIZE", &Config::world_size, 1, kMaxRanks,
+                        "ranks in the job; -1 = `WORLD_SIZE`, `OMPI_COMM_WORLD_SIZE`, `SLURM_NTASKS`", -1));
+    t.push_back(integer("max_pending_steps", "STEPTRACE_MAX_PENDING_STEPS", &Config::max_pending_steps, 1, 65536,
+                        "steps queued for the writer; beyond, lines are dropped and counted"));
+    t.push_back(integer("max_spans_per_step", "STEPTRACE_MAX_SPANS_PER_STEP", &Config::max_spans_per_step, 1, 1 << 20,
+                        "phase scopes kept per step; beyond, dropped and counted"));
+    return t;
+  }();
+  return table;
+}
+
+/// Applies STEPTRACE_* variables (name, value pairs, e.g. from `environ`) to `cfg`. Unknown
+/// STEPTRACE_ names and bad values are returned as errors naming the variable; the field keeps its value.
+inline std::vector<ConfigError> apply_environment(Config& cfg,
+                                                  const std::vector<std::pair<std::string, std::string>>& env) {
+  std::vector<ConfigError> errors;
+  for (const auto& [name, value] : env) {
+    if (name.rfind("STEPTRACE_", 0) != 0) continue;
+    const Setting* setting = nullptr;
+    for (const auto& s : settings())
+      if (s.variable == name) setting = &s;
+    if (!setting) {
+      errors.push_back({name, "unknown steptrace setting (ignored); see README 'Configuration'"});
+      continue;
+    }
+    const std::string why = setting->parse(cfg, value);
+    if (!why.empty())
+      errors.push_back({name, "cannot use value '" + value + "' (" + why + "); keeping " + setting->name + " = " +
+                                  setting->text(cfg)});
+  }
+  return errors;
+}
+
+/// Checks every field against its range; a bad value is reported and replaced by its default.
+inline std::vector<ConfigError> validate(Config& cfg) {
+  std::vector<ConfigError> errors;
+  const Config defaults;
+  for (const auto& s : settings()) {
+    const std::string why = s.check(cfg);
+    if (why.empty()) continue;
+    s.reset(cfg, defaults);
+    errors.push_back({s.name, why + "; using the default " + s.text(cfg)});
+  }
+  return errors;
+}
+
+}  // namespace steptrace

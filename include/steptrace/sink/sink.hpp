@@ -1,0 +1,18 @@
+// steptrace/sink/sink.hpp - where finished lines go. The background thread hands each written line
+// to every sink of the run; a sink never blocks the training thread (it is only called from the
+// background thread) and reports a failure as text, which the runtime counts and warns about once.
+#pragma once
+#include <string>
+
+namespace steptrace::sink {
+
+class LineSink {
+ public:
+  virtual ~LineSink() = default;
+  /// What the sink is, for messages ("the log 'steps.jsonl'").
+  virtual std::string describe() const = 0;
+  /// One line, without its newline. Returns "" or the error.
+  virtual std::string write_line(std::string line) = 0;
+};
+
+}  // namespace steptrace::sink

@@ -1,0 +1,163 @@
+// A GpuBackend for CPU tests: no CUDA, no CUPTI. The test's "program" calls launch() where a real
+// one would launch a kernel; the fake files the launch under the step and phase open on the calling
+// thread (as the CUPTI callback does) and hands over a kernel record when the test's delivery rule
+// says so. Every call the runtime makes is recorded, so a test can check the runtime's rules.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <steptrace/backend/gpu_backend.hpp>
+#include <steptrace/core/clock.hpp>
+#include <steptrace/core/launch_context.hpp>
+
+namespace steptrace_test {
+
+class FakeBackend final : public steptrace::backend::GpuBackend {
+ public:
+  enum class Delivery { at_once, at_flush, never };
+
+  // ---- what the test sets (before start()) ----
+  std::string probe_error;      // "" = a device is found
+  std::string attribution_error, counters_error, device_state_error;
+  std::string tracing_error;    // returned by set_tracing(true)
+  Delivery delivery = Delivery::at_once;
+  int sm_count = 100;
+
+  // ---- what the runtime did ----
+  struct Calls {
+    std::vector<bool> set_tracing;
+    std::vector<uint64_t> detach_requests;
+    int flushes = 0, forced_flushes = 0, synchronizes = 0;
+    int attribution_starts = 0, attribution_stops = 0, counters_starts = 0, counters_stops = 0;
+    bool detach_mode = false;
+    bool device_state_open = false, device_state_closed = false;
+  };
+  Calls calls() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
+  }
+
+  /// A kernel of `duration_ns` launched now by the calling thread; its record runs right away.
+  void launch(int64_t duration_ns, uint64_t blocks = 100) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!tracing_) return;  // callbacks and records off (sampled attribution, untraced step)
+    steptrace::LaunchRecord l;
+    l.correlation = ++next_correlation_;
+    l.step = steptrace::details::current_step().load();
+    l.phase = steptrace::details::launch_phase();
+    l.enter_ns = steptrace::monotonic_ns();
+    launches_.push_back(l);
+    steptrace::KernelRecord k;
+    k.correlation = l.correlation;
+    k.start_ns = l.enter_ns + 1000;
+    k.end_ns = k.start_ns + duration_ns;
+    k.blocks = blocks;
+    k.threads_per_block = 128;
+    k.sm_efficiency = steptrace::kernel_sm_efficiency(blocks, sm_count);
+    k.name = "fake_kernel";
+    if (delivery == Delivery::at_once) kernels_.push_back(k);
+    else if (delivery == Delivery::at_flush) held_.push_back(k);
+  }
+
+  // ---- GpuBackend ----
+  steptrace::backend::DeviceProbe probe(int requested) override {
+    steptrace::backend::DeviceProbe p;
+    if (!probe_error.empty()) {
+      p.null_reason = probe_error;
+      return p;
+    }
+    steptrace::DeviceInfo d;
+    d.index = requested < 0 ? 0 : requested;
+    d.name = "Fake GPU";
+    d.sm_count = sm_count;
+    d.total_memory_bytes = int64_t{80} << 30;
+    p.device = d;
+    return p;
+  }
+  void synchronize(int) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.synchronizes;
+  }
+  std::string start_attribution(bool detach) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.attribution_starts;
+    calls_.detach_mode = detach;
+    if (!attribution_error.empty()) return attribution_error;
+    tracing_ = true;
+    return {};
+  }
+  std::string set_tracing(bool on) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.set_tracing.push_back(on);
+    if (on && !tracing_error.empty()) return tracing_error;
+    tracing_ = on;
+    return {};
+  }
+  void request_detach(uint64_t generation) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.detach_requests.push_back(generation);
+  }
+  void flush_records(bool forced) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++(forced ? calls_.forced_flushes : calls_.flushes);
+    kernels_.insert(kernels_.end(), held_.begin(), held_.end());
+    held_.clear();
+  }
+  steptrace::GpuDrain drain_records() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    steptrace::GpuDrain d;
+    d.launches.swap(launches_);
+    d.kernels.swap(kernels_);
+    return d;
+  }
+  void stop_attribution() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.attribution_stops;
+    tracing_ = false;
+  }
+  std::string start_counters(int, uint64_t, std::size_t) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.counters_starts;
+    return counters_error;
+  }
+  std::string counters_description() override { return "fake PM sampler"; }
+  std::string poll_counters(std::vector<steptrace::CounterSample>&) override { return {}; }
+  void stop_counters() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.counters_stops;
+  }
+  int64_t gpu_clock_offset_ns() override { return 0; }
+  std::string bind_thread(int) override { return {}; }
+  std::optional<steptrace::MemorySample> sample_memory(int64_t now_ns, std::string*) override {
+    return steptrace::MemorySample{now_ns, int64_t{1} << 30, int64_t{80} << 30};
+  }
+  std::string open_device_state(int) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.device_state_open = device_state_error.empty();
+    return device_state_error;
+  }
+  steptrace::DeviceStateSample read_device_state(int64_t now_ns) override {
+    steptrace::DeviceStateSample s;
+    s.time_ns = now_ns;
+    s.power_w = 300;
+    return s;
+  }
+  void close_device_state() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.device_state_closed = true;
+  }
+
+ private:
+  std::mutex mutex_;
+  Calls calls_;
+  bool tracing_ = false;
+  uint32_t next_correlation_ = 0;
+  std::vector<steptrace::LaunchRecord> launches_;
+  std::vector<steptrace::KernelRecord> kernels_, held_;
+};
+
+}  // namespace steptrace_test

@@ -1,0 +1,260 @@
+// The runtime's rules, on a fake GPU backend (tests/fake_backend.hpp): sampled tracing switches the
+// backend at step boundaries, untraced and unavailable sections say why, lines wait for their
+// records and go out incomplete when overdue, CUPTI is asked for records only when a line has
+// waited, detach is asked for after each traced line, and stop() releases everything.
+#include <steptrace/steptrace.hpp>
+
+#include <memory>
+
+#include "fake_backend.hpp"
+#include "support.hpp"
+
+using steptrace::Config;
+using steptrace::details::Session;
+using steptrace_test::FakeBackend;
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+
+namespace {
+
+struct FakeRun {
+  FakeBackend* gpu;
+  std::unique_ptr<Session> session;
+  explicit FakeRun(std::unique_ptr<FakeBackend> backend) : gpu(backend.get()) {
+    session = std::make_unique<Session>(std::move(backend));
+  }
+  bool start(const Config& cfg) { return session->start(cfg, {}); }  // no STEPTRACE_* variables
+};
+
+Config base_config(const std::string& log) {
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.memory_sample_ms = 1;
+  return cfg;
+}
+
+/// `steps` steps, each a `forward` phase launching `kernels` kernels of 100 us.
+void run_steps(FakeBackend& gpu, int steps, int kernels) {
+  for (int i = 0; i < steps; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    for (int k = 0; k < kernels; ++k) gpu.launch(100'000);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every step traced: each line has its kernels, complete, in its phase", "[runtime]") {
+  const auto log = fresh_log("runtime_full");
+  FakeRun run(std::make_unique<FakeBackend>());
+  REQUIRE(run.start(base_config(log)));
+  run_steps(*run.gpu, 4, 3);
+  const auto summary = steptrace::stop();
+  CHECK(summary.lines_written == 4);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 4);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    CHECK(l["traced"] == true);
+    CHECK(l["gpu"]["complete"] == true);
+    CHECK(l["gpu"]["kernels"] == 3);
+    CHECK(l["phases"]["forward"]["gpu"]["kernels"] == 3);
+    CHECK(l["gpu"]["kernel_ms"].get<double>() == Approx(0.3).margin(1e-9));
+  }
+  const auto calls = run.gpu->calls();
+  CHECK(calls.set_tracing.empty());  // trace_every = 1: never switched
+  CHECK(calls.synchronizes == 1);    // stop(): the device, then every record
+  CHECK(calls.forced_flushes == 1);
+  CHECK(calls.attribution_stops == 1);
+  CHECK(calls.counters_stops == 1);
+  CHECK(calls.device_state_closed);
+}
+
+TEST_CASE("sampled tracing switches the backend at step boundaries; untraced lines say why", "[runtime]") {
+  const auto log = fresh_log("runtime_sampled");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 3;
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 7, 2);
+  steptrace::stop();
+  // Step k is traced when k % 3 == 0; the backend is asked at every step boundary (it ignores no-ops).
+  CHECK(run.gpu->calls().set_tracing == std::vector<bool>{true, false, false, true, false, false, true});
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 7);
+  for (const auto& l : lines) {
+    const int step = l["global_step"];
+    INFO(l.dump());
+    if (step % 3 == 0) {
+      CHECK(l["traced"] == true);
+      CHECK(l["gpu"]["kernels"] == 2);
+    } else {
+      CHECK(l["traced"] == false);
+      CHECK(l["gpu"].is_null());
+      CHECK(l["null_reasons"]["gpu"].get<std::string>().find("trace_every=3") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a backend that cannot switch tracing back on: the rest of the run is untraced, and says so", "[runtime]") {
+  const auto log = fresh_log("runtime_toggle_fails");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->tracing_error = "CUPTI_ERROR_NOT_INITIALIZED";
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 2;
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 5, 1);
+  steptrace::stop();
+  // Step 0: on (fails), then never asked again.
+  CHECK(run.gpu->calls().set_tracing == std::vector<bool>{true});
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 5);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    CHECK(l["traced"] == false);
+    const std::string why = l["null_reasons"]["gpu"];
+    if (l["global_step"].get<int>() % 2 == 0) CHECK(why.find("could not be switched back on") != std::string::npos);
+    else CHECK(why.find("trace_every=2") != std::string::npos);
+  }
+}
+
+TEST_CASE("records that come only with a flush: CUPTI is asked once a line has waited flush_after_ms", "[runtime]") {
+  const auto log = fresh_log("runtime_flush");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->delivery = FakeBackend::Delivery::at_flush;
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.flush_after_ms = 30;
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 10; ++i) {  // 10 steps of ~5 ms: ~50 ms, so one or two flushes, not ten
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    run.gpu->launch(100'000);
+    steptrace_test::spin_for_us(5000);
+  }
+  steptrace_test::spin_for_us(100'000);  // the lines wait, then CUPTI is asked
+  const int flushes_before_stop = run.gpu->calls().flushes;
+  steptrace::stop();
+  CHECK(flushes_before_stop >= 1);
+  CHECK(flushes_before_stop <= 5);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 10);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    CHECK(l["gpu"]["complete"] == true);
+    CHECK(l["gpu"]["kernels"] == 1);
+  }
+}
+
+TEST_CASE("a line whose records never come goes out after max_lag_ms, marked incomplete", "[runtime]") {
+  const auto log = fresh_log("runtime_overdue");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->delivery = FakeBackend::Delivery::never;
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.max_lag_ms = 50;
+  cfg.max_lag_steps = 1000;  // only the time bound applies
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 2, 2);
+  {
+    TRACE_STEP();  // a third step stays open while the first two wait
+    steptrace_test::spin_for_us(20'000);
+    CHECK(read_lines(log).empty());  // 20 ms < max_lag_ms: still waiting
+    steptrace_test::spin_for_us(150'000);
+    CHECK(read_lines(log).size() == 2);  // overdue: out without their records
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);
+  for (int i = 0; i < 2; ++i) {
+    INFO(lines[i].dump());
+    CHECK(lines[i]["gpu"]["complete"] == false);
+    CHECK(lines[i]["gpu"]["missing_launches"] == 2);
+  }
+}
+
+TEST_CASE("detach mode: a detach is asked for once each traced step's line is out; no counters", "[runtime]") {
+  const auto log = fresh_log("runtime_detach");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 2;
+  cfg.untraced_cupti = steptrace::UntracedCupti::detach;
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 6; ++i) {
+    run_steps(*run.gpu, 1, 1);
+    steptrace_test::spin_for_us(30'000);  // the background thread takes the line
+  }
+  steptrace::stop();
+  const auto calls = run.gpu->calls();
+  CHECK(calls.detach_mode);
+  CHECK(calls.counters_starts == 0);
+  // Traced steps 0, 2, 4: one request per traced line, numbered by traced lines done.
+  REQUIRE(calls.detach_requests.size() >= 2);
+  for (std::size_t i = 1; i < calls.detach_requests.size(); ++i)
+    CHECK(calls.detach_requests[i] > calls.detach_requests[i - 1]);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 6);
+  CHECK(lines[0]["null_reasons"]["counters"].get<std::string>().find("untraced_cupti=detach") != std::string::npos);
+  CHECK(lines[1]["null_reasons"]["gpu"].get<std::string>().find("CUPTI detached between traced steps") !=
+        std::string::npos);
+}
+
+TEST_CASE("each unavailable part of the backend gives its section a reason that names the cause", "[runtime]") {
+  SECTION("no device") {
+    const auto log = fresh_log("runtime_no_device");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->probe_error = "no usable GPU: fake says so";
+    FakeRun run(std::move(backend));
+    REQUIRE(run.start(base_config(log)));
+    run_steps(*run.gpu, 1, 1);
+    steptrace::stop();
+    const auto l = read_lines(log).at(0);
+    INFO(l.dump());
+    CHECK(l["device"].is_null());
+    CHECK(l["null_reasons"]["gpu"] == "no GPU measured: no usable GPU: fake says so");
+    CHECK(l["null_reasons"]["counters"] == "no GPU measured: no usable GPU: fake says so");
+    CHECK(run.gpu->calls().attribution_starts == 0);
+  }
+  SECTION("CUPTI held by another tool, counters locked, NVML missing") {
+    const auto log = fresh_log("runtime_unavailable");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->attribution_error = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED";
+    backend->counters_error = "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES";
+    backend->device_state_error = "libnvidia-ml.so.1 not found";
+    FakeRun run(std::move(backend));
+    REQUIRE(run.start(base_config(log)));
+    run_steps(*run.gpu, 2, 1);
+    {
+      TRACE_STEP();
+      steptrace_test::spin_for_us(20'000);  // long enough for memory readings inside the step
+    }
+    steptrace::stop();
+    const auto l = read_lines(log).at(2);
+    INFO(l.dump());
+    CHECK(l["traced"] == false);
+    CHECK(l["null_reasons"]["gpu"] == "CUPTI unavailable: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED");
+    CHECK(l["null_reasons"]["counters"].get<std::string>().find("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES") !=
+          std::string::npos);
+    CHECK(l["null_reasons"]["device_state"] == "NVML unavailable: libnvidia-ml.so.1 not found");
+    CHECK(l["device"]["name"] == "Fake GPU");
+    CHECK(l["memory"]["device_used_peak_bytes"] == int64_t{1} << 30);  // memory still sampled
+    const auto calls = run.gpu->calls();
+    CHECK(calls.attribution_stops == 0);  // never started
+    CHECK(calls.counters_stops == 0);
+  }
+  SECTION("switched off in the configuration") {
+    const auto log = fresh_log("runtime_off");
+    FakeRun run(std::make_unique<FakeBackend>());
+    Config cfg = base_config(log);
+    cfg.cupti = steptrace::Mode::off;
+    REQUIRE(run.start(cfg));
+    run_steps(*run.gpu, 1, 1);
+    steptrace::stop();
+    const auto l = read_lines(log).at(0);
+    CHECK(l["null_reasons"]["gpu"].get<std::string>().find("cupti=off") != std::string::npos);
+    CHECK(l["null_reasons"]["counters"].get<std::string>().find("cupti=off") != std::string::npos);
+    CHECK(run.gpu->calls().attribution_starts == 0);
+  }
+}
