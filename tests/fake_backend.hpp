@@ -125,7 +125,19 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     return counters_error;
   }
   std::string counters_description() override { return "fake PM sampler"; }
-  std::string poll_counters(std::vector<steptrace::CounterSample>&) override { return {}; }
+  /// One sample from the previous poll to now (GPU clock = host clock here), all values 0.5.
+  std::string poll_counters(std::vector<steptrace::CounterSample>& out) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t now = steptrace::monotonic_ns();
+    if (last_sample_end_ == 0) last_sample_end_ = now - 1000;
+    if (now <= last_sample_end_) return {};
+    steptrace::CounterSample c;
+    c.start_ns = last_sample_end_;
+    c.end_ns = last_sample_end_ = now;
+    c.sm_active = c.tensor_active = c.dram = c.occupancy = 0.5;
+    out.push_back(c);
+    return {};
+  }
   void stop_counters() override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++calls_.counters_stops;
@@ -156,6 +168,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   Calls calls_;
   bool tracing_ = false;
   uint32_t next_correlation_ = 0;
+  int64_t last_sample_end_ = 0;
   std::vector<steptrace::LaunchRecord> launches_;
   std::vector<steptrace::KernelRecord> kernels_, held_;
 };

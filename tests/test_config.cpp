@@ -133,6 +133,9 @@ TEST_CASE("environment values outside their range or spelling are refused, namin
   // The knobs that were compile-time macros are settings now.
   CHECK(apply_environment(c, {{"STEPTRACE_FLUSH_AFTER_MS", "50"}, {"STEPTRACE_COUNTERS_BUFFER_MIB", "8"}}).empty());
   CHECK(c.flush_after_ms == 50);
+  // The dtype aliases parse_dtype knows (torch's spellings among them).
+  CHECK(apply_environment(c, {{"STEPTRACE_DTYPE", "float16"}}).empty());
+  CHECK(c.dtype == Dtype::fp16);
   CHECK(c.counters_buffer_mib == 8);
 }
 

@@ -184,7 +184,8 @@ inline const std::vector<Setting>& settings() {
                      "dense FLOP/s of one GPU, overrides the table (0 = from the table)"));
     t.push_back(choice("dtype", "STEPTRACE_DTYPE", &Config::dtype,
                        {{"bf16", Dtype::bf16}, {"fp16", Dtype::fp16}, {"tf32", Dtype::tf32}, {"fp8", Dtype::fp8},
-                        {"fp32", Dtype::fp32}},
+                        {"fp32", Dtype::fp32}, {"bfloat16", Dtype::bf16}, {"float16", Dtype::fp16}, {"half", Dtype::fp16},
+                        {"e4m3", Dtype::fp8}, {"e5m2", Dtype::fp8}, {"float32", Dtype::fp32}, {"float", Dtype::fp32}},
                        "the peak column MFU is measured against"));
     t.push_back(choice("gpu", "STEPTRACE_GPU", &Config::gpu, {{"auto", Mode::automatic}, {"off", Mode::off}},
                        "`off`: never touch CUDA (CPU-only programs on GPU machines)"));

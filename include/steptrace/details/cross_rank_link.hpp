@@ -28,6 +28,7 @@ class CrossRankLink {
     posted_.clear();
     views_.clear();
     null_reason_.clear();
+    every_ = 0;
   }
 
   /// Training thread: the communicator's side of the exchange, handed over once per run.
@@ -92,9 +93,9 @@ class CrossRankLink {
 
   /// Background thread, for a line that is written: the oldest view of its own step or an earlier
   /// one (lines may lag the exchange; a view never lands on an earlier step's line), or why none.
-  void fill_line(uint64_t step, int rank, int default_every, StepLineInput& in) {
+  void fill_line(uint64_t step, int rank, StepLineInput& in) {
     std::lock_guard<std::mutex> lock(mutex_);
-    in.cross_rank_every = exchange_ ? every_ : default_every;
+    in.cross_rank_every = every_;  // the cadence the views were gathered at, also after the exchange stopped
     if (!exchange_ && null_reason_.empty())
       in.cross_rank_null_reason = "no communicator handed to steptrace (steptrace::enable_cross_rank, steptrace/nccl.hpp); "
                                   "aggregate the ranks' lines by rank in the dashboard instead";

@@ -240,7 +240,7 @@ class Worker {
       StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
       if (!lines_.written(r)) return;  // a line never written takes no cross-rank view (it would be lost)
       const LineContext& ctx = lines_.context();
-      s_.link->fill_line(r.index, ctx.run.rank, ctx.cfg.cross_rank_every, in);
+      s_.link->fill_line(r.index, ctx.run.rank, in);
       lines_.close_window(in);
       if (s_.sinks.empty()) return;
       const std::string line = make_step_line(in);
