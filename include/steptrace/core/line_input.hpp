@@ -1,0 +1,68 @@
+// steptrace/core/line_input.hpp - everything one step's line is made of (core/step_line.hpp renders it).
+#pragma once
+#include <algorithm>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attribution.hpp"
+#include "counters.hpp"
+#include "cross_rank.hpp"
+#include "device_state.hpp"
+#include "diagnosis.hpp"
+#include "json_writer.hpp"
+#include "phase.hpp"
+#include "run_info.hpp"
+#include "step_metrics.hpp"
+
+namespace steptrace {
+
+inline constexpr const char* kSchemaVersion = "steptrace.step/1";
+
+/// Device memory seen during the step.
+struct MemoryObservation {
+  std::optional<int64_t> device_used_peak_bytes;  // max of cudaMemGetInfo samples within the step
+  std::optional<int64_t> device_total_bytes;
+  uint32_t samples = 0;
+  std::string null_reason;
+};
+
+/// Aggregate of the steps since the previous line, when log_every > 1.
+struct WindowSummary {
+  uint32_t steps = 0;
+  double step_time_ms_mean = 0, step_time_ms_min = 0, step_time_ms_max = 0;
+  std::optional<double> tokens_per_second_mean;
+};
+
+/// Everything one line is made of.
+struct StepLineInput {
+  const StepRecord* step = nullptr;
+  HostStepMetrics host;
+  const RunInfo* run = nullptr;
+  MemoryObservation memory;
+  MfuResult mfu;
+  double flops_per_token = 0;
+  PeakFlops peak;
+  std::optional<StepGpu> gpu;            // CUPTI attribution of the step's launches
+  std::string gpu_null_reason;           // why there is none
+  std::string counters_null_reason;      // why sm_activity, memory_bandwidth_utilization, tensor... are null
+  std::optional<CounterSummary> counters;             // PM sampling over the step's window
+  std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
+  double counters_interval_us = 0;
+  std::optional<CrossRankView> cross_rank;            // rank 0: the latest gathered view
+  std::string cross_rank_null_reason;
+  int cross_rank_every = 0;
+  std::optional<DeviceStateSummary> device_state;     // NVML readings within the step
+  std::string device_state_null_reason;               // why device_state is null
+  uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
+  StepShares shares;
+  Diagnosis diagnosis;
+  std::optional<WindowSummary> window;
+  uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
+  std::vector<std::string> warnings;
+};
+
+}  // namespace steptrace

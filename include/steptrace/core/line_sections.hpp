@@ -1,0 +1,444 @@
+// steptrace/core/line_sections.hpp - one writer per section of a step's line, in the line's order
+// (docs/schema.md follows it). Every null goes through LineOut with its reason.
+#pragma once
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "json_writer.hpp"
+#include "line_input.hpp"
+
+namespace steptrace {
+
+namespace details {
+
+inline std::string iso8601_utc(int64_t unix_ns) {
+  const std::time_t secs = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>((unix_ns / 1000000) % 1000));
+  return buf;
+}
+
+}  // namespace details
+
+/// A line being written: the JSON, and the reason for every null written so far. Every section
+/// writes its nulls through here, so that a null never goes out without its reason.
+struct LineOut {
+  details::JsonWriter w;
+  std::vector<std::pair<std::string, std::string>> nulls;
+
+  void optional_field(const char* name, const std::optional<double>& v, const std::string& reason) {
+    w.field(name, v);
+    if (!v) nulls.emplace_back(name, reason);
+  }
+  /// A built-in phase that was never opened has no time: null, and say so.
+  void phase_field(const StepLineInput& in, const char* name, PhaseId id) {
+    auto it = in.host.phases.find(id);
+    const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
+    w.field(name, v);
+    if (!v) nulls.emplace_back(name, "no '" + phase_name(id) + "' phase scope in this step");
+  }
+};
+
+/// The last value recorded under `name` in the step.
+inline std::optional<double> scalar(const StepRecord& step, const std::string& name) {
+  std::optional<double> v;
+  for (const auto& [n, x] : step.scalars)
+    if (n == name) v = x;  // last record wins
+  return v;
+}
+
+/// Schema, step, time of day, rank and host, the device (or why none).
+inline void write_identity(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepRecord& step = *in.step;
+  const RunInfo& run = *in.run;
+  w.field("schema", kSchemaVersion);
+  w.field("global_step", step.index);
+  w.field("timestamp", details::iso8601_utc(step.begin_unix_ns));
+  w.field("start_unix_ms", static_cast<double>(step.begin_unix_ns) / 1e6);
+  w.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
+  w.field("hostname", run.hostname).field("pid", run.pid);
+  w.key("device");
+  if (run.device) {
+    w.begin_object()
+        .field("index", run.device->index)
+        .field("name", run.device->name)
+        .field("sm_count", run.device->sm_count)
+        .field("compute_capability", std::to_string(run.device->cc_major) + "." + std::to_string(run.device->cc_minor))
+        .end_object();
+  } else {
+    w.null();
+    out.nulls.emplace_back("device", run.device_null_reason);
+  }
+}
+
+/// Step time, throughput and the built-in phases' host time.
+inline void write_time(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepRecord& step = *in.step;
+  const HostStepMetrics& host = in.host;
+  // Time and throughput.
+  w.field("step_time_ms", ns_to_ms(host.step_time_ns));
+  w.field("step_time_basis", step.end_is_next_step ? "next_step_start" : "scope_end");
+  w.field("step_scope_ms", ns_to_ms(host.scope_time_ns));
+  const std::string no_tokens = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
+  const std::string no_samples = "samples per step unknown (set samples_per_step or TRACE_STEP(tokens, samples))";
+  out.optional_field("tokens", step.tokens, no_tokens);
+  out.optional_field("tokens_per_second", host.tokens_per_second, no_tokens);
+  out.optional_field("samples", step.samples, no_samples);
+  out.optional_field("samples_per_second", host.samples_per_second, no_samples);
+  out.phase_field(in, "dataloader_wait_ms", phase_tag::input);
+  out.phase_field(in, "h2d_time_ms", phase_tag::h2d);
+  out.phase_field(in, "forward_time_ms", phase_tag::forward);
+  out.phase_field(in, "backward_time_ms", phase_tag::backward);
+  out.phase_field(in, "optimizer_time_ms", phase_tag::optimizer);
+  w.field("untracked_time_ms", ns_to_ms(host.untracked_ns));
+}
+
+/// GPU utilization and NCCL time from CUPTI attribution.
+inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const HostStepMetrics& host = in.host;
+  // GPU: attribution (CUPTI activity records joined to launches) and hardware counters.
+  if (in.gpu && host.step_time_ns > 0) {
+    w.field("gpu_utilization", std::min(1.0, static_cast<double>(in.gpu->busy_ns) / static_cast<double>(host.step_time_ns)));
+    w.field("nccl_time_ms", ns_to_ms(in.gpu->nccl_ns));
+  } else {
+    for (const char* name : {"gpu_utilization", "nccl_time_ms"}) {
+      w.key(name).null();
+      out.nulls.emplace_back(name, in.gpu_null_reason);
+    }
+  }
+}
+
+/// Hardware counters (PM sampling) over the step: null when counters are off or unavailable, when the
+/// chip offers no such metric, or when no sample covered the step.
+inline void write_counters(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  // Hardware counters (PM sampling): a field is null when counters are off/unavailable, or when the
+  // chip offers no such metric, or no sample has covered the step yet.
+  const std::optional<double> none;
+  const CounterSummary* c = in.counters ? &*in.counters : nullptr;
+  const std::pair<const char*, const std::optional<double>*> fields[] = {
+      {"sm_activity", c ? &c->sm_active : &none},
+      {"memory_bandwidth_utilization", c ? &c->dram : &none},
+      {"tensor_core_or_pipe_utilization", c ? &c->tensor_active : &none}};
+  for (const auto& [name, v] : fields) {
+    w.field(name, *v);
+    if (!*v)
+      out.nulls.emplace_back(name, c ? (c->samples ? "this metric is not available from PM sampling on this GPU"
+                                                      : "no PM sample covered this step")
+                                        : in.counters_null_reason);
+  }
+  w.key("counters");
+  if (c) {
+    w.begin_object().field("source", "cupti_pm_sampling").field("interval_us", in.counters_interval_us);
+    w.field("samples", c->samples).field("sample_ms", ns_to_ms(c->sample_ns)).field("coverage", c->coverage);
+    w.field("edge_only", c->edge_only);
+    w.field("occupancy", c->occupancy);
+    w.end_object();
+  } else {
+    w.null();
+    out.nulls.emplace_back("counters", in.counters_null_reason);
+  }
+}
+
+/// The cross-rank view (rank 0's lines), or why none.
+inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  w.key("cross_rank");
+  if (in.cross_rank) {
+    const CrossRankView& v = *in.cross_rank;
+    w.begin_object().field("step", v.step).field("every", static_cast<int64_t>(in.cross_rank_every));
+    w.field("world_size", static_cast<int64_t>(v.world_size)).field("reporting", static_cast<int64_t>(v.reporting));
+    w.field("missing_count", v.missing_count).key("missing_ranks").begin_array();
+    for (int r : v.missing_ranks) w.value(static_cast<int64_t>(r));
+    w.end_array();
+    if (v.reporting) {
+      w.key("step_time_ms").begin_object().field("median", v.step_ms_median).field("min", v.step_ms_min).field("max", v.step_ms_max).end_object();
+      w.key("work_ms").begin_object().field("median", v.work_ms_median).field("min", v.work_ms_min).field("max", v.work_ms_max).end_object();
+      w.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("step_skew", v.step_skew);
+      // Balanced only when every rank reported: a missing rank may be the one the others wait for.
+      const bool judged = v.missing_count == 0 && v.reporting >= 2 && v.step_ms_median > 0;
+      w.field("balanced", judged ? std::optional<bool>(v.step_skew < kBalancedStepSkew) : std::nullopt);
+      if (!judged)
+        out.nulls.emplace_back("cross_rank.balanced", v.reporting < 2 ? "fewer than two ranks reported"
+                                                         : v.missing_count ? "a rank's summary is missing (it may be the slow one)"
+                                                                           : "no positive median step time");
+      w.field("gap_ms", v.gap_ms).field("skew", v.skew);
+      w.field("culprit_phase", v.culprit_phase ? std::optional<std::string>(phase_name(*v.culprit_phase)) : std::nullopt);
+      w.field("culprit_gap_ms", v.culprit_gap_ms);
+      w.key("lowest_scores").begin_array();
+      for (const auto& sc : v.lowest_scores)
+        w.begin_object().field("rank", static_cast<int64_t>(sc.rank)).field("score", sc.score).field("work_ms", sc.work_ms).end_object();
+      w.end_array();
+    }
+    w.end_object();
+  } else {
+    w.null();
+    out.nulls.emplace_back("cross_rank", in.cross_rank_null_reason.empty() ? "no cross-rank exchange" : in.cross_rank_null_reason);
+  }
+}
+
+/// NVML readings within the step.
+inline void write_device_state(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  w.key("device_state");
+  if (in.device_state) {
+    const DeviceStateSummary& d = *in.device_state;
+    w.begin_object().field("samples", d.samples);
+    w.field("power_w_mean", d.power_w_mean).field("power_w_max", d.power_w_max);
+    w.field("sm_clock_mhz_mean", d.sm_clock_mhz_mean).field("sm_clock_mhz_min", d.sm_clock_mhz_min);
+    w.field("temperature_c_max", d.temperature_c_max);
+    w.key("clock_event_reasons");
+    if (d.clock_event_reasons) {
+      w.begin_array();
+      for (const auto& r : clock_event_reason_names(*d.clock_event_reasons)) w.value(r);
+      w.end_array();
+    } else {
+      w.null();
+    }
+    w.end_object();
+  } else {
+    w.null();
+    out.nulls.emplace_back("device_state", in.device_state_null_reason);
+  }
+}
+
+/// Whether the step was traced, and its GPU attribution.
+inline void write_gpu(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const HostStepMetrics& host = in.host;
+  w.field("traced", in.gpu.has_value());
+  w.key("gpu");
+  if (in.gpu) {
+    const StepGpu& g = *in.gpu;
+    w.begin_object();
+    w.field("complete", g.complete).field("missing_launches", g.missing_launches);
+    w.field("busy_ms", ns_to_ms(g.busy_ns)).field("idle_ms", ns_to_ms(std::max<int64_t>(0, host.step_time_ns - g.busy_ns)));
+    w.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
+    // No kernel, no efficiency: null, never 0 (the step's null_reasons say why).
+    w.field("sm_efficiency", g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt);
+    if (!g.kernels) out.nulls.emplace_back("gpu.sm_efficiency", "no kernel ran in this step");
+    w.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
+    w.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt);
+    w.key("nccl_collectives").begin_object();
+    for (const auto& [op, t] : g.nccl_collectives)
+      w.key(op).begin_object().field("ms", ns_to_ms(t.first)).field("kernels", t.second).end_object();
+    w.end_object();
+    w.field("late_records", g.late_records).field("unattributed_records", g.unattributed_records);
+    w.field("dropped_records", in.gpu_dropped_records);
+    w.field("excluded_records", g.excluded_records);
+    w.key("excluded").begin_object();
+    for (int i = 0; i < kImplausibleKinds; ++i) w.field(implausible_name(static_cast<Implausible>(i + 1)), g.excluded[i]);
+    w.end_object();
+    w.field("implausible_phases", g.implausible_phases);
+    if (g.before_first_step_records)
+      w.field("before_first_step_ms", ns_to_ms(g.before_first_step_ns)).field("before_first_step_records", g.before_first_step_records);
+    w.end_object();
+  } else {
+    w.null();
+    out.nulls.emplace_back("gpu", in.gpu_null_reason);
+  }
+}
+
+/// Peak memory (the allocator hook first, else sampled device memory) and the readings behind it.
+inline void write_memory(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepRecord& step = *in.step;
+  // Memory.
+  std::optional<int64_t> peak_allocated;
+  std::string peak_source;
+  if (step.allocator && step.allocator->peak_allocated_bytes) {
+    peak_allocated = step.allocator->peak_allocated_bytes;
+    peak_source = "allocator_hook";
+  } else if (in.memory.device_used_peak_bytes) {
+    peak_allocated = in.memory.device_used_peak_bytes;
+    peak_source = "device_used_sampled";
+  }
+  w.field("peak_memory_allocated", peak_allocated);
+  if (peak_allocated) {
+    w.field("peak_memory_source", peak_source);
+  } else {
+    w.key("peak_memory_source").null();
+    const std::string why = in.memory.null_reason.empty() ? "no memory sample fell inside this step" : in.memory.null_reason;
+    out.nulls.emplace_back("peak_memory_allocated", why);
+    out.nulls.emplace_back("peak_memory_source", why);
+  }
+  w.key("memory").begin_object();
+  w.field("device_used_peak_bytes", in.memory.device_used_peak_bytes);
+  w.field("device_total_bytes", in.memory.device_total_bytes);
+  w.field("samples", in.memory.samples);
+  w.key("allocator");
+  if (step.allocator) {
+    const AllocatorStats& a = *step.allocator;
+    w.begin_object()
+        .field("allocated_bytes", a.allocated_bytes)
+        .field("reserved_bytes", a.reserved_bytes)
+        .field("peak_allocated_bytes", a.peak_allocated_bytes)
+        .field("peak_reserved_bytes", a.peak_reserved_bytes)
+        .field("alloc_retries", a.alloc_retries)
+        .field("ooms", a.ooms)
+        .end_object();
+  } else {
+    w.null();
+  }
+  w.end_object();
+}
+
+/// Estimated MFU and its inputs.
+inline void write_mfu(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  // MFU.
+  w.field("estimated_mfu", in.mfu.value);
+  if (!in.mfu.value) out.nulls.emplace_back("estimated_mfu", in.mfu.null_reason);
+  w.key("mfu_inputs").begin_object();
+  w.field("flops_per_token", in.flops_per_token > 0 ? std::optional<double>(in.flops_per_token) : std::nullopt);
+  w.field("peak_flops", in.peak.flops_per_second);
+  w.field("peak_source", in.peak.flops_per_second ? in.peak.source : in.peak.null_reason);
+  w.field("above_one", in.mfu.above_one);
+  w.end_object();
+}
+
+/// loss, grad_norm, overflow_count, and every other recorded scalar (its last value).
+inline void write_scalars(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepRecord& step = *in.step;
+  // Training scalars.
+  out.optional_field("loss", scalar(step, "loss"), "not recorded (steptrace::record(\"loss\", v))");
+  out.optional_field("grad_norm", scalar(step, "grad_norm"), "not recorded (steptrace::record(\"grad_norm\", v))");
+  out.optional_field("overflow_count", scalar(step, "overflow_count"), "not recorded (steptrace::record(\"overflow_count\", v))");
+  w.key("scalars").begin_object();
+  std::vector<std::pair<std::string, double>> last_values;  // each name once, with its last value
+  for (const auto& entry : step.scalars) {
+    const std::string& name = entry.first;
+    if (name == "loss" || name == "grad_norm" || name == "overflow_count") continue;
+    auto it = std::find_if(last_values.begin(), last_values.end(), [&](const auto& p) { return p.first == name; });
+    if (it != last_values.end()) it->second = entry.second;
+    else last_values.push_back(entry);
+  }
+  for (const auto& [name, v] : last_values) w.field(name, v);
+  w.end_object();
+}
+
+/// Per phase: host time, and the GPU work the phase launched.
+inline void write_phases(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const HostStepMetrics& host = in.host;
+  // Per-phase detail: host time, and the GPU work the phase launched.
+  std::vector<PhaseId> ids;
+  for (const auto& kv : host.phases) ids.push_back(kv.first);
+  if (in.gpu)
+    for (const auto& kv : in.gpu->phases)
+      if (!host.phases.count(kv.first)) ids.push_back(kv.first);
+  w.key("phases").begin_object();
+  for (PhaseId id : ids) {
+    w.key(id == kNoPhase ? std::string("unphased") : phase_name(id)).begin_object();
+    auto hp = host.phases.find(id);
+    if (hp != host.phases.end()) {
+      w.field("host_ms", ns_to_ms(hp->second.total_ns)).field("count", hp->second.count);
+      if (hp->second.other_thread_count) w.field("other_thread_count", hp->second.other_thread_count);
+    }
+    const PhaseGpu* pg = nullptr;
+    if (in.gpu) {
+      auto it = in.gpu->phases.find(id);
+      if (it != in.gpu->phases.end()) pg = &it->second;
+    }
+    if (pg) {
+      w.key("gpu").begin_object();
+      w.field("kernel_ms", ns_to_ms(pg->kernel_ns)).field("busy_ms", ns_to_ms(pg->busy_ns)).field("kernels", pg->kernels);
+      w.field("sm_efficiency", pg->kernels ? std::optional<double>(pg->sm_efficiency) : std::nullopt);
+      w.field("occupancy", pg->kernels && pg->occupancy > 0 ? std::optional<double>(pg->occupancy) : std::nullopt);
+      for (int k = 0; k < kCopyKindCount; ++k) {
+        const CopyTotals& c = pg->copies[k];
+        if (!c.count) continue;
+        w.key(copy_kind_name(static_cast<CopyKind>(k))).begin_object();
+        w.field("bytes", c.bytes).field("ms", ns_to_ms(c.total_ns)).field("count", c.count);
+        w.field("gb_per_second", c.total_ns > 0 ? std::optional<double>(static_cast<double>(c.bytes) / static_cast<double>(c.total_ns)) : std::nullopt);
+        w.end_object();
+      }
+      w.key("top_kernels").begin_array();
+      for (const auto& t : pg->top_kernels) {
+        w.begin_object().field("name", t.name).field("ms", ns_to_ms(t.total_ns)).field("calls", t.calls);
+        w.field("sm_efficiency", t.sm_efficiency).end_object();
+      }
+      w.end_array();
+      auto pc = in.phase_counters.find(id);
+      if (pc != in.phase_counters.end()) {
+        const CounterSummary& c = pc->second;
+        w.key("counters").begin_object();
+        w.field("sm_activity", c.sm_active).field("tensor_core_or_pipe_utilization", c.tensor_active);
+        w.field("memory_bandwidth_utilization", c.dram).field("occupancy", c.occupancy);
+        w.field("samples", c.samples).field("sample_ms", ns_to_ms(c.sample_ns)).field("coverage", c.coverage);
+        w.field("edge_only", c.edge_only);
+        const int64_t all = c.sample_ns + c.shared_ns;
+        w.field("shared", all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all))
+                                  : std::nullopt);
+        if (all <= 0) out.nulls.emplace_back("phases." + (id == kNoPhase ? std::string("unphased") : phase_name(id)) + ".gpu.counters.shared", "no sample used");
+        w.end_object();
+      }
+      w.end_object();
+    }
+    w.end_object();
+  }
+  w.end_object();
+}
+
+/// The bottleneck label, its reason and evidence.
+inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  w.key("diagnosis").begin_object();
+  w.field("label", bottleneck_name(in.diagnosis.label)).field("reason", in.diagnosis.reason);
+  w.key("evidence").begin_object();
+  w.field("input_share", in.shares.input).field("h2d_share", in.shares.h2d);
+  w.field("comm_exposed_share", in.shares.comm_exposed).field("gpu_utilization", in.shares.gpu_utilization);
+  w.field("sm_efficiency", in.shares.sm_efficiency);
+  w.end_object();
+  w.key("warnings").begin_array();
+  for (const auto& warning : in.diagnosis.warnings) w.value(warning);
+  w.end_array();
+  w.end_object();
+}
+
+/// The window summary of the steps since the previous line (log_every > 1).
+inline void write_window(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  if (in.window) {
+    const WindowSummary& s = *in.window;
+    w.key("window").begin_object();
+    w.field("steps", s.steps)
+        .field("step_time_ms_mean", s.step_time_ms_mean)
+        .field("step_time_ms_min", s.step_time_ms_min)
+        .field("step_time_ms_max", s.step_time_ms_max)
+        .field("tokens_per_second_mean", s.tokens_per_second_mean);
+    w.end_object();
+  }
+}
+
+/// What was dropped or ignored, and warnings.
+inline void write_bookkeeping(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepRecord& step = *in.step;
+  w.key("dropped").begin_object();
+  w.field("steps_total", in.steps_dropped_total)
+      .field("phase_scopes", step.spans_dropped)
+      .field("scalars", step.scalars_dropped);
+  w.end_object();
+  w.field("ignored_step_scopes", step.ignored_step_scopes);
+  w.field("phase_scopes_outside_step", step.spans_outside_step);
+
+  w.key("warnings").begin_array();
+  for (const auto& s : in.warnings) w.value(s);
+  if (in.mfu.above_one) w.value("estimated_mfu > 1: flops_per_token or peak_flops is wrong");
+  w.end_array();
+}
+
+}  // namespace steptrace
