@@ -166,7 +166,7 @@ class Session {
   std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
     StepRecorder::Begun b = recorder_.begin(tokens, samples);
     if (!b.index) return std::nullopt;
-    if (attribution_ && cfg_.trace_every > 1 && !recorder_.tracing_has_failed()) {
+    if (attribution_ && cfg_.trace_every > 1 && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
       // Sampled attribution: CUPTI on for traced steps only (a no-op when it already is as wanted).
       // A failure leaves it off for good.
       const std::string err = gpu_->set_tracing(b.traced);

@@ -31,6 +31,7 @@ class StepRecorder {
     std::optional<StepRecord> closed;
     std::optional<uint64_t> index;
     bool traced = false;
+    bool tracing_failed = false;  // switching tracing failed earlier: leave the backend alone
   };
 
   /// start(): forget the previous run.
@@ -79,6 +80,7 @@ class StepRecorder {
     else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
     out.index = r.index;
     out.traced = r.traced;
+    out.tracing_failed = tracing_failed_;
     return out;
   }
 
@@ -87,10 +89,6 @@ class StepRecorder {
     std::lock_guard<std::mutex> lock(mutex_);
     tracing_failed_ = true;
     if (open_.exists && open_.record.index == index) open_.record.traced = false;
-  }
-  bool tracing_has_failed() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return tracing_failed_;
   }
 
   void end(std::optional<AllocatorStats> stats) {
