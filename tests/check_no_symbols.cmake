@@ -3,7 +3,7 @@ execute_process(COMMAND nm -C ${BINARY} OUTPUT_VARIABLE symbols RESULT_VARIABLE 
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${BINARY}")
 endif()
-foreach(forbidden "steptrace::details::Session" "nvtxDomainRangePushEx" "steptrace::backend")
+foreach(forbidden "details::Session" "nvtxDomainRangePushEx" "backend::")
   string(FIND "${symbols}" "${forbidden}" at)
   if(NOT at EQUAL -1)
     message(FATAL_ERROR "STEPTRACE_DISABLE build contains '${forbidden}'")

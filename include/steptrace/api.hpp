@@ -1,6 +1,11 @@
-// steptrace/api.hpp - the functions and RAII scopes behind the macros.
+// steptrace/api.hpp - the functions and RAII scopes behind the macros. Declarations only: the
+// definitions are in details/api_impl.hpp, included here in header-only mode and compiled into the
+// library in compiled mode (version.hpp).
 #pragma once
+#include "version.hpp"
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,87 +15,50 @@
 #include "core/phase.hpp"
 #include "core/records.hpp"
 #include "core/summary.hpp"
+#include "details/exchange.hpp"
 
-#ifndef STEPTRACE_DISABLE
-#include "backend/nvtx.hpp"
-#include "details/instance.hpp"
-#endif
-
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 #ifndef STEPTRACE_DISABLE
 
 /// Starts measuring. Reads STEPTRACE_* variables (they override `cfg`), probes the GPU, opens the
 /// log and starts the background thread. Returns false if steptrace stays off (disabled, already
 /// running, or no thread could be started); the program runs on either way.
-inline bool start(const Config& cfg = {}) noexcept {
-  try {
-    return details::Session::instance().start(cfg);
-  } catch (const std::exception& e) {
-    details::warn_once("start.exception", std::string("start() failed: ") + e.what() + "; steptrace stays off");
-  } catch (...) {
-  }
-  return false;
-}
+STEPTRACE_API STEPTRACE_INLINE bool start(const Config& cfg = {}) noexcept;
 
 /// Closes the last step, writes the remaining lines, prints the summary (unless summary=false) and
 /// releases the thread and the file. Without a running session it returns a Summary with started=false.
-inline Summary stop() noexcept {
-  try {
-    return details::Session::current().stop();
-  } catch (...) {
-    return Summary{};
-  }
-}
+STEPTRACE_API STEPTRACE_INLINE Summary stop() noexcept;
 
-inline bool is_running() noexcept { return details::running_flag().load(std::memory_order_acquire); }
+STEPTRACE_API STEPTRACE_INLINE bool is_running() noexcept;
 
 /// Attaches a scalar (loss, grad_norm, overflow_count, lr, anything) to the current step. Names are
 /// kept to printable ASCII; the last value recorded under a name in a step wins.
-inline void record(std::string_view name, double value) noexcept {
-  if (!is_running()) return;
-  try {
-    std::string clean(name.substr(0, 64));
-    for (char& c : clean)
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '_';
-    details::Session::current().record_scalar(std::move(clean), value);
-  } catch (...) {
-  }
-}
+STEPTRACE_API STEPTRACE_INLINE void record(std::string_view name, double value) noexcept;
 
 /// Sets the current step's token (and sample) count when it is only known inside the step.
-inline void set_step_tokens(double tokens, std::optional<double> samples = std::nullopt) noexcept {
-  if (!is_running()) return;
-  try {
-    details::Session::current().set_step_counts(tokens >= 0 ? std::optional<double>(tokens) : std::nullopt, samples);
-  } catch (...) {
-  }
-}
+STEPTRACE_API STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples = std::nullopt) noexcept;
 
 /// Registers a function that reports the program's allocator numbers. It is called once per step,
 /// when the TRACE_STEP scope ends, on that thread: keep it cheap. A hook that throws is removed.
-inline void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept {
-  try {
-    details::Session::current().set_allocator_hook(std::move(hook));
-  } catch (...) {
-  }
-}
+STEPTRACE_API STEPTRACE_INLINE void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept;
 
 /// Registers a custom phase name (see is_valid_phase_name) and returns its id; a bad name is
 /// rewritten and reported once through the "steptrace" logger.
-inline PhaseId register_phase(std::string_view name) noexcept {
-  try {
-    auto r = register_phase_checked(name);
-    if (!r.error.empty()) details::warn_once("phase." + std::string(name), "phase name: " + r.error);
-    return r.id;
-  } catch (...) {
-    return kNoPhase;
-  }
-}
+STEPTRACE_API STEPTRACE_INLINE PhaseId register_phase(std::string_view name) noexcept;
+
+namespace details {
+struct ThreadState;
+/// Hands a cross-rank exchange to the running session (steptrace/nccl.hpp builds the NCCL one in
+/// the program's own translation unit). `setup_error` non-empty: the exchange could not be set up;
+/// one warning says why and the view stays off.
+STEPTRACE_API STEPTRACE_INLINE bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange,
+                                                            const std::string& setup_error, int every_k_steps) noexcept;
+}  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs
 /// to this moment); destroying it marks the end of the step's scope.
-class StepScope {
+class STEPTRACE_API StepScope {
  public:
   StepScope() noexcept : StepScope(std::nullopt, std::nullopt) {}
   template <class Tokens, class = std::enable_if_t<std::is_arithmetic_v<Tokens>>>
@@ -103,82 +71,34 @@ class StepScope {
   StepScope& operator=(const StepScope&) = delete;
   StepScope(StepScope&&) = delete;
   StepScope& operator=(StepScope&&) = delete;
-  ~StepScope() {
-    if (!active_) return;
-    backend::nvtx::pop();
-    try {
-      details::Session::current().end_step();
-    } catch (...) {
-    }
-  }
+  ~StepScope();
 
  private:
-  StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept {
-    if (!is_running()) return;
-    try {
-      if (tokens && !(*tokens >= 0)) {
-        details::warn_once("step.tokens", "TRACE_STEP(tokens): tokens must be >= 0; ignored");
-        tokens.reset();
-      }
-      if (samples && !(*samples >= 0)) samples.reset();
-      const auto index = details::Session::current().begin_step(tokens, samples);
-      active_ = index.has_value();
-      if (active_) backend::nvtx::push_step(*index);
-    } catch (...) {
-      active_ = false;
-    }
-  }
+  StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept;
   bool active_ = false;
 };
 
 /// RAII: one phase. Also an NVTX range named after the phase in the "steptrace" domain.
-class PhaseScope {
+class STEPTRACE_API PhaseScope {
  public:
-  explicit PhaseScope(PhaseId phase) noexcept {
-    if (!is_running() || phase == kNoPhase) return;
-    auto& ts = details::thread_state();
-    if (ts.depth >= details::kMaxPhaseDepth) return;  // absurdly deep nesting: not recorded
-    ts_ = &ts;  // a scope ends on the thread that opened it: one thread-local lookup, not two
-    span_.phase = phase;
-    span_.depth = ts.depth;
-    for (uint16_t i = 0; i < ts.depth; ++i)
-      if (ts.stack[i] == phase) span_.nested_in_same = true;
-    ts.stack[ts.depth++] = phase;
-    if (&ts == details::step_thread().load(std::memory_order_relaxed))
-      details::step_thread_phase().store(phase, std::memory_order_relaxed);
-    active_ = true;
-    backend::nvtx::push_phase(phase);
-    ticks_ = details::scopes_read_ticks().load(std::memory_order_relaxed);
-    begin_ = details::scope_clock_reading(ticks_);
-  }
+  explicit PhaseScope(PhaseId phase) noexcept;
   PhaseScope(const PhaseScope&) = delete;
   PhaseScope& operator=(const PhaseScope&) = delete;
   PhaseScope(PhaseScope&&) = delete;
   PhaseScope& operator=(PhaseScope&&) = delete;
-  ~PhaseScope() {
-    if (!active_) return;
-    const uint64_t end = details::scope_clock_reading(ticks_);
-    backend::nvtx::pop();
-    auto& ts = *ts_;
-    --ts.depth;
-    span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
-    if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
-    try {
-      details::Session::current().add_span(span_, ticks_, begin_, end);
-    } catch (...) {
-    }
-  }
+  ~PhaseScope();
 
  private:
-  PhaseSpan span_;   // times filled in by the session from begin_/end
+  PhaseSpan span_;  // times filled in by the session from begin_/end
   details::ThreadState* ts_ = nullptr;
   uint64_t begin_ = 0;
   bool ticks_ = false;  // begin_ (and the end) are read_ticks() readings, else monotonic_ns()
   bool active_ = false;
 };
 
-#else  // STEPTRACE_DISABLE: the same API, doing nothing.
+#else  // STEPTRACE_DISABLE: the same API, doing nothing, in a namespace of its own (version.hpp).
 
+inline namespace disabled {
 inline bool start(const Config& = {}) noexcept { return false; }
 inline Summary stop() noexcept { return Summary{}; }
 inline bool is_running() noexcept { return false; }
@@ -186,7 +106,12 @@ inline void record(std::string_view, double) noexcept {}
 inline void set_step_tokens(double, std::optional<double> = std::nullopt) noexcept {}
 inline void set_allocator_stats_hook(std::function<AllocatorStats()>) noexcept {}
 inline PhaseId register_phase(std::string_view) noexcept { return kNoPhase; }
+}  // namespace disabled
 
 #endif
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace
+
+#if !defined(STEPTRACE_DISABLE) && !defined(STEPTRACE_COMPILED_LIB)
+#include "details/api_impl.hpp"
+#endif

@@ -11,13 +11,14 @@
 // Validation never throws: a bad value yields one message naming the setting, and the setting keeps
 // its default (or is disabled, for an unusable log path).
 #pragma once
+#include "version.hpp"
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "core/metrics.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// A part of steptrace that runs where it can (automatic) or is switched off.
 enum class Mode : uint8_t { automatic, off };
@@ -69,6 +70,6 @@ inline std::string expand_log_path(std::string path, int rank) {
   return path;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace
 
 #include "settings.hpp"

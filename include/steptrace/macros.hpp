@@ -9,18 +9,19 @@
 // every macro expands to a statement that does nothing and evaluates nothing (a misspelt built-in
 // phase still fails to compile).
 #pragma once
+#include "version.hpp"
 #include "api.hpp"
 
 #define STEPTRACE_CONCAT_INNER_(a, b) a##b
 #define STEPTRACE_CONCAT_(a, b) STEPTRACE_CONCAT_INNER_(a, b)
 #define STEPTRACE_UNIQUE_(prefix) STEPTRACE_CONCAT_(prefix, __COUNTER__)
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 template <class... T>
 constexpr int unevaluated(T&&...) noexcept {
   return 0;
 }
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details
 
 #ifndef STEPTRACE_DISABLE
 #define STEPTRACE_STEP(...) ::steptrace::StepScope STEPTRACE_UNIQUE_(steptrace_step_){__VA_ARGS__}

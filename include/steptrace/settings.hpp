@@ -3,6 +3,7 @@
 // apply_environment() and validate(), and tests/test_settings.cpp checks the README's table against
 // it, so a setting cannot be spelled one way in code and another in the documentation.
 #pragma once
+#include "version.hpp"
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -16,7 +17,7 @@
 
 #include "config.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 namespace details {
 
@@ -268,4 +269,4 @@ inline std::vector<ConfigError> validate(Config& cfg) {
   return errors;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -21,6 +21,9 @@
 // Each step becomes one JSON line (schema: docs/schema.md). Compile-time switches:
 //   STEPTRACE_DISABLE          every macro and function becomes a no-op (nothing is linked in)
 //   STEPTRACE_NO_SHORT_MACROS  only the STEPTRACE_-prefixed macro names are defined
+//   STEPTRACE_COMPILED_LIB     the runtime is linked from the library CMake builds with
+//                              -DSTEPTRACE_COMPILED_LIB=ON (set for you by that target); this header
+//                              then declares the API and includes no vendor header (version.hpp)
 #pragma once
 
 #include "config.hpp"

@@ -3,6 +3,7 @@
 // hardware counters, NVML for power and clocks. Each piece keeps its own file; this one only wires
 // them behind the interface the runtime uses.
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@
 #include "gpu_backend.hpp"
 #include "nvml.hpp"
 
-namespace steptrace::backend {
+STEPTRACE_BEGIN_NAMESPACE namespace backend {
 
 class CudaBackend final : public GpuBackend {
  public:
@@ -98,4 +99,4 @@ class CudaBackend final : public GpuBackend {
   Nvml nvml_;
 };
 
-}  // namespace steptrace::backend
+} STEPTRACE_END_NAMESPACE  // steptrace::backend

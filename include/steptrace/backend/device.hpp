@@ -1,6 +1,7 @@
 // steptrace/backend/device.hpp - the GPU through the CUDA runtime: which device, its properties,
 // and device-memory readings. Every call reports failure as a reason string, never throws.
 #pragma once
+#include "../version.hpp"
 #include <optional>
 #include <string>
 
@@ -10,7 +11,7 @@
 #include "../core/run_info.hpp"
 #include "gpu_backend.hpp"
 
-namespace steptrace::backend {
+STEPTRACE_BEGIN_NAMESPACE namespace backend {
 
 inline std::string cuda_error_text(const char* call, cudaError_t e) {
   return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
@@ -89,4 +90,4 @@ inline std::optional<MemorySample> sample_device_memory(int64_t now_ns, std::str
   return MemorySample{now_ns, static_cast<int64_t>(total_bytes - free_bytes), static_cast<int64_t>(total_bytes)};
 }
 
-}  // namespace steptrace::backend
+} STEPTRACE_END_NAMESPACE  // steptrace::backend

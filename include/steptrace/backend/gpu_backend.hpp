@@ -6,6 +6,7 @@
 // lines, flushes, null reasons - are tested without a GPU. No vendor header here: only core types.
 // Every call reports failure as a reason string ("" = done) and never throws.
 #pragma once
+#include "../version.hpp"
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -18,7 +19,7 @@
 #include "../core/records.hpp"
 #include "../core/run_info.hpp"
 
-namespace steptrace::backend {
+STEPTRACE_BEGIN_NAMESPACE namespace backend {
 
 /// The device to measure, or why there is none.
 struct DeviceProbe {
@@ -68,4 +69,4 @@ class GpuBackend {
   virtual void close_device_state() = 0;
 };
 
-}  // namespace steptrace::backend
+} STEPTRACE_END_NAMESPACE  // steptrace::backend

@@ -5,6 +5,7 @@
 // development package's); elsewhere the fields are null with that reason. The library itself is
 // opened at run time (dlopen "libnvidia-ml.so.1", the driver's), so programs never link against NVML.
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,7 +24,7 @@
 #include <nvml.h>
 #endif
 
-namespace steptrace::backend {
+STEPTRACE_BEGIN_NAMESPACE namespace backend {
 
 #ifdef STEPTRACE_HAVE_NVML_H
 
@@ -101,4 +102,4 @@ class Nvml {
 
 #endif
 
-}  // namespace steptrace::backend
+} STEPTRACE_END_NAMESPACE  // steptrace::backend

@@ -1,6 +1,7 @@
 // steptrace/backend/nvtx.hpp - phase and step scopes mirrored as NVTX ranges in the "steptrace"
 // domain, so Nsight Systems shows them. Phase names are registered once; a push is then one call.
 #pragma once
+#include "../version.hpp"
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -9,7 +10,7 @@
 
 #include "../core/phase.hpp"
 
-namespace steptrace::backend::nvtx {
+STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace nvtx {
 
 inline nvtxDomainHandle_t domain() {
   static nvtxDomainHandle_t handle = nvtxDomainCreateA("steptrace");
@@ -52,4 +53,4 @@ inline void push_step(uint64_t index) noexcept {
 
 inline void pop() noexcept { nvtxDomainRangePop(domain()); }
 
-}  // namespace steptrace::backend::nvtx
+}} STEPTRACE_END_NAMESPACE  // steptrace::backend::nvtx

@@ -2,6 +2,7 @@
 // per-phase GPU metrics: kernel time, busy time (interval union), SM efficiency, occupancy, copies,
 // NCCL and exposed communication, top kernels. Pure C++17; tested with synthetic records.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -16,7 +17,7 @@
 #include "intervals.hpp"
 #include "plausibility.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 // ---- pure interval functions ------------------------------------------------------------------
 
@@ -456,4 +457,4 @@ class Attributor {
   bool first_take_ = true;
 };
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

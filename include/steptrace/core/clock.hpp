@@ -1,5 +1,6 @@
 // steptrace/core/clock.hpp - the host clocks steptrace uses. Pure C++17.
 #pragma once
+#include "../version.hpp"
 #include <chrono>
 #include <cstdint>
 
@@ -10,7 +11,7 @@
 #define STEPTRACE_HAVE_TSC 0
 #endif
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// Monotonic host time in nanoseconds (steady_clock). All host spans use it.
 inline int64_t monotonic_ns() noexcept {
@@ -85,4 +86,4 @@ class TickClock {
   double ns_per_tick_ = 1.0;
 };
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -17,6 +17,7 @@
 // spans interleave (one nested in another, per-layer phases taking turns, concurrent streams) read the
 // samples they share; shared_ns says how much of the GPU work in a phase's samples was not its own.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,7 +28,7 @@
 
 #include "intervals.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 struct CounterSample {
   int64_t start_ns = 0, end_ns = 0;
@@ -118,4 +119,4 @@ inline CounterSummary summarize_phase_counters(const std::deque<CounterSample>& 
   return details::summarize_work(samples, Interval{busy.front().first, busy.back().second}, busy, others);
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

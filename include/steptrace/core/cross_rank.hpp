@@ -24,6 +24,7 @@
 // A rank whose summary is missing, invalid or of another step "stopped reporting" and is listed, not
 // counted.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,7 +34,7 @@
 
 #include "phase.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// The built-in phases a summary carries, in this order (custom phases are not exchanged).
 inline constexpr int kSummaryPhases = 6;  // input, h2d, forward, backward, optimizer, nccl
@@ -179,4 +180,4 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   return v;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

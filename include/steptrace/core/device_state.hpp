@@ -1,6 +1,7 @@
 // steptrace/core/device_state.hpp - power, SM clock, temperature and clock-event reasons of the GPU
 // over a step, from readings taken by the background thread (NVML). Pure C++17.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -9,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// One reading. Each field is absent when it could not be read (unsupported GPU, VM policy).
 struct DeviceStateSample {
@@ -75,4 +76,4 @@ inline std::optional<DeviceStateSummary> summarize_device_state(const std::deque
   return out;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,6 +1,7 @@
 // steptrace/core/diagnosis.hpp - one word for what holds a step back, with the numbers behind it.
 // Pure functions of a step's measured shares; thresholds in DiagnosisThresholds (README "Diagnosis").
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -11,7 +12,7 @@
 #include "phase.hpp"
 #include "step_metrics.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 enum class Bottleneck { input_bound, h2d_bound, comm_bound, host_launch_bound, low_sm_efficiency, compute_bound, unknown };
 
@@ -141,4 +142,4 @@ inline DominantLabel dominant_label(const std::map<Bottleneck, uint64_t>& counts
   return d;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,13 +1,14 @@
 // steptrace/core/gpu_records.hpp - GPU activity as steptrace's own records. The CUPTI backend fills
 // them from CUpti_Activity* structs; everything downstream is tested with hand-made ones.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "phase.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// A launch seen on the host (a CUDA API call that puts work on the GPU), and where it was made.
 struct LaunchRecord {
@@ -81,4 +82,4 @@ inline double kernel_sm_efficiency(uint64_t blocks, int num_sms) {
   return std::min(1.0, static_cast<double>(blocks) / static_cast<double>(num_sms));
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,11 +1,12 @@
 // steptrace/core/intervals.hpp - interval arithmetic shared by host and GPU accounting.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 using Interval = std::pair<int64_t, int64_t>;  // [first, second), nanoseconds
 
@@ -46,4 +47,4 @@ inline Interval clip(Interval iv, int64_t lo, int64_t hi) {
   return {std::max(iv.first, lo), std::min(iv.second, hi)};
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,6 +1,7 @@
 // steptrace/core/json_writer.hpp - a minimal streaming JSON writer for one line. Non-finite
 // numbers are written as null (JSON has no NaN), strings are escaped per RFC 8259.
 #pragma once
+#include "../version.hpp"
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class JsonWriter {
  public:
@@ -133,4 +134,4 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,12 +1,13 @@
 // steptrace/core/launch_context.hpp - the launch context every thread carries: which phases are open on
 // it, and which step is open in the process. Scopes write it; the CUPTI callback reads it.
 #pragma once
+#include "../version.hpp"
 #include <atomic>
 #include <cstdint>
 
 #include "phase.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr uint16_t kMaxPhaseDepth = 32;
 
@@ -52,4 +53,4 @@ inline PhaseId launch_phase() {
   return ts.depth ? ts.innermost() : step_thread_phase().load(std::memory_order_relaxed);
 }
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,5 +1,6 @@
 // steptrace/core/line_input.hpp - everything one step's line is made of (core/step_line.hpp renders it).
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <ctime>
 #include <map>
@@ -18,7 +19,7 @@
 #include "run_info.hpp"
 #include "step_metrics.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 inline constexpr const char* kSchemaVersion = "steptrace.step/1";
 
@@ -65,4 +66,4 @@ struct StepLineInput {
   std::vector<std::string> warnings;
 };
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,6 +1,7 @@
 // steptrace/core/line_sections.hpp - one writer per section of a step's line, in the line's order
 // (docs/schema.md follows it). Every null goes through LineOut with its reason.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -12,7 +13,7 @@
 #include "json_writer.hpp"
 #include "line_input.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 namespace details {
 
@@ -441,4 +442,4 @@ inline void write_bookkeeping(LineOut& out, const StepLineInput& in) {
   w.end_array();
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,6 +1,7 @@
 // steptrace/core/metrics.hpp - the formulas: transformer FLOPs, peak-FLOPs table, MFU.
 // Each fact taken from elsewhere names its source next to it.
 #pragma once
+#include "../version.hpp"
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 // ---------------------------------------------------------------------------------------------
 // Transformer FLOPs per token
@@ -206,4 +207,4 @@ inline double model_flops_utilization(double flops_per_token, double tokens_per_
   return flops_per_token * tokens_per_second / peak_flops_per_second;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

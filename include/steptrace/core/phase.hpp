@@ -6,6 +6,7 @@
 // Ids are small integers so a scope stores two bytes; names live in a fixed-size table that the
 // background thread reads when it writes a line.
 #pragma once
+#include "../version.hpp"
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -14,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 using PhaseId = uint16_t;
 inline constexpr PhaseId kNoPhase = 0xFFFF;
@@ -105,4 +106,4 @@ inline const std::string& phase_name(PhaseId id) {
 
 inline std::size_t phase_count() { return details::phase_table().count.load(std::memory_order_acquire); }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

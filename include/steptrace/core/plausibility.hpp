@@ -6,9 +6,10 @@
 // host's time base (CUPTI normalizes GPU timestamps to it), so a record can be compared with the
 // moment its launch call was entered and the moment its buffer was handed over.
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 enum class Implausible : uint8_t {
   none = 0,
@@ -65,4 +66,4 @@ inline bool busy_time_plausible(int64_t busy_ns, int64_t first_start_ns, int64_t
   return busy_ns >= 0 && busy_ns <= last_end_ns - first_start_ns && busy_ns <= duration_sum_ns;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

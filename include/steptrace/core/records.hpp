@@ -1,6 +1,7 @@
 // steptrace/core/records.hpp - steptrace's own plain records. No vendor types appear here: the
 // backends convert what they read into these, and everything downstream is tested without a GPU.
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,7 +10,7 @@
 
 #include "phase.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// One closed phase scope on the host.
 struct PhaseSpan {
@@ -59,4 +60,4 @@ struct StepRecord {
   uint32_t scalars_dropped = 0;
 };
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,11 +1,12 @@
 // steptrace/core/run_info.hpp - the process and the GPU it measures, fixed at start(): what the
 // backends fill in and the line reports. Pure C++17.
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 #include <optional>
 #include <string>
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// The GPU this process measures.
 struct DeviceInfo {
@@ -28,4 +29,4 @@ struct RunInfo {
   std::string device_null_reason;  // why there is no device
 };
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -2,12 +2,13 @@
 // docs/schema.md documents every field: name, unit, source, when null; tests/test_schema.cpp checks
 // that every key path a line can carry is documented there.
 #pragma once
+#include "../version.hpp"
 #include <string>
 
 #include "line_input.hpp"
 #include "line_sections.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// Renders one step as a single JSON object without a trailing newline.
 inline std::string make_step_line(const StepLineInput& in) {
@@ -34,4 +35,4 @@ inline std::string make_step_line(const StepLineInput& in) {
   return out.w.str();
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,5 +1,6 @@
 // steptrace/core/step_metrics.hpp - one step's host-side numbers, derived from a StepRecord.
 #pragma once
+#include "../version.hpp"
 #include <map>
 #include <optional>
 #include <string>
@@ -10,7 +11,7 @@
 #include "metrics.hpp"
 #include "records.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 /// Host time of one phase within a step.
 struct PhaseHostTime {
@@ -70,4 +71,4 @@ inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>
   return r;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,6 +1,7 @@
 // steptrace/core/summary.hpp - the run summary that stop() returns and prints. Bounded memory:
 // running sums for the whole run, and the last kRecentSteps step times for the median and p90.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -15,7 +16,7 @@
 #include "phase.hpp"
 #include "step_metrics.hpp"
 
-namespace steptrace {
+STEPTRACE_BEGIN_NAMESPACE
 
 struct Summary {
   bool started = false;       // false when stop() found no running session
@@ -138,4 +139,4 @@ inline std::string render_summary_table(const Summary& s) {
   return out;
 }
 
-}  // namespace steptrace
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -2,6 +2,7 @@
 // thread posts a closed step's summary every N steps, the background thread collects what completed
 // and hands each gathered view to the line of its own step (core/cross_rank.hpp has the semantics).
 #pragma once
+#include "../version.hpp"
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -15,7 +16,7 @@
 #include "exchange.hpp"
 #include "log.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class CrossRankLink {
  public:
@@ -123,4 +124,4 @@ class CrossRankLink {
   std::string null_reason_;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,12 +1,13 @@
 // steptrace/details/demangle.hpp - readable kernel names for the line's top kernels.
 #pragma once
+#include "../version.hpp"
 #include <cstdlib>
 #include <string>
 #include <unordered_map>
 
 #include <cxxabi.h>
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 /// C++ names demangled (the Itanium ABI's __cxa_demangle), cut at 200 characters, cached (bounded).
 class Demangler {
@@ -28,4 +29,4 @@ class Demangler {
   std::unordered_map<std::string, std::string> cache_;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,6 +1,7 @@
 // steptrace/details/environment.hpp - what start() reads from the process: STEPTRACE_* variables,
 // and the rank, world size and host that the launcher (torchrun, mpirun, srun) announces.
 #pragma once
+#include "../version.hpp"
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -14,7 +15,7 @@
 
 extern char** environ;
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline std::vector<std::pair<std::string, std::string>> read_environment() {
   std::vector<std::pair<std::string, std::string>> env;
@@ -48,4 +49,4 @@ inline RunInfo discover_run(const Config& cfg) {
   return run;
 }
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

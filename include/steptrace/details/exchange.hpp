@@ -2,10 +2,11 @@
 // NCCL implementation is in steptrace/nccl.hpp (the program includes it and hands over its
 // communicator), tests use an in-process one.
 #pragma once
+#include "../version.hpp"
 #include <string>
 #include <vector>
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class CrossRankExchange {
  public:
@@ -21,4 +22,4 @@ class CrossRankExchange {
   virtual bool poll(std::vector<float>& out) = 0;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -4,6 +4,7 @@
 // the session converts readings to steady_clock time (TickClock) with anchors its background thread
 // takes, and goes back to steady_clock if the counter drifts from it.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 #include "../core/clock.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 /// Whether new phase scopes read ticks (true) or monotonic_ns() (false).
 inline std::atomic<bool>& scopes_read_ticks() {
@@ -80,4 +81,4 @@ inline std::string ticks_unusable_reason() {
 #endif
 }
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

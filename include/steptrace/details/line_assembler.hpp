@@ -4,6 +4,7 @@
 // the rules are tested on the CPU (tests/test_runtime.cpp). The readings are kept here, bounded, and
 // dropped once no waiting step can use them.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -22,7 +23,7 @@
 #include "../core/summary.hpp"
 #include "log.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr std::size_t kMaxMemorySamples = 4096;
 inline constexpr std::size_t kMaxCounterSamples = 1u << 16;  // ~65 s of samples at the 1 ms default
@@ -202,4 +203,4 @@ class LineAssembler {
   std::deque<DeviceStateSample> device_states_;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

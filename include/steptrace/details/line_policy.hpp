@@ -2,6 +2,7 @@
 // when the background thread asks CUPTI for records, and when a line stops waiting for them. The
 // runtime calls these; tests/test_runtime.cpp and tests/test_step_timing.cpp check them without a GPU.
 #pragma once
+#include "../version.hpp"
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -9,7 +10,7 @@
 
 #include "../config.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 // CUPTI hands over a buffer of GPU records by itself only once the buffer is full; partly filled
 // ones come only when asked (cuptiActivityFlushAll). Asking costs GPU time: measured on an H200, a
@@ -80,4 +81,4 @@ inline std::string untraced_reason(uint64_t step, const Config& cfg, bool detach
   return "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
 }
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -2,6 +2,7 @@
 // The host program's default logger, global level and pattern are never touched. If the program
 // registered a logger named "steptrace" before start(), steptrace uses that one as it is.
 #pragma once
+#include "../version.hpp"
 #include <memory>
 #include <mutex>
 #include <set>
@@ -10,7 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline std::shared_ptr<spdlog::logger> logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
@@ -43,4 +44,4 @@ inline bool warn_once(const std::string& key, const std::string& message) {
   return true;
 }
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

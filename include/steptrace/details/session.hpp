@@ -6,6 +6,7 @@
 //   cross_rank_link.hpp the exchange between ranks                ../backend/gpu_backend.hpp  the GPU, behind an interface
 // The training thread never formats, writes, flushes or waits on the GPU (stop() excepted).
 #pragma once
+#include "../version.hpp"
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -33,7 +34,7 @@
 #include "step_recorder.hpp"
 #include "worker.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class Session {
  public:
@@ -326,4 +327,4 @@ class Session {
   sink::JsonlFile file_;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

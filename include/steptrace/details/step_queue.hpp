@@ -1,6 +1,7 @@
 // steptrace/details/step_queue.hpp - closed steps on their way from the training thread to the
 // background thread: bounded (max_pending_steps), a step over the bound is dropped and counted.
 #pragma once
+#include "../version.hpp"
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include "../core/records.hpp"
 #include "log.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class StepQueue {
  public:
@@ -78,4 +79,4 @@ class StepQueue {
   uint64_t dropped_ = 0, dropped_traced_ = 0;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -3,6 +3,7 @@
 // read. The recorder never formats or writes: a closed step is handed back to the caller, which
 // queues it for the background thread.
 #pragma once
+#include "../version.hpp"
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -18,7 +19,7 @@
 #include "line_policy.hpp"
 #include "log.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr std::size_t kMaxScalarsPerStep = 256;
 inline constexpr int64_t kMaxTickDriftNs = 20000;  // tick clock vs steady_clock between two anchors
@@ -226,4 +227,4 @@ class StepRecorder {
   TickClock tick_clock_;  // anchored by the worker, read by add_span
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

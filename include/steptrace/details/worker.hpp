@@ -3,6 +3,7 @@
 // attribution, decides when to ask for records and when a line stops waiting (line_policy.hpp),
 // assembles each line and hands it to the sinks. Nothing here runs on the training thread.
 #pragma once
+#include "../version.hpp"
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -27,7 +28,7 @@
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
 
-namespace steptrace::details {
+STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
 
@@ -282,4 +283,4 @@ class Worker {
   uint64_t lines_written_ = 0, lines_failed_ = 0;
 };
 
-}  // namespace steptrace::details
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,6 +1,7 @@
 // steptrace/sink/jsonl_file.hpp - appends lines to a file, one write(2) per line with O_APPEND,
 // so a line is never torn by another writer and a `tail -f` sees it as soon as it is written.
 #pragma once
+#include "../version.hpp"
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -10,7 +11,7 @@
 
 #include "sink.hpp"
 
-namespace steptrace::sink {
+STEPTRACE_BEGIN_NAMESPACE namespace sink {
 
 class JsonlFile final : public LineSink {
  public:
@@ -59,4 +60,4 @@ class JsonlFile final : public LineSink {
   std::string path_;
 };
 
-}  // namespace steptrace::sink
+} STEPTRACE_END_NAMESPACE  // steptrace::sink

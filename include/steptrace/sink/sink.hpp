@@ -2,9 +2,10 @@
 // to every sink of the run; a sink never blocks the training thread (it is only called from the
 // background thread) and reports a failure as text, which the runtime counts and warns about once.
 #pragma once
+#include "../version.hpp"
 #include <string>
 
-namespace steptrace::sink {
+STEPTRACE_BEGIN_NAMESPACE namespace sink {
 
 class LineSink {
  public:
@@ -15,4 +16,4 @@ class LineSink {
   virtual std::string write_line(std::string line) = 0;
 };
 
-}  // namespace steptrace::sink
+} STEPTRACE_END_NAMESPACE  // steptrace::sink

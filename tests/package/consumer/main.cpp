@@ -1,6 +1,10 @@
 // Consumer of the package: two steps, then checks that two lines were written.
 #include <steptrace/steptrace.hpp>
 
+#if defined(STEPTRACE_EXPECT_COMPILED) != defined(STEPTRACE_COMPILED_LIB)
+#error "steptrace::steptrace did not bring the mode this consumer was configured for"
+#endif
+
 #include <cstdio>
 #include <fstream>
 #include <string>

@@ -18,6 +18,7 @@
 //   most kMaxSettleSteps steps; those launches are marked discard. A graph not relaunched by then is
 //   handed over as unsettled: its records delivered after the switch-off are excluded as impossible.
 #pragma once
+#include "../../version.hpp"
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +36,7 @@
 #include "convert.hpp"
 #include "result.hpp"
 
-namespace steptrace::backend::cupti {
+STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
 /// What the background thread takes from the collector each time it looks.
 using Drained = GpuDrain;
@@ -497,4 +498,4 @@ class Collector {
   std::size_t buffers_allocated_ = 0;
 };
 
-}  // namespace steptrace::backend::cupti
+}} STEPTRACE_END_NAMESPACE  // steptrace::backend::cupti

@@ -1,6 +1,7 @@
 // steptrace/backend/cupti/convert.hpp - CUpti_Activity* records -> steptrace's core records, and the
 // occupancy estimate. No CUPTI calls here: tested in CI with hand-filled structs.
 #pragma once
+#include "../../version.hpp"
 #include <cstdint>
 #include <vector>
 
@@ -10,7 +11,7 @@
 #include "../../core/gpu_records.hpp"
 #include "../../core/run_info.hpp"
 
-namespace steptrace::backend::cupti {
+STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
 // The record versions of the CUPTI this is built with (CUDA 13).
 using KernelActivity = CUpti_ActivityKernel10;
@@ -131,4 +132,4 @@ inline CopyRecord convert_memset(const MemsetActivity& m) {
   return r;
 }
 
-}  // namespace steptrace::backend::cupti
+}} STEPTRACE_END_NAMESPACE  // steptrace::backend::cupti

@@ -13,6 +13,7 @@
 //   occupancy      sm__warps_active.avg.pct_of_peak_sustained_active (achieved occupancy)
 // A metric the chip or the sampler does not offer stays unavailable (NaN) and its field null.
 #pragma once
+#include "../../version.hpp"
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -29,7 +30,7 @@
 #include "../../core/counters.hpp"
 #include "result.hpp"
 
-namespace steptrace::backend::cupti {
+STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
 /// A zeroed CUPTI parameter struct with its size set (the API's convention).
 template <class T>
@@ -357,4 +358,4 @@ class PmSampler {
   std::size_t hardware_buffer_bytes_ = kHardwareBufferBytes;
 };
 
-}  // namespace steptrace::backend::cupti
+}} STEPTRACE_END_NAMESPACE  // steptrace::backend::cupti

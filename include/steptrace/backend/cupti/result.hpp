@@ -1,10 +1,11 @@
 // steptrace/backend/cupti/result.hpp - CUPTI errors as text for warnings and null_reasons.
 #pragma once
+#include "../../version.hpp"
 #include <string>
 
 #include <cupti.h>
 
-namespace steptrace::backend::cupti {
+STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
 /// "call: CUPTI_ERROR_..." for a failed CUPTI call.
 inline std::string result_text(const char* call, CUptiResult r) {
@@ -13,4 +14,4 @@ inline std::string result_text(const char* call, CUptiResult r) {
   return std::string(call) + ": " + s;
 }
 
-}  // namespace steptrace::backend::cupti
+}} STEPTRACE_END_NAMESPACE  // steptrace::backend::cupti

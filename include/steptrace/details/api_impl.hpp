@@ -1,0 +1,146 @@
+// steptrace/details/api_impl.hpp - the definitions of api.hpp's functions and scopes: inline in
+// header-only mode, compiled once into the library in compiled mode (src/steptrace.cpp). The one
+// place where the public API meets the runtime (the process's Session, NVTX, the logger).
+#pragma once
+#include "../version.hpp"
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "../api.hpp"
+#include "../backend/nvtx.hpp"
+#include "instance.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+STEPTRACE_INLINE bool start(const Config& cfg) noexcept {
+  try {
+    return details::Session::instance().start(cfg);
+  } catch (const std::exception& e) {
+    details::warn_once("start.exception", std::string("start() failed: ") + e.what() + "; steptrace stays off");
+  } catch (...) {
+  }
+  return false;
+}
+
+STEPTRACE_INLINE Summary stop() noexcept {
+  try {
+    return details::Session::current().stop();
+  } catch (...) {
+    return Summary{};
+  }
+}
+
+STEPTRACE_INLINE bool is_running() noexcept { return details::running_flag().load(std::memory_order_acquire); }
+
+STEPTRACE_INLINE void record(std::string_view name, double value) noexcept {
+  if (!is_running()) return;
+  try {
+    std::string clean(name.substr(0, 64));
+    for (char& c : clean)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '_';
+    details::Session::current().record_scalar(std::move(clean), value);
+  } catch (...) {
+  }
+}
+
+STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples) noexcept {
+  if (!is_running()) return;
+  try {
+    details::Session::current().set_step_counts(tokens >= 0 ? std::optional<double>(tokens) : std::nullopt, samples);
+  } catch (...) {
+  }
+}
+
+STEPTRACE_INLINE void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept {
+  try {
+    details::Session::current().set_allocator_hook(std::move(hook));
+  } catch (...) {
+  }
+}
+
+STEPTRACE_INLINE PhaseId register_phase(std::string_view name) noexcept {
+  try {
+    auto r = register_phase_checked(name);
+    if (!r.error.empty()) details::warn_once("phase." + std::string(name), "phase name: " + r.error);
+    return r.id;
+  } catch (...) {
+    return kNoPhase;
+  }
+}
+
+namespace details {
+STEPTRACE_INLINE bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange, const std::string& setup_error,
+                                              int every_k_steps) noexcept {
+  try {
+    if (!setup_error.empty() || !exchange) {
+      warn_once("cross_rank.init", "cross-rank view off: " + (setup_error.empty() ? std::string("no exchange") : setup_error));
+      return false;
+    }
+    return Session::current().set_exchange(std::move(exchange), every_k_steps);
+  } catch (const std::exception& e) {
+    warn_once("cross_rank.init", std::string("cross-rank view off: ") + e.what());
+  } catch (...) {
+  }
+  return false;
+}
+}  // namespace details
+
+STEPTRACE_INLINE StepScope::StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept {
+  if (!is_running()) return;
+  try {
+    if (tokens && !(*tokens >= 0)) {
+      details::warn_once("step.tokens", "TRACE_STEP(tokens): tokens must be >= 0; ignored");
+      tokens.reset();
+    }
+    if (samples && !(*samples >= 0)) samples.reset();
+    const auto index = details::Session::current().begin_step(tokens, samples);
+    active_ = index.has_value();
+    if (active_) backend::nvtx::push_step(*index);
+  } catch (...) {
+    active_ = false;
+  }
+}
+
+STEPTRACE_INLINE StepScope::~StepScope() {
+  if (!active_) return;
+  backend::nvtx::pop();
+  try {
+    details::Session::current().end_step();
+  } catch (...) {
+  }
+}
+
+STEPTRACE_INLINE PhaseScope::PhaseScope(PhaseId phase) noexcept {
+  if (!is_running() || phase == kNoPhase) return;
+  auto& ts = details::thread_state();
+  if (ts.depth >= details::kMaxPhaseDepth) return;  // absurdly deep nesting: not recorded
+  ts_ = &ts;  // a scope ends on the thread that opened it: one thread-local lookup, not two
+  span_.phase = phase;
+  span_.depth = ts.depth;
+  for (uint16_t i = 0; i < ts.depth; ++i)
+    if (ts.stack[i] == phase) span_.nested_in_same = true;
+  ts.stack[ts.depth++] = phase;
+  if (&ts == details::step_thread().load(std::memory_order_relaxed))
+    details::step_thread_phase().store(phase, std::memory_order_relaxed);
+  active_ = true;
+  backend::nvtx::push_phase(phase);
+  ticks_ = details::scopes_read_ticks().load(std::memory_order_relaxed);
+  begin_ = details::scope_clock_reading(ticks_);
+}
+
+STEPTRACE_INLINE PhaseScope::~PhaseScope() {
+  if (!active_) return;
+  const uint64_t end = details::scope_clock_reading(ticks_);
+  backend::nvtx::pop();
+  auto& ts = *ts_;
+  --ts.depth;
+  span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
+  if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
+  try {
+    details::Session::current().add_span(span_, ticks_, begin_, end);
+  } catch (...) {
+  }
+}
+
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,0 +1,40 @@
+# Which headers a program's translation unit that includes steptrace.hpp compiles, in both modes.
+# Compiled mode (STEPTRACE_COMPILED_LIB): none of the runtime's vendor headers (CUDA, CUPTI, NVML,
+# NVTX, NCCL, spdlog/fmt, cxxabi) and no `environ`, with only steptrace's include directory on the
+# path. Header-only mode is the control: the same check must find CUPTI and spdlog there.
+function(headers_of out_headers out_text)
+  execute_process(COMMAND ${CXX} -std=c++17 -E -H ${ARGN} -I${SOURCE}/include -x c++ ${SOURCE}/tests/compiled_tu.cpp
+                  OUTPUT_VARIABLE text ERROR_VARIABLE headers RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "preprocessing failed (${rc}) with ${ARGN}:\n${headers}")
+  endif()
+  set(${out_headers} "${headers}" PARENT_SCOPE)
+  set(${out_text} "${text}" PARENT_SCOPE)
+endfunction()
+set(vendor "cupti" "nvml" "cuda_runtime" "cuda.h" "nvtx" "nccl" "spdlog" "fmt/" "cxxabi.h" "dlfcn.h")
+
+headers_of(headers text -DSTEPTRACE_COMPILED_LIB)
+string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
+list(LENGTH lines count)
+foreach(name IN LISTS vendor)
+  string(FIND "${headers}" "${name}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "compiled mode: steptrace.hpp pulls in '${name}':\n${headers}")
+  endif()
+endforeach()
+string(REGEX MATCH "[^_a-zA-Z]environ[^_a-zA-Z]" environ_seen "${text}")
+if(environ_seen)
+  message(FATAL_ERROR "compiled mode: the translation unit declares environ")
+endif()
+message(STATUS "compiled mode: ${count} headers, none of: ${vendor}")
+
+headers_of(headers text -I${CUDA_INCLUDE})
+string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
+list(LENGTH lines count)
+foreach(name IN ITEMS "cupti" "spdlog")
+  string(FIND "${headers}" "${name}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "header-only mode (the control): '${name}' not found among the headers; the check sees nothing")
+  endif()
+endforeach()
+message(STATUS "header-only mode: ${count} headers, CUPTI and spdlog among them")

@@ -1,0 +1,62 @@
+// Compiled mode (STEPTRACE_COMPILED_LIB): this program and the shared object it loads both link
+// steptrace's runtime as one shared library and include steptrace.hpp, which declares the API and
+// nothing of the runtime (compiled_header_check checks the headers). Both record into the one session.
+#include <steptrace/steptrace.hpp>
+
+#ifndef STEPTRACE_COMPILED_LIB
+#error "built in compiled mode"
+#endif
+
+#include "support.hpp"
+
+extern "C" double steptrace_test_plugin_work(int microseconds);  // compiled_plugin.cpp, another shared object
+
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+using steptrace_test::spin_for_us;
+
+TEST_CASE("compiled mode: the program and a shared object record into one session", "[compiled]") {
+  const auto log = fresh_log("compiled");
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.tokens_per_step = 512;
+  REQUIRE(steptrace::start(cfg));
+  CHECK(steptrace::is_running());
+  CHECK_FALSE(steptrace::start(cfg));  // one session per process, whichever object asks
+  for (int i = 0; i < 3; ++i) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(forward);
+      spin_for_us(1000);
+      CHECK(steptrace_test_plugin_work(2000) >= 2.0);
+    }
+    TRACE_PHASE_NAMED("compiled_custom");
+    steptrace::record("loss", 3.0 - i);
+  }
+  const auto summary = steptrace::stop();
+  CHECK_FALSE(steptrace::is_running());
+  CHECK(summary.started);
+  CHECK(summary.lines_written == 3);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto& l = lines[i];
+    INFO(l.dump());
+    CHECK(l["global_step"] == i);
+    CHECK(double(l["loss"]) == 3.0 - double(i));
+    CHECK(double(l["forward_time_ms"]) >= 3.0);  // the plugin's phase runs inside forward
+    REQUIRE(l["phases"].contains("plugin"));     // registered by the shared object, in the same table
+    CHECK(double(l["phases"]["plugin"]["host_ms"]) >= 2.0);
+    CHECK(double(l["phases"]["plugin"]["host_ms"]) <= double(l["forward_time_ms"]));
+    CHECK(l["phases"].contains("compiled_custom"));
+    CHECK(l["device"].is_null());
+  }
+}
+
+TEST_CASE("compiled mode: a bad phase name is rewritten, with a valid id", "[compiled]") {
+  const auto id = steptrace::register_phase("bad name!");
+  CHECK(id != steptrace::kNoPhase);
+  CHECK(steptrace::register_phase("bad name!") == id);
+}
