@@ -50,6 +50,10 @@ if want scope; then
   for r in $(seq "$repeats"); do
     "$bin/scope_cost" 2000000 >>"$out/scope_cost.jsonl"
     STEPTRACE_CLOCK=steady "$bin/scope_cost" 2000000 >>"$out/scope_cost.jsonl"
+    if [[ -x $bin/scope_cost_compiled ]]; then
+      "$bin/scope_cost_compiled" 2000000 >>"$out/scope_cost.jsonl"
+      STEPTRACE_CLOCK=steady "$bin/scope_cost_compiled" 2000000 >>"$out/scope_cost.jsonl"
+    fi
   done
 fi
 if want launch_cost; then

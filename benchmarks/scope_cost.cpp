@@ -3,13 +3,16 @@
 // Modes, measured in one run: no session (scopes see steptrace is off), a running session without
 // GPU (gpu=off), and STEPTRACE_DISABLE is the compiled-out baseline (an empty loop, see below).
 // STEPTRACE_CLOCK=steady makes scopes read steady_clock instead of the CPU tick counter; the line
-// says which clock the scopes read ("scope_clock").
+// says which clock the scopes read ("scope_clock"). Built twice: header-only (scope_cost) and against
+// the compiled library (scope_cost_compiled, "mode":"compiled"), where the scopes are calls into the
+// library and the runtime's internals (NVTX alone, the scope clock chosen) are not visible: null.
 #include <steptrace/steptrace.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 namespace {
 template <class F>
@@ -27,11 +30,17 @@ int main(int argc, char** argv) {
   // What a scope is made of, each alone: a clock read, an NVTX push+pop, an uncontended mutex.
   const double clock = ns_per_call(n, [](long) { sink = steptrace::monotonic_ns(); });
   const double ticks = ns_per_call(n, [](long) { sink = static_cast<long>(steptrace::read_ticks()); });
+#ifndef STEPTRACE_COMPILED_LIB
   const double nvtx = ns_per_call(n, [](long i) {
     steptrace::backend::nvtx::push_phase(steptrace::phase_tag::forward);
     steptrace::backend::nvtx::pop();
     sink = i;
   });
+  const char* mode = "header_only";
+#else
+  const double nvtx = -1;
+  const char* mode = "compiled";
+#endif
   std::mutex m;
   const double mutex = ns_per_call(n, [&m](long i) {
     std::lock_guard<std::mutex> lock(m);
@@ -47,7 +56,12 @@ int main(int argc, char** argv) {
   cfg.gpu = steptrace::Mode::off;
   cfg.max_spans_per_step = 1 << 30;  // keep every span: measure the append, not the drop path
   steptrace::start(cfg);
-  const bool scope_ticks = steptrace::details::scopes_read_ticks().load();
+#ifndef STEPTRACE_COMPILED_LIB
+  const char* scope_clock = steptrace::details::scopes_read_ticks().load() ? "\"ticks\"" : "\"steady_clock\"";
+#else  // the runtime's choice is not visible from here; STEPTRACE_CLOCK=steady forces it
+  const char* env_clock = std::getenv("STEPTRACE_CLOCK");
+  const char* scope_clock = env_clock && std::string(env_clock) == "steady" ? "\"steady_clock\"" : "null";
+#endif
   double phase_on = 0, phase_huge = 0, nested_on = 0, step_on = 0;
   // Steps of 1000 phase scopes each (a step boundary adds its cost / 1000 per scope).
   phase_on = ns_per_call(n / 1000, [](long i) {
@@ -77,9 +91,12 @@ int main(int argc, char** argv) {
     sink = i;
   });
   steptrace::stop();
-  std::printf("{\"scope_clock\":\"%s\",\"iterations\":%ld,\"empty_loop_ns\":%.1f,\"phase_scope_not_running_ns\":%.1f,"
+  char nvtx_ns[32] = "null";
+  if (nvtx >= 0) std::snprintf(nvtx_ns, sizeof nvtx_ns, "%.1f", nvtx);
+  std::printf("{\"mode\":\"%s\",\"scope_clock\":%s,\"iterations\":%ld,\"empty_loop_ns\":%.1f,\"phase_scope_not_running_ns\":%.1f,"
               "\"phase_scope_ns\":%.1f,\"phase_scope_one_step_ns\":%.1f,\"nested_phase_scope_ns\":%.1f,\"step_scope_ns\":%.1f,"
-              "\"clock_read_ns\":%.1f,\"ticks_read_ns\":%.1f,\"nvtx_push_pop_ns\":%.1f,\"mutex_lock_unlock_ns\":%.1f}\n",
-              scope_ticks ? "ticks" : "steady_clock", n, empty, phase_off, phase_on, phase_huge, nested_on, step_on, clock, ticks, nvtx, mutex);
+              "\"clock_read_ns\":%.1f,\"ticks_read_ns\":%.1f,\"nvtx_push_pop_ns\":%s,\"mutex_lock_unlock_ns\":%.1f}\n",
+              mode, scope_clock, n, empty, phase_off, phase_on, phase_huge, nested_on, step_on, clock, ticks, nvtx_ns,
+              mutex);
   return 0;
 }

@@ -5,6 +5,7 @@ set -euo pipefail
 b=${1:?build dir}/benchmarks
 fail() { echo "smoke: $*" >&2; exit 1; }
 "$b/scope_cost" 20000 | grep -q "\"phase_scope_ns\"" || fail "scope_cost printed no result"
+[[ ! -x "$b/scope_cost_compiled" ]] || "$b/scope_cost_compiled" 20000 | grep -q "\"mode\":\"compiled\"" || fail "scope_cost_compiled printed no result"
 for mode in none activity activity_api activity_callbacks steptrace_host steptrace steptrace_untraced context_disabled; do
   "$b/launch_cost" "$mode" 2000 | grep -q '"host_ns_per_launch"' || fail "launch_cost $mode"
 done

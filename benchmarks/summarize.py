@@ -142,11 +142,16 @@ if launch["full"] and launch["host"]:
 # ---- host cost of a scope -------------------------------------------------------------------------
 sc = load_jsonl("scope_cost.jsonl")
 if sc:
-    clocks = [c for c in ["ticks", "steady_clock"] if any(r.get("scope_clock", "steady_clock") == c for r in sc)]
+    # Columns: (build, clock). The compiled build does not see the runtime's clock choice: null unless
+    # STEPTRACE_CLOCK=steady forced it (then it chose what the header-only build chose on this machine).
+    def column(r):
+        return (r.get("mode", "header_only"), r.get("scope_clock") or "automatic")
+    names = {("header_only", "ticks"): "header-only, tick counter", ("header_only", "steady_clock"): "header-only, steady_clock",
+             ("compiled", "automatic"): "compiled, clock automatic", ("compiled", "steady_clock"): "compiled, steady_clock"}
+    cols = [c for c in names if any(column(r) == c for r in sc)]
     print("### Host ns per scope (`scope_cost`, 2 000 000 iterations), median (min – max) of runs\n")
-    print("| what | " + " | ".join("scopes read " + ("the CPU tick counter" if c == "ticks" else "steady_clock")
-                                   for c in clocks) + " |")
-    print("|---|" + "---|" * len(clocks))
+    print("| what | " + " | ".join(names[c] for c in cols) + " |")
+    print("|---|" + "---|" * len(cols))
     for key, what in [("phase_scope_not_running_ns", "TRACE_PHASE, no session"),
                       ("phase_scope_ns", "TRACE_PHASE, running (steps of 1000 scopes)"),
                       ("phase_scope_one_step_ns", "TRACE_PHASE, running, all in one step (span list grows to 2M)"),
@@ -157,8 +162,8 @@ if sc:
                       ("nvtx_push_pop_ns", "its parts: NVTX push + pop (no tool attached)"),
                       ("mutex_lock_unlock_ns", "its parts: uncontended std::mutex lock + unlock")]:
         cells = []
-        for c in clocks:
-            xs = [r[key] for r in sc if key in r and r.get("scope_clock", "steady_clock") == c]
+        for c in cols:
+            xs = [r[key] for r in sc if r.get(key) is not None and column(r) == c]
             cells.append(f"{med(xs):.1f} ({min(xs):.1f} – {max(xs):.1f})" if xs else "—")
         if any(cell != "—" for cell in cells):
             print(f"| {what} | " + " | ".join(cells) + " |")
