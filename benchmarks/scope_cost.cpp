@@ -6,6 +6,7 @@
 // says which clock the scopes read ("scope_clock"). Built twice: header-only (scope_cost) and against
 // the compiled library (scope_cost_compiled, "mode":"compiled"), where the scopes are calls into the
 // library and the runtime's internals (NVTX alone, the scope clock chosen) are not visible: null.
+#include <steptrace/core/clock.hpp>  // the clocks alone, to compare with
 #include <steptrace/steptrace.hpp>
 
 #include <chrono>

@@ -1,7 +1,8 @@
 # Which headers a program's translation unit that includes steptrace.hpp compiles, in both modes.
 # Compiled mode (STEPTRACE_COMPILED_LIB): none of the runtime's vendor headers (CUDA, CUPTI, NVML,
-# NVTX, NCCL, spdlog/fmt, cxxabi) and no `environ`, with only steptrace's include directory on the
-# path. Header-only mode is the control: the same check must find CUPTI and spdlog there.
+# NVTX, spdlog/fmt, cxxabi, dlfcn) and no `environ`, with CUDA's include directory on the path as in a
+# CUDA program (a header steptrace asked for would be found). Header-only mode is the control: the
+# same check must find each of them there (NVML where nvml.h is installed).
 function(headers_of out_headers out_text)
   execute_process(COMMAND ${CXX} -std=c++17 -E -H ${ARGN} -I${SOURCE}/include -x c++ ${SOURCE}/tests/compiled_tu.cpp
                   OUTPUT_VARIABLE text ERROR_VARIABLE headers RESULT_VARIABLE rc)
@@ -11,9 +12,9 @@ function(headers_of out_headers out_text)
   set(${out_headers} "${headers}" PARENT_SCOPE)
   set(${out_text} "${text}" PARENT_SCOPE)
 endfunction()
-set(vendor "cupti" "nvml" "cuda_runtime" "cuda.h" "nvtx" "nccl" "spdlog" "fmt/" "cxxabi.h" "dlfcn.h")
+set(vendor "cupti" "nvml" "cuda_runtime" "cuda.h" "nvtx" "spdlog" "fmt/" "cxxabi.h" "dlfcn.h")
 
-headers_of(headers text -DSTEPTRACE_COMPILED_LIB)
+headers_of(headers text -DSTEPTRACE_COMPILED_LIB -I${CUDA_INCLUDE})
 string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
 list(LENGTH lines count)
 foreach(name IN LISTS vendor)
@@ -31,10 +32,14 @@ message(STATUS "compiled mode: ${count} headers, none of: ${vendor}")
 headers_of(headers text -I${CUDA_INCLUDE})
 string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
 list(LENGTH lines count)
-foreach(name IN ITEMS "cupti" "spdlog")
+set(expected "cupti" "cuda_runtime" "nvtx" "spdlog" "fmt/" "cxxabi.h" "dlfcn.h")
+if(EXISTS ${CUDA_INCLUDE}/nvml.h)
+  list(APPEND expected "nvml")
+endif()
+foreach(name IN LISTS expected)
   string(FIND "${headers}" "${name}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "header-only mode (the control): '${name}' not found among the headers; the check sees nothing")
   endif()
 endforeach()
-message(STATUS "header-only mode: ${count} headers, CUPTI and spdlog among them")
+message(STATUS "header-only mode: ${count} headers, among them: ${expected}")

@@ -55,8 +55,20 @@ TEST_CASE("compiled mode: the program and a shared object record into one sessio
   }
 }
 
-TEST_CASE("compiled mode: a bad phase name is rewritten, with a valid id", "[compiled]") {
-  const auto id = steptrace::register_phase("bad name!");
-  CHECK(id != steptrace::kNoPhase);
-  CHECK(steptrace::register_phase("bad name!") == id);
+TEST_CASE("compiled mode: the program, the plugin and the library read one phase table", "[compiled]") {
+  steptrace_test_plugin_work(1);  // the plugin registers "plugin" through its own call into the library
+  const std::size_t before = steptrace::phase_count();
+  const auto plugin = steptrace::register_phase_checked("plugin");
+  CHECK(plugin.error.empty());
+  CHECK(plugin.id < before);  // the program finds the plugin's name: found, not added
+  CHECK(steptrace::phase_count() == before);
+  CHECK(steptrace::phase_name(plugin.id) == "plugin");
+  const auto checked = steptrace::register_phase_checked("compiled_table_check");
+  REQUIRE(checked.id != steptrace::kNoPhase);
+  CHECK(steptrace::phase_count() == before + 1);
+  CHECK(steptrace::phase_name(checked.id) == "compiled_table_check");
+  CHECK(steptrace::register_phase("compiled_table_check") == checked.id);
+  const auto bad = steptrace::register_phase_checked("Bad Name!");
+  CHECK_FALSE(bad.error.empty());
+  CHECK(steptrace::phase_name(bad.id) == "bad_name_");
 }

@@ -14,7 +14,7 @@
 #include "config.hpp"
 #include "core/phase.hpp"
 #include "core/records.hpp"
-#include "core/summary.hpp"
+#include "core/summary_result.hpp"
 #include "details/exchange.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE

@@ -13,7 +13,23 @@
 #define STEPTRACE_VERSION_PATCH 0
 #define STEPTRACE_VERSION_STRING "0.1.0"
 
+// The namespace also says how the code was built, so copies that must not share symbols never do: a
+// header-only copy and the compiled library (v0_1 / v0_1_lib: a plugin built against the library and a
+// program built header-only get one session each, not a mix of both), and libstdc++'s old std::string
+// ABI (_abi0: a program built with _GLIBCXX_USE_CXX11_ABI=0, as old libtorch wheels are, fails to link
+// against a library built with the new one instead of handing it a Config it reads as garbage).
+#include <cstddef>  // defines _GLIBCXX_USE_CXX11_ABI under libstdc++
+#if defined(_GLIBCXX_USE_CXX11_ABI) && _GLIBCXX_USE_CXX11_ABI == 0
+#if defined(STEPTRACE_COMPILED_LIB)
+#define STEPTRACE_ABI_NAMESPACE v0_1_lib_abi0
+#else
+#define STEPTRACE_ABI_NAMESPACE v0_1_abi0
+#endif
+#elif defined(STEPTRACE_COMPILED_LIB)
+#define STEPTRACE_ABI_NAMESPACE v0_1_lib
+#else
 #define STEPTRACE_ABI_NAMESPACE v0_1
+#endif
 #define STEPTRACE_BEGIN_NAMESPACE \
   namespace steptrace {           \
   inline namespace STEPTRACE_ABI_NAMESPACE {

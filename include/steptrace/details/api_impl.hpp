@@ -9,6 +9,7 @@
 
 #include "../api.hpp"
 #include "../backend/nvtx.hpp"
+#include "../core/phase_table.hpp"
 #include "instance.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE

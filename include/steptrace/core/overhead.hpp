@@ -1,0 +1,158 @@
+// steptrace/core/overhead.hpp - what steptrace costs the program while it runs, and the trace rate that
+// keeps that cost inside Config::overhead_budget. Pure: fed one observation per step, in step order.
+//
+// The cost of tracing shows in the program's own step times: a traced step (CUPTI records and launch
+// callbacks on) and the steps right after it (records handed over, graph settling) run longer than the
+// steps far from a trace. Over the last steps observed:
+//   clean    = median step time of untraced steps at least kCleanDistance steps after a traced one
+//   extra    = sum over every step of (step time - clean), per traced step  (what one trace costs)
+//   fraction = extra / (every x clean) + residual / clean
+// where `residual` is what CUPTI costs the steps it does not trace while it stays attached
+// (untraced_cupti=keep): its launch callbacks still run, ~0.6 us per launch on the host (measured:
+// benchmarks/README.md, third session, run I: untraced steps with records and callbacks off ran +17 % on
+// 10 001 launches of 34 ms). That cost delays the GPU only where the host is what the step waits for,
+// so it is weighted by the share of the traced steps' time the GPU was idle. It cannot be seen in the
+// step times (every step pays it), hence a model. Until untraced steps exist to compare with, `extra`
+// is a model too: launches x kModelTracedNsPerLaunch.
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+STEPTRACE_BEGIN_NAMESPACE
+
+/// One step as the estimator sees it.
+struct OverheadObservation {
+  uint64_t index = 0;
+  bool traced = false;     // CUPTI records were on for this step and its line has them
+  double step_ms = 0;      // begin to the next step's begin
+  std::optional<uint32_t> launches;      // traced steps: kernels + copies + memsets recorded
+  std::optional<double> gpu_busy_share;  // traced steps: GPU busy time / step time
+};
+
+/// The estimate a line carries (`overhead`).
+struct OverheadEstimate {
+  std::optional<double> fraction;      // of the program's step time without steptrace
+  std::string method;                  // "measured" | "launch_model" | "" (nothing to estimate yet)
+  std::optional<double> traced_extra_ms;  // what one traced step (and its aftermath) costs
+  std::optional<double> clean_step_ms;    // step time far from a trace
+  std::optional<double> residual_ms;      // per untraced step, keep mode (model)
+  std::optional<double> launches_per_step;
+  int every = 1;                       // the trace interval this estimate recommends
+  bool within_budget = true;           // false: even the longest interval leaves the cost above the budget
+};
+
+class OverheadEstimator {
+ public:
+  static constexpr double kModelTracedNsPerLaunch = 1100;  // H100, transformer step: benchmarks/README.md
+  static constexpr double kKeepNsPerLaunch = 600;          // benchmarks/README.md, third session, run I
+  static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
+  static constexpr std::size_t kWindow = 512;              // steps remembered
+  static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
+
+  struct Settings {
+    double budget = 0.005;
+    int max_every = 1000;
+    bool keep_attached = true;  // untraced_cupti=keep: the residual applies
+  };
+
+  explicit OverheadEstimator(Settings s) : s_(s) {}
+
+  void observe(const OverheadObservation& o) {
+    Step st;
+    st.ms = o.step_ms;
+    st.traced = o.traced;
+    st.since_traced = o.traced ? 0 : (last_traced_ ? static_cast<int64_t>(o.index - *last_traced_) : -1);
+    if (o.traced) {
+      last_traced_ = o.index;
+      if (o.launches) launches_.push_back(*o.launches);
+      if (o.gpu_busy_share) busy_.push_back(std::clamp(*o.gpu_busy_share, 0.0, 1.0));
+      trim(launches_, 32);
+      trim(busy_, 32);
+    }
+    if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
+    steps_.push_back(st);
+    if (steps_.size() > kWindow) steps_.pop_front();
+  }
+
+  /// The current estimate for a trace interval of `every` (the one in force), and the interval the
+  /// budget asks for.
+  OverheadEstimate estimate(int every) const {
+    OverheadEstimate e;
+    e.every = std::max(1, every);
+    if (!launches_.empty()) e.launches_per_step = median(std::vector<double>(launches_.begin(), launches_.end()));
+    std::vector<double> clean, all;
+    for (const Step& st : steps_) {
+      all.push_back(st.ms);
+      if (!st.traced && st.since_traced >= kCleanDistance) clean.push_back(st.ms);
+    }
+    const std::size_t traced = static_cast<std::size_t>(
+        std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.traced; }));
+    if (static_cast<int>(clean.size()) >= kMinClean && traced > 0) {
+      const double c = median(clean);
+      double sum = 0;
+      for (const Step& st : steps_)
+        if (st.since_traced >= 0) sum += st.ms - c;  // from the first traced step on
+      e.clean_step_ms = c;
+      e.traced_extra_ms = std::max(0.0, sum / static_cast<double>(traced));
+      e.method = "measured";
+    } else if (e.launches_per_step && !all.empty()) {
+      e.clean_step_ms = median(all);
+      e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6;
+      e.method = "launch_model";
+    } else {
+      return e;  // nothing traced yet, or no launch count
+    }
+    double residual = 0;
+    if (s_.keep_attached && e.launches_per_step && !busy_.empty()) {
+      const double idle = 1.0 - median(std::vector<double>(busy_.begin(), busy_.end()));
+      residual = *e.launches_per_step * kKeepNsPerLaunch * 1e-6 * idle;
+    }
+    e.residual_ms = residual;
+    const double clean_ms = *e.clean_step_ms;
+    if (!(clean_ms > 0)) return e;
+    // The residual is paid only while some steps are left untraced.
+    const auto cost = [&](int n) { return *e.traced_extra_ms / (n * clean_ms) + (n > 1 ? residual / clean_ms : 0.0); };
+    e.fraction = cost(e.every);
+    // The shortest interval whose cost fits the budget.
+    int want = 1;
+    if (cost(1) > s_.budget) {
+      const double room = s_.budget - residual / clean_ms;
+      want = room > 0 ? static_cast<int>(std::ceil(*e.traced_extra_ms / (room * clean_ms))) : s_.max_every;
+      want = std::clamp(want, 2, s_.max_every);
+      e.within_budget = cost(want) <= s_.budget * 1.0000001;
+    }
+    e.every = want;
+    return e;
+  }
+
+ private:
+  struct Step {
+    double ms = 0;
+    bool traced = false;
+    int64_t since_traced = -1;  // steps since the last traced one (-1: none yet)
+  };
+  template <class T>
+  static void trim(std::deque<T>& d, std::size_t n) {
+    while (d.size() > n) d.pop_front();
+  }
+  static double median(std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    const double hi = v[v.size() / 2];
+    if (v.size() % 2) return hi;
+    return (hi + *std::max_element(v.begin(), v.begin() + v.size() / 2)) / 2;
+  }
+
+  Settings s_;
+  std::deque<Step> steps_;
+  std::deque<uint32_t> launches_;
+  std::deque<double> busy_;
+  std::optional<uint64_t> last_traced_;
+};
+
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,0 +1,73 @@
+// steptrace/core/phase_table.hpp - the process's table of phase names behind phase.hpp's functions.
+// Included by phase.hpp in header-only mode; in compiled mode only the library includes it, so a
+// program and every shared object linking the library share one table.
+#pragma once
+#include "../version.hpp"
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "phase.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+namespace details {
+struct PhaseTable {
+  std::mutex mutex;  // taken only when registering a new name
+  std::array<std::string, kMaxPhases> names{"input", "h2d", "forward", "backward", "optimizer", "nccl"};
+  std::atomic<std::size_t> count{kBuiltinPhaseCount};
+  std::atomic<std::size_t> rejected{0};  // registrations refused because the table was full
+};
+inline PhaseTable& phase_table() {
+  static PhaseTable table;
+  return table;
+}
+}  // namespace details
+
+STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name) {
+  PhaseRegistration result;
+  std::string clean;
+  if (!is_valid_phase_name(name)) {
+    for (char c : name.substr(0, 48)) {
+      const auto u = static_cast<unsigned char>(c);
+      clean += (std::isalnum(u) || c == '_' || c == '.' || c == '-') ? static_cast<char>(std::tolower(u)) : '_';
+    }
+    if (clean.empty() || !std::islower(static_cast<unsigned char>(clean[0]))) clean.insert(0, "p_");
+    result.error = "phase name '" + std::string(name) +
+                   "' is not [a-z][a-z0-9_.-]{0,47}; recorded as '" + clean + "'";
+  } else {
+    clean = std::string(name);
+  }
+  auto& table = details::phase_table();
+  std::lock_guard<std::mutex> lock(table.mutex);
+  const std::size_t n = table.count.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i)
+    if (table.names[i] == clean) {
+      result.id = static_cast<PhaseId>(i);
+      return result;
+    }
+  if (n >= kMaxPhases) {
+    table.rejected.fetch_add(1, std::memory_order_relaxed);
+    result.error = "phase table full (" + std::to_string(kMaxPhases) + " names); '" + clean + "' not recorded";
+    return result;
+  }
+  table.names[n] = clean;
+  table.count.store(n + 1, std::memory_order_release);
+  result.id = static_cast<PhaseId>(n);
+  return result;
+}
+
+STEPTRACE_INLINE const std::string& phase_name(PhaseId id) {
+  auto& table = details::phase_table();
+  static const std::string unknown = "unknown";
+  if (id >= table.count.load(std::memory_order_acquire)) return unknown;
+  return table.names[id];
+}
+
+STEPTRACE_INLINE std::size_t phase_count() { return details::phase_table().count.load(std::memory_order_acquire); }
+
+STEPTRACE_END_NAMESPACE  // steptrace
