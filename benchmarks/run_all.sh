@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every overhead measurement of benchmarks/README.md, on a GPU machine, modes interleaved run by run.
 #   benchmarks/run_all.sh OUT_DIR [REPEATS] [PARTS...]
-# PARTS (default all): scope launch_cost transformer launch memory gpt
+# PARTS (default all): scope launch_cost transformer launch memory gpt budget
+# (budget: longer runs of the transformer and launch steps with the modes that the overhead budget
+# is judged by, and its own estimate of its cost from the lines, budget.csv)
 # MODES (environment) narrows the transformer and launch parts, e.g. MODES="baseline full";
 # WORKLOAD_ARGS adds arguments to every step_workloads run (e.g. "--head-start-us 20000").
 # GPT_STEPS (default 80; the first 10 are warm-up), GPT_MODES narrows the gpt part, and BENCH_CPUS (a
@@ -10,7 +12,7 @@
 # (benchmarks/summarize.py). Builds into build-bench (Release); gpt needs python3 with torch.
 source "$(dirname "$0")/../scripts/common.sh"
 out=${1:?out dir}; repeats=${2:-5}; shift $(( $# >= 2 ? 2 : $# ))
-parts=("$@"); ((${#parts[@]})) || parts=(scope launch_cost transformer launch memory gpt)
+parts=("$@"); ((${#parts[@]})) || parts=(scope launch_cost transformer launch memory gpt budget)
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 want() { local p; for p in "${parts[@]}"; do [[ $p == "$1" ]] && return 0; done; return 1; }
 
@@ -30,20 +32,25 @@ workload_run() {
     compiled_out) exe=$bin/step_workloads_compiled_out ;;
     off) env+=(STEPTRACE_ENABLED=0) ;;
     host) env+=(STEPTRACE_CUPTI=off) ;;
-    full) ;;
-    full_nocounters) env+=(STEPTRACE_COUNTERS=off) ;;
+    full) env+=(STEPTRACE_TRACE_EVERY=1) ;;
+    full_nocounters) env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
+    budget) env=(STEPTRACE_LOG="$out/budget_lines.jsonl" STEPTRACE_SUMMARY=0); rm -f "$out/budget_lines.jsonl" ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
     sampled_detach) env+=(STEPTRACE_TRACE_EVERY=$every STEPTRACE_UNTRACED_CUPTI=detach) ;;
     cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records) ;;
     cupti_floor_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks) ;;
     cupti_callbacks) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks) ;;
-    full_quiet) env+=(STEPTRACE_COUNTERS=off STEPTRACE_MEMORY_SAMPLE_MS=1000) ;;
+    full_quiet) env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off STEPTRACE_MEMORY_SAMPLE_MS=1000) ;;
   esac
   local line pin=()
   [[ -n ${BENCH_CPUS:-} ]] && pin=(taskset -c "$BENCH_CPUS")
   line=$(env "${env[@]}" "${pin[@]}" "$exe" "$@" ${WORKLOAD_ARGS:-} 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
   kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
   echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps),$(kv enqueue_mean_ms)" >>"$csv"
+  # The budget's own view of what it cost over the timed steps (after --warmup).
+  if [[ $mode == budget ]]; then
+    python3 "$ROOT/benchmarks/budget_estimate.py" "$out/budget_lines.jsonl" "$(kv workload)" "$r" "$(sed -n 's/.*--warmup \([0-9]*\).*/\1/p' <<<"$*")" >>"$out/budget.csv"
+  fi
 }
 
 if want scope; then
@@ -70,6 +77,18 @@ if want launch; then
   for r in $(seq "$repeats"); do
     for mode in ${MODES:-baseline compiled_out off host cupti_floor full sampled sampled_detach}; do
       workload_run "$mode" 50 "$r" --workload launch --kernels 10000 --steps 100 --warmup 10
+    done
+  done
+fi
+if want budget; then  # BUDGET_WORKLOADS narrows it (transformer, launch), BUDGET_MODES the modes
+  for workload in ${BUDGET_WORKLOADS:-transformer launch}; do
+    for r in $(seq "$repeats"); do
+      for mode in ${BUDGET_MODES:-baseline cupti_floor full full_nocounters budget sampled}; do
+        case $workload in
+          transformer) workload_run "$mode" 10 "$r" --workload transformer --steps 200 --warmup 40 ;;
+          launch) workload_run "$mode" 10 "$r" --workload launch --kernels 10000 --steps 200 --warmup 40 ;;
+        esac
+      done
     done
   done
 fi

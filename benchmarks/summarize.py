@@ -42,7 +42,7 @@ print(f"Device: {device}\n")
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
 ORDER = ["baseline", "compiled_out", "off", "host", "cupti_callbacks", "cupti_floor", "cupti_floor_callbacks",
-         "full_nocounters", "full_quiet", "full", "sampled", "sampled_detach", "torch_profiler"]
+         "full_nocounters", "full_quiet", "full", "budget", "sampled", "sampled_detach", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -66,8 +66,9 @@ for workload in ["transformer", "launch", "gpt"]:
         every = next(iter(runs.values()))["every"]
         label = {"sampled": f"sampled (trace_every={every})",
                  "sampled_detach": f"sampled (trace_every={every}), CUPTI detached between traced steps", "cupti_floor": "raw CUPTI, same record kinds (floor)",
-                 "host": "host (scopes, no CUPTI)", "full": "full attribution (+ PM sampling counters)",
-                 "full_nocounters": "full attribution, counters off", "off": "off (STEPTRACE_ENABLED=0)",
+                 "host": "host (scopes, no CUPTI)", "full": "full attribution, trace_every=1 (+ PM sampling counters)",
+                 "full_nocounters": "full attribution, counters off",
+                 "budget": "defaults: overhead_budget 0.5 % chooses trace_every", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
                  "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)",
                  "cupti_callbacks": "raw CUPTI: empty callbacks on the launch sites, no records",
@@ -88,6 +89,29 @@ for workload in ["transformer", "launch", "gpt"]:
         if t and u:
             print(f"\n{sm}: traced steps {med(t):.3f} ms, the others {med(u):.3f} ms (medians over runs).")
     print()
+
+# ---- the budget's estimate against the measured cost ------------------------------------------------
+if os.path.exists(os.path.join(out, "budget.csv")):
+    est = defaultdict(list)
+    with open(os.path.join(out, "budget.csv")) as f:
+        for row in csv.reader(f):
+            if len(row) >= 8:
+                est[row[0]].append(row)
+    if est:
+        print("### overhead_budget (defaults): its estimate against the cost measured side by side\n")
+        print("| workload | trace_every chosen | traced / timed steps | estimated % (median of runs) | measured % vs baseline "
+              "(median, min – max) | measured / estimated | method | within budget |")
+        print("|---|---|---|---|---|---|---|---|")
+        for workload, rs in est.items():
+            runs = by.get((workload, "budget"), {})
+            base = by.get((workload, BASE.get(workload, "baseline")), {})
+            meas = [100 * (runs[k]["mean_ms"] / base[k]["mean_ms"] - 1) for k in runs if k in base]
+            e = [100 * float(r[3]) for r in rs if r[3]]
+            ratio = f"{med(meas) / med(e):.2f}" if meas and e and med(e) > 0 else "—"
+            print(f"| {workload} | {', '.join(sorted(set(r[2] for r in rs)))} | {rs[-1][6]} / {rs[-1][7]} | "
+                  f"{med(e):.3f} | " + (f"{med(meas):+.3f} ({min(meas):+.3f} – {max(meas):+.3f})" if meas else "—") +
+                  f" | {ratio} | {rs[-1][4]} | {rs[-1][5]} |")
+        print()
 
 # ---- added host cost per kernel ------------------------------------------------------------------
 lc = load_jsonl("launch_cost.jsonl")

@@ -90,6 +90,11 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     tracing_ = true;
     return {};
   }
+  /// Whether records are on now (what a traced step pays for).
+  bool tracing() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tracing_;
+  }
   std::string set_tracing(bool on) override {
     std::lock_guard<std::mutex> lock(mutex_);
     calls_.set_tracing.push_back(on);

@@ -76,7 +76,8 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   c.tokens_per_step = -5;
   c.flops_per_token = std::nan("");
   c.log_every = 0;
-  c.trace_every = 0;
+  c.trace_every = -1;
+  c.overhead_budget = 0.9;
   c.counters_interval_us = 5;
   c.memory_sample_ms = -1;
   c.world_size = 0;
@@ -85,11 +86,12 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   std::vector<std::string> names;
   for (const auto& e : errors) names.push_back(e.setting);
   CHECK(names == std::vector<std::string>{"log_every", "tokens_per_step", "flops_per_token", "counters_interval_us",
-                                          "trace_every", "memory_sample_ms", "world_size", "max_pending_steps"});
+                                          "trace_every", "overhead_budget", "memory_sample_ms", "world_size", "max_pending_steps"});
   CHECK(c.tokens_per_step == 0);
   CHECK(c.flops_per_token == 0);
   CHECK(c.log_every == 1);
-  CHECK(c.trace_every == 1);
+  CHECK(c.trace_every == 0);  // the default: the budget decides
+  CHECK(c.overhead_budget == 0.005);
   CHECK(c.counters_interval_us == 1000);
   CHECK(c.memory_sample_ms == 10);
   CHECK(c.world_size == -1);

@@ -57,6 +57,14 @@ TEST_CASE("example on the GPU", "[gpu]") {
     CHECK(l["peak_memory_allocated"].is_number());  // the example's allocator hook
     // Device memory is sampled every 10 ms: the first, short steps may end before the first reading.
     if (i >= 10) CHECK(int64_t(l["memory"]["device_total_bytes"]) > 0);
+    // The example runs with the defaults: overhead_budget chooses which steps are traced. The first 8
+    // are; later, steps left untraced say so.
+    CHECK(l["overhead"]["decided_by"] == "overhead_budget");
+    if (i < 8) CHECK(l["traced"] == true);
+    if (!l["traced"].get<bool>()) {
+      CHECK(l["null_reasons"]["gpu"].get<std::string>().find("overhead_budget") != std::string::npos);
+      continue;
+    }
     // Attribution: the example's naive softmax runs one block, so its phase shows SM efficiency 1/SMs.
     REQUIRE(l["gpu"].is_object());
     CHECK(l["gpu"]["complete"] == true);
@@ -65,6 +73,8 @@ TEST_CASE("example on the GPU", "[gpu]") {
     CHECK(softmax["top_kernels"][0]["name"].get<std::string>().find("naive_softmax_xent") != std::string::npos);
     CHECK(double(l["gpu_utilization"]) > 0);
   }
+  // By the last line the cost has an estimate (measured once untraced steps exist).
+  CHECK(lines.back()["overhead"]["estimated_fraction"].is_number());
   const std::string name = lines[0]["device"]["name"];
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
     // A known GPU: MFU is a number in (0, 1].

@@ -31,6 +31,7 @@ Config base_config(const std::string& log) {
   cfg.log_path = log;
   cfg.summary = false;
   cfg.memory_sample_ms = 1;
+  cfg.trace_every = 1;  // every step traced unless a test says otherwise (the default lets overhead_budget decide)
   return cfg;
 }
 
@@ -261,5 +262,87 @@ TEST_CASE("each unavailable part of the backend gives its section a reason that 
     CHECK(l["null_reasons"]["gpu"].get<std::string>().find("cupti=off") != std::string::npos);
     CHECK(l["null_reasons"]["counters"].get<std::string>().find("cupti=off") != std::string::npos);
     CHECK(run.gpu->calls().attribution_starts == 0);
+  }
+}
+
+TEST_CASE("overhead_budget: a costly trace lowers the trace rate; every line says what it costs and why", "[runtime]") {
+  const auto log = fresh_log("runtime_budget");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 0;  // the budget decides
+  cfg.overhead_budget = 0.05;
+  REQUIRE(run.start(cfg));
+  // A step is 1 ms of host work; while records are on it costs 0.5 ms more (what CUPTI would). At
+  // every N the cost is 0.5 / N of a step: 5 % needs N >= 10. The three kernels make the model's
+  // guess 3 x 1.1 us: far too low, so only a measurement finds the cost.
+  constexpr int kSteps = 200;
+  for (int i = 0; i < kSteps; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    for (int k = 0; k < 3; ++k) run.gpu->launch(10'000);
+    steptrace_test::spin_for_us(run.gpu->tracing() ? 1500 : 1000);
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == kSteps);
+  int traced_late = 0, late = 0;
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    const auto& o = l["overhead"];
+    CHECK(o["decided_by"] == "overhead_budget");
+    CHECK(o["budget"].get<double>() == 0.05);
+    const uint64_t step = l["global_step"];
+    if (step < 8) CHECK(o["trace_every"] == 1);  // the warm-up traces every step
+    if (!l["traced"].get<bool>()) {
+      CHECK(l["null_reasons"]["gpu"].get<std::string>().find("chosen by overhead_budget=0.05") != std::string::npos);
+    }
+    if (step >= kSteps - 80) {
+      ++late;
+      traced_late += l["traced"].get<bool>();
+      CHECK(o["method"] == "measured");
+      const int every = o["trace_every"];
+      CHECK(every >= 8);
+      CHECK(every <= 16);
+      // The estimate against the cost put in: 0.5 ms per traced step over `every` steps of ~1 ms.
+      const double truth = 0.5 / (every * 1.0);
+      CHECK(o["estimated_fraction"].get<double>() == Approx(truth).epsilon(0.5));
+      CHECK(o["within_budget"] == true);
+      CHECK(o["traced_step_extra_ms"].get<double>() == Approx(0.5).epsilon(0.5));
+    }
+  }
+  CHECK(traced_late >= late / 16);
+  CHECK(traced_late <= late / 8 + 1);
+}
+
+TEST_CASE("overhead: an explicit trace_every wins; without attribution the estimate is null with the reason", "[runtime]") {
+  const auto log = fresh_log("runtime_budget_explicit");
+  {
+    FakeRun run(std::make_unique<FakeBackend>());
+    Config cfg = base_config(log);
+    cfg.trace_every = 3;
+    REQUIRE(run.start(cfg));
+    run_steps(*run.gpu, 6, 2);
+    steptrace::stop();
+  }
+  for (const auto& l : read_lines(log)) {
+    INFO(l.dump());
+    CHECK(l["overhead"]["decided_by"] == "trace_every");
+    CHECK(l["overhead"]["trace_every"] == 3);
+    CHECK(l["overhead"]["budget"].is_null());
+    CHECK(l["null_reasons"]["overhead.budget"].get<std::string>().find("trace_every set explicitly") == 0);
+  }
+  const auto off = fresh_log("runtime_budget_off");
+  {
+    FakeRun run(std::make_unique<FakeBackend>());
+    Config cfg = base_config(off);
+    cfg.cupti = steptrace::Mode::off;
+    REQUIRE(run.start(cfg));
+    run_steps(*run.gpu, 3, 1);
+    steptrace::stop();
+  }
+  for (const auto& l : read_lines(off)) {
+    INFO(l.dump());
+    CHECK(l["overhead"]["estimated_fraction"].is_null());
+    CHECK(l["null_reasons"]["overhead.estimated_fraction"].get<std::string>().find("CUPTI attribution is off") == 0);
   }
 }

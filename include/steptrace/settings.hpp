@@ -205,11 +205,14 @@ inline const std::vector<Setting>& settings() {
                        "what phase scopes read: the CPU's time-stamp counter where usable, or `steady_clock`"));
     t.push_back(integer("cross_rank_every", "STEPTRACE_CROSS_RANK_EVERY", &Config::cross_rank_every, 1, 1000000,
                         "with a communicator: gather every rank's step summary every N steps"));
-    t.push_back(integer("trace_every", "STEPTRACE_TRACE_EVERY", &Config::trace_every, 1, 1000000,
-                        "sampled attribution: CUPTI attributes the steps whose `global_step` is a multiple of N"));
+    t.push_back(integer("trace_every", "STEPTRACE_TRACE_EVERY", &Config::trace_every, 0, 1000000,
+                        "sampled attribution: CUPTI attributes every N-th step; 0 = `overhead_budget` chooses N"));
+    t.push_back(real("overhead_budget", "STEPTRACE_OVERHEAD_BUDGET", &Config::overhead_budget, 0, 0.5,
+                     "with `trace_every` 0: the share of step time steptrace may cost; it traces every N-th "
+                     "step to stay inside (0: every step)"));
     t.push_back(choice("untraced_cupti", "STEPTRACE_UNTRACED_CUPTI", &Config::untraced_cupti,
                        {{"keep", UntracedCupti::keep}, {"detach", UntracedCupti::detach}},
-                       "with `trace_every` > 1, what CUPTI does between traced steps"));
+                       "what CUPTI does between traced steps"));
     t.push_back(integer("max_lag_steps", "STEPTRACE_MAX_LAG_STEPS", &Config::max_lag_steps, 0, 100000,
                         "a line waits for its GPU records until this many newer steps closed"));
     t.push_back(real("max_lag_ms", "STEPTRACE_MAX_LAG_MS", &Config::max_lag_ms, 0, 3.6e6,

@@ -75,6 +75,7 @@ int phases(const char* log, const char* truth_path, int sms) {
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
+  cfg.trace_every = 1;  // every step's phases checked (the default lets overhead_budget sample)
   steptrace::start(cfg);
   for (int step = 0; step < 18; ++step) {
     TRACE_STEP();

@@ -1,5 +1,6 @@
 // steptrace/core/line_input.hpp - everything one step's line is made of (core/step_line.hpp renders it).
 #pragma once
+#include "overhead.hpp"
 #include "../version.hpp"
 #include <algorithm>
 #include <ctime>
@@ -38,6 +39,15 @@ struct WindowSummary {
   std::optional<double> tokens_per_second_mean;
 };
 
+/// What steptrace costs (core/overhead.hpp) and how the trace rate in force was decided.
+struct OverheadLine {
+  OverheadEstimate estimate;
+  int trace_every = 1;                  // the interval in force for this step
+  bool budget_decides = false;          // trace_every 0: overhead_budget chose the interval
+  std::optional<double> budget;         // overhead_budget, when it decides
+  std::string null_reason;              // why estimated_fraction is null
+};
+
 /// Everything one line is made of.
 struct StepLineInput {
   const StepRecord* step = nullptr;
@@ -62,6 +72,7 @@ struct StepLineInput {
   StepShares shares;
   Diagnosis diagnosis;
   std::optional<WindowSummary> window;
+  OverheadLine overhead;
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
   std::vector<std::string> warnings;
 };

@@ -43,8 +43,8 @@ struct OverheadEstimate {
   std::optional<double> clean_step_ms;    // step time far from a trace
   std::optional<double> residual_ms;      // per untraced step, keep mode (model)
   std::optional<double> launches_per_step;
-  int every = 1;                       // the trace interval this estimate recommends
-  bool within_budget = true;           // false: even the longest interval leaves the cost above the budget
+  int every = 1;                       // the trace interval the budget asks for
+  bool within_budget = true;           // fraction (at the interval in force) <= the budget
 };
 
 class OverheadEstimator {
@@ -119,13 +119,13 @@ class OverheadEstimator {
     // The residual is paid only while some steps are left untraced.
     const auto cost = [&](int n) { return *e.traced_extra_ms / (n * clean_ms) + (n > 1 ? residual / clean_ms : 0.0); };
     e.fraction = cost(e.every);
-    // The shortest interval whose cost fits the budget.
+    e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
+    // The shortest interval whose cost fits the budget (the longest allowed if none does).
     int want = 1;
     if (cost(1) > s_.budget) {
       const double room = s_.budget - residual / clean_ms;
       want = room > 0 ? static_cast<int>(std::ceil(*e.traced_extra_ms / (room * clean_ms))) : s_.max_every;
       want = std::clamp(want, 2, s_.max_every);
-      e.within_budget = cost(want) <= s_.budget * 1.0000001;
     }
     e.every = want;
     return e;

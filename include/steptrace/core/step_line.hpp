@@ -6,6 +6,7 @@
 #include <string>
 
 #include "line_input.hpp"
+#include "line_overhead.hpp"
 #include "line_sections.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -27,6 +28,7 @@ inline std::string make_step_line(const StepLineInput& in) {
   write_phases(out, in);
   write_diagnosis(out, in);
   write_window(out, in);
+  write_overhead(out, in);
   write_bookkeeping(out, in);
   out.w.key("null_reasons").begin_object();
   for (const auto& [field, reason] : out.nulls) out.w.field(field, reason);

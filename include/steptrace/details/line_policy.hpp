@@ -4,13 +4,22 @@
 #pragma once
 #include "../version.hpp"
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 
 #include "../config.hpp"
+#include "../core/records.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+inline std::string format_fraction(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 // CUPTI hands over a buffer of GPU records by itself only once the buffer is full; partly filled
 // ones come only when asked (cuptiActivityFlushAll). Asking costs GPU time: measured on an H200, a
@@ -27,9 +36,35 @@ inline double min_record_lag_ms(double flush_after_ms) { return 2 * flush_after_
 inline constexpr uint64_t kFlushAfterLaunches = 16384;
 inline constexpr double kMinFlushGapMs = 20;
 
-/// trace_every's schedule: the one place that says which steps are traced.
-inline bool scheduled_for_tracing(uint64_t step, int trace_every) {
-  return trace_every <= 1 || step % static_cast<uint64_t>(trace_every) == 0;
+/// Which steps are traced: every `every`-th step counted from `anchor`, the step at which the
+/// interval took effect (0 for a fixed trace_every, so its traced steps are the multiples of it).
+/// The one place that says whether a step is traced.
+struct TraceSchedule {
+  int every = 1;
+  uint64_t anchor = 0;
+  bool traced(uint64_t step) const {
+    return every <= 1 || (step >= anchor && (step - anchor) % static_cast<uint64_t>(every) == 0);
+  }
+};
+inline bool scheduled_for_tracing(uint64_t step, int trace_every) { return TraceSchedule{trace_every, 0}.traced(step); }
+
+/// trace_every 0 with a budget: the interval follows the estimated cost while the program runs.
+inline bool budget_decides(const Config& cfg) { return cfg.trace_every == 0 && cfg.overhead_budget > 0; }
+/// The interval at start: trace_every if set, else every step until the budget says otherwise.
+inline int initial_trace_every(const Config& cfg) { return cfg.trace_every >= 1 ? cfg.trace_every : 1; }
+/// Whether CUPTI may be switched between steps (a fixed interval > 1, or one the budget may raise).
+inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 || budget_decides(cfg); }
+
+/// The interval the budget moves to, given the one in force, the estimator's recommendation, how many
+/// steps ran since the last change and whether the cost now exceeds the budget. It waits two intervals'
+/// worth of steps (at least 8) after a change; then it moves up whenever the budget is exceeded, and
+/// otherwise only by more than a quarter, so that noise in the estimate does not move the schedule.
+inline int next_trace_every(int current, int recommended, uint64_t steps_since_change, bool over_budget) {
+  if (recommended == current || steps_since_change < std::max<uint64_t>(8, 2 * static_cast<uint64_t>(current)))
+    return current;
+  if (recommended > current && over_budget) return recommended;
+  const double ratio = static_cast<double>(recommended) / current;
+  return (ratio > 1.25 || ratio < 0.8 || recommended == 1) ? recommended : current;
 }
 
 /// What the background thread knows when it decides whether to ask CUPTI for partly filled buffers.
@@ -73,10 +108,11 @@ inline bool line_due(const LineWait& w, const Config& cfg) {
 }
 
 /// Why a step has no GPU attribution although CUPTI runs (its line's gpu null reason).
-inline std::string untraced_reason(uint64_t step, const Config& cfg, bool detach) {
-  if (!scheduled_for_tracing(step, cfg.trace_every))
-    return "step not traced: trace_every=" + std::to_string(cfg.trace_every) +
-           " attributes the steps whose global_step is a multiple of it; host timings only" +
+inline std::string untraced_reason(const StepRecord& step, const Config& cfg, bool detach) {
+  if (step.trace_every > 1 && !TraceSchedule{static_cast<int>(step.trace_every), step.trace_anchor}.traced(step.index))
+    return "step not traced: trace_every=" + std::to_string(step.trace_every) +
+           (budget_decides(cfg) ? " (chosen by overhead_budget=" + format_fraction(cfg.overhead_budget) + ")" : "") +
+           " attributes one step in " + std::to_string(step.trace_every) + "; host timings only" +
            (detach ? " (CUPTI detached between traced steps: untraced_cupti=detach)" : "");
   return "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
 }

@@ -167,7 +167,7 @@ class Session {
   std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
     StepRecorder::Begun b = recorder_.begin(tokens, samples);
     if (!b.index) return std::nullopt;
-    if (attribution_ && cfg_.trace_every > 1 && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
+    if (attribution_ && sampling_possible(cfg_) && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
       // Sampled attribution: CUPTI on for traced steps only (a no-op when it already is as wanted).
       // A failure leaves it off for good.
       const std::string err = gpu_->set_tracing(b.traced);
@@ -238,9 +238,9 @@ class Session {
       ctx.gpu_null_reason = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
       return;
     }
-    detach_ = cfg.untraced_cupti == UntracedCupti::detach && cfg.trace_every > 1;
+    detach_ = cfg.untraced_cupti == UntracedCupti::detach && sampling_possible(cfg);
     if (cfg.untraced_cupti == UntracedCupti::detach && !detach_)
-      logger()->info("untraced_cupti=detach has no effect with trace_every=1 (every step is traced)");
+      logger()->info("untraced_cupti=detach has no effect with trace_every=1 or overhead_budget=0 (every step is traced)");
     const std::string err = gpu_->start_attribution(detach_);
     if (!err.empty()) {
       ctx.gpu_null_reason = "CUPTI unavailable: " + err;

@@ -4,6 +4,8 @@
 // queues it for the background thread.
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -43,6 +45,8 @@ class StepRecorder {
     next_index_ = 0;
     spans_outside_step_ = 0;
     tracing_failed_ = false;
+    schedule_ = TraceSchedule{initial_trace_every(cfg), 0};
+    wanted_every_.store(schedule_.every, std::memory_order_relaxed);
   }
 
   Begun begin(std::optional<double> tokens, std::optional<double> samples) {
@@ -74,7 +78,11 @@ class StepRecorder {
     r.begin_ns = now;
     r.begin_unix_ns = unix_ns();
     r.spans.reserve(16);
-    r.traced = !tracing_failed_ && scheduled_for_tracing(r.index, cfg_.trace_every);
+    const int wanted = wanted_every_.load(std::memory_order_relaxed);
+    if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index};  // the new interval starts here
+    r.traced = !tracing_failed_ && schedule_.traced(r.index);
+    r.trace_every = static_cast<uint32_t>(schedule_.every);
+    r.trace_anchor = schedule_.anchor;
     if (tokens) r.tokens = tokens;
     else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
     if (samples) r.samples = samples;
@@ -211,6 +219,9 @@ class StepRecorder {
     }
   }
 
+  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
+  void set_trace_every(int every) { wanted_every_.store(std::max(1, every), std::memory_order_relaxed); }
+
  private:
   struct OpenStep {
     bool exists = false;      // a step has begun and its line is not yet queued
@@ -224,6 +235,8 @@ class StepRecorder {
   uint64_t next_index_ = 0;
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
+  TraceSchedule schedule_;                 // which steps are traced (under mutex_)
+  std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
   TickClock tick_clock_;  // anchored by the worker, read by add_span
 };
 

@@ -31,6 +31,9 @@
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
+inline constexpr int kMaxBudgetTraceEvery = 1000;  // the longest interval overhead_budget chooses
+inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
+inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
 /// What the worker is given at start(); it owns the rest.
 struct WorkerSetup {
@@ -46,7 +49,11 @@ struct WorkerSetup {
 
 class Worker {
  public:
-  explicit Worker(WorkerSetup setup) : s_(std::move(setup)), lines_(s_.context) {}
+  explicit Worker(WorkerSetup setup)
+      : s_(std::move(setup)),
+        lines_(s_.context),
+        overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
+                                              /*keep_attached=*/!s_.detach}) {}
 
   /// The thread's body; returns once stop() was asked and every step has its line.
   void run() {
@@ -198,7 +205,7 @@ class Worker {
       std::string untraced;
       if (s_.attribution && !r.traced) {
         attributor_.skip(static_cast<int64_t>(r.index));
-        untraced = untraced_reason(r.index, cfg, s_.detach);
+        untraced = untraced_reason(r, cfg, s_.detach);
       } else if (s_.attribution) {
         LineWait w;
         w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index));
@@ -238,7 +245,9 @@ class Worker {
       LineAssembler::Extra x;
       x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       x.steps_dropped_total = s_.queue->dropped();
+      OverheadLine overhead = observe_overhead(r, gpu);
       StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
+      in.overhead = std::move(overhead);
       if (!lines_.written(r)) return;  // a line never written takes no cross-rank view (it would be lost)
       const LineContext& ctx = lines_.context();
       s_.link->fill_line(r.index, ctx.run.rank, in);
@@ -258,6 +267,48 @@ class Worker {
     } catch (const std::exception& e) {
       warn_once("process", std::string("step line not produced: ") + e.what());
     }
+  }
+
+  /// Feeds the step to the overhead estimator; with trace_every 0, moves the trace interval to the
+  /// one the budget asks for (next_trace_every). Returns the line's `overhead` section.
+  OverheadLine observe_overhead(const StepRecord& r, const std::optional<StepGpu>& gpu) {
+    const Config& cfg = lines_.context().cfg;
+    OverheadLine o;
+    o.trace_every = static_cast<int>(r.trace_every);
+    o.budget_decides = budget_decides(cfg);
+    if (o.budget_decides) o.budget = cfg.overhead_budget;
+    if (!s_.attribution) {
+      o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
+                      "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
+      return o;
+    }
+    OverheadObservation ob;
+    ob.index = r.index;
+    ob.traced = r.traced && gpu.has_value();
+    ob.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
+    if (ob.traced) {
+      uint32_t launches = gpu->kernels;
+      for (const auto& [id, pg] : gpu->phases)
+        for (const CopyTotals& c : pg.copies) launches += c.count;
+      ob.launches = launches;
+      if (r.end_ns > r.begin_ns) ob.gpu_busy_share = static_cast<double>(gpu->busy_ns) / static_cast<double>(r.end_ns - r.begin_ns);
+    }
+    overhead_.observe(ob);
+    o.estimate = overhead_.estimate(o.trace_every);
+    if (o.budget_decides && o.estimate.fraction) {
+      // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
+      // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
+      // window forgets the measurement after OverheadEstimator::kWindow steps and the probe repeats.
+      int wanted = o.estimate.every;
+      if (o.estimate.method == "launch_model" && wanted < kProbeEvery && r.index >= kProbeAfterSteps) wanted = kProbeEvery;
+      const int next = next_trace_every(current_every_, wanted, r.index - every_changed_at_, !o.estimate.within_budget);
+      if (next != current_every_) {
+        current_every_ = next;
+        every_changed_at_ = r.index;
+        s_.recorder->set_trace_every(next);
+      }
+    }
+    return o;
   }
 
  public:
@@ -280,6 +331,9 @@ class Worker {
   uint64_t traced_done_ = 0;       // traced steps whose line was taken: detach after
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
   int counter_restarts_ = 0;
+  OverheadEstimator overhead_;
+  int current_every_ = 1;          // the interval last asked of the recorder (overhead_budget)
+  uint64_t every_changed_at_ = 0;  // the step whose line moved it
   uint64_t lines_written_ = 0, lines_failed_ = 0;
 };
 

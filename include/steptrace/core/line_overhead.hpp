@@ -1,0 +1,46 @@
+// steptrace/core/line_overhead.hpp - the line's `overhead` section: what steptrace estimates it costs the
+// program (core/overhead.hpp), by which method, and the trace interval in force and who chose it.
+#pragma once
+#include "../version.hpp"
+#include <optional>
+#include <string>
+
+#include "line_sections.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+inline void write_overhead(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const OverheadLine& o = in.overhead;
+  const OverheadEstimate& e = o.estimate;
+  const std::string why = o.null_reason.empty() ? "no traced step observed yet" : o.null_reason;
+  w.key("overhead").begin_object();
+  const auto field = [&](const char* name, const std::optional<double>& v) {
+    w.field(name, v);
+    if (!v) out.nulls.emplace_back(std::string("overhead.") + name, why);
+  };
+  field("estimated_fraction", e.fraction);
+  w.key("method");
+  if (e.fraction) w.value(e.method);
+  else {
+    w.null();
+    out.nulls.emplace_back("overhead.method", why);
+  }
+  w.field("trace_every", o.trace_every);
+  w.field("decided_by", o.budget_decides ? "overhead_budget" : "trace_every");
+  w.field("budget", o.budget);
+  if (!o.budget) out.nulls.emplace_back("overhead.budget", "trace_every set explicitly: no budget applies");
+  w.key("within_budget");
+  if (o.budget && e.fraction) w.value(e.within_budget);
+  else {
+    w.null();
+    out.nulls.emplace_back("overhead.within_budget", o.budget ? why : "trace_every set explicitly: no budget applies");
+  }
+  field("traced_step_extra_ms", e.traced_extra_ms);
+  field("clean_step_ms", e.clean_step_ms);
+  field("untraced_residual_ms", e.residual_ms);
+  field("launches_per_step", e.launches_per_step);
+  w.end_object();
+}
+
+STEPTRACE_END_NAMESPACE  // steptrace
