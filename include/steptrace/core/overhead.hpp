@@ -5,7 +5,8 @@
 // callbacks on) and the steps right after it (records handed over, graph settling) run longer than the
 // steps far from a trace. Over the last steps observed:
 //   clean    = median step time of untraced steps at least kCleanDistance steps after a traced one
-//   extra    = sum over every step of (step time - clean), per traced step  (what one trace costs)
+//   extra    = sum over d < kCleanDistance of (median step time d steps after a trace - clean)
+//              (what one trace costs, the steps after it included; d = 0 is the traced step)
 //   fraction = extra / (every x clean) + residual / clean
 // where `residual` is what CUPTI costs the steps it does not trace while it stays attached
 // (untraced_cupti=keep): its launch callbacks still run, ~0.6 us per launch on the host (measured:
@@ -59,6 +60,7 @@ class OverheadEstimator {
     double budget = 0.005;
     int max_every = 1000;
     bool keep_attached = true;  // untraced_cupti=keep: the residual applies
+    uint64_t warmup_steps = 8;  // steps whose times are not compared (start-up: CUDA, libraries, caches)
   };
 
   explicit OverheadEstimator(Settings s) : s_(s) {}
@@ -76,6 +78,7 @@ class OverheadEstimator {
       trim(busy_, 32);
     }
     if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
+    st.compared = o.index >= s_.warmup_steps;
     steps_.push_back(st);
     if (steps_.size() > kWindow) steps_.pop_front();
   }
@@ -86,20 +89,22 @@ class OverheadEstimator {
     OverheadEstimate e;
     e.every = std::max(1, every);
     if (!launches_.empty()) e.launches_per_step = median(std::vector<double>(launches_.begin(), launches_.end()));
-    std::vector<double> clean, all;
+    std::vector<double> clean, all, near[kCleanDistance];
     for (const Step& st : steps_) {
       all.push_back(st.ms);
-      if (!st.traced && st.since_traced >= kCleanDistance) clean.push_back(st.ms);
+      if (!st.compared) continue;
+      if (st.since_traced >= kCleanDistance && !st.traced) clean.push_back(st.ms);
+      else if (st.since_traced >= 0 && st.since_traced < kCleanDistance) near[st.since_traced].push_back(st.ms);
     }
-    const std::size_t traced = static_cast<std::size_t>(
-        std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.traced; }));
-    if (static_cast<int>(clean.size()) >= kMinClean && traced > 0) {
+    if (static_cast<int>(clean.size()) >= kMinClean && !near[0].empty()) {
+      // Per distance from the last trace, the median step time over the clean one: robust to the odd
+      // slow step (a checkpoint, an evaluation) that a plain sum would charge to tracing.
       const double c = median(clean);
-      double sum = 0;
-      for (const Step& st : steps_)
-        if (st.since_traced >= 0) sum += st.ms - c;  // from the first traced step on
+      double extra = 0;
+      for (const auto& d : near)
+        if (!d.empty()) extra += median(d) - c;
       e.clean_step_ms = c;
-      e.traced_extra_ms = std::max(0.0, sum / static_cast<double>(traced));
+      e.traced_extra_ms = std::max(0.0, extra);
       e.method = "measured";
     } else if (e.launches_per_step && !all.empty()) {
       e.clean_step_ms = median(all);
@@ -136,6 +141,7 @@ class OverheadEstimator {
     double ms = 0;
     bool traced = false;
     int64_t since_traced = -1;  // steps since the last traced one (-1: none yet)
+    bool compared = false;      // past the warm-up: its time takes part in the measurement
   };
   template <class T>
   static void trim(std::deque<T>& d, std::size_t n) {
