@@ -30,12 +30,13 @@ TEST_CASE("before any untraced step the model decides: launches x 1.1 us", "[ove
   REQUIRE(r.fraction);
   CHECK(r.method == "launch_model");
   CHECK(*r.traced_extra_ms == Approx(1.1));          // 1000 launches x 1.1 us
-  CHECK(*r.fraction == Approx(1.1 / 50.0));          // every step traced: no residual
+  CHECK(*r.fraction == Approx(1.1 / 50.0));          // every step traced: the model's whole cost
   CHECK(*r.residual_ms == Approx(1000 * 0.6e-3 * 0.01));  // 0.6 us per launch x 1 % idle GPU
-  // budget 0.5 %: room = 0.005 - 0.006/50; every = ceil(1.1 / (room x 50)) = ceil(4.51) = 5
+  // cost(n) = (1.1 - 0.006) / (50 n) + 0.006 / 50; <= 0.5 % from n = ceil(0.02188 / 0.00488) = 5
   CHECK(r.every == 5);
   CHECK_FALSE(r.within_budget);  // at the interval in force (every step): 2.2 %
-  CHECK(e.estimate(5).within_budget);  // 1.1 / 250 + 0.006 / 50 = 0.45 %
+  CHECK(e.estimate(5).within_budget);  // 1.094 / 250 + 0.006 / 50 = 0.45 %
+  CHECK_FALSE(e.estimate(4).within_budget);  // 1.094 / 200 + 0.006 / 50 = 0.56 %
 }
 
 TEST_CASE("with untraced steps the cost is measured from the step times", "[overhead]") {
@@ -52,14 +53,15 @@ TEST_CASE("with untraced steps the cost is measured from the step times", "[over
   CHECK(r.method == "measured");
   CHECK(*r.clean_step_ms == Approx(50.0));
   CHECK(*r.traced_extra_ms == Approx(2.5));  // the traced step's 2 ms and the next step's 0.5 ms
-  CHECK(*r.fraction == Approx(2.5 / (4 * 50.0) + *r.residual_ms / 50.0));
-  // room = 0.005 - 0.006/50 = 0.00488; every = ceil(2.5 / (0.00488 x 50)) = ceil(10.25) = 11
+  CHECK(*r.fraction == Approx(2.5 / (4 * 50.0) + 0.006 / 50.0));
+  CHECK(e.estimate(1).fraction.value() == Approx(2.5 / 50.0 + 0.006 / 50.0));  // the residual at every interval
+  // measured: cost(n) = 2.5 / (50 n) + 0.006 / 50; <= 0.5 % from n = ceil(0.05 / 0.00488) = 11
   CHECK(r.every == 11);
 }
 
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {
   // Launch-bound: 10 000 launches, the GPU idle 80 % of the step. Kept attached, untraced steps still
-  // pay 10 000 x 0.6 us x 0.8 = 4.8 ms of a 34 ms step: 14 %, above any interval's reach.
+  // pay 10 000 x 0.6 us x 0.8 = 4.8 ms of a 45 ms step: 10.7 %, above any interval's reach.
   OverheadEstimator e({0.01, 1000, true});
   e.observe(step(0, true, 45.0, 10000, 0.2));
   e.observe(step(1, true, 45.0, 10000, 0.2));
@@ -67,6 +69,8 @@ TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[
   REQUIRE(r.fraction);
   CHECK(r.every == 1000);
   CHECK_FALSE(r.within_budget);
+  CHECK_FALSE(e.estimate(1000).within_budget);
+  CHECK(e.estimate(1000).fraction.value() == Approx((11.0 - 4.8) / 45000 + 4.8 / 45));
   // Detached between traced steps (keep_attached false) there is no residual: an interval suffices.
   OverheadEstimator d({0.01, 1000, false});
   d.observe(step(0, true, 45.0, 10000, 0.2));
@@ -81,12 +85,16 @@ TEST_CASE("noise never makes the cost negative; impossible step times are not ob
   OverheadEstimator e({0.005, 1000, true});
   for (uint64_t i = 0; i < 40; ++i) e.observe(step(i, i % 8 == 0, i % 8 == 0 ? 49.0 : 50.0));
   e.observe(step(39, false, 5000.0));  // one odd slow step (a checkpoint): the medians ignore it
-  e.observe(step(40, false, std::nan("")));
-  e.observe(step(41, false, -3));
   const auto r = e.estimate(8);
   REQUIRE(r.fraction);
   CHECK(*r.traced_extra_ms == 0);
   CHECK(r.every == 1);
+  // Traced steps of 52 ms against 50; then as many traced "steps" of -3 ms and NaN, which must not
+  // count (they would pull the traced median to 24.5 ms).
+  OverheadEstimator f({0.005, 1000, true});
+  for (uint64_t i = 0; i < 40; ++i) f.observe(step(i, i % 8 == 0, i % 8 == 0 ? 52.0 : 50.0));
+  for (uint64_t i = 40; i < 48; ++i) f.observe(step(i, true, i % 2 ? std::nan("") : -3.0));
+  CHECK(*f.estimate(8).traced_extra_ms == Approx(2.0));
 }
 
 TEST_CASE("the schedule: an interval counts from its anchor; the budget moves it with hysteresis", "[overhead]") {
@@ -98,12 +106,58 @@ TEST_CASE("the schedule: an interval counts from its anchor; the budget moves it
   CHECK(s.traced(14));
   CHECK_FALSE(s.traced(9));
   CHECK(TraceSchedule{1, 7}.traced(3));
+  // The budget's schedule: the anchor, then one step per block of 4 at a varying place in it.
+  const TraceSchedule j{4, 10, true};
+  CHECK(j.traced(10));
+  CHECK_FALSE(j.traced(9));
+  int offsets[4] = {};
+  for (uint64_t block = 1; block < 400; ++block) {
+    int in_block = 0;
+    for (uint64_t k = 0; k < 4; ++k)
+      if (j.traced(10 + block * 4 + k)) ++in_block, ++offsets[k];
+    CHECK(in_block == 1);
+  }
+  for (int k = 0; k < 4; ++k) CHECK(offsets[k] > 60);  // every place in the block, ~100 times each
   CHECK(next_trace_every(1, 5, 3, true) == 1);     // too soon after the last change (8 steps)
-  CHECK(next_trace_every(1, 5, 8, true) == 5);
+  CHECK(next_trace_every(1, 5, 8, true) == 4);      // up by 4x at most
+  CHECK(next_trace_every(2, 5, 8, true) == 5);
   CHECK(next_trace_every(10, 11, 40, false) == 10);  // within a quarter and inside the budget: stays
   CHECK(next_trace_every(10, 11, 40, true) == 11);   // over the budget: up, however little
   CHECK(next_trace_every(10, 9, 40, false) == 10);   // down by less than a quarter: stays
   CHECK(next_trace_every(10, 14, 19, true) == 10);   // two intervals not yet run
   CHECK(next_trace_every(10, 14, 20, false) == 14);
   CHECK(next_trace_every(10, 1, 20, false) == 1);    // back to every step
+  CHECK(next_trace_every(8, 90, 16, true) == 32);     // up by 4x at most
+}
+
+TEST_CASE("the warm-up is not compared, and a measurement needs enough steps", "[overhead]") {
+  OverheadEstimator e({0.005, 1000, true});
+  for (uint64_t i = 0; i < 8; ++i) e.observe(step(i, true, 400.0));  // start-up: slow, traced
+  // After the warm-up: one traced step (52 ms) and three clean ones (50 ms): too few to measure.
+  e.observe(step(8, true, 52.0));
+  for (uint64_t i = 9; i < 12; ++i) e.observe(step(i, false, 50.0));
+  CHECK(e.estimate(8).method == "launch_model");
+  // Every 8 up to step 39: 4 traced steps, 16 clean ones; the warm-up's 400 ms steps stay out.
+  for (uint64_t i = 12; i < 40; ++i) e.observe(step(i, i % 8 == 0, i % 8 == 0 ? 52.0 : 50.0));
+  const auto r = e.estimate(8);
+  CHECK(r.method == "measured");
+  CHECK(*r.traced_extra_ms == Approx(2.0));
+  CHECK(*r.clean_step_ms == Approx(50.0));
+}
+
+TEST_CASE("only recent steps are compared: a baseline that moved is not charged to tracing", "[overhead]") {
+  OverheadEstimator e({0.005, 1000, true});
+  // Every 8 for 200 steps at 50 ms (traced 52), then every 8 at 80 ms (traced 82).
+  for (uint64_t i = 0; i < 400; ++i) {
+    const double base = i < 200 ? 50.0 : 80.0;
+    e.observe(step(i, i % 8 == 0, i % 8 == 0 ? base + 2 : base));
+  }
+  const auto r = e.estimate(8);
+  REQUIRE(r.method == "measured");
+  CHECK(*r.clean_step_ms == Approx(80.0));
+  CHECK(*r.traced_extra_ms == Approx(2.0));
+  // With every 2 nothing recent is 3 steps from a trace: back to the model (the runtime then probes).
+  OverheadEstimator f({0.005, 1000, true});
+  for (uint64_t i = 0; i < 400; ++i) f.observe(step(i, i < 200 ? i % 8 == 0 : i % 2 == 0, 50.0));
+  CHECK(f.estimate(2).method == "launch_model");
 }

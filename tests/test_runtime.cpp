@@ -308,7 +308,7 @@ TEST_CASE("overhead_budget: a costly trace lowers the trace rate; every line say
       CHECK(o["estimated_fraction"].get<double>() == Approx(truth).epsilon(0.5));
       // Over the budget only for a moment (a loaded machine moves the step times): the interval then
       // moves up after two intervals' worth of steps.
-      CHECK(o["estimated_fraction"].get<double>() <= 0.05 * 1.25);
+      CHECK(o["estimated_fraction"].get<double>() <= 0.05 * 1.5);
       within += o["within_budget"].get<bool>();
       CHECK(o["traced_step_extra_ms"].get<double>() == Approx(0.5).epsilon(0.5));
     }

@@ -46,6 +46,7 @@ struct OverheadLine {
   bool budget_decides = false;          // trace_every 0: overhead_budget chose the interval
   std::optional<double> budget;         // overhead_budget, when it decides
   std::string null_reason;              // why estimated_fraction is null
+  std::string no_budget_reason;         // why budget / within_budget are null
 };
 
 /// Everything one line is made of.

@@ -29,12 +29,12 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   w.field("trace_every", o.trace_every);
   w.field("decided_by", o.budget_decides ? "overhead_budget" : "trace_every");
   w.field("budget", o.budget);
-  if (!o.budget) out.nulls.emplace_back("overhead.budget", "trace_every set explicitly: no budget applies");
+  if (!o.budget) out.nulls.emplace_back("overhead.budget", o.no_budget_reason);
   w.key("within_budget");
   if (o.budget && e.fraction) w.value(e.within_budget);
   else {
     w.null();
-    out.nulls.emplace_back("overhead.within_budget", o.budget ? why : "trace_every set explicitly: no budget applies");
+    out.nulls.emplace_back("overhead.within_budget", o.budget ? why : o.no_budget_reason);
   }
   field("traced_step_extra_ms", e.traced_extra_ms);
   field("clean_step_ms", e.clean_step_ms);

@@ -8,13 +8,15 @@
 //   extra    = sum over d < kCleanDistance of (median step time d steps after a trace - clean)
 //              (what one trace costs, the steps after it included; d = 0 is the traced step)
 //   fraction = extra / (every x clean) + residual / clean
-// where `residual` is what CUPTI costs the steps it does not trace while it stays attached
+// over the last max(128, 4 x every) steps, each median over at least 3 steps (5 clean ones), where
+// `residual` is what CUPTI costs every step while it stays attached
 // (untraced_cupti=keep): its launch callbacks still run, ~0.6 us per launch on the host (measured:
 // benchmarks/README.md, third session, run I: untraced steps with records and callbacks off ran +17 % on
 // 10 001 launches of 34 ms). That cost delays the GPU only where the host is what the step waits for,
 // so it is weighted by the share of the traced steps' time the GPU was idle. It cannot be seen in the
 // step times (every step pays it), hence a model. Until untraced steps exist to compare with, `extra`
-// is a model too: launches x kModelTracedNsPerLaunch.
+// is a model too: launches x kModelTracedNsPerLaunch, a traced step against no CUPTI at all, so then
+//   fraction = (extra + (every - 1) x residual) / (every x clean).
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -55,6 +57,8 @@ class OverheadEstimator {
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
   static constexpr std::size_t kWindow = 512;              // steps remembered
   static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
+  static constexpr int kMinTraced = 3;                     // steps at each distance from a trace, likewise
+  static constexpr std::size_t kRecentSteps = 128;         // steps compared (at least 4 intervals)
 
   struct Settings {
     double budget = 0.005;
@@ -89,14 +93,23 @@ class OverheadEstimator {
     OverheadEstimate e;
     e.every = std::max(1, every);
     if (!launches_.empty()) e.launches_per_step = median(std::vector<double>(launches_.begin(), launches_.end()));
+    // Only recent steps are compared, so that the clean baseline is as current as the traced steps
+    // (with an interval of 3 or less no step is clean: the estimate falls back to the model and the
+    // runtime probes with a longer interval).
+    const std::size_t recent = std::max<std::size_t>(kRecentSteps, 4 * static_cast<std::size_t>(e.every));
+    const std::size_t from = steps_.size() > recent ? steps_.size() - recent : 0;
     std::vector<double> clean, all, near[kCleanDistance];
-    for (const Step& st : steps_) {
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      const Step& st = steps_[i];
       all.push_back(st.ms);
-      if (!st.compared) continue;
+      if (!st.compared || i < from) continue;
       if (st.since_traced >= kCleanDistance && !st.traced) clean.push_back(st.ms);
       else if (st.since_traced >= 0 && st.since_traced < kCleanDistance) near[st.since_traced].push_back(st.ms);
     }
-    if (static_cast<int>(clean.size()) >= kMinClean && !near[0].empty()) {
+    bool enough = static_cast<int>(clean.size()) >= kMinClean && static_cast<int>(near[0].size()) >= kMinTraced;
+    for (const auto& d : near) enough = enough && (d.empty() || static_cast<int>(d.size()) >= kMinTraced);
+    bool measured = false;
+    if (enough) {
       // Per distance from the last trace, the median step time over the clean one: robust to the odd
       // slow step (a checkpoint, an evaluation) that a plain sum would charge to tracing.
       const double c = median(clean);
@@ -106,6 +119,7 @@ class OverheadEstimator {
       e.clean_step_ms = c;
       e.traced_extra_ms = std::max(0.0, extra);
       e.method = "measured";
+      measured = true;
     } else if (e.launches_per_step && !all.empty()) {
       e.clean_step_ms = median(all);
       e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6;
@@ -121,16 +135,19 @@ class OverheadEstimator {
     e.residual_ms = residual;
     const double clean_ms = *e.clean_step_ms;
     if (!(clean_ms > 0)) return e;
-    // The residual is paid only while some steps are left untraced.
-    const auto cost = [&](int n) { return *e.traced_extra_ms / (n * clean_ms) + (n > 1 ? residual / clean_ms : 0.0); };
+    // cost(n) = a / n + b. Every step pays the residual while CUPTI stays attached. Measured: `extra`
+    // is the traced step against untraced steps that pay the residual too, so a = extra. Model: the
+    // 1.1 us per launch is a traced step against no CUPTI at all, so a = extra - residual.
+    const double b = residual / clean_ms;
+    const double a = (measured ? *e.traced_extra_ms : *e.traced_extra_ms - residual) / clean_ms;
+    const auto cost = [&](int n) { return a / n + b; };
     e.fraction = cost(e.every);
     e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
     // The shortest interval whose cost fits the budget (the longest allowed if none does).
     int want = 1;
     if (cost(1) > s_.budget) {
-      const double room = s_.budget - residual / clean_ms;
-      want = room > 0 ? static_cast<int>(std::ceil(*e.traced_extra_ms / (room * clean_ms))) : s_.max_every;
-      want = std::clamp(want, 2, s_.max_every);
+      const double n = b < s_.budget ? std::ceil(a / (s_.budget - b)) : static_cast<double>(s_.max_every);
+      want = static_cast<int>(std::clamp(n, 2.0, static_cast<double>(s_.max_every)));
     }
     e.every = want;
     return e;

@@ -36,17 +36,36 @@ inline double min_record_lag_ms(double flush_after_ms) { return 2 * flush_after_
 inline constexpr uint64_t kFlushAfterLaunches = 16384;
 inline constexpr double kMinFlushGapMs = 20;
 
-/// Which steps are traced: every `every`-th step counted from `anchor`, the step at which the
-/// interval took effect (0 for a fixed trace_every, so its traced steps are the multiples of it).
-/// The one place that says whether a step is traced.
+/// Which steps are traced: one step in every `every`, counted in blocks of `every` steps from `anchor`,
+/// the step at which the interval took effect (0 for a fixed trace_every). A fixed trace_every traces
+/// the first step of each block (the multiples of N). The budget's schedule (`jitter`) traces the
+/// anchor and then a pseudo-random step of each block, so that a program whose steps repeat with a
+/// period (gradient accumulation, an evaluation every k steps) is not always traced at the same point
+/// of its period, which would charge that point's cost to tracing. The one place that says whether a
+/// step is traced.
 struct TraceSchedule {
   int every = 1;
   uint64_t anchor = 0;
+  bool jitter = false;
   bool traced(uint64_t step) const {
-    return every <= 1 || (step >= anchor && (step - anchor) % static_cast<uint64_t>(every) == 0);
+    if (every <= 1) return true;
+    if (step < anchor) return false;
+    const uint64_t k = step - anchor, n = static_cast<uint64_t>(every), block = k / n;
+    return k % n == (jitter && block ? mix(block ^ (anchor << 20)) % n : 0);
+  }
+  static uint64_t mix(uint64_t x) {  // splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable PRNGs", 2014)
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
   }
 };
 inline bool scheduled_for_tracing(uint64_t step, int trace_every) { return TraceSchedule{trace_every, 0}.traced(step); }
+
+/// The schedule a step was taken under.
+inline TraceSchedule schedule_of(const StepRecord& r, const Config& cfg) {
+  return TraceSchedule{static_cast<int>(r.trace_every), r.trace_anchor, cfg.trace_every == 0};
+}
 
 /// trace_every 0 with a budget: the interval follows the estimated cost while the program runs.
 inline bool budget_decides(const Config& cfg) { return cfg.trace_every == 0 && cfg.overhead_budget > 0; }
@@ -58,10 +77,12 @@ inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 ||
 /// The interval the budget moves to, given the one in force, the estimator's recommendation, how many
 /// steps ran since the last change and whether the cost now exceeds the budget. It waits two intervals'
 /// worth of steps (at least 8) after a change; then it moves up whenever the budget is exceeded, and
-/// otherwise only by more than a quarter, so that noise in the estimate does not move the schedule.
+/// otherwise only by more than a quarter, so that noise in the estimate does not move the schedule;
+/// up by 4x at most at a time.
 inline int next_trace_every(int current, int recommended, uint64_t steps_since_change, bool over_budget) {
   if (recommended == current || steps_since_change < std::max<uint64_t>(8, 2 * static_cast<uint64_t>(current)))
     return current;
+  if (recommended > current) recommended = std::min(recommended, 4 * current);  // one noisy estimate moves it 4x at most
   if (recommended > current && over_budget) return recommended;
   const double ratio = static_cast<double>(recommended) / current;
   return (ratio > 1.25 || ratio < 0.8 || recommended == 1) ? recommended : current;
@@ -109,7 +130,7 @@ inline bool line_due(const LineWait& w, const Config& cfg) {
 
 /// Why a step has no GPU attribution although CUPTI runs (its line's gpu null reason).
 inline std::string untraced_reason(const StepRecord& step, const Config& cfg, bool detach) {
-  if (step.trace_every > 1 && !TraceSchedule{static_cast<int>(step.trace_every), step.trace_anchor}.traced(step.index))
+  if (step.trace_every > 1 && !schedule_of(step, cfg).traced(step.index))
     return "step not traced: trace_every=" + std::to_string(step.trace_every) +
            (budget_decides(cfg) ? " (chosen by overhead_budget=" + format_fraction(cfg.overhead_budget) + ")" : "") +
            " attributes one step in " + std::to_string(step.trace_every) + "; host timings only" +

@@ -238,9 +238,12 @@ class Session {
       ctx.gpu_null_reason = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
       return;
     }
-    detach_ = cfg.untraced_cupti == UntracedCupti::detach && sampling_possible(cfg);
+    // Detaching follows a fixed interval (the collector counts traced steps against attach generations);
+    // with the budget choosing the interval CUPTI stays attached.
+    detach_ = cfg.untraced_cupti == UntracedCupti::detach && cfg.trace_every > 1;
     if (cfg.untraced_cupti == UntracedCupti::detach && !detach_)
-      logger()->info("untraced_cupti=detach has no effect with trace_every=1 or overhead_budget=0 (every step is traced)");
+      warn_once("untraced_cupti", "untraced_cupti=detach applies with an explicit trace_every > 1 (now " +
+                                      std::to_string(cfg.trace_every) + "); CUPTI stays attached between traced steps");
     const std::string err = gpu_->start_attribution(detach_);
     if (!err.empty()) {
       ctx.gpu_null_reason = "CUPTI unavailable: " + err;

@@ -45,7 +45,7 @@ class StepRecorder {
     next_index_ = 0;
     spans_outside_step_ = 0;
     tracing_failed_ = false;
-    schedule_ = TraceSchedule{initial_trace_every(cfg), 0};
+    schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
   }
 
@@ -79,7 +79,7 @@ class StepRecorder {
     r.begin_unix_ns = unix_ns();
     r.spans.reserve(16);
     const int wanted = wanted_every_.load(std::memory_order_relaxed);
-    if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index};  // the new interval starts here
+    if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index, true};  // the new interval starts here
     r.traced = !tracing_failed_ && schedule_.traced(r.index);
     r.trace_every = static_cast<uint32_t>(schedule_.every);
     r.trace_anchor = schedule_.anchor;

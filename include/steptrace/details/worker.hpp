@@ -31,7 +31,7 @@
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
-inline constexpr int kMaxBudgetTraceEvery = 1000;  // the longest interval overhead_budget chooses
+inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
@@ -277,9 +277,18 @@ class Worker {
     o.trace_every = static_cast<int>(r.trace_every);
     o.budget_decides = budget_decides(cfg);
     if (o.budget_decides) o.budget = cfg.overhead_budget;
+    else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
+                                                   : "overhead_budget=0: every step is traced";
     if (!s_.attribution) {
       o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
                       "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
+      return o;
+    }
+    // A step the schedule traced that went untraced: CUPTI could not be switched back on, and no
+    // step is traced from here on (the recorder's tracing_failed).
+    if (!r.traced && schedule_of(r, cfg).traced(r.index)) tracing_stopped_ = true;
+    if (tracing_stopped_) {
+      o.null_reason = "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)";
       return o;
     }
     OverheadObservation ob;
@@ -332,6 +341,7 @@ class Worker {
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
   int counter_restarts_ = 0;
   OverheadEstimator overhead_;
+  bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   int current_every_ = 1;          // the interval last asked of the recorder (overhead_budget)
   uint64_t every_changed_at_ = 0;  // the step whose line moved it
   uint64_t lines_written_ = 0, lines_failed_ = 0;
