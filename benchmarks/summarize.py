@@ -99,7 +99,7 @@ if os.path.exists(os.path.join(out, "budget.csv")):
                 est[row[0]].append(row)
     if est:
         print("### overhead_budget (defaults): its estimate against the cost measured side by side\n")
-        print("| workload | trace_every chosen | traced / timed steps | estimated % (median of runs) | measured % vs baseline "
+        print("| workload | trace_every chosen | traced / timed steps, each run | estimated % (median of runs) | measured % vs baseline "
               "(median, min – max) | measured / estimated | method | within budget |")
         print("|---|---|---|---|---|---|---|---|")
         for workload, rs in est.items():
@@ -108,9 +108,10 @@ if os.path.exists(os.path.join(out, "budget.csv")):
             meas = [100 * (runs[k]["mean_ms"] / base[k]["mean_ms"] - 1) for k in runs if k in base]
             e = [100 * float(r[3]) for r in rs if r[3]]
             ratio = f"{med(meas) / med(e):.2f}" if meas and e and med(e) > 0 else "—"
-            print(f"| {workload} | {', '.join(sorted(set(r[2] for r in rs)))} | {rs[-1][6]} / {rs[-1][7]} | "
+            traced = ", ".join(f"{r[6]}/{r[7]}" for r in rs)
+            print(f"| {workload} | {', '.join(sorted(set(r[2] for r in rs)))} | {traced} | "
                   f"{med(e):.3f} | " + (f"{med(meas):+.3f} ({min(meas):+.3f} – {max(meas):+.3f})" if meas else "—") +
-                  f" | {ratio} | {rs[-1][4]} | {rs[-1][5]} |")
+                  f" | {ratio} | {', '.join(sorted(set(r[4] for r in rs)))} | {', '.join(sorted(set(r[5] for r in rs)))} |")
         print()
 
 # ---- added host cost per kernel ------------------------------------------------------------------
