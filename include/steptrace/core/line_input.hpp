@@ -43,8 +43,7 @@ struct WindowSummary {
 struct OverheadLine {
   OverheadEstimate estimate;
   int trace_every = 1;                  // the interval in force for this step
-  bool budget_decides = false;          // trace_every 0: overhead_budget chose the interval
-  std::optional<double> budget;         // overhead_budget, when it decides
+  std::optional<double> budget;         // overhead_budget, when it chose the interval (trace_every 0)
   std::string null_reason;              // why estimated_fraction is null
   std::string no_budget_reason;         // why budget / within_budget are null
 };

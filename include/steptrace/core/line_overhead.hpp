@@ -27,7 +27,7 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
     out.nulls.emplace_back("overhead.method", why);
   }
   w.field("trace_every", o.trace_every);
-  w.field("decided_by", o.budget_decides ? "overhead_budget" : "trace_every");
+  w.field("decided_by", o.budget ? "overhead_budget" : "trace_every");
   w.field("budget", o.budget);
   if (!o.budget) out.nulls.emplace_back("overhead.budget", o.no_budget_reason);
   w.key("within_budget");

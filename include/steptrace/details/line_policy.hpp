@@ -60,7 +60,6 @@ struct TraceSchedule {
     return x ^ (x >> 31);
   }
 };
-inline bool scheduled_for_tracing(uint64_t step, int trace_every) { return TraceSchedule{trace_every, 0}.traced(step); }
 
 /// The schedule a step was taken under.
 inline TraceSchedule schedule_of(const StepRecord& r, const Config& cfg) {

@@ -275,8 +275,7 @@ class Worker {
     const Config& cfg = lines_.context().cfg;
     OverheadLine o;
     o.trace_every = static_cast<int>(r.trace_every);
-    o.budget_decides = budget_decides(cfg);
-    if (o.budget_decides) o.budget = cfg.overhead_budget;
+    if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
     else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                    : "overhead_budget=0: every step is traced";
     if (!s_.attribution) {
@@ -304,7 +303,7 @@ class Worker {
     }
     overhead_.observe(ob);
     o.estimate = overhead_.estimate(o.trace_every);
-    if (o.budget_decides && o.estimate.fraction) {
+    if (o.budget && o.estimate.fraction) {
       // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
       // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
       // window forgets the measurement after OverheadEstimator::kWindow steps and the probe repeats.
