@@ -35,6 +35,7 @@ workload_run() {
     full) env+=(STEPTRACE_TRACE_EVERY=1) ;;
     full_nocounters) env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
     budget) env=(STEPTRACE_LOG="$out/budget_lines.jsonl" STEPTRACE_SUMMARY=0); rm -f "$out/budget_lines.jsonl" ;;
+    budget_keep) env=(STEPTRACE_LOG="$out/budget_lines.jsonl" STEPTRACE_SUMMARY=0 STEPTRACE_UNTRACED_CUPTI=keep); rm -f "$out/budget_lines.jsonl" ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
     sampled_detach) env+=(STEPTRACE_TRACE_EVERY=$every STEPTRACE_UNTRACED_CUPTI=detach) ;;
     cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records) ;;
@@ -48,8 +49,8 @@ workload_run() {
   kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
   echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps),$(kv enqueue_mean_ms)" >>"$csv"
   # The budget's own view of what it cost over the timed steps (after --warmup).
-  if [[ $mode == budget ]]; then
-    python3 "$ROOT/benchmarks/budget_estimate.py" "$out/budget_lines.jsonl" "$(kv workload)" "$r" "$(sed -n 's/.*--warmup \([0-9]*\).*/\1/p' <<<"$*")" >>"$out/budget.csv"
+  if [[ $mode == budget || $mode == budget_keep ]]; then
+    python3 "$ROOT/benchmarks/budget_estimate.py" "$out/budget_lines.jsonl" "$(kv workload)" "$r" "$(sed -n 's/.*--warmup \([0-9]*\).*/\1/p' <<<"$*")" "$mode" >>"$out/budget.csv"
   fi
 }
 
@@ -80,13 +81,13 @@ if want launch; then
     done
   done
 fi
-if want budget; then  # BUDGET_WORKLOADS narrows it (transformer, launch), BUDGET_MODES the modes
+if want budget; then  # BUDGET_WORKLOADS narrows it (transformer, launch), BUDGET_MODES the modes, BUDGET_STEPS/BUDGET_WARMUP the length
   for workload in ${BUDGET_WORKLOADS:-transformer launch}; do
     for r in $(seq "$repeats"); do
       for mode in ${BUDGET_MODES:-baseline cupti_floor full full_nocounters budget sampled}; do
         case $workload in
-          transformer) workload_run "$mode" 10 "$r" --workload transformer --steps 200 --warmup 40 ;;
-          launch) workload_run "$mode" 10 "$r" --workload launch --kernels 10000 --steps 200 --warmup 40 ;;
+          transformer) workload_run "$mode" 10 "$r" --workload transformer --steps "${BUDGET_STEPS:-200}" --warmup "${BUDGET_WARMUP:-40}" ;;
+          launch) workload_run "$mode" 10 "$r" --workload launch --kernels 10000 --steps "${BUDGET_STEPS:-200}" --warmup "${BUDGET_WARMUP:-40}" ;;
         esac
       done
     done

@@ -42,7 +42,7 @@ print(f"Device: {device}\n")
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
 ORDER = ["baseline", "compiled_out", "off", "host", "cupti_callbacks", "cupti_floor", "cupti_floor_callbacks",
-         "full_nocounters", "full_quiet", "full", "budget", "sampled", "sampled_detach", "torch_profiler"]
+         "full_nocounters", "full_quiet", "full", "budget", "budget_keep", "sampled", "sampled_detach", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -68,7 +68,8 @@ for workload in ["transformer", "launch", "gpt"]:
                  "sampled_detach": f"sampled (trace_every={every}), CUPTI detached between traced steps", "cupti_floor": "raw CUPTI, same record kinds (floor)",
                  "host": "host (scopes, no CUPTI)", "full": "full attribution, trace_every=1 (+ PM sampling counters)",
                  "full_nocounters": "full attribution, counters off",
-                 "budget": "defaults: overhead_budget 0.5 % chooses trace_every", "off": "off (STEPTRACE_ENABLED=0)",
+                 "budget": "defaults: overhead_budget 0.5 % chooses trace_every (and keep or detach)",
+                 "budget_keep": "overhead_budget 0.5 %, untraced_cupti=keep (never detached)", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
                  "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)",
                  "cupti_callbacks": "raw CUPTI: empty callbacks on the launch sites, no records",
@@ -96,22 +97,23 @@ if os.path.exists(os.path.join(out, "budget.csv")):
     with open(os.path.join(out, "budget.csv")) as f:
         for row in csv.reader(f):
             if len(row) >= 8:
-                est[row[0]].append(row)
+                est[(row[0], row[8] if len(row) > 8 else "budget")].append(row)
     if est:
         print("### overhead_budget (defaults): its estimate against the cost measured side by side\n")
-        print("| workload | trace_every chosen | traced / timed steps, each run | estimated % (median of runs) | measured % vs baseline "
-              "(median, min – max) | measured / estimated | method | within budget |")
-        print("|---|---|---|---|---|---|---|---|")
-        for workload, rs in est.items():
-            runs = by.get((workload, "budget"), {})
+        print("| workload | mode | trace_every chosen | traced / timed steps, each run | estimated % (median of runs) | measured % vs baseline "
+              "(median, min – max) | measured / estimated | method | within budget | untraced_cupti (last line) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for (workload, mode), rs in est.items():
+            runs = by.get((workload, mode), {})
             base = by.get((workload, BASE.get(workload, "baseline")), {})
             meas = [100 * (runs[k]["mean_ms"] / base[k]["mean_ms"] - 1) for k in runs if k in base]
             e = [100 * float(r[3]) for r in rs if r[3]]
             ratio = f"{med(meas) / med(e):.2f}" if meas and e and med(e) > 0 else "—"
             traced = ", ".join(f"{r[6]}/{r[7]}" for r in rs)
-            print(f"| {workload} | {', '.join(sorted(set(r[2] for r in rs)))} | {traced} | "
+            print(f"| {workload} | {mode} | {', '.join(sorted(set(r[2] for r in rs)))} | {traced} | "
                   f"{med(e):.3f} | " + (f"{med(meas):+.3f} ({min(meas):+.3f} – {max(meas):+.3f})" if meas else "—") +
-                  f" | {ratio} | {', '.join(sorted(set(r[4] for r in rs)))} | {', '.join(sorted(set(r[5] for r in rs)))} |")
+                  f" | {ratio} | {', '.join(sorted(set(r[4] for r in rs)))} | {', '.join(sorted(set(r[5] for r in rs)))} | "
+                  f"{', '.join(sorted(set(r[9] for r in rs if len(r) > 9))) or '—'} |")
         print()
 
 # ---- added host cost per kernel ------------------------------------------------------------------

@@ -3,6 +3,7 @@
 // thread (as the CUPTI callback does) and hands over a kernel record when the test's delivery rule
 // says so. Every call the runtime makes is recorded, so a test can check the runtime's rules.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -31,6 +32,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   struct Calls {
     std::vector<bool> set_tracing;
     std::vector<uint64_t> detach_requests;
+    int detaches = 0;              // requests the collector would act on: records off, every traced step begun has its line
+    int switches_to_detach = 0;    // switch_to_detach() calls
+    int64_t detach_in_force_at = -1;  // the step whose begin put detach mode in force
     int flushes = 0, forced_flushes = 0, synchronizes = 0;
     int attribution_starts = 0, attribution_stops = 0, counters_starts = 0, counters_stops = 0;
     bool detach_mode = false;
@@ -86,6 +90,8 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     ++calls_.attribution_starts;
     calls_.detach_mode = detach;
+    traced_begun_ = 0;
+    pending_detach_ = false;
     if (!attribution_error.empty()) return attribution_error;
     tracing_ = true;
     return {};
@@ -98,14 +104,32 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   std::string set_tracing(bool on) override {
     std::lock_guard<std::mutex> lock(mutex_);
     calls_.set_tracing.push_back(on);
+    if (on) ++traced_begun_;
     if (on && !tracing_error.empty()) return tracing_error;
+    if (!on && tracing_ && pending_detach_) {  // as the collector: in force when records go off
+      pending_detach_ = false;
+      calls_.detach_mode = true;
+      calls_.detach_in_force_at = steptrace::details::current_step().load();
+    }
     tracing_ = on;
     return {};
   }
-  void request_detach(uint64_t generation) override {
+  void request_detach(uint64_t traced) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    calls_.detach_requests.push_back(generation);
+    calls_.detach_requests.push_back(traced);
+    if (calls_.detach_mode && !tracing_ && traced == traced_begun_) ++calls_.detaches;
   }
+  void switch_to_detach() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.switches_to_detach;
+    if (!calls_.detach_mode) pending_detach_ = true;
+  }
+  std::optional<uint64_t> detach_since() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!calls_.detach_mode) return std::nullopt;
+    return static_cast<uint64_t>(std::max<int64_t>(0, calls_.detach_in_force_at));
+  }
+  std::string kernel_timestamps() override { return "instrumented (fake backend)"; }
   void flush_records(bool forced) override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++(forced ? calls_.forced_flushes : calls_.flushes);
@@ -172,6 +196,8 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   std::mutex mutex_;
   Calls calls_;
   bool tracing_ = false;
+  uint64_t traced_begun_ = 0;
+  bool pending_detach_ = false;
   uint32_t next_correlation_ = 0;
   int64_t last_sample_end_ = 0;
   std::vector<steptrace::LaunchRecord> launches_;

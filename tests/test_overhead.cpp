@@ -76,9 +76,10 @@ TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[
   d.observe(step(0, true, 45.0, 10000, 0.2));
   const auto rd = d.estimate(1);
   CHECK(*rd.residual_ms == 0);
-  CHECK(rd.every == 25);  // 10 000 x 1.1 us = 11 ms; ceil(11 / (0.01 x 45)) = 25
-  CHECK(d.estimate(25).within_budget);
-  CHECK_FALSE(d.estimate(24).within_budget);
+  // 10 000 x 1.1 us + 8.3 ms for an attach and a detach = 19.3 ms; ceil(19.3 / (0.01 x 45)) = 43
+  CHECK(rd.every == 43);
+  CHECK(d.estimate(43).within_budget);
+  CHECK_FALSE(d.estimate(42).within_budget);
 }
 
 TEST_CASE("noise never makes the cost negative; impossible step times are not observed", "[overhead]") {
@@ -160,4 +161,41 @@ TEST_CASE("only recent steps are compared: a baseline that moved is not charged 
   OverheadEstimator f({0.005, 1000, true});
   for (uint64_t i = 0; i < 400; ++i) f.observe(step(i, i < 200 ? i % 8 == 0 : i % 2 == 0, 50.0));
   CHECK(f.estimate(2).method == "launch_model");
+}
+
+TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds the budget", "[overhead]") {
+  // Launch-bound: 10 000 launches in 32 ms, GPU busy 20 %. Kept attached, every step pays
+  // 10 000 x 0.6 us x 0.8 = 4.8 ms = 15 % whatever the interval. Detached, the model's trace costs
+  // 10 000 x 1.1 us + 8.3 ms = 19.3 ms, over 100 steps of 32 ms: 0.6 %.
+  OverheadEstimator launch_bound({0.005, 100, true});
+  for (uint64_t i = 0; i < 10; ++i) launch_bound.observe(step(i, true, 32.0, 10000, 0.2));
+  const auto keep = launch_bound.estimate(1);
+  REQUIRE(keep.residual_ms);
+  CHECK(*keep.residual_ms == Approx(4.8));
+  CHECK(OverheadEstimator::detach_pays(keep, 0.005, 100));
+  CHECK_FALSE(OverheadEstimator::detach_pays(keep, 0.2, 100));  // a 20 % budget is kept attached
+  // GPU-bound: 770 launches in 61 ms, GPU busy 99 %: the floor is 770 x 0.6 us x 0.01 / 61 = 0.008 %.
+  OverheadEstimator gpu_bound({0.005, 100, true});
+  for (uint64_t i = 0; i < 10; ++i) gpu_bound.observe(step(i, true, 61.0, 770, 0.99));
+  CHECK_FALSE(OverheadEstimator::detach_pays(gpu_bound.estimate(1), 0.005, 100));
+  // Tiny steps: 100 launches in 0.1 ms, GPU idle. Attached: 60 %. Detached: (0.11 + 8.3) / (100 x 0.1)
+  // = 84 %: an attach every 100 steps costs more than staying attached.
+  OverheadEstimator tiny({0.005, 100, true});
+  for (uint64_t i = 0; i < 10; ++i) tiny.observe(step(i, true, 0.1, 100, 0.0));
+  CHECK_FALSE(OverheadEstimator::detach_pays(tiny.estimate(1), 0.005, 100));
+  CHECK(OverheadEstimator::detach_pays(tiny.estimate(1), 0.005, 1000));  // over 1000 steps: 8.4 %
+  CHECK_FALSE(OverheadEstimator::detach_pays(steptrace::OverheadEstimate{}, 0.005, 100));  // no estimate
+
+  // After the switch: no residual, the steps so far forgotten, the model adds an attach and a detach.
+  launch_bound.switch_to_detach();
+  CHECK_FALSE(launch_bound.keep_attached());
+  CHECK_FALSE(launch_bound.estimate(1).fraction);  // no step observed in this mode yet
+  launch_bound.observe(step(10, true, 50.0, 10000, 0.2));
+  const auto d = launch_bound.estimate(1);
+  REQUIRE(d.fraction);
+  CHECK(d.method == "launch_model");
+  CHECK(*d.residual_ms == 0);
+  CHECK(*d.traced_extra_ms == Approx(11.0 + 8.3));
+  CHECK(*d.fraction == Approx(19.3 / 50.0));
+  CHECK(d.every == 78);  // ceil(0.386 / 0.005)
 }

@@ -4,6 +4,7 @@
 // waited, detach is asked for after each traced line, and stop() releases everything.
 #include <steptrace/steptrace.hpp>
 
+#include <algorithm>
 #include <memory>
 
 #include "fake_backend.hpp"
@@ -200,6 +201,7 @@ TEST_CASE("detach mode: a detach is asked for once each traced step's line is ou
   CHECK(calls.counters_starts == 0);
   // Traced steps 0, 2, 4: one request per traced line, numbered by traced lines done.
   CHECK(calls.detach_requests == std::vector<uint64_t>{1, 2, 3});
+  CHECK(calls.detaches == 3);  // each asked for with records off and no newer traced step begun
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == 6);
   CHECK(lines[0]["null_reasons"]["counters"].get<std::string>().find("untraced_cupti=detach") != std::string::npos);
@@ -316,6 +318,135 @@ TEST_CASE("overhead_budget: a costly trace lowers the trace rate; every line say
   CHECK(within >= late * 3 / 4);
   CHECK(traced_late >= late / 16);
   CHECK(traced_late <= late / 8 + 1);
+}
+
+namespace {
+/// A launch-bound step on the fake: `launches` kernels of 10 ns each (the GPU mostly idle), then host
+/// work up to `step_us`.
+void launch_bound_step(FakeBackend& gpu, int launches, int64_t step_us) {
+  const int64_t t0 = steptrace::monotonic_ns();
+  TRACE_STEP();
+  TRACE_PHASE(forward);
+  for (int k = 0; k < launches; ++k) gpu.launch(10);
+  const int64_t left = step_us - (steptrace::monotonic_ns() - t0) / 1000;
+  if (left > 0) steptrace_test::spin_for_us(static_cast<int>(left));
+}
+}  // namespace
+
+TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CUPTI; counters stop; lines say so",
+          "[runtime]") {
+  const auto log = fresh_log("runtime_budget_detach");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 0;  // the budget decides; untraced_cupti stays auto
+  REQUIRE(cfg.untraced_cupti == steptrace::UntracedCupti::automatic);
+  REQUIRE(run.start(cfg));
+  // 2 000 launches in 3 ms, the GPU busy ~1 %: kept attached, CUPTI would cost 2 000 x 0.6 us = 1.2 ms
+  // per step (~40 %) at any interval. Detached, the model's trace costs 2.2 + 8.3 ms over 100 steps
+  // of 3 ms (3.5 %): detaching pays.
+  constexpr int kSteps = 120;
+  for (int i = 0; i < kSteps; ++i) launch_bound_step(*run.gpu, 2000, 3000);
+  steptrace::stop();
+  const auto calls = run.gpu->calls();
+  CHECK(calls.switches_to_detach == 1);
+  REQUIRE(calls.detach_mode);
+  CHECK(calls.counters_starts == 1);
+  CHECK(calls.counters_stops == 1);  // stopped by the switch, not again at stop()
+  CHECK(calls.detaches >= 1);
+  const int64_t since = calls.detach_in_force_at;
+  CHECK(since >= 9);  // decided on step 8's line at the earliest, in force from a later step
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == kSteps);
+  int detached_untraced = 0, detached_traced = 0;
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    const int64_t step = l["global_step"];
+    const auto& o = l["overhead"];
+    CHECK(o["kernel_timestamps"] == "instrumented (fake backend)");
+    CHECK(o["untraced_cupti"] == (step >= since ? "detach" : "keep"));
+    if (step < since) continue;
+    CHECK(l["null_reasons"]["counters"].get<std::string>().find("overhead_budget detaches CUPTI") != std::string::npos);
+    if (l["traced"].get<bool>()) {
+      ++detached_traced;
+      CHECK(l["gpu"]["kernels"] == 2000);  // a traced step after a detach has all its kernels
+    } else {
+      ++detached_untraced;
+      CHECK(l["null_reasons"]["gpu"].get<std::string>().find("chosen by overhead_budget, untraced_cupti=auto") !=
+            std::string::npos);
+    }
+  }
+  CHECK(detached_traced >= 1);
+  CHECK(detached_untraced >= 50);
+  // The estimate starts over in detach mode, from the model: 2 000 x 1.1 us + 8.3 ms per trace.
+  const auto& first = lines.at(static_cast<std::size_t>(since))["overhead"];
+  INFO(first.dump());
+  CHECK(first["method"] == "launch_model");
+  CHECK(first["untraced_residual_ms"] == 0.0);
+  CHECK(first["traced_step_extra_ms"].get<double>() == Approx(2.2 + 8.3).epsilon(0.01));
+  CHECK(lines.back()["overhead"]["untraced_residual_ms"] == 0.0);
+}
+
+TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a GPU-bound step is not detached", "[runtime]") {
+  SECTION("launch-bound, keep: over the budget, said so") {
+    const auto log = fresh_log("runtime_budget_keep");
+    FakeRun run(std::make_unique<FakeBackend>());
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;
+    cfg.untraced_cupti = steptrace::UntracedCupti::keep;
+    REQUIRE(run.start(cfg));
+    for (int i = 0; i < 40; ++i) launch_bound_step(*run.gpu, 2000, 3000);
+    steptrace::stop();
+    CHECK(run.gpu->calls().switches_to_detach == 0);
+    CHECK_FALSE(run.gpu->calls().detach_mode);
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 40);
+    for (const auto& l : lines) CHECK(l["overhead"]["untraced_cupti"] == "keep");
+    CHECK(lines.back()["overhead"]["within_budget"] == false);
+  }
+  SECTION("GPU-bound, auto: the GPU hides CUPTI's residual") {
+    const auto log = fresh_log("runtime_budget_gpu_bound");
+    FakeRun run(std::make_unique<FakeBackend>());
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;
+    REQUIRE(run.start(cfg));
+    for (int i = 0; i < 40; ++i) {
+      TRACE_STEP();
+      TRACE_PHASE(forward);
+      for (int k = 0; k < 20; ++k) run.gpu->launch(3'000'000);  // the fake runs them side by side: busy all step
+      steptrace_test::spin_for_us(3000);
+    }
+    steptrace::stop();
+    CHECK(run.gpu->calls().switches_to_detach == 0);
+    for (const auto& l : read_lines(log)) CHECK(l["overhead"]["untraced_cupti"] == "keep");
+  }
+  SECTION("detach asked for under the budget: detached from the start, requests counted by traced steps begun") {
+    const auto log = fresh_log("runtime_budget_detach_explicit");
+    FakeRun run(std::make_unique<FakeBackend>());
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;
+    cfg.untraced_cupti = steptrace::UntracedCupti::detach;
+    REQUIRE(run.start(cfg));
+    for (int i = 0; i < 60; ++i) launch_bound_step(*run.gpu, 500, 2000);
+    steptrace::stop();
+    const auto calls = run.gpu->calls();
+    CHECK(calls.detach_mode);
+    CHECK(calls.switches_to_detach == 0);
+    CHECK(calls.counters_starts == 0);
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 60);
+    int traced = 0;
+    for (const auto& l : lines) {
+      CHECK(l["overhead"]["untraced_cupti"] == "detach");
+      traced += l["traced"].get<bool>();
+    }
+    // Every request names the traced steps begun so far; the collector acts on those made with records
+    // off. The warm-up traces steps 0-7 back to back: one detach after them at most.
+    REQUIRE_FALSE(calls.detach_requests.empty());
+    CHECK(std::is_sorted(calls.detach_requests.begin(), calls.detach_requests.end()));
+    CHECK(calls.detach_requests.back() <= static_cast<uint64_t>(traced));
+    CHECK(calls.detaches >= 1);
+    CHECK(traced < 60);
+  }
 }
 
 TEST_CASE("overhead: an explicit trace_every wins; without attribution the estimate is null with the reason", "[runtime]") {

@@ -24,8 +24,9 @@ STEPTRACE_BEGIN_NAMESPACE
 enum class Mode : uint8_t { automatic, off };
 /// What phase scopes read: the CPU's invariant time-stamp counter where usable, or steady_clock.
 enum class ClockSource : uint8_t { automatic, steady };
-/// What CUPTI does between traced steps (trace_every > 1).
-enum class UntracedCupti : uint8_t { keep, detach };
+/// What CUPTI does between traced steps (an interval > 1): `automatic` keeps it attached and lets
+/// overhead_budget detach it when staying attached alone would exceed the budget.
+enum class UntracedCupti : uint8_t { automatic, keep, detach };
 
 struct Config {
   bool enabled = true;                       // STEPTRACE_ENABLED
@@ -46,7 +47,7 @@ struct Config {
   int cross_rank_every = 10;                 // STEPTRACE_CROSS_RANK_EVERY
   int trace_every = 0;                       // STEPTRACE_TRACE_EVERY (0 = overhead_budget decides)
   double overhead_budget = 0.005;            // STEPTRACE_OVERHEAD_BUDGET (fraction of step time; 0 = off)
-  UntracedCupti untraced_cupti = UntracedCupti::keep;  // STEPTRACE_UNTRACED_CUPTI
+  UntracedCupti untraced_cupti = UntracedCupti::automatic;  // STEPTRACE_UNTRACED_CUPTI
   int max_lag_steps = 2;                     // STEPTRACE_MAX_LAG_STEPS
   double max_lag_ms = 1000;                  // STEPTRACE_MAX_LAG_MS
   double flush_after_ms = 200;               // STEPTRACE_FLUSH_AFTER_MS

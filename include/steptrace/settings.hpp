@@ -211,8 +211,9 @@ inline const std::vector<Setting>& settings() {
                      "with `trace_every` 0: the share of step time steptrace may cost; it traces every N-th "
                      "step to stay inside (0: every step)"));
     t.push_back(choice("untraced_cupti", "STEPTRACE_UNTRACED_CUPTI", &Config::untraced_cupti,
-                       {{"keep", UntracedCupti::keep}, {"detach", UntracedCupti::detach}},
-                       "what CUPTI does between traced steps"));
+                       {{"auto", UntracedCupti::automatic}, {"keep", UntracedCupti::keep}, {"detach", UntracedCupti::detach}},
+                       "what CUPTI does between traced steps; `auto`: attached, detached by `overhead_budget` when "
+                       "staying attached alone costs more than the budget"));
     t.push_back(integer("max_lag_steps", "STEPTRACE_MAX_LAG_STEPS", &Config::max_lag_steps, 0, 100000,
                         "a line waits for its GPU records until this many newer steps closed"));
     t.push_back(real("max_lag_ms", "STEPTRACE_MAX_LAG_MS", &Config::max_lag_ms, 0, 3.6e6,

@@ -3,6 +3,7 @@
 // cudaEvent timings).   gpu_workloads LOG TRUTH
 //                       gpu_workloads LOG TRUTH sampled    (trace_every = 2, no synchronization between steps)
 //                       gpu_workloads LOG TRUTH detached   (trace_every = 3, untraced_cupti = detach)
+//                       gpu_workloads LOG TRUTH budget_detach  (the defaults on a launch-bound step)
 #include <steptrace/steptrace.hpp>
 
 #include <cublas_v2.h>
@@ -84,11 +85,38 @@ int detached(const char* log, const char* truth_path, int sms, long long ms, int
   return 0;
 }
 
+// The defaults (trace_every 0, overhead_budget 0.5 %, untraced_cupti auto) on a launch-bound step:
+// 3 000 one-block kernels in two phases, nothing synchronized. Kept attached, CUPTI's callbacks alone
+// would cost several % of each step: the budget detaches CUPTI between traced steps.
+int budget_detach(const char* log, const char* truth_path, int sms, float* buf) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  steptrace::start(cfg);
+  constexpr int kSteps = 240, kPerPhase = 1500;
+  for (int step = 0; step < kSteps; ++step) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(forward);
+      for (int i = 0; i < kPerPhase; ++i) tiny<<<1, 32>>>(buf);
+    }
+    TRACE_PHASE(backward);
+    for (int i = 0; i < kPerPhase; ++i) tiny<<<1, 32>>>(buf);
+  }
+  steptrace::stop();
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"kernels_per_phase\": %d, \"detaches\": %llu}\n", sms, kPerPhase,
+               static_cast<unsigned long long>(steptrace::backend::cupti::Collector::instance().detaches()));
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
-  const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached";
-  if (argc != 3 && !sampled_mode && !detached_mode) {
-    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached]\n");
+  const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached", budget_mode = mode == "budget_detach";
+  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode) {
+    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach]\n");
     return 2;
   }
   const TestDevice d = open_test_device();
@@ -98,6 +126,7 @@ int main(int argc, char** argv) {
   float* buf = d.buf;
   if (sampled_mode) return sampled(argv[1], argv[2], sms, ms, sink, buf);
   if (detached_mode) return detached(argv[1], argv[2], sms, ms, sink, buf);
+  if (budget_mode) return budget_detach(argv[1], argv[2], sms, buf);
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

@@ -209,6 +209,45 @@ TEST_CASE("sampled attribution with CUPTI detached between traced steps", "[gpu]
   }
 }
 
+TEST_CASE("the defaults on a launch-bound step: the budget detaches CUPTI, traced steps stay whole", "[gpu]") {
+  const auto run = run_workloads("budget_detach");
+  const auto& truth = run.truth;
+  const auto& lines = run.lines;
+  REQUIRE(lines.size() == 240);
+  const int per_phase = truth["kernels_per_phase"];
+  int64_t since = -1;
+  int traced_detached = 0, untraced_detached = 0;
+  for (const auto& l : lines) {
+    const int64_t step = l["global_step"];
+    INFO("step " << step << ": " << l["overhead"].dump());
+    const std::string mode = l["overhead"]["untraced_cupti"];
+    CHECK(std::string(l["overhead"]["kernel_timestamps"]).rfind("instrumented", 0) == 0);  // Hopper: no HW trace
+    if (mode == "detach" && since < 0) since = step;
+    CHECK(mode == (since >= 0 ? "detach" : "keep"));  // once detached, never back
+    if (l["traced"] == true) {
+      REQUIRE(l["gpu"].is_object());
+      CHECK(l["gpu"]["complete"] == true);
+      CHECK(l["gpu"]["missing_launches"] == 0);
+      CHECK(l["gpu"]["unattributed_records"] == 0);
+      CHECK(phase_gpu(l, "forward")["kernels"] == per_phase);
+      CHECK(phase_gpu(l, "backward")["kernels"] == per_phase);
+      traced_detached += since >= 0;
+    } else {
+      untraced_detached += since >= 0;
+    }
+    if (since >= 0) {
+      CHECK(l["counters"].is_null());
+      CHECK(std::string(l["null_reasons"]["counters"]).find("overhead_budget detaches CUPTI") != std::string::npos);
+    }
+  }
+  CHECK(since >= 9);  // decided on a line after the 8 warm-up steps
+  CHECK(traced_detached >= 1);
+  CHECK(untraced_detached >= 100);
+  // CUPTI detaches after the switch and after each traced step but the last (stop() ends that one).
+  CHECK(int(truth["detaches"]) >= 1);
+  CHECK(int(truth["detaches"]) <= traced_detached + 1);
+}
+
 TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS GEMMs, element-wise)", "[gpu]") {
   const auto run = run_workloads("phases", STEPTRACE_REAL_SHAPES);
   const auto& lines = run.lines;

@@ -5,6 +5,7 @@
 #pragma once
 #include "../version.hpp"
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,10 @@ class CudaBackend final : public GpuBackend {
     return cupti::Collector::instance().start(device_table(), detach_between_traces);
   }
   std::string set_tracing(bool on) override { return cupti::Collector::instance().set_tracing(on); }
-  void request_detach(uint64_t generation) override { cupti::Collector::instance().request_detach(generation); }
+  void request_detach(uint64_t traced) override { cupti::Collector::instance().request_detach(traced); }
+  void switch_to_detach() override { cupti::Collector::instance().switch_to_detach(); }
+  std::optional<uint64_t> detach_since() override { return cupti::Collector::instance().detach_since(); }
+  std::string kernel_timestamps() override { return cupti::Collector::instance().kernel_timestamps(); }
   void flush_records(bool forced) override { cupti::Collector::instance().flush(forced); }
   GpuDrain drain_records() override { return cupti::Collector::instance().drain(); }
   void stop_attribution() override { cupti::Collector::instance().stop(); }

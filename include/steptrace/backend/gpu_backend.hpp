@@ -42,8 +42,16 @@ class GpuBackend {
   virtual std::string start_attribution(bool detach_between_traces) = 0;
   /// Sampled attribution, training thread at a step boundary: records on for traced steps.
   virtual std::string set_tracing(bool on) = 0;
-  /// Detach mode, background thread: every traced step up to `generation` has its line.
-  virtual void request_detach(uint64_t generation) = 0;
+  /// Detach mode, background thread: the first `traced` traced steps (set_tracing(true) calls since
+  /// start) have their lines; CUPTI may detach until the next one.
+  virtual void request_detach(uint64_t traced) = 0;
+  /// Keep mode -> detach mode from the next switch-off after a traced step (overhead_budget, background
+  /// thread; counters stopped first).
+  virtual void switch_to_detach() = 0;
+  /// The first step run in detach mode (0 when it was asked at start), or nullopt while in keep mode.
+  virtual std::optional<uint64_t> detach_since() = 0;
+  /// How kernel records are timed ("hardware_events", or "instrumented" and why), after start_attribution.
+  virtual std::string kernel_timestamps() = 0;
   /// Asks for partly filled record buffers. `forced` also returns records of unfinished work
   /// (stop() only, after synchronize()).
   virtual void flush_records(bool forced) = 0;

@@ -43,6 +43,8 @@ struct WindowSummary {
 struct OverheadLine {
   OverheadEstimate estimate;
   int trace_every = 1;                  // the interval in force for this step
+  std::string untraced_cupti;           // "keep" | "detach" while this step ran; "" without attribution
+  std::string kernel_timestamps;        // how kernel records are timed; "" without attribution
   std::optional<double> budget;         // overhead_budget, when it chose the interval (trace_every 0)
   std::string null_reason;              // why estimated_fraction is null
   std::string no_budget_reason;         // why budget / within_budget are null

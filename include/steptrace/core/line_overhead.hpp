@@ -40,6 +40,17 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   field("clean_step_ms", e.clean_step_ms);
   field("untraced_residual_ms", e.residual_ms);
   field("launches_per_step", e.launches_per_step);
+  const auto text = [&](const char* name, const std::string& v) {
+    w.key(name);
+    if (!v.empty()) {
+      w.value(v);
+      return;
+    }
+    w.null();
+    out.nulls.emplace_back(std::string("overhead.") + name, why);
+  };
+  text("untraced_cupti", o.untraced_cupti);
+  text("kernel_timestamps", o.kernel_timestamps);
   w.end_object();
 }
 

@@ -17,6 +17,11 @@
 // step times (every step pays it), hence a model. Until untraced steps exist to compare with, `extra`
 // is a model too: launches x kModelTracedNsPerLaunch, a traced step against no CUPTI at all, so then
 //   fraction = (extra + (every - 1) x residual) / (every x clean).
+// With CUPTI detached between traced steps (untraced_cupti=detach) there is no residual, and the model
+// adds what one attach and detach cost (kModelAttachDetachMs).
+// Keep or detach (untraced_cupti=auto): staying attached costs at least residual / clean whatever the
+// interval; when that alone exceeds the budget and detaching is modelled cheaper at the longest interval,
+// detach_pays() says so and the runtime detaches from then on (never back: detaching ends PM sampling).
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -54,6 +59,7 @@ class OverheadEstimator {
  public:
   static constexpr double kModelTracedNsPerLaunch = 1100;  // H100, transformer step: benchmarks/README.md
   static constexpr double kKeepNsPerLaunch = 600;          // benchmarks/README.md, third session, run I
+  static constexpr double kModelAttachDetachMs = 8.3;      // cupti_cycle, H200: attach 6.8 ms + detach 1.5 ms (same)
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
   static constexpr std::size_t kWindow = 512;              // steps remembered
   static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
@@ -68,6 +74,27 @@ class OverheadEstimator {
   };
 
   explicit OverheadEstimator(Settings s) : s_(s) {}
+
+  /// CUPTI now detached between traced steps: the steps seen so far were timed under the other mode
+  /// and are forgotten (the launch counts and GPU busy shares are kept).
+  void switch_to_detach() {
+    s_.keep_attached = false;
+    steps_.clear();
+    last_traced_.reset();
+  }
+  bool keep_attached() const { return s_.keep_attached; }
+
+  /// With CUPTI kept attached (`e` estimated so): whether detaching between traced steps is the way
+  /// to the budget. Staying attached costs residual / clean at any interval; detached, the model's
+  /// cost of a trace (launches x kModelTracedNsPerLaunch + one attach and detach) spread over the
+  /// longest interval.
+  static bool detach_pays(const OverheadEstimate& e, double budget, int max_every) {
+    if (!e.residual_ms || !e.clean_step_ms || !e.launches_per_step || !(*e.clean_step_ms > 0) || !(budget > 0)) return false;
+    const double keep_floor = *e.residual_ms / *e.clean_step_ms;
+    const double detached = (*e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 + kModelAttachDetachMs) /
+                            (std::max(1, max_every) * *e.clean_step_ms);
+    return keep_floor > budget && detached < keep_floor;
+  }
 
   void observe(const OverheadObservation& o) {
     Step st;
@@ -122,7 +149,7 @@ class OverheadEstimator {
       measured = true;
     } else if (e.launches_per_step && !all.empty()) {
       e.clean_step_ms = median(all);
-      e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6;
+      e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 + (s_.keep_attached ? 0 : kModelAttachDetachMs);
       e.method = "launch_model";
     } else {
       return e;  // nothing traced yet, or no launch count

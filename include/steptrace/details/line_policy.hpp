@@ -128,12 +128,16 @@ inline bool line_due(const LineWait& w, const Config& cfg) {
 }
 
 /// Why a step has no GPU attribution although CUPTI runs (its line's gpu null reason).
-inline std::string untraced_reason(const StepRecord& step, const Config& cfg, bool detach) {
+inline std::string untraced_reason(const StepRecord& step, const Config& cfg, const std::string& untraced_cupti) {
+  const bool detach = untraced_cupti == "detach";
   if (step.trace_every > 1 && !schedule_of(step, cfg).traced(step.index))
     return "step not traced: trace_every=" + std::to_string(step.trace_every) +
            (budget_decides(cfg) ? " (chosen by overhead_budget=" + format_fraction(cfg.overhead_budget) + ")" : "") +
            " attributes one step in " + std::to_string(step.trace_every) + "; host timings only" +
-           (detach ? " (CUPTI detached between traced steps: untraced_cupti=detach)" : "");
+           (detach ? cfg.untraced_cupti == UntracedCupti::detach
+                         ? " (CUPTI detached between traced steps: untraced_cupti=detach)"
+                         : " (CUPTI detached between traced steps: chosen by overhead_budget, untraced_cupti=auto)"
+                   : "");
   return "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
 }
 

@@ -106,6 +106,7 @@ class Session {
     if (file_.is_open()) setup.sinks.push_back(&file_);
     setup.attribution = attribution_;
     setup.detach = detach_;
+    setup.may_detach = attribution_ && !detach_ && cfg.untraced_cupti == UntracedCupti::automatic && budget_decides(cfg);
     worker_ = std::make_unique<Worker>(std::move(setup));
     recorder_.finish_clock_calibration(clock_reason);
     try {
@@ -238,12 +239,12 @@ class Session {
       ctx.gpu_null_reason = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
       return;
     }
-    // Detaching follows a fixed interval (the collector counts traced steps against attach generations);
-    // with the budget choosing the interval CUPTI stays attached.
-    detach_ = cfg.untraced_cupti == UntracedCupti::detach && cfg.trace_every > 1;
+    // Detach from the start when asked and some steps may go untraced (an interval > 1, or the
+    // budget's); untraced_cupti=auto starts attached and the budget may detach later (Worker).
+    detach_ = cfg.untraced_cupti == UntracedCupti::detach && sampling_possible(cfg);
     if (cfg.untraced_cupti == UntracedCupti::detach && !detach_)
-      warn_once("untraced_cupti", "untraced_cupti=detach applies with an explicit trace_every > 1 (now " +
-                                      std::to_string(cfg.trace_every) + "); CUPTI stays attached between traced steps");
+      warn_once("untraced_cupti", "untraced_cupti=detach applies when steps go untraced (trace_every > 1, or "
+                                  "trace_every 0 with overhead_budget > 0); every step is traced, CUPTI stays attached");
     const std::string err = gpu_->start_attribution(detach_);
     if (!err.empty()) {
       ctx.gpu_null_reason = "CUPTI unavailable: " + err;
@@ -252,6 +253,7 @@ class Session {
       return;
     }
     attribution_ = true;
+    ctx.kernel_timestamps = gpu_->kernel_timestamps();
   }
 
   /// Hardware counters (PM sampling); or why the lines' counters are null.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -44,7 +45,8 @@ struct WorkerSetup {
   CrossRankLink* link = nullptr;
   std::vector<sink::LineSink*> sinks;
   bool attribution = false;  // the backend collects launches and records
-  bool detach = false;       // untraced_cupti=detach in effect
+  bool detach = false;       // untraced_cupti=detach in effect from the start
+  bool may_detach = false;   // untraced_cupti=auto under the budget: the worker may switch to detach
 };
 
 class Worker {
@@ -53,7 +55,8 @@ class Worker {
       : s_(std::move(setup)),
         lines_(s_.context),
         overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
-                                              /*keep_attached=*/!s_.detach}) {}
+                                              /*keep_attached=*/!s_.detach}),
+        detach_since_(s_.detach ? std::optional<uint64_t>(0) : std::nullopt) {}
 
   /// The thread's body; returns once stop() was asked and every step has its line.
   void run() {
@@ -83,8 +86,9 @@ class Worker {
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
       s_.link->collect();
+      if (switch_asked_ && !detach_since_) detach_since_ = s_.gpu->detach_since();
       emit_ready(stopping);
-      if (s_.detach && !stopping) {  // once per traced line: the backend ignores a request it cannot act on yet
+      if (detach_since_ && !stopping) {  // once per traced line: the backend ignores a request it cannot act on yet
         const uint64_t done = traced_done_ + s_.queue->dropped_traced();
         if (done != detach_asked_for_) s_.gpu->request_detach(detach_asked_for_ = done);
       }
@@ -179,7 +183,7 @@ class Worker {
     in.last_flush = last_flush_ns_;
     in.launches_since_flush = launches_since_flush_;
     in.detach_waits =
-        s_.detach && std::any_of(waiting_.begin(), waiting_.end(), [](const StepRecord& r) { return r.traced; });
+        detach_since_ && std::any_of(waiting_.begin(), waiting_.end(), [](const StepRecord& r) { return r.traced; });
     in.flush_after_ms = lines_.context().cfg.flush_after_ms;
     if (should_flush_records(in)) {
       s_.gpu->flush_records(/*forced=*/false);
@@ -205,7 +209,7 @@ class Worker {
       std::string untraced;
       if (s_.attribution && !r.traced) {
         attributor_.skip(static_cast<int64_t>(r.index));
-        untraced = untraced_reason(r, cfg, s_.detach);
+        untraced = untraced_reason(r, cfg, untraced_cupti_of(r));
       } else if (s_.attribution) {
         LineWait w;
         w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index));
@@ -275,6 +279,8 @@ class Worker {
     const Config& cfg = lines_.context().cfg;
     OverheadLine o;
     o.trace_every = static_cast<int>(r.trace_every);
+    o.untraced_cupti = untraced_cupti_of(r);
+    o.kernel_timestamps = lines_.context().kernel_timestamps;
     if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
     else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                    : "overhead_budget=0: every step is traced";
@@ -303,6 +309,9 @@ class Worker {
     }
     overhead_.observe(ob);
     o.estimate = overhead_.estimate(o.trace_every);
+    if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
+        OverheadEstimator::detach_pays(o.estimate, cfg.overhead_budget, kMaxBudgetTraceEvery))
+      switch_to_detach(r, o.estimate);
     if (o.budget && o.estimate.fraction) {
       // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
       // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
@@ -317,6 +326,37 @@ class Worker {
       }
     }
     return o;
+  }
+
+  /// What CUPTI did between traced steps when step `r` ran: "keep", "detach" ("" without attribution).
+  std::string untraced_cupti_of(const StepRecord& r) const {
+    if (!s_.attribution) return {};
+    return detach_since_ && r.index >= *detach_since_ ? "detach" : "keep";
+  }
+
+  /// untraced_cupti=auto: staying attached costs more than the budget at any interval, and detaching
+  /// is modelled cheaper. PM sampling stops first (a detach would end it), then the collector detaches
+  /// from its next switch-off after a traced step; the estimator starts over in the new mode.
+  void switch_to_detach(const StepRecord& r, const OverheadEstimate& keep) {
+    LineContext& ctx = lines_.context();
+    const Config& cfg = ctx.cfg;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f", 100 * *keep.residual_ms / *keep.clean_step_ms);
+    const std::string why = std::string("CUPTI kept attached costs ~") + share +
+                            " % of step time at any interval (> overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
+    if (ctx.counters_on) {
+      ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
+      s_.gpu->stop_counters();
+      ctx.counters_null_reason = "hardware counters stopped after step " + std::to_string(r.index) +
+                                 ": overhead_budget detaches CUPTI between traced steps (" + why +
+                                 "), which ends PM sampling; set untraced_cupti=keep to keep them";
+    }
+    s_.gpu->switch_to_detach();
+    switch_asked_ = true;
+    overhead_.switch_to_detach();
+    warn_once("overhead.detach", why + ": after step " + std::to_string(r.index) +
+                                     ", CUPTI is detached between traced steps (untraced_cupti=auto; "
+                                     "hardware counters stop; untraced_cupti=keep prevents it)");
   }
 
  public:
@@ -341,6 +381,8 @@ class Worker {
   int counter_restarts_ = 0;
   OverheadEstimator overhead_;
   bool tracing_stopped_ = false;   // tracing failed for good: no estimate
+  bool switch_asked_ = false;      // switch_to_detach() was called
+  std::optional<uint64_t> detach_since_;  // first step in detach mode, once in force
   int current_every_ = 1;          // the interval last asked of the recorder (overhead_budget)
   uint64_t every_changed_at_ = 0;  // the step whose line moved it
   uint64_t lines_written_ = 0, lines_failed_ = 0;

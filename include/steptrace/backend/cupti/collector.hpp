@@ -10,6 +10,10 @@
 // - Nothing here runs a flush on the training thread. stop() disables everything and detaches CUPTI.
 // - Sampled attribution either switches records and callbacks off between traced steps, or (detach
 //   mode) detaches CUPTI after a traced step's records are in and attaches it again for the next one.
+//   Keep mode can turn into detach mode while running (switch_to_detach(), asked by overhead_budget);
+//   never back.
+// - Kernel timestamps come from the hardware event system where CUPTI offers it
+//   (cuptiActivityEnableHWTrace: Blackwell and later, CUDA >= 12.8), else from CUPTI's instrumentation.
 // - CUDA graphs under sampled attribution (keep mode): CUPTI reads a graph launch's kernel records out
 //   when the same graph is launched again with records on, or at a flush; a replay with records off
 //   in between overwrites their end times (measured: benchmarks/graph_records, H100, CUDA 13.0 - each
@@ -23,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -62,7 +67,9 @@ class Collector {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
     devices_ = devices;
     detach_mode_ = detach_between_traces;
-    generation_ = 1;  // tracing from the start: the first traced step
+    detach_since_ = detach_between_traces ? 0 : -1;
+    detach_pending_ = false;
+    traced_begun_ = 0;
     detaches_ = 0;
     detach_requested_ = false;
     {
@@ -121,6 +128,7 @@ class Collector {
   /// next API exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
     if (!active_) return {};
+    if (on) traced_begun_.fetch_add(1, std::memory_order_relaxed);  // request_detach() counts against it
     if (on && settling_.load(std::memory_order_relaxed)) {  // records are still on: trace again
       settling_.store(false, std::memory_order_relaxed);
       std::lock_guard<std::mutex> staging(mutex_);
@@ -129,8 +137,15 @@ class Collector {
     }
     if (on == tracing_.load(std::memory_order_relaxed)) return {};
     if (!on && !detach_mode_ && !settled()) return {};  // records stay on for this step
+    // Keep mode turns into detach mode as records go off after a traced step (its graphs settled):
+    // the callbacks then stay on, so that an API exit can detach once its line is out.
+    if (!on && detach_pending_.exchange(false, std::memory_order_relaxed)) {
+      detach_since_.store(details::current_step().load(std::memory_order_relaxed), std::memory_order_relaxed);
+      detach_mode_.store(true, std::memory_order_relaxed);
+    }
+    const bool detach_mode = detach_mode_.load(std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(cupti_mutex_, std::defer_lock);
-    if (detach_mode_) lock.lock();
+    if (detach_mode) lock.lock();
     std::string err;
     if (on && !attached_) {
       err = attach(/*records=*/false);
@@ -139,7 +154,7 @@ class Collector {
         correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
       }
     }
-    if (err.empty() && !detach_mode_) {
+    if (err.empty() && !detach_mode) {
       for (const auto& [domain, cbid] : enabled_callbacks_) {
         const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
         if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
@@ -152,7 +167,6 @@ class Collector {
       }
     }
     if (on && err.empty()) {
-      ++generation_;
       periods_.fetch_add(1, std::memory_order_relaxed);
       detach_requested_.store(false, std::memory_order_relaxed);
     }
@@ -164,13 +178,30 @@ class Collector {
   /// Keep mode: records stay on after a traced step until its graphs have been launched again.
   bool settling() const { return settling_.load(std::memory_order_relaxed); }
 
-  /// Detach mode, background thread: once every traced step up to `generation` (the count of
-  /// switches to on, start() included) has its line, the next API exit on any thread detaches CUPTI
-  /// (cuptiFinalize, from a callback as CUPTI documents). Ignored if a newer traced step began.
-  void request_detach(uint64_t generation) {
+  /// Detach mode, background thread: once the first `traced` traced steps (set_tracing(true) calls)
+  /// have their lines, the next API exit on any thread detaches CUPTI (cuptiFinalize, from a callback
+  /// as CUPTI documents). Ignored if a newer traced step began, or records are still on.
+  void request_detach(uint64_t traced) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
-    if (detach_mode_ && attached_ && !tracing_.load(std::memory_order_relaxed) && generation == generation_)
+    if (detach_mode_.load(std::memory_order_relaxed) && attached_ && !tracing_.load(std::memory_order_relaxed) &&
+        traced == traced_begun_.load(std::memory_order_relaxed))
       detach_requested_.store(true, std::memory_order_relaxed);
+  }
+  /// Keep mode -> detach mode, from the next switch-off after a traced step on (any thread). The PM
+  /// sampler must be stopped first: detaching ends it.
+  void switch_to_detach() {
+    if (active_ && !detach_mode_.load(std::memory_order_relaxed)) detach_pending_.store(true, std::memory_order_relaxed);
+  }
+  /// The first step run in detach mode, or nullopt in keep mode.
+  std::optional<uint64_t> detach_since() const {
+    const int64_t s = detach_since_.load(std::memory_order_relaxed);
+    if (s < 0) return std::nullopt;
+    return static_cast<uint64_t>(s);
+  }
+  /// How kernel records are timed: "hardware_events" or "instrumented" (with why, when HW trace was refused).
+  std::string kernel_timestamps() const {
+    std::lock_guard<std::mutex> lock(cupti_mutex_);
+    return kernel_timestamps_;
   }
   /// How many times CUPTI was detached between traced steps.
   uint64_t detaches() const { return detaches_.load(std::memory_order_relaxed); }
@@ -259,6 +290,7 @@ class Collector {
       if ((r = cuptiActivityRegisterCallbacks(&Collector::buffer_requested, &Collector::buffer_completed)) != CUPTI_SUCCESS)
         err = result_text("cuptiActivityRegisterCallbacks", r);
     }
+    if (err.empty()) enable_hardware_timestamps();
     for (CUpti_ActivityKind kind : kRecordKinds) {
       if (!err.empty() || !records) break;
       if ((r = cuptiActivityEnable(kind)) != CUPTI_SUCCESS) err = result_text("cuptiActivityEnable", r);
@@ -273,6 +305,18 @@ class Collector {
       attached_ = false;
     }
     return err;
+  }
+
+  /// Kernel timestamps from the GPU's hardware event system instead of CUPTI's instrumentation, where
+  /// CUPTI supports it (cupti_activity.h, cuptiActivityEnableHWTrace: Blackwell only, after the driver
+  /// is initialized; CUPTI_ERROR_NOT_SUPPORTED elsewhere). Asked at every attach: a detach resets it.
+  void enable_hardware_timestamps() {
+#if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
+    const CUptiResult r = cuptiActivityEnableHWTrace(1);
+    kernel_timestamps_ = r == CUPTI_SUCCESS ? "hardware_events" : "instrumented (" + result_text("cuptiActivityEnableHWTrace", r) + ")";
+#else
+    kernel_timestamps_ = "instrumented (CUPTI older than 13.0: no cuptiActivityEnableHWTrace)";
+#endif
   }
 
   /// Detach mode: on an API exit of any thread once requested. Never waits for the lock: if the
@@ -390,7 +434,7 @@ class Collector {
 
   void stage(const LaunchRecord& l, const void* graph_exec = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (graph_exec && !detach_mode_) {  // keep mode: which graphs wait for a relaunch (settled())
+    if (graph_exec && !detach_mode_.load(std::memory_order_relaxed)) {  // keep mode: which graphs wait for a relaunch (settled())
       if (l.discard) pending_graphs_.erase(graph_exec);
       else pending_graphs_[graph_exec] = l.correlation;
     }
@@ -473,8 +517,11 @@ class Collector {
   bool active_ = false;    // started and not stopped (attached or, in detach mode, between traced steps)
   bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
   std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
-  bool detach_mode_ = false;
-  uint64_t generation_ = 0;  // switches of tracing to on, start() included (guarded by cupti_mutex_)
+  std::atomic<bool> detach_mode_{false};
+  std::atomic<bool> detach_pending_{false};
+  std::atomic<int64_t> detach_since_{-1};      // the step that began in detach mode (-1: keep mode)  // switch_to_detach() asked, not yet in force
+  std::atomic<uint64_t> traced_begun_{0};    // set_tracing(true) calls since start()
+  std::string kernel_timestamps_ = "instrumented";  // guarded by cupti_mutex_
   std::atomic<bool> detach_requested_{false};
   std::atomic<uint64_t> detaches_{0};
   std::atomic<uint64_t> periods_{0};  // tracing periods so far, all sessions (launch_tls() state is per period)
