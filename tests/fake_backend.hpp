@@ -27,6 +27,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   std::string tracing_error;    // returned by set_tracing(true)
   Delivery delivery = Delivery::at_once;
   int sm_count = 100;
+  int64_t start_delay_ns = 1000;  // from a launch call to its kernel's start (a deep queue: milliseconds)
 
   // ---- what the runtime did ----
   struct Calls {
@@ -57,7 +58,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     launches_.push_back(l);
     steptrace::KernelRecord k;
     k.correlation = l.correlation;
-    k.start_ns = l.enter_ns + 1000;
+    k.start_ns = l.enter_ns + start_delay_ns;
     k.end_ns = k.start_ns + duration_ns;
     k.blocks = blocks;
     k.threads_per_block = 128;

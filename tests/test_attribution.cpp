@@ -85,6 +85,25 @@ TEST_CASE("records go to the step and phase that launched them, not the one runn
   CHECK(s1.phases.at(phase_tag::forward).kernel_ns == 1000);
 }
 
+TEST_CASE("launches the GPU waited for: work that started within 50 us of its launch call", "[attribution]") {
+  Attributor a;
+  const int64_t t = 1'000'000'000;
+  LaunchRecord l1 = launch(1, 0, phase_tag::forward), l2 = launch(2, 0, phase_tag::forward),
+               l3 = launch(3, 0, phase_tag::forward), l4 = launch(4, 0, phase_tag::forward);
+  l1.enter_ns = t;            // started 10 us after its call: the GPU was waiting
+  l2.enter_ns = t + 100'000;  // started 49.999 us after: still waiting
+  l3.enter_ns = t + 200'000;  // started 50 us after: the queue held work
+  // l4: entry not read (a nested driver call): not counted either way
+  for (const auto& l : {l1, l2, l3, l4}) a.add_launch(l);
+  a.add_kernel(kernel(1, t + 10'000, t + 20'000, 1.0));
+  a.add_kernel(kernel(2, t + 149'999, t + 160'000, 1.0));
+  a.add_kernel(kernel(3, t + 250'000, t + 260'000, 1.0));
+  a.add_copy(copy(4, t + 300'000, t + 310'000, 64, CopyKind::h2d));
+  const StepGpu g = a.take(0);
+  CHECK(g.launch_timed == 3);
+  CHECK(g.launch_waited == 2);
+}
+
 TEST_CASE("concurrent streams: busy time is the union, kernel time the sum", "[attribution]") {
   Attributor a;
   a.add_launch(launch(1, 0, phase_tag::forward));

@@ -16,7 +16,7 @@ OverheadObservation step(uint64_t i, bool traced, double ms, uint32_t launches =
   o.step_ms = ms;
   if (traced) {
     o.launches = launches;
-    o.gpu_busy_share = busy;
+    o.host_bound_share = 1.0 - busy;  // "GPU busy x" below: the GPU waited for the host at 1 - x of the launches
   }
   return o;
 }

@@ -405,19 +405,23 @@ TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a GPU-bound step
   }
   SECTION("GPU-bound, auto: the GPU hides CUPTI's residual") {
     const auto log = fresh_log("runtime_budget_gpu_bound");
-    FakeRun run(std::make_unique<FakeBackend>());
+    auto backend = std::make_unique<FakeBackend>();
+    backend->start_delay_ns = 2'000'000;  // kernels start 2 ms after their launch: the host runs ahead
+    FakeRun run(std::move(backend));
     Config cfg = base_config(log);
     cfg.trace_every = 0;
     REQUIRE(run.start(cfg));
     for (int i = 0; i < 40; ++i) {
       TRACE_STEP();
       TRACE_PHASE(forward);
-      for (int k = 0; k < 20; ++k) run.gpu->launch(3'000'000);  // the fake runs them side by side: busy all step
+      for (int k = 0; k < 20; ++k) run.gpu->launch(1'000'000);
       steptrace_test::spin_for_us(3000);
     }
     steptrace::stop();
     CHECK(run.gpu->calls().switches_to_detach == 0);
-    for (const auto& l : read_lines(log)) CHECK(l["overhead"]["untraced_cupti"] == "keep");
+    const auto lines = read_lines(log);
+    for (const auto& l : lines) CHECK(l["overhead"]["untraced_cupti"] == "keep");
+    CHECK(lines.back()["overhead"]["untraced_residual_ms"] == 0.0);  // no launch waited for the host
   }
   SECTION("detach asked for under the budget: detached from the start, requests counted by traced steps begun") {
     const auto log = fresh_log("runtime_budget_detach_explicit");

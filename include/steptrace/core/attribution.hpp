@@ -128,7 +128,14 @@ struct StepGpu {
   uint64_t excluded[kImplausibleKinds] = {};
   uint64_t excluded_records = 0;
   uint32_t implausible_phases = 0;  // phases whose busy time failed busy_time_plausible (left out)
+  // Records whose launch call's entry is known, and those of them that started within
+  // kHostBoundStartNs of it: the GPU had (nearly) nothing queued and waited for the host, so whatever
+  // slows the launching thread slows the step (the overhead estimate weights host costs by this share).
+  uint32_t launch_timed = 0, launch_waited = 0;
 };
+
+/// A record that starts this soon after its launch call entered found the GPU's queue (nearly) empty.
+inline constexpr int64_t kHostBoundStartNs = 50'000;
 
 inline bool is_nccl_kernel(std::string_view mangled_or_plain) {
   // NCCL's kernels are "ncclKernel_*" / "ncclDevKernel_*" (mangled: "_Z..ncclDevKernel...").
@@ -292,6 +299,7 @@ class Attributor {
     std::vector<Placed<CopyRecord>> copies;
     uint64_t dropped = 0;
     uint64_t excluded[kImplausibleKinds] = {};
+    uint32_t launch_timed = 0, launch_waited = 0;
   };
 
   /// Files a record under its launch's step and phase, within the per-step bound.
@@ -310,6 +318,10 @@ class Attributor {
     if (p->kernels.size() + p->copies.size() >= max_records_) {
       ++p->dropped;
       return;
+    }
+    if (where->enter_ns > 0) {
+      ++p->launch_timed;
+      p->launch_waited += record.start_ns - where->enter_ns < kHostBoundStartNs;
     }
     (p->*list).push_back({record, where->phase});
   }
@@ -414,6 +426,8 @@ class Attributor {
       g.excluded[i] = p.excluded[i];
       g.excluded_records += p.excluded[i];
     }
+    g.launch_timed = p.launch_timed;
+    g.launch_waited = p.launch_waited;
     for (auto it = g.phases.begin(); it != g.phases.end();) {
       auto& [phase, pg] = *it;
       pg.busy = merge_intervals(std::move(phase_busy[phase]));

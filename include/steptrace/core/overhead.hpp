@@ -13,7 +13,8 @@
 // (untraced_cupti=keep): its launch callbacks still run, ~0.6 us per launch on the host (measured:
 // benchmarks/README.md, third session, run I: untraced steps with records and callbacks off ran +17 % on
 // 10 001 launches of 34 ms). That cost delays the GPU only where the host is what the step waits for,
-// so it is weighted by the share of the traced steps' time the GPU was idle. It cannot be seen in the
+// so it is weighted by the share of the traced steps' launches whose work started right after the
+// launch call (the GPU waiting for the host: StepGpu::launch_waited). It cannot be seen in the
 // step times (every step pays it), hence a model. Until untraced steps exist to compare with, `extra`
 // is a model too: launches x kModelTracedNsPerLaunch, a traced step against no CUPTI at all, so then
 //   fraction = (extra + (every - 1) x residual) / (every x clean).
@@ -40,7 +41,7 @@ struct OverheadObservation {
   bool traced = false;     // CUPTI records were on for this step and its line has them
   double step_ms = 0;      // begin to the next step's begin
   std::optional<uint32_t> launches;      // traced steps: kernels + copies + memsets recorded
-  std::optional<double> gpu_busy_share;  // traced steps: GPU busy time / step time
+  std::optional<double> host_bound_share;  // traced steps: share of launches the GPU waited for (0-1)
 };
 
 /// The estimate a line carries (`overhead`).
@@ -76,7 +77,7 @@ class OverheadEstimator {
   explicit OverheadEstimator(Settings s) : s_(s) {}
 
   /// CUPTI now detached between traced steps: the steps seen so far were timed under the other mode
-  /// and are forgotten (the launch counts and GPU busy shares are kept).
+  /// and are forgotten (the launch counts and host-bound shares are kept).
   void switch_to_detach() {
     s_.keep_attached = false;
     steps_.clear();
@@ -104,9 +105,9 @@ class OverheadEstimator {
     if (o.traced) {
       last_traced_ = o.index;
       if (o.launches) launches_.push_back(*o.launches);
-      if (o.gpu_busy_share) busy_.push_back(std::clamp(*o.gpu_busy_share, 0.0, 1.0));
+      if (o.host_bound_share) host_bound_.push_back(std::clamp(*o.host_bound_share, 0.0, 1.0));
       trim(launches_, 32);
-      trim(busy_, 32);
+      trim(host_bound_, 32);
     }
     if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
     st.compared = o.index >= s_.warmup_steps;
@@ -155,9 +156,9 @@ class OverheadEstimator {
       return e;  // nothing traced yet, or no launch count
     }
     double residual = 0;
-    if (s_.keep_attached && e.launches_per_step && !busy_.empty()) {
-      const double idle = 1.0 - median(std::vector<double>(busy_.begin(), busy_.end()));
-      residual = *e.launches_per_step * kKeepNsPerLaunch * 1e-6 * idle;
+    if (s_.keep_attached && e.launches_per_step && !host_bound_.empty()) {
+      const double waited = median(std::vector<double>(host_bound_.begin(), host_bound_.end()));
+      residual = *e.launches_per_step * kKeepNsPerLaunch * 1e-6 * waited;
     }
     e.residual_ms = residual;
     const double clean_ms = *e.clean_step_ms;
@@ -201,7 +202,7 @@ class OverheadEstimator {
   Settings s_;
   std::deque<Step> steps_;
   std::deque<uint32_t> launches_;
-  std::deque<double> busy_;
+  std::deque<double> host_bound_;
   std::optional<uint64_t> last_traced_;
 };
 

@@ -305,7 +305,7 @@ class Worker {
       for (const auto& [id, pg] : gpu->phases)
         for (const CopyTotals& c : pg.copies) launches += c.count;
       ob.launches = launches;
-      if (r.end_ns > r.begin_ns) ob.gpu_busy_share = static_cast<double>(gpu->busy_ns) / static_cast<double>(r.end_ns - r.begin_ns);
+      if (gpu->launch_timed) ob.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
     }
     overhead_.observe(ob);
     o.estimate = overhead_.estimate(o.trace_every);
