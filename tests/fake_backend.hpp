@@ -115,10 +115,13 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     tracing_ = on;
     return {};
   }
-  void request_detach(uint64_t traced) override {
+  bool request_detach(uint64_t traced) override {  // as the collector: refused only while records are on
     std::lock_guard<std::mutex> lock(mutex_);
     calls_.detach_requests.push_back(traced);
-    if (calls_.detach_mode && !tracing_ && traced == traced_begun_) ++calls_.detaches;
+    if (!calls_.detach_mode || traced != traced_begun_) return true;
+    if (tracing_) return false;
+    ++calls_.detaches;
+    return true;
   }
   void switch_to_detach() override {
     std::lock_guard<std::mutex> lock(mutex_);

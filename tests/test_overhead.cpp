@@ -195,7 +195,10 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   REQUIRE(d.fraction);
   CHECK(d.method == "launch_model");
   CHECK(*d.residual_ms == 0);
-  CHECK(*d.traced_extra_ms == Approx(11.0 + 8.3));
-  CHECK(*d.fraction == Approx(19.3 / 50.0));
-  CHECK(d.every == 78);  // ceil(0.386 / 0.005)
+  CHECK(*d.traced_extra_ms == Approx(11.0));  // every step traced: never detached, no attach to pay
+  CHECK(*d.fraction == Approx(11.0 / 50.0));
+  CHECK(d.every == 78);  // an interval > 1 pays the attach: ceil(19.3 / 50 / 0.005)
+  const auto d2 = launch_bound.estimate(2);
+  CHECK(*d2.traced_extra_ms == Approx(11.0 + 8.3));
+  CHECK(*d2.fraction == Approx(19.3 / 100.0));
 }

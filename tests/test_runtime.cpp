@@ -357,15 +357,24 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
   CHECK(since >= 9);  // decided on step 8's line at the earliest, in force from a later step
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == kSteps);
-  int detached_untraced = 0, detached_traced = 0;
+  int detached_untraced = 0, detached_traced = 0, counters_null = 0;
   for (const auto& l : lines) {
     INFO(l.dump());
     const int64_t step = l["global_step"];
     const auto& o = l["overhead"];
     CHECK(o["kernel_timestamps"] == "instrumented (fake backend)");
     CHECK(o["untraced_cupti"] == (step >= since ? "detach" : "keep"));
+    // The estimate follows the mode the step ran under: kept attached, every step pays the residual.
+    if (o["untraced_residual_ms"].is_number()) CHECK((o["untraced_residual_ms"].get<double>() > 0) == (step < since));
     if (step < since) continue;
-    CHECK(l["null_reasons"]["counters"].get<std::string>().find("overhead_budget detaches CUPTI") != std::string::npos);
+    // PM sampling stops once detach is in force: the first steps after may still hold samples taken
+    // before (partial coverage); then counters are null with the reason.
+    if (l["counters"].is_null()) {
+      ++counters_null;
+      CHECK(l["null_reasons"]["counters"].get<std::string>().find("overhead_budget detaches CUPTI") != std::string::npos);
+    } else {
+      CHECK(l["counters"]["coverage"].get<double>() < 1.0);
+    }
     if (l["traced"].get<bool>()) {
       ++detached_traced;
       CHECK(l["gpu"]["kernels"] == 2000);  // a traced step after a detach has all its kernels
@@ -377,6 +386,7 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
   }
   CHECK(detached_traced >= 1);
   CHECK(detached_untraced >= 50);
+  CHECK(counters_null >= detached_traced + detached_untraced - 3);
   // The estimate starts over in detach mode, from the model: 2 000 x 1.1 us + 8.3 ms per trace.
   const auto& first = lines.at(static_cast<std::size_t>(since))["overhead"];
   INFO(first.dump());
@@ -443,12 +453,11 @@ TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a GPU-bound step
       CHECK(l["overhead"]["untraced_cupti"] == "detach");
       traced += l["traced"].get<bool>();
     }
-    // Every request names the traced steps begun so far; the collector acts on those made with records
-    // off. The warm-up traces steps 0-7 back to back: one detach after them at most.
+    // Every request names the traced steps begun so far (the warm-up's 8 back to back count 8, not one
+    // attach); a detach follows the traced lines once records are off.
     REQUIRE_FALSE(calls.detach_requests.empty());
-    CHECK(std::is_sorted(calls.detach_requests.begin(), calls.detach_requests.end()));
     CHECK(calls.detach_requests.back() <= static_cast<uint64_t>(traced));
-    CHECK(calls.detaches >= 1);
+    CHECK(calls.detaches >= 1);  // counted by attach generations, the warm-up's 8 traced steps would be 1: never equal
     CHECK(traced < 60);
   }
 }

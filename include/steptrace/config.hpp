@@ -26,7 +26,7 @@ enum class Mode : uint8_t { automatic, off };
 enum class ClockSource : uint8_t { automatic, steady };
 /// What CUPTI does between traced steps (an interval > 1): `automatic` keeps it attached and lets
 /// overhead_budget detach it when staying attached alone would exceed the budget.
-enum class UntracedCupti : uint8_t { automatic, keep, detach };
+enum class UntracedCupti : uint8_t { keep, detach, automatic };  // values of 0.1 kept: keep 0, detach 1
 
 struct Config {
   bool enabled = true;                       // STEPTRACE_ENABLED

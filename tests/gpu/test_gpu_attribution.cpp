@@ -216,12 +216,13 @@ TEST_CASE("the defaults on a launch-bound step: the budget detaches CUPTI, trace
   REQUIRE(lines.size() == 240);
   const int per_phase = truth["kernels_per_phase"];
   int64_t since = -1;
-  int traced_detached = 0, untraced_detached = 0;
+  int traced_detached = 0, untraced_detached = 0, counters_null = 0;
   for (const auto& l : lines) {
     const int64_t step = l["global_step"];
     INFO("step " << step << ": " << l["overhead"].dump());
     const std::string mode = l["overhead"]["untraced_cupti"];
-    CHECK(std::string(l["overhead"]["kernel_timestamps"]).rfind("instrumented", 0) == 0);  // Hopper: no HW trace
+    const std::string ts = l["overhead"]["kernel_timestamps"];
+    CHECK((ts == "hardware_events" || ts.rfind("instrumented (", 0) == 0));  // Hopper: instrumented (why)
     if (mode == "detach" && since < 0) since = step;
     CHECK(mode == (since >= 0 ? "detach" : "keep"));  // once detached, never back
     if (l["traced"] == true) {
@@ -235,14 +236,15 @@ TEST_CASE("the defaults on a launch-bound step: the budget detaches CUPTI, trace
     } else {
       untraced_detached += since >= 0;
     }
-    if (since >= 0) {
-      CHECK(l["counters"].is_null());
+    if (since >= 0 && l["counters"].is_null()) {  // the first steps after may hold samples from before the stop
+      ++counters_null;
       CHECK(std::string(l["null_reasons"]["counters"]).find("overhead_budget detaches CUPTI") != std::string::npos);
     }
   }
   CHECK(since >= 9);  // decided on a line after the 8 warm-up steps
   CHECK(traced_detached >= 1);
   CHECK(untraced_detached >= 100);
+  CHECK(counters_null >= traced_detached + untraced_detached - 3);
   // CUPTI detaches after the switch and after each traced step but the last (stop() ends that one).
   CHECK(int(truth["detaches"]) >= 1);
   CHECK(int(truth["detaches"]) <= traced_detached + 1);

@@ -37,7 +37,7 @@ class CudaBackend final : public GpuBackend {
     return cupti::Collector::instance().start(device_table(), detach_between_traces);
   }
   std::string set_tracing(bool on) override { return cupti::Collector::instance().set_tracing(on); }
-  void request_detach(uint64_t traced) override { cupti::Collector::instance().request_detach(traced); }
+  bool request_detach(uint64_t traced) override { return cupti::Collector::instance().request_detach(traced); }
   void switch_to_detach() override { cupti::Collector::instance().switch_to_detach(); }
   std::optional<uint64_t> detach_since() override { return cupti::Collector::instance().detach_since(); }
   std::string kernel_timestamps() override { return cupti::Collector::instance().kernel_timestamps(); }

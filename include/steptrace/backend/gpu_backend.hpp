@@ -43,8 +43,9 @@ class GpuBackend {
   /// Sampled attribution, training thread at a step boundary: records on for traced steps.
   virtual std::string set_tracing(bool on) = 0;
   /// Detach mode, background thread: the first `traced` traced steps (set_tracing(true) calls since
-  /// start) have their lines; CUPTI may detach until the next one.
-  virtual void request_detach(uint64_t traced) = 0;
+  /// start) have their lines; CUPTI may detach until the next one. false: records are still on (the
+  /// switch-off has not happened yet), ask again.
+  virtual bool request_detach(uint64_t traced) = 0;
   /// Keep mode -> detach mode from the next switch-off after a traced step (overhead_budget, background
   /// thread; counters stopped first).
   virtual void switch_to_detach() = 0;

@@ -120,6 +120,7 @@ class OverheadEstimator {
   OverheadEstimate estimate(int every) const {
     OverheadEstimate e;
     e.every = std::max(1, every);
+    const int in_force = e.every;
     if (!launches_.empty()) e.launches_per_step = median(std::vector<double>(launches_.begin(), launches_.end()));
     // Only recent steps are compared, so that the clean baseline is as current as the traced steps
     // (with an interval of 3 or less no step is clean: the estimate falls back to the model and the
@@ -150,7 +151,9 @@ class OverheadEstimator {
       measured = true;
     } else if (e.launches_per_step && !all.empty()) {
       e.clean_step_ms = median(all);
-      e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 + (s_.keep_attached ? 0 : kModelAttachDetachMs);
+      // Detached, a trace also costs an attach and a detach - unless every step is traced (no detach).
+      e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 +
+                          (s_.keep_attached || in_force == 1 ? 0 : kModelAttachDetachMs);
       e.method = "launch_model";
     } else {
       return e;  // nothing traced yet, or no launch count
@@ -167,14 +170,15 @@ class OverheadEstimator {
     // is the traced step against untraced steps that pay the residual too, so a = extra. Model: the
     // 1.1 us per launch is a traced step against no CUPTI at all, so a = extra - residual.
     const double b = residual / clean_ms;
-    const double a = (measured ? *e.traced_extra_ms : *e.traced_extra_ms - residual) / clean_ms;
-    const auto cost = [&](int n) { return a / n + b; };
+    const double attach = measured || s_.keep_attached ? 0 : kModelAttachDetachMs / clean_ms;
+    const double a = (measured ? *e.traced_extra_ms : *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 - residual) / clean_ms;
+    const auto cost = [&](int n) { return (a + (n > 1 ? attach : 0)) / n + b; };
     e.fraction = cost(e.every);
     e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
     // The shortest interval whose cost fits the budget (the longest allowed if none does).
     int want = 1;
     if (cost(1) > s_.budget) {
-      const double n = b < s_.budget ? std::ceil(a / (s_.budget - b)) : static_cast<double>(s_.max_every);
+      const double n = b < s_.budget ? std::ceil((a + attach) / (s_.budget - b)) : static_cast<double>(s_.max_every);
       want = static_cast<int>(std::clamp(n, 2.0, static_cast<double>(s_.max_every)));
     }
     e.every = want;

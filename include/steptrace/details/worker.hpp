@@ -86,11 +86,11 @@ class Worker {
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
       s_.link->collect();
-      if (switch_asked_ && !detach_since_) detach_since_ = s_.gpu->detach_since();
+      if (switch_asked_ && !detach_since_ && (detach_since_ = s_.gpu->detach_since())) stop_counters_for_detach();
       emit_ready(stopping);
-      if (detach_since_ && !stopping) {  // once per traced line: the backend ignores a request it cannot act on yet
+      if (detach_since_ && !stopping) {  // once per traced line, again while records are still on
         const uint64_t done = traced_done_ + s_.queue->dropped_traced();
-        if (done != detach_asked_for_) s_.gpu->request_detach(detach_asked_for_ = done);
+        if (done != detach_asked_for_ && s_.gpu->request_detach(done)) detach_asked_for_ = done;
       }
       if (stopping && waiting_.empty() && s_.queue->empty()) break;
     }
@@ -280,7 +280,7 @@ class Worker {
     OverheadLine o;
     o.trace_every = static_cast<int>(r.trace_every);
     o.untraced_cupti = untraced_cupti_of(r);
-    o.kernel_timestamps = lines_.context().kernel_timestamps;
+    if (s_.attribution) o.kernel_timestamps = s_.gpu->kernel_timestamps();  // asked again at every attach
     if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
     else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                    : "overhead_budget=0: every step is traced";
@@ -307,6 +307,8 @@ class Worker {
       ob.launches = launches;
       if (gpu->launch_timed) ob.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
     }
+    // The estimator starts over with the first step run detached (steps before it paid the other mode).
+    if (detach_since_ && r.index >= *detach_since_ && overhead_.keep_attached()) overhead_.switch_to_detach();
     overhead_.observe(ob);
     o.estimate = overhead_.estimate(o.trace_every);
     if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
@@ -335,28 +337,29 @@ class Worker {
   }
 
   /// untraced_cupti=auto: staying attached costs more than the budget at any interval, and detaching
-  /// is modelled cheaper. PM sampling stops first (a detach would end it), then the collector detaches
-  /// from its next switch-off after a traced step; the estimator starts over in the new mode.
+  /// is modelled cheaper. The collector detaches from its next switch-off after a traced step
+  /// (detach_since); until then the lines say keep and the counters run.
   void switch_to_detach(const StepRecord& r, const OverheadEstimate& keep) {
-    LineContext& ctx = lines_.context();
-    const Config& cfg = ctx.cfg;
+    const Config& cfg = lines_.context().cfg;
     char share[32];
     std::snprintf(share, sizeof share, "%.1f", 100 * *keep.residual_ms / *keep.clean_step_ms);
-    const std::string why = std::string("CUPTI kept attached costs ~") + share +
-                            " % of step time at any interval (> overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
-    if (ctx.counters_on) {
-      ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
-      s_.gpu->stop_counters();
-      ctx.counters_null_reason = "hardware counters stopped after step " + std::to_string(r.index) +
-                                 ": overhead_budget detaches CUPTI between traced steps (" + why +
-                                 "), which ends PM sampling; set untraced_cupti=keep to keep them";
-    }
+    switch_why_ = std::string("CUPTI kept attached costs ~") + share +
+                  " % of step time at any interval (> overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
     s_.gpu->switch_to_detach();
     switch_asked_ = true;
-    overhead_.switch_to_detach();
-    warn_once("overhead.detach", why + ": after step " + std::to_string(r.index) +
+    warn_once("overhead.detach", switch_why_ + ": after step " + std::to_string(r.index) +
                                      ", CUPTI is detached between traced steps (untraced_cupti=auto; "
                                      "hardware counters stop; untraced_cupti=keep prevents it)");
+  }
+  /// Detach mode in force: PM sampling stops before the first detach is asked for (a detach ends it).
+  void stop_counters_for_detach() {
+    LineContext& ctx = lines_.context();
+    if (!ctx.counters_on) return;
+    ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
+    s_.gpu->stop_counters();
+    ctx.counters_null_reason = "hardware counters stopped from step " + std::to_string(*detach_since_) +
+                               " on: overhead_budget detaches CUPTI between traced steps (" + switch_why_ +
+                               "), which ends PM sampling; set untraced_cupti=keep to keep them";
   }
 
  public:
@@ -382,6 +385,7 @@ class Worker {
   OverheadEstimator overhead_;
   bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   bool switch_asked_ = false;      // switch_to_detach() was called
+  std::string switch_why_;         // what staying attached was estimated to cost then
   std::optional<uint64_t> detach_since_;  // first step in detach mode, once in force
   int current_every_ = 1;          // the interval last asked of the recorder (overhead_budget)
   uint64_t every_changed_at_ = 0;  // the step whose line moved it

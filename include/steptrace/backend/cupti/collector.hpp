@@ -13,7 +13,7 @@
 //   Keep mode can turn into detach mode while running (switch_to_detach(), asked by overhead_budget);
 //   never back.
 // - Kernel timestamps come from the hardware event system where CUPTI offers it
-//   (cuptiActivityEnableHWTrace: Blackwell and later, CUDA >= 12.8), else from CUPTI's instrumentation.
+//   (cuptiActivityEnableHWTrace: Blackwell; asked with CUDA 13 headers), else from CUPTI's instrumentation.
 // - CUDA graphs under sampled attribution (keep mode): CUPTI reads a graph launch's kernel records out
 //   when the same graph is launched again with records on, or at a flush; a replay with records off
 //   in between overwrites their end times (measured: benchmarks/graph_records, H100, CUDA 13.0 - each
@@ -180,12 +180,15 @@ class Collector {
 
   /// Detach mode, background thread: once the first `traced` traced steps (set_tracing(true) calls)
   /// have their lines, the next API exit on any thread detaches CUPTI (cuptiFinalize, from a callback
-  /// as CUPTI documents). Ignored if a newer traced step began, or records are still on.
-  void request_detach(uint64_t traced) {
+  /// as CUPTI documents). Ignored if a newer traced step began (its line will ask). Returns false
+  /// only while records are still on, so that the caller asks again.
+  bool request_detach(uint64_t traced) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
-    if (detach_mode_.load(std::memory_order_relaxed) && attached_ && !tracing_.load(std::memory_order_relaxed) &&
-        traced == traced_begun_.load(std::memory_order_relaxed))
-      detach_requested_.store(true, std::memory_order_relaxed);
+    if (!detach_mode_.load(std::memory_order_relaxed) || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed))
+      return true;
+    if (tracing_.load(std::memory_order_relaxed)) return false;
+    detach_requested_.store(true, std::memory_order_relaxed);
+    return true;
   }
   /// Keep mode -> detach mode, from the next switch-off after a traced step on (any thread). The PM
   /// sampler must be stopped first: detaching ends it.
@@ -309,13 +312,15 @@ class Collector {
 
   /// Kernel timestamps from the GPU's hardware event system instead of CUPTI's instrumentation, where
   /// CUPTI supports it (cupti_activity.h, cuptiActivityEnableHWTrace: Blackwell only, after the driver
-  /// is initialized; CUPTI_ERROR_NOT_SUPPORTED elsewhere). Asked at every attach: a detach resets it.
+  /// is initialized; CUPTI_ERROR_NOT_SUPPORTED elsewhere). Asked at every attach (after cuptiFinalize
+  /// nothing of the earlier session is assumed to hold); each line reads the latest answer.
   void enable_hardware_timestamps() {
 #if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
     const CUptiResult r = cuptiActivityEnableHWTrace(1);
     kernel_timestamps_ = r == CUPTI_SUCCESS ? "hardware_events" : "instrumented (" + result_text("cuptiActivityEnableHWTrace", r) + ")";
 #else
-    kernel_timestamps_ = "instrumented (CUPTI older than 13.0: no cuptiActivityEnableHWTrace)";
+    kernel_timestamps_ = "instrumented (built against CUPTI headers before CUDA 13.0: steptrace asks for hardware "
+                         "timestamps with CUDA 13 only)";
 #endif
   }
 
@@ -518,8 +523,8 @@ class Collector {
   bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
   std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
   std::atomic<bool> detach_mode_{false};
-  std::atomic<bool> detach_pending_{false};
-  std::atomic<int64_t> detach_since_{-1};      // the step that began in detach mode (-1: keep mode)  // switch_to_detach() asked, not yet in force
+  std::atomic<bool> detach_pending_{false};   // switch_to_detach() asked, not yet in force
+  std::atomic<int64_t> detach_since_{-1};     // the step that began in detach mode (-1: keep mode)
   std::atomic<uint64_t> traced_begun_{0};    // set_tracing(true) calls since start()
   std::string kernel_timestamps_ = "instrumented";  // guarded by cupti_mutex_
   std::atomic<bool> detach_requested_{false};
