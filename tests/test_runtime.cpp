@@ -321,6 +321,14 @@ TEST_CASE("overhead_budget: a costly trace lowers the trace rate; every line say
 }
 
 namespace {
+/// The budget chooses the interval (trace_every 0); `mode` for what CUPTI does between traced steps.
+Config budget_config(const std::string& log, steptrace::UntracedCupti mode = steptrace::UntracedCupti::automatic) {
+  Config cfg = base_config(log);
+  cfg.trace_every = 0;
+  cfg.untraced_cupti = mode;
+  return cfg;
+}
+
 /// A launch-bound step on the fake: `launches` kernels of 10 ns each (the GPU mostly idle), then host
 /// work up to `step_us`.
 void launch_bound_step(FakeBackend& gpu, int launches, int64_t step_us) {
@@ -337,10 +345,8 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
           "[runtime]") {
   const auto log = fresh_log("runtime_budget_detach");
   FakeRun run(std::make_unique<FakeBackend>());
-  Config cfg = base_config(log);
-  cfg.trace_every = 0;  // the budget decides; untraced_cupti stays auto
-  REQUIRE(cfg.untraced_cupti == steptrace::UntracedCupti::automatic);
-  REQUIRE(run.start(cfg));
+  REQUIRE(Config{}.untraced_cupti == steptrace::UntracedCupti::automatic);  // the default
+  REQUIRE(run.start(budget_config(log)));
   // 2 000 launches in 3 ms, the GPU busy ~1 %: kept attached, CUPTI would cost 2 000 x 0.6 us = 1.2 ms
   // per step (~40 %) at any interval. Detached, the model's trace costs 2.2 + 8.3 ms over 100 steps
   // of 3 ms (3.5 %): detaching pays.
@@ -400,10 +406,7 @@ TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a GPU-bound step
   SECTION("launch-bound, keep: over the budget, said so") {
     const auto log = fresh_log("runtime_budget_keep");
     FakeRun run(std::make_unique<FakeBackend>());
-    Config cfg = base_config(log);
-    cfg.trace_every = 0;
-    cfg.untraced_cupti = steptrace::UntracedCupti::keep;
-    REQUIRE(run.start(cfg));
+    REQUIRE(run.start(budget_config(log, steptrace::UntracedCupti::keep)));
     for (int i = 0; i < 40; ++i) launch_bound_step(*run.gpu, 2000, 3000);
     steptrace::stop();
     CHECK(run.gpu->calls().switches_to_detach == 0);
@@ -418,9 +421,7 @@ TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a GPU-bound step
     auto backend = std::make_unique<FakeBackend>();
     backend->start_delay_ns = 2'000'000;  // kernels start 2 ms after their launch: the host runs ahead
     FakeRun run(std::move(backend));
-    Config cfg = base_config(log);
-    cfg.trace_every = 0;
-    REQUIRE(run.start(cfg));
+    REQUIRE(run.start(budget_config(log)));
     for (int i = 0; i < 40; ++i) {
       TRACE_STEP();
       TRACE_PHASE(forward);
@@ -436,10 +437,7 @@ TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a GPU-bound step
   SECTION("detach asked for under the budget: detached from the start, requests counted by traced steps begun") {
     const auto log = fresh_log("runtime_budget_detach_explicit");
     FakeRun run(std::make_unique<FakeBackend>());
-    Config cfg = base_config(log);
-    cfg.trace_every = 0;
-    cfg.untraced_cupti = steptrace::UntracedCupti::detach;
-    REQUIRE(run.start(cfg));
+    REQUIRE(run.start(budget_config(log, steptrace::UntracedCupti::detach)));
     for (int i = 0; i < 60; ++i) launch_bound_step(*run.gpu, 500, 2000);
     steptrace::stop();
     const auto calls = run.gpu->calls();
