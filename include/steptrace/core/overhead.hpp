@@ -60,7 +60,7 @@ class OverheadEstimator {
  public:
   static constexpr double kModelTracedNsPerLaunch = 1100;  // H100, transformer step: benchmarks/README.md
   static constexpr double kKeepNsPerLaunch = 600;          // benchmarks/README.md, third session, run I
-  static constexpr double kModelAttachDetachMs = 8.3;      // cupti_cycle, H200: attach 6.8 ms + detach 1.5 ms (same)
+  static constexpr double kModelAttachDetachMs = 8.3;      // benchmarks/README.md, third session: cupti_cycle, attach 6.8 + detach 1.5 ms
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
   static constexpr std::size_t kWindow = 512;              // steps remembered
   static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
