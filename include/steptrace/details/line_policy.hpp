@@ -128,8 +128,8 @@ inline bool line_due(const LineWait& w, const Config& cfg) {
 }
 
 /// Why a step has no GPU attribution although CUPTI runs (its line's gpu null reason).
-inline std::string untraced_reason(const StepRecord& step, const Config& cfg, const std::string& untraced_cupti) {
-  const bool detach = untraced_cupti == "detach";
+/// `detach`: the step ran with CUPTI detached between traced steps (set, or chosen by the budget).
+inline std::string untraced_reason(const StepRecord& step, const Config& cfg, bool detach) {
   if (step.trace_every > 1 && !schedule_of(step, cfg).traced(step.index))
     return "step not traced: trace_every=" + std::to_string(step.trace_every) +
            (budget_decides(cfg) ? " (chosen by overhead_budget=" + format_fraction(cfg.overhead_budget) + ")" : "") +

@@ -86,7 +86,10 @@ class Worker {
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
       s_.link->collect();
-      if (switch_asked_ && !detach_since_ && (detach_since_ = s_.gpu->detach_since())) stop_counters_for_detach();
+      if (switch_asked_ && !detach_since_) {
+        detach_since_ = s_.gpu->detach_since();
+        if (detach_since_) stop_counters_for_detach();
+      }
       emit_ready(stopping);
       if (detach_since_ && !stopping) {  // once per traced line, again while records are still on
         const uint64_t done = traced_done_ + s_.queue->dropped_traced();
@@ -209,7 +212,7 @@ class Worker {
       std::string untraced;
       if (s_.attribution && !r.traced) {
         attributor_.skip(static_cast<int64_t>(r.index));
-        untraced = untraced_reason(r, cfg, untraced_cupti_of(r));
+        untraced = untraced_reason(r, cfg, detached(r));
       } else if (s_.attribution) {
         LineWait w;
         w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index));
@@ -308,7 +311,7 @@ class Worker {
       if (gpu->launch_timed) ob.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
     }
     // The estimator starts over with the first step run detached (steps before it paid the other mode).
-    if (detach_since_ && r.index >= *detach_since_ && overhead_.keep_attached()) overhead_.switch_to_detach();
+    if (detached(r) && overhead_.keep_attached()) overhead_.switch_to_detach();
     overhead_.observe(ob);
     o.estimate = overhead_.estimate(o.trace_every);
     if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
@@ -333,8 +336,10 @@ class Worker {
   /// What CUPTI did between traced steps when step `r` ran: "keep", "detach" ("" without attribution).
   std::string untraced_cupti_of(const StepRecord& r) const {
     if (!s_.attribution) return {};
-    return detach_since_ && r.index >= *detach_since_ ? "detach" : "keep";
+    return detached(r) ? "detach" : "keep";
   }
+  /// Whether step `r` ran with CUPTI detached between traced steps.
+  bool detached(const StepRecord& r) const { return detach_since_ && r.index >= *detach_since_; }
 
   /// untraced_cupti=auto: staying attached costs more than the budget at any interval, and detaching
   /// is modelled cheaper. The collector detaches from its next switch-off after a traced step

@@ -23,6 +23,7 @@
 //   handed over as unsettled: its records delivered after the switch-off are excluded as impossible.
 #pragma once
 #include "../../version.hpp"
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -66,7 +67,6 @@ class Collector {
   std::string start(const DeviceTable& devices, bool detach_between_traces = false) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
     devices_ = devices;
-    detach_mode_ = detach_between_traces;
     detach_since_ = detach_between_traces ? 0 : -1;
     detach_pending_ = false;
     traced_begun_ = 0;
@@ -136,14 +136,14 @@ class Collector {
       return {};
     }
     if (on == tracing_.load(std::memory_order_relaxed)) return {};
-    if (!on && !detach_mode_ && !settled()) return {};  // records stay on for this step
+    if (!on && !detach_mode() && !settled()) return {};  // records stay on for this step
     // Keep mode turns into detach mode as records go off after a traced step (its graphs settled):
     // the callbacks then stay on, so that an API exit can detach once its line is out.
     if (!on && detach_pending_.exchange(false, std::memory_order_relaxed)) {
-      detach_since_.store(details::current_step().load(std::memory_order_relaxed), std::memory_order_relaxed);
-      detach_mode_.store(true, std::memory_order_relaxed);
+      detach_since_.store(std::max<int64_t>(0, details::current_step().load(std::memory_order_relaxed)),
+                          std::memory_order_relaxed);
     }
-    const bool detach_mode = detach_mode_.load(std::memory_order_relaxed);
+    const bool detach_mode = this->detach_mode();
     std::unique_lock<std::mutex> lock(cupti_mutex_, std::defer_lock);
     if (detach_mode) lock.lock();
     std::string err;
@@ -184,7 +184,7 @@ class Collector {
   /// only while records are still on, so that the caller asks again.
   bool request_detach(uint64_t traced) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
-    if (!detach_mode_.load(std::memory_order_relaxed) || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed))
+    if (!detach_mode() || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed))
       return true;
     if (tracing_.load(std::memory_order_relaxed)) return false;
     detach_requested_.store(true, std::memory_order_relaxed);
@@ -193,7 +193,7 @@ class Collector {
   /// Keep mode -> detach mode, from the next switch-off after a traced step on (any thread). The PM
   /// sampler must be stopped first: detaching ends it.
   void switch_to_detach() {
-    if (active_ && !detach_mode_.load(std::memory_order_relaxed)) detach_pending_.store(true, std::memory_order_relaxed);
+    if (active_ && !detach_mode()) detach_pending_.store(true, std::memory_order_relaxed);
   }
   /// The first step run in detach mode, or nullopt in keep mode.
   std::optional<uint64_t> detach_since() const {
@@ -439,7 +439,7 @@ class Collector {
 
   void stage(const LaunchRecord& l, const void* graph_exec = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (graph_exec && !detach_mode_.load(std::memory_order_relaxed)) {  // keep mode: which graphs wait for a relaunch (settled())
+    if (graph_exec && !detach_mode()) {  // keep mode: which graphs wait for a relaunch (settled())
       if (l.discard) pending_graphs_.erase(graph_exec);
       else pending_graphs_[graph_exec] = l.correlation;
     }
@@ -522,9 +522,9 @@ class Collector {
   bool active_ = false;    // started and not stopped (attached or, in detach mode, between traced steps)
   bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
   std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
-  std::atomic<bool> detach_mode_{false};
   std::atomic<bool> detach_pending_{false};   // switch_to_detach() asked, not yet in force
   std::atomic<int64_t> detach_since_{-1};     // the step that began in detach mode (-1: keep mode)
+  bool detach_mode() const { return detach_since_.load(std::memory_order_relaxed) >= 0; }
   std::atomic<uint64_t> traced_begun_{0};    // set_tracing(true) calls since start()
   std::string kernel_timestamps_ = "instrumented";  // guarded by cupti_mutex_
   std::atomic<bool> detach_requested_{false};
