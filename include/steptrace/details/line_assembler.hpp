@@ -39,7 +39,6 @@ struct LineContext {
   bool device_state_on = false;
   std::string device_state_null_reason;
   std::string memory_null_reason;  // updated by the worker when memory sampling stops
-  std::string kernel_timestamps;   // how CUPTI times kernel records (GpuBackend::kernel_timestamps)
 };
 
 class LineAssembler {

@@ -253,7 +253,6 @@ class Session {
       return;
     }
     attribution_ = true;
-    ctx.kernel_timestamps = gpu_->kernel_timestamps();
   }
 
   /// Hardware counters (PM sampling); or why the lines' counters are null.
