@@ -27,6 +27,8 @@ csv=$out/runs.csv
 workload_run() {
   local mode=$1 every=$2 r=$3; shift 3
   local exe=$bin/step_workloads env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0)
+  local lines=$out/lines/${mode}_${r}_$(date +%s%N).jsonl  # the budget modes' lines, kept per run
+  mkdir -p "$out/lines"
   case $mode in
     baseline) exe=$bin/step_workloads_baseline ;;
     compiled_out) exe=$bin/step_workloads_compiled_out ;;
@@ -34,8 +36,11 @@ workload_run() {
     host) env+=(STEPTRACE_CUPTI=off) ;;
     full) env+=(STEPTRACE_TRACE_EVERY=1) ;;
     full_nocounters) env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
-    budget) env=(STEPTRACE_LOG="$out/budget_lines.jsonl" STEPTRACE_SUMMARY=0); rm -f "$out/budget_lines.jsonl" ;;
-    budget_keep) env=(STEPTRACE_LOG="$out/budget_lines.jsonl" STEPTRACE_SUMMARY=0 STEPTRACE_UNTRACED_CUPTI=keep); rm -f "$out/budget_lines.jsonl" ;;
+    budget) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0) ;;
+    budget_keep) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_UNTRACED_CUPTI=keep) ;;
+    budget_nocounters) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_COUNTERS=off) ;;
+    attached) env+=(STEPTRACE_TRACE_EVERY=1000000) ;;  # CUPTI kept attached, only step 0 traced: the residual
+    attached_nocounters) env+=(STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off) ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
     sampled_detach) env+=(STEPTRACE_TRACE_EVERY=$every STEPTRACE_UNTRACED_CUPTI=detach) ;;
     cupti_floor) env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records) ;;
@@ -49,8 +54,8 @@ workload_run() {
   kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
   echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps),$(kv enqueue_mean_ms)" >>"$csv"
   # The budget's own view of what it cost over the timed steps (after --warmup).
-  if [[ $mode == budget || $mode == budget_keep ]]; then
-    python3 "$ROOT/benchmarks/budget_estimate.py" "$out/budget_lines.jsonl" "$(kv workload)" "$r" "$(sed -n 's/.*--warmup \([0-9]*\).*/\1/p' <<<"$*")" "$mode" >>"$out/budget.csv"
+  if [[ $mode == budget* ]]; then
+    python3 "$ROOT/benchmarks/budget_estimate.py" "$lines" "$(kv workload)" "$r" "$(sed -n 's/.*--warmup \([0-9]*\).*/\1/p' <<<"$*")" "$mode" >>"$out/budget.csv"
   fi
 }
 

@@ -42,7 +42,8 @@ print(f"Device: {device}\n")
 # ---- step time per mode ----------------------------------------------------------------------
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
 ORDER = ["baseline", "compiled_out", "off", "host", "cupti_callbacks", "cupti_floor", "cupti_floor_callbacks",
-         "full_nocounters", "full_quiet", "full", "budget", "budget_keep", "sampled", "sampled_detach", "torch_profiler"]
+         "attached_nocounters", "attached",
+         "full_nocounters", "full_quiet", "full", "budget", "budget_nocounters", "budget_keep", "sampled", "sampled_detach", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -69,7 +70,10 @@ for workload in ["transformer", "launch", "gpt"]:
                  "host": "host (scopes, no CUPTI)", "full": "full attribution, trace_every=1 (+ PM sampling counters)",
                  "full_nocounters": "full attribution, counters off",
                  "budget": "defaults: overhead_budget 0.5 % chooses trace_every (and keep or detach)",
-                 "budget_keep": "overhead_budget 0.5 %, untraced_cupti=keep (never detached)", "off": "off (STEPTRACE_ENABLED=0)",
+                 "budget_keep": "overhead_budget 0.5 %, untraced_cupti=keep (never detached)",
+                 "budget_nocounters": "defaults with counters off",
+                 "attached": "CUPTI attached, records off (only step 0 traced), counters on",
+                 "attached_nocounters": "CUPTI attached, records off (only step 0 traced), counters off", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",
                  "torch_profiler": "torch.profiler (Kineto, CPU+CUDA)",
                  "cupti_callbacks": "raw CUPTI: empty callbacks on the launch sites, no records",

@@ -32,8 +32,8 @@ TEST_CASE("before any untraced step the model decides: launches x 1.1 us", "[ove
   CHECK(*r.traced_extra_ms == Approx(1.1));          // 1000 launches x 1.1 us
   CHECK(*r.fraction == Approx(1.1 / 50.0));          // every step traced: the model's whole cost
   CHECK(*r.residual_ms == Approx(1000 * 0.6e-3 * 0.01));  // 0.6 us per launch x 1 % idle GPU
-  // cost(n) = (1.1 - 0.006) / (50 n) + 0.006 / 50; <= 0.5 % from n = ceil(0.02188 / 0.00488) = 5
-  CHECK(r.every == 5);
+  // cost(n) = (1.1 - 0.006) / (50 n) + 0.006 / 50; <= 0.8 x 0.5 % from n = ceil(0.02188 / 0.00388) = 6
+  CHECK(r.every == 6);
   CHECK_FALSE(r.within_budget);  // at the interval in force (every step): 2.2 %
   CHECK(e.estimate(5).within_budget);  // 1.094 / 250 + 0.006 / 50 = 0.45 %
   CHECK_FALSE(e.estimate(4).within_budget);  // 1.094 / 200 + 0.006 / 50 = 0.56 %
@@ -55,8 +55,10 @@ TEST_CASE("with untraced steps the cost is measured from the step times", "[over
   CHECK(*r.traced_extra_ms == Approx(2.5));  // the traced step's 2 ms and the next step's 0.5 ms
   CHECK(*r.fraction == Approx(2.5 / (4 * 50.0) + 0.006 / 50.0));
   CHECK(e.estimate(1).fraction.value() == Approx(2.5 / 50.0 + 0.006 / 50.0));  // the residual at every interval
-  // measured: cost(n) = 2.5 / (50 n) + 0.006 / 50; <= 0.5 % from n = ceil(0.05 / 0.00488) = 11
-  CHECK(r.every == 11);
+  // measured: cost(n) = 2.5 / (50 n) + 0.006 / 50; <= 0.8 x 0.5 % from n = ceil(0.05 / 0.00388) = 13
+  CHECK(r.every == 13);
+  CHECK(e.estimate(11).within_budget);  // 0.51 % at 10, 0.47 % at 11: inside the budget from 11, aimed at from 13
+  CHECK_FALSE(e.estimate(10).within_budget);
 }
 
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {
@@ -76,8 +78,8 @@ TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[
   d.observe(step(0, true, 45.0, 10000, 0.2));
   const auto rd = d.estimate(1);
   CHECK(*rd.residual_ms == 0);
-  // 10 000 x 1.1 us + 8.3 ms for an attach and a detach = 19.3 ms; ceil(19.3 / (0.01 x 45)) = 43
-  CHECK(rd.every == 43);
+  // 10 000 x 1.1 us + 8.3 ms for an attach and a detach = 19.3 ms; ceil(19.3 / (0.8 x 0.01 x 45)) = 54
+  CHECK(rd.every == 54);
   CHECK(d.estimate(43).within_budget);
   CHECK_FALSE(d.estimate(42).within_budget);
 }
@@ -197,7 +199,7 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   CHECK(*d.residual_ms == 0);
   CHECK(*d.traced_extra_ms == Approx(11.0));  // every step traced: never detached, no attach to pay
   CHECK(*d.fraction == Approx(11.0 / 50.0));
-  CHECK(d.every == 78);  // an interval > 1 pays the attach: ceil(19.3 / 50 / 0.005)
+  CHECK(d.every == 97);  // an interval > 1 pays the attach: ceil(19.3 / 50 / 0.004)
   const auto d2 = launch_bound.estimate(2);
   CHECK(*d2.traced_extra_ms == Approx(11.0 + 8.3));
   CHECK(*d2.fraction == Approx(19.3 / 100.0));
