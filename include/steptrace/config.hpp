@@ -56,6 +56,11 @@ struct Config {
   int rank = -1, local_rank = -1, world_size = -1;  // STEPTRACE_RANK etc.; -1 = the launcher's variables
   std::size_t max_pending_steps = 256;       // STEPTRACE_MAX_PENDING_STEPS
   std::size_t max_spans_per_step = 4096;     // STEPTRACE_MAX_SPANS_PER_STEP
+  std::string prometheus_textfile;           // STEPTRACE_PROMETHEUS_TEXTFILE; "" = none; "{rank}" replaced
+  std::string prometheus_listen;             // STEPTRACE_PROMETHEUS_LISTEN, host:port; "" = none
+  double prometheus_every_ms = 5000;         // STEPTRACE_PROMETHEUS_EVERY_MS (textfile rewrites, at most)
+  int prometheus_window_steps = 32;          // STEPTRACE_PROMETHEUS_WINDOW_STEPS (steptrace_window_* means)
+  std::string job_name;                      // STEPTRACE_JOB_NAME; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, program name
 };
 
 /// One problem with the configuration: the setting's name and what was wrong.

@@ -233,6 +233,18 @@ inline const std::vector<Setting>& settings() {
                         "steps queued for the writer; beyond, lines are dropped and counted"));
     t.push_back(integer("max_spans_per_step", "STEPTRACE_MAX_SPANS_PER_STEP", &Config::max_spans_per_step, 1, 1 << 20,
                         "phase scopes kept per step; beyond, dropped and counted"));
+    t.push_back(text("prometheus_textfile", "STEPTRACE_PROMETHEUS_TEXTFILE", &Config::prometheus_textfile,
+                     "a path ending in `.prom`; `{rank}` is replaced by the rank",
+                     "node_exporter textfile with the metrics (docs/prometheus.md); `\"\"` = none"));
+    t.push_back(text("prometheus_listen", "STEPTRACE_PROMETHEUS_LISTEN", &Config::prometheus_listen,
+                     "`host:port`, e.g. `127.0.0.1:9464`",
+                     "scrape endpoint `/metrics` on port + local rank (needs prometheus-cpp); `\"\"` = none"));
+    t.push_back(real("prometheus_every_ms", "STEPTRACE_PROMETHEUS_EVERY_MS", &Config::prometheus_every_ms, 100, 3.6e6,
+                     "the textfile is rewritten at most this often (and at `stop()`)"));
+    t.push_back(integer("prometheus_window_steps", "STEPTRACE_PROMETHEUS_WINDOW_STEPS", &Config::prometheus_window_steps,
+                        1, 100000, "steps the `steptrace_window_*` means are over"));
+    t.push_back(text("job_name", "STEPTRACE_JOB_NAME", &Config::job_name, "text",
+                     "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name"));
     return t;
   }();
   return table;

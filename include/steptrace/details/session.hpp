@@ -8,6 +8,8 @@
 #pragma once
 #include "../version.hpp"
 #include <atomic>
+#include <cerrno>  // program_invocation_short_name (glibc)
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,6 +25,7 @@
 #include "../core/metrics.hpp"
 #include "../core/summary.hpp"
 #include "../sink/jsonl_file.hpp"
+#include "../sink/prometheus.hpp"
 #include "cross_rank_link.hpp"
 #include "environment.hpp"
 #include "exchange.hpp"
@@ -95,6 +98,8 @@ class Session {
         log_path_.clear();
       }
     }
+    prometheus_.reset();
+    if (!cfg.prometheus_textfile.empty() || !cfg.prometheus_listen.empty()) open_prometheus(cfg, ctx.run);
     link_.reset();
     queue_.reset(cfg.max_pending_steps);
     WorkerSetup setup;
@@ -104,6 +109,7 @@ class Session {
     setup.queue = &queue_;
     setup.link = &link_;
     if (file_.is_open()) setup.sinks.push_back(&file_);
+    if (prometheus_) setup.sinks.push_back(prometheus_.get());
     setup.attribution = attribution_;
     setup.detach = detach_;
     setup.may_detach = attribution_ && !detach_ && cfg.untraced_cupti == UntracedCupti::automatic && budget_decides(cfg);
@@ -115,6 +121,7 @@ class Session {
       warn_once("thread", std::string("cannot start the background thread: ") + e.what() + "; steptrace stays off");
       release_gpu();
       file_.close();
+      prometheus_.reset();
       return false;
     }
     last_started().store(this, std::memory_order_release);
@@ -145,6 +152,11 @@ class Session {
     counters_on_ = worker_->counters_on();
     release_gpu();
     file_.close();
+    if (prometheus_) {  // after the last line: the textfile's last values, with steptrace_up 0
+      const std::string err = prometheus_->finish();
+      if (!err.empty()) warn_once("prometheus.finish", "the Prometheus textfile's last write failed: " + err);
+      prometheus_.reset();
+    }
 
     Summary s = worker_->summary().build();
     s.lines_written = worker_->lines_written();
@@ -210,6 +222,38 @@ class Session {
   static std::atomic<Session*>& last_started() {
     static std::atomic<Session*> session{nullptr};
     return session;
+  }
+
+  /// The Prometheus exporter (sink/prometheus.hpp): what cannot be started is warned about, once per setting.
+  void open_prometheus(const Config& cfg, const RunInfo& run) {
+    sink::PrometheusSink::Options o;
+    o.textfile = expand_log_path(cfg.prometheus_textfile, run.rank);
+    o.listen = cfg.prometheus_listen;
+    const auto colon = o.listen.rfind(':');
+    long long port = -1;
+    if (!o.listen.empty() && (colon == std::string::npos || !parse_int(o.listen.substr(colon + 1), port) || port < 0 ||
+                              port + run.local_rank > 65535)) {
+      report_config_error({"prometheus_listen", "'" + o.listen + "' is not host:port (port 0 - 65535 after adding the "
+                                                "local rank); no scrape endpoint, training continues"});
+      o.listen.clear();
+    } else if (port > 0) {
+      o.listen = o.listen.substr(0, colon + 1) + std::to_string(port + run.local_rank);  // one port per rank of a host
+    }
+    o.job = cfg.job_name;
+    for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"})
+      if (o.job.empty() && std::getenv(var)) o.job = std::getenv(var);
+    if (o.job.empty()) o.job = program_invocation_short_name;
+    o.every_ms = cfg.prometheus_every_ms;
+    o.window_steps = cfg.prometheus_window_steps;
+    o.labels = {{"rank", std::to_string(run.rank)}, {"local_rank", std::to_string(run.local_rank)},
+                {"world_size", std::to_string(run.world_size)}, {"hostname", run.hostname},
+                {"device", run.device ? std::to_string(run.device->index) : "none"}};
+    auto p = std::make_unique<sink::PrometheusSink>();
+    for (const auto& problem : p->open(std::move(o))) report_config_error({problem.setting, problem.message});
+    if (p->active()) {
+      if (p->port()) logger()->info("Prometheus metrics at http://{}/metrics", cfg.prometheus_listen.substr(0, colon + 1) + std::to_string(p->port()));
+      prometheus_ = std::move(p);
+    }
   }
 
   void report_config_error(const ConfigError& e) {
@@ -329,6 +373,7 @@ class Session {
   std::unique_ptr<Worker> worker_;
   std::thread thread_;
   sink::JsonlFile file_;
+  std::unique_ptr<sink::PrometheusSink> prometheus_;
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

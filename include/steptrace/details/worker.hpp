@@ -263,13 +263,11 @@ class Worker {
       const std::string line = make_step_line(in);
       for (sink::LineSink* sink : s_.sinks) {
         const std::string err = sink->write_line(line);
-        if (err.empty()) {
-          ++lines_written_;
-        } else {
-          ++lines_failed_;
-          warn_once("write", "cannot write to " + sink->describe() + ": " + err +
-                                 " (failures are counted; training continues)");
-        }
+        if (sink->counts_lines()) ++(err.empty() ? lines_written_ : lines_failed_);
+        if (!err.empty())
+          warn_once("write." + sink->describe(), "cannot write to " + sink->describe() + ": " + err +
+                                                     (sink->counts_lines() ? " (failures are counted; training continues)"
+                                                                           : " (training continues)"));
       }
     } catch (const std::exception& e) {
       warn_once("process", std::string("step line not produced: ") + e.what());

@@ -14,6 +14,8 @@ class LineSink {
   virtual std::string describe() const = 0;
   /// One line, without its newline. Returns "" or the error.
   virtual std::string write_line(std::string line) = 0;
+  /// Whether its writes are the run's "lines written" (the log), or a view of them (an exporter).
+  virtual bool counts_lines() const { return true; }
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::sink

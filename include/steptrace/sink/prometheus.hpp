@@ -1,0 +1,111 @@
+// steptrace/sink/prometheus.hpp - the lines as Prometheus metrics, two ways with the same metrics:
+// a node_exporter textfile (rewritten atomically at most every `every_ms`, and once more at stop()
+// with steptrace_up 0, so a finished run's file is not read as live) and a scrape endpoint. Called
+// from the background thread (write_line) and the endpoint's threads (a scrape): one mutex, held only
+// to update or copy the metrics. The training thread never reaches this code.
+#pragma once
+#include "../version.hpp"
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "prometheus_http.hpp"
+#include "prometheus_metrics.hpp"
+#include "prometheus_textfile.hpp"
+#include "sink.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace sink {
+
+class PrometheusSink final : public LineSink {
+ public:
+  struct Options {
+    std::string textfile;  // path ("" = none)
+    std::string listen;    // host:port ("" = none)
+    std::string job;       // the job label ("" = none)
+    double every_ms = 5000;
+    int window_steps = 32;
+    PromLabels labels;     // rank, local_rank, world_size, hostname, device (until the first line)
+  };
+  /// A problem with one way out: the setting it concerns and what is wrong (the other way still runs).
+  struct Problem {
+    std::string setting, message;
+  };
+
+  PrometheusSink() = default;
+  PrometheusSink(const PrometheusSink&) = delete;
+  PrometheusSink& operator=(const PrometheusSink&) = delete;
+  ~PrometheusSink() override { endpoint_.stop(); }
+
+  /// Starts what `o` asks for; returns what could not be started.
+  std::vector<Problem> open(Options o) {
+    std::vector<Problem> problems;
+    options_ = std::move(o);
+    model_ = PrometheusModel(options_.job, options_.window_steps, options_.labels);
+    if (!options_.textfile.empty()) {
+      // A first file at once: the run is visible (steptrace_up 1) before its first line.
+      const std::string err = replace_file_atomically(options_.textfile, model_.render(true));
+      if (!err.empty()) problems.push_back({"prometheus_textfile", err + "; the textfile is not written, training continues"});
+      else textfile_ok_ = true;
+      last_write_ = std::chrono::steady_clock::now();
+    }
+    if (!options_.listen.empty()) {
+      const std::string err = endpoint_.start(options_.listen, [this](std::vector<PromFamily>& f, PromLabels& l) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        f = model_.families(up_);
+        l = model_.common_labels();
+      });
+      if (!err.empty()) problems.push_back({"prometheus_listen", err + "; no scrape endpoint, training continues"});
+      else listening_ = true;
+    }
+    return problems;
+  }
+
+  bool active() const { return textfile_ok_ || listening_; }
+  int port() const { return endpoint_.port(); }
+  bool counts_lines() const override { return false; }
+  std::string describe() const override {
+    return "the Prometheus textfile '" + options_.textfile + "'";
+  }
+
+  std::string write_line(std::string line) override {
+    std::string text;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const std::string err = model_.add_line(line);
+      if (!err.empty()) return err;
+      if (!textfile_ok_) return {};
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double, std::milli>(now - last_write_).count() < options_.every_ms) return {};
+      last_write_ = now;
+      text = model_.render(true);
+    }
+    return replace_file_atomically(options_.textfile, text);
+  }
+
+  /// At stop(): the endpoint closes and the textfile gets the last values with steptrace_up 0.
+  std::string finish() {
+    endpoint_.stop();
+    listening_ = false;
+    std::string text;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      up_ = false;
+      if (!textfile_ok_) return {};
+      text = model_.render(false);
+    }
+    return replace_file_atomically(options_.textfile, text);
+  }
+
+ private:
+  Options options_;
+  std::mutex mutex_;
+  PrometheusModel model_{"", 1, {}};
+  bool up_ = true;
+  bool textfile_ok_ = false, listening_ = false;
+  std::chrono::steady_clock::time_point last_write_{};
+  PrometheusEndpoint endpoint_;
+};
+
+} STEPTRACE_END_NAMESPACE  // steptrace::sink

@@ -1,0 +1,264 @@
+// The Prometheus exporter: the line reader, the metrics a line becomes (nulls absent, window means,
+// counters, the cross-rank view kept), the text exposition checked by the real promtool, and the
+// runtime writing the textfile and serving the endpoint. The end-to-end test against a real
+// Prometheus is scripts/prometheus_e2e.py.
+#include <spdlog/sinks/ostream_sink.h>
+#include <steptrace/steptrace.hpp>
+#include <steptrace/sink/prometheus.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "support.hpp"
+
+using namespace steptrace;
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+using steptrace_test::spin_for_us;
+
+namespace {
+std::ostringstream& captured() {
+  static std::ostringstream out;
+  static bool installed = [] {
+    spdlog::register_logger(std::make_shared<spdlog::logger>("steptrace", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+    return true;
+  }();
+  (void)installed;
+  return out;
+}
+const bool capture_installed = (captured(), true);
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+/// The value of the series `name{labels...}` whose label text contains `having` (nullopt: absent).
+std::optional<double> series(const std::string& text, const std::string& name, const std::string& having = "") {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    if (!having.empty() && line.find(having) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nullopt;
+}
+std::string line_json(int step, const std::string& step_time, const std::string& extra = "") {
+  return R"({"global_step":)" + std::to_string(step) + R"(,"rank":0,"local_rank":0,"world_size":1,"hostname":"h\"ost",)"
+         R"("device":{"index":0,"name":"X"},"step_time_ms":)" + step_time + R"(,"gpu_utilization":null,"traced":true,)"
+         R"("phases":{"forward":{"host_ms":20,"gpu":{"busy_ms":15,"h2d":{"ms":1}}},"my \"odd\"\nphase":{"host_ms":2}},)"
+         R"("diagnosis":{"label":"COMPUTE-BOUND"},"dropped":{"steps_total":1,"phase_scopes":2,"scalars":0},)"
+         R"("gpu":{"dropped_records":3,"excluded_records":0,"busy_ms":40})" + extra + "}";
+}
+bool promtool_accepts(const std::string& text, std::string& out) {
+  const std::string path = fresh_log("promtool_input") + ".prom";
+  std::ofstream(path) << text;
+  const std::string cmd = "promtool check metrics < " + path + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return false;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  return ::pclose(p) == 0;
+}
+std::string http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+TEST_CASE("the line reader: leaves by JSON pointer, escapes undone, bad text refused", "[prometheus]") {
+  FlatJson f;
+  REQUIRE(flatten_json(R"({"a":{"b/c":[1,-2.5e3,true,null],"s":"x\"\n\u00e9\ud83d\ude00"},"e":{},"t~":false})", f) == "");
+  CHECK(f.at("/a/b~1c/0").number == 1);
+  CHECK(f.at("/a/b~1c/1").number == -2500);
+  CHECK(f.at("/a/b~1c/2").kind == JsonLeaf::Kind::boolean);
+  CHECK(f.at("/a/b~1c/3").kind == JsonLeaf::Kind::null);
+  CHECK(f.at("/a/s").text == "x\"\n\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK(f.at("/t~0").number == 0);
+  CHECK(f.count("/e") == 0);
+  for (const char* bad : {"", "{", R"({"a":1,})", R"({"a":tru})", R"({"a":1} x)", R"({"a":"\q"})", R"({"a":01x})"}) {
+    INFO(bad);
+    CHECK(flatten_json(bad, f) != "");
+  }
+  std::string deep(100, '[');
+  CHECK(flatten_json(deep + std::string(100, ']'), f).find("nested too deeply") == 0);
+}
+
+TEST_CASE("a line becomes metrics: units, nulls absent, phases, diagnosis, counters", "[prometheus]") {
+  sink::PrometheusModel m("job-7", 4, {});
+  REQUIRE(m.add_line(line_json(0, "50")) == "");
+  REQUIRE(m.add_line(line_json(1, "70", R"(,"loss":2.5)")) == "");
+  const std::string t = m.render(true);
+  INFO(t);
+  CHECK(series(t, "steptrace_up") == 1.0);
+  CHECK(series(t, "steptrace_step_time_seconds") == Approx(0.070));
+  CHECK(series(t, "steptrace_window_step_time_seconds") == Approx(0.060));
+  CHECK(series(t, "steptrace_gpu_busy_seconds") == Approx(0.040));
+  CHECK_FALSE(series(t, "steptrace_gpu_utilization_ratio"));  // null: no series, never 0
+  CHECK_FALSE(series(t, "steptrace_mfu_ratio"));              // absent from the line
+  CHECK(series(t, "steptrace_loss") == 2.5);
+  CHECK(series(t, "steptrace_window_loss") == 2.5);  // the mean over the steps that had it
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="host")") == Approx(0.020));
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="gpu")") == Approx(0.015));
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="my \"odd\"\nphase",source="host")") == Approx(0.002));
+  CHECK(series(t, "steptrace_diagnosis", R"(label="COMPUTE-BOUND")") == 1.0);
+  CHECK(series(t, "steptrace_diagnosis", R"(label="INPUT-BOUND")") == 0.0);
+  CHECK(series(t, "steptrace_steps_total") == 2.0);
+  CHECK(series(t, "steptrace_dropped_steps_total") == 1.0);       // cumulative in the line
+  CHECK(series(t, "steptrace_dropped_phase_scopes_total") == 4.0);  // per line: summed
+  CHECK(series(t, "steptrace_dropped_gpu_records_total") == 6.0);
+  CHECK(series(t, "steptrace_traced_steps_total") == 2.0);
+  CHECK(t.find(R"(steptrace_step_time_seconds{rank="0",local_rank="0",world_size="1",hostname="h\"ost",device="0",job="job-7"} )") !=
+        std::string::npos);
+  CHECK(m.add_line("{not json").find("line not read") == 0);
+  CHECK(series(m.render(true), "steptrace_steps_total") == 2.0);  // a bad line changes nothing
+
+  // The window holds the last 4 steps; the cross-rank view stays until the next one.
+  m.add_line(line_json(2, "10", R"(,"cross_rank":{"step":2,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"balanced":false,"gap_ms":1.5})"));
+  m.add_line(line_json(3, "10", R"(,"cross_rank":null)"));
+  m.add_line(line_json(4, "10"));
+  const std::string u = m.render(false);
+  CHECK(series(u, "steptrace_up") == 0.0);
+  CHECK(series(u, "steptrace_window_step_time_seconds") == Approx((0.070 + 0.010 * 3) / 4));
+  CHECK(series(u, "steptrace_window_steps") == 4.0);
+  CHECK(series(u, "steptrace_cross_rank_slowest_rank") == 1.0);
+  CHECK(series(u, "steptrace_cross_rank_balanced") == 0.0);
+  CHECK(series(u, "steptrace_cross_rank_gap_seconds") == Approx(0.0015));
+  CHECK(series(u, "steptrace_cross_rank_step_time_seconds", R"(stat="max")") == Approx(0.012));
+  CHECK(series(u, "steptrace_window_diagnosis_share", R"(label="COMPUTE-BOUND")") == 1.0);
+}
+
+TEST_CASE("promtool accepts the exposition", "[prometheus]") {
+  sink::PrometheusModel m("", 8, {});
+  std::string out;
+  INFO("install Debian's prometheus package (scripts/test.sh does)");
+  REQUIRE(std::system("command -v promtool >/dev/null") == 0);
+  CHECK(promtool_accepts(m.render(true), out));  // before any line: steptrace_up alone
+  INFO(out);
+  for (int i = 0; i < 5; ++i)
+    m.add_line(line_json(i, "12.5", R"(,"cross_rank":{"step":0,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"balanced":true,"gap_ms":1.5})"));
+  const std::string t = m.render(true);
+  INFO(t);
+  CHECK(promtool_accepts(t, out));
+  INFO(out);
+  CHECK(out.empty());  // no lint complaint either
+}
+
+TEST_CASE("the run writes the textfile atomically and ends it with steptrace_up 0", "[prometheus]") {
+  const std::string dir = fresh_log("prom_dir");
+  ::mkdir(dir.c_str(), 0755);
+  const std::string log = fresh_log("prom_run");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = Mode::off;
+  cfg.prometheus_textfile = dir + "/steptrace-{rank}.prom";
+  cfg.prometheus_every_ms = 100;
+  cfg.job_name = "unit";
+  REQUIRE(start(cfg));
+  CHECK(series(read_file(dir + "/steptrace-0.prom"), "steptrace_up") == 1.0);  // at once, before any step
+  for (int i = 0; i < 20; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    spin_for_us(10'000);
+  }
+  stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 20);
+  const std::string t = read_file(dir + "/steptrace-0.prom");
+  INFO(t);
+  CHECK(series(t, "steptrace_up") == 0.0);
+  CHECK(series(t, "steptrace_global_step") == 19.0);
+  CHECK(series(t, "steptrace_step_time_seconds") == Approx(double(lines.back()["step_time_ms"]) / 1000).epsilon(1e-12));
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="host")") ==
+        Approx(double(lines.back()["phases"]["forward"]["host_ms"]) / 1000).epsilon(1e-12));
+  CHECK(t.find(R"(device="none",job="unit")") != std::string::npos);
+  CHECK_FALSE(series(t, "steptrace_gpu_busy_seconds"));  // no GPU: absent
+  CHECK(std::system(("ls -a " + dir + " | grep -q tmp").c_str()) != 0);  // no temporary file left
+}
+
+TEST_CASE("an unusable textfile or address warns once and training goes on", "[prometheus]") {
+  const std::string log = fresh_log("prom_bad");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = Mode::off;
+  cfg.prometheus_textfile = "/nonexistent-dir/steptrace.prom";
+  cfg.prometheus_listen = "no-port-here";
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 5; ++i) {
+    TRACE_STEP();
+    spin_for_us(1000);
+  }
+  stop();
+  CHECK(read_lines(log).size() == 5);
+  const std::string w = captured().str();
+  CHECK(w.find("prometheus_textfile") != std::string::npos);
+  CHECK(w.find("/nonexistent-dir/steptrace.prom") != std::string::npos);
+  CHECK(w.find("'no-port-here' is not host:port") != std::string::npos);
+}
+
+TEST_CASE("the scrape endpoint serves the same metrics while the run is live", "[prometheus]") {
+  if (!sink::PrometheusEndpoint::kAvailable) steptrace_test::skip_test("built without prometheus-cpp");
+  const int port = free_port();
+  const std::string log = fresh_log("prom_http");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = Mode::off;
+  cfg.prometheus_listen = "127.0.0.1:" + std::to_string(port);
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 5; ++i) {
+    TRACE_STEP();
+    spin_for_us(2000);
+  }
+  // Lines come from the background thread: wait for the one of step 3 (step 4 is still open).
+  std::string body;
+  for (int tries = 0; tries < 200; ++tries) {
+    body = http_get(port, "/metrics");
+    if (series(body, "steptrace_global_step") == 3.0) break;
+    spin_for_us(10'000);
+  }
+  INFO(body);
+  CHECK(body.find("200 OK") != std::string::npos);
+  CHECK(series(body, "steptrace_up") == 1.0);
+  CHECK(series(body, "steptrace_global_step") == 3.0);
+  stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 5);
+  CHECK(series(body, "steptrace_step_time_seconds") == Approx(double(lines[3]["step_time_ms"]) / 1000).epsilon(1e-12));
+  CHECK(http_get(port, "/metrics").empty());  // closed at stop()
+}
