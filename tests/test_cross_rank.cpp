@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "fake_exchange.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -159,37 +160,6 @@ TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
   CHECK(from_floats(wire, 3'000'124).step == 3'000'123);  // one step stale: detected as another step
 }
 
-namespace {
-// Four ranks in one process: rank 0 is this program; ranks 1-3 are made up from rank 0's own summary,
-// rank 2 with 20 ms more input. Completes at once (no GPU, no NCCL).
-class FakeExchange : public steptrace::details::CrossRankExchange {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 4; }
-  std::string post(const std::vector<float>& summary) override {
-    std::vector<float> all;
-    for (int r = 0; r < 4; ++r) {
-      std::vector<float> s = summary;
-      s[1] = static_cast<float>(r);
-      if (r == 2) s[4 + phase_tag::input] += 20.f, s[3] += 20.f;
-      all.insert(all.end(), s.begin(), s.end());
-    }
-    ready_.push_back(all);
-    ++*posts;
-    return {};
-  }
-  bool poll(std::vector<float>& out) override {
-    if (ready_.empty()) return false;
-    out = ready_.front();
-    ready_.erase(ready_.begin());
-    return true;
-  }
-  std::shared_ptr<int> posts = std::make_shared<int>(0);  // outlives the exchange (stop() destroys it)
-
- private:
-  std::vector<std::vector<float>> ready_;
-};
-}  // namespace
 
 TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, simulated exchange)", "[cross_rank]") {
   const auto log = steptrace_test::fresh_log("cross_rank_session");
@@ -200,7 +170,7 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
   cfg.rank = 0;
   cfg.world_size = 4;
   REQUIRE(steptrace::start(cfg));
-  auto fake = std::make_unique<FakeExchange>();
+  auto fake = std::make_unique<steptrace_test::FakeExchange>();
   const std::shared_ptr<int> posts = fake->posts;
   REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
   for (int i = 0; i < 7; ++i) {
@@ -252,7 +222,7 @@ TEST_CASE("cross-rank: with log_every, the written lines carry the views (unwrit
   cfg.world_size = 4;
   cfg.log_every = 5;
   REQUIRE(steptrace::start(cfg));
-  REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<FakeExchange>(), 5));
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<steptrace_test::FakeExchange>(), 5));
   for (int i = 0; i < 15; ++i) {
     TRACE_STEP();
     TRACE_PHASE(input);

@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "support.hpp"
@@ -57,7 +58,7 @@ std::string line_json(int step, const std::string& step_time, const std::string&
          R"("device":{"index":0,"name":"X"},"step_time_ms":)" + step_time + R"(,"gpu_utilization":null,"traced":true,)"
          R"("phases":{"forward":{"host_ms":20,"gpu":{"busy_ms":15,"h2d":{"ms":1}}},"my \"odd\"\nphase":{"host_ms":2}},)"
          R"("diagnosis":{"label":"COMPUTE-BOUND"},"dropped":{"steps_total":1,"phase_scopes":2,"scalars":0},)"
-         R"("gpu":{"dropped_records":3,"excluded_records":0,"busy_ms":40})" + extra + "}";
+         R"("gpu":{"dropped_records":3,"excluded_records":0,"busy_ms":40,"nccl_exposed_ms":0})" + extra + "}";
 }
 bool promtool_accepts(const std::string& text, std::string& out) {
   const std::string path = fresh_log("promtool_input") + ".prom";
@@ -261,4 +262,29 @@ TEST_CASE("the scrape endpoint serves the same metrics while the run is live", "
   REQUIRE(lines.size() == 5);
   CHECK(series(body, "steptrace_step_time_seconds") == Approx(double(lines[3]["step_time_ms"]) / 1000).epsilon(1e-12));
   CHECK(http_get(port, "/metrics").empty());  // closed at stop()
+}
+
+TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "[prometheus]") {
+  std::ifstream doc(std::string(STEPTRACE_SOURCE_DIR) + "/docs/prometheus.md");
+  REQUIRE(doc.good());
+  std::set<std::string> documented, written;
+  std::string row;
+  while (std::getline(doc, row))
+    if (row.rfind("| `steptrace_", 0) == 0) documented.insert(row.substr(3, row.find('`', 3) - 3));
+  sink::PrometheusModel m("", 4, {});
+  // Every field non-null: one line with a cross-rank view and every gauge's field.
+  std::string extra = R"(,"cross_rank":{"step":0,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"balanced":true,"gap_ms":1.5})";
+  for (const auto& g : sink::prom_gauges()) {
+    const std::string p = g.pointer;
+    if (p == "/step_time_ms" || p == "/global_step" || p.rfind("/cross_rank/", 0) == 0 || p.rfind("/gpu/", 0) == 0) continue;
+    const auto slash = p.find('/', 1);
+    extra += slash == std::string::npos ? ",\"" + p.substr(1) + "\":1" : ",\"" + p.substr(1, slash - 1) + "\":{\"" + p.substr(slash + 1) + "\":1}";
+  }
+  REQUIRE(m.add_line(line_json(0, "5", extra)) == "");
+  for (const auto& f : m.families(true)) {
+    INFO(f.name);
+    CHECK_FALSE(f.samples.empty());
+    written.insert(f.name);
+  }
+  CHECK(documented == written);
 }

@@ -1,0 +1,39 @@
+// A simulated cross-rank exchange for CPU tests and the Prometheus end-to-end test.
+#pragma once
+#include <steptrace/steptrace.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace steptrace_test {
+// Four ranks in one process: rank 0 is this program; ranks 1-3 are made up from rank 0's own summary,
+// rank 2 with 20 ms more input. Completes at once (no GPU, no NCCL).
+class FakeExchange : public steptrace::details::CrossRankExchange {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 4; }
+  std::string post(const std::vector<float>& summary) override {
+    std::vector<float> all;
+    for (int r = 0; r < 4; ++r) {
+      std::vector<float> s = summary;
+      s[1] = static_cast<float>(r);
+      if (r == 2) s[4 + steptrace::phase_tag::input] += 20.f, s[3] += 20.f;
+      all.insert(all.end(), s.begin(), s.end());
+    }
+    ready_.push_back(all);
+    ++*posts;
+    return {};
+  }
+  bool poll(std::vector<float>& out) override {
+    if (ready_.empty()) return false;
+    out = ready_.front();
+    ready_.erase(ready_.begin());
+    return true;
+  }
+  std::shared_ptr<int> posts = std::make_shared<int>(0);  // outlives the exchange (stop() destroys it)
+
+ private:
+  std::vector<std::vector<float>> ready_;
+};
+}  // namespace steptrace_test
