@@ -233,7 +233,6 @@ TEST_CASE("an unusable textfile or address warns once and training goes on", "[p
 }
 
 TEST_CASE("the scrape endpoint serves the same metrics while the run is live", "[prometheus]") {
-  if (!sink::PrometheusEndpoint::kAvailable) steptrace_test::skip_test("built without prometheus-cpp");
   const int port = free_port();
   const std::string log = fresh_log("prom_http");
   Config cfg;

@@ -238,7 +238,7 @@ inline const std::vector<Setting>& settings() {
                      "node_exporter textfile with the metrics (docs/prometheus.md); `\"\"` = none"));
     t.push_back(text("prometheus_listen", "STEPTRACE_PROMETHEUS_LISTEN", &Config::prometheus_listen,
                      "`host:port`, e.g. `127.0.0.1:9464`",
-                     "scrape endpoint `/metrics` on port + local rank (needs prometheus-cpp); `\"\"` = none"));
+                     "scrape endpoint `/metrics` on port + local rank; `\"\"` = none"));
     t.push_back(real("prometheus_every_ms", "STEPTRACE_PROMETHEUS_EVERY_MS", &Config::prometheus_every_ms, 100, 3.6e6,
                      "the textfile is rewritten at most this often (and at `stop()`)"));
     t.push_back(integer("prometheus_window_steps", "STEPTRACE_PROMETHEUS_WINDOW_STEPS", &Config::prometheus_window_steps,

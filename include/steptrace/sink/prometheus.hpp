@@ -2,7 +2,7 @@
 // a node_exporter textfile (rewritten atomically at most every `every_ms`, and once more at stop()
 // with steptrace_up 0, so a finished run's file is not read as live) and a scrape endpoint. Called
 // from the background thread (write_line) and the endpoint's threads (a scrape): one mutex, held only
-// to update or copy the metrics. The training thread never reaches this code.
+// to update or render the metrics. The training thread never reaches this code.
 #pragma once
 #include "../version.hpp"
 #include <chrono>
@@ -51,10 +51,9 @@ class PrometheusSink final : public LineSink {
       last_write_ = std::chrono::steady_clock::now();
     }
     if (!options_.listen.empty()) {
-      const std::string err = endpoint_.start(options_.listen, [this](std::vector<PromFamily>& f, PromLabels& l) {
+      const std::string err = endpoint_.start(options_.listen, [this] {
         std::lock_guard<std::mutex> lock(mutex_);
-        f = model_.families(up_);
-        l = model_.common_labels();
+        return model_.render(up_);
       });
       if (!err.empty()) problems.push_back({"prometheus_listen", err + "; no scrape endpoint, training continues"});
       else listening_ = true;
@@ -105,7 +104,7 @@ class PrometheusSink final : public LineSink {
   bool up_ = true;
   bool textfile_ok_ = false, listening_ = false;
   std::chrono::steady_clock::time_point last_write_{};
-  PrometheusEndpoint endpoint_;
+  MetricsServer endpoint_;
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::sink
