@@ -28,6 +28,7 @@ workload_run() {
   local mode=$1 every=$2 r=$3; shift 3
   local exe=$bin/step_workloads env=(STEPTRACE_LOG=/dev/null STEPTRACE_SUMMARY=0)
   local lines=$out/lines/${mode}_${r}_$(date +%s%N).jsonl  # the budget modes' lines, kept per run
+  local scraper=
   mkdir -p "$out/lines"
   case $mode in
     baseline) exe=$bin/step_workloads_baseline ;;
@@ -39,6 +40,11 @@ workload_run() {
     budget) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0) ;;
     budget_keep) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_UNTRACED_CUPTI=keep) ;;
     budget_nocounters) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_COUNTERS=off) ;;
+    budget_prom)  # the defaults with both Prometheus expositions at their busiest: the textfile rewritten
+      # every 100 ms (the shortest allowed), the endpoint scraped 5 times a second
+      env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_PROMETHEUS_TEXTFILE="$out/steptrace.prom"
+           STEPTRACE_PROMETHEUS_EVERY_MS=100 STEPTRACE_PROMETHEUS_LISTEN=127.0.0.1:19464)
+      python3 "$ROOT/benchmarks/scrape_loop.py" 127.0.0.1:19464 0.2 "$out/scrapes.txt" & scraper=$! ;;
     attached) env+=(STEPTRACE_TRACE_EVERY=1000000) ;;  # CUPTI kept attached, only step 0 traced: the residual
     attached_nocounters) env+=(STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off) ;;
     sampled) env+=(STEPTRACE_TRACE_EVERY=$every) ;;
@@ -50,7 +56,9 @@ workload_run() {
   esac
   local line pin=()
   [[ -n ${BENCH_CPUS:-} ]] && pin=(taskset -c "$BENCH_CPUS")
-  line=$(env "${env[@]}" "${pin[@]}" "$exe" "$@" ${WORKLOAD_ARGS:-} 2>/dev/null | grep '^result ') || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
+  line=$(env "${env[@]}" "${pin[@]}" "$exe" "$@" ${WORKLOAD_ARGS:-} 2>/dev/null | grep '^result ') || line=
+  [[ -n $scraper ]] && kill "$scraper" 2>/dev/null
+  [[ -n $line ]] || { echo "step_workloads,?,$mode,$every,$r,failed" >>"$csv"; return; }
   kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
   echo "step_workloads,$(kv workload),$mode,$every,$r,$(kv mean_ms),$(kv median_ms),$(kv p10_ms),$(kv p90_ms),$(kv traced_mean_ms),$(kv untraced_mean_ms),$(kv launches_per_step),$(kv rss_hwm_kib),$(kv steps),$(kv enqueue_mean_ms)" >>"$csv"
   # The budget's own view of what it cost over the timed steps (after --warmup).

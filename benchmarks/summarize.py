@@ -43,7 +43,7 @@ print(f"Device: {device}\n")
 BASE = {"transformer": "baseline", "launch": "baseline", "gpt": "off"}
 ORDER = ["baseline", "compiled_out", "off", "host", "cupti_callbacks", "cupti_floor", "cupti_floor_callbacks",
          "attached_nocounters", "attached",
-         "full_nocounters", "full_quiet", "full", "budget", "budget_nocounters", "budget_keep", "sampled", "sampled_detach", "torch_profiler"]
+         "full_nocounters", "full_quiet", "full", "budget", "budget_nocounters", "budget_prom", "budget_keep", "sampled", "sampled_detach", "torch_profiler"]
 by = defaultdict(dict)  # (workload, mode) -> repeat -> row
 for r in rows:
     if r["repeat"].startswith("mem"):
@@ -72,6 +72,7 @@ for workload in ["transformer", "launch", "gpt"]:
                  "budget": "defaults: overhead_budget 0.5 % chooses trace_every (and keep or detach)",
                  "budget_keep": "overhead_budget 0.5 %, untraced_cupti=keep (never detached)",
                  "budget_nocounters": "defaults with counters off",
+                 "budget_prom": "defaults + Prometheus textfile every 100 ms + endpoint scraped every 0.2 s",
                  "attached": "CUPTI attached, records off (only step 0 traced), counters on",
                  "attached_nocounters": "CUPTI attached, records off (only step 0 traced), counters off", "off": "off (STEPTRACE_ENABLED=0)",
                  "compiled_out": "compiled out (STEPTRACE_DISABLE)", "baseline": "baseline (no steptrace)",

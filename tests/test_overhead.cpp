@@ -59,6 +59,8 @@ TEST_CASE("with untraced steps the cost is measured from the step times", "[over
   CHECK(r.every == 13);
   CHECK(e.estimate(11).within_budget);  // 0.51 % at 10, 0.47 % at 11: inside the budget from 11, aimed at from 13
   CHECK_FALSE(e.estimate(10).within_budget);
+  CHECK_FALSE(e.estimate(11).within_aim);  // inside the budget, above the aim: the runtime moves up (next_trace_every)
+  CHECK(e.estimate(13).within_aim);         // 0.397 %
 }
 
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {

@@ -56,6 +56,7 @@ struct OverheadEstimate {
   std::optional<double> launches_per_step;
   int every = 1;                       // the trace interval the budget asks for
   bool within_budget = true;           // fraction (at the interval in force) <= the budget
+  bool within_aim = true;              // fraction <= kAim x the budget: no reason to trace less often
 };
 
 class OverheadEstimator {
@@ -184,6 +185,7 @@ class OverheadEstimator {
     e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
     // The shortest interval whose cost fits kAim of the budget (the longest allowed if none does).
     const double aim = s_.budget * kAim;
+    e.within_aim = *e.fraction <= aim * (1 + 1e-9);
     int want = 1;
     if (cost(1) > aim) {
       const double n = b < aim ? std::ceil((a + attach) / (aim - b)) : static_cast<double>(s_.max_every);

@@ -74,15 +74,16 @@ inline int initial_trace_every(const Config& cfg) { return cfg.trace_every >= 1 
 inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 || budget_decides(cfg); }
 
 /// The interval the budget moves to, given the one in force, the estimator's recommendation, how many
-/// steps ran since the last change and whether the cost now exceeds the budget. It waits two intervals'
-/// worth of steps (at least 8) after a change; then it moves up whenever the budget is exceeded, and
+/// steps ran since the last change and whether the cost now exceeds what the budget aims at
+/// (OverheadEstimator::kAim of it). It waits two intervals' worth of steps (at least 8) after a change;
+/// then it moves up whenever that is exceeded, and
 /// otherwise only by more than a quarter, so that noise in the estimate does not move the schedule;
 /// up by 4x at most at a time.
-inline int next_trace_every(int current, int recommended, uint64_t steps_since_change, bool over_budget) {
+inline int next_trace_every(int current, int recommended, uint64_t steps_since_change, bool over_aim) {
   if (recommended == current || steps_since_change < std::max<uint64_t>(8, 2 * static_cast<uint64_t>(current)))
     return current;
   if (recommended > current) recommended = std::min(recommended, 4 * current);  // one noisy estimate moves it 4x at most
-  if (recommended > current && over_budget) return recommended;
+  if (recommended > current && over_aim) return recommended;
   const double ratio = static_cast<double>(recommended) / current;
   return (ratio > 1.25 || ratio < 0.8 || recommended == 1) ? recommended : current;
 }

@@ -321,7 +321,7 @@ class Worker {
       // window forgets the measurement after OverheadEstimator::kWindow steps and the probe repeats.
       int wanted = o.estimate.every;
       if (o.estimate.method == "launch_model" && wanted < kProbeEvery && r.index >= kProbeAfterSteps) wanted = kProbeEvery;
-      const int next = next_trace_every(current_every_, wanted, r.index - every_changed_at_, !o.estimate.within_budget);
+      const int next = next_trace_every(current_every_, wanted, r.index - every_changed_at_, !o.estimate.within_aim);
       if (next != current_every_) {
         current_every_ = next;
         every_changed_at_ = r.index;
