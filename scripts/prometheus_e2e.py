@@ -102,34 +102,43 @@ def expected(name, kind, path, scale, lines, step, labels, up):
     """What series `name{labels}` must read when the last line is `step` (None: absent)."""
     upto = lines[: step + 1]
     line = upto[-1]
-    window = upto[-WINDOW:]
+    traced = [l for l in upto if l.get("traced")]
+    window, traced_window = upto[-WINDOW:], traced[-WINDOW:]
     if name in ("steptrace_phase_seconds", "steptrace_window_phase_seconds"):
+        gpu = labels.get("source") == "gpu"
+
         def phase_value(l):
             ph = (l.get("phases") or {}).get(labels.get("phase"))
             if ph is None:
                 return None
-            v = ph.get("host_ms") if labels.get("source") == "host" else (ph.get("gpu") or {}).get("busy_ms")
+            v = (ph.get("gpu") or {}).get("busy_ms") if gpu else ph.get("host_ms")
             return None if v is None else v * 1e-3
         if name == "steptrace_phase_seconds":
+            if gpu and not line.get("traced"):
+                return phase_value(traced[-1]) if traced else None
             return phase_value(line)
-        vals = [v for v in map(phase_value, window) if v is not None]
+        vals = [v for v in map(phase_value, traced_window if gpu else window) if v is not None]
         return sum(vals) / len(vals) if vals else None
     if kind == "special":
         if name == "steptrace_up":
             return up
-        if name == "steptrace_window_steps":
+        if name == "steptrace_window_lines":
             return float(len(window))
+        if name == "steptrace_last_traced_step":
+            return float(traced[-1]["global_step"]) if traced else None
         if name in ("steptrace_steps_total", "steptrace_lines_total"):
             return float(step + 1)
         if name == "steptrace_diagnosis":
             return 1.0 if line["diagnosis"]["label"] == labels.get("label") else 0.0
         if name == "steptrace_window_diagnosis_share":
             return sum(1 for l in window if l["diagnosis"]["label"] == labels.get("label")) / len(window)
-    if kind == "last":
-        v = field(line, path)
+    if kind in ("last", "traced"):
+        source = line if kind == "last" or line.get("traced") else (traced[-1] if traced else None)
+        v = field(source, path) if source else None
         return None if v is None else v * scale
-    if kind == "window":
-        vals = [field(l, path) * scale for l in window if field(l, path) is not None]
+    if kind in ("window", "traced window"):
+        over = window if kind == "window" else traced_window
+        vals = [field(l, path) * scale for l in over if field(l, path) is not None]
         return sum(vals) / len(vals) if vals else None
     if kind == "sum":
         return float(sum(field(l, path) or 0 for l in upto))
@@ -173,6 +182,20 @@ def main():
         if not wait_for("Prometheus ready", lambda: "Ready" in get(f"http://127.0.0.1:{p_prom}/-/ready"), 60):
             return 1
 
+        def query(q, at=None):
+            params = {"query": q}
+            if at is not None:
+                params["time"] = repr(at)
+            out = json.loads(get(api + "query?" + urllib.parse.urlencode(params)))
+            if out.get("status") != "success":
+                raise RuntimeError(f"query {q}: {out}")
+            return out["data"]["result"]
+
+        # Prometheus hands new targets to its scrapers a few seconds after it starts (its discovery
+        # manager batches updates): wait until node_exporter was scraped, so the live run is scraped too.
+        if not wait_for("the first scrape", lambda: query('up{job="node"}'), 30):
+            return 1
+
         # The three sources.
         sources = {}
         live_log, cross_log = os.path.join(tmp, "live.jsonl"), os.path.join(tmp, "cross.jsonl")
@@ -196,15 +219,6 @@ def main():
         if r.returncode != 0:
             fail(f"prometheus_feed replay: {r.stderr}")
         sources["e2e-gpu"] = read_lines(gpu_lines)
-
-        def query(q, at=None):
-            params = {"query": q}
-            if at is not None:
-                params["time"] = repr(at)
-            out = json.loads(get(api + "query?" + urllib.parse.urlencode(params)))
-            if out.get("status") != "success":
-                raise RuntimeError(f"query {q}: {out}")
-            return out["data"]["result"]
 
         # The textfiles' last writes (steptrace_up 0 for the runs that stopped) must have been scraped.
         for job in sources:
@@ -245,7 +259,7 @@ def main():
                     for t, step in steps.items():
                         line = lines[by_step[step]]
                         got = seen_at.get(t, [])
-                        if kind in ("last", "window", "sum", "cumulative", "view") and "phase" not in name and "stat" not in (path or ""):
+                        if kind != "special" and "phase" not in name and "stat" not in (path or ""):
                             want = expected(name, kind, path, scale, lines, by_step[step], {}, ups.get(t))
                             if want is None and got:
                                 fail(f"{name} ({job}, {instance}, step {step}): present but the line's field is null")

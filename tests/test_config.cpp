@@ -1,6 +1,5 @@
 // Configuration: environment overrides, validation, and one clear message per bad setting through
 // the "steptrace" logger, with training going on.
-#include <spdlog/sinks/ostream_sink.h>
 #include <steptrace/steptrace.hpp>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "capture_log.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -16,19 +16,6 @@ using steptrace_test::fresh_log;
 using steptrace_test::read_lines;
 
 namespace {
-// Installed before anything logs, so steptrace picks it up as its named logger.
-std::ostringstream& captured() {
-  static std::ostringstream out;
-  static bool installed = [] {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
-    spdlog::register_logger(std::make_shared<spdlog::logger>("steptrace", sink));
-    return true;
-  }();
-  (void)installed;
-  return out;
-}
-// Before any test case runs, whatever the order: steptrace keeps the first logger it finds.
-const bool capture_installed = (captured(), true);
 std::size_t count(const std::string& hay, const std::string& needle) {
   std::size_t n = 0;
   for (auto p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
@@ -142,7 +129,7 @@ TEST_CASE("environment values outside their range or spelling are refused, namin
 }
 
 TEST_CASE("bad config at start(): one message naming the setting, training goes on", "[config]") {
-  auto& out = captured();
+  auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("config_bad");
   Config cfg;
   cfg.log_path = log;
@@ -160,7 +147,7 @@ TEST_CASE("bad config at start(): one message naming the setting, training goes 
 }
 
 TEST_CASE("an unwritable log path disables lines but not the session", "[config]") {
-  auto& out = captured();
+  auto& out = steptrace_test::captured_log();
   Config cfg;
   cfg.log_path = "/nonexistent-dir/steps.jsonl";
   cfg.summary = false;
@@ -190,7 +177,7 @@ TEST_CASE("STEPTRACE_ENABLED=0 keeps steptrace off", "[config]") {
 }
 
 TEST_CASE("environment reaches start(): STEPTRACE_LOG and a bad STEPTRACE_DTYPE", "[config]") {
-  auto& out = captured();
+  auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("config_env");
   setenv("STEPTRACE_LOG", log.c_str(), 1);
   setenv("STEPTRACE_DTYPE", "fp7", 1);

@@ -2,7 +2,6 @@
 // counters, the cross-rank view kept), the text exposition checked by the real promtool, and the
 // runtime writing the textfile and serving the endpoint. The end-to-end test against a real
 // Prometheus is scripts/prometheus_e2e.py.
-#include <spdlog/sinks/ostream_sink.h>
 #include <steptrace/steptrace.hpp>
 #include <steptrace/sink/prometheus.hpp>
 
@@ -12,11 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
+#include "capture_log.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -25,16 +27,6 @@ using steptrace_test::read_lines;
 using steptrace_test::spin_for_us;
 
 namespace {
-std::ostringstream& captured() {
-  static std::ostringstream out;
-  static bool installed = [] {
-    spdlog::register_logger(std::make_shared<spdlog::logger>("steptrace", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
-    return true;
-  }();
-  (void)installed;
-  return out;
-}
-const bool capture_installed = (captured(), true);
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
@@ -154,12 +146,44 @@ TEST_CASE("a line becomes metrics: units, nulls absent, phases, diagnosis, count
   const std::string u = m.render(false);
   CHECK(series(u, "steptrace_up") == 0.0);
   CHECK(series(u, "steptrace_window_step_time_seconds") == Approx((0.070 + 0.010 * 3) / 4));
-  CHECK(series(u, "steptrace_window_steps") == 4.0);
+  CHECK(series(u, "steptrace_window_lines") == 4.0);
   CHECK(series(u, "steptrace_cross_rank_slowest_rank") == 1.0);
   CHECK(series(u, "steptrace_cross_rank_balanced") == 0.0);
   CHECK(series(u, "steptrace_cross_rank_gap_seconds") == Approx(0.0015));
   CHECK(series(u, "steptrace_cross_rank_step_time_seconds", R"(stat="max")") == Approx(0.012));
   CHECK(series(u, "steptrace_window_diagnosis_share", R"(label="COMPUTE-BOUND")") == 1.0);
+  CHECK(series(u, "steptrace_window_loss") == 2.5);  // steps 1-4: step 1's loss is in the window
+  m.add_line(line_json(5, "10"));
+  CHECK_FALSE(series(m.render(true), "steptrace_window_loss"));  // steps 2-5: it aged out
+}
+
+TEST_CASE("between traced steps the GPU attribution stays the last traced step's", "[prometheus]") {
+  sink::PrometheusModel m("", 3, {});
+  auto untraced = [](int step) {
+    return R"({"global_step":)" + std::to_string(step) + R"(,"rank":0,"local_rank":0,"world_size":1,"hostname":"h",)"
+           R"("step_time_ms":20,"gpu_utilization":null,"nccl_time_ms":null,"traced":false,"gpu":null,)"
+           R"("phases":{"forward":{"host_ms":5}},"diagnosis":{"label":"UNKNOWN"}})";
+  };
+  m.add_line(line_json(0, "50", R"(,"gpu_utilization":0.5,"nccl_time_ms":2)"));
+  m.add_line(untraced(1));
+  m.add_line(untraced(2));
+  std::string t = m.render(true);
+  INFO(t);
+  CHECK(series(t, "steptrace_step_time_seconds") == Approx(0.020));          // the last line's
+  CHECK(series(t, "steptrace_gpu_utilization_ratio") == 0.5);               // the last traced line's
+  CHECK(series(t, "steptrace_gpu_busy_seconds") == Approx(0.040));
+  CHECK(series(t, "steptrace_nccl_seconds") == Approx(0.002));
+  CHECK(series(t, "steptrace_last_traced_step") == 0.0);
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="gpu")") == Approx(0.015));
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="host")") == Approx(0.005));
+  CHECK_FALSE(series(t, "steptrace_phase_seconds", R"(source="host",phase="my)"));  // not in the last line
+  CHECK(series(t, "steptrace_window_step_time_seconds") == Approx((0.050 + 0.020 + 0.020) / 3));
+  CHECK(series(t, "steptrace_window_gpu_utilization_ratio") == 0.5);  // over traced lines: one so far
+  m.add_line(line_json(3, "50", R"(,"gpu_utilization":0.7)"));
+  t = m.render(true);
+  CHECK(series(t, "steptrace_window_gpu_utilization_ratio") == Approx(0.6));
+  CHECK_FALSE(series(t, "steptrace_nccl_seconds"));  // a traced line without it: null, absent
+  CHECK(series(t, "steptrace_last_traced_step") == 3.0);
 }
 
 TEST_CASE("promtool accepts the exposition", "[prometheus]") {
@@ -226,7 +250,7 @@ TEST_CASE("an unusable textfile or address warns once and training goes on", "[p
   }
   stop();
   CHECK(read_lines(log).size() == 5);
-  const std::string w = captured().str();
+  const std::string w = steptrace_test::captured_log().str();
   CHECK(w.find("prometheus_textfile") != std::string::npos);
   CHECK(w.find("/nonexistent-dir/steptrace.prom") != std::string::npos);
   CHECK(w.find("'no-port-here' is not host:port") != std::string::npos);
@@ -286,4 +310,41 @@ TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "
     written.insert(f.name);
   }
   CHECK(documented == written);
+}
+
+TEST_CASE("idle or slow clients delay neither a scrape nor stop()", "[prometheus]") {
+  const int port = free_port();
+  const std::string log = fresh_log("prom_slow");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = Mode::off;
+  cfg.prometheus_listen = "127.0.0.1:" + std::to_string(port);
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 3; ++i) {
+    TRACE_STEP();
+    spin_for_us(1000);
+  }
+  // 20 connections that send half a request and then nothing (more than the server keeps at once).
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    (void)!::write(fd, "GET /met", 8);
+    idle.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string body = http_get(port, "/metrics");
+  const double scrape_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(body.find("200 OK") != std::string::npos);
+  CHECK(scrape_s < 1.0);
+  const auto t1 = std::chrono::steady_clock::now();
+  stop();
+  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  CHECK(stop_s < 1.0);  // the endpoint's thread ends within a poll period, whatever the clients do
+  for (int fd : idle) ::close(fd);
 }

@@ -59,7 +59,7 @@ struct Config {
   std::string prometheus_textfile;           // STEPTRACE_PROMETHEUS_TEXTFILE; "" = none; "{rank}" replaced
   std::string prometheus_listen;             // STEPTRACE_PROMETHEUS_LISTEN, host:port; "" = none
   double prometheus_every_ms = 5000;         // STEPTRACE_PROMETHEUS_EVERY_MS (textfile rewrites, at most)
-  int prometheus_window_steps = 32;          // STEPTRACE_PROMETHEUS_WINDOW_STEPS (steptrace_window_* means)
+  int prometheus_window_lines = 32;          // STEPTRACE_PROMETHEUS_WINDOW_LINES (steptrace_window_* means)
   std::string job_name;                      // STEPTRACE_JOB_NAME; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, program name
 };
 

@@ -213,7 +213,7 @@ inline const std::vector<Setting>& settings() {
     t.push_back(choice("untraced_cupti", "STEPTRACE_UNTRACED_CUPTI", &Config::untraced_cupti,
                        {{"auto", UntracedCupti::automatic}, {"keep", UntracedCupti::keep}, {"detach", UntracedCupti::detach}},
                        "what CUPTI does between traced steps; `auto`: attached, detached by `overhead_budget` when "
-                       "staying attached alone costs more than the budget"));
+                       "staying attached alone costs more than 80 % of the budget"));
     t.push_back(integer("max_lag_steps", "STEPTRACE_MAX_LAG_STEPS", &Config::max_lag_steps, 0, 100000,
                         "a line waits for its GPU records until this many newer steps closed"));
     t.push_back(real("max_lag_ms", "STEPTRACE_MAX_LAG_MS", &Config::max_lag_ms, 0, 3.6e6,
@@ -241,8 +241,8 @@ inline const std::vector<Setting>& settings() {
                      "scrape endpoint `/metrics` on port + local rank; `\"\"` = none"));
     t.push_back(real("prometheus_every_ms", "STEPTRACE_PROMETHEUS_EVERY_MS", &Config::prometheus_every_ms, 100, 3.6e6,
                      "the textfile is rewritten at most this often (and at `stop()`)"));
-    t.push_back(integer("prometheus_window_steps", "STEPTRACE_PROMETHEUS_WINDOW_STEPS", &Config::prometheus_window_steps,
-                        1, 100000, "steps the `steptrace_window_*` means are over"));
+    t.push_back(integer("prometheus_window_lines", "STEPTRACE_PROMETHEUS_WINDOW_LINES", &Config::prometheus_window_lines,
+                        1, 1024, "lines the `steptrace_window_*` means are over (traced lines for GPU attribution)"));
     t.push_back(text("job_name", "STEPTRACE_JOB_NAME", &Config::job_name, "text",
                      "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name"));
     return t;

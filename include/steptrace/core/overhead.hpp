@@ -94,7 +94,8 @@ class OverheadEstimator {
   bool keep_attached() const { return s_.keep_attached; }
 
   /// With CUPTI kept attached (`e` estimated so): whether detaching between traced steps is the way
-  /// to the budget. Staying attached costs residual / clean at any interval; detached, the model's
+  /// to the budget (its kAim share, which the interval aims at). Staying attached costs residual / clean
+  /// at any interval; detached, the model's
   /// cost of a trace (launches x kModelTracedNsPerLaunch + one attach and detach) spread over the
   /// longest interval.
   static bool detach_pays(const OverheadEstimate& e, double budget, int max_every) {
@@ -102,7 +103,7 @@ class OverheadEstimator {
     const double keep_floor = *e.residual_ms / *e.clean_step_ms;
     const double detached = (*e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 + kModelAttachDetachMs) /
                             (std::max(1, max_every) * *e.clean_step_ms);
-    return keep_floor > budget && detached < keep_floor;
+    return keep_floor > budget * kAim && detached < keep_floor;
   }
 
   void observe(const OverheadObservation& o) {

@@ -228,11 +228,18 @@ class Session {
   void open_prometheus(const Config& cfg, const RunInfo& run) {
     sink::PrometheusSink::Options o;
     o.textfile = expand_log_path(cfg.prometheus_textfile, run.rank);
+    if (!o.textfile.empty() && (o.textfile.size() < 5 || o.textfile.compare(o.textfile.size() - 5, 5, ".prom") != 0))
+      report_config_error({"prometheus_textfile", "'" + o.textfile + "' does not end in .prom: node_exporter's textfile "
+                                                  "collector reads only *.prom files (written anyway)"});
+    if (!o.textfile.empty() && run.world_size > 1 && cfg.prometheus_textfile.find("{rank}") == std::string::npos)
+      report_config_error({"prometheus_textfile", "'" + o.textfile + "' has no {rank} while world_size is " +
+                                                  std::to_string(run.world_size) + ": the ranks of a host overwrite each other's file"});
     o.listen = cfg.prometheus_listen;
     const auto colon = o.listen.rfind(':');
+    const std::string port_text = colon == std::string::npos ? "" : o.listen.substr(colon + 1);
     long long port = -1;
-    if (!o.listen.empty() && (colon == std::string::npos || !parse_int(o.listen.substr(colon + 1), port) || port < 0 ||
-                              port + run.local_rank > 65535)) {
+    if (!o.listen.empty() && (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
+                              !parse_int(port_text, port) || port + run.local_rank > 65535)) {
       report_config_error({"prometheus_listen", "'" + o.listen + "' is not host:port (port 0 - 65535 after adding the "
                                                 "local rank); no scrape endpoint, training continues"});
       o.listen.clear();
@@ -244,7 +251,7 @@ class Session {
       if (o.job.empty() && std::getenv(var)) o.job = std::getenv(var);
     if (o.job.empty()) o.job = program_invocation_short_name;
     o.every_ms = cfg.prometheus_every_ms;
-    o.window_steps = cfg.prometheus_window_steps;
+    o.window_lines = cfg.prometheus_window_lines;
     o.labels = {{"rank", std::to_string(run.rank)}, {"local_rank", std::to_string(run.local_rank)},
                 {"world_size", std::to_string(run.world_size)}, {"hostname", run.hostname},
                 {"device", run.device ? std::to_string(run.device->index) : "none"}};

@@ -347,7 +347,7 @@ class Worker {
     char share[32];
     std::snprintf(share, sizeof share, "%.1f", 100 * *keep.residual_ms / *keep.clean_step_ms);
     switch_why_ = std::string("CUPTI kept attached costs ~") + share +
-                  " % of step time at any interval (> overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
+                  " % of step time at any interval (> 80 % of overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
     s_.gpu->switch_to_detach();
     switch_asked_ = true;
     warn_once("overhead.detach", switch_why_ + ": after step " + std::to_string(r.index) +

@@ -25,7 +25,7 @@ class PrometheusSink final : public LineSink {
     std::string listen;    // host:port ("" = none)
     std::string job;       // the job label ("" = none)
     double every_ms = 5000;
-    int window_steps = 32;
+    int window_lines = 32;
     PromLabels labels;     // rank, local_rank, world_size, hostname, device (until the first line)
   };
   /// A problem with one way out: the setting it concerns and what is wrong (the other way still runs).
@@ -42,7 +42,7 @@ class PrometheusSink final : public LineSink {
   std::vector<Problem> open(Options o) {
     std::vector<Problem> problems;
     options_ = std::move(o);
-    model_ = PrometheusModel(options_.job, options_.window_steps, options_.labels);
+    model_ = PrometheusModel(options_.job, options_.window_lines, options_.labels);
     if (!options_.textfile.empty()) {
       // A first file at once: the run is visible (steptrace_up 1) before its first line.
       const std::string err = replace_file_atomically(options_.textfile, model_.render(true));
@@ -65,7 +65,8 @@ class PrometheusSink final : public LineSink {
   int port() const { return endpoint_.port(); }
   bool counts_lines() const override { return false; }
   std::string describe() const override {
-    return "the Prometheus textfile '" + options_.textfile + "'";
+    return options_.textfile.empty() ? std::string("the Prometheus exporter")
+                                     : "the Prometheus textfile '" + options_.textfile + "'";
   }
 
   std::string write_line(std::string line) override {

@@ -1,7 +1,11 @@
 // steptrace/sink/prometheus_http.hpp - the scrape endpoint: a minimal HTTP/1.0 server on its own thread
-// that answers GET /metrics with the text exposition, one connection at a time, each bounded (8 KiB of
-// request, 1 s to send it and to take the answer). Nothing else: no keep-alive, no TLS (bind it to an
-// address that only the scraper reaches, or put it behind the cluster's proxy).
+// that answers GET /metrics with the text exposition. One thread polls the listening socket and up to
+// kMaxClients connections at once, so an idle or slow client delays no one else; each connection has
+// one deadline (kClientSeconds from its accept) for its request and its answer, after which it is
+// closed; stop() ends the thread within one poll period (kPollMs) whatever the clients do. No
+// keep-alive, no TLS: bind it to an address that only the scraper reaches. The host must be numeric
+// (no DNS lookup on the training thread at start()); `localhost` means 127.0.0.1, an empty host every
+// interface.
 //
 // Why not prometheus-cpp's Exposer: its server (civetweb, as Debian builds it) starts its threads with
 // a fixed 100 KiB stack, and glibc refuses such a thread when the program's static TLS is larger - as it
@@ -10,48 +14,60 @@
 // (examples/mlp_train; docs/prometheus.md). This thread takes the default stack.
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 STEPTRACE_BEGIN_NAMESPACE namespace sink {
 
 class MetricsServer {
  public:
+  static constexpr int kMaxClients = 16;          // beyond, the oldest connection is closed
+  static constexpr double kClientSeconds = 2.0;   // a connection's whole life: request and answer
+  static constexpr int kPollMs = 100;
+  static constexpr std::size_t kMaxRequest = 8192;
+
   MetricsServer() = default;
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
   ~MetricsServer() { stop(); }
 
-  /// Listens on `host:port` (`127.0.0.1:9464`, `0.0.0.0:9464`, `[::1]:9464`; port 0 picks a free one)
-  /// and serves `body()` at /metrics from a thread of its own. Returns "" or why not.
+  /// Listens on `host:port` (`127.0.0.1:9464`, `0.0.0.0:9464`, `[::1]:9464`, `:9464`; port 0 picks a
+  /// free one) and serves `body()` at /metrics from a thread of its own. Returns "" or why not.
   std::string start(const std::string& address, std::function<std::string()> body) {
     stop();
     const auto colon = address.rfind(':');
     if (colon == std::string::npos) return "'" + address + "' is not host:port";
     std::string host = address.substr(0, colon);
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";
     const std::string port = address.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
+      return "'" + address + "': the port is not a number 0 - 65535";
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;
     addrinfo* found = nullptr;
     const int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
-    if (gai != 0) return "cannot resolve '" + address + "': " + ::gai_strerror(gai);
+    if (gai != 0) return "'" + address + "': " + ::gai_strerror(gai) + " (the host must be a numeric address)";
     std::string err = "no address for '" + address + "'";
     for (addrinfo* a = found; a && fd_ < 0; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) continue;
       const int one = 1;
       ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -83,7 +99,7 @@ class MetricsServer {
 
   int port() const { return fd_ >= 0 ? port_ : 0; }
 
-  /// Within ~0.1 s plus the request being answered (at most ~2 s).
+  /// Within one poll period (plus one answer being rendered), whatever the clients do.
   void stop() {
     stopping_ = true;
     if (thread_.joinable()) thread_.join();
@@ -92,47 +108,94 @@ class MetricsServer {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  struct Client {
+    int fd = -1;
+    Clock::time_point deadline;
+    std::string in, out;  // the request so far; the answer not yet sent
+    std::size_t sent = 0;
+  };
+
   void serve() {
+    std::vector<Client> clients;
     while (!stopping_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      answer(c);
-      ::close(c);
+      std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+      for (const auto& c : clients) fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+      if (::poll(fds.data(), fds.size(), kPollMs) < 0 && errno != EINTR) break;
+      const auto now = Clock::now();
+      for (std::size_t i = 0; i < clients.size(); ++i) {
+        Client& c = clients[i];
+        const short ev = fds[i + 1].revents;
+        bool done = now > c.deadline || (ev & (POLLERR | POLLNVAL));
+        if (!done && (ev & (POLLIN | POLLHUP)) && c.out.empty()) done = !read_request(c);
+        if (!done && (ev & POLLOUT) && !c.out.empty()) done = !write_answer(c);
+        if (done) {
+          ::close(c.fd);
+          c.fd = -1;
+        }
+      }
+      clients.erase(std::remove_if(clients.begin(), clients.end(), [](const Client& c) { return c.fd < 0; }), clients.end());
+      if (fds[0].revents & POLLIN) {
+        const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+          if (static_cast<int>(clients.size()) >= kMaxClients) {  // the oldest gives way
+            ::close(clients.front().fd);
+            clients.erase(clients.begin());
+          }
+          Client c;
+          c.fd = fd;
+          c.deadline = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kClientSeconds));
+          clients.push_back(std::move(c));
+        }
+      }
     }
+    for (auto& c : clients) ::close(c.fd);
   }
 
-  void answer(int c) {
-    timeval t{1, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
-    ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t);
-    std::string req;
+  /// Reads what is there; once the request is whole, prepares the answer. False: close it.
+  bool read_request(Client& c) {
     char buf[2048];
-    while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos && req.size() < 8192) {
-      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+    for (;;) {
+      const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      req.append(buf, static_cast<std::size_t>(n));
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+      if (n == 0) return false;  // closed before a whole request
+      c.in.append(buf, static_cast<std::size_t>(n));
+      if (c.in.size() > kMaxRequest) return false;
+      if (c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos) break;
     }
-    const auto sp1 = req.find(' '), sp2 = req.find(' ', sp1 + 1);
-    if (sp1 == std::string::npos || sp2 == std::string::npos) return send_all(c, response(400, "text/plain", "bad request\n", true));
+    c.out = answer(c.in);
+    return true;
+  }
+
+  /// Sends what the socket takes. False: all sent, or the client is gone.
+  bool write_answer(Client& c) {
+    while (c.sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+      c.sent += static_cast<std::size_t>(n);
+    }
+    return false;
+  }
+
+  std::string answer(const std::string& req) {
+    const auto sp1 = req.find(' '), sp2 = req.find(' ', sp1 == std::string::npos ? sp1 : sp1 + 1);
+    if (sp1 == std::string::npos || sp2 == std::string::npos) return response(400, "text/plain", "bad request\n", true);
     const std::string method = req.substr(0, sp1);
     std::string path = req.substr(sp1 + 1, sp2 - sp1 - 1);
     path = path.substr(0, path.find('?'));
     const bool head = method == "HEAD";
-    if (method != "GET" && !head) return send_all(c, response(405, "text/plain", "only GET\n", true));
+    if (method != "GET" && !head) return response(405, "text/plain", "only GET\n", true);
     if (path == "/metrics") {
-      std::string text;
       try {
-        text = body_();
+        return response(200, "text/plain; version=0.0.4; charset=utf-8", body_(), !head);
       } catch (...) {
-        return send_all(c, response(500, "text/plain", "metrics not available\n", true));
+        return response(500, "text/plain", "metrics not available\n", true);
       }
-      return send_all(c, response(200, "text/plain; version=0.0.4; charset=utf-8", text, !head));
     }
-    if (path == "/") return send_all(c, response(200, "text/plain", "steptrace: see /metrics\n", !head));
-    send_all(c, response(404, "text/plain", "not found: try /metrics\n", !head));
+    if (path == "/") return response(200, "text/plain", "steptrace: see /metrics\n", !head);
+    return response(404, "text/plain", "not found: try /metrics\n", !head);
   }
 
   static std::string response(int code, const char* type, const std::string& body, bool with_body) {
@@ -142,16 +205,6 @@ class MetricsServer {
                     "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
     if (with_body) r += body;
     return r;
-  }
-
-  static void send_all(int c, const std::string& data) {
-    std::size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::send(c, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;  // the scraper went away or stalled past the timeout
-      done += static_cast<std::size_t>(n);
-    }
   }
 
   int fd_ = -1;

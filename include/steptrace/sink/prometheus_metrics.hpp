@@ -1,7 +1,8 @@
 // steptrace/sink/prometheus_metrics.hpp - the step lines as Prometheus metrics, and their text
 // exposition. Pure: fed the lines as written (it reads them as any outside reader would, so a metric
-// always equals its line's field), it keeps the last step's values, a mean over the last
-// `window_steps` steps and the counters, and renders them.
+// always equals its line's field), it keeps the last line's values (the last traced line's for what
+// only CUPTI attribution gives), a mean over the last `window_lines` lines (traced lines for those)
+// and the counters, and renders them.
 //
 // Conventions (https://prometheus.io/docs/practices/naming/): base units (seconds, bytes, ratios 0-1),
 // `_total` for counters, HELP and TYPE for every family; a null field is an absent series, never 0.
@@ -10,6 +11,7 @@
 // backslash, double quote and newline; HELP escapes backslash and newline).
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -127,12 +129,22 @@ inline std::string number_text(double v) {
 }
 }  // namespace details
 
+/// Fields that only a traced step has (CUPTI attribution): between traced steps the exporter keeps the
+/// last traced step's value (steptrace_last_traced_step says which), and their window is over traced steps.
+inline bool prom_traced_only(std::string_view pointer) {
+  return pointer == "/gpu_utilization" || pointer == "/gpu/busy_ms" || pointer == "/nccl_time_ms" ||
+         pointer == "/gpu/nccl_exposed_ms";
+}
+
 class PrometheusModel {
  public:
-  /// `job`: the job label ("" = none); `window_steps`: steps in the window means; `labels`: the
-  /// common labels until the first line brings its own (rank, local_rank, world_size, hostname, device).
-  PrometheusModel(std::string job, int window_steps, PromLabels labels)
-      : job_(std::move(job)), window_(window_steps < 1 ? 1 : window_steps), common_(std::move(labels)) {
+  static constexpr int kMaxWindow = 1024;
+
+  /// `job`: the job label ("" = none); `window_lines`: lines in the window means (1 - kMaxWindow);
+  /// `labels`: the common labels until the first line brings its own (rank, local_rank, world_size,
+  /// hostname, device).
+  PrometheusModel(std::string job, int window_lines, PromLabels labels)
+      : job_(std::move(job)), window_(std::clamp(window_lines, 1, kMaxWindow)), common_(std::move(labels)) {
     if (!job_.empty()) common_.emplace_back("job", job_);
   }
 
@@ -142,97 +154,89 @@ class PrometheusModel {
     std::string err = flatten_json(line, f);
     if (!err.empty()) return "line not read: " + err;
     if (!number(f, "/global_step")) return "line not read: no global_step";
+    const bool traced = number(f, "/traced").value_or(0) != 0;
+    ++lines_;
+    if (traced) ++traced_lines_, last_traced_step_ = *number(f, "/global_step");
     common_ = common_labels(f);
-    Step s;
     for (const auto& g : prom_gauges()) {
-      auto v = number(f, g.pointer);
+      const std::optional<double> v = number(f, g.pointer);
       if (std::string_view(g.pointer).rfind("/cross_rank/", 0) == 0) {  // a view stays until the next one
-        if (f.count("/cross_rank/step")) cross_[g.name] = v;
+        if (f.count("/cross_rank/step")) set(g.name, v ? std::optional<double>(*v * g.scale) : std::nullopt, false, false);
         continue;
       }
-      if (v) s.values[g.name] = *v * g.scale;
+      const bool carry = prom_traced_only(g.pointer) && !traced;  // the last traced step's value stays
+      if (!carry) set(g.name, v ? std::optional<double>(*v * g.scale) : std::nullopt, g.windowed, prom_traced_only(g.pointer));
     }
     if (f.count("/cross_rank/step"))
       for (const char* part : {"step_time_ms", "work_ms"})
-        for (const char* stat : {"median", "min", "max"})
-          cross_[std::string(part) + "/" + stat] = number(f, std::string("/cross_rank/") + part + "/" + stat);
-    for (const auto& [path, leaf] : f) {  // /phases/<name>/host_ms and /phases/<name>/gpu/busy_ms
+        for (const char* stat : {"median", "min", "max"}) {
+          const auto v = number(f, std::string("/cross_rank/") + part + "/" + stat);
+          set(std::string(part) + "/" + stat, v ? std::optional<double>(*v * 1e-3) : std::nullopt, false, false);
+        }
+    // Phases: /phases/<name>/host_ms, and /phases/<name>/gpu/busy_ms on traced steps (kept between them).
+    std::map<PhaseKey, double> now;
+    for (const auto& [path, leaf] : f) {
       if (path.rfind("/phases/", 0) != 0 || leaf.kind != JsonLeaf::Kind::number) continue;
       const std::size_t slash = path.find('/', 8);
       if (slash == std::string::npos) continue;
       const std::string rest = path.substr(slash);
       const char* source = rest == "/host_ms" ? "host" : rest == "/gpu/busy_ms" ? "gpu" : nullptr;
-      if (!source) continue;
-      std::string name = unescape_pointer(path.substr(8, slash - 8));
-      s.phases[{std::move(name), source}] = leaf.number * 1e-3;
+      if (source && std::isfinite(leaf.number)) now[{unescape_pointer(path.substr(8, slash - 8)), source}] = leaf.number * 1e-3;
+    }
+    for (auto it = phases_.begin(); it != phases_.end();)  // what this line does not carry: gone, unless kept
+      it = (now.count(it->first) || (it->first.second == "gpu" && !traced)) ? std::next(it) : phases_.erase(it);
+    for (const auto& [key, v] : now) {
+      phases_[key] = v;
+      remember(phase_recent_[key], v, key.second == "gpu");
     }
     const auto d = f.find("/diagnosis/label");
-    if (d != f.end() && d->second.kind == JsonLeaf::Kind::string) s.diagnosis = d->second.text;
+    diagnoses_.push_back(d != f.end() && d->second.kind == JsonLeaf::Kind::string ? d->second.text : "");
+    while (diagnoses_.size() > static_cast<std::size_t>(window_)) diagnoses_.pop_front();
     for (const auto& c : prom_counters()) {
-      auto v = number(f, c.pointer);
+      const auto v = number(f, c.pointer);
       if (!v) continue;
       if (c.cumulative) counters_[c.name] = *v;
       else counters_[c.name] += *v;
     }
     steps_total_ = *number(f, "/global_step") + 1;
-    ++lines_;
-    last_ = s;
-    recent_.push_back(std::move(s));
-    while (recent_.size() > static_cast<std::size_t>(window_)) recent_.pop_front();
     return {};
   }
-
-  bool empty() const { return lines_ == 0; }
 
   /// Every family; `up` = the run is live (false once stop() wrote the last values).
   std::vector<PromFamily> families(bool up) const {
     std::vector<PromFamily> out;
     out.push_back({"steptrace_up", "gauge", "1 while the run is live, 0 once it stopped (the values are its last)", {{{}, up ? 1.0 : 0.0}}});
     if (lines_ == 0) return out;
-    for (const auto& g : prom_gauges()) {
-      std::optional<double> v;
-      if (std::string_view(g.pointer).rfind("/cross_rank/", 0) == 0) {
-        auto it = cross_.find(g.name);
-        if (it != cross_.end() && it->second) v = *it->second * g.scale;
-      } else if (auto it = last_.values.find(g.name); it != last_.values.end()) {
-        v = it->second;
-      }
-      add(out, g.name, "gauge", g.help, v ? std::vector<PromSample>{{{}, *v}} : std::vector<PromSample>{});
-    }
+    for (const auto& g : prom_gauges()) add(out, g.name, "gauge", g.help, one(g.name));
+    add(out, "steptrace_last_traced_step", "gauge", "Step of the last traced line: the GPU-attribution values are from it",
+        last_traced_step_ ? std::vector<PromSample>{{{}, *last_traced_step_}} : std::vector<PromSample>{});
     for (const char* part : {"step_time_ms", "work_ms"}) {
       std::vector<PromSample> samples;
-      for (const char* stat : {"median", "min", "max"}) {
-        auto it = cross_.find(std::string(part) + "/" + stat);
-        if (it != cross_.end() && it->second) samples.push_back({{{"stat", stat}}, *it->second * 1e-3});
-      }
-      add(out, std::string(part) == "work_ms" ? "steptrace_cross_rank_work_seconds" : "steptrace_cross_rank_step_time_seconds",
-          "gauge", std::string(part) == "work_ms" ? "Work (step time minus NCCL phase host time) across ranks in the last view"
-                                                  : "Step time across ranks in the last view", samples);
+      for (const char* stat : {"median", "min", "max"})
+        if (auto v = value(std::string(part) + "/" + stat)) samples.push_back({{{"stat", stat}}, *v});
+      const bool work = std::string(part) == "work_ms";
+      add(out, work ? "steptrace_cross_rank_work_seconds" : "steptrace_cross_rank_step_time_seconds", "gauge",
+          work ? "Work (step time minus NCCL phase host time) across ranks in the last view" : "Step time across ranks in the last view",
+          samples);
     }
     std::vector<PromSample> phases;
-    for (const auto& [key, v] : last_.phases) phases.push_back({phase_labels(key), v});
+    for (const auto& [key, v] : phases_) phases.push_back({phase_labels(key), v});
     add(out, "steptrace_phase_seconds", "gauge", "Time in a phase in the step: host scope time, or GPU busy time of the work it launched", phases);
     add(out, "steptrace_diagnosis", "gauge", "1 for what holds the last step back, 0 for the other labels", diagnosis_states(false));
-    // Window means: each over the steps of the window where the value was not null.
-    add(out, "steptrace_window_steps", "gauge", "Steps in the window the steptrace_window_* means are over",
-        {{{}, static_cast<double>(recent_.size())}});
+    add(out, "steptrace_window_lines", "gauge", "Lines in the window the steptrace_window_* means are over (steps, or log_every windows)",
+        {{{}, static_cast<double>(std::min<uint64_t>(lines_, static_cast<uint64_t>(window_)))}});
     for (const auto& g : prom_gauges()) {
       if (!g.windowed) continue;
-      double sum = 0;
-      int n = 0;
-      for (const auto& s : recent_)
-        if (auto it = s.values.find(g.name); it != s.values.end()) sum += it->second, ++n;
-      const std::string name = "steptrace_window_" + std::string(g.name).substr(10);
-      add(out, name, "gauge", std::string(g.help) + ", mean over the window",
-          n ? std::vector<PromSample>{{{}, sum / n}} : std::vector<PromSample>{});
+      const auto it = recent_.find(g.name);
+      const auto m = it != recent_.end() ? mean(it->second) : std::nullopt;
+      add(out, "steptrace_window_" + std::string(g.name).substr(10), "gauge", std::string(g.help) + ", mean over the window",
+          m ? std::vector<PromSample>{{{}, *m}} : std::vector<PromSample>{});
     }
-    std::map<PhaseKey, std::pair<double, int>> phase_sums;
-    for (const auto& s : recent_)
-      for (const auto& [key, v] : s.phases) phase_sums[key].first += v, ++phase_sums[key].second;
     std::vector<PromSample> window_phases;
-    for (const auto& [key, sn] : phase_sums) window_phases.push_back({phase_labels(key), sn.first / sn.second});
-    add(out, "steptrace_window_phase_seconds", "gauge", "Time in a phase, mean over the window's steps that had the phase", window_phases);
-    add(out, "steptrace_window_diagnosis_share", "gauge", "Share of the window's steps with each diagnosis label", diagnosis_states(true));
+    for (const auto& [key, values] : phase_recent_)
+      if (const auto m = mean(values)) window_phases.push_back({phase_labels(key), *m});
+    add(out, "steptrace_window_phase_seconds", "gauge", "Time in a phase, mean over the window's lines that had the phase", window_phases);
+    add(out, "steptrace_window_diagnosis_share", "gauge", "Share of the window's lines with each diagnosis label", diagnosis_states(true));
     add(out, "steptrace_steps_total", "counter", "Steps begun since start()", {{{}, steps_total_}});
     add(out, "steptrace_lines_total", "counter", "Step lines the exporter read", {{{}, static_cast<double>(lines_)}});
     for (const auto& c : prom_counters()) {
@@ -267,12 +271,45 @@ class PrometheusModel {
 
  private:
   using PhaseKey = std::pair<std::string, std::string>;  // phase, source
-  struct Step {
-    std::map<std::string, double> values;  // gauge name -> value (absent: null)
-    std::map<PhaseKey, double> phases;     // seconds
-    std::string diagnosis;
+  /// A window's values with the index of the line (or of the traced line) they came from.
+  struct Recent {
+    bool traced_only = false;  // indexed by traced lines
+    std::deque<std::pair<uint64_t, double>> values;
   };
   static PromLabels phase_labels(const PhaseKey& k) { return {{"phase", k.first}, {"source", k.second}}; }
+
+  /// Keeps `v` in a window: over the last window_ lines, or the last window_ traced lines.
+  void remember(Recent& r, double v, bool traced_only) {
+    r.traced_only = traced_only;
+    const uint64_t at = traced_only ? traced_lines_ : lines_;
+    r.values.emplace_back(at, v);
+    while (!r.values.empty() && r.values.front().first + static_cast<uint64_t>(window_) <= at) r.values.pop_front();
+  }
+  /// The mean of the values inside the window now (a field that stopped coming ages out); none: nullopt.
+  std::optional<double> mean(const Recent& r) const {
+    const uint64_t now = r.traced_only ? traced_lines_ : lines_;
+    double sum = 0;
+    int n = 0;
+    for (const auto& [at, v] : r.values)
+      if (at + static_cast<uint64_t>(window_) > now) sum += v, ++n;
+    return n ? std::optional<double>(sum / n) : std::nullopt;
+  }
+  void set(const std::string& name, std::optional<double> v, bool windowed, bool traced_only) {
+    if (v) {
+      values_[name] = *v;
+      if (windowed) remember(recent_[name], *v, traced_only);
+    } else {
+      values_.erase(name);
+    }
+  }
+  std::optional<double> value(const std::string& name) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? std::nullopt : std::optional<double>(it->second);
+  }
+  std::vector<PromSample> one(const std::string& name) const {
+    auto v = value(name);
+    return v ? std::vector<PromSample>{{{}, *v}} : std::vector<PromSample>{};
+  }
 
   static std::optional<double> number(const FlatJson& f, const std::string& pointer) {
     auto it = f.find(pointer);
@@ -305,10 +342,10 @@ class PrometheusModel {
       const char* name = bottleneck_name(static_cast<Bottleneck>(b));
       double v = 0;
       if (!window) {
-        v = last_.diagnosis == name;
+        v = !diagnoses_.empty() && diagnoses_.back() == name;
       } else {
-        for (const auto& s : recent_) v += s.diagnosis == name;
-        v /= recent_.empty() ? 1.0 : static_cast<double>(recent_.size());
+        for (const auto& d : diagnoses_) v += d == name;
+        v /= diagnoses_.empty() ? 1.0 : static_cast<double>(diagnoses_.size());
       }
       out.push_back({{{"label", name}}, v});
     }
@@ -322,12 +359,15 @@ class PrometheusModel {
   std::string job_;
   int window_;
   PromLabels common_;
-  Step last_;
-  std::deque<Step> recent_;
-  std::map<std::string, std::optional<double>> cross_;  // gauge name (or part/stat) -> last view's value
+  uint64_t lines_ = 0, traced_lines_ = 0;
+  std::optional<double> last_traced_step_;
+  std::map<std::string, double> values_;        // gauge (or cross-rank part/stat) -> value exposed; absent: null
+  std::map<std::string, Recent> recent_;        // windowed gauge -> its window
+  std::map<PhaseKey, double> phases_;           // phase seconds exposed
+  std::map<PhaseKey, Recent> phase_recent_;
+  std::deque<std::string> diagnoses_;           // the window's diagnosis labels, oldest first
   std::map<std::string, double> counters_;
   double steps_total_ = 0;
-  uint64_t lines_ = 0;
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::sink
