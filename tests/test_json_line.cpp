@@ -118,6 +118,35 @@ TEST_CASE("a full session writes one valid line per step with the minimal log se
   }
 }
 
+TEST_CASE("a non-finite scalar is null with the reason, never as if not recorded", "[json]") {
+  const auto log = fresh_log("json_line_nonfinite");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 2; ++i) {
+    TRACE_STEP();
+    record("loss", 1.5);
+    record("loss", std::nan(""));  // the last value wins: NaN
+    record("grad_norm", i == 0 ? HUGE_VAL : 2.0);
+    record("lr", -HUGE_VAL);
+  }
+  stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 2);
+  for (const auto& l : lines) steptrace_test::require_null_reasons(l);
+  CHECK(lines[0]["loss"].is_null());
+  CHECK(lines[0]["null_reasons"]["loss"] ==
+        "the last value recorded was NaN (1 of the step's 2 values were not finite: the run may have diverged)");
+  CHECK(lines[0]["grad_norm"].is_null());
+  CHECK(std::string(lines[0]["null_reasons"]["grad_norm"]).find("+inf") == 0 + std::string("the last value recorded was ").size());
+  CHECK(lines[1]["grad_norm"] == 2.0);
+  CHECK_FALSE(lines[1]["null_reasons"].contains("grad_norm"));
+  CHECK(lines[1]["scalars"]["lr"].is_null());
+  CHECK(std::string(lines[1]["null_reasons"]["scalars.lr"]).find("-inf") != std::string::npos);
+}
+
 TEST_CASE("make_step_line reports an MFU above one as a warning", "[json]") {
   StepRecord r;
   r.begin_ns = 0;

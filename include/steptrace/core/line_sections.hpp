@@ -3,6 +3,7 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <optional>
@@ -309,14 +310,27 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
   w.end_object();
 }
 
+/// Why a recorded scalar is null although it was recorded: its last value is not a finite number (a
+/// diverged run must not read as "not recorded"); "" when it is finite.
+inline std::string nonfinite_reason(const StepRecord& step, const std::string& name, double v) {
+  if (std::isfinite(v)) return {};
+  int bad = 0, all = 0;
+  for (const auto& [n, x] : step.scalars)
+    if (n == name) ++all, bad += !std::isfinite(x);
+  return std::string("the last value recorded was ") + (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + " (" +
+         std::to_string(bad) + " of the step's " + std::to_string(all) + " values were not finite: the run may have diverged)";
+}
+
 /// loss, grad_norm, overflow_count, and every other recorded scalar (its last value).
 inline void write_scalars(LineOut& out, const StepLineInput& in) {
   details::JsonWriter& w = out.w;
   const StepRecord& step = *in.step;
   // Training scalars.
-  out.optional_field("loss", scalar(step, "loss"), "not recorded (steptrace::record(\"loss\", v))");
-  out.optional_field("grad_norm", scalar(step, "grad_norm"), "not recorded (steptrace::record(\"grad_norm\", v))");
-  out.optional_field("overflow_count", scalar(step, "overflow_count"), "not recorded (steptrace::record(\"overflow_count\", v))");
+  for (const char* name : {"loss", "grad_norm", "overflow_count"}) {
+    const auto v = scalar(step, name);
+    const std::string why = v ? nonfinite_reason(step, name, *v) : "not recorded (steptrace::record(\"" + std::string(name) + "\", v))";
+    out.optional_field(name, why.empty() ? v : std::nullopt, why);
+  }
   w.key("scalars").begin_object();
   std::vector<std::pair<std::string, double>> last_values;  // each name once, with its last value
   for (const auto& entry : step.scalars) {
@@ -326,7 +340,10 @@ inline void write_scalars(LineOut& out, const StepLineInput& in) {
     if (it != last_values.end()) it->second = entry.second;
     else last_values.push_back(entry);
   }
-  for (const auto& [name, v] : last_values) w.field(name, v);
+  for (const auto& [name, v] : last_values) {
+    w.field(name, v);  // a non-finite value is written null: say why
+    if (!std::isfinite(v)) out.nulls.emplace_back("scalars." + name, nonfinite_reason(step, name, v));
+  }
   w.end_object();
 }
 

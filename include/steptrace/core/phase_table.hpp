@@ -22,9 +22,12 @@ struct PhaseTable {
   std::atomic<std::size_t> count{kBuiltinPhaseCount};
   std::atomic<std::size_t> rejected{0};  // registrations refused because the table was full
 };
+// Never destroyed: a program that returns from main without stop() still has the background thread
+// writing lines while static destructors run, and it reads phase names (issue #17: a freed table
+// turned custom names into garbage).
 inline PhaseTable& phase_table() {
-  static PhaseTable table;
-  return table;
+  static PhaseTable* table = new PhaseTable;
+  return *table;
 }
 }  // namespace details
 
@@ -63,8 +66,8 @@ STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name)
 
 STEPTRACE_INLINE const std::string& phase_name(PhaseId id) {
   auto& table = details::phase_table();
-  static const std::string unknown = "unknown";
-  if (id >= table.count.load(std::memory_order_acquire)) return unknown;
+  static const std::string* unknown = new std::string("unknown");  // never destroyed, as the table
+  if (id >= table.count.load(std::memory_order_acquire)) return *unknown;
   return table.names[id];
 }
 

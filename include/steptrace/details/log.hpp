@@ -13,8 +13,10 @@
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
+// The statics below are never destroyed: the background thread may still log while a program that
+// skipped stop() runs its static destructors.
 inline std::shared_ptr<spdlog::logger> logger() {
-  static std::shared_ptr<spdlog::logger> instance = [] {
+  static const std::shared_ptr<spdlog::logger>* instance = new std::shared_ptr<spdlog::logger>([] {
     if (auto existing = spdlog::get("steptrace")) return existing;
     auto created = std::make_shared<spdlog::logger>("steptrace", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     created->set_level(spdlog::level::info);
@@ -25,17 +27,17 @@ inline std::shared_ptr<spdlog::logger> logger() {
       if (auto existing = spdlog::get("steptrace")) return existing;
     }
     return created;
-  }();
-  return instance;
+  }());
+  return *instance;
 }
 
 /// Logs `message` at warn level the first time `key` is seen; returns true if it logged.
 inline bool warn_once(const std::string& key, const std::string& message) {
-  static std::mutex mutex;
-  static std::set<std::string> seen;
+  static std::mutex* mutex = new std::mutex;
+  static std::set<std::string>* seen = new std::set<std::string>;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!seen.insert(key).second) return false;
+    std::lock_guard<std::mutex> lock(*mutex);
+    if (!seen->insert(key).second) return false;
   }
   try {
     logger()->warn("{}", message);

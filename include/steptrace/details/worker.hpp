@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -249,6 +250,12 @@ class Worker {
 
   void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced) {
     try {
+      for (const auto& [name, v] : r.scalars)
+        if (!std::isfinite(v))
+          warn_once("scalar.nonfinite", "step " + std::to_string(r.index) + ": record(\"" + name.substr(0, 64) + "\", " +
+                                            (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") +
+                                            "): a non-finite value is written as null, with the reason in null_reasons "
+                                            "(said once; every such line says it)");
       LineAssembler::Extra x;
       x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       x.steps_dropped_total = s_.queue->dropped();

@@ -48,8 +48,10 @@ struct PromGaugeSpec {
   bool windowed;        // also as steptrace_window_<rest of the name>: the mean over the window
 };
 
+// The tables are never destroyed: the background thread may still export while a program that skipped
+// stop() runs its static destructors.
 inline const std::vector<PromGaugeSpec>& prom_gauges() {
-  static const std::vector<PromGaugeSpec> specs = {
+  static const auto* specs = new std::vector<PromGaugeSpec>{
       {"steptrace_step_time_seconds", "/step_time_ms", 1e-3, "Step time: this step's begin to the next one's", true},
       {"steptrace_tokens_per_second", "/tokens_per_second", 1, "Tokens per second of this rank", true},
       {"steptrace_samples_per_second", "/samples_per_second", 1, "Samples per second of this rank", true},
@@ -82,7 +84,7 @@ inline const std::vector<PromGaugeSpec>& prom_gauges() {
       {"steptrace_cross_rank_reporting_ranks", "/cross_rank/reporting", 1, "Ranks whose summary was in the last view", false},
       {"steptrace_cross_rank_missing_ranks", "/cross_rank/missing_count", 1, "Ranks whose summary was missing from the last view", false},
   };
-  return specs;
+  return *specs;
 }
 
 /// Counters: the sum of a field over the lines, or (`cumulative`) the field itself.
@@ -93,7 +95,7 @@ struct PromCounterSpec {
   const char* help;
 };
 inline const std::vector<PromCounterSpec>& prom_counters() {
-  static const std::vector<PromCounterSpec> specs = {
+  static const auto* specs = new std::vector<PromCounterSpec>{
       {"steptrace_dropped_steps_total", "/dropped/steps_total", true, "Steps whose line was dropped (writer queue full)"},
       {"steptrace_dropped_phase_scopes_total", "/dropped/phase_scopes", false, "Phase scopes over max_spans_per_step"},
       {"steptrace_dropped_scalars_total", "/dropped/scalars", false, "record() calls over the per-step limit"},
@@ -101,7 +103,7 @@ inline const std::vector<PromCounterSpec>& prom_counters() {
       {"steptrace_excluded_gpu_records_total", "/gpu/excluded_records", false, "Impossible GPU records left out of every sum"},
       {"steptrace_traced_steps_total", "/traced", false, "Lines of steps attributed by CUPTI"},
   };
-  return specs;
+  return *specs;
 }
 
 namespace details {

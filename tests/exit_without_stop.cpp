@@ -1,0 +1,25 @@
+// exit_without_stop LOG STEPS - a program that returns from main while steptrace still runs (no
+// stop()): the background thread is still writing lines while static destructors run.
+#include <steptrace/steptrace.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  steptrace::Config cfg;
+  cfg.log_path = argv[1];
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  steptrace::start(cfg);
+  for (int i = 0; i < std::atoi(argv[2]); ++i) {
+    TRACE_STEP();
+    TRACE_PHASE_NAMED("attention-with-a-long-name");  // longer than a short-string buffer: on the heap
+    steptrace::record("loss", 1.0 / (i + 1));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  return 0;  // no steptrace::stop()
+}
