@@ -8,7 +8,9 @@ Starts node_exporter (textfile collector on a temporary directory) and Prometheu
 with the test's ports, 1 s scrapes) on 127.0.0.1 with free ports, then feeds them:
   live   the example (mlp_train --cpu) with both expositions on: endpoint and textfile;
   cross  a CPU run whose rank 0 gathers a simulated 4-rank exchange (tests/prometheus_feed.cpp);
-  gpu    lines written by the example on an H100 (tests/data/h100_mlp_lines.jsonl) through the exporter.
+  gpu    lines written by the example on an H100 (tests/data/h100_mlp_lines.jsonl) through the exporter;
+  budget a GPU-bound H100 run under the default overhead budget (15 of 80 lines traced), replayed at
+         20 lines a second (tests/data/h100_transformer_budget_lines.jsonl).
 Then asks Prometheus's HTTP API: every metric of docs/prometheus.md, at every scrape, carries the common
 labels and equals what its kind says of the lines (the line of the scraped step for `last`, the window
 mean, the sum...), is absent where the field is null, and appears in at least one source; the textfile
@@ -126,7 +128,9 @@ def expected(name, kind, path, scale, lines, step, labels, up):
             return float(len(window))
         if name == "steptrace_last_traced_step":
             return float(traced[-1]["global_step"]) if traced else None
-        if name in ("steptrace_steps_total", "steptrace_lines_total"):
+        if name == "steptrace_steps_total":
+            return float(line["global_step"] + 1)
+        if name == "steptrace_lines_total":
             return float(step + 1)
         if name == "steptrace_diagnosis":
             return 1.0 if line["diagnosis"]["label"] == labels.get("label") else 0.0
@@ -142,8 +146,9 @@ def expected(name, kind, path, scale, lines, step, labels, up):
         return sum(vals) / len(vals) if vals else None
     if kind == "sum":
         return float(sum(field(l, path) or 0 for l in upto))
-    if kind == "cumulative":
-        return float(field(line, path) or 0)
+    if kind == "cumulative":  # the last line that had it
+        vals = [field(l, path) for l in upto if field(l, path) is not None]
+        return float(vals[-1]) if vals else 0.0
     if kind == "view":
         views = [l for l in upto if l.get("cross_rank")]
         if not views:
@@ -219,12 +224,20 @@ def main():
         if r.returncode != 0:
             fail(f"prometheus_feed replay: {r.stderr}")
         sources["e2e-gpu"] = read_lines(gpu_lines)
+        # A GPU-bound run under the default budget: 80 lines, 15 traced, replayed over 4 s so that
+        # Prometheus sees the GPU values kept between traced lines and windows longer than a trace interval.
+        budget_lines = os.path.join(ROOT, "tests/data/h100_transformer_budget_lines.jsonl")
+        r = subprocess.run([feed, "replay", budget_lines, os.path.join(textdir, "steptrace-budget.prom"), "e2e-budget", "50"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            fail(f"prometheus_feed replay (budget): {r.stderr}")
+        sources["e2e-budget"] = read_lines(budget_lines)
 
         # The textfiles' last writes (steptrace_up 0 for the runs that stopped) must have been scraped.
         for job in sources:
             wait_for(f"{job}'s final textfile scraped",
                      lambda: any(float(s["value"][1]) == 0 for s in query(f'steptrace_up{{job="{job}",instance="127.0.0.1:{p_node}"}}')), 30)
-        for name in ("steptrace-0.prom", "steptrace-cross.prom", "steptrace-gpu.prom"):
+        for name in ("steptrace-0.prom", "steptrace-cross.prom", "steptrace-gpu.prom", "steptrace-budget.prom"):
             r = subprocess.run(["promtool", "check", "metrics"], stdin=open(os.path.join(textdir, name)), capture_output=True, text=True)
             if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
                 fail(f"promtool check metrics {name}: {r.stdout}{r.stderr}")

@@ -1,7 +1,10 @@
 // prometheus_feed - the exporter's inputs that a GPU-less machine cannot produce live, for the
 // end-to-end test against a real Prometheus (scripts/prometheus_e2e.py):
-//   prometheus_feed replay LINES.jsonl TEXTFILE JOB   lines written on a GPU, through the exporter
-//                                                      (sink/prometheus.hpp) into a textfile
+//   prometheus_feed replay LINES.jsonl TEXTFILE JOB [PACE_MS]
+//                                                      lines written on a GPU, through the exporter
+//                                                      (sink/prometheus.hpp) into a textfile: at once,
+//                                                      or one line every PACE_MS (the textfile then
+//                                                      rewritten every 100 ms, for several scrapes)
 //   prometheus_feed cross_rank LOG TEXTFILE JOB STEPS  a CPU run whose rank 0 gathers a simulated
 //                                                      4-rank exchange (tests/fake_exchange.hpp)
 #include <steptrace/sink/prometheus.hpp>
@@ -17,12 +20,13 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "replay" && argc == 5) {
+  if (mode == "replay" && (argc == 5 || argc == 6)) {
+    const int pace_ms = argc == 6 ? std::atoi(argv[5]) : 0;
     steptrace::sink::PrometheusSink sink;
     steptrace::sink::PrometheusSink::Options o;
     o.textfile = argv[3];
     o.job = argv[4];
-    o.every_ms = 1e9;  // one write at the end
+    o.every_ms = pace_ms > 0 ? 100 : 1e9;  // paced: rewritten as a run would; else one write at the end
     for (const auto& p : sink.open(o)) {
       std::fprintf(stderr, "prometheus_feed: %s: %s\n", p.setting.c_str(), p.message.c_str());
       return 1;
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       ++n;
+      if (pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
     }
     const std::string err = sink.finish();
     if (!err.empty()) std::fprintf(stderr, "prometheus_feed: %s\n", err.c_str());

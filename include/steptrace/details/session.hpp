@@ -228,12 +228,15 @@ class Session {
   void open_prometheus(const Config& cfg, const RunInfo& run) {
     sink::PrometheusSink::Options o;
     o.textfile = expand_log_path(cfg.prometheus_textfile, run.rank);
+    // Advice, under keys of their own (a failure to write is still said under the setting's).
     if (!o.textfile.empty() && (o.textfile.size() < 5 || o.textfile.compare(o.textfile.size() - 5, 5, ".prom") != 0))
-      report_config_error({"prometheus_textfile", "'" + o.textfile + "' does not end in .prom: node_exporter's textfile "
-                                                  "collector reads only *.prom files (written anyway)"});
-    if (!o.textfile.empty() && run.world_size > 1 && cfg.prometheus_textfile.find("{rank}") == std::string::npos)
-      report_config_error({"prometheus_textfile", "'" + o.textfile + "' has no {rank} while world_size is " +
-                                                  std::to_string(run.world_size) + ": the ranks of a host overwrite each other's file"});
+      warn_once("config.prometheus_textfile.suffix", "configuration: prometheus_textfile '" + o.textfile +
+                                                         "' does not end in .prom: node_exporter's textfile collector reads only "
+                                                         "*.prom files (written anyway)");
+    if (!o.textfile.empty() && run.local_rank > 0 && cfg.prometheus_textfile.find("{rank}") == std::string::npos)
+      warn_once("config.prometheus_textfile.rank", "configuration: prometheus_textfile '" + o.textfile +
+                                                       "' has no {rank} and this host runs several ranks (local_rank " +
+                                                       std::to_string(run.local_rank) + "): they overwrite each other's file");
     o.listen = cfg.prometheus_listen;
     const auto colon = o.listen.rfind(':');
     const std::string port_text = colon == std::string::npos ? "" : o.listen.substr(colon + 1);

@@ -121,7 +121,10 @@ class MetricsServer {
     while (!stopping_) {
       std::vector<pollfd> fds{{fd_, POLLIN, 0}};
       for (const auto& c : clients) fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
-      if (::poll(fds.data(), fds.size(), kPollMs) < 0 && errno != EINTR) break;
+      if (::poll(fds.data(), fds.size(), kPollMs) < 0) {  // EINTR; or out of memory: wait and try again
+        if (errno != EINTR) std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+        continue;
+      }
       const auto now = Clock::now();
       for (std::size_t i = 0; i < clients.size(); ++i) {
         Client& c = clients[i];
@@ -137,10 +140,14 @@ class MetricsServer {
       clients.erase(std::remove_if(clients.begin(), clients.end(), [](const Client& c) { return c.fd < 0; }), clients.end());
       if (fds[0].revents & POLLIN) {
         const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+          std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));  // out of descriptors: no busy loop
         if (fd >= 0) {
-          if (static_cast<int>(clients.size()) >= kMaxClients) {  // the oldest gives way
-            ::close(clients.front().fd);
-            clients.erase(clients.begin());
+          if (static_cast<int>(clients.size()) >= kMaxClients) {  // the oldest still sending its request gives way
+            auto victim = std::find_if(clients.begin(), clients.end(), [](const Client& c) { return c.out.empty(); });
+            if (victim == clients.end()) victim = clients.begin();
+            ::close(victim->fd);
+            clients.erase(victim);
           }
           Client c;
           c.fd = fd;
