@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support.hpp"
 
@@ -33,4 +34,24 @@ TEST_CASE("returning from main without stop() writes no corrupt line", "[exit]")
     }
   }
   CHECK(lines_seen > 0);
+}
+
+TEST_CASE("a log that fails part way keeps whole lines and counts what it lost", "[exit]") {
+  const std::string log = steptrace_test::fresh_log("log_size_limit");
+  const std::string cmd = std::string(STEPTRACE_SIZE_LIMIT_PROGRAM) + " " + log;
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::stringstream whole;
+  whole << std::ifstream(log).rdbuf();
+  const std::string content = whole.str();
+  REQUIRE_FALSE(content.empty());
+  CHECK(content.back() == '\n');  // no fragment left behind
+  std::istringstream in(content);
+  std::string text;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, text)) lines.push_back(nlohmann::json::parse(text));  // every line whole
+  REQUIRE(lines.size() < 40);
+  const uint64_t lost = lines.back()["dropped"]["lines_unwritten_total"];
+  CHECK(lines.size() + lost == 40);  // every step either has its line or is counted
+  CHECK(lines.front()["dropped"]["lines_unwritten_total"] == 0);
 }

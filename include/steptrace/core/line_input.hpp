@@ -76,6 +76,7 @@ struct StepLineInput {
   std::optional<WindowSummary> window;
   OverheadLine overhead;
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
+  uint64_t lines_unwritten_total = 0;   // lines the log could not take (write errors), since start()
   std::vector<std::string> warnings;
 };
 

@@ -447,6 +447,7 @@ inline void write_bookkeeping(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
   w.key("dropped").begin_object();
   w.field("steps_total", in.steps_dropped_total)
+      .field("lines_unwritten_total", in.lines_unwritten_total)
       .field("phase_scopes", step.spans_dropped)
       .field("scalars", step.scalars_dropped);
   w.end_object();

@@ -84,6 +84,7 @@ class LineAssembler {
   struct Extra {
     uint64_t gpu_dropped_records = 0;
     uint64_t steps_dropped_total = 0;
+    uint64_t lines_unwritten_total = 0;
   };
   StepLineInput assemble(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced, const Extra& x) {
     StepLineInput in;
@@ -106,6 +107,7 @@ class LineAssembler {
     while (device_states_.size() > 1 && device_states_[1].time_ns <= r.begin_ns) device_states_.pop_front();
     in.gpu_dropped_records = x.gpu_dropped_records;
     in.steps_dropped_total = x.steps_dropped_total;
+    in.lines_unwritten_total = x.lines_unwritten_total;
     if (in.mfu.above_one)
       warn_once("mfu.above_one",
                 "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) + "): flops_per_token or peak_flops is wrong");

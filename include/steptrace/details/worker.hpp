@@ -259,6 +259,7 @@ class Worker {
       LineAssembler::Extra x;
       x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
       x.steps_dropped_total = s_.queue->dropped();
+      x.lines_unwritten_total = lines_failed_;
       OverheadLine overhead = observe_overhead(r, gpu);
       StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
       in.overhead = std::move(overhead);

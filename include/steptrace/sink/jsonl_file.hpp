@@ -32,17 +32,23 @@ class JsonlFile final : public LineSink {
   bool is_open() const { return fd_ >= 0; }
   std::string describe() const override { return "the log '" + path_ + "'"; }
 
-  /// Writes `line` plus a newline. Returns "" or the error.
+  /// Writes `line` plus a newline. Returns "" or the error. A write that fails part way (disk full,
+  /// file size limit) is undone: the file is cut back to where the line began, so it stays a sequence
+  /// of whole lines and the next line does not glue onto a fragment (the caller counts the lost line).
   std::string write_line(std::string line) override {
     if (fd_ < 0) return "log not open";
     line += '\n';
+    const off_t begin = ::lseek(fd_, 0, SEEK_END);  // where O_APPEND puts this line (one writer per file)
     const char* p = line.data();
     std::size_t left = line.size();
     while (left > 0) {  // one call for a normal line; a loop only for interrupted or short writes
       const ssize_t n = ::write(fd_, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return std::string("write failed: ") + std::strerror(errno);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const std::string err = std::string("write failed: ") + (n < 0 ? std::strerror(errno) : "no progress");
+        if (left < line.size() && begin >= 0 && ::ftruncate(fd_, begin) != 0)
+          return err + "; the partial line could not be cut off: " + std::strerror(errno);
+        return err;
       }
       p += n;
       left -= static_cast<std::size_t>(n);

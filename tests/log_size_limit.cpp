@@ -1,0 +1,46 @@
+// log_size_limit LOG - a log that stops taking lines part way (a file size limit, as a full disk
+// would) and then takes them again: the file must hold whole lines only, and say how many were lost.
+#include <steptrace/steptrace.hpp>
+
+#include <chrono>
+#include <csignal>
+
+#include <sys/resource.h>
+
+namespace {
+void steps(int n) {
+  for (int i = 0; i < n; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  std::signal(SIGXFSZ, SIG_IGN);  // the program's choice: writes past the limit then fail with EFBIG
+  steptrace::Config cfg;
+  cfg.log_path = argv[1];
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  cfg.max_lag_steps = 0;
+  steptrace::start(cfg);
+  rlimit limit{};
+  getrlimit(RLIMIT_FSIZE, &limit);
+  const rlim_t unlimited = limit.rlim_cur;
+  limit.rlim_cur = 10000;  // room for a few lines, the next one cut part way
+  setrlimit(RLIMIT_FSIZE, &limit);
+  steps(20);
+  // Wait until the background thread has met the limit (its lines come a few ms after each step).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  limit.rlim_cur = unlimited;
+  setrlimit(RLIMIT_FSIZE, &limit);
+  steps(20);
+  const auto s = steptrace::stop();
+  return s.lines_failed > 0 ? 0 : 3;  // the test needs the limit to have been met
+}
