@@ -2,8 +2,10 @@
 #pragma once
 #include <steptrace/steptrace.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace steptrace_test {
@@ -36,4 +38,16 @@ class FakeExchange : public steptrace::details::CrossRankExchange {
  private:
   std::vector<std::vector<float>> ready_;
 };
+/// Steps as the exchange tests run them: 2 ms in `input`, 1 ms in `nccl`.
+inline void run_input_nccl_steps(int n) {
+  for (int i = 0; i < n; ++i) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(input);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    TRACE_PHASE(nccl);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 }  // namespace steptrace_test

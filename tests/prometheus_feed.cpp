@@ -60,15 +60,7 @@ int main(int argc, char** argv) {
     cfg.prometheus_every_ms = 100;
     if (!steptrace::start(cfg)) return 1;
     if (!steptrace::details::Session::current().set_exchange(std::make_unique<steptrace_test::FakeExchange>(), 2)) return 1;
-    for (int i = 0; i < std::atoi(argv[5]); ++i) {
-      TRACE_STEP();
-      {
-        TRACE_PHASE(input);
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      TRACE_PHASE(nccl);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    steptrace_test::run_input_nccl_steps(std::atoi(argv[5]));
     steptrace::stop();
     return 0;
   }

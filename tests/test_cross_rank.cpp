@@ -173,17 +173,7 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
   auto fake = std::make_unique<steptrace_test::FakeExchange>();
   const std::shared_ptr<int> posts = fake->posts;
   REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
-  for (int i = 0; i < 7; ++i) {
-    TRACE_STEP();
-    {
-      TRACE_PHASE(input);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    {
-      TRACE_PHASE(nccl);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
+  steptrace_test::run_input_nccl_steps(7);
   steptrace::stop();
   CHECK(*posts == 3);  // steps 0, 2, 4 closed with an exchange due (step 6 closes in stop())
   const auto lines = steptrace_test::read_lines(log);

@@ -90,6 +90,21 @@ int free_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+/// Starts a CPU session serving the endpoint on a free port and runs `steps` steps of `step_us`.
+int start_listening(const std::string& log, int steps, int step_us) {
+  const int port = free_port();
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = Mode::off;
+  cfg.prometheus_listen = "127.0.0.1:" + std::to_string(port);
+  REQUIRE(start(cfg));
+  for (int i = 0; i < steps; ++i) {
+    TRACE_STEP();
+    spin_for_us(step_us);
+  }
+  return port;
+}
 }  // namespace
 
 TEST_CASE("the line reader: leaves by JSON pointer, escapes undone, bad text refused", "[prometheus]") {
@@ -257,18 +272,8 @@ TEST_CASE("an unusable textfile or address warns once and training goes on", "[p
 }
 
 TEST_CASE("the scrape endpoint serves the same metrics while the run is live", "[prometheus]") {
-  const int port = free_port();
   const std::string log = fresh_log("prom_http");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = Mode::off;
-  cfg.prometheus_listen = "127.0.0.1:" + std::to_string(port);
-  REQUIRE(start(cfg));
-  for (int i = 0; i < 5; ++i) {
-    TRACE_STEP();
-    spin_for_us(2000);
-  }
+  const int port = start_listening(log, 5, 2000);
   // Lines come from the background thread: wait for the one of step 3 (step 4 is still open).
   std::string body;
   for (int tries = 0; tries < 200; ++tries) {
@@ -313,18 +318,7 @@ TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "
 }
 
 TEST_CASE("idle or slow clients delay neither a scrape nor stop()", "[prometheus]") {
-  const int port = free_port();
-  const std::string log = fresh_log("prom_slow");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = Mode::off;
-  cfg.prometheus_listen = "127.0.0.1:" + std::to_string(port);
-  REQUIRE(start(cfg));
-  for (int i = 0; i < 3; ++i) {
-    TRACE_STEP();
-    spin_for_us(1000);
-  }
+  const int port = start_listening(fresh_log("prom_slow"), 3, 1000);
   // 20 connections that send half a request and then nothing (more than the server keeps at once).
   std::vector<int> idle;
   for (int i = 0; i < 20; ++i) {
