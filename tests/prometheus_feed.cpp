@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
       ++n;
       if (pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pace_ms));
     }
-    const std::string err = sink.finish();
+    const std::string err = sink.finish_lines();
+    sink.close_endpoint();
     if (!err.empty()) std::fprintf(stderr, "prometheus_feed: %s\n", err.c_str());
     std::printf("prometheus_feed: %d lines\n", n);
     return err.empty() && n > 0 ? 0 : 1;

@@ -33,6 +33,7 @@
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
+#include "signals.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
 #include "worker.hpp"
@@ -116,7 +117,10 @@ class Session {
     worker_ = std::make_unique<Worker>(std::move(setup));
     recorder_.finish_clock_calibration(clock_reason);
     try {
-      thread_ = std::thread([w = worker_.get()] { w->run(); });
+      thread_ = std::thread([w = worker_.get()] {
+        block_write_signals();
+        w->run();
+      });
     } catch (const std::exception& e) {
       warn_once("thread", std::string("cannot start the background thread: ") + e.what() + "; steptrace stays off");
       release_gpu();
@@ -152,9 +156,8 @@ class Session {
     counters_on_ = worker_->counters_on();
     release_gpu();
     file_.close();
-    if (prometheus_) {  // after the last line: the textfile's last values, with steptrace_up 0
-      const std::string err = prometheus_->finish();
-      if (!err.empty()) warn_once("prometheus.finish", "the Prometheus textfile's last write failed: " + err);
+    if (prometheus_) {  // the textfile's last values (steptrace_up 0) were written by the background thread
+      prometheus_->close_endpoint();
       prometheus_.reset();
     }
 

@@ -98,6 +98,10 @@ class Worker {
       }
       if (stopping && waiting_.empty() && s_.queue->empty()) break;
     }
+    for (sink::LineSink* sink : s_.sinks) {
+      const std::string abandoned = sink->finish_lines();
+      if (!abandoned.empty()) warn_once("finish." + sink->describe(), "at stop(): " + abandoned);
+    }
     if (lines_.context().device_state_on) s_.gpu->close_device_state();
   }
 

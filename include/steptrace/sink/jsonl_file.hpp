@@ -1,12 +1,17 @@
 // steptrace/sink/jsonl_file.hpp - appends lines to a file, one write(2) per line with O_APPEND,
 // so a line is never torn by another writer and a `tail -f` sees it as soon as it is written.
+// The log may also be a FIFO, a pipe or a terminal: it is opened non-blocking, so neither start()
+// (open) nor the background thread (write) nor stop() waits on a reader that is absent or stuck.
 #pragma once
 #include "../version.hpp"
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sink.hpp"
@@ -15,6 +20,12 @@ STEPTRACE_BEGIN_NAMESPACE namespace sink {
 
 class JsonlFile final : public LineSink {
  public:
+  /// How long a line waits for a stream's reader to make room before it is dropped (counted); once
+  /// one has been dropped, later lines do not wait until the reader takes one again.
+  static constexpr int kStreamWaitMs = 20;
+  /// How long finish_lines() (stop()) waits for the reader to take the rest of a line it took part of.
+  static constexpr int kFinishWaitMs = 500;
+
   JsonlFile() = default;
   JsonlFile(const JsonlFile&) = delete;
   JsonlFile& operator=(const JsonlFile&) = delete;
@@ -23,21 +34,62 @@ class JsonlFile final : public LineSink {
   /// Opens (creating, appending) `path`. Returns "" or the reason it cannot be used.
   std::string open(const std::string& path) {
     close();
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) return "cannot open log '" + path + "': " + std::strerror(errno);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd_ < 0) {
+      if (errno == ENXIO)  // O_NONBLOCK on a FIFO without a reader (fifo(7))
+        return "cannot open log '" + path + "': it is a FIFO that no process reads (steptrace does not wait for a reader)";
+      return "cannot open log '" + path + "': " + std::strerror(errno);
+    }
+    struct stat st {};
+    stream_ = ::fstat(fd_, &st) == 0 && !S_ISREG(st.st_mode);
+    if (!stream_) {  // a regular file never blocks a write; keep its status flags plain
+      const int flags = ::fcntl(fd_, F_GETFL);
+      if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+    }
     path_ = path;
+    stalled_ = false;
+    rest_.clear();
     return {};
   }
 
   bool is_open() const { return fd_ >= 0; }
   std::string describe() const override { return "the log '" + path_ + "'"; }
 
-  /// Writes `line` plus a newline. Returns "" or the error. A write that fails part way (disk full,
-  /// file size limit) is undone: the file is cut back to where the line began, so it stays a sequence
-  /// of whole lines and the next line does not glue onto a fragment (the caller counts the lost line).
+  /// Writes `line` plus a newline. Returns "" or the error (the caller counts the line as lost).
   std::string write_line(std::string line) override {
     if (fd_ < 0) return "log not open";
     line += '\n';
+    return stream_ ? write_stream(std::move(line)) : write_file(line);
+  }
+
+  /// After the last line (the background thread, at stop()): a line that a stream's reader took only part of gets up to
+  /// kFinishWaitMs to be taken whole. Returns "" or what was abandoned.
+  std::string finish_lines() override {
+    if (fd_ < 0 || rest_.empty()) return {};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFinishWaitMs);
+    while (!rest_.empty() && std::chrono::steady_clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (!wait_writable(static_cast<int>(left.count()) + 1)) break;
+      if (!send_rest()) break;
+    }
+    if (rest_.empty()) return {};
+    const std::string what = "the reader of " + describe() + " stopped taking lines: the last " +
+                             std::to_string(rest_.size()) + " bytes of a line it took part of stay unfinished";
+    rest_.clear();
+    return what;
+  }
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    rest_.clear();
+  }
+
+ private:
+  /// A regular file: a write that fails part way (disk full, file size limit) is undone: the file is
+  /// cut back to where the line began, so it stays a sequence of whole lines and the next line does
+  /// not glue onto a fragment.
+  std::string write_file(const std::string& line) {
     const off_t begin = ::lseek(fd_, 0, SEEK_END);  // where O_APPEND puts this line (one writer per file)
     const char* p = line.data();
     std::size_t left = line.size();
@@ -56,14 +108,54 @@ class JsonlFile final : public LineSink {
     return {};
   }
 
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+  /// A FIFO, pipe, socket or terminal: what was written cannot be taken back, so a line the reader
+  /// took part of is finished before any other line; a line it takes nothing of is dropped whole.
+  std::string write_stream(std::string line) {
+    if (!rest_.empty()) {
+      if (!stalled_ && wait_writable(kStreamWaitMs)) send_rest();
+      if (!rest_.empty()) {
+        stalled_ = true;
+        return "the reader is not taking lines (a FIFO or pipe that stopped reading); line dropped";
+      }
+    }
+    rest_ = std::move(line);
+    const std::size_t size = rest_.size();
+    if (!send_rest() && rest_.size() == size && !stalled_ && wait_writable(kStreamWaitMs)) send_rest();
+    if (rest_.size() == size) {  // nothing of it taken: dropped whole
+      rest_.clear();
+      stalled_ = true;
+      return "the reader is not taking lines (a FIFO or pipe that stopped reading); line dropped";
+    }
+    stalled_ = false;  // taken, or begun (the rest goes first next time)
+    return {};
   }
 
- private:
+  /// Writes what it can of rest_ without waiting. False on an error other than a full pipe.
+  bool send_rest() {
+    while (!rest_.empty()) {
+      const ssize_t n = ::write(fd_, rest_.data(), rest_.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+      if (n == 0) return true;
+      rest_.erase(0, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  bool wait_writable(int ms) {
+    pollfd p{fd_, POLLOUT, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, ms);
+    } while (r < 0 && errno == EINTR);
+    return r > 0 && (p.revents & POLLOUT) != 0;
+  }
+
   int fd_ = -1;
   std::string path_;
+  bool stream_ = false;   // not a regular file: writes may block, and cannot be undone
+  bool stalled_ = false;  // the last line waited in vain: do not wait again until one is taken
+  std::string rest_;      // a stream line's part not yet taken by the reader
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::sink

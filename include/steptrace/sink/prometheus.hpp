@@ -1,6 +1,6 @@
 // steptrace/sink/prometheus.hpp - the lines as Prometheus metrics, two ways with the same metrics:
 // a node_exporter textfile (rewritten atomically at most every `every_ms`, and once more at stop()
-// with steptrace_up 0, so a finished run's file is not read as live) and a scrape endpoint. Called
+// with steptrace_up 0, so a finished run's file is not read as live, by the background thread) and a scrape endpoint. Called
 // from the background thread (write_line) and the endpoint's threads (a scrape): one mutex, held only
 // to update or render the metrics. The training thread never reaches this code.
 #pragma once
@@ -84,10 +84,9 @@ class PrometheusSink final : public LineSink {
     return replace_file_atomically(options_.textfile, text);
   }
 
-  /// At stop(): the endpoint closes and the textfile gets the last values with steptrace_up 0.
-  std::string finish() {
-    endpoint_.stop();
-    listening_ = false;
+  /// After the last line (the background thread, at stop()): the textfile gets the last values with
+  /// steptrace_up 0, as does a scrape from now on.
+  std::string finish_lines() override {
     std::string text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -95,7 +94,14 @@ class PrometheusSink final : public LineSink {
       if (!textfile_ok_) return {};
       text = model_.render(false);
     }
-    return replace_file_atomically(options_.textfile, text);
+    const std::string err = replace_file_atomically(options_.textfile, text);
+    return err.empty() ? err : "the Prometheus textfile's last write failed: " + err;
+  }
+
+  /// At stop(), after the background thread ended: the endpoint closes.
+  void close_endpoint() {
+    endpoint_.stop();
+    listening_ = false;
   }
 
  private:

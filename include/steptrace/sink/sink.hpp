@@ -16,6 +16,9 @@ class LineSink {
   virtual std::string write_line(std::string line) = 0;
   /// Whether its writes are the run's "lines written" (the log), or a view of them (an exporter).
   virtual bool counts_lines() const { return true; }
+  /// After the last line, on the background thread: finish what is in flight, within a bounded time.
+  /// Returns "" or what was abandoned.
+  virtual std::string finish_lines() { return {}; }
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::sink

@@ -1,0 +1,143 @@
+// A log that blocks (issue #17): a FIFO with no reader, or whose reader stops reading. Nothing on the
+// training thread may wait for it, stop() ends in bounded time and says what it gave up, and what the
+// reader does get is whole lines. An alarm turns a hang into a failure instead of a stuck CI job.
+#include <steptrace/steptrace.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "capture_log.hpp"
+#include "support.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool logged(const std::string& text) { return steptrace_test::captured_log().str().find(text) != std::string::npos; }
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string fresh_fifo(const std::string& name) {
+  const std::string path = name + ".fifo";
+  ::unlink(path.c_str());
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  return path;
+}
+
+steptrace::Config fifo_config(const std::string& path) {
+  steptrace::Config cfg;
+  cfg.log_path = path;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  cfg.max_lag_steps = 0;
+  return cfg;
+}
+
+void steps(int n) {
+  for (int i = 0; i < n; ++i) {
+    TRACE_STEP(1000.0);
+    {
+      TRACE_PHASE(forward);
+      steptrace_test::spin_for_us(200);
+    }
+    steptrace::record("loss", 1.0 / (i + 1));
+  }
+}
+
+/// What the reader got: every newline-terminated line must parse; an unterminated tail is returned.
+std::size_t parse_whole_lines(const std::string& content, std::string& tail) {
+  std::size_t n = 0, begin = 0;
+  for (std::size_t nl = content.find('\n'); nl != std::string::npos; nl = content.find('\n', begin)) {
+    const std::string text = content.substr(begin, nl - begin);
+    INFO("line: " << text.substr(0, 300));
+    REQUIRE_NOTHROW(nlohmann::json::parse(text));
+    ++n;
+    begin = nl + 1;
+  }
+  tail = content.substr(begin);
+  return n;
+}
+
+std::string drain(int fd) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a FIFO with no reader: start() does not wait for one, training goes on, a warning says why", "[sinks]") {
+  ::alarm(60);
+  const std::string fifo = fresh_fifo("no_reader");
+  const auto t0 = Clock::now();
+  REQUIRE(steptrace::start(fifo_config(fifo)));
+  CHECK(seconds_since(t0) < 2.0);
+  steps(20);
+  const auto t1 = Clock::now();
+  const auto s = steptrace::stop();
+  CHECK(seconds_since(t1) < 2.0);
+  CHECK(s.lines_written == 0);
+  CHECK(logged("configuration error in log_path"));
+  CHECK(logged("no_reader.fifo': it is a FIFO that no process reads"));
+  ::alarm(0);
+}
+
+TEST_CASE("a FIFO whose reader stops reading: stop() ends in bounded time and counts what it gave up", "[sinks]") {
+  ::alarm(60);
+  const std::string fifo = fresh_fifo("stuck_reader");
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // open, never read until the end
+  REQUIRE(reader >= 0);
+  REQUIRE(steptrace::start(fifo_config(fifo)));
+  const auto t0 = Clock::now();
+  steps(400);  // far more than a pipe holds (64 KiB on Linux)
+  CHECK(seconds_since(t0) < 30.0);
+  const auto t1 = Clock::now();
+  const auto s = steptrace::stop();
+  const double stop_s = seconds_since(t1);
+  CHECK(stop_s < 3.0);
+  CHECK(s.lines_failed > 0);
+  CHECK(s.lines_written > 0);
+  CHECK(s.lines_written + s.lines_failed == 400);
+  CHECK(logged("cannot write to the log 'stuck_reader.fifo': the reader is not taking lines"));
+  std::string tail;
+  const std::size_t whole = parse_whole_lines(drain(reader), tail);
+  ::close(reader);
+  CHECK(whole > 0);
+  CHECK(whole <= s.lines_written);
+  // A line the pipe took only part of, and that stop() could not finish, is said in a warning.
+  if (!tail.empty()) CHECK(logged("bytes of a line it took part of stay unfinished"));
+  ::alarm(0);
+}
+
+TEST_CASE("a FIFO with a reader that keeps up gets every line, whole", "[sinks]") {
+  ::alarm(60);
+  const std::string fifo = fresh_fifo("good_reader");
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  REQUIRE(steptrace::start(fifo_config(fifo)));
+  // A reader on its own thread, as a pipeline's next program would be: reads until stop() closes the log.
+  ::fcntl(reader, F_SETFL, ::fcntl(reader, F_GETFL) & ~O_NONBLOCK);
+  std::string content;
+  std::thread reading([&] { content = drain(reader); });
+  steps(200);
+  const auto s = steptrace::stop();
+  reading.join();
+  ::close(reader);
+  std::string tail;
+  CHECK(parse_whole_lines(content, tail) == 200);
+  CHECK(tail.empty());
+  CHECK(s.lines_written == 200);
+  CHECK(s.lines_failed == 0);
+  ::alarm(0);
+}
