@@ -247,3 +247,33 @@ TEST_CASE("the README's settings table is the settings table", "[config]") {
     CHECK(known);
   }
 }
+
+TEST_CASE("the launcher's rank and world size: out of range or not an integer is warned once, never used", "[config]") {
+  auto& out = steptrace_test::captured_log();
+  struct Var {
+    const char* name;
+    const char* value;
+  };
+  const Var vars[] = {{"RANK", "99999999999"}, {"LOCAL_RANK", "x1"}, {"WORLD_SIZE", "-3"}};
+  for (const auto& v : vars) ::setenv(v.name, v.value, 1);
+  const auto log = fresh_log("config_launcher");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 2; ++i) TRACE_STEP();
+  stop();
+  ::setenv("WORLD_SIZE", "0", 1);
+  REQUIRE(start(cfg));
+  stop();
+  for (const auto& v : vars) ::unsetenv(v.name);
+  const std::string text = out.str();
+  CHECK(count(text, "configuration error in RANK: cannot use value '99999999999'") == 1);
+  CHECK(count(text, "configuration error in LOCAL_RANK: cannot use value 'x1'") == 1);
+  CHECK(count(text, "configuration error in WORLD_SIZE: cannot use value '-3'") == 1);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["rank"] == 0);
+  CHECK(lines[0]["world_size"] == 1);
+}

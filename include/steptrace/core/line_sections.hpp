@@ -45,7 +45,11 @@ struct LineOut {
     auto it = in.host.phases.find(id);
     const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
     w.field(name, v);
-    if (!v) nulls.emplace_back(name, "no '" + phase_name(id) + "' phase scope in this step");
+    if (!v)
+      nulls.emplace_back(name, "no '" + phase_name(id) + "' phase scope in this step" +
+                                   (in.step->spans_dropped ? " (" + std::to_string(in.step->spans_dropped) +
+                                                                 " phase scopes were dropped: max_spans_per_step)"
+                                                           : std::string()));
   }
 };
 
@@ -449,7 +453,8 @@ inline void write_bookkeeping(LineOut& out, const StepLineInput& in) {
   w.field("steps_total", in.steps_dropped_total)
       .field("lines_unwritten_total", in.lines_unwritten_total)
       .field("phase_scopes", step.spans_dropped)
-      .field("scalars", step.scalars_dropped);
+      .field("scalars", step.scalars_dropped)
+      .field("phase_names_total", static_cast<uint64_t>(phase_names_rejected()));
   w.end_object();
   w.field("ignored_step_scopes", step.ignored_step_scopes);
   w.field("phase_scopes_outside_step", step.spans_outside_step);

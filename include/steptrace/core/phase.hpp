@@ -44,6 +44,7 @@ inline bool is_valid_phase_name(std::string_view name) noexcept {
 struct PhaseRegistration {
   PhaseId id = kNoPhase;
   std::string error;  // empty when the name was accepted as written
+  bool table_full = false;  // not recorded: the table holds kMaxPhases names already
 };
 
 /// Registers (or finds) a phase name. Invalid names are rewritten (lower-cased, other characters
@@ -54,6 +55,9 @@ STEPTRACE_API STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::str
 STEPTRACE_API STEPTRACE_INLINE const std::string& phase_name(PhaseId id);
 
 STEPTRACE_API STEPTRACE_INLINE std::size_t phase_count();
+
+/// Registrations of a new name refused since the process began because the table was full.
+STEPTRACE_API STEPTRACE_INLINE std::size_t phase_names_rejected();
 
 STEPTRACE_END_NAMESPACE  // steptrace
 

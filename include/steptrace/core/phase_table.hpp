@@ -29,6 +29,25 @@ inline PhaseTable& phase_table() {
   static PhaseTable* table = new PhaseTable;
   return *table;
 }
+
+/// `text` as a message may show it: at most `max` bytes, a byte outside printable ASCII as \xNN (a
+/// name from the program may hold anything; a warning must stay one readable line).
+inline std::string printable(std::string_view text, std::size_t max = 64) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (char c : text.substr(0, max)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  if (text.size() > max) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
 }  // namespace details
 
 STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name) {
@@ -40,10 +59,16 @@ STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name)
       clean += (std::isalnum(u) || c == '_' || c == '.' || c == '-') ? static_cast<char>(std::tolower(u)) : '_';
     }
     if (clean.empty() || !std::islower(static_cast<unsigned char>(clean[0]))) clean.insert(0, "p_");
-    result.error = "phase name '" + std::string(name) +
+    result.error = "phase name '" + details::printable(name) +
                    "' is not [a-z][a-z0-9_.-]{0,47}; recorded as '" + clean + "'";
   } else {
     clean = std::string(name);
+  }
+  // The lines' own keys: launches outside any phase, and a phase id out of range.
+  if (clean == "unphased" || clean == "unknown") {
+    result.error = "phase name '" + clean + "' is reserved (the lines use it for launches outside any phase); recorded as 'p_" +
+                   clean + "'";
+    clean.insert(0, "p_");
   }
   auto& table = details::phase_table();
   std::lock_guard<std::mutex> lock(table.mutex);
@@ -55,7 +80,9 @@ STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name)
     }
   if (n >= kMaxPhases) {
     table.rejected.fetch_add(1, std::memory_order_relaxed);
-    result.error = "phase table full (" + std::to_string(kMaxPhases) + " names); '" + clean + "' not recorded";
+    result.error = "phase table full (" + std::to_string(kMaxPhases) + " names); '" + clean +
+                   "' and any later new name not recorded (counted in each line's dropped.phase_names_total)";
+    result.table_full = true;
     return result;
   }
   table.names[n] = clean;
@@ -72,5 +99,9 @@ STEPTRACE_INLINE const std::string& phase_name(PhaseId id) {
 }
 
 STEPTRACE_INLINE std::size_t phase_count() { return details::phase_table().count.load(std::memory_order_acquire); }
+
+STEPTRACE_INLINE std::size_t phase_names_rejected() {
+  return details::phase_table().rejected.load(std::memory_order_relaxed);
+}
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -63,7 +63,9 @@ STEPTRACE_INLINE void set_allocator_stats_hook(std::function<AllocatorStats()> h
 STEPTRACE_INLINE PhaseId register_phase(std::string_view name) noexcept {
   try {
     auto r = register_phase_checked(name);
-    if (!r.error.empty()) details::warn_once("phase." + std::string(name), "phase name: " + r.error);
+    // One warning per name, or one in all once the table is full (a program making names up must not flood the log).
+    if (!r.error.empty())
+      details::warn_once(r.table_full ? std::string("phase.table_full") : "phase." + std::string(name), "phase name: " + r.error);
     return r.id;
   } catch (...) {
     return kNoPhase;

@@ -3,6 +3,7 @@
 #pragma once
 #include "../version.hpp"
 #include <cstdint>
+#include <initializer_list>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -12,6 +13,8 @@
 
 #include "../config.hpp"
 #include "../core/run_info.hpp"
+#include "../settings.hpp"
+#include "log.hpp"
 
 extern char** environ;
 
@@ -27,22 +30,40 @@ inline std::vector<std::pair<std::string, std::string>> read_environment() {
   return env;
 }
 
-inline int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  long long i = 0;
-  return (v && parse_int(v, i)) ? static_cast<int>(i) : fallback;
+/// The first of `names` that is set, if it is an integer within [lo, hi]; otherwise (not set, or
+/// unusable: warned once, naming the variable) `fallback`. A later name is not tried after an unusable
+/// one: the launcher meant that value, and a guess from another launcher's variable would be worse.
+inline int launcher_int(std::initializer_list<const char*> names, long long lo, long long hi, int fallback) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    long long i = 0;
+    if (parse_int(v, i) && i >= lo && i <= hi) return static_cast<int>(i);
+    warn_once(std::string("launcher.") + name, std::string("configuration error in ") + name + ": cannot use value '" +
+                                                   std::string(v).substr(0, 32) + "' (not an integer in " + std::to_string(lo) +
+                                                   " - " + std::to_string(hi) + "); using " + std::to_string(fallback));
+    return fallback;
+  }
+  return fallback;
 }
 
 /// Rank, local rank and world size (Config first, then torchrun's, Open MPI's and Slurm's
-/// variables), host name and pid. The device is the backend's to fill in.
+/// variables; each within the ranges of the Config fields), host name and pid. The device is the
+/// backend's to fill in.
 inline RunInfo discover_run(const Config& cfg) {
+  constexpr long long kMaxRanks = 1 << 24;  // as settings.hpp
   RunInfo run;
-  run.rank = cfg.rank >= 0 ? cfg.rank : env_int("RANK", env_int("OMPI_COMM_WORLD_RANK", env_int("SLURM_PROCID", 0)));
+  run.rank = cfg.rank >= 0 ? cfg.rank : launcher_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, 0, kMaxRanks - 1, 0);
   run.local_rank = cfg.local_rank >= 0
                        ? cfg.local_rank
-                       : env_int("LOCAL_RANK", env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", 0)));
-  run.world_size = cfg.world_size >= 0 ? cfg.world_size
-                                       : env_int("WORLD_SIZE", env_int("OMPI_COMM_WORLD_SIZE", env_int("SLURM_NTASKS", 1)));
+                       : launcher_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, 0, kMaxRanks - 1, 0);
+  run.world_size = cfg.world_size >= 0
+                       ? cfg.world_size
+                       : launcher_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1, kMaxRanks, 1);
+  if (run.rank >= run.world_size)
+    warn_once("launcher.rank", "rank " + std::to_string(run.rank) + " is not below world_size " +
+                                   std::to_string(run.world_size) + " (set rank/world_size or the launcher's RANK/WORLD_SIZE); "
+                                   "the lines say what was given");
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) run.hostname = host;
   run.pid = static_cast<int64_t>(getpid());

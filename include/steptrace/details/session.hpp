@@ -144,7 +144,7 @@ class Session {
     current_step().store(-1, std::memory_order_relaxed);
     step_thread().store(nullptr, std::memory_order_relaxed);
     step_thread_phase().store(kNoPhase, std::memory_order_relaxed);
-    if (auto last = recorder_.close_last()) queue_.push(std::move(*last));
+    if (auto last = recorder_.close_last()) queue_.push(std::move(*last), /*last=*/true);
     if (attribution_) {
       // The last steps' kernels may still run: wait for the measured device, then take every record.
       gpu_->synchronize(run_.device->index);

@@ -23,11 +23,12 @@ class StepQueue {
     dropped_ = dropped_traced_ = 0;
   }
 
-  /// Training thread. False: dropped (counted).
-  bool push(StepRecord&& record) {
+  /// Training thread. False: dropped (counted). `last`: stop()'s final step, which the bound does not
+  /// refuse (one over it at most: stop() ends the pushes).
+  bool push(StepRecord&& record, bool last = false) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (queue_.size() >= bound_) {
+      if (queue_.size() >= bound_ && !last) {
         ++dropped_;
         if (record.traced) ++dropped_traced_;
         warn_once("queue.full", "writer queue full (max_pending_steps); step lines are being dropped and counted");

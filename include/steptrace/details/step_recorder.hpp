@@ -130,7 +130,10 @@ class StepRecorder {
       return;
     }
     StepRecord& r = open_.record;
-    if (r.spans.size() >= cfg_.max_spans_per_step) {
+    // Other threads (a busy loader) may fill three quarters of the budget; the rest is the step
+    // thread's, so its phases (forward_time_ms, ...) are not crowded out.
+    const std::size_t limit = span.on_step_thread ? cfg_.max_spans_per_step : cfg_.max_spans_per_step - cfg_.max_spans_per_step / 4;
+    if (r.spans.size() >= limit) {
       ++r.spans_dropped;
       return;
     }
@@ -143,11 +146,22 @@ class StepRecorder {
       warn_once("record.nostep", "steptrace::record(\"" + name + "\") before the first TRACE_STEP; dropped");
       return;
     }
-    if (open_.record.scalars.size() >= kMaxScalarsPerStep) {
-      ++open_.record.scalars_dropped;
-      return;
+    auto& scalars = open_.record.scalars;
+    if (scalars.size() >= kMaxScalarsPerStep) {
+      // Full: a name already recorded still takes its last value (the line shows the last one), and
+      // the built-in scalars always get in; only new names are dropped (counted).
+      for (auto it = scalars.rbegin(); it != scalars.rend(); ++it)
+        if (it->first == name) {
+          it->second = value;
+          ++open_.record.scalars_dropped;  // an earlier value of the name is no longer kept
+          return;
+        }
+      if (name != "loss" && name != "grad_norm" && name != "overflow_count") {
+        ++open_.record.scalars_dropped;
+        return;
+      }
     }
-    open_.record.scalars.emplace_back(std::move(name), value);
+    scalars.emplace_back(std::move(name), value);
   }
 
   /// stop(): the open step, closed now (its line is the last).
