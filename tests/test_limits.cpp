@@ -5,6 +5,7 @@
 #include <steptrace/steptrace.hpp>
 
 #include <atomic>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -148,4 +149,26 @@ TEST_CASE("stop()'s final line is written even when the writer queue is full", "
   REQUIRE_FALSE(lines.empty());
   CHECK(lines.back()["global_step"] == 3000);
   CHECK(lines.back()["loss"] == 42.0);
+}
+
+TEST_CASE("tokens that are not a finite number are refused with a warning, and the null says why", "[limits]") {
+  auto& out = steptrace_test::captured_log();
+  const auto log = fresh_log("limits_tokens");
+  REQUIRE(steptrace::start(quiet(log)));
+  {
+    TRACE_STEP(std::numeric_limits<double>::infinity());
+  }
+  {
+    TRACE_STEP();
+    steptrace::set_step_tokens(std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity());
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 2);
+  for (const auto& line : lines) {
+    CHECK(line["tokens"].is_null());
+    CHECK(line["tokens_per_second"].is_null());
+    steptrace_test::require_null_reasons(line);
+  }
+  CHECK(out.str().find("tokens must be a finite number >= 0") != std::string::npos);
 }

@@ -3,6 +3,7 @@
 // place where the public API meets the runtime (the process's Session, NVTX, the logger).
 #pragma once
 #include "../version.hpp"
+#include <cmath>
 #include <exception>
 #include <string>
 #include <utility>
@@ -48,7 +49,14 @@ STEPTRACE_INLINE void record(std::string_view name, double value) noexcept {
 STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples) noexcept {
   if (!is_running()) return;
   try {
-    details::Session::current().set_step_counts(tokens >= 0 ? std::optional<double>(tokens) : std::nullopt, samples);
+    const bool tokens_ok = std::isfinite(tokens) && tokens >= 0;
+    if (!std::isfinite(tokens))
+      details::warn_once("step.set_tokens", "set_step_tokens(tokens): tokens must be a finite number >= 0; ignored");
+    if (samples && !(std::isfinite(*samples) && *samples >= 0)) {
+      details::warn_once("step.set_samples", "set_step_tokens(tokens, samples): samples must be a finite number >= 0; ignored");
+      samples.reset();
+    }
+    details::Session::current().set_step_counts(tokens_ok ? std::optional<double>(tokens) : std::nullopt, samples);
   } catch (...) {
   }
 }
@@ -92,11 +100,15 @@ STEPTRACE_INLINE bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange>
 STEPTRACE_INLINE StepScope::StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept {
   if (!is_running()) return;
   try {
-    if (tokens && !(*tokens >= 0)) {
-      details::warn_once("step.tokens", "TRACE_STEP(tokens): tokens must be >= 0; ignored");
+    if (tokens && !(std::isfinite(*tokens) && *tokens >= 0)) {
+      details::warn_once("step.tokens", "TRACE_STEP(tokens): tokens must be a finite number >= 0; ignored (the line's "
+                                        "tokens are then tokens_per_step's, or null with a reason)");
       tokens.reset();
     }
-    if (samples && !(*samples >= 0)) samples.reset();
+    if (samples && !(std::isfinite(*samples) && *samples >= 0)) {
+      details::warn_once("step.samples", "TRACE_STEP(tokens, samples): samples must be a finite number >= 0; ignored");
+      samples.reset();
+    }
     const auto index = details::Session::current().begin_step(tokens, samples);
     active_ = index.has_value();
     if (active_) backend::nvtx::push_step(*index);
