@@ -14,7 +14,7 @@ import sys
 
 
 def steptrace_means(path, skip):
-    lines = [json.loads(l) for l in open(path)][skip:]
+    lines = [x for x in map(json.loads, open(path)) if "event" not in x][skip:]  # step lines
     if lines and not lines[-1]["step_time_basis"] == "next_step_start":
         lines = lines[:-1]  # the last step's line ends at stop(): not a steady step
     sums = collections.Counter()

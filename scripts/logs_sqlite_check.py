@@ -26,7 +26,8 @@ with tempfile.TemporaryDirectory() as tmp:
     log = os.path.join(tmp, "steps.jsonl")
     subprocess.run([os.path.join(build, "examples/mlp_train"), "--cpu", "--steps", "40", "--log", log],
                    check=True, capture_output=True, env=dict(os.environ, STEPTRACE_SUMMARY="0"))
-    lines = [json.loads(l) for l in open(log)]
+    records = [json.loads(l) for l in open(log)]
+    lines = [r for r in records if "event" not in r]
     with open(log, "a") as f:
         f.write('{"torn": \n')  # what a killed writer could leave: skipped by the loader
     db = os.path.join(tmp, "steps.db")
@@ -43,6 +44,9 @@ with tempfile.TemporaryDirectory() as tmp:
     got = {(r["step"], r["phase"]): r["host_ms"] for r in phases}
     if got != want:
         failures.append(f"phases differ: {len(got)} rows in SQLite, {len(want)} in the lines")
+    ends = sql(db, "SELECT reason, last_step FROM ends")
+    if ends != [{"reason": "stop", "last_step": lines[-1]["global_step"]}]:
+        failures.append(f"ends view: {ends}")
     q = subprocess.run(["sqlite3", db], stdin=open(os.path.join(ROOT, "examples/logs/queries.sql")),
                        capture_output=True, text=True)
     if q.returncode != 0 or "forward" not in q.stdout or q.stderr:

@@ -4,7 +4,7 @@
     scripts/torch_variant_summary.py LOG.jsonl NAME
 """
 import json, sys, collections
-lines = [json.loads(l) for l in open(sys.argv[1])][5:]  # skip warm-up steps
+lines = [x for x in map(json.loads, open(sys.argv[1])) if "event" not in x][5:]  # skip warm-up steps
 labels = collections.Counter(l["diagnosis"]["label"] for l in lines)
 ev = lambda k: sum((l["diagnosis"]["evidence"][k] or 0) for l in lines) / len(lines)
 att = [l["phases"].get("attention", {}).get("gpu", {}) for l in lines]

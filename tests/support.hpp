@@ -27,8 +27,8 @@ inline std::string fresh_log(const std::string& name) {
   return path;
 }
 
-/// Every line of a JSONL file, each parsed; a line that does not parse fails the test.
-inline std::vector<nlohmann::json> read_lines(const std::string& path) {
+/// Every record of a JSONL file, each parsed; a line that does not parse fails the test.
+inline std::vector<nlohmann::json> read_records(const std::string& path) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);
   std::string line;
@@ -37,6 +37,22 @@ inline std::vector<nlohmann::json> read_lines(const std::string& path) {
     REQUIRE_NOTHROW(lines.push_back(nlohmann::json::parse(line)));
   }
   return lines;
+}
+
+/// The step lines of a JSONL file (an end record, {"event": ...}, left out: read_events).
+inline std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> steps;
+  for (auto& r : read_records(path))
+    if (!r.contains("event")) steps.push_back(std::move(r));
+  return steps;
+}
+
+/// The event records ({"event": "end", ...}) of a JSONL file.
+inline std::vector<nlohmann::json> read_events(const std::string& path) {
+  std::vector<nlohmann::json> events;
+  for (auto& r : read_records(path))
+    if (r.contains("event")) events.push_back(std::move(r));
+  return events;
 }
 
 inline void spin_for_us(int us) {

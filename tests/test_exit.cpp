@@ -1,16 +1,21 @@
-// Programs that end without stop(): no line is corrupted (issue #17). The process may die inside the
-// background thread's write(2) of its last line (exit ends every thread; a write to a file can stop part
-// way): that unterminated tail is the one thing allowed here, and is for issue #17's exit handling.
+// Programs that end without stop() (issue #17): no line is corrupted, and nothing measured is lost:
+// at exit steptrace writes every pending line and an end record before the process goes.
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "support.hpp"
 
-TEST_CASE("returning from main without stop() writes no corrupt line", "[exit]") {
-  int lines_seen = 0;
+TEST_CASE("returning from main without stop() writes every line, whole, and an end record", "[exit]") {
   for (int run = 0; run < 20; ++run) {
     const std::string log = steptrace_test::fresh_log("exit_without_stop_" + std::to_string(run));
     const std::string cmd = std::string(STEPTRACE_EXIT_PROGRAM) + " " + log + " 400";
@@ -18,22 +23,35 @@ TEST_CASE("returning from main without stop() writes no corrupt line", "[exit]")
     REQUIRE(std::system(cmd.c_str()) == 0);
     std::stringstream whole;
     whole << std::ifstream(log).rdbuf();
-    std::string content = whole.str();
-    content.erase(content.rfind('\n') + 1);  // an unterminated tail: cut by the process's end
+    const std::string content = whole.str();
+    REQUIRE_FALSE(content.empty());
+    CHECK(content.back() == '\n');  // no unterminated tail
     std::istringstream in(content);
     std::string text;
+    int steps = 0, ends = 0;
     while (std::getline(in, text)) {
       INFO("run " << run << ": " << text.substr(0, 300));
       const auto line = nlohmann::json::parse(text);  // throws on a torn or invalid line
-      ++lines_seen;
+      if (line.contains("event")) {
+        ++ends;
+        CHECK(line["event"] == "end");
+        CHECK(line["reason"] == "exit");
+        CHECK(line["last_global_step"] == 399);
+        CHECK(line["lines_written"] == 400);
+        continue;
+      }
+      CHECK(ends == 0);  // the end record comes last
+      CHECK(line["global_step"] == steps);
+      ++steps;
       for (const auto& [name, phase] : line["phases"].items()) {
         CHECK((name == "attention-with-a-long-name" || name == "unphased"));
         CHECK(phase["host_ms"].is_number());
       }
-      CHECK(double(line["loss"]) == Approx(1.0 / (int(line["global_step"]) + 1)));
+      CHECK(line["loss"].get<double>() == Approx(1.0 / (line["global_step"].get<int>() + 1)));
     }
+    CHECK(steps == 400);  // every step measured has its line, the one open at exit included
+    CHECK(ends == 1);
   }
-  CHECK(lines_seen > 0);
 }
 
 TEST_CASE("a log that fails part way keeps whole lines and counts what it lost", "[exit]") {
@@ -49,9 +67,135 @@ TEST_CASE("a log that fails part way keeps whole lines and counts what it lost",
   std::istringstream in(content);
   std::string text;
   std::vector<nlohmann::json> lines;
-  while (std::getline(in, text)) lines.push_back(nlohmann::json::parse(text));  // every line whole
+  while (std::getline(in, text)) {
+    auto record = nlohmann::json::parse(text);  // every line whole
+    if (!record.contains("event")) lines.push_back(std::move(record));
+  }
   REQUIRE(lines.size() < 40);
   const uint64_t lost = lines.back()["dropped"]["lines_unwritten_total"];
   CHECK(lines.size() + lost == 40);  // every step either has its line or is counted
   CHECK(lines.front()["dropped"]["lines_unwritten_total"] == 0);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Starts signal_child; returns its pid once its log holds at least `lines` lines.
+pid_t start_child(const std::string& log, const char* mode, int lines, const std::string& out = "/dev/null") {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) ::dup2(fd, STDOUT_FILENO);
+    ::execl(STEPTRACE_SIGNAL_PROGRAM, STEPTRACE_SIGNAL_PROGRAM, log.c_str(), mode, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto give_up = Clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    std::ifstream in(log);
+    int n = 0;
+    for (std::string l; std::getline(in, l);) ++n;
+    if (n >= lines || Clock::now() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pid;
+}
+
+/// Waits for the child (at most 10 s, then SIGKILL); returns its wait status.
+int wait_child(pid_t pid) {
+  int status = 0;
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("the child did not end within 10 s of the signal");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return status;
+}
+
+/// Every line whole and valid JSON, the file ends with a newline; returns the records.
+std::vector<nlohmann::json> strict_records(const std::string& log) {
+  std::stringstream whole;
+  whole << std::ifstream(log).rdbuf();
+  const std::string content = whole.str();
+  if (!content.empty()) CHECK(content.back() == '\n');
+  std::vector<nlohmann::json> out;
+  std::istringstream in(content);
+  for (std::string text; std::getline(in, text);) {
+    INFO(text.substr(0, 300));
+    out.push_back(nlohmann::json::parse(text));  // throws on a torn line
+  }
+  return out;
+}
+
+/// The step lines are 0..n-1 without a gap, and the end record closes them.
+void check_ended(const std::vector<nlohmann::json>& records, const char* reason) {
+  REQUIRE(records.size() >= 2);
+  const auto& end = records.back();
+  REQUIRE(end.contains("event"));
+  CHECK(end["event"] == "end");
+  CHECK(end["reason"] == reason);
+  for (std::size_t i = 0; i + 1 < records.size(); ++i) {
+    REQUIRE_FALSE(records[i].contains("event"));
+    CHECK(records[i]["global_step"] == i);
+  }
+  CHECK(end["last_global_step"] == records.size() - 2);
+  CHECK(end["lines_written"] == records.size() - 1);
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM with its default action: the pending lines and an end record, then the process ends by it", "[exit]") {
+  const std::string log = steptrace_test::fresh_log("sigterm_default");
+  const pid_t pid = start_child(log, "default", 30);
+  const auto t0 = Clock::now();
+  ::kill(pid, SIGTERM);
+  const int status = wait_child(pid);
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  CHECK(took < 1.5);  // within steptrace's 1 s, plus the process's own end
+  check_ended(strict_records(log), "SIGTERM");
+}
+
+TEST_CASE("SIGTERM with the program's own handler: steptrace writes its lines, then calls that handler", "[exit]") {
+  const std::string log = steptrace_test::fresh_log("sigterm_chain");
+  const std::string out = "sigterm_chain.out";
+  const pid_t pid = start_child(log, "chain", 30, out);
+  ::kill(pid, SIGTERM);
+  const int status = wait_child(pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 42);
+  std::stringstream said;
+  said << std::ifstream(out).rdbuf();
+  CHECK(said.str() == "program handler ran\n");
+  check_ended(strict_records(log), "SIGTERM");
+}
+
+TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook writes the lines", "[exit]") {
+  const std::string log = steptrace_test::fresh_log("sigterm_after");
+  const pid_t pid = start_child(log, "after", 30);
+  ::kill(pid, SIGTERM);
+  const int status = wait_child(pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 43);
+  check_ended(strict_records(log), "exit");
+}
+
+TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
+  std::srand(20261124);
+  for (int run = 0; run < 24; ++run) {
+    const std::string log = steptrace_test::fresh_log("sigkill_" + std::to_string(run));
+    const pid_t pid = start_child(log, "default", 1 + std::rand() % 40);
+    std::this_thread::sleep_for(std::chrono::microseconds(std::rand() % 20000));
+    ::kill(pid, SIGKILL);
+    wait_child(pid);
+    INFO("run " << run);
+    const auto records = strict_records(log);
+    for (std::size_t i = 0; i < records.size(); ++i) CHECK(records[i]["global_step"] == i);  // whole, in order, no gap
+  }
 }

@@ -18,7 +18,16 @@ CREATE VIEW IF NOT EXISTS steps AS SELECT
   json_extract(line, '$.traced') AS traced,
   json_extract(line, '$.diagnosis.label') AS diagnosis,
   line
-FROM lines;
+FROM lines WHERE json_extract(line, '$.event') IS NULL;
+-- The records that end a run's lines (stop(), SIGTERM, exit): how each rank's run ended.
+CREATE VIEW IF NOT EXISTS ends AS SELECT
+  file,
+  json_extract(line, '$.rank') AS rank,
+  json_extract(line, '$.reason') AS reason,
+  json_extract(line, '$.timestamp') AS timestamp,
+  json_extract(line, '$.last_global_step') AS last_step,
+  json_extract(line, '$.lines_incomplete') AS lines_incomplete
+FROM lines WHERE json_extract(line, '$.event') = 'end';
 CREATE VIEW IF NOT EXISTS phases AS SELECT
   json_extract(l.line, '$.rank') AS rank,
   json_extract(l.line, '$.global_step') AS step,

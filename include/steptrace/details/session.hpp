@@ -8,6 +8,7 @@
 #pragma once
 #include "../version.hpp"
 #include <atomic>
+#include <chrono>
 #include <cerrno>  // program_invocation_short_name (glibc)
 #include <cstdlib>
 #include <functional>
@@ -130,6 +131,11 @@ class Session {
     }
     last_started().store(this, std::memory_order_release);
     running_flag().store(true, std::memory_order_release);
+    if (cfg.flush_on_exit) {
+      const std::string err = install_end_handlers(&Session::end_hook);
+      if (!err.empty()) warn_once("flush_on_exit", "flush_on_exit: " + err + "; a SIGTERM may lose the last lines");
+      end_signals().armed.store(true, std::memory_order_release);
+    }
     logger()->info("started: rank {}/{} on {}, device {}, log {}", run_.rank, run_.world_size, run_.hostname,
                    run_.device ? run_.device->name : std::string("none (") + run_.device_null_reason + ")",
                    log_path_.empty() ? "(none)" : log_path_);
@@ -139,6 +145,7 @@ class Session {
   Summary stop() {
     std::lock_guard<std::mutex> life(lifecycle_);
     if (!running_flag().load()) return Summary{};  // started = false
+    end_signals().armed.store(false, std::memory_order_release);
     running_flag().store(false, std::memory_order_release);
     scopes_read_ticks().store(false, std::memory_order_relaxed);
     current_step().store(-1, std::memory_order_relaxed);
@@ -175,6 +182,26 @@ class Session {
       }
     }
     return s;
+  }
+
+  /// An ending without stop() (SIGTERM, exit; signals.hpp): the open step closed now, every pending
+  /// line written as it is (gpu.complete false where records are missing) and an end record, within
+  /// kEndWaitMs. Any thread; never takes the lifecycle lock (stop() may hold it).
+  void end_now(const char* reason) {
+    if (!running_flag().load(std::memory_order_acquire)) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (auto last = recorder_.try_close_open(now + std::chrono::milliseconds(kEndWaitMs / 5)))
+      queue_.push(std::move(*last), /*last=*/true);
+    const uint64_t id = queue_.request_flush(reason);
+    if (!queue_.wait_flushed(id, now + std::chrono::milliseconds(kEndWaitMs * 9 / 10)))
+      warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
+                                   std::to_string(kEndWaitMs) + " ms");
+  }
+  static void end_hook(const char* reason) {
+    try {
+      current().end_now(reason);
+    } catch (...) {
+    }
   }
 
   // ---- training-thread side -----------------------------------------------------------------

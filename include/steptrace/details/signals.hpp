@@ -1,22 +1,140 @@
-// steptrace/details/signals.hpp - signals on steptrace's own threads. A write to a pipe whose reader
-// left raises SIGPIPE, and one past the file size limit (ulimit -f) SIGXFSZ, in the writing thread;
-// both end the process by default. steptrace's threads block them, so such a write fails with EPIPE
-// or EFBIG instead (counted and warned like any failed write) and training goes on.
+// steptrace/details/signals.hpp - signals and the process's end.
+//
+// Writes: a write to a pipe whose reader left raises SIGPIPE, and one past the file size limit
+// (ulimit -f) SIGXFSZ, in the writing thread; both end the process by default. steptrace's threads
+// block them, so such a write fails with EPIPE or EFBIG instead (counted and warned like any failed
+// write) and training goes on.
+//
+// Endings (flush_on_exit): SIGTERM (what Slurm and Kubernetes send before a kill) and exit without
+// stop() write the pending lines and an end record within kEndWaitMs. The SIGTERM handler only
+// does async-signal-safe work (signal-safety(7): write, read, poll, getpid, sigaction, raise): it
+// wakes a watcher thread through a pipe, waits for its answer with poll, then hands the signal on
+// to the handler that was installed before (its function, or the default action by raising the
+// signal again, or nothing if it was ignored): chained, never replaced.
 #pragma once
 #include "../version.hpp"
+#include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <unistd.h>
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
-/// Called first thing in each thread steptrace starts (the mask is per thread, signal(7)).
+/// The longest an ending (SIGTERM, exit) waits for the pending lines to be written.
+inline constexpr int kEndWaitMs = 1000;
+
+/// Called first thing in each thread steptrace starts (the mask is per thread, signal(7)). SIGTERM
+/// too: the process's handler must run on a thread that is not the one writing the lines.
 inline void block_write_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);
   sigaddset(&set, SIGXFSZ);
+  sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+/// What an ending does (Session::end_now): bounded, called on the watcher thread or at exit.
+using EndFunction = void (*)(const char* reason);
+
+struct EndSignals {
+  int wake[2] = {-1, -1};  // handler -> watcher
+  int done[2] = {-1, -1};  // watcher -> handler
+  pid_t pid = 0;           // the process the watcher runs in (a fork's child has none)
+  struct sigaction previous {};
+  std::atomic<bool> armed{false};  // a run is on: endings write its lines
+  EndFunction on_end = nullptr;
+  bool installed = false;  // once per process (under install_mutex)
+};
+
+// Never destroyed: the handler and the exit hook may run while static destructors do.
+inline EndSignals& end_signals() {
+  static EndSignals* s = new EndSignals;
+  return *s;
+}
+
+inline void on_sigterm(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  EndSignals& s = end_signals();
+  if (s.armed.load(std::memory_order_acquire) && s.pid == ::getpid()) {
+    char b = 0;
+    while (::read(s.done[0], &b, 1) > 0) {
+    }  // an answer to an earlier wake that came after its wait ended
+    b = 1;
+    if (::write(s.wake[1], &b, 1) == 1) {
+      pollfd p{s.done[0], POLLIN, 0};
+      if (::poll(&p, 1, kEndWaitMs) > 0) (void)!::read(s.done[0], &b, 1);
+    }
+  }
+  const struct sigaction& prev = s.previous;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, context);
+  } else if (prev.sa_handler == SIG_DFL) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(sig, &dfl, nullptr);
+    ::raise(sig);  // pending until this handler returns, then the default action ends the process
+  } else if (prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+  }
+  errno = saved_errno;
+}
+
+inline void end_watcher(EndSignals* s) {
+  block_write_signals();
+  for (;;) {
+    char b = 0;
+    const ssize_t n = ::read(s->wake[0], &b, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    if (s->on_end) s->on_end("SIGTERM");
+    (void)!::write(s->done[1], &b, 1);
+  }
+}
+
+inline void at_exit_hook() {
+  EndSignals& s = end_signals();
+  if (s.armed.load(std::memory_order_acquire) && s.on_end) s.on_end("exit");
+}
+
+/// Once per process, at the first start() with flush_on_exit: the exit hook, the watcher thread
+/// and the SIGTERM handler (not where the program ignores SIGTERM). Returns "" or why not all.
+inline std::string install_end_handlers(EndFunction on_end) {
+  static std::mutex* install_mutex = new std::mutex;
+  std::lock_guard<std::mutex> lock(*install_mutex);
+  EndSignals& s = end_signals();
+  if (s.installed) return {};
+  s.installed = true;
+  s.on_end = on_end;
+  std::atexit(at_exit_hook);
+  struct sigaction current {};
+  if (::sigaction(SIGTERM, nullptr, &current) != 0) return "cannot read SIGTERM's handler";
+  if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) return {};  // the program ignores it
+  if (::pipe2(s.wake, O_CLOEXEC) != 0 || ::pipe2(s.done, O_CLOEXEC | O_NONBLOCK) != 0)
+    return "cannot create the SIGTERM handler's pipes";
+  ::fcntl(s.wake[1], F_SETFL, ::fcntl(s.wake[1], F_GETFL) | O_NONBLOCK);
+  s.pid = ::getpid();
+  try {
+    std::thread(end_watcher, &s).detach();  // lives as long as the process, blocked in read()
+  } catch (...) {
+    return "cannot start the SIGTERM watcher thread";
+  }
+  struct sigaction mine {};
+  mine.sa_sigaction = on_sigterm;
+  mine.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&mine.sa_mask);
+  s.previous = current;
+  if (::sigaction(SIGTERM, &mine, nullptr) != 0) return "cannot install the SIGTERM handler";
+  return {};
 }
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

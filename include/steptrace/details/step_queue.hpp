@@ -2,10 +2,12 @@
 // background thread: bounded (max_pending_steps), a step over the bound is dropped and counted.
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <mutex>
 
 #include "../core/records.hpp"
@@ -44,7 +46,7 @@ class StepQueue {
   /// Returns whether stop() has been asked.
   bool take(std::deque<StepRecord>& out, std::chrono::microseconds period) {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_for(lock, period, [&] { return !queue_.empty() || stopping_; });
+    cv_.wait_for(lock, period, [&] { return !queue_.empty() || stopping_ || flush_asked_ != flush_taken_; });
     out.swap(queue_);
     return stopping_;
   }
@@ -55,6 +57,40 @@ class StepQueue {
       stopping_ = true;
     }
     cv_.notify_all();
+  }
+
+  // ---- an ending without stop() (SIGTERM, exit): write what is pending now ----
+
+  /// Any thread: asks the background thread to write every pending line and an end record now.
+  /// Returns the request's number, for wait_flushed().
+  uint64_t request_flush(std::string reason) {
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      flush_reason_ = std::move(reason);
+      id = ++flush_asked_;
+    }
+    cv_.notify_all();
+    return id;
+  }
+  /// Background thread: the reason of a request not yet served ("" = none), marking it taken.
+  std::string take_flush(uint64_t& id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (flush_asked_ == flush_taken_) return {};
+    flush_taken_ = id = flush_asked_;
+    return flush_reason_;
+  }
+  void flush_done(uint64_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      flush_done_ = std::max(flush_done_, id);
+    }
+    done_cv_.notify_all();
+  }
+  /// Waits until request `id` was served or `deadline`; returns whether it was.
+  bool wait_flushed(uint64_t id, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return done_cv_.wait_until(lock, deadline, [&] { return flush_done_ >= id; });
   }
 
   bool empty() {
@@ -73,8 +109,10 @@ class StepQueue {
 
  private:
   std::mutex mutex_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, done_cv_;
   std::deque<StepRecord> queue_;
+  std::string flush_reason_;
+  uint64_t flush_asked_ = 0, flush_taken_ = 0, flush_done_ = 0;
   std::size_t bound_ = 256;
   bool stopping_ = false;
   uint64_t dropped_ = 0, dropped_traced_ = 0;

@@ -175,6 +175,22 @@ class StepRecorder {
     return last;
   }
 
+  /// An ending without stop() (SIGTERM, exit): the open step, closed now, if the recorder's lock can
+  /// be had by `deadline` (the thread a signal interrupted may hold it: then the open step is lost).
+  std::optional<StepRecord> try_close_open(std::chrono::steady_clock::time_point deadline) {
+    while (!mutex_.try_lock()) {
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::lock_guard<std::mutex> lock(mutex_, std::adopt_lock);
+    if (!open_.exists) return std::nullopt;
+    open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
+    open_.record.end_is_next_step = false;
+    std::optional<StepRecord> last = std::move(open_.record);
+    open_ = OpenStep{};  // the program may go on: its scope's end finds no open step
+    return last;
+  }
+
   // ---- the clock phase scopes read ----
 
   /// start(): the first anchor of the tick clock, or why scopes read steady_clock ("" = ticks usable).

@@ -20,6 +20,7 @@
 #include "../backend/gpu_backend.hpp"
 #include "../core/attribution.hpp"
 #include "../core/clock.hpp"
+#include "../core/end_line.hpp"
 #include "../core/plausibility.hpp"
 #include "../sink/sink.hpp"
 #include "cross_rank_link.hpp"
@@ -91,13 +92,20 @@ class Worker {
         detach_since_ = s_.gpu->detach_since();
         if (detach_since_) stop_counters_for_detach();
       }
-      emit_ready(stopping);
+      uint64_t flush_id = 0;
+      const std::string flush_reason = s_.queue->take_flush(flush_id);
+      emit_ready(stopping || !flush_reason.empty());  // an ending: every waiting line now, as it is
+      if (!flush_reason.empty()) {
+        write_end(flush_reason);
+        s_.queue->flush_done(flush_id);
+      }
       if (detach_since_ && !stopping) {  // once per traced line, again while records are still on
         const uint64_t done = traced_done_ + s_.queue->dropped_traced();
         if (done != detach_asked_for_ && s_.gpu->request_detach(done)) detach_asked_for_ = done;
       }
       if (stopping && waiting_.empty() && s_.queue->empty()) break;
     }
+    write_end("stop");
     for (sink::LineSink* sink : s_.sinks) {
       const std::string abandoned = sink->finish_lines();
       if (!abandoned.empty()) warn_once("finish." + sink->describe(), "at stop(): " + abandoned);
@@ -273,6 +281,8 @@ class Worker {
       lines_.close_window(in);
       if (s_.sinks.empty()) return;
       const std::string line = make_step_line(in);
+      last_line_step_ = static_cast<int64_t>(r.index);
+      if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
       for (sink::LineSink* sink : s_.sinks) {
         const std::string err = sink->write_line(line);
         if (sink->counts_lines()) ++(err.empty() ? lines_written_ : lines_failed_);
@@ -405,6 +415,27 @@ class Worker {
   int current_every_ = 1;          // the interval last asked of the recorder (overhead_budget)
   uint64_t every_changed_at_ = 0;  // the step whose line moved it
   uint64_t lines_written_ = 0, lines_failed_ = 0;
+  uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
+  int64_t last_line_step_ = -1;    // the last step whose line was produced
+
+  /// The end record (core/end_line.hpp), to the sinks that hold the lines (not a view of them, such as
+  /// the Prometheus exporter); not counted as a line.
+  void write_end(const std::string& reason) {
+    try {
+      EndRecord e;
+      e.reason = reason;
+      e.unix_ns = unix_ns();
+      e.last_global_step = last_line_step_;
+      e.lines_written = lines_written_;
+      e.lines_unwritten_total = lines_failed_;
+      e.steps_dropped_total = s_.queue->dropped();
+      e.lines_incomplete = lines_incomplete_;
+      const std::string line = make_end_line(e, lines_.context().run);
+      for (sink::LineSink* sink : s_.sinks)
+        if (sink->counts_lines()) sink->write_line(line);
+    } catch (...) {
+    }
+  }
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,0 +1,43 @@
+// steptrace/core/end_line.hpp - the record that ends a run's lines: {"event":"end", ...}, written
+// after the last step line at stop(), on SIGTERM and at exit without stop() (docs/schema.md, "The end
+// record"). A reader tells it from a step line by its `event` key; step lines have none.
+#pragma once
+#include "../version.hpp"
+#include <cstdint>
+#include <string>
+
+#include "json_writer.hpp"
+#include "line_sections.hpp"
+#include "run_info.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+inline constexpr const char* kEndSchemaVersion = "steptrace.end/1";
+
+struct EndRecord {
+  std::string reason;             // "stop", "SIGTERM", "exit"
+  int64_t unix_ns = 0;            // when it was written
+  int64_t last_global_step = -1;  // the last step with a line (written or not), -1 = none
+  uint64_t lines_written = 0, lines_unwritten_total = 0, steps_dropped_total = 0;
+  uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
+};
+
+inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
+  details::JsonWriter w;
+  w.begin_object();
+  w.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
+  w.field("timestamp", details::iso8601_utc(e.unix_ns));
+  w.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
+  w.field("hostname", run.hostname).field("pid", run.pid);
+  w.key("last_global_step");
+  if (e.last_global_step >= 0) w.value(e.last_global_step);
+  else w.null();
+  w.field("lines_written", e.lines_written).field("lines_incomplete", e.lines_incomplete);
+  w.key("dropped").begin_object();
+  w.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
+  w.end_object();
+  w.end_object();
+  return w.str();
+}
+
+STEPTRACE_END_NAMESPACE  // steptrace

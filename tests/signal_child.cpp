@@ -1,0 +1,46 @@
+// signal_child LOG MODE - steps until a signal ends it (tests/test_exit.cpp sends SIGTERM or SIGKILL).
+// MODE default: SIGTERM keeps its default action; chain: the program installed its own SIGTERM handler
+// before start(), which steptrace must call after writing its lines (the handler exits with 42);
+// after: the program installs its handler after start() (over steptrace's; steptrace then sees no
+// signal, the exit hook writes the lines when the handler calls exit()).
+#include <steptrace/steptrace.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <unistd.h>
+
+namespace {
+void own_handler(int) {
+  const char text[] = "program handler ran\n";
+  (void)!::write(STDOUT_FILENO, text, sizeof text - 1);
+  _exit(42);
+}
+void exiting_handler(int) { std::exit(43); }  // not async-signal-safe; a program's choice, as many make it
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  const std::string mode = argv[2];
+  if (mode == "chain") std::signal(SIGTERM, own_handler);
+  steptrace::Config cfg;
+  cfg.log_path = argv[1];
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  cfg.max_lag_steps = 0;
+  steptrace::start(cfg);
+  if (mode == "after") std::signal(SIGTERM, exiting_handler);
+  for (long i = 0;; ++i) {
+    TRACE_STEP(512.0);
+    {
+      TRACE_PHASE(forward);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+    steptrace::record("loss", 1.0 / (i + 1));
+  }
+}
