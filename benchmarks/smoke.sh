@@ -22,7 +22,8 @@ for args in small_tf small_lb; do
     # shellcheck disable=SC2086  # $env holds one or two assignments
     env $env STEPTRACE_LOG="$log" "$b/step_workloads" "${a[@]}" | grep -q "^result .*build=instrumented" ||
       fail "$env ${a[*]}"
-    lines=$(wc -l <"$log")
+    lines=$(grep -vc '^{"event"' "$log" || true)  # step lines; a run's lines end with an end record
+    [[ $env == STEPTRACE_ENABLED=0 ]] || grep -q '^{"event":"end".*"reason":"stop"' "$log" || fail "$env: no end record"
     if [[ $env == STEPTRACE_ENABLED=0 ]]; then [[ $lines == 0 ]] || fail "$env wrote $lines lines"
     else [[ $lines == 5 ]] || fail "$env ${a[*]}: $lines lines, expected 5"; fi
     rm -f "$log"

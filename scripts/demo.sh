@@ -11,5 +11,8 @@ if [[ -z "${STEPTRACE_LOG:-}" ]]; then
 fi
 "$BUILD_DIR/examples/mlp_train" --steps 50 "$@"
 echo
-echo "JSON lines: $STEPTRACE_LOG ($(wc -l <"${STEPTRACE_LOG//\{rank\}/0}") lines). The last one:"
-tail -n 1 "${STEPTRACE_LOG//\{rank\}/0}"
+log0=${STEPTRACE_LOG//\{rank\}/0}
+echo "JSON lines: $STEPTRACE_LOG ($(grep -vc '^{"event"' "$log0") step lines). The last step's line:"
+grep -v '^{"event"' "$log0" | tail -n 1
+echo "and the record that ends the run:"
+tail -n 1 "$log0"
