@@ -80,6 +80,8 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     d.name = "Fake GPU";
     d.sm_count = sm_count;
     d.total_memory_bytes = int64_t{80} << 30;
+    d.uuid = "GPU-00000000-1111-2222-3333-444444444444";
+    d.pci_bus_id = "00000000:3B:00.0";
     p.device = d;
     return p;
   }

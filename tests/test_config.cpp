@@ -6,6 +6,7 @@
 #include <cctype>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 
 #include "capture_log.hpp"
@@ -276,4 +277,46 @@ TEST_CASE("the launcher's rank and world size: out of range or not an integer is
   REQUIRE(lines.size() == 2);
   CHECK(lines[0]["rank"] == 0);
   CHECK(lines[0]["world_size"] == 1);
+}
+
+TEST_CASE("job_id from the setting or the scheduler, run_id new at every start()", "[config]") {
+  for (const char* v : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST", "STEPTRACE_JOB_ID"}) ::unsetenv(v);
+  const auto log = fresh_log("config_job_id");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  auto one_step = [&] {
+    REQUIRE(start(cfg));
+    { TRACE_STEP(); }
+    stop();
+  };
+  one_step();                                 // nothing known
+  ::setenv("TORCHELASTIC_RUN_ID", "elastic-7", 1);
+  one_step();                                 // torchrun's
+  ::setenv("SLURM_JOB_ID", "123456", 1);
+  one_step();                                 // Slurm's first
+  ::setenv("STEPTRACE_JOB_ID", "mine", 1);
+  one_step();                                 // the setting wins
+  for (const char* v : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "STEPTRACE_JOB_ID"}) ::unsetenv(v);
+  ::setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
+  ::setenv("HOSTNAME", "trainer-pod-0", 1);
+  one_step();                                 // the pod's name
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0]["job_id"].is_null());
+  CHECK(lines[0]["null_reasons"]["job_id"].get<std::string>().find("SLURM_JOB_ID") != std::string::npos);
+  CHECK(lines[1]["job_id"] == "elastic-7");
+  CHECK(lines[2]["job_id"] == "123456");
+  CHECK(lines[3]["job_id"] == "mine");
+  CHECK(lines[4]["job_id"] == "trainer-pod-0");
+  std::set<std::string> run_ids;
+  for (const auto& l : lines) {
+    const std::string id = l["run_id"];
+    CHECK(id.size() == 16);
+    CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+    run_ids.insert(id);
+  }
+  CHECK(run_ids.size() == 5);
 }

@@ -247,6 +247,8 @@ TEST_CASE("each unavailable part of the backend gives its section a reason that 
           std::string::npos);
     CHECK(l["null_reasons"]["device_state"] == "NVML unavailable: libnvidia-ml.so.1 not found");
     CHECK(l["device"]["name"] == "Fake GPU");
+    CHECK(l["device"]["uuid"] == "GPU-00000000-1111-2222-3333-444444444444");  // dcgm-exporter's join keys
+    CHECK(l["device"]["pci_bus_id"] == "00000000:3B:00.0");
     CHECK(l["memory"]["device_used_peak_bytes"] == int64_t{1} << 30);  // memory still sampled
     const auto calls = run.gpu->calls();
     CHECK(calls.attribution_stops == 0);  // never started

@@ -61,6 +61,7 @@ struct Config {
   double prometheus_every_ms = 5000;         // STEPTRACE_PROMETHEUS_EVERY_MS (textfile rewrites, at most)
   int prometheus_window_lines = 32;          // STEPTRACE_PROMETHEUS_WINDOW_LINES (steptrace_window_* means)
   std::string job_name;                      // STEPTRACE_JOB_NAME; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, program name
+  std::string job_id;                        // STEPTRACE_JOB_ID; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, the Kubernetes pod
   bool flush_on_exit = true;                 // STEPTRACE_FLUSH_ON_EXIT: SIGTERM / exit without stop() write the pending lines
 };
 

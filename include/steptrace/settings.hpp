@@ -245,6 +245,8 @@ inline const std::vector<Setting>& settings() {
                         1, 1024, "lines the `steptrace_window_*` means are over (traced lines for GPU attribution)"));
     t.push_back(text("job_name", "STEPTRACE_JOB_NAME", &Config::job_name, "text",
                      "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name"));
+    t.push_back(text("job_id", "STEPTRACE_JOB_ID", &Config::job_id, "text",
+                     "every line's `job_id`; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes pod's name"));
     t.push_back(flag("flush_on_exit", "STEPTRACE_FLUSH_ON_EXIT", &Config::flush_on_exit,
                      "on SIGTERM and at exit without `stop()`: write the pending lines and an end record within 1 s, "
                      "then hand SIGTERM on to the program's own handler"));

@@ -55,6 +55,16 @@ inline DeviceProbe probe_device(int requested) {
   d.cc_major = prop.major;
   d.cc_minor = prop.minor;
   d.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  char text[64];
+  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  // nvidia-smi's spelling of a GPU UUID: "GPU-" and the 16 bytes as 8-4-4-4-12 lower-case hex digits.
+  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  d.uuid = text;
+  // nvml.h NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0" (domain:bus:device.function).
+  std::snprintf(text, sizeof text, "%08X:%02X:%02X.0", static_cast<unsigned>(prop.pciDomainID),
+                static_cast<unsigned>(prop.pciBusID), static_cast<unsigned>(prop.pciDeviceID));
+  d.pci_bus_id = text;
   d.max_threads_per_block = prop.maxThreadsPerBlock;
   d.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
   d.regs_per_block = prop.regsPerBlock;

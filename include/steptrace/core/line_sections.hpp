@@ -40,6 +40,14 @@ struct LineOut {
     w.field(name, v);
     if (!v) nulls.emplace_back(name, reason);
   }
+  void optional_text(const char* name, const std::string& v, const std::string& reason) {
+    if (v.empty()) {
+      w.key(name).null();
+      nulls.emplace_back(name, reason);
+    } else {
+      w.field(name, v);
+    }
+  }
   /// A built-in phase that was never opened has no time: null, and say so.
   void phase_field(const StepLineInput& in, const char* name, PhaseId id) {
     auto it = in.host.phases.find(id);
@@ -72,6 +80,8 @@ inline void write_identity(LineOut& out, const StepLineInput& in) {
   w.field("start_unix_ms", static_cast<double>(step.begin_unix_ns) / 1e6);
   w.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
   w.field("hostname", run.hostname).field("pid", run.pid);
+  w.field("run_id", run.run_id);
+  out.optional_text("job_id", run.job_id, run.job_id_source);
   w.key("device");
   if (run.device) {
     w.begin_object()
@@ -79,6 +89,8 @@ inline void write_identity(LineOut& out, const StepLineInput& in) {
         .field("name", run.device->name)
         .field("sm_count", run.device->sm_count)
         .field("compute_capability", std::to_string(run.device->cc_major) + "." + std::to_string(run.device->cc_minor))
+        .field("uuid", run.device->uuid)
+        .field("pci_bus_id", run.device->pci_bus_id)
         .end_object();
   } else {
     w.null();

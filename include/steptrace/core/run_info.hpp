@@ -15,6 +15,8 @@ struct DeviceInfo {
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
   int64_t total_memory_bytes = 0;
+  std::string uuid;        // "GPU-xxxxxxxx-...", as nvidia-smi and dcgm-exporter's UUID label write it
+  std::string pci_bus_id;  // "00000000:3B:00.0", NVML's form (dcgm-exporter's pci_bus_id label)
   // Limits the occupancy estimate needs (cudaDeviceProp's names).
   int max_threads_per_block = 0, max_threads_per_sm = 0, regs_per_block = 0, regs_per_sm = 0, warp_size = 32;
   int64_t smem_per_block = 0, smem_per_sm = 0, smem_per_block_optin = 0, reserved_smem_per_block = 0;
@@ -25,6 +27,9 @@ struct RunInfo {
   int rank = 0, local_rank = 0, world_size = 1;
   std::string hostname;
   int64_t pid = 0;
+  std::string job_id;              // the scheduler's job ("" = none known)
+  std::string job_id_source;       // where job_id came from, or why there is none
+  std::string run_id;              // one per start()
   std::optional<DeviceInfo> device;
   std::string device_null_reason;  // why there is no device
 };

@@ -2,7 +2,10 @@
 // and the rank, world size and host that the launcher (torchrun, mpirun, srun) announces.
 #pragma once
 #include "../version.hpp"
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <random>
 #include <initializer_list>
 #include <cstdlib>
 #include <string>
@@ -47,6 +50,45 @@ inline int launcher_int(std::initializer_list<const char*> names, long long lo, 
   return fallback;
 }
 
+/// The scheduler's job: job_id, else Slurm's, torchelastic's, or the Kubernetes pod's name (a pod's
+/// HOSTNAME is its name, and KUBERNETES_SERVICE_HOST is set in every pod).
+inline void find_job_id(const Config& cfg, RunInfo& run) {
+  run.job_id.clear();
+  if (!cfg.job_id.empty()) {
+    run.job_id = cfg.job_id;
+    return;
+  }
+  for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* v = std::getenv(var);
+    if (v && *v) {
+      run.job_id = std::string(v).substr(0, 128);
+      return;
+    }
+  }
+  const char* pod = std::getenv("HOSTNAME");
+  if (std::getenv("KUBERNETES_SERVICE_HOST") && pod && *pod) {
+    run.job_id = std::string(pod).substr(0, 128);
+    return;
+  }
+  run.job_id_source = "no job id: set job_id (STEPTRACE_JOB_ID), or run under Slurm (SLURM_JOB_ID), torchrun "
+                      "(TORCHELASTIC_RUN_ID) or Kubernetes (the pod's name)";
+}
+
+/// 16 hex digits, new at every start(): tells two runs of one job apart (restarts, a second start()).
+inline std::string new_run_id() {
+  uint64_t bits = 0;
+  try {
+    std::random_device rd;
+    bits = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  } catch (...) {
+  }
+  bits ^= static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) ^
+          (static_cast<uint64_t>(getpid()) << 40);
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  return text;
+}
+
 /// Rank, local rank and world size (Config first, then torchrun's, Open MPI's and Slurm's
 /// variables; each within the ranges of the Config fields), host name and pid. The device is the
 /// backend's to fill in.
@@ -67,6 +109,8 @@ inline RunInfo discover_run(const Config& cfg) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) run.hostname = host;
   run.pid = static_cast<int64_t>(getpid());
+  find_job_id(cfg, run);
+  run.run_id = new_run_id();
   return run;
 }
 
