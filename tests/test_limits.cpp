@@ -10,25 +10,16 @@
 #include <thread>
 
 #include "capture_log.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using steptrace_test::fresh_log;
 using steptrace_test::read_lines;
 
-namespace {
-steptrace::Config quiet(const std::string& log) {
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  cfg.max_lag_steps = 0;
-  return cfg;
-}
-}  // namespace
 
 TEST_CASE("past 256 record() calls in a step the built-in scalars still take their last value", "[limits]") {
   const auto log = fresh_log("limits_scalars");
-  REQUIRE(steptrace::start(quiet(log)));
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
   {
     TRACE_STEP();
     steptrace::record("loss", 1.0);  // recorded before the cap ...
@@ -53,7 +44,7 @@ TEST_CASE("past 256 record() calls in a step the built-in scalars still take the
 
 TEST_CASE("a thread flooding phase scopes leaves the step thread's phases their share", "[limits]") {
   const auto log = fresh_log("limits_spans");
-  auto cfg = quiet(log);
+  auto cfg = steptrace_test::host_config(log);
   cfg.max_spans_per_step = 400;
   REQUIRE(steptrace::start(cfg));
   std::atomic<bool> go{false}, done{false};
@@ -81,7 +72,7 @@ TEST_CASE("a thread flooding phase scopes leaves the step thread's phases their 
 
 TEST_CASE("when the step thread's own scopes are dropped, a missing phase says so", "[limits]") {
   const auto log = fresh_log("limits_spans_own");
-  auto cfg = quiet(log);
+  auto cfg = steptrace_test::host_config(log);
   cfg.max_spans_per_step = 8;
   REQUIRE(steptrace::start(cfg));
   {
@@ -100,7 +91,7 @@ TEST_CASE("when the step thread's own scopes are dropped, a missing phase says s
 TEST_CASE("reserved, unprintable and surplus phase names: renamed or counted, warned once, escaped", "[limits]") {
   auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("limits_names");
-  REQUIRE(steptrace::start(quiet(log)));
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
   {
     TRACE_STEP();
     TRACE_PHASE_NAMED("unphased");
@@ -135,7 +126,7 @@ TEST_CASE("reserved, unprintable and surplus phase names: renamed or counted, wa
 
 TEST_CASE("stop()'s final line is written even when the writer queue is full", "[limits]") {
   const auto log = fresh_log("limits_queue");
-  auto cfg = quiet(log);
+  auto cfg = steptrace_test::host_config(log);
   cfg.max_pending_steps = 1;
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 3000; ++i) TRACE_STEP();
@@ -154,7 +145,7 @@ TEST_CASE("stop()'s final line is written even when the writer queue is full", "
 TEST_CASE("tokens that are not a finite number are refused with a warning, and the null says why", "[limits]") {
   auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("limits_tokens");
-  REQUIRE(steptrace::start(quiet(log)));
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
   {
     TRACE_STEP(std::numeric_limits<double>::infinity());
   }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "capture_log.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 namespace {
@@ -28,15 +29,6 @@ std::string fresh_fifo(const std::string& name) {
   ::unlink(path.c_str());
   REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
   return path;
-}
-
-steptrace::Config fifo_config(const std::string& path) {
-  steptrace::Config cfg;
-  cfg.log_path = path;
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  cfg.max_lag_steps = 0;
-  return cfg;
 }
 
 void steps(int n) {
@@ -81,7 +73,7 @@ TEST_CASE("a FIFO with no reader: start() does not wait for one, training goes o
   ::alarm(60);
   const std::string fifo = fresh_fifo("no_reader");
   const auto t0 = Clock::now();
-  REQUIRE(steptrace::start(fifo_config(fifo)));
+  REQUIRE(steptrace::start(steptrace_test::host_config(fifo)));
   CHECK(seconds_since(t0) < 2.0);
   steps(20);
   const auto t1 = Clock::now();
@@ -98,7 +90,7 @@ TEST_CASE("a FIFO whose reader stops reading: stop() ends in bounded time and co
   const std::string fifo = fresh_fifo("stuck_reader");
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // open, never read until the end
   REQUIRE(reader >= 0);
-  REQUIRE(steptrace::start(fifo_config(fifo)));
+  REQUIRE(steptrace::start(steptrace_test::host_config(fifo)));
   const auto t0 = Clock::now();
   steps(400);  // far more than a pipe holds (64 KiB on Linux)
   CHECK(seconds_since(t0) < 30.0);
@@ -125,7 +117,7 @@ TEST_CASE("a FIFO with a reader that keeps up gets every line, whole", "[sinks]"
   const std::string fifo = fresh_fifo("good_reader");
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   REQUIRE(reader >= 0);
-  REQUIRE(steptrace::start(fifo_config(fifo)));
+  REQUIRE(steptrace::start(steptrace_test::host_config(fifo)));
   // A reader on its own thread, as a pipeline's next program would be: reads until stop() closes the log.
   ::fcntl(reader, F_SETFL, ::fcntl(reader, F_GETFL) & ~O_NONBLOCK);
   std::string content;

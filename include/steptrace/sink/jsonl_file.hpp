@@ -120,7 +120,8 @@ class JsonlFile final : public LineSink {
     }
     rest_ = std::move(line);
     const std::size_t size = rest_.size();
-    if (!send_rest() && rest_.size() == size && !stalled_ && wait_writable(kStreamWaitMs)) send_rest();
+    // A full pipe (nothing taken, no error): wait once for room, unless the reader is known to be stuck.
+    if (send_rest() && rest_.size() == size && !stalled_ && wait_writable(kStreamWaitMs)) send_rest();
     if (rest_.size() == size) {  // nothing of it taken: dropped whole
       rest_.clear();
       stalled_ = true;

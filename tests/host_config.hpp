@@ -1,0 +1,17 @@
+// A session's configuration for host-only tests: the given log, no GPU, no summary, a line written
+// as soon as its step closes.
+#pragma once
+#include <steptrace/steptrace.hpp>
+
+#include <string>
+
+namespace steptrace_test {
+inline steptrace::Config host_config(const std::string& log) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  cfg.max_lag_steps = 0;
+  return cfg;
+}
+}  // namespace steptrace_test
