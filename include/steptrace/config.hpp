@@ -28,6 +28,16 @@ enum class ClockSource : uint8_t { automatic, steady };
 /// overhead_budget detach it when staying attached alone would exceed the budget.
 enum class UntracedCupti : uint8_t { keep, detach, automatic };  // values of 0.1 kept: keep 0, detach 1
 
+/// How one model replica is split over GPUs (Megatron-LM's and torchtitan's degrees). Data
+/// parallelism is the rest: world_size / (tensor x pipeline x context). MFU divides a rank's tokens by
+/// this product (docs/schema.md, "MFU under model parallelism").
+struct ModelParallel {
+  int tensor = 1;    // STEPTRACE_TENSOR_PARALLEL
+  int pipeline = 1;  // STEPTRACE_PIPELINE_PARALLEL
+  int context = 1;   // STEPTRACE_CONTEXT_PARALLEL
+  long long size() const { return static_cast<long long>(tensor) * pipeline * context; }
+};
+
 struct Config {
   bool enabled = true;                       // STEPTRACE_ENABLED
   std::string log_path = "steptrace.jsonl";  // STEPTRACE_LOG; "" = no file; "{rank}" is replaced by the rank
@@ -62,6 +72,8 @@ struct Config {
   int prometheus_window_lines = 32;          // STEPTRACE_PROMETHEUS_WINDOW_LINES (steptrace_window_* means)
   std::string job_name;                      // STEPTRACE_JOB_NAME; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, program name
   std::string job_id;                        // STEPTRACE_JOB_ID; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, the Kubernetes pod
+  double stall_after_s = 60;                 // STEPTRACE_STALL_AFTER_S: no step for this long (and >= 10 median steps) = a stall record; 0 = off
+  ModelParallel model_parallel;              // STEPTRACE_{TENSOR,PIPELINE,CONTEXT}_PARALLEL
   bool flush_on_exit = true;                 // STEPTRACE_FLUSH_ON_EXIT: SIGTERM / exit without stop() write the pending lines
 };
 

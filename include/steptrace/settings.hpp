@@ -118,6 +118,29 @@ Setting integer(const char* name, const char* var, T Config::*m, long long lo, l
   return s;
 }
 
+/// An integer member of a Config member (Config::model_parallel.tensor), within [lo, hi].
+template <typename S>
+Setting nested_integer(const char* name, const char* var, S Config::*outer, int S::*inner, long long lo, long long hi,
+                       const char* doc) {
+  const std::string range = std::to_string(lo) + " – " + std::to_string(hi);
+  Setting s{name, var, range, doc, {}, {}, {}, {}};
+  auto ok = [lo, hi](long long v) { return v >= lo && v <= hi; };
+  s.parse = [outer, inner, ok, range](Config& c, const std::string& v) {
+    long long i = 0;
+    if (!parse_int(v, i)) return std::string("not an integer");
+    if (!ok(i)) return "outside " + range;
+    (c.*outer).*inner = static_cast<int>(i);
+    return std::string();
+  };
+  s.check = [outer, inner, ok, range](const Config& c) {
+    const long long v = (c.*outer).*inner;
+    return ok(v) ? std::string() : "got " + std::to_string(v) + ", outside " + range;
+  };
+  s.text = [outer, inner](const Config& c) { return std::to_string((c.*outer).*inner); };
+  s.reset = [outer, inner](Config& c, const Config& d) { (c.*outer).*inner = (d.*outer).*inner; };
+  return s;
+}
+
 /// A finite number within [lo, hi].
 inline Setting real(const char* name, const char* var, double Config::*m, double lo, double hi, const char* doc) {
   const std::string range = number_text(lo) + " – " + number_text(hi);
@@ -247,6 +270,15 @@ inline const std::vector<Setting>& settings() {
                      "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name"));
     t.push_back(text("job_id", "STEPTRACE_JOB_ID", &Config::job_id, "text",
                      "every line's `job_id`; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes pod's name"));
+    t.push_back(real("stall_after_s", "STEPTRACE_STALL_AFTER_S", &Config::stall_after_s, 0, 604800,
+                     "no step begun for this long, and for 10 median steps, writes a `stall` record (again at 2x, "
+                     "4x ...) and a `resumed` one after; 0 = off"));
+    t.push_back(nested_integer("model_parallel.tensor", "STEPTRACE_TENSOR_PARALLEL", &Config::model_parallel,
+                               &ModelParallel::tensor, 1, kMaxRanks, "tensor-parallel degree (MFU divides by it)"));
+    t.push_back(nested_integer("model_parallel.pipeline", "STEPTRACE_PIPELINE_PARALLEL", &Config::model_parallel,
+                               &ModelParallel::pipeline, 1, kMaxRanks, "pipeline-parallel degree (MFU divides by it)"));
+    t.push_back(nested_integer("model_parallel.context", "STEPTRACE_CONTEXT_PARALLEL", &Config::model_parallel,
+                               &ModelParallel::context, 1, kMaxRanks, "context-parallel degree (MFU divides by it)"));
     t.push_back(flag("flush_on_exit", "STEPTRACE_FLUSH_ON_EXIT", &Config::flush_on_exit,
                      "on SIGTERM and at exit without `stop()`: write the pending lines and an end record within 1 s, "
                      "then hand SIGTERM on to the program's own handler"));

@@ -229,6 +229,24 @@ class Attributor {
     return static_cast<uint32_t>(it->second.expected.size() - std::min(it->second.expected.size(), it->second.seen.size()));
   }
 
+  /// Launches of `step` whose records have not come in, by the phase that launched them (the stall
+  /// watchdog's view of outstanding work).
+  std::map<PhaseId, uint32_t> missing_by_phase(int64_t step) const {
+    std::map<PhaseId, uint32_t> out;
+    auto it = pending_.find(step);
+    if (it == pending_.end()) return out;
+    for (uint32_t corr : it->second.expected) {
+      if (it->second.seen.count(corr)) continue;
+      auto w = launches_.find(corr);
+      ++out[w == launches_.end() ? kNoPhase : w->second.phase];
+    }
+    return out;
+  }
+  uint32_t launches_of(int64_t step) const {
+    auto it = pending_.find(step);
+    return it == pending_.end() ? 0 : static_cast<uint32_t>(it->second.expected.size());
+  }
+
   /// Computes and removes `step`'s metrics. Steps are taken in increasing order.
   StepGpu take(int64_t step, bool drained = false) {
     StepGpu g;

@@ -22,20 +22,42 @@ struct EndRecord {
   uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
 };
 
-inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
-  details::JsonWriter w;
-  w.begin_object();
-  w.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
-  w.field("timestamp", details::iso8601_utc(e.unix_ns));
+/// The identity fields event records share with step lines (rank, host, run and job, the GPU).
+inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_ns) {
+  details::JsonWriter& w = out.w;
+  w.field("timestamp", details::iso8601_utc(unix_ns));
   w.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
   w.field("hostname", run.hostname).field("pid", run.pid);
+  w.field("run_id", run.run_id);
+  out.optional_text("job_id", run.job_id, run.job_id_source);
+  out.optional_text("device_uuid", run.device ? run.device->uuid : std::string(),
+                    run.device ? "the GPU reported no UUID" : run.device_null_reason);
+}
+
+inline void write_null_reasons(LineOut& out) {
+  out.w.key("null_reasons").begin_object();
+  for (const auto& [k, why] : out.nulls) out.w.field(k, why);
+  out.w.end_object();
+}
+
+inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
+  LineOut out;
+  details::JsonWriter& w = out.w;
+  w.begin_object();
+  w.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
+  write_event_identity(out, run, e.unix_ns);
   w.key("last_global_step");
-  if (e.last_global_step >= 0) w.value(e.last_global_step);
-  else w.null();
+  if (e.last_global_step >= 0) {
+    w.value(e.last_global_step);
+  } else {
+    w.null();
+    out.nulls.emplace_back("last_global_step", "no step had a line");
+  }
   w.field("lines_written", e.lines_written).field("lines_incomplete", e.lines_incomplete);
   w.key("dropped").begin_object();
   w.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
   w.end_object();
+  write_null_reasons(out);
   w.end_object();
   return w.str();
 }

@@ -11,10 +11,13 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr uint16_t kMaxPhaseDepth = 32;
 
+struct ThreadSlot;  // details/thread_slots.hpp: the stack as other threads may read it
+
 /// Per-thread phase stack.
 struct ThreadState {
   uint16_t depth = 0;
   PhaseId stack[kMaxPhaseDepth] = {};  // all members initialised: constant-initialised TLS, no guard per access
+  ThreadSlot* slot = nullptr;          // taken at the thread's first scope
   PhaseId innermost() const { return depth ? stack[depth - 1] : kNoPhase; }
 };
 inline ThreadState& thread_state() {
@@ -45,6 +48,11 @@ inline std::atomic<const ThreadState*>& step_thread() {
 inline std::atomic<PhaseId>& step_thread_phase() {
   static std::atomic<PhaseId> phase{kNoPhase};
   return phase;
+}
+/// The step thread's slot in the open-phase table (thread_slots.hpp), for the stall watchdog.
+inline std::atomic<const ThreadSlot*>& step_thread_slot() {
+  static std::atomic<const ThreadSlot*> slot{nullptr};
+  return slot;
 }
 
 /// The phase a launch made on this thread now belongs to.

@@ -12,6 +12,7 @@
 #include "../backend/nvtx.hpp"
 #include "../core/phase_table.hpp"
 #include "instance.hpp"
+#include "thread_slots.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -142,6 +143,7 @@ STEPTRACE_INLINE PhaseScope::PhaseScope(PhaseId phase) noexcept {
   backend::nvtx::push_phase(phase);
   ticks_ = details::scopes_read_ticks().load(std::memory_order_relaxed);
   begin_ = details::scope_clock_reading(ticks_);
+  details::claim_thread_slot(ts)->push(span_.depth, phase, begin_, ticks_);  // for the stall watchdog
 }
 
 STEPTRACE_INLINE PhaseScope::~PhaseScope() {
@@ -150,6 +152,7 @@ STEPTRACE_INLINE PhaseScope::~PhaseScope() {
   backend::nvtx::pop();
   auto& ts = *ts_;
   --ts.depth;
+  if (ts.slot) ts.slot->pop(ts.depth);
   span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
   if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
   try {

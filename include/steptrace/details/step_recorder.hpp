@@ -20,6 +20,7 @@
 #include "host_clock.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
+#include "thread_slots.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -75,6 +76,7 @@ class StepRecorder {
     current_step().store(static_cast<int64_t>(r.index), std::memory_order_relaxed);
     step_thread().store(&thread_state(), std::memory_order_relaxed);
     step_thread_phase().store(thread_state().innermost(), std::memory_order_relaxed);
+    step_thread_slot().store(claim_thread_slot(thread_state()), std::memory_order_relaxed);
     r.begin_ns = now;
     r.begin_unix_ns = unix_ns();
     r.spans.reserve(16);
@@ -87,6 +89,7 @@ class StepRecorder {
     else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
     if (samples) r.samples = samples;
     else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
+    publish_open(r.begin_ns, 0, r.traced);
     out.index = r.index;
     out.traced = r.traced;
     out.tracing_failed = tracing_failed_;
@@ -98,6 +101,7 @@ class StepRecorder {
     std::lock_guard<std::mutex> lock(mutex_);
     tracing_failed_ = true;
     if (open_.exists && open_.record.index == index) open_.record.traced = false;
+    open_traced_.store(false, std::memory_order_relaxed);
   }
 
   void end(std::optional<AllocatorStats> stats) {
@@ -105,6 +109,7 @@ class StepRecorder {
     if (!open_.exists || !open_.scope_open) return;
     open_.scope_open = false;
     open_.record.scope_end_ns = monotonic_ns();
+    publish_open(open_.record.begin_ns, open_.record.scope_end_ns, open_.record.traced);
     if (stats) open_.record.allocator = stats;
   }
 
@@ -172,6 +177,7 @@ class StepRecorder {
     open_.record.end_is_next_step = false;
     std::optional<StepRecord> last = std::move(open_.record);
     open_ = OpenStep{};
+    publish_open(0, 0, false);
     return last;
   }
 
@@ -188,6 +194,7 @@ class StepRecorder {
     open_.record.end_is_next_step = false;
     std::optional<StepRecord> last = std::move(open_.record);
     open_ = OpenStep{};  // the program may go on: its scope's end finds no open step
+    publish_open(0, 0, false);
     return last;
   }
 
@@ -249,6 +256,22 @@ class StepRecorder {
     }
   }
 
+  /// The open step as another thread may read it without the lock (the stall watchdog): when it
+  /// began (0: none open), when its scope ended (0: still open), whether it is traced.
+  struct OpenView {
+    int64_t begin_ns = 0, scope_end_ns = 0;
+    bool traced = false;
+  };
+  OpenView open_view() const {
+    return {open_begin_ns_.load(std::memory_order_relaxed), open_scope_end_ns_.load(std::memory_order_relaxed),
+            open_traced_.load(std::memory_order_relaxed)};
+  }
+  /// The tick clock's conversion as it stands (the background thread anchors it).
+  TickClock tick_clock() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tick_clock_;
+  }
+
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
   void set_trace_every(int every) { wanted_every_.store(std::max(1, every), std::memory_order_relaxed); }
 
@@ -259,7 +282,15 @@ class StepRecorder {
     StepRecord record;
   };
 
+  void publish_open(int64_t begin_ns, int64_t scope_end_ns, bool traced) {
+    open_begin_ns_.store(begin_ns, std::memory_order_relaxed);
+    open_scope_end_ns_.store(scope_end_ns, std::memory_order_relaxed);
+    open_traced_.store(traced, std::memory_order_relaxed);
+  }
+
   std::mutex mutex_;
+  std::atomic<int64_t> open_begin_ns_{0}, open_scope_end_ns_{0};
+  std::atomic<bool> open_traced_{false};
   Config cfg_;
   OpenStep open_;
   uint64_t next_index_ = 0;

@@ -28,6 +28,7 @@
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
+#include "stall_watchdog.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
 
@@ -56,6 +57,7 @@ class Worker {
   explicit Worker(WorkerSetup setup)
       : s_(std::move(setup)),
         lines_(s_.context),
+        watchdog_(s_.context.cfg.stall_after_s),
         overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
                                               /*keep_attached=*/!s_.detach}),
         detach_since_(s_.detach ? std::optional<uint64_t>(0) : std::nullopt) {}
@@ -78,13 +80,20 @@ class Worker {
     const auto period = std::chrono::microseconds(static_cast<int64_t>(ctx.cfg.memory_sample_ms * 1000));
     // While a line waits for its GPU records, look more often than the memory period.
     const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
+    // The stall watchdog looks at least every tenth of its threshold (at most every second).
+    const auto idle_period = watchdog_.enabled()
+                                 ? std::min<std::chrono::microseconds>(period, std::chrono::microseconds(watchdog_.look_every_us()))
+                                 : period;
     for (;;) {
       std::deque<StepRecord> batch;
-      const bool stopping = s_.queue->take(batch, waiting_.empty() ? period : waiting_period);
+      const bool stopping = s_.queue->take(batch, waiting_.empty() ? idle_period : waiting_period);
       s_.recorder->refresh_clock_anchor();
       if (sample_memory) take_memory_sample(sample_memory);
       take_device_state();
-      for (auto& record : batch) waiting_.push_back(std::move(record));
+      for (auto& record : batch) {
+        watchdog_.step_closed(record);
+        waiting_.push_back(std::move(record));
+      }
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
       s_.link->collect();
@@ -103,6 +112,7 @@ class Worker {
         const uint64_t done = traced_done_ + s_.queue->dropped_traced();
         if (done != detach_asked_for_ && s_.gpu->request_detach(done)) detach_asked_for_ = done;
       }
+      if (!stopping) look_for_stall();
       if (stopping && waiting_.empty() && s_.queue->empty()) break;
     }
     write_end("stop");
@@ -207,6 +217,7 @@ class Worker {
       launches_since_flush_ = 0;
     }
     GpuDrain d = s_.gpu->drain_records();
+    watchdog_.saw(d);
     if (d.correlations_restarted) attributor_.forget_correlations();  // before the new ids come in
     launches_since_flush_ += d.launches.size();
     for (const auto& l : d.launches) attributor_.add_launch(l);
@@ -214,6 +225,43 @@ class Worker {
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
+  }
+
+  /// The stall watchdog (stall_watchdog.hpp): a stall record when no step has begun for the
+  /// threshold (again at 2x, 4x ...), a resumed record when one does.
+  void look_for_stall() {
+    if (!watchdog_.enabled()) return;
+    const int64_t now = monotonic_ns();
+    const StallWatch::Due due = watchdog_.look(now);
+    if (due == StallWatch::Due::none) return;
+    const LineContext& ctx = lines_.context();
+    std::string line;
+    if (due == StallWatch::Due::resumed) {
+      line = watchdog_.resumed_line(unix_ns(), ctx.run);
+      if (line.empty()) return;
+      logger()->warn("step {} began: the stall of step {} ended after {:.1f} s", watchdog_.watch().step(),
+                     watchdog_.watch().ended_step(), watchdog_.watch().ended_stalled_s());
+    } else {
+      StallWatchdog::Gpu g;
+      if (s_.attribution) {
+        s_.gpu->flush_records(/*forced=*/false);  // completed records only: what is missing has not finished
+        last_flush_ns_ = now;
+        collect_gpu_records();
+        g.attributor = &attributor_;
+        g.clock_offset_ns = s_.gpu->gpu_clock_offset_ns();
+        if (!s_.recorder->open_view().traced)
+          g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(current_every_) +
+                              "): its launches are not followed";
+      } else {
+        g.off_reason = "no GPU attribution: " + ctx.gpu_null_reason;
+      }
+      line = watchdog_.stall_line(now, unix_ns(), *s_.recorder, g, ctx.run, demangle_);
+      logger()->warn("stall: step {} has been open {:.1f} s (threshold {:.1f} s); the stall record names the open "
+                     "phases (report {})", watchdog_.watch().step(), watchdog_.watch().stalled_s(now),
+                     watchdog_.watch().reported_threshold_s(), watchdog_.watch().reports());
+    }
+    for (sink::LineSink* sink : s_.sinks)
+      if (sink->counts_lines()) sink->write_line(line);
   }
 
   /// Writes the lines whose GPU records are all in, in step order (line_due decides).
@@ -400,6 +448,7 @@ class Worker {
   LineAssembler lines_;
   Attributor attributor_;
   Demangler demangle_;
+  StallWatchdog watchdog_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;

@@ -1,0 +1,201 @@
+// steptrace/core/stall.hpp - the stall watchdog's rule and its records. Pure C++17.
+//
+// A run stalls when no step has begun (so none has closed) for the threshold: stall_after_s, and at
+// least kMedianFactor times the median of the recent steps (a run of 30 s steps is not stalled at
+// 61 s). The background thread then writes {"event":"stall", ...} naming the open step, the phases
+// open on each thread and for how long, the last GPU activity seen and the open step's outstanding
+// GPU work; again at 2x, 4x, 8x ... the threshold; and {"event":"resumed", ...} once a step begins.
+// docs/schema.md, "Stall and resumed records", lists the fields.
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "end_line.hpp"
+#include "json_writer.hpp"
+#include "line_sections.hpp"
+#include "run_info.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+inline constexpr const char* kStallSchemaVersion = "steptrace.stall/1";
+
+class StallWatch {
+ public:
+  static constexpr double kMedianFactor = 10;  // the threshold is at least this many median steps
+  static constexpr std::size_t kWindow = 64;   // closed steps the median is taken over
+  static constexpr int kMaxReports = 40;       // 2^40 thresholds: never reached, but no overflow
+
+  enum class Due { none, stall, resumed };
+
+  explicit StallWatch(double after_s = 60) : after_s_(after_s) {}
+  bool enabled() const { return after_s_ > 0; }
+
+  /// A closed step's duration, for the median.
+  void step_closed(double step_ms) {
+    if (!(step_ms >= 0)) return;
+    if (recent_.size() < kWindow) recent_.push_back(step_ms);
+    else recent_[next_++ % kWindow] = step_ms;
+  }
+
+  std::optional<double> median_step_ms() const {
+    if (recent_.empty()) return std::nullopt;
+    std::vector<double> v = recent_;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+  }
+
+  /// stall_after_s, or kMedianFactor median steps when that is longer.
+  double threshold_s() const {
+    const auto m = median_step_ms();
+    return std::max(after_s_, m ? kMedianFactor * *m / 1000.0 : 0.0);
+  }
+
+  /// One look at time `now_ns` with step `step` open (-1: none has begun). A new step ends a stall
+  /// (resumed, when one was reported); an unchanged one is due a report at 1x, 2x, 4x ... threshold.
+  Due look(int64_t now_ns, int64_t step) {
+    if (!enabled()) return Due::none;
+    if (step != step_) {
+      const bool reported = reports_ > 0;
+      ended_step_ = step_;
+      ended_stalled_s_ = seconds(now_ns - since_ns_);
+      ended_reports_ = reports_;
+      step_ = step;
+      since_ns_ = now_ns;
+      reports_ = 0;
+      return reported ? Due::resumed : Due::none;
+    }
+    if (step < 0) return Due::none;  // before the first step: start-up is not watched
+    const double elapsed = seconds(now_ns - since_ns_);
+    if (reports_ == 0) {
+      const double t = threshold_s();
+      if (elapsed < t) return Due::none;
+      base_s_ = t;
+    } else if (reports_ >= kMaxReports || elapsed < next_report_s()) {
+      return Due::none;
+    }
+    ++reports_;
+    return Due::stall;
+  }
+
+  // The stall being reported (after look() said stall).
+  int64_t step() const { return step_; }
+  double stalled_s(int64_t now_ns) const { return seconds(now_ns - since_ns_); }
+  int reports() const { return reports_; }
+  double reported_threshold_s() const { return base_s_; }
+  double next_report_s() const { return base_s_ * static_cast<double>(int64_t{1} << reports_); }
+  // The stall that ended (after look() said resumed).
+  int64_t ended_step() const { return ended_step_; }
+  double ended_stalled_s() const { return ended_stalled_s_; }
+  int ended_reports() const { return ended_reports_; }
+
+ private:
+  static double seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+  double after_s_;
+  std::vector<double> recent_;
+  std::size_t next_ = 0;
+  int64_t step_ = -1, since_ns_ = 0;
+  int reports_ = 0;
+  double base_s_ = 0;
+  int64_t ended_step_ = -1;
+  double ended_stalled_s_ = 0;
+  int ended_reports_ = 0;
+};
+
+/// What a stall record says; the background thread fills it in.
+struct StallReport {
+  int64_t unix_ns = 0;
+  int64_t open_step = -1;
+  double stalled_s = 0;      // since the open step began
+  double threshold_s = 0;    // the threshold this stall was first reported at
+  std::optional<double> median_step_ms;
+  int report = 1;            // 1, 2, 3 ... for this stall
+  double next_report_s = 0;  // stalled_s at which the next report is due
+  bool step_scope_open = true;
+  std::optional<double> step_scope_closed_s;  // the step's TRACE_STEP scope ended this long ago
+
+  struct Phase {
+    std::string name;
+    std::optional<double> open_s;  // null: its clock reading could not be converted
+  };
+  struct Thread {
+    int tid = 0;
+    std::string name;
+    bool step_thread = false;
+    std::vector<Phase> phases;  // outermost first
+  };
+  std::vector<Thread> threads;
+  uint64_t threads_untracked = 0;  // threads that found the open-phase table full
+
+  // GPU: what the records seen so far say. Empty reasons mean the value is there.
+  std::optional<double> last_gpu_activity_s;  // the latest end of a kernel/copy record seen, seconds ago
+  std::string last_gpu_activity_name;         // its kernel name, or the copy's kind
+  std::string last_gpu_activity_reason;
+  std::optional<uint32_t> open_step_launches, open_step_outstanding;
+  std::vector<std::pair<std::string, uint32_t>> outstanding_by_phase;
+  std::string outstanding_reason;
+};
+
+inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
+  LineOut out;
+  details::JsonWriter& w = out.w;
+  w.begin_object();
+  w.field("event", "stall").field("schema", kStallSchemaVersion);
+  write_event_identity(out, run, r.unix_ns);
+  w.field("open_step", r.open_step).field("stalled_s", r.stalled_s);
+  w.field("threshold_s", r.threshold_s);
+  out.optional_field("median_step_ms", r.median_step_ms, "no step has closed yet");
+  w.field("report", r.report).field("next_report_s", r.next_report_s);
+  w.field("step_scope_open", r.step_scope_open);
+  w.key("step_scope_closed_s");
+  if (r.step_scope_closed_s) w.value(*r.step_scope_closed_s);
+  else w.null();
+  w.key("threads").begin_array();
+  for (const auto& t : r.threads) {
+    w.begin_object().field("tid", t.tid).field("name", t.name).field("step_thread", t.step_thread);
+    w.key("open_phases").begin_array();
+    for (const auto& p : t.phases) w.begin_object().field("phase", p.name).field("open_s", p.open_s).end_object();
+    w.end_array().end_object();
+  }
+  w.end_array();
+  w.field("threads_untracked", r.threads_untracked);
+  w.key("gpu").begin_object();
+  w.field("last_activity_s", r.last_gpu_activity_s);
+  w.key("last_activity");
+  if (r.last_gpu_activity_name.empty()) w.null();
+  else w.value(r.last_gpu_activity_name);
+  w.field("open_step_launches", r.open_step_launches).field("open_step_outstanding", r.open_step_outstanding);
+  w.key("outstanding_by_phase").begin_object();
+  for (const auto& [phase, n] : r.outstanding_by_phase) w.field(phase, n);
+  w.end_object();
+  w.end_object();
+  if (!r.last_gpu_activity_s) out.nulls.emplace_back("gpu.last_activity_s", r.last_gpu_activity_reason);
+  if (!r.open_step_outstanding) out.nulls.emplace_back("gpu.open_step_outstanding", r.outstanding_reason);
+  if (!r.step_scope_closed_s) out.nulls.emplace_back("step_scope_closed_s", "the step's TRACE_STEP scope is still open");
+  write_null_reasons(out);
+  w.end_object();
+  return w.str();
+}
+
+/// The record that ends a reported stall: a step began.
+inline std::string make_resumed_line(int64_t unix_ns, int64_t stalled_step, double stalled_s, int reports,
+                                     int64_t step_now, const RunInfo& run) {
+  LineOut out;
+  details::JsonWriter& w = out.w;
+  w.begin_object();
+  w.field("event", "resumed").field("schema", kStallSchemaVersion);
+  write_event_identity(out, run, unix_ns);
+  w.field("stalled_step", stalled_step).field("stalled_s", stalled_s).field("reports", reports);
+  w.field("open_step", step_now);
+  write_null_reasons(out);
+  w.end_object();
+  return w.str();
+}
+
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,0 +1,133 @@
+// steptrace/details/stall_watchdog.hpp - the background thread's side of the stall watchdog
+// (core/stall.hpp has the rule and the records): it reads what is open without touching the training
+// thread - the open step through the recorder's atomics, each thread's open phases through the
+// open-phase table (thread_slots.hpp), the GPU through the records already collected.
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "../core/attribution.hpp"
+#include "../core/clock.hpp"
+#include "../core/gpu_records.hpp"
+#include "../core/launch_context.hpp"
+#include "../core/stall.hpp"
+#include "demangle.hpp"
+#include "step_recorder.hpp"
+#include "thread_slots.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+class StallWatchdog {
+ public:
+  explicit StallWatchdog(double after_s) : watch_(after_s), after_s_(after_s) {}
+
+  bool enabled() const { return watch_.enabled(); }
+
+  /// How long the background thread may sleep between looks: a tenth of the threshold, 10 ms - 1 s.
+  int64_t look_every_us() const {
+    return static_cast<int64_t>(std::clamp(after_s_ / 10, 0.01, 1.0) * 1e6);
+  }
+
+  void step_closed(const StepRecord& r) { watch_.step_closed(ns_to_ms(r.end_ns - r.begin_ns)); }
+
+  /// The latest GPU activity among records just collected (CUPTI clock).
+  void saw(const GpuDrain& d) {
+    for (const auto& k : d.kernels)
+      if (k.end_ns > last_end_ns_) {
+        last_end_ns_ = k.end_ns;
+        last_name_ = k.name ? k.name : "";
+      }
+    for (const auto& c : d.copies)
+      if (c.end_ns > last_end_ns_) {
+        last_end_ns_ = c.end_ns;
+        last_name_ = std::string(c.kind == CopyKind::memset ? "memset" : "memcpy ") +
+                     (c.kind == CopyKind::memset ? "" : copy_kind_name(c.kind));
+      }
+  }
+
+  StallWatch::Due look(int64_t now_ns) { return watch_.look(now_ns, current_step().load(std::memory_order_relaxed)); }
+
+  /// What the GPU side can say, filled in by the worker.
+  struct Gpu {
+    std::string off_reason;          // "" = attribution runs
+    const Attributor* attributor = nullptr;
+    int64_t clock_offset_ns = 0;     // CUPTI clock - monotonic_ns()
+    std::string untraced_reason;     // why the open step is not traced ("" = it is)
+  };
+
+  std::string stall_line(int64_t now_ns, int64_t unix_now_ns, StepRecorder& recorder, const Gpu& gpu,
+                         const RunInfo& run, Demangler& demangle) {
+    StallReport r;
+    r.unix_ns = unix_now_ns;
+    r.open_step = watch_.step();
+    r.stalled_s = watch_.stalled_s(now_ns);
+    r.threshold_s = watch_.reported_threshold_s();
+    r.median_step_ms = watch_.median_step_ms();
+    r.report = watch_.reports();
+    r.next_report_s = watch_.next_report_s();
+    const StepRecorder::OpenView open = recorder.open_view();
+    r.step_scope_open = open.begin_ns != 0 && open.scope_end_ns == 0;
+    if (open.scope_end_ns != 0) r.step_scope_closed_s = static_cast<double>(now_ns - open.scope_end_ns) / 1e9;
+
+    const TickClock clock = recorder.tick_clock();
+    const ThreadSlot* step_slot = step_thread_slot().load(std::memory_order_relaxed);
+    for (const OpenThread& t : read_open_threads(step_slot)) {
+      StallReport::Thread out;
+      out.tid = t.tid;
+      out.name = thread_name(t.tid);
+      out.step_thread = t.slot == step_slot;
+      for (const auto& p : t.phases) {
+        StallReport::Phase ph;
+        ph.name = phase_name(p.phase);
+        if (!p.ticks) ph.open_s = static_cast<double>(now_ns - static_cast<int64_t>(p.begin)) / 1e9;
+        else if (clock.calibrated()) ph.open_s = static_cast<double>(now_ns - clock.to_ns(p.begin)) / 1e9;
+        out.phases.push_back(std::move(ph));
+      }
+      r.threads.push_back(std::move(out));
+    }
+    r.threads_untracked = thread_slots_refused().load(std::memory_order_relaxed);
+
+    if (!gpu.off_reason.empty()) {
+      r.last_gpu_activity_reason = r.outstanding_reason = gpu.off_reason;
+    } else {
+      if (last_end_ns_ > 0) {
+        r.last_gpu_activity_s = static_cast<double>(now_ns + gpu.clock_offset_ns - last_end_ns_) / 1e9;
+        r.last_gpu_activity_name = demangle(last_name_);
+      } else {
+        r.last_gpu_activity_reason = "no kernel, copy or memset record has come in yet";
+      }
+      if (!gpu.untraced_reason.empty()) {
+        r.outstanding_reason = gpu.untraced_reason;
+      } else {
+        r.open_step_launches = gpu.attributor->launches_of(r.open_step);
+        uint32_t missing = 0;
+        for (const auto& [phase, n] : gpu.attributor->missing_by_phase(r.open_step)) {
+          r.outstanding_by_phase.emplace_back(phase == kNoPhase ? "unphased" : phase_name(phase), n);
+          missing += n;
+        }
+        r.open_step_outstanding = missing;
+      }
+    }
+    return make_stall_line(r, run);
+  }
+
+  /// After look() said resumed; "" when the run is ending (no step open any more).
+  std::string resumed_line(int64_t unix_now_ns, const RunInfo& run) const {
+    const int64_t now_step = watch_.step();
+    if (now_step < 0) return {};
+    return make_resumed_line(unix_now_ns, watch_.ended_step(), watch_.ended_stalled_s(), watch_.ended_reports(),
+                             now_step, run);
+  }
+
+  const StallWatch& watch() const { return watch_; }
+
+ private:
+  StallWatch watch_;
+  double after_s_;
+  int64_t last_end_ns_ = 0;
+  std::string last_name_;
+};
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details
