@@ -67,3 +67,73 @@ TEST_CASE("MFU is null with the reason when an input is missing, and flagged abo
   CHECK(*high.value == Approx(10.0));
   CHECK(high.above_one);
 }
+
+TEST_CASE("MFU under model parallelism: tokens per GPU are the replica's tokens over tensor x pipeline x context", "[mfu]") {
+  // torchtitan's convention: tps = tokens / (time x tp x pp x cp); mfu = flops_per_token x tps / peak.
+  // A replica of tp 4 x pp 2 x cp 2 = 16 GPUs in a world of 64 (data parallel 4) processes 65 536 tokens
+  // per second; 6e9 FLOP per token; an H100-like peak of 989e12 FLOP/s:
+  // per GPU 65536 / 16 = 4096 tokens/s; MFU = 6e9 x 4096 / 989e12 = 0.024849...
+  PeakFlops peak;
+  peak.flops_per_second = 989e12;
+  ParallelSizes p;
+  p.tensor = 4;
+  p.pipeline = 2;
+  p.context = 2;
+  p.world_size = 64;
+  const MfuResult r = compute_mfu(6e9, 65536.0, peak, p);
+  REQUIRE(r.value);
+  CHECK(*r.tokens_per_second_per_gpu == 4096.0);
+  CHECK(*r.data_parallel_size == 4);
+  CHECK(*r.value == Approx(6e9 * 4096 / 989e12));
+  CHECK(*r.value == Approx(0.02484934).epsilon(1e-6));
+
+  // Data parallelism alone: the factor is 1, the value PaLM's formula gives for the rank.
+  const MfuResult dp = compute_mfu(6e9, 65536.0, peak, ParallelSizes{1, 1, 1, 64});
+  CHECK(*dp.value == Approx(6e9 * 65536 / 989e12));
+  CHECK(*dp.data_parallel_size == 64);
+
+  // Sizes that do not divide the world: no MFU, and why.
+  const MfuResult bad = compute_mfu(6e9, 65536.0, peak, ParallelSizes{3, 1, 1, 64});
+  CHECK_FALSE(bad.value);
+  CHECK_FALSE(bad.data_parallel_size);
+  CHECK(bad.null_reason.find("does not divide world_size 64") != std::string::npos);
+  CHECK(*bad.tokens_per_second_per_gpu == Approx(65536.0 / 3));
+}
+
+TEST_CASE("model_parallel from the environment reaches the line's mfu_inputs", "[mfu]") {
+  const auto log = steptrace_test::fresh_log("mfu_model_parallel");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = Mode::off;
+  cfg.summary = false;
+  cfg.max_lag_steps = 0;
+  cfg.flops_per_token = 6e6;  // with ~4e6 tokens/s per rank: an MFU well below 1
+  cfg.peak_flops = 1e15;
+  cfg.tokens_per_step = 8192;
+  ::setenv("STEPTRACE_TENSOR_PARALLEL", "2", 1);
+  ::setenv("STEPTRACE_PIPELINE_PARALLEL", "2", 1);
+  ::setenv("STEPTRACE_WORLD_SIZE", "8", 1);
+  REQUIRE(start(cfg));
+  ::unsetenv("STEPTRACE_TENSOR_PARALLEL");
+  ::unsetenv("STEPTRACE_PIPELINE_PARALLEL");
+  ::unsetenv("STEPTRACE_WORLD_SIZE");
+  for (int i = 0; i < 3; ++i) {
+    TRACE_STEP();
+    steptrace_test::spin_for_us(2000);
+  }
+  stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 3);
+  for (const auto& l : lines) {
+    INFO(l["mfu_inputs"].dump());
+    const auto& m = l["mfu_inputs"];
+    CHECK(m["model_parallel"]["tensor"] == 2);
+    CHECK(m["model_parallel"]["pipeline"] == 2);
+    CHECK(m["model_parallel"]["context"] == 1);
+    CHECK(m["model_parallel_size"] == 4);
+    CHECK(m["data_parallel_size"] == 2);
+    const double tps = l["tokens_per_second"];
+    CHECK(m["tokens_per_second_per_gpu"].get<double>() == Approx(tps / 4));
+    CHECK(l["estimated_mfu"].get<double>() == Approx(6e6 * tps / 4 / 1e15));
+  }
+}

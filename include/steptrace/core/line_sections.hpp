@@ -323,6 +323,16 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
   w.field("peak_flops", in.peak.flops_per_second);
   w.field("peak_source", in.peak.flops_per_second ? in.peak.source : in.peak.null_reason);
   w.field("above_one", in.mfu.above_one);
+  const ParallelSizes& par = in.mfu.parallel;
+  w.key("model_parallel").begin_object();
+  w.field("tensor", par.tensor).field("pipeline", par.pipeline).field("context", par.context);
+  w.end_object();
+  w.field("model_parallel_size", static_cast<int64_t>(par.model_parallel()));
+  w.field("data_parallel_size", in.mfu.data_parallel_size ? std::optional<int64_t>(*in.mfu.data_parallel_size) : std::nullopt);
+  if (!in.mfu.data_parallel_size) out.nulls.emplace_back("mfu_inputs.data_parallel_size", in.mfu.parallel_null_reason);
+  w.field("tokens_per_second_per_gpu", in.mfu.tokens_per_second_per_gpu);
+  if (!in.mfu.tokens_per_second_per_gpu)
+    out.nulls.emplace_back("mfu_inputs.tokens_per_second_per_gpu", "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))");
   w.end_object();
 }
 

@@ -52,21 +52,53 @@ inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
   return m;
 }
 
+/// How the job splits the model: the degrees of Config::model_parallel and the world size.
+struct ParallelSizes {
+  int tensor = 1, pipeline = 1, context = 1;
+  int world_size = 1;
+  long long model_parallel() const { return static_cast<long long>(tensor) * pipeline * context; }
+};
+
 /// MFU with its inputs, or the reason it cannot be computed.
 struct MfuResult {
   std::optional<double> value;
   std::string null_reason;
   bool above_one = false;  // a number above 1 is impossible: the FLOPs count or the peak is wrong
+  ParallelSizes parallel;
+  std::optional<long long> data_parallel_size;       // world_size / (tensor x pipeline x context)
+  std::optional<double> tokens_per_second_per_gpu;   // tokens_per_second / (tensor x pipeline x context)
+  std::string parallel_null_reason;                  // why data_parallel_size is null
 };
 
+/// MFU under model parallelism, torchtitan's convention (pytorch/torchtitan, the trainer's throughput:
+/// tps = tokens / (time x parallel_dims.non_data_parallel_size), mfu = num_flops_per_token x tps /
+/// gpu_peak_flops; non_data_parallel_size = cp x tp x pp in torchtitan/distributed/parallel_dims.py).
+/// A rank's `tokens` are those its data-parallel replica processed in the step (the local batch x
+/// sequence length), which every GPU of the replica reports alike; the replica's tensor x pipeline x
+/// context GPUs share that work, so one GPU's share is tokens / (t x p x c), and flops_per_token is the
+/// whole model's. Summed over all ranks, tokens_per_second_per_gpu is the job's throughput. Expert
+/// parallelism is no factor: experts are sharded within the data-parallel ranks, which each still
+/// process their own tokens.
 inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>& tokens_per_second,
-                             const PeakFlops& peak) {
+                             const PeakFlops& peak, const ParallelSizes& parallel = {}) {
   MfuResult r;
+  r.parallel = parallel;
+  const long long mp = parallel.model_parallel();
+  if (mp >= 1 && parallel.world_size >= 1 && parallel.world_size % mp == 0) {
+    r.data_parallel_size = parallel.world_size / mp;
+  } else {
+    r.parallel_null_reason = "model_parallel (tensor " + std::to_string(parallel.tensor) + " x pipeline " +
+                             std::to_string(parallel.pipeline) + " x context " + std::to_string(parallel.context) +
+                             " = " + std::to_string(mp) + ") does not divide world_size " +
+                             std::to_string(parallel.world_size);
+  }
+  if (tokens_per_second && mp >= 1) r.tokens_per_second_per_gpu = *tokens_per_second / static_cast<double>(mp);
   if (!(flops_per_token > 0)) r.null_reason = "flops_per_token is not set";
   else if (!tokens_per_second) r.null_reason = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
   else if (!peak.flops_per_second) r.null_reason = peak.null_reason;
+  else if (!r.data_parallel_size) r.null_reason = r.parallel_null_reason + ": the sizes are wrong, so is any MFU";
   if (!r.null_reason.empty()) return r;
-  r.value = model_flops_utilization(flops_per_token, *tokens_per_second, *peak.flops_per_second);
+  r.value = model_flops_utilization(flops_per_token, *r.tokens_per_second_per_gpu, *peak.flops_per_second);
   r.above_one = *r.value > 1.0;
   return r;
 }

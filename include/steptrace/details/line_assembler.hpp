@@ -94,7 +94,12 @@ class LineAssembler {
     in.memory = observe_memory(r);
     in.flops_per_token = ctx_.cfg.flops_per_token;
     in.peak = ctx_.peak;
-    in.mfu = compute_mfu(ctx_.cfg.flops_per_token, in.host.tokens_per_second, ctx_.peak);
+    ParallelSizes parallel;
+    parallel.tensor = ctx_.cfg.model_parallel.tensor;
+    parallel.pipeline = ctx_.cfg.model_parallel.pipeline;
+    parallel.context = ctx_.cfg.model_parallel.context;
+    parallel.world_size = ctx_.run.world_size;
+    in.mfu = compute_mfu(ctx_.cfg.flops_per_token, in.host.tokens_per_second, ctx_.peak, parallel);
     in.gpu = std::move(gpu);
     in.gpu_null_reason = untraced.empty() ? ctx_.gpu_null_reason : untraced;
     in.counters_null_reason = ctx_.counters_null_reason;

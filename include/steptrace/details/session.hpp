@@ -86,6 +86,11 @@ class Session {
     start_counters(ctx);
     ctx.peak = resolve_peak_flops(ctx.run.device ? std::optional<std::string_view>(ctx.run.device->name) : std::nullopt,
                                   cfg.dtype, cfg.peak_flops);
+    if (ctx.run.world_size % cfg.model_parallel.size() != 0)
+      report_config_error({"model_parallel", "tensor " + std::to_string(cfg.model_parallel.tensor) + " x pipeline " +
+                                                 std::to_string(cfg.model_parallel.pipeline) + " x context " +
+                                                 std::to_string(cfg.model_parallel.context) + " does not divide world_size " +
+                                                 std::to_string(ctx.run.world_size) + "; estimated_mfu is null"});
     if (cfg.flops_per_token > 0 && !ctx.peak.flops_per_second)
       warn_once("peak", "estimated_mfu will be null: " + ctx.peak.null_reason);
 
