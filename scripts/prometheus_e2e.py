@@ -285,6 +285,10 @@ def main():
                                                ("job", job)):
                                 if labels.get(key) != value:
                                     fail(f"{name} ({job}, step {step}): label {key}={labels.get(key)!r}, want {value!r}")
+                            for key, field in (("UUID", "uuid"), ("pci_bus_id", "pci_bus_id")):  # dcgm-exporter's names
+                                value = (line.get("device") or {}).get(field) or None
+                                if labels.get(key) != value:
+                                    fail(f"{name} ({job}, step {step}): label {key}={labels.get(key)!r}, want {value!r}")
                             want = expected(name, kind, path, scale, lines, by_step[step], labels, ups.get(t))
                             checked += 1
                             if want is None or abs(v - want) > 1e-9 * max(1.0, abs(want)):

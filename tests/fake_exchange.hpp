@@ -33,6 +33,11 @@ class FakeExchange : public steptrace::details::CrossRankExchange {
     ready_.erase(ready_.begin());
     return true;
   }
+  std::string agree_run_id(const std::string&, std::string& agreed) override {
+    agreed = rank0_run_id;
+    return {};
+  }
+  std::string rank0_run_id = "feedfacecafebeef";  // what "rank 0" says its run_id is
   std::shared_ptr<int> posts = std::make_shared<int>(0);  // outlives the exchange (stop() destroys it)
 
  private:

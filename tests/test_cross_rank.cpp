@@ -199,6 +199,30 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
     CHECK(v["balanced"] == false);
   }
   CHECK(views == 3);
+  for (const auto& l : lines) CHECK(l["run_id"] == "feedfacecafebeef");  // rank 0's, taken at set_exchange
+  CHECK(steptrace_test::read_events(log).back()["run_id"] == "feedfacecafebeef");
+}
+
+TEST_CASE("cross-rank: a run_id from rank 0 that is not 16 hex digits is refused, the rank keeps its own", "[cross_rank]") {
+  const auto log = steptrace_test::fresh_log("cross_rank_bad_run_id");
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  cfg.rank = 0;
+  cfg.world_size = 4;
+  REQUIRE(steptrace::start(cfg));
+  auto fake = std::make_unique<steptrace_test::FakeExchange>();
+  fake->rank0_run_id = "not-an-id\n";
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
+  steptrace_test::run_input_nccl_steps(3);
+  steptrace::stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 3);
+  const std::string own = lines[0]["run_id"];
+  CHECK(own.size() == 16);
+  CHECK(own != "not-an-id\n");
+  for (const auto& l : lines) CHECK(l["run_id"] == own);
 }
 
 TEST_CASE("cross-rank: with log_every, the written lines carry the views (unwritten lines take none)",

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "capture_log.hpp"
+#include "fake_backend.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -246,8 +247,36 @@ TEST_CASE("the run writes the textfile atomically and ends it with steptrace_up 
   CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="host")") ==
         Approx(double(lines.back()["phases"]["forward"]["host_ms"]) / 1000).epsilon(1e-12));
   CHECK(t.find(R"(device="none",job="unit")") != std::string::npos);
+  CHECK(t.find("UUID=") == std::string::npos);  // no GPU: no GPU identity labels
   CHECK_FALSE(series(t, "steptrace_gpu_busy_seconds"));  // no GPU: absent
   CHECK(std::system(("ls -a " + dir + " | grep -q tmp").c_str()) != 0);  // no temporary file left
+}
+
+TEST_CASE("with a GPU every series carries dcgm-exporter's UUID and pci_bus_id labels", "[prometheus]") {
+  steptrace::details::Session session(std::make_unique<steptrace_test::FakeBackend>());
+  const std::string prom = fresh_log("prom_uuid") + ".prom";
+  Config cfg;
+  cfg.log_path = "";
+  cfg.summary = false;
+  cfg.prometheus_textfile = prom;
+  cfg.job_name = "unit";
+  REQUIRE(session.start(cfg, {}));
+  for (int i = 0; i < 3; ++i) {
+    TRACE_STEP();
+  }
+  session.stop();
+  const std::string t = read_file(prom);
+  INFO(t);
+  const std::string labels = R"(device="0",UUID="GPU-00000000-1111-2222-3333-444444444444",pci_bus_id="00000000:3B:00.0",job="unit")";
+  CHECK(t.find("steptrace_up{rank=\"0\",local_rank=\"0\",world_size=\"1\",hostname=") != std::string::npos);
+  std::istringstream in(t);
+  int series_lines = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (l.empty() || l[0] == '#') continue;
+    ++series_lines;
+    CHECK(l.find(labels) != std::string::npos);
+  }
+  CHECK(series_lines > 5);
 }
 
 TEST_CASE("an unusable textfile or address warns once and training goes on", "[prometheus]") {

@@ -75,6 +75,46 @@ class NcclExchange final : public details::CrossRankExchange {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
+  static constexpr int kRunIdBytes = 16;   // 16 hex digits (details/environment.hpp new_run_id)
+  static constexpr int kAgreeWaitS = 30;   // as long as a late rank may take to reach enable_cross_rank
+
+  /// ncclBroadcast of rank 0's run_id on steptrace's stream, waited for at most kAgreeWaitS: every rank
+  /// calls enable_cross_rank at the same point, as it made the communicator. If a rank is later than
+  /// that, the broadcast stays queued (in order with the gathers) and this rank keeps its own id.
+  std::string agree_run_id(const std::string& mine, std::string& agreed) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    agreed = mine;
+    if (mine.size() != kRunIdBytes) return "run_id is not " + std::to_string(kRunIdBytes) + " characters";
+    Slot& s = slots_[0];  // before any post: free
+    std::memcpy(s.send, mine.data(), kRunIdBytes);
+    int previous = 0;
+    cudaGetDevice(&previous);
+    if (previous != device_) cudaSetDevice(device_);
+    std::string err;
+    if (cudaMemcpyAsync(s.dev_send, s.send, kRunIdBytes, cudaMemcpyHostToDevice, stream_) != cudaSuccess)
+      err = "cudaMemcpyAsync failed";
+    else if (ncclBroadcast(s.dev_send, s.dev_recv, kRunIdBytes, ncclChar, 0, comm_, stream_) != ncclSuccess)
+      err = std::string("ncclBroadcast failed: ") + ncclGetLastError(comm_);
+    else if (cudaMemcpyAsync(s.recv, s.dev_recv, kRunIdBytes, cudaMemcpyDeviceToHost, stream_) != cudaSuccess ||
+             cudaEventRecord(s.done, stream_) != cudaSuccess)
+      err = "cudaMemcpyAsync/cudaEventRecord failed";
+    if (previous != device_) cudaSetDevice(previous);
+    if (!err.empty()) {
+      (void)cudaGetLastError();
+      return err;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kAgreeWaitS);
+    cudaError_t q = cudaErrorNotReady;
+    while ((q = cudaEventQuery(s.done)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    (void)cudaGetLastError();
+    if (q == cudaErrorNotReady)
+      return "rank 0's run_id did not arrive within " + std::to_string(kAgreeWaitS) + " s (a rank is late)";
+    if (q != cudaSuccess) return "the run_id broadcast failed";
+    agreed.assign(reinterpret_cast<const char*>(s.recv), kRunIdBytes);
+    return {};
+  }
+
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../core/cross_rank.hpp"
@@ -26,6 +27,8 @@ class CrossRankLink {
     std::lock_guard<std::mutex> lock(mutex_);
     exchange_.reset();  // its destructor waits (bounded) for its own stream, never for the job's
     has_exchange_.store(false, std::memory_order_release);
+    has_run_id_.store(false, std::memory_order_relaxed);
+    agreed_run_id_.clear();
     posted_.clear();
     views_.clear();
     null_reason_.clear();
@@ -41,10 +44,25 @@ class CrossRankLink {
     }
     every_ = every;
     exchange_ = std::move(exchange);
+    agreed_run_id_.clear();
     has_exchange_.store(true, std::memory_order_release);
     posted_.clear();
     null_reason_.clear();
     return true;
+  }
+
+  /// Training thread, with set(): rank 0's run_id, for the background thread to adopt.
+  void set_agreed_run_id(std::string id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    agreed_run_id_ = std::move(id);
+    has_run_id_.store(true, std::memory_order_release);
+  }
+  /// Background thread: the agreed run_id once, "" otherwise.
+  std::string take_agreed_run_id() {
+    if (!has_run_id_.load(std::memory_order_acquire)) return {};
+    std::lock_guard<std::mutex> lock(mutex_);
+    has_run_id_.store(false, std::memory_order_relaxed);
+    return std::exchange(agreed_run_id_, std::string());
   }
 
   /// Training thread: every `every` steps, start gathering the closed step's summary.
@@ -118,6 +136,8 @@ class CrossRankLink {
   std::mutex mutex_;  // posted on the training thread, polled by the background thread
   std::unique_ptr<CrossRankExchange> exchange_;
   std::atomic<bool> has_exchange_{false};  // exchange_ != nullptr, readable without the lock
+  std::atomic<bool> has_run_id_{false};    // agreed_run_id_ waits for the background thread
+  std::string agreed_run_id_;
   int every_ = 0;
   std::deque<int64_t> posted_;
   std::deque<CrossRankView> views_;  // gathered, not yet on a line

@@ -20,6 +20,13 @@ class CrossRankExchange {
   /// Background thread: if the oldest exchange not yet returned has completed, moves every rank's
   /// summary (world_size x summary size floats, rank order) into `out` and returns true.
   virtual bool poll(std::vector<float>& out) = 0;
+  /// Training thread, once, when the exchange is handed over (before any post): every rank learns rank
+  /// 0's run_id, so that one run's lines share it. Returns "" with `agreed` set, or an error. Bounded
+  /// in time; a collective, in order with the later posts.
+  virtual std::string agree_run_id(const std::string& mine, std::string& agreed) {
+    agreed = mine;
+    return {};
+  }
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -245,7 +245,21 @@ class Session {
       warn_once("cross_rank.not_running", "enable_cross_rank() before steptrace::start(): ignored");
       return false;
     }
-    return link_.set(std::move(exchange), every > 0 ? every : cfg_.cross_rank_every);
+    // One run, one run_id: every rank takes rank 0's (a collective, once, bounded; lines written
+    // before this call keep the rank's own).
+    std::string agreed;
+    std::string err = exchange->agree_run_id(run_.run_id, agreed);
+    if (err.empty() && (agreed.size() != 16 || agreed.find_first_not_of("0123456789abcdef") != std::string::npos))
+      err = "rank 0 sent '" + printable(agreed.substr(0, 32)) + "', not 16 hex digits";
+    if (!err.empty())
+      warn_once("cross_rank.run_id", "run_id not agreed across ranks: " + err + "; this rank's lines keep run_id " + run_.run_id);
+    if (!link_.set(std::move(exchange), every > 0 ? every : cfg_.cross_rank_every)) return false;
+    if (err.empty() && agreed != run_.run_id) {
+      logger()->info("run_id {} (rank 0's) replaces this rank's {}", agreed, run_.run_id);
+      run_.run_id = agreed;
+      link_.set_agreed_run_id(agreed);
+    }
+    return true;
   }
 
   void set_allocator_hook(std::function<AllocatorStats()> hook) {
@@ -293,6 +307,9 @@ class Session {
     o.labels = {{"rank", std::to_string(run.rank)}, {"local_rank", std::to_string(run.local_rank)},
                 {"world_size", std::to_string(run.world_size)}, {"hostname", run.hostname},
                 {"device", run.device ? std::to_string(run.device->index) : "none"}};
+    // dcgm-exporter's names for the GPU's identity, so its series join steptrace's (docs/prometheus.md).
+    if (run.device && !run.device->uuid.empty()) o.labels.emplace_back("UUID", run.device->uuid);
+    if (run.device && !run.device->pci_bus_id.empty()) o.labels.emplace_back("pci_bus_id", run.device->pci_bus_id);
     auto p = std::make_unique<sink::PrometheusSink>();
     for (const auto& problem : p->open(std::move(o))) report_config_error({problem.setting, problem.message});
     if (p->active()) {

@@ -97,6 +97,7 @@ class Worker {
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
       s_.link->collect();
+      if (std::string id = s_.link->take_agreed_run_id(); !id.empty()) lines_.context().run.run_id = std::move(id);
       if (switch_asked_ && !detach_since_) {
         detach_since_ = s_.gpu->detach_since();
         if (detach_since_) stop_counters_for_detach();

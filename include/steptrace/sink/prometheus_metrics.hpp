@@ -335,6 +335,10 @@ class PrometheusModel {
   PromLabels common_labels(const FlatJson& f) const {
     PromLabels l = {{"rank", text(f, "/rank")}, {"local_rank", text(f, "/local_rank")}, {"world_size", text(f, "/world_size")},
                     {"hostname", text(f, "/hostname")}, {"device", f.count("/device/index") ? text(f, "/device/index") : "none"}};
+    // The GPU's identity under dcgm-exporter's label names, so its series join these.
+    if (f.count("/device/uuid") && !text(f, "/device/uuid").empty()) l.emplace_back("UUID", text(f, "/device/uuid"));
+    if (f.count("/device/pci_bus_id") && !text(f, "/device/pci_bus_id").empty())
+      l.emplace_back("pci_bus_id", text(f, "/device/pci_bus_id"));
     if (!job_.empty()) l.emplace_back("job", job_);
     return l;
   }
