@@ -3,10 +3,14 @@
 //
 //   dp_train [--gpus N] [--steps S] [--log PATH{rank}] [--cross-rank-every K] [--no-cross-rank]
 //            [--slow-rank R --slow-phase input|h2d|forward|backward|optimizer --slow-pct P]
+//            [--hang-rank R --hang-step S --hang-s T --hang-where input|gpu]
 //
 // --slow-rank makes one rank slower in one phase: from step 10 on, it spends P % of the measured
 // median step time (steps 3..9) more in that phase (a host-side delay, like a slow data loader).
 // Rank 0's lines then name that rank and phase in "cross_rank". Prints each rank's steady step time.
+// --hang-rank makes one rank stop for T seconds at step S: `input` sits in the loader (the others
+// wait in the all-reduce), `gpu` launches a kernel that runs T seconds in `forward`. The stall
+// watchdog (stall_after_s, STEPTRACE_STALL_AFTER_S) then names where each rank is.
 //
 // The parent process only forks: it never touches CUDA (a CUDA context does not survive fork).
 // Rank 0 makes the NCCL unique id and hands it to the others through pipes.
@@ -46,6 +50,9 @@ struct Options {
   int slow_rank = -1;
   std::string slow_phase = "input";
   double slow_pct = 0;
+  int hang_rank = -1, hang_step = 20;
+  double hang_s = 0;
+  std::string hang_where = "input";
   std::string log = "dp_train-{rank}.jsonl";
   int dim = 4096, batch = 8192, layers = 4;
 };
@@ -69,6 +76,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--slow-rank") o.slow_rank = std::stoi(next());
     else if (a == "--slow-phase") o.slow_phase = next();
     else if (a == "--slow-pct") o.slow_pct = std::stod(next());
+    else if (a == "--hang-rank") o.hang_rank = std::stoi(next());
+    else if (a == "--hang-step") o.hang_step = std::stoi(next());
+    else if (a == "--hang-s") o.hang_s = std::stod(next());
+    else if (a == "--hang-where") o.hang_where = next();
     else if (a == "--dim") o.dim = std::stoi(next());
     else if (a == "--batch") o.batch = std::stoi(next());
     else {
@@ -82,6 +93,14 @@ Options parse(int argc, char** argv) {
 __global__ void sgd(__nv_bfloat16* w, const __nv_bfloat16* g, size_t n, float lr, float inv_world) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     w[i] = __float2bfloat16(__bfloat162float(w[i]) - lr * inv_world * __bfloat162float(g[i]));
+}
+/// Runs `ns` nanoseconds of GPU time (the global timer), on one thread: a kernel that seems stuck.
+__global__ void spin(unsigned long long ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
 }
 __global__ void fill(__nv_bfloat16* x, size_t n, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -153,6 +172,8 @@ int run_rank(const Options& o, int rank, int read_fd, const std::vector<int>& wr
         TRACE_PHASE(input);  // the loader: a little host work per batch
         for (size_t i = 0; i < b * d; i += 4096) host_batch[i] = __float2bfloat16(float(step % 7));
         delay("input", step);
+        if (rank == o.hang_rank && step == o.hang_step && o.hang_where == "input")
+          std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(o.hang_s * 1e6)));
       }
       {
         TRACE_PHASE(h2d);
@@ -162,6 +183,8 @@ int run_rank(const Options& o, int rank, int read_fd, const std::vector<int>& wr
       {
         TRACE_PHASE(forward);
         for (int l = 0; l < o.layers; ++l) gemm(false, false, D, B, D, w[l], D, act[l], D, act[l + 1], D);
+        if (rank == o.hang_rank && step == o.hang_step && o.hang_where == "gpu")
+          spin<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(o.hang_s * 1e9));
         delay("forward", step);
       }
       {
