@@ -158,6 +158,8 @@ TEST_CASE("a step that never closes and a phase that never ends on another threa
     CHECK(s["gpu"]["open_step_outstanding"].is_null());
     CHECK(s["null_reasons"]["gpu.open_step_outstanding"].get<std::string>().find("no GPU attribution") == 0);
     CHECK(s["gpu"]["last_activity_s"].is_null());
+    CHECK(s["gpu"]["sm_active_recent"].is_null());
+    CHECK(s["null_reasons"].contains("gpu.sm_active_recent"));
     CHECK(s["run_id"] == read_lines(log).front()["run_id"]);
   }
   const auto resumed = events_named(log, "resumed");
@@ -276,5 +278,8 @@ TEST_CASE("the open step's GPU work: launches without a record after a flush are
   CHECK(g["last_activity_s"].get<double>() >= 0.3);  // step 4's kernel, before the stall began
   CHECK(g["last_activity_s"].get<double>() < 1.0);
   CHECK(stalls[0]["device_uuid"] == "GPU-00000000-1111-2222-3333-444444444444");
+  CHECK(g["sm_active_recent"].get<double>() == Approx(0.5));  // the fake sampler's every sample
+  CHECK(g["sm_active_sample_age_s"].get<double>() >= 0);
+  CHECK(g["sm_active_sample_age_s"].get<double>() < 0.2);
   CHECK(gpu.calls().flushes >= 1);  // completed records asked for before the report
 }

@@ -140,6 +140,10 @@ struct StallReport {
   std::optional<uint32_t> open_step_launches, open_step_outstanding;
   std::vector<std::pair<std::string, uint32_t>> outstanding_by_phase;
   std::string outstanding_reason;
+  // PM sampling: is the GPU running anything now (a kernel that never ends keeps SMs active; a host
+  // stall leaves them idle)? Mean SM activity over the last second of samples, and the newest's age.
+  std::optional<double> sm_active_recent, sm_active_sample_age_s;
+  std::string sm_active_reason;
 };
 
 inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
@@ -174,7 +178,10 @@ inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
   w.key("outstanding_by_phase").begin_object();
   for (const auto& [phase, n] : r.outstanding_by_phase) w.field(phase, n);
   w.end_object();
+  w.field("sm_active_recent", r.sm_active_recent).field("sm_active_sample_age_s", r.sm_active_sample_age_s);
   w.end_object();
+  if (!r.sm_active_recent) out.nulls.emplace_back("gpu.sm_active_recent", r.sm_active_reason);
+  if (!r.sm_active_sample_age_s) out.nulls.emplace_back("gpu.sm_active_sample_age_s", r.sm_active_reason);
   if (!r.last_gpu_activity_s) out.nulls.emplace_back("gpu.last_activity_s", r.last_gpu_activity_reason);
   if (!r.open_step_outstanding) out.nulls.emplace_back("gpu.open_step_outstanding", r.outstanding_reason);
   if (!r.step_scope_closed_s) out.nulls.emplace_back("step_scope_closed_s", "the step's TRACE_STEP scope is still open");

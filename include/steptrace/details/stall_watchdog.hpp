@@ -5,11 +5,15 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <deque>
+#include <vector>
 #include <string>
 
 #include "../core/attribution.hpp"
 #include "../core/clock.hpp"
+#include "../core/counters.hpp"
 #include "../core/gpu_records.hpp"
 #include "../core/launch_context.hpp"
 #include "../core/stall.hpp"
@@ -47,6 +51,15 @@ class StallWatchdog {
       }
   }
 
+  /// PM samples just decoded (CUPTI clock): the last few seconds are kept.
+  void saw_samples(const std::vector<CounterSample>& fresh) {
+    for (const auto& c : fresh) {
+      samples_.push_back(c);
+      if (samples_.size() > kMaxSamples) samples_.pop_front();
+    }
+    while (!samples_.empty() && samples_.back().end_ns - samples_.front().end_ns > kSampleSpanNs) samples_.pop_front();
+  }
+
   StallWatch::Due look(int64_t now_ns) { return watch_.look(now_ns, current_step().load(std::memory_order_relaxed)); }
 
   /// What the GPU side can say, filled in by the worker.
@@ -55,6 +68,7 @@ class StallWatchdog {
     const Attributor* attributor = nullptr;
     int64_t clock_offset_ns = 0;     // CUPTI clock - monotonic_ns()
     std::string untraced_reason;     // why the open step is not traced ("" = it is)
+    std::string counters_off_reason; // why there are no PM samples ("" = sampling runs)
   };
 
   std::string stall_line(int64_t now_ns, int64_t unix_now_ns, StepRecorder& recorder, const Gpu& gpu,
@@ -110,6 +124,7 @@ class StallWatchdog {
         r.open_step_outstanding = missing;
       }
     }
+    fill_sm_active(r, now_ns, gpu);
     return make_stall_line(r, run);
   }
 
@@ -124,10 +139,40 @@ class StallWatchdog {
   const StallWatch& watch() const { return watch_; }
 
  private:
+  static constexpr std::size_t kMaxSamples = 20000;
+  static constexpr int64_t kSampleSpanNs = 3'000'000'000;  // kept
+  static constexpr int64_t kRecentNs = 1'000'000'000;      // averaged
+
+  void fill_sm_active(StallReport& r, int64_t now_ns, const Gpu& gpu) const {
+    if (!gpu.off_reason.empty()) {
+      r.sm_active_reason = gpu.off_reason;
+      return;
+    }
+    if (!gpu.counters_off_reason.empty()) {
+      r.sm_active_reason = gpu.counters_off_reason;
+      return;
+    }
+    if (samples_.empty()) {
+      r.sm_active_reason = "no PM sample has been decoded yet";
+      return;
+    }
+    const int64_t newest = samples_.back().end_ns;
+    r.sm_active_sample_age_s = static_cast<double>(now_ns + gpu.clock_offset_ns - newest) / 1e9;
+    double sum = 0, weight = 0;
+    for (const auto& c : samples_)
+      if (c.end_ns >= newest - kRecentNs && std::isfinite(c.sm_active) && c.end_ns > c.start_ns) {
+        sum += c.sm_active * static_cast<double>(c.end_ns - c.start_ns);
+        weight += static_cast<double>(c.end_ns - c.start_ns);
+      }
+    if (weight > 0) r.sm_active_recent = sum / weight;
+    else r.sm_active_reason = "the recent PM samples carry no SM activity";
+  }
+
   StallWatch watch_;
   double after_s_;
   int64_t last_end_ns_ = 0;
   std::string last_name_;
+  std::deque<CounterSample> samples_;
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -179,6 +179,7 @@ class Worker {
     lines_.set_gpu_clock_offset(s_.gpu->gpu_clock_offset_ns());
     std::vector<CounterSample> fresh;
     const std::string err = s_.gpu->poll_counters(fresh);
+    watchdog_.saw_samples(fresh);
     lines_.add_counter_samples(fresh);
     if (err.empty()) return;
     // Usually the hardware buffer filled while this thread was held up for seconds (the decode then
@@ -250,6 +251,7 @@ class Worker {
         collect_gpu_records();
         g.attributor = &attributor_;
         g.clock_offset_ns = s_.gpu->gpu_clock_offset_ns();
+        if (!ctx.counters_on) g.counters_off_reason = ctx.counters_null_reason.empty() ? "hardware counters are off" : ctx.counters_null_reason;
         if (!s_.recorder->open_view().traced)
           g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(current_every_) +
                               "): its launches are not followed";
