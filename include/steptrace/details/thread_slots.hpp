@@ -35,18 +35,18 @@ struct ThreadSlot {
   void push(uint16_t d, PhaseId phase, uint64_t at, bool ticks) {
     const uint32_t s = seq.load(std::memory_order_relaxed);
     seq.store(s + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    entry[d].store(phase | (ticks ? 1u << 16 : 0u), std::memory_order_relaxed);
-    begin[d].store(at, std::memory_order_relaxed);
-    depth.store(static_cast<uint16_t>(d + 1), std::memory_order_relaxed);
+    // Release stores (plain moves on x86), no fence: a reader that sees one of them sees seq odd or
+    // moved on (and thread sanitizer follows it, which it does not for fences).
+    entry[d].store(phase | (ticks ? 1u << 16 : 0u), std::memory_order_release);
+    begin[d].store(at, std::memory_order_release);
+    depth.store(static_cast<uint16_t>(d + 1), std::memory_order_release);
     seq.store(s + 2, std::memory_order_release);
   }
   /// The owner: the scope at depth `d` closed.
   void pop(uint16_t d) {
     const uint32_t s = seq.load(std::memory_order_relaxed);
     seq.store(s + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    depth.store(d, std::memory_order_relaxed);
+    depth.store(d, std::memory_order_release);
     seq.store(s + 2, std::memory_order_release);
   }
 };
@@ -126,12 +126,12 @@ inline std::vector<OpenThread> read_open_threads(const ThreadSlot* with_step_slo
       OpenThread t;
       t.tid = s.tid;
       t.slot = &s;
-      const uint16_t d = std::min<uint16_t>(s.depth.load(std::memory_order_relaxed), kMaxPhaseDepth);
+      // Acquire loads keep the second read of seq after them (no fence; see push()).
+      const uint16_t d = std::min<uint16_t>(s.depth.load(std::memory_order_acquire), kMaxPhaseDepth);
       for (uint16_t k = 0; k < d; ++k) {
-        const uint32_t e = s.entry[k].load(std::memory_order_relaxed);
-        t.phases.push_back({static_cast<PhaseId>(e & 0xFFFFu), s.begin[k].load(std::memory_order_relaxed), (e >> 16) != 0});
+        const uint32_t e = s.entry[k].load(std::memory_order_acquire);
+        t.phases.push_back({static_cast<PhaseId>(e & 0xFFFFu), s.begin[k].load(std::memory_order_acquire), (e >> 16) != 0});
       }
-      std::atomic_thread_fence(std::memory_order_acquire);
       if (s.seq.load(std::memory_order_relaxed) != s1) continue;
       if (!t.phases.empty() || &s == with_step_slot) out.push_back(std::move(t));
       break;
