@@ -188,6 +188,7 @@ TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook
 
 TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
   std::srand(20261124);
+  int fragments = 0;
   for (int run = 0; run < 24; ++run) {
     const std::string log = steptrace_test::fresh_log("sigkill_" + std::to_string(run));
     const pid_t pid = start_child(log, "default", 1 + std::rand() % 40);
@@ -195,7 +196,31 @@ TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
     ::kill(pid, SIGKILL);
     wait_child(pid);
     INFO("run " << run);
-    const auto records = strict_records(log);
-    for (std::size_t i = 0; i < records.size(); ++i) CHECK(records[i]["global_step"] == i);  // whole, in order, no gap
+    // The kernel may stop a write(2) that SIGKILL lands in at a page boundary: at most the last line
+    // is a fragment, and it has no newline. Every line before it is whole.
+    std::stringstream whole;
+    whole << std::ifstream(log).rdbuf();
+    std::string content = whole.str();
+    if (!content.empty() && content.back() != '\n') {
+      ++fragments;
+      content.erase(content.rfind('\n') + 1);  // npos + 1 = 0: all of it
+      // The next run on the file ends the fragment, so its own lines parse.
+      const std::string cmd = std::string(STEPTRACE_EXIT_PROGRAM) + " " + log + " 3";
+      REQUIRE(std::system(cmd.c_str()) == 0);
+      std::stringstream after;
+      after << std::ifstream(log).rdbuf();
+      std::istringstream rest(after.str().substr(after.str().find('\n', content.size()) + 1));
+      int lines = 0;
+      for (std::string text; std::getline(rest, text); ++lines) CHECK_NOTHROW(nlohmann::json::parse(text));
+      CHECK(lines == 4);  // 3 steps and the end record
+    }
+    std::istringstream in(content);
+    std::size_t i = 0;
+    for (std::string text; std::getline(in, text); ++i) {
+      INFO(text.substr(0, 300));
+      const auto record = nlohmann::json::parse(text);  // throws on a torn line
+      CHECK(record["global_step"] == i);                // whole, in order, no gap
+    }
   }
+  std::printf("SIGKILL: %d of 24 runs ended in a fragment cut at a page boundary\n", fragments);
 }

@@ -4,6 +4,8 @@
 #include <steptrace/steptrace.hpp>
 
 #include <chrono>
+#include <fstream>
+#include <vector>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -132,4 +134,24 @@ TEST_CASE("a FIFO with a reader that keeps up gets every line, whole", "[sinks]"
   CHECK(s.lines_written == 200);
   CHECK(s.lines_failed == 0);
   ::alarm(0);
+}
+
+TEST_CASE("a log that ends in a killed run's fragment: the fragment is ended, the new lines stand alone", "[sinks]") {
+  const std::string log = steptrace_test::fresh_log("sinks_fragment");
+  {
+    std::ofstream(log) << "{\"schema\":\"steptrace.step/1\",\"global_step\":0}\n{\"schema\":\"steptrace.st";  // cut mid-line
+  }
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
+  for (int i = 0; i < 2; ++i) {
+    TRACE_STEP();
+  }
+  steptrace::stop();
+  CHECK(logged("ended in part of a line"));
+  std::ifstream in(log);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 5);  // the old line, the fragment on its own, 2 steps, the end record
+  CHECK(lines[1] == "{\"schema\":\"steptrace.st");
+  for (std::size_t i = 2; i < lines.size(); ++i) CHECK_NOTHROW(nlohmann::json::parse(lines[i]));
+  CHECK(nlohmann::json::parse(lines[2])["global_step"] == 0);
 }

@@ -104,6 +104,9 @@ class Session {
         report_config_error({"log_path", err + "; JSON lines disabled, training continues"});
         log_path_.clear();
       }
+      if (file_.ended_fragment())
+        warn_once("log.fragment", "the log '" + log_path_ + "' ended in part of a line (a run killed while writing it); "
+                                  "a newline now ends that fragment, which readers skip as unparsable");
     }
     prometheus_.reset();
     if (!cfg.prometheus_textfile.empty() || !cfg.prometheus_listen.empty()) open_prometheus(cfg, ctx.run);

@@ -74,10 +74,14 @@ class StepQueue {
     return id;
   }
   /// Background thread: the reason of a request not yet served ("" = none), marking it taken.
-  std::string take_flush(uint64_t& id) {
+  /// A flush asked for: its id and reason, and in `more` every step queued before it was asked
+  /// (the asking thread queued the open step first: its line must precede the end record).
+  std::string take_flush(uint64_t& id, std::deque<StepRecord>& more) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (flush_asked_ == flush_taken_) return {};
     flush_taken_ = id = flush_asked_;
+    for (auto& r : queue_) more.push_back(std::move(r));
+    queue_.clear();
     return flush_reason_;
   }
   void flush_done(uint64_t id) {

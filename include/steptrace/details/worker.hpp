@@ -103,7 +103,12 @@ class Worker {
         if (detach_since_) stop_counters_for_detach();
       }
       uint64_t flush_id = 0;
-      const std::string flush_reason = s_.queue->take_flush(flush_id);
+      std::deque<StepRecord> queued;
+      const std::string flush_reason = s_.queue->take_flush(flush_id, queued);
+      for (auto& record : queued) {
+        watchdog_.step_closed(record);
+        waiting_.push_back(std::move(record));
+      }
       emit_ready(stopping || !flush_reason.empty());  // an ending: every waiting line now, as it is
       if (!flush_reason.empty()) {
         write_end(flush_reason);

@@ -34,6 +34,7 @@ class JsonlFile final : public LineSink {
   /// Opens (creating, appending) `path`. Returns "" or the reason it cannot be used.
   std::string open(const std::string& path) {
     close();
+    fragment_ended_ = false;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd_ < 0) {
       if (errno == ENXIO)  // O_NONBLOCK on a FIFO without a reader (fifo(7))
@@ -45,6 +46,7 @@ class JsonlFile final : public LineSink {
     if (!stream_) {  // a regular file never blocks a write; keep its status flags plain
       const int flags = ::fcntl(fd_, F_GETFL);
       if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+      end_fragment(path, st.st_size);
     }
     path_ = path;
     stalled_ = false;
@@ -108,6 +110,25 @@ class JsonlFile final : public LineSink {
     return {};
   }
 
+  /// An earlier writer killed in a write (SIGKILL lands between the pages of a write(2), and the
+  /// kernel stops it there) leaves the file ending in a fragment without a newline: end it, so that
+  /// this run's first line stays a line of its own.
+  void end_fragment(const std::string& path, off_t size) {
+    if (size <= 0) return;
+    const int rd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (rd < 0) return;
+    char last = '\n';
+    const bool fragment = ::pread(rd, &last, 1, size - 1) == 1 && last != '\n';
+    ::close(rd);
+    const char nl = '\n';
+    if (fragment && ::write(fd_, &nl, 1) == 1) fragment_ended_ = true;
+  }
+
+ public:
+  /// open() found the file ending in a fragment of a line (a killed writer's) and ended it.
+  bool ended_fragment() const { return fragment_ended_; }
+
+ private:
   /// A FIFO, pipe, socket or terminal: what was written cannot be taken back, so a line the reader
   /// took part of is finished before any other line; a line it takes nothing of is dropped whole.
   std::string write_stream(std::string line) {
@@ -156,6 +177,7 @@ class JsonlFile final : public LineSink {
   std::string path_;
   bool stream_ = false;   // not a regular file: writes may block, and cannot be undone
   bool stalled_ = false;  // the last line waited in vain: do not wait again until one is taken
+  bool fragment_ended_ = false;
   std::string rest_;      // a stream line's part not yet taken by the reader
 };
 
