@@ -15,15 +15,9 @@ import os
 import subprocess
 import sys
 
+from dp_skew_check import gpu_count  # the same directory
+
 HANG_STEP, HANG_S, STALL_AFTER_S, STEPS = 20, 5.0, 1.5, 40
-
-
-def gpu_count():
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
 failures = []
