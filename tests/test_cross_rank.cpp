@@ -161,14 +161,22 @@ TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
 }
 
 
-TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, simulated exchange)", "[cross_rank]") {
-  const auto log = steptrace_test::fresh_log("cross_rank_session");
+namespace {
+/// A host-only session as rank 0 of the simulated four-rank exchange (tests/fake_exchange.hpp).
+steptrace::Config four_ranks_config(const std::string& log) {
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.gpu = steptrace::Mode::off;
   cfg.summary = false;
   cfg.rank = 0;
   cfg.world_size = 4;
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, simulated exchange)", "[cross_rank]") {
+  const auto log = steptrace_test::fresh_log("cross_rank_session");
+  steptrace::Config cfg = four_ranks_config(log);
   REQUIRE(steptrace::start(cfg));
   auto fake = std::make_unique<steptrace_test::FakeExchange>();
   const std::shared_ptr<int> posts = fake->posts;
@@ -205,12 +213,7 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
 
 TEST_CASE("cross-rank: a run_id from rank 0 that is not 16 hex digits is refused, the rank keeps its own", "[cross_rank]") {
   const auto log = steptrace_test::fresh_log("cross_rank_bad_run_id");
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  cfg.rank = 0;
-  cfg.world_size = 4;
+  steptrace::Config cfg = four_ranks_config(log);
   REQUIRE(steptrace::start(cfg));
   auto fake = std::make_unique<steptrace_test::FakeExchange>();
   fake->rank0_run_id = "not-an-id\n";
@@ -228,12 +231,7 @@ TEST_CASE("cross-rank: a run_id from rank 0 that is not 16 hex digits is refused
 TEST_CASE("cross-rank: with log_every, the written lines carry the views (unwritten lines take none)",
           "[cross_rank]") {
   const auto log = steptrace_test::fresh_log("cross_rank_log_every");
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  cfg.rank = 0;
-  cfg.world_size = 4;
+  steptrace::Config cfg = four_ranks_config(log);
   cfg.log_every = 5;
   REQUIRE(steptrace::start(cfg));
   REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<steptrace_test::FakeExchange>(), 5));

@@ -34,6 +34,7 @@ class StallWatch {
 
   explicit StallWatch(double after_s = 60) : after_s_(after_s) {}
   bool enabled() const { return after_s_ > 0; }
+  double after_s() const { return after_s_; }
 
   /// A closed step's duration, for the median.
   void step_closed(double step_ms) {

@@ -25,13 +25,13 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class StallWatchdog {
  public:
-  explicit StallWatchdog(double after_s) : watch_(after_s), after_s_(after_s) {}
+  explicit StallWatchdog(double after_s) : watch_(after_s) {}
 
   bool enabled() const { return watch_.enabled(); }
 
   /// How long the background thread may sleep between looks: a tenth of the threshold, 10 ms - 1 s.
   int64_t look_every_us() const {
-    return static_cast<int64_t>(std::clamp(after_s_ / 10, 0.01, 1.0) * 1e6);
+    return static_cast<int64_t>(std::clamp(watch_.after_s() / 10, 0.01, 1.0) * 1e6);
   }
 
   void step_closed(const StepRecord& r) { watch_.step_closed(ns_to_ms(r.end_ns - r.begin_ns)); }
@@ -169,7 +169,6 @@ class StallWatchdog {
   }
 
   StallWatch watch_;
-  double after_s_;
   int64_t last_end_ns_ = 0;
   std::string last_name_;
   std::deque<CounterSample> samples_;

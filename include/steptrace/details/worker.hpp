@@ -90,10 +90,7 @@ class Worker {
       s_.recorder->refresh_clock_anchor();
       if (sample_memory) take_memory_sample(sample_memory);
       take_device_state();
-      for (auto& record : batch) {
-        watchdog_.step_closed(record);
-        waiting_.push_back(std::move(record));
-      }
+      take_in(batch);
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
       s_.link->collect();
@@ -105,10 +102,7 @@ class Worker {
       uint64_t flush_id = 0;
       std::deque<StepRecord> queued;
       const std::string flush_reason = s_.queue->take_flush(flush_id, queued);
-      for (auto& record : queued) {
-        watchdog_.step_closed(record);
-        waiting_.push_back(std::move(record));
-      }
+      take_in(queued);
       emit_ready(stopping || !flush_reason.empty());  // an ending: every waiting line now, as it is
       if (!flush_reason.empty()) {
         write_end(flush_reason);
@@ -232,6 +226,14 @@ class Worker {
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
+  }
+
+  /// Closed steps from the queue: their lines wait for GPU records; the watchdog learns their durations.
+  void take_in(std::deque<StepRecord>& closed) {
+    for (auto& record : closed) {
+      watchdog_.step_closed(record);
+      waiting_.push_back(std::move(record));
+    }
   }
 
   /// The stall watchdog (stall_watchdog.hpp): a stall record when no step has begun for the
