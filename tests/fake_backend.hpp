@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -46,26 +47,37 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     return calls_;
   }
 
-  /// A kernel of `duration_ns` launched now by the calling thread; its record runs right away.
-  void launch(int64_t duration_ns, uint64_t blocks = 100) {
+  /// A kernel of `duration_ns` launched now by the calling thread on `stream`; its record starts
+  /// start_delay_ns after the launch, or when the stream's previous record ends.
+  void launch(int64_t duration_ns, uint64_t blocks = 100, const char* name = "fake_kernel", uint32_t stream = 7) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!tracing_) return;  // callbacks and records off (sampled attribution, untraced step)
-    steptrace::LaunchRecord l;
-    l.correlation = ++next_correlation_;
-    l.step = steptrace::details::current_step().load();
-    l.phase = steptrace::details::launch_phase();
-    l.enter_ns = steptrace::monotonic_ns();
-    launches_.push_back(l);
+    const steptrace::LaunchRecord l = launch_record();
     steptrace::KernelRecord k;
     k.correlation = l.correlation;
-    k.start_ns = l.enter_ns + start_delay_ns;
-    k.end_ns = k.start_ns + duration_ns;
+    k.stream = stream;
+    k.start_ns = std::max(l.enter_ns + start_delay_ns, stream_end_[stream]);
+    k.end_ns = stream_end_[stream] = k.start_ns + duration_ns;
     k.blocks = blocks;
     k.threads_per_block = 128;
     k.sm_efficiency = steptrace::kernel_sm_efficiency(blocks, sm_count);
-    k.name = "fake_kernel";
+    k.name = name;
     if (delivery == Delivery::at_once) kernels_.push_back(k);
     else if (delivery == Delivery::at_flush) held_.push_back(k);
+  }
+  /// A copy (or memset) of `bytes` taking `duration_ns`, as launch() does kernels.
+  void copy(uint64_t bytes, steptrace::CopyKind kind, int64_t duration_ns, uint32_t stream = 7) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!tracing_) return;
+    const steptrace::LaunchRecord l = launch_record();
+    steptrace::CopyRecord c;
+    c.correlation = l.correlation;
+    c.stream = stream;
+    c.start_ns = std::max(l.enter_ns + start_delay_ns, stream_end_[stream]);
+    c.end_ns = stream_end_[stream] = c.start_ns + duration_ns;
+    c.bytes = bytes;
+    c.kind = kind;
+    copies_.push_back(c);
   }
 
   // ---- GpuBackend ----
@@ -147,6 +159,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     steptrace::GpuDrain d;
     d.launches.swap(launches_);
     d.kernels.swap(kernels_);
+    d.copies.swap(copies_);
     return d;
   }
   void stop_attribution() override {
@@ -208,6 +221,19 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   int64_t last_sample_end_ = 0;
   std::vector<steptrace::LaunchRecord> launches_;
   std::vector<steptrace::KernelRecord> kernels_, held_;
+  std::vector<steptrace::CopyRecord> copies_;
+  std::map<uint32_t, int64_t> stream_end_;  // when each stream's last record ends
+
+  steptrace::LaunchRecord launch_record() {  // under mutex_
+    steptrace::LaunchRecord l;
+    l.correlation = ++next_correlation_;
+    l.step = steptrace::details::current_step().load();
+    l.phase = steptrace::details::launch_phase();
+    l.enter_ns = steptrace::monotonic_ns();
+    l.tid = steptrace::details::this_thread_id();
+    launches_.push_back(l);
+    return l;
+  }
 };
 
 }  // namespace steptrace_test

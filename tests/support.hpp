@@ -27,6 +27,12 @@ inline std::string fresh_log(const std::string& name) {
   return path;
 }
 
+/// A fresh, empty directory in the test's working directory.
+inline std::string fresh_dir(const std::string& name) {
+  std::system(("rm -rf '" + name + "' && mkdir -p '" + name + "'").c_str());
+  return name;
+}
+
 /// Every record of a JSONL file, each parsed; a line that does not parse fails the test.
 inline std::vector<nlohmann::json> read_records(const std::string& path) {
   std::vector<nlohmann::json> lines;

@@ -36,6 +36,11 @@ STEPTRACE_API STEPTRACE_INLINE bool is_running() noexcept;
 /// kept to printable ASCII; the last value recorded under a name in a step wins.
 STEPTRACE_API STEPTRACE_INLINE void record(std::string_view name, double value) noexcept;
 
+/// Writes the next `n` steps to begin as a trace (the flight recorder, trace_keep_steps): phase scopes
+/// on their threads, GPU records on their streams. Returns false when it cannot (not running, the
+/// recorder off, n < 1). The line of each such step names the file.
+STEPTRACE_API STEPTRACE_INLINE bool capture_steps(int n = 1) noexcept;
+
 /// Sets the current step's token (and sample) count when it is only known inside the step.
 STEPTRACE_API STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples = std::nullopt) noexcept;
 
@@ -104,6 +109,7 @@ inline Summary stop() noexcept { return Summary{}; }
 inline bool is_running() noexcept { return false; }
 inline void record(std::string_view, double) noexcept {}
 inline void set_step_tokens(double, std::optional<double> = std::nullopt) noexcept {}
+inline bool capture_steps(int = 1) noexcept { return false; }
 inline void set_allocator_stats_hook(std::function<AllocatorStats()>) noexcept {}
 inline PhaseId register_phase(std::string_view) noexcept { return kNoPhase; }
 }  // namespace disabled

@@ -74,6 +74,12 @@ struct Config {
   std::string job_id;                        // STEPTRACE_JOB_ID; "" = SLURM_JOB_ID, TORCHELASTIC_RUN_ID, the Kubernetes pod
   double stall_after_s = 60;                 // STEPTRACE_STALL_AFTER_S: no step for this long (and >= 10 median steps) = a stall record; 0 = off
   ModelParallel model_parallel;              // STEPTRACE_{TENSOR,PIPELINE,CONTEXT}_PARALLEL
+  int trace_keep_steps = 8;                  // STEPTRACE_TRACE_KEEP_STEPS: the flight recorder's ring (0 = off)
+  double trace_trigger = 1.5;                // STEPTRACE_TRACE_TRIGGER: a step above this x the rolling median is captured (0 = never)
+  int trace_max_files = 20;                  // STEPTRACE_TRACE_MAX_FILES: traces written per run, at most
+  int trace_ring_mib = 64;                   // STEPTRACE_TRACE_RING_MIB: the ring's bound in memory
+  std::string trace_dir;                     // STEPTRACE_TRACE_DIR; "" = the log file's directory
+  std::string capture_steps;                 // STEPTRACE_CAPTURE_STEPS: "a-b[,c]" steps written as traces
   bool flush_on_exit = true;                 // STEPTRACE_FLUSH_ON_EXIT: SIGTERM / exit without stop() write the pending lines
 };
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/step_ranges.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -279,6 +280,31 @@ inline const std::vector<Setting>& settings() {
                                &ModelParallel::pipeline, 1, kMaxRanks, "pipeline-parallel degree (MFU divides by it)"));
     t.push_back(nested_integer("model_parallel.context", "STEPTRACE_CONTEXT_PARALLEL", &Config::model_parallel,
                                &ModelParallel::context, 1, kMaxRanks, "context-parallel degree (MFU divides by it)"));
+    t.push_back(integer("trace_keep_steps", "STEPTRACE_TRACE_KEEP_STEPS", &Config::trace_keep_steps, 0, 1024,
+                        "the flight recorder keeps the last N steps' phase scopes and GPU records to write as "
+                        "traces; 0 = off"));
+    t.push_back(real("trace_trigger", "STEPTRACE_TRACE_TRIGGER", &Config::trace_trigger, 0, 1000,
+                     "a step slower than this x the median of the last 64 (after 20 steps) is written as a trace "
+                     "with its neighbours; 0 = never"));
+    t.push_back(integer("trace_max_files", "STEPTRACE_TRACE_MAX_FILES", &Config::trace_max_files, 0, 100000,
+                        "traces written per run, at most (more captured steps are counted, not written)"));
+    t.push_back(integer("trace_ring_mib", "STEPTRACE_TRACE_RING_MIB", &Config::trace_ring_mib, 1, 65536,
+                        "the flight recorder's memory bound; the oldest steps go first"));
+    t.push_back(text("trace_dir", "STEPTRACE_TRACE_DIR", &Config::trace_dir, "a directory",
+                     "where traces are written; `\"\"` = the log file's directory (the current one without a log)"));
+    Setting capture = text("capture_steps", "STEPTRACE_CAPTURE_STEPS", &Config::capture_steps, "`a-b`, `a`, comma-separated",
+                           "steps (global_step) written as traces whatever the trigger says; `\"\"` = none");
+    capture.parse = [](Config& c, const std::string& v) {
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      const std::string why = parse_step_ranges(v, ranges);
+      if (why.empty()) c.capture_steps = v;
+      return why;
+    };
+    capture.check = [](const Config& c) {
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      return parse_step_ranges(c.capture_steps, ranges);
+    };
+    t.push_back(std::move(capture));
     t.push_back(flag("flush_on_exit", "STEPTRACE_FLUSH_ON_EXIT", &Config::flush_on_exit,
                      "on SIGTERM and at exit without `stop()`: write the pending lines and an end record within 1 s, "
                      "then hand SIGTERM on to the program's own handler"));

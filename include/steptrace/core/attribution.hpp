@@ -160,6 +160,23 @@ inline std::string nccl_collective(std::string_view name) {
   return "other";
 }
 
+/// A record filed under its step: the phase that launched it, and the launch call's entry (CUPTI
+/// clock, 0 = unknown) and thread (0 = unknown).
+template <class R>
+struct Placed {
+  R record;
+  PhaseId phase = kNoPhase;
+  int64_t launch_ns = 0;
+  int32_t launch_tid = 0;
+};
+
+/// A step's records as filed (what the flight recorder keeps: details/flight_recorder.hpp), the
+/// impossible ones left out as they are left out of the line's sums.
+struct StepActivity {
+  std::vector<Placed<KernelRecord>> kernels;
+  std::vector<Placed<CopyRecord>> copies;
+};
+
 /// Joins launches and GPU records by correlation id and turns a finished step into StepGpu.
 /// Not thread-safe: one owner (the background thread).
 class Attributor {
@@ -174,7 +191,7 @@ class Attributor {
     }
     if (l.discard) {  // its records are read only to settle an earlier graph launch: dropped quietly
       if (l.failed) return;
-      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true};
+      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true, l.tid};
       // A settling graph launch's own records come out at the graph's next launch with records on,
       // possibly many steps later, after its step's ids are forgotten: remembered apart (bounded).
       if (l.graph && discard_graphs_.insert(l.correlation).second) {
@@ -194,7 +211,7 @@ class Attributor {
     if (l.step < 0 && !first_take_) return;         // too late to report before-first-step work
     if (l.step >= 0 && l.step < emitted_below_) return;  // its step's line is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
-    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false};
+    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid};
     Pending& p = pending_[l.step];
     p.expected.insert(l.correlation);
     if (l.graph) p.graph_launches = true;
@@ -247,8 +264,9 @@ class Attributor {
     return it == pending_.end() ? 0 : static_cast<uint32_t>(it->second.expected.size());
   }
 
-  /// Computes and removes `step`'s metrics. Steps are taken in increasing order.
-  StepGpu take(int64_t step, bool drained = false) {
+  /// Computes and removes `step`'s metrics. Steps are taken in increasing order. `keep`, when given,
+  /// receives the step's records (those the sums were made of).
+  StepGpu take(int64_t step, bool drained = false, StepActivity* keep = nullptr) {
     StepGpu g;
     g.complete = is_complete(step, drained);
     g.missing_launches = missing_launches(step);
@@ -266,6 +284,10 @@ class Attributor {
     auto it = pending_.find(step);
     if (it != pending_.end()) {
       fill(it->second, g);
+      if (keep) {
+        keep->kernels = std::move(it->second.kernels);
+        keep->copies = std::move(it->second.copies);
+      }
       pending_.erase(it);
     }
     g.late_records = std::exchange(late_records_, 0);
@@ -304,11 +326,7 @@ class Attributor {
     int64_t enter_ns;          // the launch call's entry (CUPTI clock), 0 = unknown
     int64_t suspect_after_ns;  // see add_unsettled; 0 = not suspect
     bool discard;
-  };
-  template <class R>
-  struct Placed {
-    R record;
-    PhaseId phase;
+    int32_t tid;               // the launching thread, 0 = unknown
   };
   struct Pending {
     std::unordered_set<uint32_t> expected, seen;
@@ -341,7 +359,7 @@ class Attributor {
       ++p->launch_timed;
       p->launch_waited += record.start_ns - where->enter_ns < kHostBoundStartNs;
     }
-    (p->*list).push_back({record, where->phase});
+    (p->*list).push_back({record, where->phase, where->enter_ns, where->tid});
   }
 
   uint32_t resolve(uint32_t corr) const {
@@ -402,7 +420,7 @@ class Attributor {
     std::map<PhaseId, double> occupancy_weighted;
     std::map<PhaseId, std::map<std::string_view, TopKernel>> by_name;
     std::map<PhaseId, std::map<std::string_view, double>> name_eff_weighted;
-    for (const auto& [k, phase] : p.kernels) {
+    for (const auto& [k, phase, launch_ns, launch_tid] : p.kernels) {
       const int64_t d = k.end_ns - k.start_ns;
       PhaseGpu& pg = g.phases[phase];
       pg.kernel_ns += d;
@@ -428,7 +446,7 @@ class Attributor {
       ++t.calls;
       name_eff_weighted[phase][k.name] += k.sm_efficiency * static_cast<double>(d);
     }
-    for (const auto& [c, phase] : p.copies) {
+    for (const auto& [c, phase, launch_ns, launch_tid] : p.copies) {
       PhaseGpu& pg = g.phases[phase];
       CopyTotals& t = pg.copies[static_cast<int>(c.kind)];
       t.bytes += c.bytes;

@@ -9,6 +9,7 @@
 #include "json_writer.hpp"
 #include "line_sections.hpp"
 #include "run_info.hpp"
+#include "trace_trigger.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -20,7 +21,28 @@ struct EndRecord {
   int64_t last_global_step = -1;  // the last step with a line (written or not), -1 = none
   uint64_t lines_written = 0, lines_unwritten_total = 0, steps_dropped_total = 0;
   uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
+  TraceStats traces;              // the flight recorder's
 };
+
+/// The flight recorder's counts: traces written, refused, failed; what its ring held.
+inline void write_trace_stats(LineOut& out, const TraceStats& t) {
+  details::JsonWriter& w = out.w;
+  w.key("traces");
+  if (!t.on) {
+    w.null();
+    out.nulls.emplace_back("traces", "flight recorder off (trace_keep_steps=0)");
+    return;
+  }
+  w.begin_object();
+  w.field("captures", t.captures).field("written", t.written).field("failed", t.failed);
+  w.field("refused_max_files", t.refused_max_files);
+  w.key("ring").begin_object();
+  w.field("keep_steps", static_cast<int64_t>(t.keep_steps)).field("bytes_max", t.max_bytes);
+  w.field("bytes", t.bytes).field("bytes_peak", t.bytes_peak).field("step_bytes_max", t.step_bytes_max);
+  w.field("steps_kept", t.steps_kept).field("steps_evicted_for_bytes", t.steps_evicted_for_bytes);
+  w.field("records_left_out", t.records_left_out);
+  w.end_object().end_object();
+}
 
 /// The identity fields event records share with step lines (rank, host, run and job, the GPU).
 inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_ns) {
@@ -57,6 +79,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
   w.key("dropped").begin_object();
   w.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
   w.end_object();
+  write_trace_stats(out, e.traces);
   write_null_reasons(out);
   w.end_object();
   return w.str();

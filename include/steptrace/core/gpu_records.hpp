@@ -20,6 +20,7 @@ struct LaunchRecord {
   bool failed = false;             // the API returned an error: no GPU record will come
   bool discard = false;            // launched while records stayed on only to settle a traced step's graphs
   int64_t enter_ns = 0;            // the API call's entry on the CUPTI clock; 0 = not read
+  int32_t tid = 0;                 // the launching thread (gettid); 0 = unknown
 };
 
 /// Graph launches of a traced step whose records may not have been read out when records were

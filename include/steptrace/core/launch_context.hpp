@@ -5,6 +5,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "phase.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
@@ -23,6 +26,13 @@ struct ThreadState {
 inline ThreadState& thread_state() {
   thread_local ThreadState state;
   return state;
+}
+
+/// The calling thread's id (gettid), read once per thread: phase spans and launches carry it so that a
+/// trace (core/trace_events.hpp) shows them on their threads.
+inline int32_t this_thread_id() {
+  thread_local const int32_t id = static_cast<int32_t>(::syscall(SYS_gettid));
+  return id;
 }
 
 /// Whether a session is running; read by every scope before anything else.

@@ -19,6 +19,7 @@
 #include "phase.hpp"
 #include "run_info.hpp"
 #include "step_metrics.hpp"
+#include "trace_trigger.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -75,6 +76,7 @@ struct StepLineInput {
   Diagnosis diagnosis;
   std::optional<WindowSummary> window;
   OverheadLine overhead;
+  StepTrace trace;                      // the flight recorder's capture of this step (details/flight_recorder.hpp)
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
   uint64_t lines_unwritten_total = 0;   // lines the log could not take (write errors), since start()
   std::vector<std::string> warnings;

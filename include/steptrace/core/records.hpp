@@ -18,6 +18,7 @@ struct PhaseSpan {
   uint16_t depth = 0;           // 0 = outermost scope on its thread
   bool on_step_thread = true;   // opened on the thread that runs TRACE_STEP
   bool nested_in_same = false;  // inside a scope of the same phase (not counted twice)
+  int32_t tid = 0;              // the thread that opened it (gettid); 0 = unknown
   int64_t begin_ns = 0;         // monotonic_ns()
   int64_t end_ns = 0;
 };

@@ -11,6 +11,27 @@
 
 STEPTRACE_BEGIN_NAMESPACE
 
+/// The flight recorder's capture of the step: the trace file it is written to, and why.
+inline void write_trace(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepTrace& t = in.trace;
+  w.key("trace");
+  if (!t.captured) {
+    w.null();
+    out.nulls.emplace_back("trace", t.null_reason.empty() ? "step not captured" : t.null_reason);
+    return;
+  }
+  w.begin_object();
+  if (t.file.empty()) {
+    w.key("file").null().field("not_written", t.not_written);
+  } else {
+    w.field("file", t.file).field("capture_first_step", t.capture_first);
+  }
+  w.key("reasons").begin_array();
+  for (const std::string& r : t.reasons) w.value(r);
+  w.end_array().end_object();
+}
+
 /// Renders one step as a single JSON object without a trailing newline.
 inline std::string make_step_line(const StepLineInput& in) {
   LineOut out;
@@ -29,6 +50,7 @@ inline std::string make_step_line(const StepLineInput& in) {
   write_diagnosis(out, in);
   write_window(out, in);
   write_overhead(out, in);
+  write_trace(out, in);
   write_bookkeeping(out, in);
   out.w.key("null_reasons").begin_object();
   for (const auto& [field, reason] : out.nulls) out.w.field(field, reason);

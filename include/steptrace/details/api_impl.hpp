@@ -47,6 +47,15 @@ STEPTRACE_INLINE void record(std::string_view name, double value) noexcept {
   }
 }
 
+STEPTRACE_INLINE bool capture_steps(int n) noexcept {
+  if (!is_running()) return false;
+  try {
+    return details::Session::current().capture_steps(n);
+  } catch (...) {
+    return false;
+  }
+}
+
 STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples) noexcept {
   if (!is_running()) return;
   try {
@@ -154,6 +163,7 @@ STEPTRACE_INLINE PhaseScope::~PhaseScope() {
   --ts.depth;
   if (ts.slot) ts.slot->pop(ts.depth);
   span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
+  span_.tid = ts.slot ? ts.slot->tid : 0;
   if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
   try {
     details::Session::current().add_span(span_, ticks_, begin_, end);

@@ -58,6 +58,25 @@ class Session {
     last_started().compare_exchange_strong(self, nullptr);
   }
 
+  /// The flight recorder's settings: traces go to trace_dir, else beside the log.
+  FlightRecorder::Settings flight_settings(const Config& cfg, const LineContext& ctx) const {
+    FlightRecorder::Settings f;
+    f.keep_steps = cfg.trace_keep_steps;
+    f.max_bytes = static_cast<std::size_t>(cfg.trace_ring_mib) << 20;
+    f.max_files = cfg.trace_max_files;
+    f.dir = expand_log_path(cfg.trace_dir, ctx.run.rank);
+    if (f.dir.empty()) {
+      const auto slash = log_path_.rfind('/');
+      f.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log_path_.substr(0, slash);
+    }
+    f.rank = ctx.run.rank;
+    f.device = ctx.run.device ? ctx.run.device->index : 0;
+    f.device_name = ctx.run.device ? ctx.run.device->name : std::string();
+    f.trigger.trigger = cfg.trace_trigger;
+    parse_step_ranges(cfg.capture_steps, f.trigger.ranges);  // validated at start()
+    return f;
+  }
+
   /// The session that scopes and calls go to: the one last started, else instance().
   static Session& current() {
     Session* s = last_started().load(std::memory_order_acquire);
@@ -118,6 +137,8 @@ class Session {
     setup.recorder = &recorder_;
     setup.queue = &queue_;
     setup.link = &link_;
+    setup.captures = &captures_;
+    setup.flight = flight_settings(cfg, setup.context);
     if (file_.is_open()) setup.sinks.push_back(&file_);
     if (prometheus_) setup.sinks.push_back(prometheus_.get());
     setup.attribution = attribution_;
@@ -233,6 +254,22 @@ class Session {
       queue_.push(std::move(*b.closed));
     }
     return b.index;
+  }
+
+  /// capture_steps(n): the next n steps to begin are written as a trace.
+  bool capture_steps(int n) {
+    if (n <= 0) {
+      warn_once("capture_steps.n", "capture_steps(n): n must be >= 1; ignored");
+      return false;
+    }
+    if (cfg_.trace_keep_steps <= 0) {
+      warn_once("capture_steps.off", "capture_steps(): the flight recorder is off (trace_keep_steps=0); ignored");
+      return false;
+    }
+    const uint64_t first = static_cast<uint64_t>(current_step().load(std::memory_order_relaxed) + 1);
+    if (captures_.add(first, first + static_cast<uint64_t>(n) - 1)) return true;
+    warn_once("capture_steps.full", "capture_steps(): 64 requests are pending; this one is ignored");
+    return false;
   }
 
   void end_step() { recorder_.end(call_allocator_hook()); }
@@ -422,6 +459,7 @@ class Session {
   std::unique_ptr<backend::GpuBackend> gpu_;
   std::mutex lifecycle_;  // start/stop
   StepRecorder recorder_;
+  CaptureRequests captures_;
   StepQueue queue_;
   CrossRankLink link_;
   std::mutex hook_mutex_;

@@ -25,7 +25,7 @@ inline constexpr int kMaxThreadSlots = 256;
 
 struct ThreadSlot {
   std::atomic<int> owner{0};  // the owning process's pid; 0 = free
-  int tid = 0;                // the owning thread's id (gettid), written before `owner`
+  int tid = 0;                // the owning thread's id (gettid), written before `owner` holds the pid
   std::atomic<uint32_t> seq{0};  // odd while the owner writes
   std::atomic<uint16_t> depth{0};
   std::atomic<uint32_t> entry[kMaxPhaseDepth] = {};  // phase id | 1 << 16 when `begin` is a tick reading
@@ -86,9 +86,12 @@ inline ThreadSlot* claim_thread_slot(ThreadState& ts) {
   for (int i = 0; i < kMaxThreadSlots; ++i) {
     int expected = 0;
     if (table[i].owner.load(std::memory_order_relaxed) != 0) continue;
-    table[i].tid = static_cast<int>(::syscall(SYS_gettid));
-    if (table[i].owner.compare_exchange_strong(expected, pid, std::memory_order_acq_rel)) {
+    // Claimed as -1 (no reader takes it), then the tid, then the owner's pid (release: a reader that
+    // sees the pid sees the tid).
+    if (table[i].owner.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) {
+      table[i].tid = details::this_thread_id();
       table[i].depth.store(0, std::memory_order_relaxed);
+      table[i].owner.store(pid, std::memory_order_release);
       mine = &table[i];
       release.slot = mine;
       break;

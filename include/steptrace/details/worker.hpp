@@ -25,6 +25,7 @@
 #include "../sink/sink.hpp"
 #include "cross_rank_link.hpp"
 #include "demangle.hpp"
+#include "flight_recorder.hpp"
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
@@ -46,6 +47,8 @@ struct WorkerSetup {
   StepRecorder* recorder = nullptr;  // the scope clock it keeps anchored
   StepQueue* queue = nullptr;
   CrossRankLink* link = nullptr;
+  CaptureRequests* captures = nullptr;  // capture_steps(n)
+  FlightRecorder::Settings flight;
   std::vector<sink::LineSink*> sinks;
   bool attribution = false;  // the backend collects launches and records
   bool detach = false;       // untraced_cupti=detach in effect from the start
@@ -58,6 +61,7 @@ class Worker {
       : s_(std::move(setup)),
         lines_(s_.context),
         watchdog_(s_.context.cfg.stall_after_s),
+        flight_(s_.flight),
         overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
                                               /*keep_attached=*/!s_.detach}),
         detach_since_(s_.detach ? std::optional<uint64_t>(0) : std::nullopt) {}
@@ -281,6 +285,7 @@ class Worker {
       const StepRecord& r = waiting_.front();
       std::optional<StepGpu> gpu;
       std::string untraced;
+      StepActivity activity;  // the step's records, for the flight recorder
       if (s_.attribution && !r.traced) {
         attributor_.skip(static_cast<int64_t>(r.index));
         untraced = untraced_reason(r, cfg, detached(r));
@@ -292,13 +297,18 @@ class Worker {
         w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
         w.stopping = stopping;
         if (!line_due(w, cfg)) return;
-        gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping);
+        gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping, flight_.on() ? &activity : nullptr);
         ++traced_done_;
         warn_excluded(*gpu, r.index);
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle_(t.name);
       }
+      const bool traced = gpu.has_value(), complete = gpu && gpu->complete;
       process(r, std::move(gpu), untraced);
+      flight_.keep(r, traced ? &activity : nullptr, complete,
+                   traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
+                   demangle_);
+      if (flight_.has_due()) flight_.write_due(trace_env());
       waiting_.pop_front();
     }
   }
@@ -333,6 +343,9 @@ class Worker {
       OverheadLine overhead = observe_overhead(r, gpu);
       StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
       in.overhead = std::move(overhead);
+      in.trace = flight_.decide(r.index, ns_to_ms(in.host.step_time_ns),
+                                in.gpu ? std::optional<Bottleneck>(in.diagnosis.label) : std::nullopt,
+                                s_.captures && s_.captures->covers(r.index), lines_.context().run.run_id);
       if (!lines_.written(r)) return;  // a line never written takes no cross-rank view (it would be lost)
       const LineContext& ctx = lines_.context();
       s_.link->fill_line(r.index, ctx.run.rank, in);
@@ -459,6 +472,7 @@ class Worker {
   Attributor attributor_;
   Demangler demangle_;
   StallWatchdog watchdog_;
+  FlightRecorder flight_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
@@ -477,11 +491,21 @@ class Worker {
   uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
   int64_t last_line_step_ = -1;    // the last step whose line was produced
 
+  TraceEnv trace_env() {
+    TraceEnv env;
+    env.run_id = lines_.context().run.run_id;
+    env.gpu_clock_offset_ns = s_.attribution ? s_.gpu->gpu_clock_offset_ns() : 0;
+    env.unix_minus_monotonic_ns = unix_ns() - monotonic_ns();
+    return env;
+  }
+
   /// The end record (core/end_line.hpp), to the sinks that hold the lines (not a view of them, such as
   /// the Prometheus exporter); not counted as a line.
   void write_end(const std::string& reason) {
     try {
+      flight_.finish(trace_env());  // captures still open are written with what the ring holds
       EndRecord e;
+      e.traces = flight_.stats();
       e.reason = reason;
       e.unix_ns = unix_ns();
       e.last_global_step = last_line_step_;

@@ -402,6 +402,7 @@ class Collector {
     l.phase = details::launch_phase();
     l.graph = sites[cbid] == kGraphLaunch;
     l.discard = self->settling_.load(std::memory_order_relaxed);
+    l.tid = details::this_thread_id();  // a trace draws the launch on its thread (flight recorder)
     if (cb->callbackSite == CUPTI_API_ENTER) {
       if (runtime) {
         tls.runtime_correlation = cb->correlationId;

@@ -1,0 +1,336 @@
+// steptrace/details/flight_recorder.hpp - the flight recorder: the background thread keeps the last
+// trace_keep_steps steps (phase spans and GPU records) in a ring bounded in bytes, and writes a trace
+// (core/trace_events.hpp) of a step and its neighbours when the trigger (core/trace_trigger.hpp) or
+// the program asks for it. Consecutive captured steps share one file while they fit in the ring. At
+// most trace_max_files files per run. Nothing here runs on the training thread.
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../core/attribution.hpp"
+#include "../core/phase.hpp"
+#include "../core/records.hpp"
+#include "../core/trace_events.hpp"
+#include "../core/trace_trigger.hpp"
+#include "demangle.hpp"
+#include "log.hpp"
+#include "thread_slots.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+/// Steps the program asked for with capture_steps(n): written by any thread, read by the worker.
+class CaptureRequests {
+ public:
+  /// Steps first..last (inclusive). At most 64 ranges are held; older ones that ended go first.
+  bool add(uint64_t first, uint64_t last) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ranges_.size() >= 64) return false;
+    ranges_.emplace_back(first, last);
+    return true;
+  }
+  /// Whether `step` was asked for; ranges that ended before it are forgotten.
+  bool covers(uint64_t step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bool in = false;
+    for (auto it = ranges_.begin(); it != ranges_.end();) {
+      if (it->second < step) {
+        it = ranges_.erase(it);
+        continue;
+      }
+      in = in || it->first <= step;
+      ++it;
+    }
+    return in;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges_;
+};
+
+/// What a trace needs from the worker when it is written.
+struct TraceEnv {
+  std::string run_id;
+  int64_t gpu_clock_offset_ns = 0;         // GPU record clock - monotonic_ns()
+  int64_t unix_minus_monotonic_ns = 0;     // wall clock - monotonic_ns()
+};
+
+class FlightRecorder {
+ public:
+  struct Settings {
+    int keep_steps = 8;            // 0 = off
+    std::size_t max_bytes = 64u << 20;
+    int max_files = 20;
+    std::string dir = ".";
+    int rank = 0;
+    int device = 0;
+    std::string device_name;
+    TraceTrigger::Settings trigger;
+  };
+  static constexpr std::size_t kMaxNames = 1 << 16;
+
+  explicit FlightRecorder(Settings s) : s_(std::move(s)), trigger_(s_.trigger) {
+    stats_.on = s_.keep_steps > 0;
+    stats_.keep_steps = s_.keep_steps;
+    stats_.max_bytes = s_.max_bytes;
+  }
+  bool on() const { return s_.keep_steps > 0; }
+
+  /// At the step's line: whether it is captured and in which file. `label`: the diagnosis, for steps
+  /// with GPU attribution.
+  StepTrace decide(uint64_t step, double step_ms, std::optional<Bottleneck> label, bool requested,
+                   const std::string& run_id) {
+    StepTrace t;
+    if (!on()) {
+      t.null_reason = "flight recorder off (trace_keep_steps=0)";
+      return t;
+    }
+    TraceTrigger::Step st;
+    st.index = step;
+    st.step_ms = step_ms;
+    st.label = label;
+    st.requested = requested;
+    const TraceTrigger::Decision d = trigger_.look(st);
+    if (d.reasons.empty()) {
+      t.null_reason = "step not captured";
+      return t;
+    }
+    t.captured = true;
+    t.reasons = d.reasons;
+    if (open_ && step == open_->last + 1 && step - open_->first + 3 <= static_cast<uint64_t>(s_.keep_steps)) {
+      open_->last = step;  // one more captured step in the open capture's file
+      open_->captured.push_back(step);
+      for (const std::string& r : d.reasons)
+        if (std::find(open_->reasons.begin(), open_->reasons.end(), r) == open_->reasons.end()) open_->reasons.push_back(r);
+      t.file = open_->file;
+      t.capture_first = open_->first;
+      return t;
+    }
+    if (open_) due_.push_back(std::move(*std::exchange(open_, std::nullopt)));
+    if (stats_.captures >= static_cast<uint64_t>(s_.max_files)) {
+      ++stats_.refused_max_files;
+      t.not_written = "trace_max_files (" + std::to_string(s_.max_files) + ") traces written or due this run";
+      return t;
+    }
+    ++stats_.captures;
+    Capture c;
+    c.first = c.last = step;
+    c.captured.push_back(step);
+    c.reasons = d.reasons;
+    c.file = s_.dir + "/trace-" + run_id.substr(0, 8) + "-r" + std::to_string(s_.rank) + "-s" + std::to_string(step) + ".json";
+    t.file = c.file;
+    t.capture_first = step;
+    open_ = std::move(c);
+    return t;
+  }
+
+  /// After the line: keeps the step (its records are moved out of `activity`). Then write_due().
+  void keep(const StepRecord& r, StepActivity* activity, bool gpu_complete, const std::string& gpu_note,
+            Demangler& demangle) {
+    if (!on()) return;
+    KeptStep k;
+    k.index = r.index;
+    k.begin_ns = r.begin_ns;
+    k.end_ns = r.end_ns;
+    k.spans = r.spans;
+    k.traced = activity != nullptr;
+    k.gpu_complete = gpu_complete;
+    k.gpu_note = gpu_note;
+    if (activity) {
+      k.records.reserve(activity->kernels.size() + activity->copies.size());
+      for (const auto& p : activity->kernels) {
+        KeptRecord x = common(p);
+        x.name = name_index(p.record.name, demangle);
+        x.bytes_or_blocks = p.record.blocks;
+        x.threads_per_block = p.record.threads_per_block;
+        x.sm_efficiency = static_cast<float>(p.record.sm_efficiency);
+        x.occupancy = static_cast<float>(p.record.occupancy);
+        k.records.push_back(x);
+      }
+      for (const auto& p : activity->copies) {
+        KeptRecord x = common(p);
+        x.kernel = false;
+        x.copy_kind = p.record.kind;
+        x.bytes_or_blocks = p.record.bytes;
+        k.records.push_back(x);
+      }
+    }
+    add(std::move(k));
+  }
+
+  /// Whether a capture waits to be written: its following step is in the ring.
+  bool has_due() const { return !due_.empty() || (open_ && !ring_.empty() && ring_.back().index > open_->last); }
+  void write_due(const TraceEnv& env) {
+    for (Capture& c : due_) write(c, env);
+    due_.clear();
+    if (open_ && !ring_.empty() && ring_.back().index > open_->last) {
+      write(*open_, env);
+      open_.reset();
+    }
+  }
+
+  /// An ending (stop(), SIGTERM, exit): the open capture is written with what the ring holds.
+  void finish(const TraceEnv& env) {
+    if (!on()) return;
+    for (Capture& c : due_) write(c, env);
+    due_.clear();
+    if (open_) write(*open_, env);
+    open_.reset();
+  }
+
+  const TraceStats& stats() const { return stats_; }
+
+ private:
+  struct Capture {
+    uint64_t first = 0, last = 0;
+    std::vector<uint64_t> captured;
+    std::vector<std::string> reasons;
+    std::string file;
+  };
+
+  template <class R>
+  static KeptRecord common(const Placed<R>& p) {
+    KeptRecord x;
+    x.start_ns = p.record.start_ns;
+    x.end_ns = p.record.end_ns;
+    x.launch_ns = p.launch_ns;
+    x.launch_tid = p.launch_tid;
+    x.stream = p.record.stream;
+    x.correlation = p.record.correlation;
+    x.phase = p.phase;
+    return x;
+  }
+
+  uint32_t name_index(const char* mangled, Demangler& demangle) {
+    const std::string key = mangled ? mangled : "";
+    auto it = name_ids_.find(key);
+    if (it != name_ids_.end()) return it->second;
+    if (names_.size() >= kMaxNames) {
+      if (overflow_name_ < 0) {
+        overflow_name_ = static_cast<int64_t>(names_.size());
+        names_.push_back("kernel (name table full)");
+      }
+      return static_cast<uint32_t>(overflow_name_);
+    }
+    const auto id = static_cast<uint32_t>(names_.size());
+    names_.push_back(demangle(key));
+    names_bytes_ += 2 * key.size() + names_.back().size() + 64;
+    name_ids_.emplace(key, id);
+    return id;
+  }
+
+  /// Into the ring; then the bounds: trace_keep_steps steps, max_bytes (oldest steps go first; a
+  /// single step above the bound keeps the records that fit).
+  void add(KeptStep k) {
+    const std::size_t others = ring_bytes_;
+    if (others + k.bytes() + names_bytes_ > s_.max_bytes && !k.records.empty()) {
+      // Room for this step alone: what fits once every older step is gone.
+      const std::size_t fixed = sizeof(KeptStep) + k.spans.capacity() * sizeof(PhaseSpan) + names_bytes_;
+      const std::size_t room = s_.max_bytes > fixed ? (s_.max_bytes - fixed) / sizeof(KeptRecord) : 0;
+      if (k.records.size() > room) {
+        stats_.records_left_out += k.records.size() - room;
+        k.records_truncated = k.records.size() - room;
+        warn_once("trace.ring_bytes", "flight recorder: step " + std::to_string(k.index) + " holds more GPU records than " +
+                                          "trace_ring_mib allows; its trace keeps the first " + std::to_string(room) +
+                                          " (counted in the end record's traces.records_left_out)");
+        k.records.resize(room);
+        k.records.shrink_to_fit();
+      }
+    }
+    stats_.step_bytes_max = std::max<uint64_t>(stats_.step_bytes_max, k.bytes());
+    ring_bytes_ += k.bytes();
+    ring_.push_back(std::move(k));
+    ++stats_.steps_kept;
+    while (ring_.size() > static_cast<std::size_t>(s_.keep_steps)) pop_front();
+    while (ring_.size() > 1 && ring_bytes_ + names_bytes_ > s_.max_bytes) {
+      ++stats_.steps_evicted_for_bytes;
+      pop_front();
+    }
+    stats_.bytes = ring_bytes_ + names_bytes_;
+    stats_.bytes_peak = std::max(stats_.bytes_peak, stats_.bytes);
+  }
+  void pop_front() {
+    ring_bytes_ -= ring_.front().bytes();
+    ring_.pop_front();
+  }
+
+  void write(const Capture& c, const TraceEnv& env) {
+    TraceDocument d;
+    const uint64_t from = c.first == 0 ? 0 : c.first - 1;
+    for (const KeptStep& k : ring_)
+      if (k.index >= from && k.index <= c.last + 1) d.steps.push_back(&k);
+    d.captured = c.captured;
+    d.reasons = c.reasons;
+    d.names = &names_;
+    d.phase_name = [](PhaseId id) { return id == kNoPhase ? std::string("unphased") : phase_name(id); };  // as the line
+    d.thread_name = [](int32_t tid) { return details::thread_name(tid); };
+    d.pid = static_cast<int32_t>(::getpid());
+    d.rank = s_.rank;
+    d.device = s_.device;
+    d.device_name = s_.device_name;
+    d.run_id = env.run_id;
+    d.gpu_clock_offset_ns = env.gpu_clock_offset_ns;
+    d.unix_minus_monotonic_ns = env.unix_minus_monotonic_ns;
+    std::string err;
+    try {
+      const std::string json = make_chrome_trace(d);
+      err = write_file(c.file, json);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    if (err.empty()) {
+      ++stats_.written;
+      return;
+    }
+    ++stats_.failed;
+    warn_once("trace.write", "flight recorder: cannot write the trace '" + c.file + "': " + err +
+                                 " (counted in the end record's traces.failed; training continues)");
+  }
+
+  /// The whole file or nothing under its name: written beside it, then renamed.
+  static std::string write_file(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return std::strerror(errno);
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    const bool closed = std::fclose(f) == 0;
+    if (!ok || !closed) {
+      std::remove(tmp.c_str());
+      return "write failed";
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      return why;
+    }
+    return {};
+  }
+
+  Settings s_;
+  TraceTrigger trigger_;
+  std::deque<KeptStep> ring_;
+  std::size_t ring_bytes_ = 0;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> name_ids_;
+  std::size_t names_bytes_ = 0;
+  int64_t overflow_name_ = -1;
+  std::optional<Capture> open_;
+  std::vector<Capture> due_;
+  TraceStats stats_;
+};
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,0 +1,396 @@
+// The flight recorder: the trigger rule, the trace it writes, the ring's bounds, and a run with a
+// fake GPU whose lines name their traces.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <steptrace/core/trace_events.hpp>
+#include <steptrace/core/trace_trigger.hpp>
+#include <steptrace/details/flight_recorder.hpp>
+#include <steptrace/details/session.hpp>
+#include <steptrace/steptrace.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_backend.hpp"
+#include "support.hpp"
+
+using steptrace::Bottleneck;
+using steptrace::TraceTrigger;
+using json = nlohmann::json;
+
+namespace {
+
+TraceTrigger::Step plain(uint64_t i, double ms, std::optional<Bottleneck> label = std::nullopt) {
+  TraceTrigger::Step s;
+  s.index = i;
+  s.step_ms = ms;
+  s.label = label;
+  return s;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("step ranges: a, a-b, lists; bad spellings are refused", "[flight]") {
+  std::vector<std::pair<uint64_t, uint64_t>> r;
+  CHECK(steptrace::parse_step_ranges("100-105,200", r).empty());
+  REQUIRE(r.size() == 2);
+  CHECK(r[0] == std::make_pair<uint64_t, uint64_t>(100, 105));
+  CHECK(r[1] == std::make_pair<uint64_t, uint64_t>(200, 200));
+  CHECK(steptrace::parse_step_ranges("", r).empty());
+  CHECK(r.empty());
+  for (const char* bad : {"5-3", "-5", "a-b", "1,,2", "1-", "1 -2", "3-4,"}) {
+    INFO(bad);
+    CHECK_FALSE(steptrace::parse_step_ranges(bad, r).empty());
+    CHECK(r.empty());
+  }
+}
+
+TEST_CASE("the slow-step trigger: above trigger x the median of the last 64, only after 20 steps", "[flight]") {
+  TraceTrigger t({1.5, true, {}});
+  for (uint64_t i = 0; i < 20; ++i) CHECK(t.look(plain(i, i == 3 ? 100.0 : 10.0)).reasons.empty());  // warm-up
+  auto d = t.look(plain(20, 14.9));
+  CHECK(d.reasons.empty());
+  REQUIRE(d.median_ms);
+  CHECK(*d.median_ms == Approx(10.0));
+  d = t.look(plain(21, 15.1));
+  CHECK(d.reasons == std::vector<std::string>{"slow_step"});
+  TraceTrigger off({0, true, {}});
+  for (uint64_t i = 0; i < 30; ++i) CHECK(off.look(plain(i, i == 25 ? 1000.0 : 10.0)).reasons.empty());
+}
+
+TEST_CASE("the diagnosis trigger: the first step of a stretch that differs from the usual label", "[flight]") {
+  TraceTrigger t({0, true, {}});
+  for (uint64_t i = 0; i < 25; ++i) CHECK(t.look(plain(i, 10, Bottleneck::compute_bound)).reasons.empty());
+  auto d = t.look(plain(25, 10, Bottleneck::input_bound));
+  CHECK(d.reasons == std::vector<std::string>{"diagnosis_changed"});
+  CHECK(d.usual_label == "COMPUTE-BOUND");
+  CHECK(t.look(plain(26, 10, Bottleneck::input_bound)).reasons.empty());  // the same stretch
+  CHECK(t.look(plain(27, 10, Bottleneck::compute_bound)).reasons.empty());
+  CHECK(t.look(plain(28, 10, Bottleneck::input_bound)).reasons == std::vector<std::string>{"diagnosis_changed"});
+  CHECK(t.look(plain(29, 10)).reasons.empty());  // untraced: no label, no verdict
+}
+
+TEST_CASE("requested and named steps are captured whatever the rule says", "[flight]") {
+  TraceTrigger t({1.5, true, {{3, 4}, {9, 9}}});
+  auto s = plain(2, 10);
+  s.requested = true;
+  CHECK(t.look(s).reasons == std::vector<std::string>{"capture_steps"});
+  CHECK(t.look(plain(3, 10)).reasons == std::vector<std::string>{"capture_steps_env"});
+  CHECK(t.look(plain(4, 10)).reasons == std::vector<std::string>{"capture_steps_env"});
+  CHECK(t.look(plain(5, 10)).reasons.empty());
+  CHECK(t.look(plain(9, 10)).reasons == std::vector<std::string>{"capture_steps_env"});
+}
+
+namespace {
+
+steptrace::KeptStep kept(uint64_t index, int64_t begin, int64_t end) {
+  steptrace::KeptStep k;
+  k.index = index;
+  k.begin_ns = begin;
+  k.end_ns = end;
+  k.traced = true;
+  return k;
+}
+
+steptrace::KeptRecord kernel(int64_t start, int64_t end, uint32_t stream, int64_t launch, int32_t tid,
+                             steptrace::PhaseId phase) {
+  steptrace::KeptRecord r;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.stream = stream;
+  r.launch_ns = launch;
+  r.launch_tid = tid;
+  r.phase = phase;
+  return r;
+}
+
+steptrace::TraceDocument document(const std::vector<const steptrace::KeptStep*>& steps,
+                                  const std::vector<std::string>& names) {
+  steptrace::TraceDocument d;
+  d.steps = steps;
+  d.captured = {steps.front()->index};
+  d.reasons = {"slow_step"};
+  d.names = &names;
+  d.phase_name = [](steptrace::PhaseId id) { return "phase" + std::to_string(id); };
+  d.thread_name = [](int32_t tid) { return "t" + std::to_string(tid); };
+  d.pid = 42;
+  d.gpu_clock_offset_ns = 5'000;  // GPU clock = host + 5 us
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("a trace: steps, scopes on their threads, records on their streams, a flow per launch", "[flight]") {
+  const std::vector<std::string> names = {"gemm", "softmax"};
+  auto s = kept(7, 1'000'000, 2'000'000);
+  steptrace::PhaseSpan outer{2, 0, true, false, 11, 1'100'000, 1'900'000};
+  steptrace::PhaseSpan inner{3, 1, true, false, 11, 1'200'000, 1'300'000};
+  steptrace::PhaseSpan other{1, 0, false, false, 12, 900'000, 1'050'000};  // before the step: time zero
+  s.spans = {outer, inner, other};
+  s.records = {kernel(1'305'000, 1'405'000, 7, 1'215'000, 11, 3), kernel(1'405'000, 1'455'000, 7, 1'216'000, 11, 3)};
+  s.records[1].name = 1;
+  // Two records of stream 9 that overlap (graph branches): two lanes.
+  s.records.push_back(kernel(1'500'000, 1'600'000, 9, 1'250'000, 13, 2));
+  s.records.push_back(kernel(1'550'000, 1'650'000, 9, 1'250'000, 13, 2));
+  const auto doc = json::parse(steptrace::make_chrome_trace(document({&s}, names)));
+  const auto& ev = doc["traceEvents"];
+  std::map<std::string, int> by_cat;
+  std::vector<json> kernels, flows_s, flows_f;
+  for (const auto& e : ev) {
+    if (e["ph"] == "X") ++by_cat[e["cat"].get<std::string>()];
+    if (e["ph"] == "X" && e["cat"] == "kernel") kernels.push_back(e);
+    if (e["ph"] == "s") flows_s.push_back(e);
+    if (e["ph"] == "f") flows_f.push_back(e);
+  }
+  CHECK(by_cat["step"] == 1);
+  CHECK(by_cat["phase"] == 3);
+  CHECK(by_cat["kernel"] == 4);
+  CHECK(by_cat["launch"] == 4);
+  REQUIRE(flows_s.size() == 4);
+  REQUIRE(flows_f.size() == 4);
+  // Time zero is the earliest thing shown (the other thread's scope at 900 us).
+  for (const auto& e : ev)
+    if (e["ph"] == "X" && e["cat"] == "phase" && e["args"]["global_step"] == 7 && e["tid"] == 12) CHECK(e["ts"] == 0.0);
+  // A kernel at GPU 1'305'000 is host 1'300'000: 400 us after time zero, 100 us long, named by the table.
+  CHECK(kernels[0]["ts"].get<double>() == Approx(400.0));
+  CHECK(kernels[0]["dur"].get<double>() == Approx(100.0));
+  CHECK(kernels[0]["name"] == "gemm");
+  CHECK(kernels[1]["name"] == "softmax");
+  CHECK(kernels[0]["args"]["phase"] == "phase3");
+  // The overlapping records of stream 9 are on different tracks.
+  CHECK(kernels[2]["tid"] != kernels[3]["tid"]);
+  CHECK(kernels[0]["tid"] == 7);
+  // Each flow starts at its launch on the launching thread and ends where its record starts.
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(flows_s[i]["id"] == flows_f[i]["id"]);
+    CHECK(flows_f[i]["bp"] == "e");
+    CHECK(flows_f[i]["ts"].get<double>() >= flows_s[i]["ts"].get<double>());
+  }
+  CHECK(flows_s[0]["tid"] == 11);
+  CHECK(flows_s[0]["ts"].get<double>() == Approx(310.0));  // 1'215'000 - 5'000 - 900'000 ns
+  CHECK(doc["otherData"]["schema"] == "steptrace.trace/1");
+  CHECK(doc["otherData"]["captured"] == json::array({7}));
+  bool step_thread_named = false;
+  for (const auto& e : ev)
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] == 11)
+      step_thread_named = e["args"]["name"].get<std::string>().find("step thread") != std::string::npos;
+  CHECK(step_thread_named);
+}
+
+namespace {
+
+steptrace::StepRecord step_record(uint64_t i) {
+  steptrace::StepRecord r;
+  r.index = i;
+  r.begin_ns = static_cast<int64_t>(i) * 1'000'000;
+  r.end_ns = r.begin_ns + 1'000'000;
+  return r;
+}
+
+steptrace::StepActivity activity(uint64_t i, int kernels) {
+  steptrace::StepActivity a;
+  static const char* name = "_Z4gemmPf";
+  for (int k = 0; k < kernels; ++k) {
+    steptrace::Placed<steptrace::KernelRecord> p;
+    p.record.start_ns = static_cast<int64_t>(i) * 1'000'000 + k * 10;
+    p.record.end_ns = p.record.start_ns + 5;
+    p.record.name = name;
+    p.phase = 2;
+    a.kernels.push_back(p);
+  }
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("the recorder: consecutive captures share a file with their neighbours; at most trace_max_files",
+          "[flight]") {
+  const std::string dir = steptrace_test::fresh_dir("flight_unit");
+  steptrace::details::FlightRecorder::Settings s;
+  s.keep_steps = 5;
+  s.max_files = 2;
+  s.dir = dir;
+  s.trigger.trigger = 0;
+  s.trigger.ranges = {{3, 4}, {5, 5}, {8, 8}, {12, 12}};
+  steptrace::details::FlightRecorder fr(s);
+  steptrace::details::Demangler demangle;
+  std::map<uint64_t, steptrace::StepTrace> marks;
+  for (uint64_t i = 0; i < 15; ++i) {
+    marks[i] = fr.decide(i, 1.0, std::nullopt, false, "abcdef0123456789");
+    auto a = activity(i, 3);
+    fr.keep(step_record(i), &a, true, "", demangle);
+    if (fr.has_due()) fr.write_due({});
+  }
+  fr.finish({});
+  // 3, 4 and 5 are consecutive and fit (3 steps + 2 neighbours = 5): one file.
+  REQUIRE(marks[3].captured);
+  CHECK(marks[3].file == dir + "/trace-abcdef01-r0-s3.json");
+  CHECK(marks[4].file == marks[3].file);
+  CHECK(marks[5].file == marks[3].file);
+  CHECK(marks[8].file == dir + "/trace-abcdef01-r0-s8.json");
+  // The third capture is over trace_max_files: counted, not written.
+  CHECK(marks[12].captured);
+  CHECK(marks[12].file.empty());
+  CHECK(marks[12].not_written.find("trace_max_files (2)") != std::string::npos);
+  CHECK_FALSE(marks[6].captured);
+  CHECK(marks[6].null_reason == "step not captured");
+  const auto t = read_json(marks[3].file);
+  CHECK(t["otherData"]["steps"] == json::array({2, 3, 4, 5, 6}));
+  CHECK(t["otherData"]["captured"] == json::array({3, 4, 5}));
+  const auto t8 = read_json(marks[8].file);
+  CHECK(t8["otherData"]["steps"] == json::array({7, 8, 9}));
+  int kernels = 0;
+  for (const auto& e : t8["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "kernel") {
+      ++kernels;
+      CHECK(e["name"] == "gemm(float*)");
+    }
+  CHECK(kernels == 9);
+  const auto& st = fr.stats();
+  CHECK(st.captures == 2);
+  CHECK(st.written == 2);
+  CHECK(st.refused_max_files == 1);
+  CHECK(st.steps_kept == 15);
+}
+
+TEST_CASE("the ring's byte bound: old steps go first; a step above it keeps the records that fit", "[flight]") {
+  steptrace::details::FlightRecorder::Settings s;
+  s.keep_steps = 8;
+  s.max_bytes = 64 * 1024;
+  s.trigger.trigger = 0;
+  steptrace::details::FlightRecorder fr(s);
+  steptrace::details::Demangler demangle;
+  for (uint64_t i = 0; i < 6; ++i) {
+    auto a = activity(i, 300);  // ~300 x 64 B = 19 KiB a step: three fit
+    fr.keep(step_record(i), &a, true, "", demangle);
+  }
+  CHECK(fr.stats().steps_evicted_for_bytes >= 2);
+  CHECK(fr.stats().bytes <= s.max_bytes);
+  CHECK(fr.stats().records_left_out == 0);
+  auto big = activity(6, 5000);
+  fr.keep(step_record(6), &big, true, "", demangle);
+  CHECK(fr.stats().records_left_out > 0);
+  CHECK(fr.stats().bytes <= s.max_bytes);
+  CHECK(fr.stats().bytes_peak <= s.max_bytes);
+}
+
+TEST_CASE("a run with a fake GPU: captured lines name their trace; its kernels sum to the line's", "[flight]") {
+  using steptrace_test::FakeBackend;
+  auto backend = std::make_unique<FakeBackend>();
+  FakeBackend& gpu = *backend;
+  steptrace::details::Session session(std::move(backend));
+  const std::string dir = steptrace_test::fresh_dir("flight_run");
+  steptrace::Config cfg;
+  cfg.log_path = dir + "/steps.jsonl";
+  cfg.summary = false;
+  cfg.trace_every = 1;
+  cfg.stall_after_s = 0;
+  REQUIRE(session.start(cfg, {{"STEPTRACE_CAPTURE_STEPS", "4"}}));
+  for (int i = 0; i < 8; ++i) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(forward);
+      for (int k = 0; k < 10; ++k) gpu.launch(10'000 + k * 100, 100, "_Z4gemmPf");
+    }
+    TRACE_PHASE(backward);
+    for (int k = 0; k < 20; ++k) gpu.launch(7'000, 100, "_Z8gemm_bwdPf", 9);
+    if (i == 1) steptrace::capture_steps(1);  // step 2
+  }
+  session.stop();
+  const auto lines = steptrace_test::read_records(cfg.log_path);
+  REQUIRE(lines.size() >= 9);
+  std::map<int, json> by_step;
+  json end;
+  for (const auto& l : lines) {
+    if (l.contains("global_step")) by_step[l["global_step"].get<int>()] = l;
+    else if (l.value("event", "") == "end") end = l;
+  }
+  REQUIRE(by_step[2]["trace"].is_object());
+  CHECK(by_step[2]["trace"]["reasons"] == json::array({"capture_steps"}));
+  REQUIRE(by_step[4]["trace"].is_object());
+  CHECK(by_step[4]["trace"]["reasons"] == json::array({"capture_steps_env"}));
+  CHECK(by_step[3]["trace"].is_null());
+  CHECK(by_step[3]["null_reasons"]["trace"] == "step not captured");
+  const auto t = read_json(by_step[4]["trace"]["file"].get<std::string>());
+  CHECK(t["otherData"]["steps"] == json::array({3, 4, 5}));
+  std::map<std::pair<int, std::string>, double> sums;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "kernel")
+      sums[{e["args"]["global_step"].get<int>(), e["args"]["phase"].get<std::string>()}] += e["dur"].get<double>() / 1000;
+  for (int s : {3, 4, 5})
+    for (const char* phase : {"forward", "backward"}) {
+      INFO(s << " " << phase);
+      CHECK(sums[{s, phase}] == Approx(by_step[s]["phases"][phase]["gpu"]["kernel_ms"].get<double>()).epsilon(1e-9));
+    }
+  REQUIRE(end.is_object());
+  CHECK(end["traces"]["written"] == 2);
+  CHECK(end["traces"]["captures"] == 2);
+  CHECK(end["traces"]["ring"]["keep_steps"] == 8);
+  CHECK(end["traces"]["ring"]["bytes"].get<uint64_t>() > 0);
+}
+
+TEST_CASE("off: trace_keep_steps=0 writes nothing, every line says why, capture_steps() refuses", "[flight]") {
+  const std::string dir = steptrace_test::fresh_dir("flight_off");
+  steptrace::Config cfg;
+  cfg.log_path = dir + "/steps.jsonl";
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.trace_keep_steps = 0;
+  REQUIRE(steptrace::start(cfg));
+  CHECK_FALSE(steptrace::capture_steps(2));
+  for (int i = 0; i < 3; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+  }
+  steptrace::stop();
+  for (const auto& l : steptrace_test::read_records(cfg.log_path)) {
+    if (l.contains("global_step")) {
+      CHECK(l["trace"].is_null());
+      CHECK(l["null_reasons"]["trace"] == "flight recorder off (trace_keep_steps=0)");
+    } else {
+      CHECK(l["traces"].is_null());
+    }
+  }
+}
+
+TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "[flight]") {
+  const std::string dir = steptrace_test::fresh_dir("flight_host");
+  steptrace::Config cfg;
+  cfg.log_path = dir + "/steps.jsonl";
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  REQUIRE(steptrace::start(cfg));
+  for (int i = 0; i < 4; ++i) {
+    TRACE_STEP();
+    if (i == 0) REQUIRE(steptrace::capture_steps(1));
+    TRACE_PHASE(forward);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  steptrace::stop();
+  std::string file;
+  for (const auto& l : steptrace_test::read_lines(cfg.log_path))
+    if (l.value("global_step", -1) == 1) file = l["trace"]["file"].get<std::string>();
+  REQUIRE_FALSE(file.empty());
+  const auto t = read_json(file);
+  int phases = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "phase" && e["name"] == "forward") {
+      ++phases;
+      CHECK(e["dur"].get<double>() >= 1000.0);  // >= 1 ms, in us
+    }
+    if (e["ph"] == "X" && e["cat"] == "step" && e["args"]["global_step"] == 1)
+      CHECK(e["args"]["gpu_records"].get<std::string>().find("no GPU attribution") != std::string::npos);
+  }
+  CHECK(phases == 3);  // steps 0, 1, 2
+}
