@@ -6,7 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 export PATH=/usr/local/cuda/bin:$PATH
 
-DEBIAN_PACKAGES=(cmake g++ catch2 libspdlog-dev nlohmann-json3-dev prometheus prometheus-node-exporter python3 sqlite3)
+DEBIAN_PACKAGES=(cmake g++ catch2 libspdlog-dev nlohmann-json3-dev prometheus prometheus-node-exporter python3 sqlite3
+                 chromium)
 
 install_dependencies() {
   # A bundle made by ../shared/tools/bundle-deps (machines without package access) wins.

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""The HTML report as a person sees it: headless Chromium opens each report, offline.
+
+  report_check.py BUILD_DIR [--screenshot docs/report.png]
+
+Reports are built (scripts/steptrace_report.py) from: the lines an H100 wrote (tests/data), the
+example trainer's lines on this machine (the demo's program; no GPU here, so GPU charts say why they
+are empty), a fake-GPU run with captured traces (tests/trace_feed), and 4 and 16 ranks made from the
+H100 lines (one rank slowed) for the per-rank views. For each, Chromium loads the page from disk:
+no script error, no request (the page's Content-Security-Policy forbids any, and the browser's own
+resource count must be 0), every chart drew data or says why it has none; then a screenshot is
+decoded (PNG, here in Python) and each chart's rectangle must hold coloured pixels. Exit 0 when all
+holds; `--screenshot` keeps the H100 report's screenshot.
+"""
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORT = os.path.join(ROOT, "scripts", "steptrace_report.py")
+
+
+def chromium():
+    for name in (os.environ.get("CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    sys.exit("report_check: no Chromium (Debian package `chromium`; scripts/test.sh installs it)")
+
+
+def browse(page, profile, *args):
+    cmd = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+           "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+           *args, "file://" + os.path.abspath(page)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def png_pixels(path):
+    """Width, height and RGB(A) rows of an 8-bit, non-interlaced PNG (what Chromium writes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, w = 8, [], None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and interlace == 0, f"PNG kind {depth}/{ctype}/{interlace}"
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat.append(body)
+        pos += 12 + n
+    raw = zlib.decompress(b"".join(idat))
+    stride = w * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(h):
+        ft = raw[y * (stride + 1)]
+        cur = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        if ft == 1:
+            for i in range(bpp, stride):
+                cur[i] = (cur[i] + cur[i - bpp]) & 255
+        elif ft == 2:
+            cur = bytearray((a + b) & 255 for a, b in zip(cur, prev))
+        elif ft == 3:
+            for i in range(stride):
+                left = cur[i - bpp] if i >= bpp else 0
+                cur[i] = (cur[i] + ((left + prev[i]) >> 1)) & 255
+        elif ft == 4:
+            for i in range(stride):
+                a = cur[i - bpp] if i >= bpp else 0
+                b = prev[i]
+                c = prev[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                cur[i] = (cur[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(cur)
+        prev = cur
+    return w, h, bpp, rows
+
+
+def coloured(rows, bpp, rect, width, height):
+    """Saturated pixels (series colours; axes, grid and text are grey) inside rect (x, y, w, h)."""
+    x0, y0 = max(0, int(rect[0])), max(0, int(rect[1]))
+    x1, y1 = min(width, int(rect[0] + rect[2])), min(height, int(rect[1] + rect[3]))
+    n = 0
+    for y in range(y0, y1):
+        row = rows[y]
+        for x in range(x0, x1):
+            r, g, b = row[x * bpp], row[x * bpp + 1], row[x * bpp + 2]
+            if max(r, g, b) - min(r, g, b) > 40:
+                n += 1
+    return n
+
+
+def ranks_from(lines_path, out_dir, ranks):
+    """`ranks` files from one rank's lines: rank r's step time x (1 + 0.02 r); the last rank 40 % slower
+    in the second half (a straggler the report must point at)."""
+    src = [json.loads(l) for l in open(lines_path) if l.startswith("{") and '"event"' not in l[:20]]
+    paths = []
+    for r in range(ranks):
+        p = os.path.join(out_dir, f"steps-{r}.jsonl")
+        with open(p, "w") as f:
+            for i, line in enumerate(src):
+                line = dict(line, rank=r, world_size=ranks)
+                factor = 1 + 0.02 * r + (0.4 if r == ranks - 1 and i >= len(src) // 2 else 0)
+                line["step_time_ms"] = line["step_time_ms"] * factor
+                f.write(json.dumps(line) + "\n")
+        paths.append(p)
+    return paths
+
+
+def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None):
+    problems = []
+    page = os.path.join(work, name + ".html")
+    out = subprocess.run([sys.executable, REPORT, *lines, "-o", page], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        return [f"{name}: steptrace-report failed: {out.stderr.strip()[-500:]}"]
+    text = open(page, encoding="utf-8").read()
+    if re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text):
+        problems.append(f"{name}: the page refers to something over the network")
+    profile = os.path.join(work, "profile-" + name)
+    dom = browse(page, profile, "--window-size=1400,1000", "--dump-dom")
+    m = re.search(r'<pre id="self-check">([^<]*)</pre>', dom.stdout)
+    if not m:
+        return problems + [f"{name}: the page's self-check did not run (Chromium exit {dom.returncode}; "
+                           f"{dom.stderr.strip()[-400:]})"]
+    sc = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    console = [l for l in dom.stderr.splitlines() if "CONSOLE" in l and ("Uncaught" in l or "rror" in l)]
+    if sc["errors"] or console:
+        problems.append(f"{name}: script errors: {sc['errors'] + console}")
+    if sc["resources"]:
+        problems.append(f"{name}: the page loaded {sc['resources']} resource(s)")
+    for cid, d in sc["drawn"].items():
+        if "empty" in d:
+            if cid in expect_data:
+                problems.append(f"{name}: chart {cid} is empty ({d['empty']}) but its lines have data")
+            elif "null on every line: " not in d["empty"] and "no phase" not in d["empty"]:
+                problems.append(f"{name}: chart {cid} is empty without a reason")
+        elif d["pixels"] < 100:
+            problems.append(f"{name}: chart {cid} drew {d['pixels']} coloured pixels")
+    for cid in expect_data:
+        if cid not in sc["drawn"]:
+            problems.append(f"{name}: no chart {cid}")
+    if must_slowest is not None and f"<td>{must_slowest}</td>" not in dom.stdout:
+        problems.append(f"{name}: rank {must_slowest} is not listed among the slowest ranks")
+    # The screenshot, as a person would see the page: every drawn chart's rectangle holds colour.
+    height = int(sc["height"]) + 10
+    png = os.path.join(work, name + ".png")
+    shot = browse(page, profile, f"--window-size=1400,{height}", f"--screenshot={png}")
+    if not os.path.exists(png):
+        return problems + [f"{name}: no screenshot ({shot.stderr.strip()[-300:]})"]
+    w, h, bpp, rows = png_pixels(png)
+    for cid, d in sc["drawn"].items():
+        if "rect" not in d:
+            continue
+        n = coloured(rows, bpp, d["rect"], w, h)
+        if n < 100:
+            problems.append(f"{name}: the screenshot shows {n} coloured pixels where chart {cid} is")
+    print(f"report_check: {name}: {len(sc['drawn'])} charts, {sum(1 for d in sc['drawn'].values() if 'rect' in d)} "
+          f"drawn, page {w}x{h}")
+    if screenshot_to:
+        shutil.copyfile(png, screenshot_to)
+    return problems
+
+
+def main(argv):
+    if not argv or argv[0].startswith("-"):
+        print(__doc__)
+        return 2
+    build = argv[0]
+    keep = argv[argv.index("--screenshot") + 1] if "--screenshot" in argv else None
+    h100 = os.path.join(ROOT, "tests", "data", "h100_mlp_lines.jsonl")
+    gpu_charts = ["step_time", "tokens", "mfu", "phases_host", "phases_gpu", "utilization", "memory", "nccl",
+                  "diagnosis"]
+    problems = []
+    with tempfile.TemporaryDirectory() as work:
+        problems += check("h100", [h100], work, gpu_charts, screenshot_to=keep)
+        demo_log = os.path.join(work, "demo.jsonl")
+        example = os.path.join(build, "examples", "mlp_train")
+        env = dict(os.environ, STEPTRACE_LOG=demo_log)
+        run = subprocess.run([example, "--steps", "40"], env=env, capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            problems.append(f"demo: the example failed: {run.stderr[-400:]}")
+        else:
+            problems += check("demo", [demo_log], work, ["step_time", "phases_host", "diagnosis"])
+        feed_dir = os.path.join(work, "feed")
+        os.mkdir(feed_dir)
+        subprocess.run([os.path.join(build, "tests", "trace_feed"), feed_dir, "60"], check=True, capture_output=True,
+                       timeout=120)
+        problems += check("traces", [os.path.join(feed_dir, "steps.jsonl")], work, ["step_time", "phases_gpu"])
+        page = open(os.path.join(work, "traces.html"), encoding="utf-8").read()
+        links = re.findall(r'href=\\"([^"\\]+\.json)\\"|"href":"([^"]+\.json)"', page)
+        linked = {a or b for a, b in links}
+        traces = {f for f in os.listdir(feed_dir) if f.startswith("trace-")}
+        if {os.path.basename(l) for l in linked} != traces or len(traces) < 3:
+            problems.append(f"traces: the report links {sorted(linked)}, the run wrote {sorted(traces)}")
+        for ranks in (4, 16):
+            d = os.path.join(work, f"ranks{ranks}")
+            os.mkdir(d)
+            problems += check(f"ranks{ranks}", ranks_from(h100, d, ranks), work, ["ranks", "slowest"],
+                              must_slowest=ranks - 1)
+    for p in problems:
+        print("report_check: FAIL:", p)
+    print("report_check:", "ok" if not problems else f"{len(problems)} problem(s)")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

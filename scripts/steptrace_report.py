@@ -1,0 +1,765 @@
+#!/usr/bin/env python3
+"""steptrace-report: one self-contained HTML page from steptrace's JSON lines.
+
+  steptrace-report steps-*.jsonl [-o report.html] [--title TEXT] [--max-points N]
+
+Reads every file (one per rank, or any mix), and writes a page that opens offline: the data and the
+code that draws it are inside the file (no request leaves the page). Runs of many steps are
+downsampled for plotting (the page says so); the numbers in the header are over every step.
+Needs Python 3 only.
+"""
+import argparse
+import html
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from multiprocessing import Pool
+
+MAX_POINTS = 1500
+MAX_RANK_LINES = 8
+
+# What a label asks of the person reading it (our advice; the labels are the line's diagnosis.label).
+ADVICE = {
+    "INPUT-BOUND": "The step waits for data. More DataLoader workers, pinned memory, prefetching, or moving "
+                   "decoding and augmentation off the training process.",
+    "H2D-BOUND": "Host-to-device copies take a large share of the step. Pinned memory with non_blocking copies on "
+                 "a side stream, fewer and larger transfers, or keeping data on the GPU.",
+    "COMM-BOUND": "Communication is not hidden behind computation. Overlap it (bucketing, gradient accumulation), "
+                  "compress, or check the interconnect and the slowest rank.",
+    "HOST/LAUNCH-BOUND": "The GPU waits for the host: kernels are launched too slowly. CUDA Graphs, fusing small "
+                         "kernels (torch.compile), larger batches, and less Python work per step.",
+    "LOW-SM-EFFICIENCY": "Kernels keep the GPU busy but fill few SMs. Larger batches or tiles, fused kernels, and "
+                         "shapes that give every SM work.",
+    "COMPUTE-BOUND": "The GPU is busy with well-filled kernels. Gains now come from the math itself: lower "
+                     "precision, better kernels (FlashAttention, fused optimizers), or less work per token.",
+    "UNKNOWN": "Not enough was measured to name a bottleneck (no GPU attribution on these lines).",
+}
+LABEL_COLORS = {
+    "INPUT-BOUND": "#d62728", "H2D-BOUND": "#ff7f0e", "COMM-BOUND": "#9467bd", "HOST/LAUNCH-BOUND": "#e377c2",
+    "LOW-SM-EFFICIENCY": "#bcbd22", "COMPUTE-BOUND": "#2ca02c", "UNKNOWN": "#7f95b8",
+}
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+           "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
+
+# Per-step scalar fields: (key in the page's data, path in the line).
+SCALARS = [
+    ("step_time_ms", ("step_time_ms",)),
+    ("tokens_per_second", ("tokens_per_second",)),
+    ("estimated_mfu", ("estimated_mfu",)),
+    ("gpu_utilization", ("gpu_utilization",)),
+    ("sm_activity", ("sm_activity",)),
+    ("tensor_core_or_pipe_utilization", ("tensor_core_or_pipe_utilization",)),
+    ("memory_bandwidth_utilization", ("memory_bandwidth_utilization",)),
+    ("nccl_time_ms", ("nccl_time_ms",)),
+    ("nccl_exposed_ms", ("gpu", "nccl_exposed_ms")),
+    ("device_used_peak_bytes", ("memory", "device_used_peak_bytes")),
+    ("allocated_bytes", ("memory", "allocator", "allocated_bytes")),
+    ("reserved_bytes", ("memory", "allocator", "reserved_bytes")),
+    ("dataloader_wait_ms", ("dataloader_wait_ms",)),
+]
+
+
+def dig(obj, path):
+    for k in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj if isinstance(obj, (int, float)) and not isinstance(obj, bool) else None
+
+
+def load_file(path, start=0, end=None):
+    """One file's steps (or those of bytes start..end of it), as columns. Lines that do not parse (a
+    killed writer's fragment) are counted."""
+    steps = []
+    cols = {k: [] for k, _ in SCALARS}
+    labels = []
+    host = defaultdict(dict)   # phase -> {row: ms}
+    gpu = defaultdict(dict)
+    top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    nulls = defaultdict(Counter)
+    traces, ends, run_ids, devices, ranks = [], [], Counter(), Counter(), Counter()
+    unparsable = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        chunk = f.read() if end is None else f.read(end - start)
+    for raw in chunk.decode("utf-8", errors="replace").split("\n"):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            unparsable += 1
+            continue
+        if not isinstance(line, dict):
+            unparsable += 1
+            continue
+        if "event" in line:
+            if line.get("event") == "end":
+                ends.append(line)
+            continue
+        if "global_step" not in line:
+            continue
+        row = len(steps)
+        steps.append(line["global_step"])
+        ranks[line.get("rank", 0)] += 1
+        run_ids[line.get("run_id", "")] += 1
+        dev = line.get("device")
+        if isinstance(dev, dict):
+            devices[dev.get("name", "")] += 1
+        for key, p in SCALARS:
+            cols[key].append(dig(line, p))
+        diag = line.get("diagnosis") or {}
+        labels.append(diag.get("label", "UNKNOWN"))
+        for name, ph in (line.get("phases") or {}).items():
+            if not isinstance(ph, dict):
+                continue
+            if isinstance(ph.get("host_ms"), (int, float)):
+                host[name][row] = ph["host_ms"]
+            g = ph.get("gpu")
+            if isinstance(g, dict):
+                if isinstance(g.get("busy_ms"), (int, float)):
+                    gpu[name][row] = g["busy_ms"]
+                for t in g.get("top_kernels") or []:
+                    cell = top[name][t.get("name", "?")]
+                    cell[0] += t.get("ms") or 0.0
+                    cell[1] += t.get("calls") or 0
+        for field, why in (line.get("null_reasons") or {}).items():
+            nulls[field][why] += 1
+        t = line.get("trace")
+        if isinstance(t, dict) and t.get("file"):
+            traces.append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
+                           "reasons": t.get("reasons", [])})
+    return {
+        "path": path, "steps": steps, "cols": cols, "labels": labels, "host": dict(host), "gpu": dict(gpu),
+        "top": {p: {n: v for n, v in d.items()} for p, d in top.items()}, "nulls": dict(nulls), "traces": traces,
+        "ends": ends, "run_ids": run_ids, "devices": devices, "ranks": ranks, "unparsable": unparsable,
+    }
+
+
+def split_points(path, parts):
+    """Byte ranges of `path` cut at line ends, `parts` of them (fewer for small files)."""
+    size = os.path.getsize(path)
+    parts = max(1, min(parts, size // (32 << 20)))
+    cuts = [0]
+    with open(path, "rb") as f:
+        for i in range(1, parts):
+            f.seek(size * i // parts)
+            f.readline()
+            cuts.append(max(cuts[-1], f.tell()))
+    cuts.append(size)
+    return [(path, cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i + 1] > cuts[i]]
+
+
+def load_range(task):
+    return load_file(*task)
+
+
+def merge(parts):
+    """One file's parts (in order) as one."""
+    out = parts[0]
+    for p in parts[1:]:
+        offset = len(out["steps"])
+        out["steps"] += p["steps"]
+        for k in out["cols"]:
+            out["cols"][k] += p["cols"][k]
+        out["labels"] += p["labels"]
+        for key in ("host", "gpu"):
+            for phase, rows in p[key].items():
+                dst = out[key].setdefault(phase, {})
+                for row, v in rows.items():
+                    dst[row + offset] = v
+        for phase, d in p["top"].items():
+            dst = out["top"].setdefault(phase, {})
+            for name, (ms, calls) in d.items():
+                cell = dst.setdefault(name, [0.0, 0])
+                cell[0] += ms
+                cell[1] += calls
+        for field, c in p["nulls"].items():
+            out["nulls"].setdefault(field, Counter()).update(c)
+        out["traces"] += p["traces"]
+        out["ends"] += p["ends"]
+        for key in ("run_ids", "devices", "ranks"):
+            out[key].update(p[key])
+        out["unparsable"] += p["unparsable"]
+    return out
+
+
+def buckets_for(n, max_points):
+    """Bucket boundaries [(lo, hi)) over n rows: at most max_points buckets."""
+    if n <= max_points:
+        return [(i, i + 1) for i in range(n)]
+    size = n / max_points
+    return [(int(i * size), int((i + 1) * size)) for i in range(max_points)]
+
+
+def reduce(values, buckets):
+    """Mean, min, max of the non-null values per bucket (None where a bucket has none)."""
+    mean, lo, hi = [], [], []
+    for a, b in buckets:
+        vals = [v for v in values[a:b] if v is not None]
+        if vals:
+            mean.append(sum(vals) / len(vals))
+            lo.append(min(vals))
+            hi.append(max(vals))
+        else:
+            mean.append(None)
+            lo.append(None)
+            hi.append(None)
+    return mean, lo, hi
+
+
+def rounded(xs, digits=6):
+    return [None if v is None or not math.isfinite(v) else float(f"{v:.{digits}g}") for v in xs]
+
+
+def why_null(runs, field):
+    c = Counter()
+    for r in runs:
+        c.update(r["nulls"].get(field, {}))
+    return c.most_common(1)[0][0] if c else "no value in any line"
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def build(paths, title, max_points, workers):
+    t0 = time.time()
+    # Files, and large files in parts, read in parallel (JSON decoding is most of the time).
+    tasks = [t for p in paths for t in split_points(p, workers)]
+    if len(tasks) > 1 and workers > 1:
+        with Pool(min(workers, len(tasks))) as pool:
+            loaded = pool.map(load_range, tasks, chunksize=1)
+    else:
+        loaded = [load_range(t) for t in tasks]
+    runs = [merge([r for t, r in zip(tasks, loaded) if t[0] == p]) for p in paths]
+    runs = [r for r in runs if r["steps"]]
+    if not runs:
+        raise SystemExit("steptrace-report: no step lines in " + ", ".join(paths))
+    # One series per rank: a rank's lines may come from several files (several runs appended).
+    by_rank = defaultdict(list)
+    for r in runs:
+        by_rank[r["ranks"].most_common(1)[0][0]].append(r)
+    ranks = sorted(by_rank)
+    main = by_rank[ranks[0]][0]
+    total_lines = sum(len(r["steps"]) for r in runs)
+    charts = []
+    notes = []
+
+    # The x axis: rank 0's (the lowest rank's) first file, row by row; downsampled into buckets.
+    n = len(main["steps"])
+    bks = buckets_for(n, max_points)
+    x = [main["steps"][a] for a, _ in bks]
+    if len(bks) < n:
+        notes.append(f"Downsampled for plotting: {n} steps of rank {ranks[0]} into {len(bks)} points (the mean of "
+                     f"each bucket of about {n / len(bks):.0f} steps; a shaded band is its minimum to maximum). "
+                     "The header's numbers are over every step.")
+
+    def series(run, key, name, color, band=False, scale=1.0):
+        mean, lo, hi = reduce(run["cols"][key], bks)
+        s = {"name": name, "color": color, "y": rounded([None if v is None else v * scale for v in mean])}
+        if band and len(bks) < n:
+            s["lo"] = rounded([None if v is None else v * scale for v in lo])
+            s["hi"] = rounded([None if v is None else v * scale for v in hi])
+        return s
+
+    def chart(cid, title_, unit, ss, kind="line", empty_field=None, ymax=None, note=None):
+        c = {"id": cid, "title": title_, "unit": unit, "kind": kind, "x": x, "series": ss}
+        if ymax is not None:
+            c["ymax"] = ymax
+        if note:
+            c["note"] = note
+        if not any(v is not None for s in ss for v in s["y"]):
+            c["empty"] = f"null on every line: {why_null(runs, empty_field)}" if empty_field else "no data"
+        charts.append(c)
+
+    chart("step_time", "Step time", "ms", [series(main, "step_time_ms", "step time", PALETTE[0], band=True)],
+          empty_field="step_time_ms")
+    chart("tokens", "Tokens per second (this rank)", "tokens/s",
+          [series(main, "tokens_per_second", "tokens/s", PALETTE[2], band=True)], empty_field="tokens_per_second")
+    chart("mfu", "Estimated MFU", "fraction of peak",
+          [series(main, "estimated_mfu", "estimated MFU", PALETTE[4])], empty_field="estimated_mfu")
+
+    # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time).
+    for cid, src, title_ in (("phases_host", "host", "Per-phase host time (stacked)"),
+                             ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
+        phase_names = sorted(main[src], key=lambda p: -sum(main[src][p].values()))
+        ss = []
+        for i, p in enumerate(phase_names):
+            col = [main[src][p].get(row) for row in range(n)]
+            mean, _, _ = reduce(col, bks)
+            ss.append({"name": p, "color": PALETTE[i % len(PALETTE)], "y": rounded(mean)})
+        chart(cid, title_, "ms", ss, kind="stacked",
+              empty_field=None if ss else ("gpu" if src == "gpu" else "phases"))
+        if not ss:
+            charts[-1]["empty"] = ("no phase had GPU records: " + why_null(runs, "gpu")) if src == "gpu" else \
+                "no phase scopes in these lines"
+
+    chart("utilization", "GPU utilization and hardware counters", "fraction",
+          [series(main, "gpu_utilization", "GPU utilization (busy share)", PALETTE[0]),
+           series(main, "sm_activity", "SM activity", PALETTE[1]),
+           series(main, "tensor_core_or_pipe_utilization", "tensor pipe", PALETTE[2]),
+           series(main, "memory_bandwidth_utilization", "DRAM bandwidth", PALETTE[3])],
+          empty_field="gpu_utilization", ymax=1.0,
+          note="GPU utilization is the share of the step with any kernel or copy running (what nvidia-smi "
+               "shows); SM activity is how much of the SMs' time was busy. The gap between them is the "
+               "misleading-utilization gap.")
+    gib = 1.0 / (1 << 30)
+    chart("memory", "Memory", "GiB",
+          [series(main, "device_used_peak_bytes", "device used (peak in step)", PALETTE[0], scale=gib),
+           series(main, "allocated_bytes", "allocator: allocated", PALETTE[1], scale=gib),
+           series(main, "reserved_bytes", "allocator: reserved", PALETTE[2], scale=gib)],
+          empty_field="memory.device_used_peak_bytes")
+    chart("nccl", "NCCL time and exposed communication", "ms",
+          [series(main, "nccl_time_ms", "NCCL kernels", PALETTE[4]),
+           series(main, "nccl_exposed_ms", "exposed (not overlapped)", PALETTE[3])],
+          empty_field="nccl_time_ms")
+
+    # Diagnosis over time: the most frequent label of each bucket.
+    labels = main["labels"]
+    strip = [Counter(labels[a:b]).most_common(1)[0][0] if b > a else None for a, b in bks]
+    charts.append({"id": "diagnosis", "title": "Diagnosis over time (most frequent label per point)", "kind": "strip",
+                   "x": x, "labels": strip, "colors": LABEL_COLORS})
+
+    # Ranks: step time per rank, and the slowest rank per window.
+    rank_rows = {}
+    for rk in ranks:
+        r = by_rank[rk][0]
+        rank_rows[rk] = dict(zip(r["steps"], r["cols"]["step_time_ms"]))
+    if len(ranks) > 1:
+        per_rank = {}
+        for rk in ranks:
+            col = [rank_rows[rk].get(s) for s in main["steps"]]
+            per_rank[rk], _, _ = reduce(col, bks)
+        if len(ranks) <= MAX_RANK_LINES:
+            ss = [{"name": f"rank {rk}", "color": PALETTE[i % len(PALETTE)], "y": rounded(per_rank[rk])}
+                  for i, rk in enumerate(ranks)]
+            chart("ranks", "Step time per rank", "ms", ss)
+        else:
+            charts.append({"id": "ranks", "title": f"Step time per rank ({len(ranks)} ranks), relative to the ranks' median",
+                           "kind": "heat", "x": x, "rows": [f"rank {rk}" for rk in ranks],
+                           "z": [rounded(per_rank[rk], 4) for rk in ranks]})
+        slowest, excess = [], []
+        for j in range(len(bks)):
+            vals = {rk: per_rank[rk][j] for rk in ranks if per_rank[rk][j] is not None}
+            if len(vals) < 2:
+                slowest.append(None)
+                excess.append(None)
+                continue
+            rk = max(vals, key=vals.get)
+            med = statistics.median(vals.values())
+            slowest.append(rk)
+            excess.append(vals[rk] - med)
+        chart("slowest", "Slowest rank per window: its step time above the ranks' median", "ms",
+              [{"name": "slowest rank's excess over the median", "color": PALETTE[3], "y": rounded(excess),
+                "tags": slowest}])
+        counts = Counter(s for s in slowest if s is not None)
+        slow_table = [{"rank": rk, "windows": c, "share": c / max(1, sum(counts.values()))}
+                      for rk, c in counts.most_common(8)]
+    else:
+        slow_table = []
+        notes.append("One rank in these files: per-rank step time and the slowest rank need every rank's file.")
+
+    # Top kernels per phase, over every line of every rank (each line lists its phase's top 5).
+    top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    for r in runs:
+        for phase, d in r["top"].items():
+            for name, (ms, calls) in d.items():
+                top[phase][name][0] += ms
+                top[phase][name][1] += calls
+    top_kernels = {p: sorted(([k, v[0], v[1]] for k, v in d.items()), key=lambda t: -t[1])[:8]
+                   for p, d in top.items()}
+
+    # Header numbers, over every step of every rank.
+    all_time = [v for r in runs for v in r["cols"]["step_time_ms"] if v is not None]
+    all_mfu = [v for r in runs for v in r["cols"]["estimated_mfu"] if v is not None]
+    all_tps = [v for r in runs for v in r["cols"]["tokens_per_second"] if v is not None]
+    label_counts = Counter(label for r in runs for label in r["labels"])
+    dominant, dominant_n = label_counts.most_common(1)[0]
+    devices = Counter()
+    run_ids = Counter()
+    for r in runs:
+        devices.update(r["devices"])
+        run_ids.update(r["run_ids"])
+    header = {
+        "title": title,
+        "run_ids": [k for k, _ in run_ids.most_common(4) if k],
+        "gpus": [k for k, _ in devices.most_common(3) if k] or ["none (" + why_null(runs, "device") + ")"],
+        "lines": total_lines,
+        "steps": n,
+        "first_step": main["steps"][0], "last_step": main["steps"][-1],
+        "ranks": len(ranks),
+        "step_time_median_ms": median(all_time),
+        "step_time_p95_ms": sorted(all_time)[int(0.95 * (len(all_time) - 1))] if all_time else None,
+        "tokens_per_second_median": median(all_tps),
+        "mfu_median": median(all_mfu),
+        "mfu_null": None if all_mfu else why_null(runs, "estimated_mfu"),
+        "dominant": dominant, "dominant_share": dominant_n / max(1, sum(label_counts.values())),
+        "advice": ADVICE.get(dominant, ""),
+        "labels": [[k, v] for k, v in label_counts.most_common()],
+        "unparsable": sum(r["unparsable"] for r in runs),
+    }
+    traces = [t for r in runs for t in r["traces"]]
+    ends = [e for r in runs for e in r["ends"]]
+    return {"header": header, "charts": charts, "notes": notes, "top_kernels": top_kernels,
+            "slowest_ranks": slow_table, "traces": traces, "ends": len(ends),
+            "files": [r["path"] for r in runs], "build_s": time.time() - t0}
+
+
+def resolve_traces(data, out_path):
+    """Each trace's link, relative to the report; whether the file is there."""
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    by_file = {}
+    for t in data["traces"]:
+        key = (t["file"], t["rank"])
+        if key in by_file:
+            by_file[key]["steps"].append(t["step"])
+            continue
+        found = None
+        for f in data["files"]:
+            for cand in (t["file"], os.path.join(os.path.dirname(os.path.abspath(f)), os.path.basename(t["file"]))):
+                if os.path.exists(cand):
+                    found = os.path.abspath(cand)
+                    break
+            if found:
+                break
+        entry = {"rank": t["rank"], "steps": [t["step"]], "reasons": t["reasons"], "name": os.path.basename(t["file"]),
+                 "href": os.path.relpath(found, out_dir) if found else None}
+        by_file[key] = entry
+    data["traces"] = list(by_file.values())
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>__TITLE__</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#fafafa;color:#222}
+header{background:#1d2733;color:#eee;padding:14px 24px}
+header h1{font-size:20px;margin:0 0 6px}
+header .kv{display:flex;flex-wrap:wrap;gap:6px 22px}
+header .kv b{color:#fff}
+main{padding:12px 24px;max-width:1400px}
+.verdict{background:#fff;border-left:6px solid #888;padding:10px 14px;margin:12px 0}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(620px,1fr));gap:14px}
+.card{background:#fff;border:1px solid #ddd;border-radius:4px;padding:10px 12px}
+.card h2{font-size:15px;margin:0 0 6px}
+.card canvas{width:100%;height:220px;display:block}
+.legend{font-size:12px;color:#444;margin-top:4px}
+.legend span{display:inline-block;margin-right:12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.note{font-size:12px;color:#666}
+.empty{color:#a33;font-size:13px}
+table{border-collapse:collapse;font-size:12px;width:100%}
+td,th{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-align:top}
+td:first-child{word-break:break-all}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+#tip{position:fixed;pointer-events:none;background:#222;color:#fff;font-size:12px;padding:4px 6px;border-radius:3px;display:none;white-space:pre}
+#self-check{display:none}
+</style></head><body>
+<header><h1 id="title"></h1><div class="kv" id="kv"></div></header>
+<main>
+<div class="verdict" id="verdict"></div>
+<div id="notes"></div>
+<div class="grid" id="charts"></div>
+<div class="grid" style="margin-top:14px">
+<div class="card"><h2>Top kernels per phase</h2><div class="note">GPU time summed over each line's top 5 kernels of each phase (every rank's lines).</div><div id="top"></div></div>
+<div class="card"><h2>Diagnosis labels</h2><div id="labels"></div><h2 style="margin-top:12px">Slowest ranks</h2><div id="slowranks"></div></div>
+<div class="card"><h2>Traces of the steps that matter</h2><div class="note">Written by the flight recorder (docs/schema.md). Open one in chrome://tracing or ui.perfetto.dev.</div><div id="traces"></div></div>
+</div>
+<p class="note" id="footer"></p>
+</main>
+<div id="tip"></div>
+<pre id="self-check"></pre>
+<script id="data" type="application/json">__DATA__</script>
+<script>
+"use strict";
+(function () {
+const errors = [];
+window.addEventListener("error", e => errors.push(String(e.message)));
+const D = JSON.parse(document.getElementById("data").textContent);
+const $ = id => document.getElementById(id);
+const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+const fmt = (v, d) => v === null || v === undefined ? "null" :
+  Math.abs(v) >= 1e5 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(2) : (+v.toFixed(d === undefined ? 3 : d)).toString();
+
+function niceTicks(lo, hi, n) {
+  if (!(hi > lo)) { hi = lo + 1; }
+  const raw = (hi - lo) / n, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map(m => m * p).find(s => s >= raw);
+  const out = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(+t.toPrecision(12));
+  return out;
+}
+
+function frame(cv, c) {
+  const dpr = window.devicePixelRatio || 1, w = cv.clientWidth, h = cv.clientHeight;
+  cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
+  const g = cv.getContext("2d");
+  g.scale(dpr, dpr);
+  g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
+  return {g, w, h, L: 62, R: 12, T: 10, B: 26};
+}
+
+function axes(f, xs, ylo, yhi, unit, noYTicks) {
+  const {g, w, h, L, R, T, B} = f;
+  const x0 = xs[0], x1 = xs[xs.length - 1] === x0 ? x0 + 1 : xs[xs.length - 1];
+  const X = v => L + (v - x0) / (x1 - x0) * (w - L - R);
+  const Y = v => h - B - (v - ylo) / (yhi - ylo) * (h - T - B);
+  g.font = "11px system-ui,sans-serif"; g.strokeStyle = "#e6e6e6"; g.fillStyle = "#666"; g.lineWidth = 1;
+  if (!noYTicks) for (const t of niceTicks(ylo, yhi, 4)) {
+    g.beginPath(); g.moveTo(L, Y(t)); g.lineTo(w - R, Y(t)); g.stroke();
+    g.textAlign = "right"; g.fillText(fmt(t), L - 4, Y(t) + 4);
+  }
+  for (const t of niceTicks(x0, x1, 6)) {
+    g.textAlign = "center"; g.fillText(String(t), X(t), h - B + 14);
+  }
+  g.strokeStyle = "#999"; g.beginPath(); g.moveTo(L, T); g.lineTo(L, h - B); g.lineTo(w - R, h - B); g.stroke();
+  g.save(); g.translate(12, (h - B + T) / 2); g.rotate(-Math.PI / 2); g.textAlign = "center"; g.fillText(unit, 0, 0); g.restore();
+  g.textAlign = "right"; g.fillText("global_step", w - R, h - 2);
+  return {X, Y};
+}
+
+function range(c, stacked) {
+  let lo = Infinity, hi = -Infinity;
+  const n = c.x.length;
+  for (let i = 0; i < n; i++) {
+    let sum = 0;
+    for (const s of c.series) {
+      const v = s.y[i];
+      if (v === null) continue;
+      if (stacked) { sum += v; continue; }
+      lo = Math.min(lo, v, s.lo && s.lo[i] !== null ? s.lo[i] : v);
+      hi = Math.max(hi, v, s.hi && s.hi[i] !== null ? s.hi[i] : v);
+    }
+    if (stacked) { lo = Math.min(lo, 0); hi = Math.max(hi, sum); }
+  }
+  if (lo >= 0) lo = 0;
+  // A few outliers (the first step's warm-up) would flatten the rest: the axis stops at 1.5 x the
+  // 95th percentile when the maximum is above 3 x it; the points above are drawn as marks on the top edge.
+  {
+    const vals = [];
+    if (stacked) c.x.forEach((_, i) => vals.push(c.series.reduce((a, s) => a + (s.y[i] || 0), 0)));
+    else for (const s of c.series) for (const v of s.y) if (v !== null) vals.push(v);
+    vals.sort((a, b) => a - b);
+    const p95 = vals.length ? vals[Math.floor(0.95 * (vals.length - 1))] : 0;
+    if (p95 > 0 && hi > 3 * p95) { hi = 1.5 * p95; c.clippedAt = hi; }
+  }
+  if (c.ymax !== undefined) hi = Math.max(c.ymax, hi);
+  if (!(hi > lo)) hi = lo + 1;
+  return [lo, hi * 1.04];
+}
+
+function drawLine(cv, c) {
+  const f = frame(cv, c), g = f.g, stacked = c.kind === "stacked";
+  const [lo, hi] = range(c, stacked);
+  const axis = axes(f, c.x, lo, hi, c.unit), X = axis.X;
+  const Y = v => axis.Y(Math.min(v, hi));
+  const base = c.x.map(() => 0);
+  for (const s of c.series) {
+    if (s.lo) {  // min..max band of downsampled buckets
+      g.fillStyle = s.color + "33"; g.beginPath();
+      let open = false;
+      const pts = [];
+      c.x.forEach((xv, i) => { if (s.lo[i] !== null) pts.push([X(xv), Y(s.lo[i]), Y(s.hi[i])]); });
+      pts.forEach((p, i) => i ? g.lineTo(p[0], p[2]) : g.moveTo(p[0], p[2]));
+      for (let i = pts.length - 1; i >= 0; i--) g.lineTo(pts[i][0], pts[i][1]);
+      if (pts.length) g.fill();
+    }
+    if (stacked) {
+      const top = c.x.map((_, i) => base[i] + (s.y[i] || 0));
+      g.fillStyle = s.color + "cc"; g.beginPath();
+      c.x.forEach((xv, i) => i ? g.lineTo(X(xv), Y(top[i])) : g.moveTo(X(xv), Y(top[i])));
+      for (let i = c.x.length - 1; i >= 0; i--) g.lineTo(X(c.x[i]), Y(base[i]));
+      g.closePath(); g.fill();
+      if (c.x.length === 1) g.fillRect(X(c.x[0]) - 3, Y(top[0]), 6, Y(base[0]) - Y(top[0]));
+      top.forEach((v, i) => base[i] = v);
+      continue;
+    }
+    g.strokeStyle = s.color; g.lineWidth = 1.6; g.beginPath();
+    let pen = false;
+    c.x.forEach((xv, i) => {
+      const v = s.y[i];
+      if (v === null) { pen = false; return; }
+      if (pen) g.lineTo(X(xv), Y(v)); else { g.moveTo(X(xv), Y(v)); pen = true; }
+    });
+    g.stroke();
+    g.fillStyle = s.color;
+    if (c.clippedAt !== undefined) c.x.forEach((xv, i) => {
+      if (s.y[i] === null || s.y[i] <= c.clippedAt) return;
+      g.beginPath(); g.moveTo(X(xv) - 4, f.T + 7); g.lineTo(X(xv) + 4, f.T + 7); g.lineTo(X(xv), f.T); g.fill();
+    });
+    if (c.x.length < 200) c.x.forEach((xv, i) => { if (s.y[i] !== null) g.fillRect(X(xv) - 1.5, Y(s.y[i]) - 1.5, 3, 3); });
+  }
+  return X;
+}
+
+function drawStrip(cv, c) {
+  const f = frame(cv, c), g = f.g;
+  f.B = 26;
+  const {X} = axes(f, c.x, 0, 1, "", true);
+  const w = c.x.length > 1 ? (X(c.x[c.x.length - 1]) - X(c.x[0])) / (c.x.length - 1) : 20;
+  c.labels.forEach((lab, i) => {
+    if (lab === null) return;
+    g.fillStyle = c.colors[lab] || "#999";
+    g.fillRect(X(c.x[i]) - w / 2, f.T + 20, Math.max(1, w + 0.5), f.h - f.T - f.B - 40);
+  });
+  return X;
+}
+
+function drawHeat(cv, c) {
+  const f = frame(cv, c), g = f.g;
+  const {X} = axes(f, c.x, 0, c.rows.length, "ranks", true);
+  // Colour: a rank's step time over the ranks' median at that point (1 = blue, >= 1.3 = red), so a
+  // straggler shows whatever the run's phases do to everyone's step time.
+  const med = c.x.map((_, i) => {
+    const v = c.z.map(row => row[i]).filter(v => v !== null).sort((a, b) => a - b);
+    return v.length ? v[Math.floor((v.length - 1) / 2)] : null;
+  });
+  const lo = 1, hi = 1.3;
+  const rh = (f.h - f.T - f.B) / c.rows.length;
+  const w = c.x.length > 1 ? (X(c.x[c.x.length - 1]) - X(c.x[0])) / (c.x.length - 1) : 20;
+  c.z.forEach((row, r) => row.forEach((v, i) => {
+    if (v === null || !med[i]) return;
+    v = v / med[i];
+    const t = hi > lo ? Math.min(1, Math.max(0, (v - lo) / (hi - lo))) : 0.5;
+    g.fillStyle = `rgb(${Math.round(40 + 215 * t)},${Math.round(90 + 60 * (1 - t))},${Math.round(200 * (1 - t))})`;
+    g.fillRect(X(c.x[i]) - w / 2, f.T + r * rh, Math.max(1, w + 0.5), Math.max(1, rh));
+  }));
+  c.legendText = "colour: the rank's step time over the ranks' median at that point: blue ≤ 1, red ≥ 1.3";
+  return X;
+}
+
+function dataPixels(cv) {  // saturated pixels: series colours (axes, grid and text are grey)
+  const g = cv.getContext("2d"), img = g.getImageData(0, 0, cv.width, cv.height).data;
+  let n = 0;
+  for (let i = 0; i < img.length; i += 4) {
+    const mx = Math.max(img[i], img[i + 1], img[i + 2]), mn = Math.min(img[i], img[i + 1], img[i + 2]);
+    if (mx - mn > 40) n++;
+  }
+  return n;
+}
+
+function tooltip(cv, c, X) {
+  const tip = $("tip");
+  cv.addEventListener("mousemove", ev => {
+    const r = cv.getBoundingClientRect(), px = ev.clientX - r.left;
+    let best = 0;
+    c.x.forEach((xv, i) => { if (Math.abs(X(xv) - px) < Math.abs(X(c.x[best]) - px)) best = i; });
+    let text = "global_step " + c.x[best];
+    if (c.series) for (const s of c.series) text += "\\n" + s.name + ": " + fmt(s.y[best]) + (s.tags && s.tags[best] !== null ? " (rank " + s.tags[best] + ")" : "");
+    if (c.labels) text += "\\n" + c.labels[best];
+    if (c.rows) text += "\\n" + c.rows.map((r, k) => r + ": " + fmt(c.z[k][best])).slice(0, 12).join("\\n");
+    tip.textContent = text; tip.style.display = "block";
+    tip.style.left = (ev.clientX + 12) + "px"; tip.style.top = (ev.clientY + 12) + "px";
+  });
+  cv.addEventListener("mouseleave", () => tip.style.display = "none");
+}
+
+const H = D.header;
+document.title = H.title;
+$("title").textContent = H.title;
+const kv = [["run", H.run_ids.join(", ") || "?"], ["GPU", H.gpus.join(", ")], ["ranks", H.ranks],
+  ["steps", H.steps + " (" + H.first_step + "–" + H.last_step + ")"], ["lines", H.lines],
+  ["step time", fmt(H.step_time_median_ms, 2) + " ms median, " + fmt(H.step_time_p95_ms, 2) + " ms p95"],
+  ["tokens/s", fmt(H.tokens_per_second_median, 0) + " median"],
+  ["MFU", H.mfu_median === null ? "null (" + H.mfu_null + ")" : fmt(H.mfu_median * 100, 1) + " % median"]];
+$("kv").innerHTML = kv.map(([k, v]) => `<span>${esc(k)}: <b>${esc(v)}</b></span>`).join("");
+const vb = $("verdict");
+vb.style.borderLeftColor = (D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[H.dominant] || "#888";
+vb.innerHTML = `<b>${esc(H.dominant)}</b> on ${fmt(H.dominant_share * 100, 1)} % of the lines. ${esc(H.advice)}`;
+$("notes").innerHTML = D.notes.map(n => `<p class="note">${esc(n)}</p>`).join("");
+
+const drawn = {}, pending = [];
+for (const c of D.charts) {
+  const card = document.createElement("div");
+  card.className = "card";
+  card.innerHTML = `<h2>${esc(c.title)}</h2>`;
+  $("charts").appendChild(card);
+  if (c.empty) {
+    const p = document.createElement("p");
+    p.className = "empty"; p.textContent = c.empty;
+    card.appendChild(p);
+    drawn[c.id] = {empty: c.empty};
+    continue;
+  }
+  const cv = document.createElement("canvas");
+  cv.id = "chart-" + c.id;
+  card.appendChild(cv);
+  const lg = document.createElement("div");
+  lg.className = "legend";
+  if (c.series) lg.innerHTML = c.series.map(s => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join("");
+  if (c.kind === "strip") lg.innerHTML = [...new Set(c.labels.filter(l => l))].map(l => `<span><i style="background:${c.colors[l]}"></i>${esc(l)}</span>`).join("");
+  card.appendChild(lg);
+  if (c.note) { const p = document.createElement("p"); p.className = "note"; p.textContent = c.note; card.appendChild(p); }
+  pending.push([c, cv, lg]);
+}
+// Drawn once every card is in place: a canvas takes its size from the laid-out page.
+for (const [c, cv, lg] of pending) {
+  const X = c.kind === "strip" ? drawStrip(cv, c) : c.kind === "heat" ? drawHeat(cv, c) : drawLine(cv, c);
+  tooltip(cv, c, X);
+  if (c.legendText) lg.textContent = c.legendText;
+  if (c.clippedAt !== undefined) lg.innerHTML += ` <span class="note">(axis cut at ${fmt(c.clippedAt)} ${esc(c.unit)}: ▲ marks points above)</span>`;
+  const r = cv.getBoundingClientRect();
+  drawn[c.id] = {pixels: dataPixels(cv), rect: [r.left + scrollX, r.top + scrollY, r.width, r.height]};
+}
+
+const phases = Object.keys(D.top_kernels);
+$("top").innerHTML = phases.length ? phases.map(p => `<h3 style="font-size:13px;margin:8px 0 2px">${esc(p)}</h3><table><tr><th>kernel</th><th>ms</th><th>calls</th></tr>` +
+  D.top_kernels[p].map(([n, ms, calls]) => `<tr><td>${esc(n)}</td><td class="n">${fmt(ms, 2)}</td><td class="n">${calls}</td></tr>`).join("") + "</table>").join("")
+  : '<p class="empty">no kernels in these lines (no GPU attribution)</p>';
+$("labels").innerHTML = "<table>" + H.labels.map(([l, k]) => `<tr><td><i style="display:inline-block;width:10px;height:10px;background:${(D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[l] || "#999"}"></i> ${esc(l)}</td><td class="n">${k}</td><td class="n">${fmt(k / H.lines * 100, 1)} %</td></tr>`).join("") + "</table>";
+$("slowranks").innerHTML = D.slowest_ranks.length ? "<table><tr><th>rank</th><th>windows slowest</th><th>share</th></tr>" +
+  D.slowest_ranks.map(s => `<tr><td>${s.rank}</td><td class="n">${s.windows}</td><td class="n">${fmt(s.share * 100, 1)} %</td></tr>`).join("") + "</table>"
+  : '<p class="note">one rank: nothing to compare</p>';
+$("traces").innerHTML = D.traces.length ? "<table><tr><th>rank</th><th>steps</th><th>why</th><th>file</th></tr>" +
+  D.traces.map(t => `<tr><td>${t.rank}</td><td>${t.steps.join(", ")}</td><td>${esc(t.reasons.join(", "))}</td><td>` +
+    (t.href ? `<a href="${esc(t.href)}">${esc(t.name)}</a>` : `${esc(t.name)} (not found beside the lines)`) + "</td></tr>").join("") + "</table>"
+  : '<p class="note">no trace in these lines (no step was captured)</p>';
+$("footer").textContent = `steptrace-report: ${D.files.length} file(s), ${H.lines} lines` +
+  (H.unparsable ? `, ${H.unparsable} unparsable line(s) skipped` : "") + `, built in ${fmt(D.build_s, 2)} s.`;
+
+$("self-check").textContent = JSON.stringify({charts: D.charts.length, drawn, errors,
+  resources: performance.getEntriesByType("resource").length, height: document.documentElement.scrollHeight});
+})();
+</script></body></html>
+"""
+
+
+def render(data):
+    blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return PAGE.replace("__TITLE__", html.escape(data["header"]["title"])).replace("__DATA__", blob)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="steptrace-report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("lines", nargs="+", help="steptrace JSON lines files (one per rank, any order)")
+    ap.add_argument("-o", "--output", default="steptrace-report.html")
+    ap.add_argument("--title", default=None)
+    ap.add_argument("--max-points", type=int, default=MAX_POINTS, help="points per series at most (downsampling)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="files read in parallel")
+    a = ap.parse_args(argv)
+    missing = [p for p in a.lines if not os.path.isfile(p)]
+    if missing:
+        ap.error("no such file: " + ", ".join(missing))
+    title = a.title or "steptrace report: " + ", ".join(os.path.basename(p) for p in a.lines[:3]) + \
+        (f" and {len(a.lines) - 3} more" if len(a.lines) > 3 else "")
+    data = build(a.lines, title, max(10, a.max_points), a.jobs)
+    resolve_traces(data, a.output)
+    page = render(data)
+    tmp = a.output + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, a.output)
+    print(f"steptrace-report: {a.output} ({len(page) / 1e6:.2f} MB) from {data['header']['lines']} lines "
+          f"of {data['header']['ranks']} rank(s) in {data['build_s']:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
