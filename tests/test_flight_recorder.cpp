@@ -394,3 +394,21 @@ TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "
   }
   CHECK(phases == 3);  // steps 0, 1, 2
 }
+
+TEST_CASE("scopes of one thread that overlap by a clock conversion's nanoseconds are made to nest", "[flight]") {
+  steptrace::PhaseSpan a{0, 0, false, false, 5, 0, 1000};
+  std::vector<steptrace::details::HostSpan> spans = {
+      {0, 1000, &a, 0},      // back to back with the next, which starts 19 ns early
+      {981, 2000, &a, 0},
+      {1100, 1500, &a, 0},   // nested in the second
+      {1600, 2003, &a, 0},   // nested in the second too, but ends 3 ns after it
+  };
+  steptrace::details::NestingFix fix;
+  steptrace::details::make_nest(spans, fix);
+  CHECK(fix.adjusted == 2);
+  CHECK(fix.max_ns == 19);
+  CHECK(spans[1].begin == 1000);
+  CHECK(spans[1].end == 2000);
+  CHECK(spans[3].begin == 1600);
+  CHECK(spans[3].end == 2000);
+}

@@ -114,6 +114,52 @@ inline std::vector<int> overlap_lanes(const std::vector<std::pair<int64_t, int64
   return lane;
 }
 
+/// A phase scope as drawn on its thread's track.
+struct HostSpan {
+  int64_t begin = 0, end = 0;
+  const PhaseSpan* span = nullptr;
+  uint64_t step = 0;
+};
+struct NestingFix {
+  uint64_t adjusted = 0;
+  int64_t max_ns = 0;
+};
+
+/// One thread's scopes nest by construction, but their times are clock readings converted to
+/// nanoseconds with an anchor the recorder refreshes, so two scopes can overlap by a few nanoseconds
+/// where one ended before the other began. A viewer draws only nested events: a scope that starts
+/// inside the open one and ends after it is moved to start at its end (when it overlaps less than it
+/// extends: back-to-back scopes) or cut at its end (a nested one). Counted, with the largest move.
+inline void make_nest(std::vector<HostSpan>& spans, NestingFix& fix) {
+  std::sort(spans.begin(), spans.end(), [](const HostSpan& a, const HostSpan& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+  });
+  std::vector<int64_t> open_ends;
+  for (HostSpan& h : spans) {
+    while (!open_ends.empty() && open_ends.back() <= h.begin) open_ends.pop_back();
+    if (!open_ends.empty() && h.end > open_ends.back()) {
+      const int64_t overlap = open_ends.back() - h.begin, excess = h.end - open_ends.back();
+      ++fix.adjusted;
+      if (overlap <= excess) {  // back to back: starts where the open one ends
+        fix.max_ns = std::max(fix.max_ns, overlap);
+        h.begin = open_ends.back();
+        open_ends.pop_back();
+        while (!open_ends.empty() && open_ends.back() <= h.begin) open_ends.pop_back();
+        if (!open_ends.empty() && h.end > open_ends.back()) {
+          fix.max_ns = std::max(fix.max_ns, h.end - open_ends.back());
+          h.end = open_ends.back();
+        }
+      } else {  // nested: ends where the open one ends
+        fix.max_ns = std::max(fix.max_ns, excess);
+        h.end = open_ends.back();
+      }
+    }
+    open_ends.push_back(h.end);
+  }
+  // Moved starts can reorder events of equal begin: sort again for the writer (a stable order).
+  std::stable_sort(spans.begin(), spans.end(), [](const HostSpan& a, const HostSpan& b) { return a.begin < b.begin; });
+}
+
 }  // namespace details
 
 /// Renders the document as one JSON object ({"traceEvents": [...], "otherData": {...}}). Times are
@@ -177,6 +223,7 @@ inline std::string make_chrome_trace(const TraceDocument& d) {
   std::map<int32_t, bool> host_threads;
   std::vector<std::pair<int64_t, int64_t>> unknown_iv;
   std::vector<std::pair<const PhaseSpan*, uint64_t>> unknown;
+  std::map<int32_t, std::vector<details::HostSpan>> by_thread;
   for (const KeptStep* s : d.steps)
     for (const PhaseSpan& p : s->spans) {
       if (p.tid == 0) {
@@ -185,12 +232,19 @@ inline std::string make_chrome_trace(const TraceDocument& d) {
         continue;
       }
       host_threads[p.tid] = host_threads[p.tid] || p.on_step_thread;
-      w.begin_object().field("ph", "X").field("cat", "phase").field("name", d.phase_name(p.phase));
-      w.field("pid", static_cast<int64_t>(d.pid)).field("tid", static_cast<int64_t>(p.tid));
-      w.field("ts", host_ts(p.begin_ns)).field("dur", trace_us(p.end_ns - p.begin_ns));
-      w.key("args").begin_object().field("global_step", s->index).field("depth", static_cast<int64_t>(p.depth));
+      by_thread[p.tid].push_back({p.begin_ns, p.end_ns, &p, s->index});
+    }
+  details::NestingFix fix;
+  for (auto& [tid, spans] : by_thread) {
+    details::make_nest(spans, fix);
+    for (const details::HostSpan& h : spans) {
+      w.begin_object().field("ph", "X").field("cat", "phase").field("name", d.phase_name(h.span->phase));
+      w.field("pid", static_cast<int64_t>(d.pid)).field("tid", static_cast<int64_t>(tid));
+      w.field("ts", host_ts(h.begin)).field("dur", trace_us(h.end - h.begin));
+      w.key("args").begin_object().field("global_step", h.step).field("depth", static_cast<int64_t>(h.span->depth));
       w.end_object().end_object();
     }
+  }
   const std::vector<int> unknown_lane = details::overlap_lanes(unknown_iv);
   int unknown_lanes = 0;
   for (std::size_t i = 0; i < unknown.size(); ++i) {
@@ -282,6 +336,7 @@ inline std::string make_chrome_trace(const TraceDocument& d) {
   w.key("otherData").begin_object().field("schema", "steptrace.trace/1").field("run_id", d.run_id);
   w.field("rank", static_cast<int64_t>(d.rank)).field("device", static_cast<int64_t>(d.device));
   w.field("origin_unix_ns", origin + d.unix_minus_monotonic_ns).field("time_unit", "us since origin_unix_ns");
+  w.field("host_scopes_adjusted", fix.adjusted).field("host_scopes_adjusted_max_ns", fix.max_ns);
   w.key("steps").begin_array();
   for (const KeptStep* s : d.steps) w.value(s->index);
   w.end_array().key("captured").begin_array();
