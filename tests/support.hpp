@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -29,7 +30,8 @@ inline std::string fresh_log(const std::string& name) {
 
 /// A fresh, empty directory in the test's working directory.
 inline std::string fresh_dir(const std::string& name) {
-  std::system(("rm -rf '" + name + "' && mkdir -p '" + name + "'").c_str());
+  std::filesystem::remove_all(name);
+  std::filesystem::create_directories(name);
   return name;
 }
 
