@@ -1,0 +1,209 @@
+// steptrace's Python module (_steptrace): the header's API for Python programs, pybind11 over the same
+// runtime a C++ program links. python/steptrace/__init__.py is the API users import; this file holds
+// only what needs C++: starting with a Config built from keyword arguments (the settings table parses
+// them, the environment still wins), the step and phase scopes (kept in a per-thread stack without
+// allocating), record, the allocator hook, capture_steps and stop()'s summary.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <steptrace/steptrace.hpp>
+
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace py = pybind11;
+
+namespace {
+
+/// A setting's value as the environment would spell it.
+std::string setting_text(const std::string& name, const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
+  if (py::isinstance<py::int_>(v)) return std::to_string(v.cast<long long>());
+  if (py::isinstance<py::float_>(v)) return py::repr(v).cast<std::string>();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  throw py::type_error("steptrace.start(" + name + "=...): a bool, int, float or str is wanted, got " +
+                       py::type::of(v).attr("__name__").cast<std::string>());
+}
+
+const steptrace::Setting* find_setting(const std::string& name) {
+  for (const auto& s : steptrace::settings())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+void apply(steptrace::Config& cfg, const std::string& name, const py::handle& value) {
+  const steptrace::Setting* s = find_setting(name);
+  if (!s) {
+    std::string known;
+    for (const auto& k : steptrace::settings()) known += (known.empty() ? "" : ", ") + k.name;
+    throw py::type_error("steptrace.start(): unknown setting '" + name + "' (settings: " + known + ")");
+  }
+  const std::string text = setting_text(name, value);
+  const std::string why = s->parse(cfg, text);
+  if (!why.empty())
+    throw py::value_error("steptrace.start(" + name + "=" + py::repr(value).cast<std::string>() + "): " + why +
+                          " (accepted: " + s->range + ")");
+}
+
+/// Config from keyword arguments; model_parallel takes a dict {tensor, pipeline, context}.
+steptrace::Config config_from(const py::dict& kwargs) {
+  steptrace::Config cfg;
+  for (const auto& [k, v] : kwargs) {
+    const std::string name = k.cast<std::string>();
+    if (name == "model_parallel") {
+      if (!py::isinstance<py::dict>(v))
+        throw py::type_error("steptrace.start(model_parallel=...): a dict such as {'tensor': 4, 'pipeline': 2} is wanted");
+      for (const auto& [kk, vv] : v.cast<py::dict>()) apply(cfg, "model_parallel." + kk.cast<std::string>(), vv);
+      continue;
+    }
+    apply(cfg, name, v);
+  }
+  // What validate() would replace with a default (and warn about) is refused here instead.
+  steptrace::Config checked = cfg;
+  for (const auto& e : steptrace::validate(checked)) throw py::value_error("steptrace.start(" + e.setting + "): " + e.message);
+  return cfg;
+}
+
+/// Scopes live in a per-thread stack of raw storage: entering one constructs it in place, exiting
+/// destroys it; nothing is allocated per scope.
+template <class Scope>
+struct ScopeStack {
+  static constexpr int kDepth = 64;
+  typename std::aligned_storage<sizeof(Scope), alignof(Scope)>::type slots[kDepth];
+  int depth = 0;
+  int overflow = 0;  // scopes entered beyond kDepth: not recorded
+  static ScopeStack& mine() {
+    thread_local ScopeStack s;
+    return s;
+  }
+  template <class... A>
+  void push(A&&... a) {
+    if (depth >= kDepth) {
+      ++overflow;
+      return;
+    }
+    new (&slots[depth++]) Scope(std::forward<A>(a)...);
+  }
+  void pop() {
+    if (overflow) {
+      --overflow;
+      return;
+    }
+    if (depth == 0) throw py::value_error("steptrace: a scope was exited more often than entered on this thread");
+    reinterpret_cast<Scope*>(&slots[--depth])->~Scope();
+  }
+};
+
+py::dict summary_dict(const steptrace::Summary& s) {
+  py::dict d;
+  d["started"] = s.started;
+  d["steps"] = s.steps;
+  d["lines_written"] = s.lines_written;
+  d["lines_failed"] = s.lines_failed;
+  d["steps_dropped"] = s.steps_dropped;
+  d["log_path"] = s.log_path.empty() ? py::object(py::none()) : py::object(py::str(s.log_path));
+  d["step_time_ms_mean"] = s.step_time_ms_mean;
+  d["step_time_ms_median"] = s.step_time_ms_median;
+  d["step_time_ms_p90"] = s.step_time_ms_p90;
+  d["tokens_per_second_mean"] = s.tokens_per_second_mean;
+  d["estimated_mfu_mean"] = s.estimated_mfu_mean;
+  py::dict phases;
+  for (const auto& p : s.phases) {
+    py::dict ph;
+    ph["host_ms_mean"] = p.host_ms_mean;
+    ph["share"] = p.share;
+    phases[py::str(p.name)] = ph;
+  }
+  d["phases"] = phases;
+  d["untracked_share"] = s.untracked_share;
+  d["diagnosis"] = s.diagnosis;
+  d["diagnosis_fraction"] = s.diagnosis_fraction;
+  d["table"] = s.table;
+  return d;
+}
+
+/// The allocator hook's Python callable, released under the GIL (or leaked once the interpreter is gone).
+std::shared_ptr<py::object> keep_callable(py::object fn) {
+  return std::shared_ptr<py::object>(new py::object(std::move(fn)), [](py::object* o) {
+    if (!Py_IsInitialized()) return;  // at process exit after the interpreter: leaked, not touched
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+}
+
+std::optional<int64_t> int_field(const py::dict& d, const char* k) {
+  if (!d.contains(k) || d[k].is_none()) return std::nullopt;
+  return d[k].cast<int64_t>();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_steptrace, m) {
+  m.doc() = "steptrace's C++ runtime (use the steptrace package)";
+  m.def("start", [](py::kwargs kwargs) { return steptrace::start(config_from(kwargs)); },
+        "Starts measuring with the given settings (Config fields); STEPTRACE_* variables override them.");
+  m.def("stop", [] { return summary_dict(steptrace::stop()); });
+  m.def("is_running", [] { return steptrace::is_running(); });
+  m.def("record", [](const std::string& name, double value) { steptrace::record(name, value); });
+  m.def("set_step_tokens", [](double tokens, std::optional<double> samples) { steptrace::set_step_tokens(tokens, samples); },
+        py::arg("tokens"), py::arg("samples") = py::none());
+  m.def("capture_steps", [](int n) { return steptrace::capture_steps(n); }, py::arg("n") = 1);
+  m.def("builtin_phase", [](const std::string& name) -> int {
+    static const char* names[] = {"input", "h2d", "forward", "backward", "optimizer", "nccl"};
+    for (int i = 0; i < static_cast<int>(steptrace::kBuiltinPhaseCount); ++i)
+      if (name == names[i]) return i;
+    return -1;
+  });
+  m.def("register_phase", [](const std::string& name) -> int {
+    if (!steptrace::is_valid_phase_name(name))
+      throw py::value_error("steptrace.phase('" + name + "'): a phase name is 1-48 characters of a-z, 0-9, '_', '.', "
+                            "'-', starting with a letter");
+    const steptrace::PhaseId id = steptrace::register_phase(name);
+    if (id == steptrace::kNoPhase)
+      throw py::value_error("steptrace.phase('" + name + "'): the table of 64 phase names is full");
+    return id;
+  });
+  m.def("phase_enter", [](int id) { ScopeStack<steptrace::PhaseScope>::mine().push(static_cast<steptrace::PhaseId>(id)); });
+  m.def("phase_exit", [] { ScopeStack<steptrace::PhaseScope>::mine().pop(); });
+  m.def("step_enter", [](std::optional<double> tokens, std::optional<double> samples) {
+    auto& s = ScopeStack<steptrace::StepScope>::mine();
+    if (tokens && samples) s.push(*tokens, *samples);
+    else if (tokens) s.push(*tokens);
+    else s.push();
+  });
+  m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
+  m.def("set_allocator_hook", [](py::object fn) {
+    if (fn.is_none()) {
+      steptrace::set_allocator_stats_hook(nullptr);
+      return;
+    }
+    auto held = keep_callable(std::move(fn));
+    // Called on the step's thread when its scope ends (the GIL is held there: the scope is Python's);
+    // a hook that raises is removed by the runtime (it throws through).
+    steptrace::set_allocator_stats_hook([held]() -> steptrace::AllocatorStats {
+      steptrace::AllocatorStats s;
+      if (!Py_IsInitialized()) return s;
+      py::gil_scoped_acquire gil;
+      py::object r = (*held)();
+      if (r.is_none()) return s;
+      const py::dict d = r.cast<py::dict>();
+      s.allocated_bytes = int_field(d, "allocated_bytes");
+      s.reserved_bytes = int_field(d, "reserved_bytes");
+      s.peak_allocated_bytes = int_field(d, "peak_allocated_bytes");
+      s.peak_reserved_bytes = int_field(d, "peak_reserved_bytes");
+      s.alloc_retries = int_field(d, "alloc_retries");
+      s.ooms = int_field(d, "ooms");
+      return s;
+    });
+  });
+  m.attr("settings") = [] {
+    py::list l;
+    for (const auto& s : steptrace::settings()) l.append(py::make_tuple(s.name, s.variable, s.range, s.doc));
+    return l;
+  }();
+}

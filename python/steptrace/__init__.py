@@ -1,0 +1,267 @@
+"""steptrace for Python programs: where each training step's GPU time goes, one JSON line per step.
+
+    import steptrace
+    steptrace.start(log_path="steps-{rank}.jsonl", tokens_per_step=batch * seq)
+    for batch in steptrace.loader(dataloader):        # each iteration is a step; the wait is `input`
+        with steptrace.phase("forward"):
+            loss = model(batch)
+        with steptrace.phase("backward"):
+            loss.backward()
+        with steptrace.phase("optimizer"):
+            opt.step()
+        steptrace.record("loss", loss)                 # a 0-d tensor: no sync here (see record)
+    summary = steptrace.stop()
+
+The same runtime as the C++ header (built into the `_steptrace` extension): the same settings as
+keyword arguments (STEPTRACE_* environment variables still win), the same lines, the same names.
+Phases are host scopes (and NVTX ranges); GPU time per phase comes from CUPTI, which files each
+kernel under the phase open on the thread that launched it, or, for threads with no phase of their own
+(autograd's backward threads), under the phase open on the step's thread.
+"""
+import atexit
+import functools
+import math
+import threading
+
+from . import _steptrace
+
+__all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
+           "loader", "use_torch_memory", "settings"]
+
+BUILTIN_PHASES = ("input", "h2d", "forward", "backward", "optimizer", "nccl")
+settings = {name: {"variable": var, "accepted": rng, "doc": doc} for name, var, rng, doc in _steptrace.settings}
+
+_phases = {}
+_phases_lock = threading.Lock()
+_atexit_registered = False
+_pending = []        # (name, host tensor, event): values recorded from CUDA tensors, read at the step's end
+_loader_step = threading.local()
+
+
+def start(**settings_):
+    """Starts measuring. Keyword arguments are Config fields (README "Configuration"): log_path,
+    tokens_per_step, flops_per_token, trace_every, ... ; model_parallel={"tensor": 4, ...}. A wrong name
+    raises TypeError, a wrong value ValueError; STEPTRACE_* variables override what is given here.
+    Returns False when steptrace stays off (disabled, already running). stop() runs at exit if the
+    program does not call it."""
+    global _atexit_registered
+    ok = _steptrace.start(**settings_)
+    if ok and not _atexit_registered:
+        atexit.register(_stop_at_exit)
+        _atexit_registered = True
+    return ok
+
+
+def _stop_at_exit():
+    if _steptrace.is_running():
+        _steptrace.stop()
+
+
+def stop():
+    """Closes the last step, writes the remaining lines and releases CUPTI (a profiler started after
+    this can use it). Returns the run's summary as a dict."""
+    _resolve_pending()
+    return _steptrace.stop()
+
+
+def is_running():
+    return _steptrace.is_running()
+
+
+class _Scope:
+    """A reusable context manager that is also a decorator."""
+    __slots__ = ()
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class _Phase(_Scope):
+    __slots__ = ("name", "_id")
+
+    def __init__(self, name, id_):
+        self.name = name
+        self._id = id_
+
+    def __enter__(self):
+        _steptrace.phase_enter(self._id)
+        return self
+
+    def __exit__(self, *exc):
+        _steptrace.phase_exit()
+        return False
+
+    def __repr__(self):
+        return f"steptrace.phase({self.name!r})"
+
+
+def phase(name):
+    """The phase scope `name`: a context manager (``with steptrace.phase("forward"):``) and a decorator
+    (``@steptrace.phase("forward")``). Built-in names: input, h2d, forward, backward, optimizer, nccl;
+    any other valid name (a-z, 0-9, '_', '.', '-', starting with a letter, at most 48) is a custom phase.
+    The object is made once per name and reused: entering it allocates nothing."""
+    p = _phases.get(name)
+    if p is not None:
+        return p
+    if not isinstance(name, str):
+        raise TypeError(f"steptrace.phase(name): a str is wanted, got {type(name).__name__}")
+    with _phases_lock:
+        p = _phases.get(name)
+        if p is None:
+            id_ = _steptrace.builtin_phase(name)
+            if id_ < 0:
+                id_ = _steptrace.register_phase(name)  # ValueError for a bad name
+            p = _phases[name] = _Phase(name, id_)
+    return p
+
+
+def _number(what, v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"steptrace.step({what}=...): a number is wanted, got {type(v).__name__}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"steptrace.step({what}={v!r}): a finite number >= 0 is wanted")
+    return float(v)
+
+
+class step(_Scope):
+    """One training step: ``with steptrace.step(tokens=4096):`` or ``@steptrace.step()``. Step N's time
+    runs from its start to step N+1's start. tokens/samples: this rank's, when tokens_per_step is not
+    the same every step."""
+    __slots__ = ("tokens", "samples")
+
+    def __init__(self, tokens=None, samples=None):
+        self.tokens = _number("tokens", tokens)
+        self.samples = _number("samples", samples)
+        if self.samples is not None and self.tokens is None:
+            raise ValueError("steptrace.step(samples=...): give tokens too")
+
+    def __enter__(self):
+        if getattr(_loader_step, "open", False):
+            raise RuntimeError("steptrace.step() inside a steptrace.loader() loop: the loader makes the steps")
+        _steptrace.step_enter(self.tokens, self.samples)
+        return self
+
+    def __exit__(self, *exc):
+        _resolve_pending()
+        _steptrace.step_exit()
+        return False
+
+
+def _resolve_pending():
+    """Values recorded from CUDA tensors this step: their copies were queued when recorded; wait for
+    each copy's event (the GPU reaching the point where the value was computed, not the step's end)."""
+    if not _pending:
+        return
+    items = list(_pending)
+    _pending.clear()
+    for name, host, event in items:
+        event.synchronize()
+        _steptrace.record(name, float(host))
+
+
+def record(name, value):
+    """Attaches a scalar (loss, grad_norm, lr ...) to the current step: a Python number or a 0-d (one
+    element) tensor. A CUDA tensor is not read here: its value is copied to pinned host memory
+    asynchronously and read when the step ends, so the host goes on queueing work (a .item() here
+    would wait for the GPU to finish everything queued before it)."""
+    if isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, (int, float)):
+        _steptrace.record(str(name), float(value))
+        return
+    numel = getattr(value, "numel", None)
+    if numel is None:
+        raise TypeError(f"steptrace.record({name!r}, ...): a number or a one-element tensor is wanted, "
+                        f"got {type(value).__name__}")
+    if numel() != 1:
+        raise ValueError(f"steptrace.record({name!r}, tensor): the tensor has {numel()} elements, one is wanted")
+    if getattr(value, "is_cuda", False):
+        import torch
+        host = torch.empty((), dtype=value.dtype, pin_memory=True)
+        host.copy_(value.detach().reshape(()), non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        _pending.append((str(name), host, event))
+        if not _steptrace.is_running():
+            _resolve_pending()
+        return
+    _steptrace.record(str(name), float(value.detach().reshape(()).item()))
+
+
+def set_step_tokens(tokens, samples=None):
+    """Sets the current step's token (and sample) count when it is only known inside the step."""
+    _steptrace.set_step_tokens(float(tokens), None if samples is None else float(samples))
+
+
+def capture_steps(n=1):
+    """Writes the next n steps to begin as a trace (phase scopes, kernels, copies; Perfetto opens it)."""
+    return _steptrace.capture_steps(int(n))
+
+
+def loader(iterable, tokens=None, samples=None):
+    """Iterates `iterable` (a DataLoader) making each iteration a step: the step begins when the wait
+    for its batch begins (that wait is the `input` phase) and ends when the next wait begins.
+    tokens/samples: per step, a number or a function of the batch."""
+    it = iter(iterable)
+    state = _loader_step
+    open_ = False
+    try:
+        while True:
+            if open_:
+                _resolve_pending()
+                _steptrace.step_exit()
+                state.open = open_ = False
+            t = None if callable(tokens) else _number("tokens", tokens)
+            s = None if callable(samples) else _number("samples", samples)
+            _steptrace.step_enter(t, s)
+            state.open = open_ = True
+            _steptrace.phase_enter(0)  # input
+            try:
+                batch = next(it)
+            except StopIteration:
+                _steptrace.phase_exit()
+                return
+            _steptrace.phase_exit()
+            if callable(tokens):
+                t = _number("tokens", tokens(batch))
+                s2 = _number("samples", samples(batch)) if callable(samples) else s
+                _steptrace.set_step_tokens(t, s2)
+            yield batch
+    finally:
+        if open_:
+            _resolve_pending()
+            _steptrace.step_exit()
+            state.open = False
+
+
+def use_torch_memory(device=None):
+    """Fills each line's memory.allocator from PyTorch's caching allocator (torch.cuda.memory_stats:
+    allocated, reserved, their peaks over the step, allocation retries, OOMs); peaks are reset at each
+    step's end. Returns False when torch or CUDA is not there."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    if not torch.cuda.is_available():
+        return False
+
+    def hook():
+        s = torch.cuda.memory_stats(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return {
+            "allocated_bytes": s.get("allocated_bytes.all.current"),
+            "reserved_bytes": s.get("reserved_bytes.all.current"),
+            "peak_allocated_bytes": s.get("allocated_bytes.all.peak"),
+            "peak_reserved_bytes": s.get("reserved_bytes.all.peak"),
+            "alloc_retries": s.get("num_alloc_retries"),
+            "ooms": s.get("num_ooms"),
+        }
+
+    _steptrace.set_allocator_hook(hook)
+    return True

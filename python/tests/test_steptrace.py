@@ -1,0 +1,234 @@
+"""CPU tests of the Python package (no GPU, no torch needed): run with pytest, or directly
+(`python tests/test_steptrace.py`: every test_* function, each in a fresh log directory)."""
+import json
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+
+import steptrace
+
+
+def lines_of(path):
+    steps, events = [], []
+    for raw in open(path):
+        obj = json.loads(raw)
+        (events if "event" in obj else steps).append(obj)
+    return steps, events
+
+
+def fresh(name):
+    d = tempfile.mkdtemp(prefix="steptrace-py-")
+    return os.path.join(d, name + ".jsonl")
+
+
+def test_import_without_torch():
+    assert "torch" not in sys.modules or os.environ.get("STEPTRACE_TEST_TORCH"), "importing steptrace imported torch"
+    assert "log_path" in steptrace.settings and steptrace.settings["log_path"]["variable"] == "STEPTRACE_LOG"
+    if "torch" not in sys.modules:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            assert steptrace.use_torch_memory() is False
+
+
+def test_steps_phases_scalars():
+    log = fresh("steps")
+    assert steptrace.start(log_path=log, summary=False, tokens_per_step=512, gpu="off")
+    for i in range(6):
+        with steptrace.step():
+            with steptrace.phase("forward"):
+                time.sleep(0.002)
+                with steptrace.phase("attention"):
+                    time.sleep(0.001)
+            steptrace.record("loss", 2.0 - 0.1 * i)
+            steptrace.record("lr", 3e-4)
+    s = steptrace.stop()
+    assert s["started"] and s["steps"] == 6 and s["lines_written"] == 6, s
+    assert s["log_path"] == log
+    assert "forward" in s["phases"] and s["phases"]["forward"]["host_ms_mean"] >= 2.0
+    steps, events = lines_of(log)
+    assert [l["global_step"] for l in steps] == list(range(6))
+    assert steps[3]["phases"]["forward"]["host_ms"] >= 3.0
+    assert steps[3]["phases"]["attention"]["host_ms"] >= 1.0
+    assert abs(steps[3]["loss"] - 1.7) < 1e-9 and steps[3]["scalars"]["lr"] == 3e-4
+    assert steps[3]["tokens"] == 512
+    assert events[-1]["event"] == "end"
+
+
+def test_decorators_and_tokens_per_step():
+    log = fresh("decorators")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+
+    @steptrace.phase("optimizer")
+    def update():
+        time.sleep(0.001)
+
+    @steptrace.step(tokens=100, samples=4)
+    def train_step():
+        update()
+
+    for _ in range(3):
+        train_step()
+    steptrace.stop()
+    steps, _ = lines_of(log)
+    assert len(steps) == 3
+    assert steps[0]["tokens"] == 100 and steps[0]["samples"] == 4
+    assert steps[0]["phases"]["optimizer"]["host_ms"] >= 1.0
+
+
+def test_nulls_have_reasons():
+    log = fresh("nulls")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+    with steptrace.step():
+        pass
+    steptrace.stop()
+    steps, _ = lines_of(log)
+    line = steps[0]
+    for field in ("gpu_utilization", "estimated_mfu", "tokens_per_second", "sm_activity"):
+        assert line[field] is None and line["null_reasons"][field], field
+    assert "gpu=off" in line["null_reasons"]["gpu_utilization"] or "off" in line["null_reasons"]["gpu_utilization"]
+
+
+def test_bad_arguments_raise_clear_errors():
+    cases = [
+        (lambda: steptrace.start(bogus=1), TypeError, "unknown setting 'bogus'"),
+        (lambda: steptrace.start(trace_every=-3), ValueError, "trace_every"),
+        (lambda: steptrace.start(dtype="fp64"), ValueError, "dtype"),
+        (lambda: steptrace.start(log_path=3.5j), TypeError, "log_path"),
+        (lambda: steptrace.start(model_parallel=4), TypeError, "model_parallel"),
+        (lambda: steptrace.start(model_parallel={"tensor": 0}), ValueError, "model_parallel.tensor"),
+        (lambda: steptrace.start(capture_steps="5-3"), ValueError, "capture_steps"),
+        (lambda: steptrace.phase("Bad Name"), ValueError, "phase name"),
+        (lambda: steptrace.phase(3), TypeError, "str"),
+        (lambda: steptrace.step(tokens=-1), ValueError, "tokens"),
+        (lambda: steptrace.step(tokens="many"), TypeError, "tokens"),
+        (lambda: steptrace.record("x", "1.0"), TypeError, "number"),
+    ]
+    for fn, exc, text in cases:
+        try:
+            fn()
+        except exc as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"no {exc.__name__} for {text}")
+    assert not steptrace.is_running()
+
+
+def test_environment_wins():
+    log = fresh("env")
+    os.environ["STEPTRACE_LOG_EVERY"] = "2"
+    try:
+        steptrace.start(log_path=log, summary=False, gpu="off", log_every=1)
+        for _ in range(4):
+            with steptrace.step():
+                pass
+        steptrace.stop()
+    finally:
+        del os.environ["STEPTRACE_LOG_EVERY"]
+    steps, _ = lines_of(log)
+    assert len(steps) == 2 and all(l["window"]["steps"] == 2 for l in steps), [l.get("window") for l in steps]
+
+
+def test_loader_makes_steps_with_input_phase():
+    log = fresh("loader")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+
+    def slow_batches():
+        for i in range(5):
+            time.sleep(0.003)
+            yield list(range(i + 1))
+
+    seen = []
+    for batch in steptrace.loader(slow_batches(), tokens=len):
+        with steptrace.phase("forward"):
+            time.sleep(0.001)
+        seen.append(len(batch))
+    try:
+        for _ in steptrace.loader([1]):
+            with steptrace.step():
+                pass
+    except RuntimeError as e:
+        assert "loader" in str(e)
+    else:
+        raise AssertionError("step() inside loader() did not raise")
+    steptrace.stop()
+    steps, _ = lines_of(log)
+    assert seen == [1, 2, 3, 4, 5]
+    loop = steps[:5]
+    assert all(l["phases"]["input"]["host_ms"] >= 3.0 for l in loop), [l["phases"]["input"] for l in loop]
+    assert [l["tokens"] for l in loop] == [1, 2, 3, 4, 5]
+    assert all(l["dataloader_wait_ms"] >= 3.0 for l in loop)
+
+
+def test_capture_steps_writes_a_trace_without_gpu():
+    log = fresh("capture")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+    for i in range(4):
+        with steptrace.step():
+            if i == 0:
+                assert steptrace.capture_steps(1)
+            with steptrace.phase("forward"):
+                time.sleep(0.001)
+    steptrace.stop()
+    steps, _ = lines_of(log)
+    trace = steps[1]["trace"]
+    assert trace and trace["reasons"] == ["capture_steps"], trace
+    doc = json.load(open(trace["file"]))
+    assert any(e.get("name") == "forward" and e.get("ph") == "X" for e in doc["traceEvents"])
+
+
+def test_phase_scope_allocates_nothing_and_its_cost():
+    log = fresh("cost")
+    steptrace.start(log_path=log, summary=False, gpu="off", max_spans_per_step=1 << 20)
+    fwd = steptrace.phase("forward")
+    with steptrace.step():
+        for _ in range(1000):  # warm: the C++ span vector grows, caches fill
+            with steptrace.phase("forward"):
+                pass
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        for _ in range(20000):
+            with steptrace.phase("forward"):
+                pass
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        grown = sum(s.size_diff for s in after.compare_to(before, "filename") if s.size_diff > 0)
+        n = 200000
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            with fwd:
+                pass
+        per_scope = (time.perf_counter_ns() - t) / n
+    steptrace.stop()
+    # tracemalloc's own snapshot bookkeeping is a few kB; 20 000 scopes allocating would be far more.
+    assert grown < 16384, f"{grown} bytes of Python objects grew over 20 000 scopes"
+    print(f"python phase scope: {per_scope:.0f} ns per enter+exit (cached object)")
+
+
+def test_stop_without_start_and_scopes_when_off():
+    assert not steptrace.is_running()
+    with steptrace.step():
+        with steptrace.phase("forward"):
+            steptrace.record("loss", 1.0)
+    s = steptrace.stop()
+    assert s["started"] is False
+
+
+def main():
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
+    failed = 0
+    for name, fn in tests:
+        try:
+            fn()
+            print(f"PASS {name}")
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    print(f"{len(tests) - failed}/{len(tests)} passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

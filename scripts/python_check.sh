@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The Python package as a user installs it: `pip install --no-build-isolation ./python` into a fresh
+# virtual environment (system site-packages visible: setuptools, pybind11, torch where installed), then
+# the tests with that interpreter.
+#   scripts/python_check.sh BUILD_DIR cpu    python/tests/test_steptrace.py (CTest python_cpu)
+#   scripts/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py (CTest python_gpu; torch, a GPU)
+# PYTHON picks the interpreter (default: python3 on PATH). Where pip cannot build (no setuptools, as on
+# a bare torch venv), the extension is built with CMake alone and put on PYTHONPATH; the output says which.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$1" && pwd)
+what=$2
+py=${PYTHON:-python3}
+venv=$build/python-venv
+# A dependency bundle (machines without package access, see README) is where CMake finds spdlog.
+if [[ -d $ROOT/.deps/usr ]]; then
+  export CMAKE_PREFIX_PATH=$ROOT/.deps/usr${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}
+  export STEPTRACE_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH ${STEPTRACE_CMAKE_ARGS:-}"
+fi
+rm -rf "$venv" "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
+if "$py" -m venv --system-site-packages "$venv" 2>/dev/null &&
+   "$venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps -q "$ROOT/python"; then
+  echo "python_check: installed with pip into $venv"
+  run=("$venv/bin/python")
+else
+  echo "python_check: pip could not build here; building python/ with CMake alone"
+  cmake -S "$ROOT/python" -B "$build/python-cmake" -DPython_EXECUTABLE="$(command -v "$py")" \
+        -DCMAKE_BUILD_TYPE=Release ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"} >/dev/null
+  cmake --build "$build/python-cmake" --target _steptrace -j"$(nproc)" >/dev/null
+  mkdir -p "$build/python-pkg/steptrace"
+  cp "$ROOT"/python/steptrace/*.py "$build/python-pkg/steptrace/"
+  cp "$build"/python-cmake/_steptrace*.so "$build/python-pkg/steptrace/"
+  export PYTHONPATH=$build/python-pkg${PYTHONPATH:+:$PYTHONPATH}
+  run=("$py")
+fi
+rm -rf "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
+cd "$build"
+case $what in
+  cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" ;;
+  gpu) "${run[@]}" "$ROOT/python/tests/test_torch_gpu.py" "$build" ;;
+  *) echo "usage: scripts/python_check.sh BUILD_DIR cpu|gpu" >&2; exit 2 ;;
+esac
