@@ -35,6 +35,7 @@ _phases = {}
 _phases_lock = threading.Lock()
 _atexit_registered = False
 _pending = []        # (name, host tensor, event): values recorded from CUDA tensors, read at the step's end
+_staging = {}        # (name, dtype) -> (pinned host tensor, event), made once and reused every step
 _loader_step = threading.local()
 
 
@@ -182,10 +183,15 @@ def record(name, value):
     if numel() != 1:
         raise ValueError(f"steptrace.record({name!r}, tensor): the tensor has {numel()} elements, one is wanted")
     if getattr(value, "is_cuda", False):
-        import torch
-        host = torch.empty((), dtype=value.dtype, pin_memory=True)
+        key = (str(name), value.dtype)
+        staged = _staging.get(key)
+        if staged is None or any(p[1] is staged[0] for p in _pending):
+            import torch
+            staged = (torch.empty((), dtype=value.dtype, pin_memory=True), torch.cuda.Event())
+            if len(_staging) < 256:
+                _staging[key] = staged
+        host, event = staged
         host.copy_(value.detach().reshape(()), non_blocking=True)
-        event = torch.cuda.Event()
         event.record()
         _pending.append((str(name), host, event))
         if not _steptrace.is_running():
@@ -207,7 +213,11 @@ def capture_steps(n=1):
 def loader(iterable, tokens=None, samples=None):
     """Iterates `iterable` (a DataLoader) making each iteration a step: the step begins when the wait
     for its batch begins (that wait is the `input` phase) and ends when the next wait begins.
-    tokens/samples: per step, a number or a function of the batch."""
+    tokens/samples: per step, a number or a function of the batch.
+
+    The wait that finds the loader exhausted is one more step: its line holds the `input` phase and
+    whatever the program does before the next loop's first batch or stop() (evaluation, a
+    checkpoint), so that this time does not land in the last training step."""
     it = iter(iterable)
     state = _loader_step
     open_ = False
