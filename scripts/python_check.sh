@@ -18,7 +18,10 @@ if [[ -d $ROOT/.deps/usr ]]; then
   export STEPTRACE_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH ${STEPTRACE_CMAKE_ARGS:-}"
 fi
 rm -rf "$venv" "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
+# The interpreter's own packages stay visible (a venv made from a venv sees only the base's: the
+# parent's site-packages go in through a .pth file): torch, setuptools, pybind11.
 if "$py" -m venv --system-site-packages "$venv" 2>/dev/null &&
+   "$py" -c 'import site; print("\n".join(site.getsitepackages()))' > "$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/_parent.pth" &&
    "$venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps -q "$ROOT/python"; then
   echo "python_check: installed with pip into $venv"
   run=("$venv/bin/python")
