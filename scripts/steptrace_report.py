@@ -158,8 +158,10 @@ def load_range(task):
     return load_file(*task)
 
 
-def merge(parts):
+def merge(parts, path):
     """One file's parts (in order) as one."""
+    if not parts:  # an empty file
+        return load_file(path, 0, 0)
     out = parts[0]
     for p in parts[1:]:
         offset = len(out["steps"])
@@ -237,7 +239,7 @@ def build(paths, title, max_points, workers):
             loaded = pool.map(load_range, tasks, chunksize=1)
     else:
         loaded = [load_range(t) for t in tasks]
-    runs = [merge([r for t, r in zip(tasks, loaded) if t[0] == p]) for p in paths]
+    runs = [merge([r for t, r in zip(tasks, loaded) if t[0] == p], p) for p in paths]
     runs = [r for r in runs if r["steps"]]
     if not runs:
         raise SystemExit("steptrace-report: no step lines in " + ", ".join(paths))

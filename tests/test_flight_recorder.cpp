@@ -412,3 +412,34 @@ TEST_CASE("scopes of one thread that overlap by a clock conversion's nanoseconds
   CHECK(spans[3].begin == 1600);
   CHECK(spans[3].end == 2000);
 }
+
+TEST_CASE("a capture keeps its step and neighbours even when trace_keep_steps is smaller", "[flight]") {
+  const std::string dir = steptrace_test::fresh_dir("flight_keep1");
+  steptrace::details::FlightRecorder::Settings s;
+  s.keep_steps = 1;
+  s.dir = dir;
+  s.trigger.trigger = 0;
+  s.trigger.ranges = {{3, 3}};
+  steptrace::details::FlightRecorder fr(s);
+  steptrace::details::Demangler demangle;
+  std::string file;
+  for (uint64_t i = 0; i < 7; ++i) {
+    const auto mark = fr.decide(i, 1.0, std::nullopt, false, "0123456789abcdef");
+    if (mark.captured) file = mark.file;
+    auto a = activity(i, 2);
+    fr.keep(step_record(i), &a, true, "", demangle);
+    if (fr.has_due()) fr.write_due({});
+  }
+  REQUIRE_FALSE(file.empty());
+  const auto t = read_json(file);
+  CHECK(t["otherData"]["steps"] == json::array({2, 3, 4}));
+  CHECK(fr.stats().steps_kept == 7);
+}
+
+TEST_CASE("capture requests of a previous run are forgotten at the next start", "[flight]") {
+  steptrace::details::CaptureRequests r;
+  REQUIRE(r.add(1000, 1004));
+  CHECK(r.covers(1002));
+  r.clear();
+  CHECK_FALSE(r.covers(1002));
+}

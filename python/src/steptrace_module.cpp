@@ -23,9 +23,11 @@ namespace {
 /// A setting's value as the environment would spell it.
 std::string setting_text(const std::string& name, const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
-  if (py::isinstance<py::int_>(v)) return std::to_string(v.cast<long long>());
-  if (py::isinstance<py::float_>(v)) return py::repr(v).cast<std::string>();
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::hasattr(v, "__index__")) return py::str(py::int_(py::reinterpret_borrow<py::object>(v))).cast<std::string>();
+  if (py::hasattr(v, "__float__")) {  // float, numpy.float64 ...: the shortest text that reads back the same
+    return py::repr(py::float_(py::reinterpret_borrow<py::object>(v))).cast<std::string>();
+  }
   throw py::type_error("steptrace.start(" + name + "=...): a bool, int, float or str is wanted, got " +
                        py::type::of(v).attr("__name__").cast<std::string>());
 }
@@ -147,7 +149,15 @@ PYBIND11_MODULE(_steptrace, m) {
   m.doc() = "steptrace's C++ runtime (use the steptrace package)";
   m.def("start", [](py::kwargs kwargs) { return steptrace::start(config_from(kwargs)); },
         "Starts measuring with the given settings (Config fields); STEPTRACE_* variables override them.");
-  m.def("stop", [] { return summary_dict(steptrace::stop()); });
+  // stop() waits for the background thread (records, lines, traces): other Python threads run meanwhile.
+  m.def("stop", [] {
+    steptrace::Summary s;
+    {
+      py::gil_scoped_release free;
+      s = steptrace::stop();
+    }
+    return summary_dict(s);
+  });
   m.def("is_running", [] { return steptrace::is_running(); });
   m.def("record", [](const std::string& name, double value) { steptrace::record(name, value); });
   m.def("set_step_tokens", [](double tokens, std::optional<double> samples) { steptrace::set_step_tokens(tokens, samples); },

@@ -55,7 +55,10 @@ def start(**settings_):
 
 def _stop_at_exit():
     if _steptrace.is_running():
-        _steptrace.stop()
+        try:
+            _resolve_pending()
+        finally:
+            _steptrace.stop()
 
 
 def stop():
@@ -149,8 +152,10 @@ class step(_Scope):
         return self
 
     def __exit__(self, *exc):
-        _resolve_pending()
-        _steptrace.step_exit()
+        try:
+            _resolve_pending()
+        finally:
+            _steptrace.step_exit()
         return False
 
 
@@ -182,6 +187,8 @@ def record(name, value):
                         f"got {type(value).__name__}")
     if numel() != 1:
         raise ValueError(f"steptrace.record({name!r}, tensor): the tensor has {numel()} elements, one is wanted")
+    if not _steptrace.is_running():
+        return  # nothing to attach it to: the value is never read (for a CUDA tensor that would be a wait)
     if getattr(value, "is_cuda", False):
         key = (str(name), value.dtype)
         staged = _staging.get(key)
@@ -194,8 +201,6 @@ def record(name, value):
         host.copy_(value.detach().reshape(()), non_blocking=True)
         event.record()
         _pending.append((str(name), host, event))
-        if not _steptrace.is_running():
-            _resolve_pending()
         return
     _steptrace.record(str(name), float(value.detach().reshape(()).item()))
 
@@ -224,9 +229,11 @@ def loader(iterable, tokens=None, samples=None):
     try:
         while True:
             if open_:
-                _resolve_pending()
-                _steptrace.step_exit()
-                state.open = open_ = False
+                try:
+                    _resolve_pending()
+                finally:
+                    _steptrace.step_exit()
+                    state.open = open_ = False
             t = None if callable(tokens) else _number("tokens", tokens)
             s = None if callable(samples) else _number("samples", samples)
             _steptrace.step_enter(t, s)
@@ -245,9 +252,14 @@ def loader(iterable, tokens=None, samples=None):
             yield batch
     finally:
         if open_:
-            _resolve_pending()
-            _steptrace.step_exit()
             state.open = False
+            try:
+                _resolve_pending()
+            finally:
+                try:
+                    _steptrace.step_exit()
+                except ValueError:
+                    pass  # finalized on another thread (garbage collection): the next step closes it
 
 
 def use_torch_memory(device=None):

@@ -207,6 +207,43 @@ def test_phase_scope_allocates_nothing_and_its_cost():
     print(f"python phase scope: {per_scope:.0f} ns per enter+exit (cached object)")
 
 
+def test_numpy_like_numbers_and_record_when_off():
+    class Index:  # an integer type that is not int (numpy.int64 behaves so)
+        def __index__(self):
+            return 2
+
+    class Real:  # a real number type that is not float (numpy.float64 behaves so)
+        def __float__(self):
+            return 0.25
+
+    log = fresh("numbers")
+    assert steptrace.start(log_path=log, summary=False, gpu="off", log_every=Index(), overhead_budget=Real())
+    for _ in range(2):
+        with steptrace.step():
+            pass
+    steptrace.stop()
+    steptrace.record("loss", 1.0)  # not running: nothing happens, nothing raises
+    steps, _ = lines_of(log)
+    assert len(steps) == 1 and steps[0]["window"]["steps"] == 2
+
+
+def test_empty_log_in_the_report():
+    import subprocess
+    d = tempfile.mkdtemp(prefix="steptrace-report-")
+    full, empty = os.path.join(d, "steps-0.jsonl"), os.path.join(d, "steps-1.jsonl")
+    steptrace.start(log_path=full, summary=False, gpu="off")
+    for _ in range(3):
+        with steptrace.step():
+            pass
+    steptrace.stop()
+    open(empty, "w").close()
+    report = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "scripts", "steptrace_report.py")
+    r = subprocess.run([sys.executable, report, full, empty, "-o", os.path.join(d, "r.html")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def test_stop_without_start_and_scopes_when_off():
     assert not steptrace.is_running()
     with steptrace.step():

@@ -56,6 +56,7 @@ class JsonWriter {
   }
 
   const std::string& str() const { return out_; }
+  std::string release() { return std::move(out_); }  // the text, without a copy; the writer is spent
 
  private:
   JsonWriter& open(char c) {

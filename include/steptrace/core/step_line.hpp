@@ -24,6 +24,7 @@ inline void write_trace(LineOut& out, const StepLineInput& in) {
   w.begin_object();
   if (t.file.empty()) {
     w.key("file").null().field("not_written", t.not_written);
+    out.nulls.emplace_back("trace.file", t.not_written);
   } else {
     w.field("file", t.file).field("capture_first_step", t.capture_first);
   }

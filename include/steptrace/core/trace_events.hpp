@@ -345,7 +345,7 @@ inline std::string make_chrome_trace(const TraceDocument& d) {
   for (const std::string& r : d.reasons) w.value(r);
   w.end_array().end_object();
   w.end_object();
-  return w.str();
+  return w.release();
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -7,6 +7,7 @@
 #include "../version.hpp"
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,11 @@ class CaptureRequests {
     if (ranges_.size() >= 64) return false;
     ranges_.emplace_back(first, last);
     return true;
+  }
+  /// A new run numbers its steps from 0 again: requests of the previous one are dropped.
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ranges_.clear();
   }
   /// Whether `step` was asked for; ranges that ended before it are forgotten.
   bool covers(uint64_t step) {
@@ -219,7 +225,7 @@ class FlightRecorder {
     const std::string key = mangled ? mangled : "";
     auto it = name_ids_.find(key);
     if (it != name_ids_.end()) return it->second;
-    if (names_.size() >= kMaxNames) {
+    if (names_.size() >= kMaxNames || names_bytes_ > s_.max_bytes / 4) {  // the table takes a quarter at most
       if (overflow_name_ < 0) {
         overflow_name_ = static_cast<int64_t>(names_.size());
         names_.push_back("kernel (name table full)");
@@ -255,8 +261,14 @@ class FlightRecorder {
     ring_bytes_ += k.bytes();
     ring_.push_back(std::move(k));
     ++stats_.steps_kept;
-    while (ring_.size() > static_cast<std::size_t>(s_.keep_steps)) pop_front();
-    while (ring_.size() > 1 && ring_bytes_ + names_bytes_ > s_.max_bytes) {
+    // A capture waiting for its following step keeps its steps (and the one before, while the byte
+    // bound allows): the ring may hold up to two steps more than keep_steps meanwhile.
+    uint64_t captured_from = UINT64_MAX;
+    for (const Capture& c : due_) captured_from = std::min(captured_from, c.first);
+    if (open_) captured_from = std::min(captured_from, open_->first);
+    const uint64_t neighbour_from = captured_from == 0 || captured_from == UINT64_MAX ? captured_from : captured_from - 1;
+    while (ring_.size() > static_cast<std::size_t>(s_.keep_steps) && ring_.front().index < neighbour_from) pop_front();
+    while (ring_.size() > 1 && ring_bytes_ + names_bytes_ > s_.max_bytes && ring_.front().index < captured_from) {
       ++stats_.steps_evicted_for_bytes;
       pop_front();
     }
@@ -287,8 +299,7 @@ class FlightRecorder {
     d.unix_minus_monotonic_ns = env.unix_minus_monotonic_ns;
     std::string err;
     try {
-      const std::string json = make_chrome_trace(d);
-      err = write_file(c.file, json);
+      err = write_file(c.file, make_chrome_trace(d));
     } catch (const std::exception& e) {
       err = e.what();
     }

@@ -137,6 +137,7 @@ class Session {
     setup.recorder = &recorder_;
     setup.queue = &queue_;
     setup.link = &link_;
+    captures_.clear();
     setup.captures = &captures_;
     setup.flight = flight_settings(cfg, setup.context);
     if (file_.is_open()) setup.sinks.push_back(&file_);

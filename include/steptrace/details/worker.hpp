@@ -305,10 +305,14 @@ class Worker {
       }
       const bool traced = gpu.has_value(), complete = gpu && gpu->complete;
       process(r, std::move(gpu), untraced);
-      flight_.keep(r, traced ? &activity : nullptr, complete,
-                   traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
-                   demangle_);
-      if (flight_.has_due()) flight_.write_due(trace_env());
+      try {
+        flight_.keep(r, traced ? &activity : nullptr, complete,
+                     traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
+                     demangle_);
+        if (flight_.has_due()) flight_.write_due(trace_env());
+      } catch (const std::exception& e) {
+        warn_once("trace.keep", std::string("flight recorder: ") + e.what() + " (this step is not kept; training continues)");
+      }
       waiting_.pop_front();
     }
   }
@@ -503,7 +507,15 @@ class Worker {
   /// the Prometheus exporter); not counted as a line.
   void write_end(const std::string& reason) {
     try {
-      flight_.finish(trace_env());  // captures still open are written with what the ring holds
+      // At stop() the captures still open are written with what the ring holds. SIGTERM and exit allow
+      // 1 s for everything: the end record goes first, unwritten captures stay counted (captures - written).
+      if (reason == "stop") {
+        try {
+          flight_.finish(trace_env());
+        } catch (const std::exception& e) {
+          warn_once("trace.finish", std::string("flight recorder: ") + e.what());
+        }
+      }
       EndRecord e;
       e.traces = flight_.stats();
       e.reason = reason;
