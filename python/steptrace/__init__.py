@@ -152,11 +152,16 @@ class step(_Scope):
         return self
 
     def __exit__(self, *exc):
-        try:
-            _resolve_pending()
-        finally:
-            _steptrace.step_exit()
+        _end_step()
         return False
+
+
+def _end_step():
+    """Closes the open step; the values recorded in it are read first (the step closes even if that fails)."""
+    try:
+        _resolve_pending()
+    finally:
+        _steptrace.step_exit()
 
 
 def _resolve_pending():
@@ -229,11 +234,8 @@ def loader(iterable, tokens=None, samples=None):
     try:
         while True:
             if open_:
-                try:
-                    _resolve_pending()
-                finally:
-                    _steptrace.step_exit()
-                    state.open = open_ = False
+                state.open = open_ = False
+                _end_step()
             t = None if callable(tokens) else _number("tokens", tokens)
             s = None if callable(samples) else _number("samples", samples)
             _steptrace.step_enter(t, s)
@@ -254,12 +256,9 @@ def loader(iterable, tokens=None, samples=None):
         if open_:
             state.open = False
             try:
-                _resolve_pending()
-            finally:
-                try:
-                    _steptrace.step_exit()
-                except ValueError:
-                    pass  # finalized on another thread (garbage collection): the next step closes it
+                _end_step()
+            except ValueError:
+                pass  # finalized on another thread (garbage collection): the next step closes it
 
 
 def use_torch_memory(device=None):

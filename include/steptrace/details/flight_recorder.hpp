@@ -6,11 +6,8 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -27,6 +24,7 @@
 #include "../core/records.hpp"
 #include "../core/trace_events.hpp"
 #include "../core/trace_trigger.hpp"
+#include "../sink/prometheus_textfile.hpp"
 #include "demangle.hpp"
 #include "log.hpp"
 #include "thread_slots.hpp"
@@ -299,7 +297,7 @@ class FlightRecorder {
     d.unix_minus_monotonic_ns = env.unix_minus_monotonic_ns;
     std::string err;
     try {
-      err = write_file(c.file, make_chrome_trace(d));
+      err = sink::replace_file_atomically(c.file, make_chrome_trace(d));
     } catch (const std::exception& e) {
       err = e.what();
     }
@@ -310,25 +308,6 @@ class FlightRecorder {
     ++stats_.failed;
     warn_once("trace.write", "flight recorder: cannot write the trace '" + c.file + "': " + err +
                                  " (counted in the end record's traces.failed; training continues)");
-  }
-
-  /// The whole file or nothing under its name: written beside it, then renamed.
-  static std::string write_file(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) return std::strerror(errno);
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const bool closed = std::fclose(f) == 0;
-    if (!ok || !closed) {
-      std::remove(tmp.c_str());
-      return "write failed";
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      const std::string why = std::strerror(errno);
-      std::remove(tmp.c_str());
-      return why;
-    }
-    return {};
   }
 
   Settings s_;

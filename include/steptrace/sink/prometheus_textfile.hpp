@@ -1,7 +1,7 @@
 // steptrace/sink/prometheus_textfile.hpp - replaces a file's content atomically: the text goes to a
 // temporary file in the same directory, which is then renamed over the target, so a reader (the
-// node_exporter textfile collector) sees the old file or the new one, never a part. The temporary name
-// does not end in `.prom`, so the collector never reads it.
+// node_exporter textfile collector, a trace viewer) sees the old file or the new one, never a part.
+// The temporary name does not end in `.prom` or `.json`, so neither reads it.
 #pragma once
 #include "../version.hpp"
 #include <cerrno>
