@@ -25,6 +25,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   // ---- what the test sets (before start()) ----
   std::string probe_error;      // "" = a device is found
   std::string attribution_error, counters_error, device_state_error;
+  std::string resume_counters_error;  // returned by resume_counters()
   std::string tracing_error;    // returned by set_tracing(true)
   Delivery delivery = Delivery::at_once;
   int sm_count = 100;
@@ -39,6 +40,8 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     int64_t detach_in_force_at = -1;  // the step whose begin put detach mode in force
     int flushes = 0, forced_flushes = 0, synchronizes = 0;
     int attribution_starts = 0, attribution_stops = 0, counters_starts = 0, counters_stops = 0;
+    int counters_pauses = 0, counters_resumes = 0;
+    bool counters_paused = false;
     bool detach_mode = false;
     bool device_state_open = false, device_state_closed = false;
   };
@@ -176,7 +179,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   /// One sample from the previous poll to now (GPU clock = host clock here), all values 0.5.
   std::string poll_counters(std::vector<steptrace::CounterSample>& out) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t now = steptrace::monotonic_ns();
+    const int64_t now = calls_.counters_paused ? paused_at_ : steptrace::monotonic_ns();
     if (last_sample_end_ == 0) last_sample_end_ = now - 1000;
     if (now <= last_sample_end_) return {};
     steptrace::CounterSample c;
@@ -184,6 +187,21 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     c.end_ns = last_sample_end_ = now;
     c.sm_active = c.tensor_active = c.dram = c.occupancy = 0.5;
     out.push_back(c);
+    return {};
+  }
+  std::string pause_counters() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.counters_pauses;
+    calls_.counters_paused = true;
+    paused_at_ = steptrace::monotonic_ns();
+    return {};
+  }
+  std::string resume_counters() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_.counters_resumes;
+    if (!resume_counters_error.empty()) return resume_counters_error;
+    calls_.counters_paused = false;
+    last_sample_end_ = steptrace::monotonic_ns();  // nothing was sampled while paused
     return {};
   }
   void stop_counters() override {
@@ -219,6 +237,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   bool pending_detach_ = false;
   uint32_t next_correlation_ = 0;
   int64_t last_sample_end_ = 0;
+  int64_t paused_at_ = 0;
   std::vector<steptrace::LaunchRecord> launches_;
   std::vector<steptrace::KernelRecord> kernels_, held_;
   std::vector<steptrace::CopyRecord> copies_;

@@ -147,6 +147,8 @@ std::optional<int64_t> int_field(const py::dict& d, const char* k) {
 
 PYBIND11_MODULE(_steptrace, m) {
   m.doc() = "steptrace's C++ runtime (use the steptrace package)";
+  // Scopes and calls from Python cost more than a C++ scope: the overhead's host_api part says so.
+  steptrace::details::host_call_ns().store(steptrace::OverheadLedger::kPythonScopeNs, std::memory_order_relaxed);
   m.def("start", [](py::kwargs kwargs) { return steptrace::start(config_from(kwargs)); },
         "Starts measuring with the given settings (Config fields); STEPTRACE_* variables override them.");
   // stop() waits for the background thread (records, lines, traces): other Python threads run meanwhile.

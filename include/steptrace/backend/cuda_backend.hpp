@@ -50,6 +50,8 @@ class CudaBackend final : public GpuBackend {
   }
   std::string counters_description() override { return pm_.chip() + " (" + pm_.describe() + ")"; }
   std::string poll_counters(std::vector<CounterSample>& out) override { return pm_.poll(out); }
+  std::string pause_counters() override { return pm_.pause(); }
+  std::string resume_counters() override { return pm_.resume(); }
   void stop_counters() override { pm_.stop(); }
   int64_t gpu_clock_offset_ns() override {
     uint64_t gpu_now = 0;

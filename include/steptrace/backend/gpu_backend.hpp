@@ -65,6 +65,10 @@ class GpuBackend {
   /// Chip and metrics chosen, for the start-up log line.
   virtual std::string counters_description() = 0;
   virtual std::string poll_counters(std::vector<CounterSample>& out) = 0;
+  /// Counters around traced steps only (overhead_budget): sampling paused, its configuration kept;
+  /// what the hardware buffer holds can still be polled. Both return "" or why not.
+  virtual std::string pause_counters() = 0;
+  virtual std::string resume_counters() = 0;
   virtual void stop_counters() = 0;
   /// The GPU records' clock minus monotonic_ns(), read now.
   virtual int64_t gpu_clock_offset_ns() = 0;

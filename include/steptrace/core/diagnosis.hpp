@@ -2,7 +2,9 @@
 // Pure functions of a step's measured shares; thresholds in DiagnosisThresholds (README "Diagnosis").
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,15 +74,30 @@ struct DiagnosisThresholds {
   double sm_efficiency = 0.50;   // below, with a busy GPU: under-filled (or, seen by counters, memory-bound) kernels
 };
 
+/// What a label was decided from (docs/schema.md, `diagnosis.basis`).
+enum class DiagnosisBasis { traced, carried, host_only, none };
+
+inline const char* diagnosis_basis_name(DiagnosisBasis b) {
+  switch (b) {
+    case DiagnosisBasis::traced: return "traced";
+    case DiagnosisBasis::carried: return "carried";
+    case DiagnosisBasis::host_only: return "host_only";
+    case DiagnosisBasis::none: return "none";
+  }
+  return "none";
+}
+
 struct Diagnosis {
   Bottleneck label = Bottleneck::unknown;
   std::string reason;                 // one sentence with the deciding number
   std::vector<std::string> warnings;  // shares past a warning level that did not decide the label
+  DiagnosisBasis basis = DiagnosisBasis::none;
+  std::optional<uint64_t> carried_from_step;  // basis carried: the traced step whose GPU view was used
 };
 
 /// The primary label: the host-visible waits first (the largest of input, exposed communication and
 /// copies past its threshold), then what the GPU did with the rest of the step.
-inline Diagnosis diagnose(const StepShares& s, const DiagnosisThresholds& t = {}) {
+inline Diagnosis decide_label(const StepShares& s, const DiagnosisThresholds& t) {
   Diagnosis d;
   auto pct = [](double x) { return std::to_string(static_cast<int>(x * 100 + 0.5)) + " %"; };
   struct Candidate {
@@ -123,6 +140,79 @@ inline Diagnosis diagnose(const StepShares& s, const DiagnosisThresholds& t = {}
   d.reason = "GPU busy " + pct(*s.gpu_utilization) + " with estimated SM efficiency " +
              (s.sm_efficiency ? pct(*s.sm_efficiency) : std::string("unknown"));
   return d;
+}
+
+/// A step's diagnosis from its own shares: basis traced with GPU shares, host_only when a host-side
+/// wait decides without them, none when nothing does.
+inline Diagnosis diagnose(const StepShares& s, const DiagnosisThresholds& t = {}) {
+  Diagnosis d = decide_label(s, t);
+  d.basis = s.gpu_utilization ? DiagnosisBasis::traced
+            : d.label != Bottleneck::unknown ? DiagnosisBasis::host_only : DiagnosisBasis::none;
+  return d;
+}
+
+/// The GPU side of the last traced step, carried to the untraced steps after it.
+struct CarriedGpuView {
+  uint64_t step = 0;
+  double step_ms = 0;
+  StepShares shares;  // its GPU shares (gpu_utilization, sm_efficiency, comm_exposed)
+};
+
+/// When a traced step's GPU view still describes an untraced one: it is at most max_age_steps older
+/// and the two step times differ by at most max_step_ratio (a step that took much longer or shorter
+/// did something else: an evaluation, a checkpoint, a different batch shape).
+struct CarryRule {
+  uint64_t max_age_steps = 16;
+  double max_step_ratio = 1.5;
+};
+
+/// The carry window for a trace interval: two intervals (one traced step may be lost or late), at
+/// least 16 steps.
+inline uint64_t carry_max_age(uint32_t trace_every) { return std::max<uint64_t>(16, 2 * uint64_t{trace_every}); }
+
+/// An untraced step's diagnosis: its own host-visible waits first (basis host_only); below their
+/// thresholds, its waits with the GPU shares of the last traced step, if that step is recent and
+/// alike (basis carried); otherwise UNKNOWN (basis none) with the reason the view could not carry.
+inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double step_ms,
+                                   const std::optional<CarriedGpuView>& last, const CarryRule& rule,
+                                   const DiagnosisThresholds& t = {}) {
+  StepShares own = host;  // this step's GPU shares are not known, whatever the caller filled in
+  own.gpu_utilization.reset();
+  own.sm_efficiency.reset();
+  own.comm_exposed.reset();
+  Diagnosis d = diagnose(own, t);
+  if (d.label != Bottleneck::unknown) return d;
+  char buf[160];
+  if (!last) {
+    d.reason = "no GPU attribution for this step and no traced step before it; host-side waits are below their thresholds";
+    return d;
+  }
+  const uint64_t age = step > last->step ? step - last->step : 0;
+  const double ratio = last->step_ms > 0 && step_ms > 0 ? step_ms / last->step_ms : 0;
+  if (age > rule.max_age_steps) {
+    std::snprintf(buf, sizeof buf, "the last traced step (%llu) is %llu steps old (> %llu)",
+                  static_cast<unsigned long long>(last->step), static_cast<unsigned long long>(age),
+                  static_cast<unsigned long long>(rule.max_age_steps));
+    d.reason = std::string("no GPU attribution for this step; host-side waits are below their thresholds and ") + buf;
+    return d;
+  }
+  if (!(ratio > 0) || ratio > rule.max_step_ratio || ratio < 1 / rule.max_step_ratio) {
+    std::snprintf(buf, sizeof buf, "this step's time (%.3g ms) is not within %.2gx of the last traced step's (%llu: %.3g ms)",
+                  step_ms, rule.max_step_ratio, static_cast<unsigned long long>(last->step), last->step_ms);
+    d.reason = std::string("no GPU attribution for this step; host-side waits are below their thresholds and ") + buf;
+    return d;
+  }
+  StepShares merged = own;
+  merged.gpu_utilization = last->shares.gpu_utilization;
+  merged.sm_efficiency = last->shares.sm_efficiency;
+  merged.comm_exposed = last->shares.comm_exposed;
+  Diagnosis c = diagnose(merged, t);
+  std::snprintf(buf, sizeof buf, "carried from traced step %llu (%.3g ms, this step %.3g ms): ",
+                static_cast<unsigned long long>(last->step), last->step_ms, step_ms);
+  c.reason = buf + c.reason;
+  c.basis = DiagnosisBasis::carried;
+  c.carried_from_step = last->step;
+  return c;
 }
 
 /// The label seen most over a run, and how often.

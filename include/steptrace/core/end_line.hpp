@@ -36,6 +36,9 @@ inline void write_trace_stats(LineOut& out, const TraceStats& t) {
   w.begin_object();
   w.field("captures", t.captures).field("written", t.written).field("failed", t.failed);
   w.field("refused_max_files", t.refused_max_files);
+  w.field("refused_budget", t.refused_budget);
+  w.field("slow_suppressed", t.slow_suppressed);
+  w.field("capture_cpu_ms", t.capture_cpu_ms);
   w.key("ring").begin_object();
   w.field("keep_steps", static_cast<int64_t>(t.keep_steps)).field("bytes_max", t.max_bytes);
   w.field("bytes", t.bytes).field("bytes_peak", t.bytes_peak).field("step_bytes_max", t.step_bytes_max);

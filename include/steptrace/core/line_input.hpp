@@ -1,6 +1,7 @@
 // steptrace/core/line_input.hpp - everything one step's line is made of (core/step_line.hpp renders it).
 #pragma once
 #include "overhead.hpp"
+#include "overhead_parts.hpp"
 #include "../version.hpp"
 #include <algorithm>
 #include <ctime>
@@ -43,6 +44,7 @@ struct WindowSummary {
 /// What steptrace costs (core/overhead.hpp) and how the trace rate in force was decided.
 struct OverheadLine {
   OverheadEstimate estimate;
+  OverheadParts parts;                  // the estimate part by part (core/overhead_parts.hpp)
   int trace_every = 1;                  // the interval in force for this step
   std::string untraced_cupti;           // "keep" | "detach" while this step ran; "" without attribution
   std::string kernel_timestamps;        // how kernel records are timed; "" without attribution

@@ -3,11 +3,39 @@
 #pragma once
 #include "../version.hpp"
 #include <optional>
+#include <utility>
 #include <string>
 
 #include "line_sections.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
+
+/// `overhead.estimated_fraction_low` and `overhead.parts` (core/overhead_parts.hpp).
+inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std::string& why) {
+  details::JsonWriter& w = out.w;
+  w.field("estimated_fraction_low", p.low);
+  if (!p.low) out.nulls.emplace_back("overhead.estimated_fraction_low", why);
+  w.key("parts");
+  if (!p.present) {
+    w.null();
+    out.nulls.emplace_back("overhead.parts", why);
+    return;
+  }
+  w.begin_object();
+  const std::pair<const char*, const OverheadPart*> parts[] = {
+      {"tracing", &p.tracing},     {"attached", &p.attached},     {"counters", &p.counters},
+      {"host_api", &p.host_api},   {"background", &p.background}, {"captures", &p.captures}};
+  for (const auto& [name, part] : parts) {
+    w.key(name).begin_object();
+    w.field("fraction", part->fraction);
+    if (!part->fraction)
+      out.nulls.emplace_back(std::string("overhead.parts.") + name + ".fraction",
+                             part->null_reason.empty() ? why : part->null_reason);
+    w.field("basis", part->basis);
+    w.end_object();
+  }
+  w.end_object();
+}
 
 inline void write_overhead(LineOut& out, const StepLineInput& in) {
   details::JsonWriter& w = out.w;
@@ -51,6 +79,7 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   };
   text("untraced_cupti", o.untraced_cupti);
   text("kernel_timestamps", o.kernel_timestamps);
+  write_overhead_parts(out, o.parts, why);
   w.end_object();
 }
 

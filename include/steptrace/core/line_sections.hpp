@@ -449,6 +449,15 @@ inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
   w.key("warnings").begin_array();
   for (const auto& warning : in.diagnosis.warnings) w.value(warning);
   w.end_array();
+  w.field("basis", diagnosis_basis_name(in.diagnosis.basis));
+  w.key("carried_from_step");
+  if (in.diagnosis.carried_from_step) w.value(*in.diagnosis.carried_from_step);
+  else {
+    w.null();
+    out.nulls.emplace_back("diagnosis.carried_from_step", in.diagnosis.basis == DiagnosisBasis::traced
+                                                              ? "this step's own GPU attribution decided"
+                                                              : "no traced step's GPU view was carried: see diagnosis.reason");
+  }
   w.end_object();
 }
 

@@ -57,6 +57,9 @@ struct OverheadEstimate {
   int every = 1;                       // the trace interval the budget asks for
   bool within_budget = true;           // fraction (at the interval in force) <= the budget
   bool within_aim = true;              // fraction <= kAim x the budget: no reason to trace less often
+  std::optional<double> tracing_fraction;   // the traced steps' share of `fraction` at the interval in force
+  std::optional<double> attached_fraction;  // CUPTI attached on untraced steps (keep mode)
+  double other_fraction = 0;                // the parts the caller added (core/overhead_parts.hpp)
 };
 
 class OverheadEstimator {
@@ -125,9 +128,12 @@ class OverheadEstimator {
   }
 
   /// The current estimate for a trace interval of `every` (the one in force), and the interval the
-  /// budget asks for.
-  OverheadEstimate estimate(int every) const {
+  /// budget asks for. `other`: what steptrace spends besides tracing (scopes, background readings,
+  /// captures: core/overhead_parts.hpp), a fraction of step time; it is in `fraction`, and the
+  /// interval is chosen for what is left of the aim.
+  OverheadEstimate estimate(int every, double other = 0) const {
     OverheadEstimate e;
+    e.other_fraction = std::max(0.0, other);
     e.every = std::max(1, every);
     const int in_force = e.every;
     if (!launches_.empty()) e.launches_per_step = median(std::vector<double>(launches_.begin(), launches_.end()));
@@ -182,11 +188,15 @@ class OverheadEstimator {
     const double attach = measured || s_.keep_attached ? 0 : kModelAttachDetachMs / clean_ms;
     const double a = (measured ? *e.traced_extra_ms : *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 - residual) / clean_ms;
     const auto cost = [&](int n) { return (a + (n > 1 ? attach : 0)) / n + b; };
-    e.fraction = cost(e.every);
+    e.tracing_fraction = cost(e.every) - b;
+    e.attached_fraction = b;
+    e.fraction = cost(e.every) + e.other_fraction;
     e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
-    // The shortest interval whose cost fits kAim of the budget (the longest allowed if none does).
-    const double aim = s_.budget * kAim;
-    e.within_aim = *e.fraction <= aim * (1 + 1e-9);
+    // The shortest interval whose cost fits kAim of the budget, less the other parts (the longest
+    // allowed if none does).
+    const double aim = s_.budget * kAim - e.other_fraction;
+    const double whole_aim = s_.budget * kAim;
+    e.within_aim = *e.fraction <= whole_aim * (1 + 1e-9);
     int want = 1;
     if (cost(1) > aim) {
       const double n = b < aim ? std::ceil((a + attach) / (aim - b)) : static_cast<double>(s_.max_every);

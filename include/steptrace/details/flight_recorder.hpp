@@ -7,6 +7,8 @@
 #include "../version.hpp"
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -17,9 +19,11 @@
 #include <utility>
 #include <vector>
 
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/attribution.hpp"
+#include "../core/capture_budget.hpp"
 #include "../core/phase.hpp"
 #include "../core/records.hpp"
 #include "../core/trace_events.hpp"
@@ -84,10 +88,11 @@ class FlightRecorder {
     int device = 0;
     std::string device_name;
     TraceTrigger::Settings trigger;
+    double budget = 0;  // overhead_budget: automatic captures spend at most CaptureBudget::kShare of it
   };
   static constexpr std::size_t kMaxNames = 1 << 16;
 
-  explicit FlightRecorder(Settings s) : s_(std::move(s)), trigger_(s_.trigger) {
+  explicit FlightRecorder(Settings s) : s_(std::move(s)), trigger_(s_.trigger), budget_(s_.budget) {
     stats_.on = s_.keep_steps > 0;
     stats_.keep_steps = s_.keep_steps;
     stats_.max_bytes = s_.max_bytes;
@@ -108,14 +113,31 @@ class FlightRecorder {
     st.step_ms = step_ms;
     st.label = label;
     st.requested = requested;
+    budget_.earn(step_ms);
     const TraceTrigger::Decision d = trigger_.look(st);
+    stats_.slow_suppressed = trigger_.slow_suppressed();
     if (d.reasons.empty()) {
-      t.null_reason = "step not captured";
+      t.null_reason = d.slow_suppressed ? "slow step not captured: within the slow-step rule's rate limit (one capture per " +
+                                              std::to_string(trigger_.gap_steps()) + " steps at most)"
+                                        : "step not captured";
+      return t;
+    }
+    const bool automatic = std::all_of(d.reasons.begin(), d.reasons.end(), [](const std::string& r) {
+      return r == "slow_step" || r == "diagnosis_changed";
+    });
+    const bool extends = open_ && step == open_->last + 1 && step - open_->first + 3 <= static_cast<uint64_t>(s_.keep_steps);
+    if (automatic && !extends && !budget_.affordable()) {
+      ++stats_.refused_budget;
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "%s not captured: captures have spent their share of overhead_budget (%.3g ms of "
+                    "background CPU to pay back, ~%.0f steps like this one)", d.reasons.front().c_str(),
+                    -budget_.credit_ms(), std::ceil(budget_.steps_to_afford(step_ms)));
+      t.null_reason = buf;
       return t;
     }
     t.captured = true;
     t.reasons = d.reasons;
-    if (open_ && step == open_->last + 1 && step - open_->first + 3 <= static_cast<uint64_t>(s_.keep_steps)) {
+    if (extends) {
       open_->last = step;  // one more captured step in the open capture's file
       open_->captured.push_back(step);
       for (const std::string& r : d.reasons)
@@ -197,6 +219,7 @@ class FlightRecorder {
   }
 
   const TraceStats& stats() const { return stats_; }
+  const CaptureBudget& budget() const { return budget_; }
 
  private:
   struct Capture {
@@ -296,11 +319,15 @@ class FlightRecorder {
     d.gpu_clock_offset_ns = env.gpu_clock_offset_ns;
     d.unix_minus_monotonic_ns = env.unix_minus_monotonic_ns;
     std::string err;
+    const double cpu_before = thread_cpu_ms();
     try {
       err = sink::replace_file_atomically(c.file, make_chrome_trace(d));
     } catch (const std::exception& e) {
       err = e.what();
     }
+    const double cost = std::max(0.0, thread_cpu_ms() - cpu_before);
+    budget_.spend(cost);
+    stats_.capture_cpu_ms += cost;
     if (err.empty()) {
       ++stats_.written;
       return;
@@ -310,8 +337,16 @@ class FlightRecorder {
                                  " (counted in the end record's traces.failed; training continues)");
   }
 
+  /// This thread's CPU time: what building and writing a capture costs, without waiting for the disk.
+  static double thread_cpu_ms() {
+    timespec ts{};
+    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+  }
+
   Settings s_;
   TraceTrigger trigger_;
+  CaptureBudget budget_;
   std::deque<KeptStep> ring_;
   std::size_t ring_bytes_ = 0;
   std::vector<std::string> names_;

@@ -36,6 +36,7 @@ struct LineContext {
   std::string gpu_null_reason;       // no attribution at all (no GPU, CUPTI off or unavailable)
   std::string counters_null_reason;  // updated by the worker when counters stop
   bool counters_on = false;
+  bool counters_traced_only = false;  // PM sampling paused between traced steps (overhead_budget decides)
   bool device_state_on = false;
   std::string device_state_null_reason;
   std::string memory_null_reason;  // updated by the worker when memory sampling stops
@@ -47,6 +48,7 @@ class LineAssembler {
   explicit LineAssembler(LineContext ctx) : ctx_(std::move(ctx)) {}
 
   LineContext& context() { return ctx_; }
+  const LineContext& context() const { return ctx_; }
   SummaryBuilder& summary() { return summary_; }
 
   // ---- readings, background thread ----
@@ -74,10 +76,14 @@ class LineAssembler {
     }
   }
   void set_gpu_clock_offset(int64_t offset_ns) { gpu_clock_offset_ns_ = offset_ns; }
-  /// Whether PM samples up to the step's end (host clock) have been read.
+  /// Whether PM samples up to the step's end (host clock) have been read: or sampling was paused
+  /// after the step ended and what it sampled was read since (the worker polls before it steers).
   bool counters_cover(int64_t end_ns) const {
-    return !ctx_.counters_on || latest_counter_end_ns_ >= end_ns + gpu_clock_offset_ns_;
+    return !ctx_.counters_on || latest_counter_end_ns_ >= end_ns + gpu_clock_offset_ns_ ||
+           (counters_paused_at_ns_ && *counters_paused_at_ns_ >= end_ns);
   }
+  /// PM sampling paused at this host time (nullopt: running).
+  void set_counters_paused(std::optional<int64_t> at_ns) { counters_paused_at_ns_ = at_ns; }
 
   /// The line input of one step; advances the window. `written`: whether this step's line is
   /// written (log_every); `extra` carries what the worker counted since the last line.
@@ -103,7 +109,13 @@ class LineAssembler {
     in.gpu = std::move(gpu);
     in.gpu_null_reason = untraced.empty() ? ctx_.gpu_null_reason : untraced;
     in.counters_null_reason = ctx_.counters_null_reason;
-    if (ctx_.counters_on || !counter_samples_.empty()) attribute_counters(r, in);
+    if (ctx_.counters_traced_only && !in.gpu && ctx_.counters_null_reason.empty()) {
+      in.counters_null_reason = "hardware counters run on traced steps only (overhead_budget decides the trace "
+                                "interval) and this step was not traced";
+      drop_counter_samples_before(r.end_ns + gpu_clock_offset_ns_);
+    } else if (ctx_.counters_on || !counter_samples_.empty()) {
+      attribute_counters(r, in);
+    }
     if (ctx_.device_state_on) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.end_ns);
     in.device_state_null_reason = !ctx_.device_state_on ? ctx_.device_state_null_reason
                                                         : "no NVML reading within or before this step yet (NVML opens in "
@@ -117,7 +129,14 @@ class LineAssembler {
       warn_once("mfu.above_one",
                 "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) + "): flops_per_token or peak_flops is wrong");
     in.shares = compute_step_shares(in.host, in.gpu);
-    in.diagnosis = diagnose(in.shares);
+    const double step_ms = ns_to_ms(in.host.step_time_ns);
+    if (in.gpu) {
+      in.diagnosis = diagnose(in.shares);
+      last_gpu_view_ = CarriedGpuView{r.index, step_ms, in.shares};
+    } else {
+      in.diagnosis = diagnose_untraced(in.shares, r.index, step_ms, last_gpu_view_,
+                                       CarryRule{carry_max_age(r.trace_every), CarryRule{}.max_step_ratio});
+    }
     summary_.add(in.host, in.mfu.value, in.diagnosis.label);
     add_to_window(ns_to_ms(in.host.step_time_ns), in.host.tokens_per_second);
     return in;
@@ -174,7 +193,10 @@ class LineAssembler {
             if (other_id != id) others.insert(others.end(), other.busy.begin(), other.busy.end());
           in.phase_counters[id] = summarize_phase_counters(counter_samples_, pg.busy, merge_intervals(std::move(others)));
         }
-    while (!counter_samples_.empty() && counter_samples_.front().end_ns < b) counter_samples_.pop_front();
+    drop_counter_samples_before(b);
+  }
+  void drop_counter_samples_before(int64_t gpu_ns) {
+    while (!counter_samples_.empty() && counter_samples_.front().end_ns < gpu_ns) counter_samples_.pop_front();
   }
 
   MemoryObservation observe_memory(const StepRecord& r) {
@@ -206,8 +228,10 @@ class LineAssembler {
   std::deque<MemorySample> memory_samples_;
   std::deque<CounterSample> counter_samples_;
   int64_t latest_counter_end_ns_ = 0;
+  std::optional<int64_t> counters_paused_at_ns_;  // host clock
   int64_t gpu_clock_offset_ns_ = 0;  // GPU record clock - monotonic_ns()
   std::deque<DeviceStateSample> device_states_;
+  std::optional<CarriedGpuView> last_gpu_view_;  // the last traced step's GPU shares (diagnosis.basis carried)
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -73,6 +73,7 @@ class Session {
     f.device = ctx.run.device ? ctx.run.device->index : 0;
     f.device_name = ctx.run.device ? ctx.run.device->name : std::string();
     f.trigger.trigger = cfg.trace_trigger;
+    f.budget = cfg.overhead_budget;
     parse_step_ranges(cfg.capture_steps, f.trigger.ranges);  // validated at start()
     return f;
   }
@@ -429,6 +430,9 @@ class Session {
       }
     }
     ctx.counters_on = counters_on_;
+    // Under the budget the counters run around traced steps only, so that their cost is the traced
+    // steps' and the budget sees it; with a fixed trace_every (or budget 0) they run on every step.
+    ctx.counters_traced_only = counters_on_ && attribution_ && budget_decides(cfg);
   }
 
   /// Counters and attribution off, CUPTI detached: the program runs at full speed again.

@@ -90,6 +90,7 @@ class StepRecorder {
     if (samples) r.samples = samples;
     else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
     publish_open(r.begin_ns, 0, r.traced);
+    next_traced_.store(!tracing_failed_ && schedule_.traced(r.index + 1), std::memory_order_relaxed);
     out.index = r.index;
     out.traced = r.traced;
     out.tracing_failed = tracing_failed_;
@@ -102,6 +103,7 @@ class StepRecorder {
     tracing_failed_ = true;
     if (open_.exists && open_.record.index == index) open_.record.traced = false;
     open_traced_.store(false, std::memory_order_relaxed);
+    next_traced_.store(false, std::memory_order_relaxed);
   }
 
   void end(std::optional<AllocatorStats> stats) {
@@ -257,14 +259,16 @@ class StepRecorder {
   }
 
   /// The open step as another thread may read it without the lock (the stall watchdog): when it
-  /// began (0: none open), when its scope ended (0: still open), whether it is traced.
+  /// began (0: none open), when its scope ended (0: still open), whether it is traced, and whether
+  /// the step after it will be (as the schedule stands; a new interval may change it).
   struct OpenView {
     int64_t begin_ns = 0, scope_end_ns = 0;
     bool traced = false;
+    bool next_traced = false;
   };
   OpenView open_view() const {
     return {open_begin_ns_.load(std::memory_order_relaxed), open_scope_end_ns_.load(std::memory_order_relaxed),
-            open_traced_.load(std::memory_order_relaxed)};
+            open_traced_.load(std::memory_order_relaxed), next_traced_.load(std::memory_order_relaxed)};
   }
   /// The tick clock's conversion as it stands (the background thread anchors it).
   TickClock tick_clock() {
@@ -291,6 +295,7 @@ class StepRecorder {
   std::mutex mutex_;
   std::atomic<int64_t> open_begin_ns_{0}, open_scope_end_ns_{0};
   std::atomic<bool> open_traced_{false};
+  std::atomic<bool> next_traced_{false};
   Config cfg_;
   OpenStep open_;
   uint64_t next_index_ = 0;

@@ -21,6 +21,7 @@
 #include "../core/attribution.hpp"
 #include "../core/clock.hpp"
 #include "../core/end_line.hpp"
+#include "../core/overhead_parts.hpp"
 #include "../core/plausibility.hpp"
 #include "../sink/sink.hpp"
 #include "cross_rank_link.hpp"
@@ -39,6 +40,13 @@ inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again afte
 inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
+
+/// What one steptrace call on the training thread costs, for the overhead's host_api part
+/// (core/overhead_parts.hpp): the C++ scope's by default; the Python package sets its own before start().
+inline std::atomic<double>& host_call_ns() {
+  static std::atomic<double> ns{OverheadLedger::kScopeNs};
+  return ns;
+}
 
 /// What the worker is given at start(); it owns the rest.
 struct WorkerSetup {
@@ -64,6 +72,7 @@ class Worker {
         flight_(s_.flight),
         overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
                                               /*keep_attached=*/!s_.detach}),
+        ledger_(host_call_ns().load(std::memory_order_relaxed)),
         detach_since_(s_.detach ? std::optional<uint64_t>(0) : std::nullopt) {}
 
   /// The thread's body; returns once stop() was asked and every step has its line.
@@ -97,6 +106,7 @@ class Worker {
       take_in(batch);
       if (s_.attribution) collect_gpu_records();
       if (lines_.context().counters_on) collect_counter_samples();
+      if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
       s_.link->collect();
       if (std::string id = s_.link->take_agreed_run_id(); !id.empty()) lines_.context().run.run_id = std::move(id);
       if (switch_asked_ && !detach_since_) {
@@ -136,7 +146,9 @@ class Worker {
  private:
   void take_memory_sample(bool& enabled) {
     std::string err;
-    auto s = s_.gpu->sample_memory(monotonic_ns(), &err);
+    const int64_t t0 = monotonic_ns();
+    auto s = s_.gpu->sample_memory(t0, &err);
+    ledger_.spent(OverheadLedger::Work::memory, ns_to_ms(monotonic_ns() - t0));
     if (!s) {
       lines_.context().memory_null_reason = err;
       warn_once("memory", "device memory sampling stopped: " + err);
@@ -173,6 +185,7 @@ class Worker {
         now - states.back().time_ns < static_cast<int64_t>(lines_.context().cfg.memory_sample_ms * 1e6))
       return;
     lines_.add_device_state(s_.gpu->read_device_state(now));
+    ledger_.spent(OverheadLedger::Work::device_state, ns_to_ms(monotonic_ns() - now));
   }
 
   /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
@@ -181,7 +194,9 @@ class Worker {
     LineContext& ctx = lines_.context();
     lines_.set_gpu_clock_offset(s_.gpu->gpu_clock_offset_ns());
     std::vector<CounterSample> fresh;
+    const int64_t t0 = monotonic_ns();
     const std::string err = s_.gpu->poll_counters(fresh);
+    ledger_.spent(OverheadLedger::Work::counters, ns_to_ms(monotonic_ns() - t0));
     watchdog_.saw_samples(fresh);
     lines_.add_counter_samples(fresh);
     if (err.empty()) return;
@@ -201,6 +216,29 @@ class Worker {
     s_.gpu->stop_counters();
     ctx.counters_null_reason = "hardware counters stopped: " + err;
     warn_once("counters.poll", ctx.counters_null_reason);
+  }
+
+  /// Counters on traced steps only (overhead_budget decides): sampling runs while the open step or
+  /// the next one is traced, and until the samples of every traced step waiting for its line are in;
+  /// paused otherwise. A resume that fails ends the counters for the run (said once, in every line).
+  void steer_counters() {
+    LineContext& ctx = lines_.context();
+    const StepRecorder::OpenView open = s_.recorder->open_view();
+    bool want = open.traced || open.next_traced;
+    for (const StepRecord& r : waiting_)
+      if (r.traced && !lines_.counters_cover(r.end_ns)) want = true;
+    if (want == !counters_paused_) return;
+    const std::string err = want ? s_.gpu->resume_counters() : s_.gpu->pause_counters();
+    if (err.empty()) {
+      counters_paused_ = !want;
+      lines_.set_counters_paused(counters_paused_ ? std::optional<int64_t>(monotonic_ns()) : std::nullopt);
+      return;
+    }
+    ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
+    s_.gpu->stop_counters();
+    ctx.counters_null_reason = std::string("hardware counters stopped: ") + (want ? "resuming" : "pausing") +
+                               " PM sampling between traced steps failed: " + err;
+    warn_once("counters.duty", ctx.counters_null_reason);
   }
 
   /// Moves what the backend has handed over into the attributor (launch sites first: records join
@@ -382,6 +420,7 @@ class Worker {
     if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
     else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                    : "overhead_budget=0: every step is traced";
+    ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size());
     if (!s_.attribution) {
       o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
                       "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
@@ -408,7 +447,10 @@ class Worker {
     // The estimator starts over with the first step run detached (steps before it paid the other mode).
     if (detached(r) && overhead_.keep_attached()) overhead_.switch_to_detach();
     overhead_.observe(ob);
-    o.estimate = overhead_.estimate(o.trace_every);
+    const double captures = flight_.on() ? flight_.budget().fraction() : 0;
+    const double other = ledger_.host_api_fraction().value_or(0) + ledger_.background_fraction().value_or(0) + captures;
+    o.estimate = overhead_.estimate(o.trace_every, other);
+    o.parts = overhead_parts(o.estimate, captures);
     if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
         OverheadEstimator::detach_pays(o.estimate, cfg.overhead_budget, kMaxBudgetTraceEvery))
       switch_to_detach(r, o.estimate);
@@ -426,6 +468,45 @@ class Worker {
       }
     }
     return o;
+  }
+
+  /// The line's `overhead.parts`: the estimator's tracing and attached shares, the ledger's host and
+  /// background ones, the captures' (core/overhead_parts.hpp says how each is known).
+  OverheadParts overhead_parts(const OverheadEstimate& e, double captures) const {
+    const LineContext& ctx = lines_.context();
+    OverheadParts p;
+    p.present = true;
+    const std::string pending = "no traced step observed yet";
+    p.tracing.fraction = e.tracing_fraction;
+    p.tracing.basis = e.method == "measured" ? "measured" : "modelled";
+    if (!e.tracing_fraction) p.tracing.null_reason = pending;
+    p.attached.fraction = e.attached_fraction;
+    p.attached.basis = "modelled";
+    if (!e.attached_fraction) p.attached.null_reason = pending;
+    if (ctx.counters_on && ctx.counters_traced_only) {
+      p.counters.basis = "in_tracing";
+      p.counters.null_reason = "PM sampling runs only around traced steps: its cost is inside tracing's";
+    } else if (ctx.counters_on) {
+      p.counters.basis = "not_measured";
+      p.counters.null_reason = "PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
+                               "without it to compare with";
+    } else {
+      p.counters.basis = "off";
+      p.counters.fraction = 0.0;
+    }
+    p.host_api.fraction = ledger_.host_api_fraction();
+    p.host_api.basis = "modelled";
+    if (!p.host_api.fraction) p.host_api.null_reason = "no step timed yet";
+    p.background.fraction = ledger_.background_fraction();
+    p.background.basis = "measured";
+    if (!p.background.fraction) p.background.null_reason = "no step timed yet";
+    p.captures.fraction = captures;
+    p.captures.basis = flight_.on() ? "measured" : "off";
+    if (e.fraction) {
+      p.high = e.fraction;
+      p.low = std::max(0.0, *e.fraction - p.background.fraction.value_or(0) - captures);
+    }
+    return p;
   }
 
   /// What CUPTI did between traced steps when step `r` ran: "keep", "detach" ("" without attribution).
@@ -485,6 +566,8 @@ class Worker {
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
   int counter_restarts_ = 0;
   OverheadEstimator overhead_;
+  OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
+  bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
   bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   bool switch_asked_ = false;      // switch_to_detach() was called
   std::string switch_why_;         // what staying attached was estimated to cost then

@@ -187,9 +187,29 @@ class PmSampler {
     return {};
   }
 
+  /// Sampling stopped, configuration kept (cuptiPmSamplingStop); poll() still decodes what the
+  /// hardware buffer holds. Background thread only.
+  std::string pause() {
+    if (!started_ || paused_) return {};
+    auto st = params<CUpti_PmSampling_Stop_Params>(CUpti_PmSampling_Stop_Params_STRUCT_SIZE);
+    st.pPmSamplingObject = sampler_;
+    if (auto r = cuptiPmSamplingStop(&st); r != CUPTI_SUCCESS) return result_text("cuptiPmSamplingStop", r);
+    paused_ = true;
+    return {};
+  }
+  /// Sampling again with the same configuration (cuptiPmSamplingStart).
+  std::string resume() {
+    if (!started_ || !paused_) return {};
+    auto go = params<CUpti_PmSampling_Start_Params>(CUpti_PmSampling_Start_Params_STRUCT_SIZE);
+    go.pPmSamplingObject = sampler_;
+    if (auto r = cuptiPmSamplingStart(&go); r != CUPTI_SUCCESS) return result_text("cuptiPmSamplingStart", r);
+    paused_ = false;
+    return {};
+  }
+
   void stop() {
     if (sampler_) {
-      if (started_) {
+      if (started_ && !paused_) {
         auto st = params<CUpti_PmSampling_Stop_Params>(CUpti_PmSampling_Stop_Params_STRUCT_SIZE);
         st.pPmSamplingObject = sampler_;
         cuptiPmSamplingStop(&st);
@@ -200,6 +220,7 @@ class PmSampler {
       sampler_ = nullptr;
     }
     started_ = false;
+    paused_ = false;
     if (host_) {
       auto d = params<CUpti_Profiler_Host_Deinitialize_Params>(CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE);
       d.pHostObject = host_;
@@ -348,7 +369,7 @@ class PmSampler {
   }
 
   uint64_t interval_ns_ = 0;
-  bool profiler_initialized_ = false, started_ = false;
+  bool profiler_initialized_ = false, started_ = false, paused_ = false;
   std::string chip_;
   std::vector<uint8_t> availability_, config_, counter_data_;
   CUpti_Profiler_Host_Object* host_ = nullptr;

@@ -1,0 +1,94 @@
+// steptrace/core/overhead_parts.hpp - everything steptrace spends, part by part, as a fraction of the
+// program's step time (the line's `overhead.parts`; docs/schema.md "Overhead"). Pure C++17.
+//
+// Parts and how each is known:
+//   tracing     traced steps (CUPTI records and callbacks, and the hardware counters, which run only
+//               around traced steps while overhead_budget decides): measured against the clean steps
+//               (core/overhead.hpp), or modelled from the launch count until it can be
+//   attached    CUPTI's callbacks on untraced steps while it stays attached: modelled (overhead.hpp)
+//   host_api    steptrace's scopes and calls on the training thread (a TRACE_STEP, each phase scope,
+//               each record()): paid on every step, so no step shows it; modelled as calls x the
+//               measured cost of one (kScopeNs: benchmarks/README.md, `scope_cost`, 104-123 ns per
+//               scope on the GPU hosts; from Python 670-720 ns, README "Python")
+//   background  the background thread's calls that may contend with the program (device-memory and
+//               NVML readings, PM-sampling decodes): their wall time, measured
+//   captures    the flight recorder's captures: the background thread's CPU time writing them, measured
+// The background thread runs beside the program: on a free core what it does costs the program
+// (almost) nothing, on a busy one up to its whole time. So the estimate is an interval:
+//   low  = tracing + attached + host_api
+//   high = low + background + captures   (what `estimated_fraction` reports and the budget holds)
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+
+STEPTRACE_BEGIN_NAMESPACE
+
+/// One part of the estimate.
+struct OverheadPart {
+  std::optional<double> fraction;
+  std::string basis;        // "measured" | "modelled" | "in_tracing"
+  std::string null_reason;  // why fraction is null
+};
+
+struct OverheadParts {
+  bool present = false;  // the breakdown was computed for this line
+  OverheadPart tracing, attached, counters, host_api, background, captures;
+  std::optional<double> low, high;  // the interval the program's cost is in
+};
+
+/// What the background thread and the training thread's scopes spent over the recent steps.
+class OverheadLedger {
+ public:
+  static constexpr double kScopeNs = 120;         // C++ scope, GPU hosts (benchmarks/README.md, scope_cost)
+  static constexpr double kPythonScopeNs = 720;   // a scope or call from Python (README, "Python")
+  static constexpr std::size_t kWindow = 512;     // steps the fractions are over
+
+  enum class Work { memory, device_state, counters };
+
+  explicit OverheadLedger(double ns_per_call = kScopeNs) : ns_per_call_(ns_per_call) {}
+  double ns_per_call() const { return ns_per_call_; }
+
+  /// The background thread spent `ms` (wall time) on a reading.
+  void spent(Work, double ms) {
+    if (ms > 0) pending_background_ms_ += ms;
+  }
+  /// One step's line: its time and steptrace calls on the training thread (scopes, records, the step).
+  void step(double step_ms, uint64_t calls) {
+    if (!(step_ms > 0)) return;
+    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls)});
+    sum_.step_ms += step_ms;
+    sum_.background_ms += pending_background_ms_;
+    sum_.calls += static_cast<double>(calls);
+    pending_background_ms_ = 0;
+    if (steps_.size() > kWindow) {
+      sum_.step_ms -= steps_.front().step_ms;
+      sum_.background_ms -= steps_.front().background_ms;
+      sum_.calls -= steps_.front().calls;
+      steps_.pop_front();
+    }
+  }
+
+  std::optional<double> host_api_fraction() const {
+    if (!(sum_.step_ms > 0)) return std::nullopt;
+    return std::max(0.0, sum_.calls * ns_per_call_ * 1e-6 / sum_.step_ms);
+  }
+  std::optional<double> background_fraction() const {
+    if (!(sum_.step_ms > 0)) return std::nullopt;
+    return std::max(0.0, sum_.background_ms / sum_.step_ms);
+  }
+
+ private:
+  struct Entry {
+    double step_ms = 0, background_ms = 0, calls = 0;
+  };
+  double ns_per_call_;
+  std::deque<Entry> steps_;
+  Entry sum_;
+  double pending_background_ms_ = 0;
+};
+
+STEPTRACE_END_NAMESPACE  // steptrace
