@@ -101,6 +101,9 @@ TEST_CASE("the line carries the label and its evidence; the summary the dominant
     CHECK(l["diagnosis"]["label"] == "INPUT-BOUND");
     CHECK(double(l["diagnosis"]["evidence"]["input_share"]) >= 0.2);
     CHECK(l["diagnosis"]["evidence"]["gpu_utilization"].is_null());
+    CHECK(l["diagnosis"]["basis"] == "host_only");
+    CHECK(l["diagnosis"]["carried_from_step"].is_null());
+    CHECK(l["null_reasons"].contains("diagnosis.carried_from_step"));
   }
   CHECK(summary.diagnosis == "INPUT-BOUND");
   CHECK(summary.diagnosis_fraction == 1.0);
@@ -112,4 +115,51 @@ TEST_CASE("dominant label over counts", "[diagnosis]") {
   CHECK(d.label == Bottleneck::input_bound);
   CHECK(d.fraction == Approx(0.7));
   CHECK(dominant_label({}).label == Bottleneck::unknown);
+}
+
+TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view if recent and alike", "[diagnosis]") {
+  const CarriedGpuView compute{100, 50.0, gpu_shares(0.95, 0.90)};
+  const CarryRule rule{16, 1.5};
+  StepShares host;  // no wait past a threshold
+  host.input = 0.02;
+  // A traced step's own diagnosis has basis traced.
+  CHECK(diagnose(gpu_shares(0.95, 0.90)).basis == DiagnosisBasis::traced);
+  // Carried: the GPU shares of step 100, the host shares of this one.
+  Diagnosis d = diagnose_untraced(host, 105, 52.0, compute, rule);
+  CHECK(d.label == Bottleneck::compute_bound);
+  CHECK(d.basis == DiagnosisBasis::carried);
+  REQUIRE(d.carried_from_step);
+  CHECK(*d.carried_from_step == 100);
+  CHECK(d.reason.find("carried from traced step 100") == 0);
+  // A host-visible wait decides without any GPU view.
+  StepShares waiting = host;
+  waiting.input = 0.35;
+  d = diagnose_untraced(waiting, 105, 52.0, compute, rule);
+  CHECK(d.label == Bottleneck::input_bound);
+  CHECK(d.basis == DiagnosisBasis::host_only);
+  CHECK_FALSE(d.carried_from_step);
+  // GPU shares the caller left in are not this step's: ignored.
+  StepShares stale = host;
+  stale.gpu_utilization = 0.1;
+  CHECK(diagnose_untraced(stale, 105, 52.0, std::nullopt, rule).basis == DiagnosisBasis::none);
+  // Too old, unlike, or nothing traced yet: UNKNOWN, with why.
+  d = diagnose_untraced(host, 117, 50.0, compute, rule);
+  CHECK(d.label == Bottleneck::unknown);
+  CHECK(d.basis == DiagnosisBasis::none);
+  CHECK(d.reason.find("17 steps old") != std::string::npos);
+  CHECK(diagnose_untraced(host, 116, 50.0, compute, rule).basis == DiagnosisBasis::carried);  // 16: still recent
+  d = diagnose_untraced(host, 101, 80.0, compute, rule);  // 1.6x the traced step: an evaluation, a checkpoint
+  CHECK(d.basis == DiagnosisBasis::none);
+  CHECK(d.reason.find("not within 1.5x") != std::string::npos);
+  CHECK(diagnose_untraced(host, 101, 34.0, compute, rule).basis == DiagnosisBasis::carried);  // 1/1.47x
+  CHECK(diagnose_untraced(host, 101, 33.0, compute, rule).basis == DiagnosisBasis::none);
+  d = diagnose_untraced(host, 3, 50.0, std::nullopt, rule);
+  CHECK(d.basis == DiagnosisBasis::none);
+  CHECK(d.reason.find("no traced step before it") != std::string::npos);
+  // A carried view that says the GPU waited names that.
+  const CarriedGpuView idle{100, 50.0, gpu_shares(0.30, 0.90)};
+  CHECK(diagnose_untraced(host, 101, 50.0, idle, rule).label == Bottleneck::host_launch_bound);
+  // The carry window follows the trace interval: two intervals, at least 16 steps.
+  CHECK(carry_max_age(1) == 16);
+  CHECK(carry_max_age(100) == 200);
 }

@@ -2,6 +2,7 @@
 // fake GPU whose lines name their traces.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <steptrace/core/capture_budget.hpp>
 #include <steptrace/core/trace_events.hpp>
 #include <steptrace/core/trace_trigger.hpp>
 #include <steptrace/details/flight_recorder.hpp>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -442,4 +444,113 @@ TEST_CASE("capture requests of a previous run are forgotten at the next start", 
   CHECK(r.covers(1002));
   r.clear();
   CHECK_FALSE(r.covers(1002));
+}
+
+TEST_CASE("the slow-step rule on noisy loops: the spread raises the bar, a rate limit bounds captures", "[flight]") {
+  std::mt19937 rng(20261125);
+  std::uniform_real_distribution<double> spread(-0.10, 0.10);
+  // A host-bound loop whose steps spread +-10 % around 17 ms: no step is slow.
+  TraceTrigger quiet({1.5, true, {}});
+  int captures = 0;
+  for (uint64_t i = 0; i < 2000; ++i) captures += !quiet.look(plain(i, 17 * (1 + spread(rng)))).reasons.empty();
+  CHECK(captures == 0);
+  // The same loop with a 1.8x step every 25 (a garbage collection, a logging call): the first is
+  // captured, then at most one per gap, the gap doubling while they keep coming.
+  TraceTrigger spiky({1.5, true, {}});
+  std::vector<uint64_t> at;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    const double ms = i % 25 == 24 ? 17 * 1.8 : 17 * (1 + spread(rng));
+    if (!spiky.look(plain(i, ms)).reasons.empty()) at.push_back(i);
+  }
+  std::string where;
+  for (uint64_t i : at) where += std::to_string(i) + " ";
+  INFO("captured at " << where);
+  REQUIRE(!at.empty());
+  CHECK(at.front() == 24);
+  CHECK(at.size() <= 6);  // 24, then gaps of 100, 200, 400, 800 (and 1600): not one every 25 steps
+  for (std::size_t k = 1; k < at.size(); ++k) CHECK(at[k] - at[k - 1] >= TraceTrigger::kMinGapSteps);
+  CHECK(spiky.slow_suppressed() >= 70);
+  CHECK(spiky.gap_steps() > TraceTrigger::kMinGapSteps);
+  // Steps alternating 10 and 20 ms: median 15, a robust spread of ~7.4 ms, so a 30 ms step (2x the
+  // median) is within 5 spreads and not slow; 60 ms is.
+  TraceTrigger wide({1.5, true, {}});
+  int bimodal = 0;  // more than half alike makes the MAD 0: the 90th percentile keeps the habit from being news
+  for (uint64_t i = 0; i < 64; ++i) bimodal += !wide.look(plain(i, i % 2 ? 20.0 : 10.0)).reasons.empty();
+  CHECK(bimodal == 0);
+  auto d = wide.look(plain(64, 30.0));
+  CHECK(d.reasons.empty());
+  REQUIRE(d.threshold_ms);
+  CHECK(*d.threshold_ms > 40);
+  d = wide.look(plain(65, 60.0));
+  INFO("median " << d.median_ms.value_or(-1) << " threshold " << d.threshold_ms.value_or(-1));
+  CHECK(d.reasons == std::vector<std::string>{"slow_step"});
+  // A 0.1 ms loop: a 0.25 ms step is 2.5x the median but only 0.15 ms more, under kMinExcessMs.
+  TraceTrigger tiny({1.5, true, {}});
+  for (uint64_t i = 0; i < 30; ++i) tiny.look(plain(i, 0.1));
+  CHECK(tiny.look(plain(30, 0.25)).reasons.empty());
+  CHECK(tiny.look(plain(31, 1.5)).reasons == std::vector<std::string>{"slow_step"});
+  // After a quiet gap the gap falls back to the shortest.
+  TraceTrigger back({1.5, true, {}});
+  for (uint64_t i = 0; i < 30; ++i) back.look(plain(i, 10));
+  CHECK(!back.look(plain(30, 30)).reasons.empty());
+  for (uint64_t i = 31; i < 60; ++i) back.look(plain(i, 10));
+  CHECK(back.look(plain(60, 30)).slow_suppressed);  // within the gap
+  for (uint64_t i = 61; i < 131; ++i) back.look(plain(i, 10));
+  CHECK(!back.look(plain(131, 30)).reasons.empty());
+  CHECK(back.gap_steps() == 2 * TraceTrigger::kMinGapSteps);  // one came during the gap: doubled
+  for (uint64_t i = 132; i < 400; ++i) back.look(plain(i, 10));
+  CHECK(!back.look(plain(400, 30)).reasons.empty());
+  CHECK(back.gap_steps() == TraceTrigger::kMinGapSteps);  // none came: back to the shortest
+}
+
+TEST_CASE("the capture budget: step time earns credit, a capture spends its cost, debt holds automatic ones", "[flight]") {
+  steptrace::CaptureBudget b(0.004);  // 25 % of 0.4 %: 0.001 ms of credit per ms of step time
+  CHECK(b.limited());
+  CHECK(b.affordable());
+  b.spend(10);
+  CHECK_FALSE(b.affordable());
+  CHECK(b.steps_to_afford(100) == Approx(100));
+  for (int i = 0; i < 99; ++i) b.earn(100);
+  CHECK_FALSE(b.affordable());
+  b.earn(100);
+  CHECK(b.affordable());
+  CHECK(b.fraction() == Approx(10.0 / 10000));
+  for (int i = 0; i < 100000; ++i) b.earn(100);
+  CHECK(b.credit_ms() == Approx(2 * 10));  // capped at two captures' worth
+  b.earn(std::nan(""));
+  b.spend(-1);
+  CHECK(b.spent_ms() == 10);
+  steptrace::CaptureBudget unlimited(0);
+  unlimited.spend(1000);
+  CHECK_FALSE(unlimited.limited());
+  CHECK(unlimited.affordable());
+}
+
+TEST_CASE("the recorder refuses an automatic capture the budget cannot afford; a requested one goes out", "[flight]") {
+  const std::string dir = steptrace_test::fresh_dir("flight_budget");
+  steptrace::details::FlightRecorder::Settings s;
+  s.keep_steps = 4;
+  s.dir = dir;
+  s.trigger.trigger = 1.5;
+  s.budget = 1e-9;  // a capture costs far more CPU than this budget ever pays back
+  steptrace::details::FlightRecorder fr(s);
+  steptrace::details::Demangler demangle;
+  std::map<uint64_t, steptrace::StepTrace> marks;
+  for (uint64_t i = 0; i < 400; ++i) {
+    const bool slow = i == 30 || i == 200;
+    marks[i] = fr.decide(i, slow ? 40.0 : 10.0, std::nullopt, i == 300, "abcdef0123456789");
+    auto a = activity(i, 3);
+    fr.keep(step_record(i), &a, true, "", demangle);
+    if (fr.has_due()) fr.write_due({});
+  }
+  fr.finish({});
+  CHECK(marks[30].captured);  // no debt yet
+  CHECK_FALSE(marks[200].captured);
+  INFO(marks[200].null_reason);
+  CHECK(marks[200].null_reason.find("overhead_budget") != std::string::npos);
+  CHECK(marks[300].captured);  // the program asked: written, and charged
+  CHECK(fr.stats().refused_budget == 1);
+  CHECK(fr.stats().written == 2);
+  CHECK(fr.stats().capture_cpu_ms > 0);
+  CHECK(fr.budget().spent_ms() == Approx(fr.stats().capture_cpu_ms));
 }

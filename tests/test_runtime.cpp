@@ -496,3 +496,58 @@ TEST_CASE("overhead: an explicit trace_every wins; without attribution the estim
     CHECK(l["null_reasons"]["overhead.estimated_fraction"].get<std::string>().find("CUPTI attribution is off") == 0);
   }
 }
+
+TEST_CASE("overhead_budget: counters run around traced steps only; untraced lines say so; parts in every line",
+          "[runtime]") {
+  const auto log = fresh_log("runtime_counters_duty");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = budget_config(log, steptrace::UntracedCupti::keep);
+  cfg.overhead_budget = 0.05;
+  REQUIRE(run.start(cfg));
+  // 1 ms steps of host work; a trace costs 0.5 ms more: the budget traces about one step in 10+.
+  constexpr int kSteps = 160;
+  for (int i = 0; i < kSteps; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    for (int k = 0; k < 3; ++k) run.gpu->launch(10'000);
+    steptrace_test::spin_for_us(run.gpu->tracing() ? 1500 : 1000);
+  }
+  steptrace::stop();
+  const auto calls = run.gpu->calls();
+  CHECK(calls.counters_pauses >= 2);
+  CHECK(calls.counters_resumes >= 1);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == kSteps);
+  int untraced = 0, traced_with_counters = 0, traced_late = 0;
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    const auto& parts = l["overhead"]["parts"];
+    REQUIRE(parts.is_object());
+    for (const char* part : {"tracing", "attached", "counters", "host_api", "background", "captures"})
+      CHECK(parts.contains(part));
+    CHECK(parts["counters"]["basis"] == "in_tracing");
+    CHECK(parts["host_api"]["basis"] == "modelled");
+    CHECK(parts["background"]["basis"] == "measured");
+    if (l["overhead"]["estimated_fraction"].is_number()) {
+      const double high = l["overhead"]["estimated_fraction"], low = l["overhead"]["estimated_fraction_low"];
+      CHECK(low <= high);
+      CHECK(low >= 0);
+      // The parts add up to the estimate.
+      double sum = 0;
+      for (const char* part : {"tracing", "attached", "host_api", "background", "captures"})
+        sum += parts[part]["fraction"].get<double>();
+      CHECK(sum == Approx(high).epsilon(1e-6));
+    }
+    if (!l["traced"].get<bool>()) {
+      ++untraced;
+      CHECK(l["counters"].is_null());
+      CHECK(l["null_reasons"]["counters"].get<std::string>().find("traced steps only") != std::string::npos);
+    } else if (l["global_step"].get<int>() >= 40) {
+      ++traced_late;
+      traced_with_counters += l["counters"].is_object();
+    }
+  }
+  CHECK(untraced >= kSteps / 2);
+  CHECK(traced_late >= 3);
+  CHECK(traced_with_counters == traced_late);  // sampling resumed for each of them and their samples came in
+}

@@ -35,7 +35,7 @@ class CaptureBudget {
     credit_ms_ = std::min(credit_ms_ + rate_ * step_ms, kCapCaptures * (last_cost_ms_ > 0 ? last_cost_ms_ : kFirstCostMs));
   }
   /// Whether an automatic capture may go out now.
-  bool affordable() const { return !limited() || credit_ms_ >= 0; }
+  bool affordable() const { return !limited() || credit_ms_ >= -1e-9; }  // paid back, up to rounding
   /// A capture was written (or tried): what it cost.
   void spend(double cost_ms) {
     if (!(cost_ms >= 0) || !std::isfinite(cost_ms)) return;

@@ -47,8 +47,10 @@ struct TraceStats {
 /// (after kWarmup of them), with m their median and s = 1.4826 x their median absolute deviation
 /// (the MAD scaled to estimate a normal spread's standard deviation: Rousseeuw and Croux, "Alternatives
 /// to the median absolute deviation", JASA 1993), a step is slow when
-///   step > trigger x m   and   step - m > max(kSpreads x s, kMinExcessMs)
-/// so a loop whose steps spread widely needs a larger excess, and a microsecond-scale loop a real one.
+///   step > trigger x m   and   step - m > max(kSpreads x s, kMinExcessMs)   and   step > p90
+/// so a loop whose steps spread widely needs a larger excess, a microsecond-scale loop a real one, and
+/// a longer step that is the loop's habit (one in two, one in five: over a tenth of the window) is not
+/// news (p90: the window's 90th percentile; more than half the steps alike makes the MAD 0).
 /// Slow-step captures are rate-limited: after one, the next waits `gap` steps; the gap starts at
 /// kMinGapSteps; at each slow-step capture it doubles (up to kMaxGapSteps) if slow steps came during
 /// the previous gap, and falls back to kMinGapSteps if none did. A slow step within the gap is counted
@@ -98,8 +100,13 @@ class TraceTrigger {
       deviations.reserve(times_.size());
       for (double t : times_) deviations.push_back(std::abs(t - median));
       const double spread = kMadToSigma * median_of(std::move(deviations));
+      // The window's 90th percentile: more than half the steps alike makes the MAD 0, and a loop whose
+      // every other (or every fifth) step is longer would then have each of them called slow.
+      std::vector<double> sorted(times_.begin(), times_.end());
+      std::sort(sorted.begin(), sorted.end());
+      const double p90 = sorted[std::min(sorted.size() - 1, (sorted.size() * 9) / 10)];
       d.median_ms = median;
-      d.threshold_ms = std::max(s_.trigger * median, median + std::max(kSpreads * spread, kMinExcessMs));
+      d.threshold_ms = std::max({s_.trigger * median, median + std::max(kSpreads * spread, kMinExcessMs), p90});
       if (median > 0 && st.step_ms > *d.threshold_ms) {
         if (last_slow_ && st.index < *last_slow_ + gap_) {
           d.slow_suppressed = true;

@@ -131,6 +131,21 @@ inline std::string number_text(double v) {
 }
 }  // namespace details
 
+/// The line's diagnosis.basis (docs/schema.md); a line written before the field: traced when its `gpu`
+/// object is non-null, else none when its label is UNKNOWN (or absent), else host_only (issue #31).
+inline DiagnosisBasis prom_line_basis(const FlatJson& f) {
+  const auto b = f.find("/diagnosis/basis");
+  if (b != f.end() && b->second.kind == JsonLeaf::Kind::string)
+    for (DiagnosisBasis d : {DiagnosisBasis::traced, DiagnosisBasis::carried, DiagnosisBasis::host_only, DiagnosisBasis::none})
+      if (b->second.text == diagnosis_basis_name(d)) return d;
+  for (const auto& [path, leaf] : f)  // a non-null `gpu` object leaves /gpu/... leaves
+    if (path.rfind("/gpu/", 0) == 0) return DiagnosisBasis::traced;
+  const auto l = f.find("/diagnosis/label");
+  const bool unknown = l == f.end() || l->second.kind != JsonLeaf::Kind::string ||
+                       l->second.text == bottleneck_name(Bottleneck::unknown);
+  return unknown ? DiagnosisBasis::none : DiagnosisBasis::host_only;
+}
+
 /// Fields that only a traced step has (CUPTI attribution): between traced steps the exporter keeps the
 /// last traced step's value (steptrace_last_traced_step says which), and their window is over traced steps.
 inline bool prom_traced_only(std::string_view pointer) {
@@ -193,6 +208,8 @@ class PrometheusModel {
     }
     const auto d = f.find("/diagnosis/label");
     diagnoses_.push_back(d != f.end() && d->second.kind == JsonLeaf::Kind::string ? d->second.text : "");
+    basis_ = prom_line_basis(f);
+    carried_from_step_ = basis_ == DiagnosisBasis::carried ? number(f, "/diagnosis/carried_from_step") : std::nullopt;
     while (diagnoses_.size() > static_cast<std::size_t>(window_)) diagnoses_.pop_front();
     for (const auto& c : prom_counters()) {
       const auto v = number(f, c.pointer);
@@ -225,6 +242,12 @@ class PrometheusModel {
     for (const auto& [key, v] : phases_) phases.push_back({phase_labels(key), v});
     add(out, "steptrace_phase_seconds", "gauge", "Time in a phase in the step: host scope time, or GPU busy time of the work it launched", phases);
     add(out, "steptrace_diagnosis", "gauge", "1 for what holds the last step back, 0 for the other labels", diagnosis_states(false));
+    std::vector<PromSample> bases;
+    for (DiagnosisBasis b : {DiagnosisBasis::traced, DiagnosisBasis::carried, DiagnosisBasis::host_only, DiagnosisBasis::none})
+      bases.push_back({{{"basis", diagnosis_basis_name(b)}}, b == basis_ ? 1.0 : 0.0});
+    add(out, "steptrace_diagnosis_basis", "gauge", "1 for what the last step's diagnosis was decided from, 0 for the other bases", bases);
+    add(out, "steptrace_diagnosis_carried_from_step", "gauge", "Traced step whose GPU view the last step's diagnosis carried (basis carried)",
+        carried_from_step_ ? std::vector<PromSample>{{{}, *carried_from_step_}} : std::vector<PromSample>{});
     add(out, "steptrace_window_lines", "gauge", "Lines in the window the steptrace_window_* means are over (steps, or log_every windows)",
         {{{}, static_cast<double>(std::min<uint64_t>(lines_, static_cast<uint64_t>(window_)))}});
     for (const auto& g : prom_gauges()) {
@@ -371,7 +394,9 @@ class PrometheusModel {
   std::map<std::string, Recent> recent_;        // windowed gauge -> its window
   std::map<PhaseKey, double> phases_;           // phase seconds exposed
   std::map<PhaseKey, Recent> phase_recent_;
-  std::deque<std::string> diagnoses_;           // the window's diagnosis labels, oldest first
+  std::deque<std::string> diagnoses_;           // the window's diagnosis labels (carried ones too), oldest first
+  DiagnosisBasis basis_ = DiagnosisBasis::none;  // the last line's
+  std::optional<double> carried_from_step_;     // the last line's, when its basis is carried
   std::map<std::string, double> counters_;
   double steps_total_ = 0;
 };
