@@ -61,6 +61,18 @@ TEST_CASE("with untraced steps the cost is measured from the step times", "[over
   CHECK_FALSE(e.estimate(10).within_budget);
   CHECK_FALSE(e.estimate(11).within_aim);  // inside the budget, above the aim: the runtime moves up (next_trace_every)
   CHECK(e.estimate(13).within_aim);         // 0.397 %
+  // The other parts (scopes, background readings, captures: 0.1 %) are in the fraction, and the
+  // interval is chosen for what they leave of the aim: cost(n) <= 0.4 % - 0.1 % from
+  // n = ceil(0.05 / (0.003 - 0.00012)) = 18.
+  const auto with_other = e.estimate(13, 0.001);
+  CHECK(*with_other.fraction == Approx(*e.estimate(13).fraction + 0.001));
+  CHECK(*with_other.tracing_fraction == Approx(2.5 / (13 * 50.0)));
+  CHECK(*with_other.attached_fraction == Approx(0.006 / 50.0));
+  CHECK(with_other.other_fraction == 0.001);
+  CHECK(with_other.every == 18);
+  CHECK_FALSE(with_other.within_aim);
+  // Other parts past the whole aim: the longest interval.
+  CHECK(e.estimate(13, 0.0045).every == 1000);
 }
 
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {

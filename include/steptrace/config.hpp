@@ -56,7 +56,7 @@ struct Config {
   ClockSource clock = ClockSource::automatic;  // STEPTRACE_CLOCK
   int cross_rank_every = 10;                 // STEPTRACE_CROSS_RANK_EVERY
   int trace_every = 0;                       // STEPTRACE_TRACE_EVERY (0 = overhead_budget decides)
-  double overhead_budget = 0.005;            // STEPTRACE_OVERHEAD_BUDGET (fraction of step time; 0 = off)
+  double overhead_budget = 0.003;            // STEPTRACE_OVERHEAD_BUDGET (fraction of step time; 0 = off)
   UntracedCupti untraced_cupti = UntracedCupti::automatic;  // STEPTRACE_UNTRACED_CUPTI
   int max_lag_steps = 2;                     // STEPTRACE_MAX_LAG_STEPS
   double max_lag_ms = 1000;                  // STEPTRACE_MAX_LAG_MS
