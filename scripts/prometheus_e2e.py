@@ -10,7 +10,9 @@ with the test's ports, 1 s scrapes) on 127.0.0.1 with free ports, then feeds the
   cross  a CPU run whose rank 0 gathers a simulated 4-rank exchange (tests/prometheus_feed.cpp);
   gpu    lines written by the example on an H100 (tests/data/h100_mlp_lines.jsonl) through the exporter;
   budget a GPU-bound H100 run under the default overhead budget (15 of 80 lines traced), replayed at
-         20 lines a second (tests/data/h100_transformer_budget_lines.jsonl).
+         20 lines a second (tests/data/h100_transformer_budget_lines.jsonl);
+  carried the same lines with `diagnosis.basis` (issue #31): untraced lines carry the last traced
+         step's label, a few decided from host times, the first ones none.
 Then asks Prometheus's HTTP API: every metric of docs/prometheus.md, at every scrape, carries the common
 labels and equals what its kind says of the lines (the line of the scraped step for `last`, the window
 mean, the sum...), is absent where the field is null, and appears in at least one source; the textfile
@@ -96,6 +98,36 @@ def documented_metrics():
     return rows
 
 
+def basis_of(line):
+    """diagnosis.basis; lines written before it: traced with a `gpu` object, else none when UNKNOWN,
+    else host_only (issue #31)."""
+    d = line["diagnosis"]
+    if d.get("basis"):
+        return d["basis"]
+    return "traced" if isinstance(line.get("gpu"), dict) else "none" if d["label"] == "UNKNOWN" else "host_only"
+
+
+def with_basis(src, out):
+    """src's lines in the schema with diagnosis.basis: as scripts/report_check.py's with_basis."""
+    last, untraced = None, 0
+    with open(out, "w") as f:
+        for line in read_lines(src):
+            d = dict(line["diagnosis"], carried_from_step=None)
+            if isinstance(line.get("gpu"), dict):
+                d["basis"], last = "traced", line
+            else:
+                untraced += 1
+                if untraced % 10 == 0:
+                    d.update(label="INPUT-BOUND", basis="host_only")
+                elif last is not None:
+                    d.update(label=last["diagnosis"]["label"], basis="carried", carried_from_step=last["global_step"])
+                else:
+                    d.update(label="UNKNOWN", basis="none")
+            f.write(json.dumps(dict(line, diagnosis=d)) + "\n")
+    return out
+
+
+BASES = ["traced", "carried", "host_only", "none"]
 WINDOW = 32
 LABELS = ["INPUT-BOUND", "H2D-BOUND", "COMM-BOUND", "HOST/LAUNCH-BOUND", "LOW-SM-EFFICIENCY", "COMPUTE-BOUND", "UNKNOWN"]
 
@@ -134,6 +166,11 @@ def expected(name, kind, path, scale, lines, step, labels, up):
             return float(step + 1)
         if name == "steptrace_diagnosis":
             return 1.0 if line["diagnosis"]["label"] == labels.get("label") else 0.0
+        if name == "steptrace_diagnosis_basis":
+            return 1.0 if basis_of(line) == labels.get("basis") else 0.0
+        if name == "steptrace_diagnosis_carried_from_step":
+            at = line["diagnosis"].get("carried_from_step")
+            return float(at) if basis_of(line) == "carried" and at is not None else None
         if name == "steptrace_window_diagnosis_share":
             return sum(1 for l in window if l["diagnosis"]["label"] == labels.get("label")) / len(window)
     if kind in ("last", "traced"):
@@ -232,12 +269,19 @@ def main():
         if r.returncode != 0:
             fail(f"prometheus_feed replay (budget): {r.stderr}")
         sources["e2e-budget"] = read_lines(budget_lines)
+        carried_lines = with_basis(budget_lines, os.path.join(tmp, "carried.jsonl"))
+        r = subprocess.run([feed, "replay", carried_lines, os.path.join(textdir, "steptrace-carried.prom"), "e2e-carried", "50"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            fail(f"prometheus_feed replay (carried): {r.stderr}")
+        sources["e2e-carried"] = read_lines(carried_lines)
 
         # The textfiles' last writes (steptrace_up 0 for the runs that stopped) must have been scraped.
         for job in sources:
             wait_for(f"{job}'s final textfile scraped",
                      lambda: any(float(s["value"][1]) == 0 for s in query(f'steptrace_up{{job="{job}",instance="127.0.0.1:{p_node}"}}')), 30)
-        for name in ("steptrace-0.prom", "steptrace-cross.prom", "steptrace-gpu.prom", "steptrace-budget.prom"):
+        for name in ("steptrace-0.prom", "steptrace-cross.prom", "steptrace-gpu.prom", "steptrace-budget.prom",
+                     "steptrace-carried.prom"):
             r = subprocess.run(["promtool", "check", "metrics"], stdin=open(os.path.join(textdir, name)), capture_output=True, text=True)
             if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
                 fail(f"promtool check metrics {name}: {r.stdout}{r.stderr}")
@@ -278,6 +322,11 @@ def main():
                                 fail(f"{name} ({job}, {instance}, step {step}): present but the line's field is null")
                             elif want is not None and not got:
                                 fail(f"{name} ({job}, {instance}, step {step}): absent, the line says {want}")
+                        if name == "steptrace_diagnosis_carried_from_step" and not got and \
+                                expected(name, kind, path, scale, lines, by_step[step], {}, ups.get(t)) is not None:
+                            fail(f"{name} ({job}, {instance}, step {step}): absent, the line carried a step")
+                        if name == "steptrace_diagnosis_basis" and sorted(l.get("basis") for l, _ in got) != sorted(BASES):
+                            fail(f"{name} ({job}, {instance}, step {step}): bases {[l.get('basis') for l, _ in got]}, want all four")
                         for labels, v in got:
                             for key, value in (("rank", str(line["rank"])), ("local_rank", str(line["local_rank"])),
                                                ("world_size", str(line["world_size"])), ("hostname", line["hostname"]),

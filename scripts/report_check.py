@@ -6,7 +6,11 @@
 Reports are built (scripts/steptrace_report.py) from: the lines an H100 wrote (tests/data), the
 example trainer's lines on this machine (the demo's program; no GPU here, so GPU charts say why they
 are empty), a fake-GPU run with captured traces (tests/trace_feed), and 4 and 16 ranks made from the
-H100 lines (one rank slowed) for the per-rank views. For each, Chromium loads the page from disk:
+H100 lines (one rank slowed) for the per-rank views, and the diagnosis basis (issue #31): a GPU-bound
+H100 run traced one step in 4 as written (lines without `diagnosis.basis`, untraced ones UNKNOWN) and
+rewritten in the new schema (untraced lines carry the last traced step's COMPUTE-BOUND): both must be
+headlined COMPUTE-BOUND with the right shares per basis, and their untraced steps must be gaps in the
+GPU charts (checked in the screenshot's pixels). For each, Chromium loads the page from disk:
 no script error, no request (the page's Content-Security-Policy forbids any, and the browser's own
 resource count must be 0), every chart drew data or says why it has none; then a screenshot is
 decoded (PNG, here in Python) and each chart's rectangle must hold coloured pixels. Exit 0 when all
@@ -84,18 +88,104 @@ def png_pixels(path):
     return w, h, bpp, rows
 
 
-def coloured(rows, bpp, rect, width, height):
-    """Saturated pixels (series colours; axes, grid and text are grey) inside rect (x, y, w, h)."""
+def coloured(rows, bpp, rect, width, height, grey=None):
+    """Saturated pixels (series colours; axes, grid and text are grey) inside rect (x, y, w, h), and
+    pixels of `grey` (#rrggbb: the diagnosis strip's colour for basis none, a grey that is data)."""
     x0, y0 = max(0, int(rect[0])), max(0, int(rect[1]))
     x1, y1 = min(width, int(rect[0] + rect[2])), min(height, int(rect[1] + rect[3]))
+    k = tuple(int(grey[i:i + 2], 16) for i in (1, 3, 5)) if grey else None
     n = 0
     for y in range(y0, y1):
         row = rows[y]
         for x in range(x0, x1):
             r, g, b = row[x * bpp], row[x * bpp + 1], row[x * bpp + 2]
-            if max(r, g, b) - min(r, g, b) > 40:
+            if max(r, g, b) - min(r, g, b) > 40 or (r, g, b) == k:
                 n += 1
     return n
+
+
+def step_lines(path):
+    return [l for l in (json.loads(t) for t in open(path) if t.strip()) if "event" not in l]
+
+
+def with_basis(src_path, out_path):
+    """The lines of src_path in the schema with `diagnosis.basis` (docs/schema.md): a traced line's basis
+    is traced; an untraced line (`gpu` null) after a traced one carries its label (basis carried,
+    carried_from_step), except every 10th untraced line, INPUT-BOUND from host times (host_only); an
+    untraced line before any traced one knows nothing (none, UNKNOWN)."""
+    last, untraced = None, 0
+    with open(out_path, "w") as f:
+        for line in step_lines(src_path):
+            d = dict(line["diagnosis"], carried_from_step=None)
+            if isinstance(line.get("gpu"), dict):
+                d["basis"], last = "traced", line
+            else:
+                untraced += 1
+                if untraced % 10 == 0:
+                    d.update(label="INPUT-BOUND", basis="host_only")
+                elif last is not None:
+                    d.update(label=last["diagnosis"]["label"], basis="carried", carried_from_step=last["global_step"])
+                else:
+                    d.update(label="UNKNOWN", basis="none")
+            f.write(json.dumps(dict(line, diagnosis=d)) + "\n")
+    return out_path
+
+
+def expected_verdict(path):
+    """What the header must say of the lines at path, computed here from the lines, not by the report:
+    the most frequent label among lines whose basis is not none (old lines: traced with a `gpu` object,
+    else none when UNKNOWN, else host-only), its share of every line and its shares per basis."""
+    pairs = []
+    for line in step_lines(path):
+        d = line["diagnosis"]
+        basis = d.get("basis") or ("traced" if isinstance(line.get("gpu"), dict) else
+                                   "none" if d["label"] == "UNKNOWN" else "host_only")
+        pairs.append((d["label"], basis))
+    known = [l for l, b in pairs if b != "none"]
+    label = max(set(known), key=known.count)
+    parts = [f"{100 * sum(1 for p in pairs if p == (label, b)) / len(pairs):.1f} % {b.replace('_', '-')}"
+             for b in ("traced", "carried", "host_only") if (label, b) in pairs]
+    return f"<b>{label}</b> ({100 * len([l for l in known if l == label]) / len(pairs):.1f} % of the lines: " + \
+        ", ".join(parts) + ")"
+
+
+def gap_problems(name, lines_path, page_text, sc, rows, bpp, width, height):
+    """Untraced steps must be gaps in the GPU charts, never zeros. In the screenshot, the pixel column
+    halfway between a traced step and an untraced neighbour must hold no series colour (a null drawn as
+    0 puts the slope from the traced value down to 0 there, or a line along the axis); the traced step's
+    own column must hold some (the check can see the chart). In the page's data, the GPU series are null
+    exactly on the untraced steps."""
+    problems = []
+    traced = {l["global_step"]: isinstance(l.get("gpu"), dict) for l in step_lines(lines_path)}
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page_text, re.S).group(1))
+    charts = {c["id"]: c for c in data["charts"]}
+    for cid, series in (("phases_gpu", None), ("nccl", None), ("utilization", "GPU utilization (busy share)")):
+        for s in charts[cid]["series"]:
+            if series in (None, s["name"]):
+                wrong = [x for x, y in zip(charts[cid]["x"], s["y"]) if (y is None) == traced[x]]
+                if wrong:
+                    problems.append(f"{name}: {cid}/{s['name']}: null where traced or a value where not, steps {wrong[:5]}")
+    steps = sorted(traced)
+    for cid in ("phases_gpu", "nccl"):
+        d = sc["drawn"].get(cid, {})
+        if "plot" not in d:
+            problems.append(f"{name}: chart {cid} was not drawn")
+            continue
+        left, top, right, bottom = d["plot"]
+        x0, x1 = d["x"]
+        X = lambda v: left + (v - x0) / (x1 - x0) * (right - left)  # axes() in the page
+        column = lambda px: coloured(rows, bpp, (round(px), top, 1, bottom - top + 3), width, height)
+        filled = [s for s in steps if traced[s] and column(X(s)) == 0]
+        if filled:
+            problems.append(f"{name}: {cid}: no colour at traced steps {filled[:5]} (the check would see nothing)")
+        between = [(a, b) for a, b in zip(steps, steps[1:]) if traced[a] != traced[b]]
+        painted = [(a, b, n) for a, b in between if (n := column((X(a) + X(b)) / 2)) > 0]
+        if not between:
+            problems.append(f"{name}: no untraced step beside a traced one: nothing to check")
+        if painted:
+            problems.append(f"{name}: {cid}: colour between traced and untraced steps (a null drawn as 0?): "
+                            f"(step, step, pixels) {painted[:5]} of {len(between)}")
+    return problems
 
 
 def ranks_from(lines_path, out_dir, ranks):
@@ -115,7 +205,8 @@ def ranks_from(lines_path, out_dir, ranks):
     return paths
 
 
-def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None):
+def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None, verdict=None, gaps=False):
+    """`verdict`: the start of the header's verdict; `gaps`: untraced steps must be gaps (gap_problems)."""
     problems = []
     page = os.path.join(work, name + ".html")
     out = subprocess.run([sys.executable, REPORT, *lines, "-o", page], capture_output=True, text=True, timeout=300)
@@ -149,6 +240,10 @@ def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None)
             problems.append(f"{name}: no chart {cid}")
     if must_slowest is not None and f"<td>{must_slowest}</td>" not in dom.stdout:
         problems.append(f"{name}: rank {must_slowest} is not listed among the slowest ranks")
+    if verdict is not None:
+        m = re.search(r'<div class="verdict" id="verdict"[^>]*>(.*?)</div>', dom.stdout, re.S)
+        if not m or not m.group(1).startswith(verdict):
+            problems.append(f"{name}: the verdict says {m.group(1) if m else None!r}, want it to start {verdict!r}")
     # The screenshot, as a person would see the page: every drawn chart's rectangle holds colour.
     height = int(sc["height"]) + 10
     png = os.path.join(work, name + ".png")
@@ -156,12 +251,15 @@ def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None)
     if not os.path.exists(png):
         return problems + [f"{name}: no screenshot ({shot.stderr.strip()[-300:]})"]
     w, h, bpp, rows = png_pixels(png)
+    grey = re.search(r'"none_color":"(#[0-9a-f]{6})"', text)
     for cid, d in sc["drawn"].items():
         if "rect" not in d:
             continue
-        n = coloured(rows, bpp, d["rect"], w, h)
+        n = coloured(rows, bpp, d["rect"], w, h, grey.group(1) if grey and cid == "diagnosis" else None)
         if n < 100:
             problems.append(f"{name}: the screenshot shows {n} coloured pixels where chart {cid} is")
+    if gaps:
+        problems += gap_problems(name, lines[0], text, sc, rows, bpp, w, h)
     print(f"report_check: {name}: {len(sc['drawn'])} charts, {sum(1 for d in sc['drawn'].values() if 'rect' in d)} "
           f"drawn, page {w}x{h}")
     if screenshot_to:
@@ -180,7 +278,17 @@ def main(argv):
                   "diagnosis"]
     problems = []
     with tempfile.TemporaryDirectory() as work:
-        problems += check("h100", [h100], work, gpu_charts, screenshot_to=keep)
+        problems += check("h100", [h100], work, gpu_charts, screenshot_to=keep, verdict=expected_verdict(h100))
+        # The diagnosis basis: lines without it (as an H100 wrote them: 15 of 80 steps traced, the others
+        # UNKNOWN), and the same lines in the new schema (the others carried COMPUTE-BOUND).
+        budget = os.path.join(ROOT, "tests", "data", "h100_transformer_budget_lines.jsonl")
+        carried = with_basis(budget, os.path.join(work, "carried.jsonl"))
+        for case, path in (("basis-old", budget), ("basis-carried", carried)):
+            want = expected_verdict(path)
+            if not want.startswith("<b>COMPUTE-BOUND</b>") or (case == "basis-carried") != ("carried" in want):
+                problems.append(f"{case}: the test's own expectation is wrong: {want}")
+            problems += check(case, [path], work, ["step_time", "phases_gpu", "utilization", "nccl", "diagnosis"],
+                              verdict=want, gaps=True)
         demo_log = os.path.join(work, "demo.jsonl")
         example = os.path.join(build, "examples", "mlp_train")
         env = dict(os.environ, STEPTRACE_LOG=demo_log)

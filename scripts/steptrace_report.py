@@ -19,29 +19,11 @@ import time
 from collections import Counter, defaultdict
 from multiprocessing import Pool
 
+from steptrace_report_diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, line_basis, strip, verdict
+
 MAX_POINTS = 1500
 MAX_RANK_LINES = 8
 
-# What a label asks of the person reading it (our advice; the labels are the line's diagnosis.label).
-ADVICE = {
-    "INPUT-BOUND": "The step waits for data. More DataLoader workers, pinned memory, prefetching, or moving "
-                   "decoding and augmentation off the training process.",
-    "H2D-BOUND": "Host-to-device copies take a large share of the step. Pinned memory with non_blocking copies on "
-                 "a side stream, fewer and larger transfers, or keeping data on the GPU.",
-    "COMM-BOUND": "Communication is not hidden behind computation. Overlap it (bucketing, gradient accumulation), "
-                  "compress, or check the interconnect and the slowest rank.",
-    "HOST/LAUNCH-BOUND": "The GPU waits for the host: kernels are launched too slowly. CUDA Graphs, fusing small "
-                         "kernels (torch.compile), larger batches, and less Python work per step.",
-    "LOW-SM-EFFICIENCY": "Kernels keep the GPU busy but fill few SMs. Larger batches or tiles, fused kernels, and "
-                         "shapes that give every SM work.",
-    "COMPUTE-BOUND": "The GPU is busy with well-filled kernels. Gains now come from the math itself: lower "
-                     "precision, better kernels (FlashAttention, fused optimizers), or less work per token.",
-    "UNKNOWN": "Not enough was measured to name a bottleneck (no GPU attribution on these lines).",
-}
-LABEL_COLORS = {
-    "INPUT-BOUND": "#d62728", "H2D-BOUND": "#ff7f0e", "COMM-BOUND": "#9467bd", "HOST/LAUNCH-BOUND": "#e377c2",
-    "LOW-SM-EFFICIENCY": "#bcbd22", "COMPUTE-BOUND": "#2ca02c", "UNKNOWN": "#7f95b8",
-}
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
 
@@ -76,7 +58,8 @@ def load_file(path, start=0, end=None):
     killed writer's fragment) are counted."""
     steps = []
     cols = {k: [] for k, _ in SCALARS}
-    labels = []
+    labels, bases = [], []
+    gpu_rows = []              # row -> the line has GPU attribution (`gpu` non-null)
     host = defaultdict(dict)   # phase -> {row: ms}
     gpu = defaultdict(dict)
     top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
@@ -114,6 +97,8 @@ def load_file(path, start=0, end=None):
             cols[key].append(dig(line, p))
         diag = line.get("diagnosis") or {}
         labels.append(diag.get("label", "UNKNOWN"))
+        bases.append(line_basis(line, diag))
+        gpu_rows.append(isinstance(line.get("gpu"), dict))
         for name, ph in (line.get("phases") or {}).items():
             if not isinstance(ph, dict):
                 continue
@@ -134,7 +119,8 @@ def load_file(path, start=0, end=None):
             traces.append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
                            "reasons": t.get("reasons", [])})
     return {
-        "path": path, "steps": steps, "cols": cols, "labels": labels, "host": dict(host), "gpu": dict(gpu),
+        "path": path, "steps": steps, "cols": cols, "labels": labels, "bases": bases, "gpu_rows": gpu_rows,
+        "host": dict(host), "gpu": dict(gpu),
         "top": {p: {n: v for n, v in d.items()} for p, d in top.items()}, "nulls": dict(nulls), "traces": traces,
         "ends": ends, "run_ids": run_ids, "devices": devices, "ranks": ranks, "unparsable": unparsable,
     }
@@ -168,7 +154,8 @@ def merge(parts, path):
         out["steps"] += p["steps"]
         for k in out["cols"]:
             out["cols"][k] += p["cols"][k]
-        out["labels"] += p["labels"]
+        for key in ("labels", "bases", "gpu_rows"):
+            out[key] += p[key]
         for key in ("host", "gpu"):
             for phase, rows in p[key].items():
                 dst = out[key].setdefault(phase, {})
@@ -287,13 +274,16 @@ def build(paths, title, max_points, workers):
     chart("mfu", "Estimated MFU", "fraction of peak",
           [series(main, "estimated_mfu", "estimated MFU", PALETTE[4])], empty_field="estimated_mfu")
 
-    # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time).
+    # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time). A phase
+    # missing from a line took no time (0); on a line without GPU attribution (`gpu` null: not traced)
+    # every GPU phase is unknown (None): a gap in the stack, never a zero.
     for cid, src, title_ in (("phases_host", "host", "Per-phase host time (stacked)"),
                              ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
         phase_names = sorted(main[src], key=lambda p: -sum(main[src][p].values()))
+        known = main["gpu_rows"] if src == "gpu" else [True] * n
         ss = []
         for i, p in enumerate(phase_names):
-            col = [main[src][p].get(row) for row in range(n)]
+            col = [main[src][p].get(row, 0.0) if known[row] else None for row in range(n)]
             mean, _, _ = reduce(col, bks)
             ss.append({"name": p, "color": PALETTE[i % len(PALETTE)], "y": rounded(mean)})
         chart(cid, title_, "ms", ss, kind="stacked",
@@ -322,11 +312,12 @@ def build(paths, title, max_points, workers):
            series(main, "nccl_exposed_ms", "exposed (not overlapped)", PALETTE[3])],
           empty_field="nccl_time_ms")
 
-    # Diagnosis over time: the most frequent label of each bucket.
-    labels = main["labels"]
-    strip = [Counter(labels[a:b]).most_common(1)[0][0] if b > a else None for a, b in bks]
+    # Diagnosis over time: the most frequent label of each bucket, lighter where it was carried from the
+    # last traced step, grey where nothing was known (basis none).
+    strip_labels, strip_shades = strip(main["labels"], main["bases"], bks)
     charts.append({"id": "diagnosis", "title": "Diagnosis over time (most frequent label per point)", "kind": "strip",
-                   "x": x, "labels": strip, "colors": LABEL_COLORS})
+                   "x": x, "labels": strip_labels, "shades": strip_shades, "colors": LABEL_COLORS,
+                   "carried_colors": CARRIED_COLORS, "none_color": NONE_COLOR})
 
     # Ranks: step time per rank, and the slowest rank per window.
     rank_rows = {}
@@ -381,8 +372,7 @@ def build(paths, title, max_points, workers):
     all_time = [v for r in runs for v in r["cols"]["step_time_ms"] if v is not None]
     all_mfu = [v for r in runs for v in r["cols"]["estimated_mfu"] if v is not None]
     all_tps = [v for r in runs for v in r["cols"]["tokens_per_second"] if v is not None]
-    label_counts = Counter(label for r in runs for label in r["labels"])
-    dominant, dominant_n = label_counts.most_common(1)[0]
+    label_bases = Counter(pair for r in runs for pair in zip(r["labels"], r["bases"]))
     devices = Counter()
     run_ids = Counter()
     for r in runs:
@@ -401,9 +391,8 @@ def build(paths, title, max_points, workers):
         "tokens_per_second_median": median(all_tps),
         "mfu_median": median(all_mfu),
         "mfu_null": None if all_mfu else why_null(runs, "estimated_mfu"),
-        "dominant": dominant, "dominant_share": dominant_n / max(1, sum(label_counts.values())),
-        "advice": ADVICE.get(dominant, ""),
-        "labels": [[k, v] for k, v in label_counts.most_common()],
+        **verdict(label_bases),
+        "labels": label_table(label_bases),
         "unparsable": sum(r["unparsable"] for r in runs),
     }
     traces = [t for r in runs for t in r["traces"]]
@@ -505,7 +494,7 @@ function frame(cv, c) {
   const g = cv.getContext("2d");
   g.scale(dpr, dpr);
   g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
-  return {g, w, h, L: 62, R: 12, T: 10, B: 26};
+  return c.frame = {g, w, h, L: 62, R: 12, T: 10, B: 26};
 }
 
 function axes(f, xs, ylo, yhi, unit, noYTicks) {
@@ -546,7 +535,7 @@ function range(c, stacked) {
   // 95th percentile when the maximum is above 3 x it; the points above are drawn as marks on the top edge.
   {
     const vals = [];
-    if (stacked) c.x.forEach((_, i) => vals.push(c.series.reduce((a, s) => a + (s.y[i] || 0), 0)));
+    if (stacked) c.x.forEach((_, i) => { if (!gap(c, i)) vals.push(c.series.reduce((a, s) => a + (s.y[i] || 0), 0)); });
     else for (const s of c.series) for (const v of s.y) if (v !== null) vals.push(v);
     vals.sort((a, b) => a - b);
     const p95 = vals.length ? vals[Math.floor(0.95 * (vals.length - 1))] : 0;
@@ -557,39 +546,54 @@ function range(c, stacked) {
   return [lo, hi * 1.04];
 }
 
+// A point where every series is null: a step without the value (e.g. not traced), never a zero.
+const gap = (c, i) => c.series.every(s => s.y[i] === null);
+
+// Runs of consecutive non-null indices of ys, as [first, last].
+function runs(ys) {
+  const out = [];
+  ys.forEach((v, i) => {
+    if (v === null) return;
+    if (out.length && out[out.length - 1][1] === i - 1) out[out.length - 1][1] = i; else out.push([i, i]);
+  });
+  return out;
+}
+
 function drawLine(cv, c) {
   const f = frame(cv, c), g = f.g, stacked = c.kind === "stacked";
   const [lo, hi] = range(c, stacked);
   const axis = axes(f, c.x, lo, hi, c.unit), X = axis.X;
   const Y = v => axis.Y(Math.min(v, hi));
   const base = c.x.map(() => 0);
+  // A point alone between gaps has no segment to draw: it gets a bar (stacked) or a dot (lines).
+  const dx = c.x.length > 1 ? (X(c.x[c.x.length - 1]) - X(c.x[0])) / (c.x.length - 1) : 12;
+  const barW = Math.max(1, Math.min(6, 0.5 * dx));  // half the spacing: a gap stays visible beside it
   for (const s of c.series) {
-    if (s.lo) {  // min..max band of downsampled buckets
-      g.fillStyle = s.color + "33"; g.beginPath();
-      let open = false;
-      const pts = [];
-      c.x.forEach((xv, i) => { if (s.lo[i] !== null) pts.push([X(xv), Y(s.lo[i]), Y(s.hi[i])]); });
-      pts.forEach((p, i) => i ? g.lineTo(p[0], p[2]) : g.moveTo(p[0], p[2]));
-      for (let i = pts.length - 1; i >= 0; i--) g.lineTo(pts[i][0], pts[i][1]);
-      if (pts.length) g.fill();
+    if (s.lo) {  // min..max band of downsampled buckets, broken where a bucket had no value
+      g.fillStyle = s.color + "33";
+      for (const [a, b] of runs(s.lo)) {
+        g.beginPath();
+        for (let i = a; i <= b; i++) i === a ? g.moveTo(X(c.x[i]), Y(s.hi[i])) : g.lineTo(X(c.x[i]), Y(s.hi[i]));
+        for (let i = b; i >= a; i--) g.lineTo(X(c.x[i]), Y(s.lo[i]));
+        g.fill();
+      }
     }
-    if (stacked) {
-      const top = c.x.map((_, i) => base[i] + (s.y[i] || 0));
-      g.fillStyle = s.color + "cc"; g.beginPath();
-      c.x.forEach((xv, i) => i ? g.lineTo(X(xv), Y(top[i])) : g.moveTo(X(xv), Y(top[i])));
-      for (let i = c.x.length - 1; i >= 0; i--) g.lineTo(X(c.x[i]), Y(base[i]));
-      g.closePath(); g.fill();
-      if (c.x.length === 1) g.fillRect(X(c.x[0]) - 3, Y(top[0]), 6, Y(base[0]) - Y(top[0]));
+    if (stacked) {  // one polygon per run of known points; a null leaves its stack empty
+      const top = c.x.map((_, i) => s.y[i] === null || base[i] === null ? null : base[i] + s.y[i]);
+      g.fillStyle = s.color + "cc";
+      for (const [a, b] of runs(top)) {
+        if (a === b) { g.fillRect(X(c.x[a]) - barW / 2, Y(top[a]), barW, Y(base[a]) - Y(top[a])); continue; }
+        g.beginPath();
+        for (let i = a; i <= b; i++) i === a ? g.moveTo(X(c.x[i]), Y(top[i])) : g.lineTo(X(c.x[i]), Y(top[i]));
+        for (let i = b; i >= a; i--) g.lineTo(X(c.x[i]), Y(base[i]));
+        g.closePath(); g.fill();
+      }
       top.forEach((v, i) => base[i] = v);
       continue;
     }
     g.strokeStyle = s.color; g.lineWidth = 1.6; g.beginPath();
-    let pen = false;
-    c.x.forEach((xv, i) => {
-      const v = s.y[i];
-      if (v === null) { pen = false; return; }
-      if (pen) g.lineTo(X(xv), Y(v)); else { g.moveTo(X(xv), Y(v)); pen = true; }
-    });
+    const spans = runs(s.y);
+    for (const [a, b] of spans) for (let i = a; i <= b; i++) i === a ? g.moveTo(X(c.x[i]), Y(s.y[i])) : g.lineTo(X(c.x[i]), Y(s.y[i]));
     g.stroke();
     g.fillStyle = s.color;
     if (c.clippedAt !== undefined) c.x.forEach((xv, i) => {
@@ -597,9 +601,15 @@ function drawLine(cv, c) {
       g.beginPath(); g.moveTo(X(xv) - 4, f.T + 7); g.lineTo(X(xv) + 4, f.T + 7); g.lineTo(X(xv), f.T); g.fill();
     });
     if (c.x.length < 200) c.x.forEach((xv, i) => { if (s.y[i] !== null) g.fillRect(X(xv) - 1.5, Y(s.y[i]) - 1.5, 3, 3); });
+    else for (const [a, b] of spans) if (a === b) g.fillRect(X(c.x[a]) - 1.5, Y(s.y[a]) - 1.5, 3, 3);
   }
   return X;
 }
+
+// The label's colour for its own (traced or host-only) diagnosis, a lighter one when carried, grey for none.
+const stripColor = (c, lab, shade) =>
+  shade === "none" ? c.none_color : (shade === "carried" ? c.carried_colors : c.colors)[lab] || "#999";
+const shadeName = (lab, shade) => shade === "none" ? "nothing known (" + lab + ")" : shade === "carried" ? lab + " (carried)" : lab;
 
 function drawStrip(cv, c) {
   const f = frame(cv, c), g = f.g;
@@ -608,7 +618,7 @@ function drawStrip(cv, c) {
   const w = c.x.length > 1 ? (X(c.x[c.x.length - 1]) - X(c.x[0])) / (c.x.length - 1) : 20;
   c.labels.forEach((lab, i) => {
     if (lab === null) return;
-    g.fillStyle = c.colors[lab] || "#999";
+    g.fillStyle = stripColor(c, lab, c.shades[i]);
     g.fillRect(X(c.x[i]) - w / 2, f.T + 20, Math.max(1, w + 0.5), f.h - f.T - f.B - 40);
   });
   return X;
@@ -637,12 +647,15 @@ function drawHeat(cv, c) {
   return X;
 }
 
-function dataPixels(cv) {  // saturated pixels: series colours (axes, grid and text are grey)
+// Saturated pixels: series colours (axes, grid and text are grey); and pixels of `grey` (#rrggbb), a
+// data colour that is grey (the strip's basis none).
+function dataPixels(cv, grey) {
   const g = cv.getContext("2d"), img = g.getImageData(0, 0, cv.width, cv.height).data;
+  const k = grey ? [1, 3, 5].map(i => parseInt(grey.slice(i, i + 2), 16)) : null;
   let n = 0;
   for (let i = 0; i < img.length; i += 4) {
     const mx = Math.max(img[i], img[i + 1], img[i + 2]), mn = Math.min(img[i], img[i + 1], img[i + 2]);
-    if (mx - mn > 40) n++;
+    if (mx - mn > 40 || (k && img[i] === k[0] && img[i + 1] === k[1] && img[i + 2] === k[2])) n++;
   }
   return n;
 }
@@ -674,7 +687,7 @@ const kv = [["run", H.run_ids.join(", ") || "?"], ["GPU", H.gpus.join(", ")], ["
 $("kv").innerHTML = kv.map(([k, v]) => `<span>${esc(k)}: <b>${esc(v)}</b></span>`).join("");
 const vb = $("verdict");
 vb.style.borderLeftColor = (D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[H.dominant] || "#888";
-vb.innerHTML = `<b>${esc(H.dominant)}</b> on ${fmt(H.dominant_share * 100, 1)} % of the lines. ${esc(H.advice)}`;
+vb.innerHTML = `<b>${esc(H.dominant)}</b> (${esc(H.basis_text)}). ${esc(H.advice)}`;
 $("notes").innerHTML = D.notes.map(n => `<p class="note">${esc(n)}</p>`).join("");
 
 const drawn = {}, pending = [];
@@ -696,7 +709,8 @@ for (const c of D.charts) {
   const lg = document.createElement("div");
   lg.className = "legend";
   if (c.series) lg.innerHTML = c.series.map(s => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join("");
-  if (c.kind === "strip") lg.innerHTML = [...new Set(c.labels.filter(l => l))].map(l => `<span><i style="background:${c.colors[l]}"></i>${esc(l)}</span>`).join("");
+  if (c.kind === "strip") lg.innerHTML = [...new Set(c.labels.map((l, i) => l === null ? "" : JSON.stringify([l, c.shades[i]])))]
+    .filter(k => k).map(k => JSON.parse(k)).map(([l, sh]) => `<span><i style="background:${stripColor(c, l, sh)}"></i>${esc(shadeName(l, sh))}</span>`).join("");
   card.appendChild(lg);
   if (c.note) { const p = document.createElement("p"); p.className = "note"; p.textContent = c.note; card.appendChild(p); }
   pending.push([c, cv, lg]);
@@ -707,15 +721,20 @@ for (const [c, cv, lg] of pending) {
   tooltip(cv, c, X);
   if (c.legendText) lg.textContent = c.legendText;
   if (c.clippedAt !== undefined) lg.innerHTML += ` <span class="note">(axis cut at ${fmt(c.clippedAt)} ${esc(c.unit)}: ▲ marks points above)</span>`;
-  const r = cv.getBoundingClientRect();
-  drawn[c.id] = {pixels: dataPixels(cv), rect: [r.left + scrollX, r.top + scrollY, r.width, r.height]};
+  const r = cv.getBoundingClientRect(), f = c.frame, left = r.left + scrollX, top = r.top + scrollY;
+  // plot: the data area on the page, and the x range it maps (report_check finds a step's column).
+  drawn[c.id] = {pixels: dataPixels(cv, c.none_color), rect: [left, top, r.width, r.height],
+                 plot: [left + f.L, top + f.T, left + f.w - f.R, top + f.h - f.B], x: [c.x[0], c.x[c.x.length - 1]]};
 }
 
 const phases = Object.keys(D.top_kernels);
 $("top").innerHTML = phases.length ? phases.map(p => `<h3 style="font-size:13px;margin:8px 0 2px">${esc(p)}</h3><table><tr><th>kernel</th><th>ms</th><th>calls</th></tr>` +
   D.top_kernels[p].map(([n, ms, calls]) => `<tr><td>${esc(n)}</td><td class="n">${fmt(ms, 2)}</td><td class="n">${calls}</td></tr>`).join("") + "</table>").join("")
   : '<p class="empty">no kernels in these lines (no GPU attribution)</p>';
-$("labels").innerHTML = "<table>" + H.labels.map(([l, k]) => `<tr><td><i style="display:inline-block;width:10px;height:10px;background:${(D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[l] || "#999"}"></i> ${esc(l)}</td><td class="n">${k}</td><td class="n">${fmt(k / H.lines * 100, 1)} %</td></tr>`).join("") + "</table>";
+const bases = ["traced", "carried", "host_only", "none"];
+$("labels").innerHTML = "<table><tr><th>label</th><th>lines</th><th>share</th><th>basis</th></tr>" + H.labels.map(([l, k, by]) =>
+  `<tr><td><i style="display:inline-block;width:10px;height:10px;background:${(D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[l] || "#999"}"></i> ${esc(l)}</td>` +
+  `<td class="n">${k}</td><td class="n">${fmt(k / H.lines * 100, 1)} %</td><td>${esc(bases.filter(b => by[b]).map(b => b + " " + by[b]).join(", "))}</td></tr>`).join("") + "</table>";
 $("slowranks").innerHTML = D.slowest_ranks.length ? "<table><tr><th>rank</th><th>windows slowest</th><th>share</th></tr>" +
   D.slowest_ranks.map(s => `<tr><td>${s.rank}</td><td class="n">${s.windows}</td><td class="n">${fmt(s.share * 100, 1)} %</td></tr>`).join("") + "</table>"
   : '<p class="note">one rank: nothing to compare</p>';

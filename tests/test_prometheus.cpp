@@ -53,6 +53,11 @@ std::string line_json(int step, const std::string& step_time, const std::string&
          R"("diagnosis":{"label":"COMPUTE-BOUND"},"dropped":{"steps_total":1,"phase_scopes":2,"scalars":0},)"
          R"("gpu":{"dropped_records":3,"excluded_records":0,"busy_ms":40,"nccl_exposed_ms":0})" + extra + "}";
 }
+/// `line` with its diagnosis object replaced by `diagnosis`.
+std::string with_diagnosis(std::string line, const std::string& diagnosis) {
+  const std::string old = R"("diagnosis":{"label":"COMPUTE-BOUND"})";
+  return line.replace(line.find(old), old.size(), R"("diagnosis":)" + diagnosis);
+}
 bool promtool_accepts(const std::string& text, std::string& out) {
   const std::string path = fresh_log("promtool_input") + ".prom";
   std::ofstream(path) << text;
@@ -202,6 +207,47 @@ TEST_CASE("between traced steps the GPU attribution stays the last traced step's
   CHECK(series(t, "steptrace_last_traced_step") == 3.0);
 }
 
+TEST_CASE("the diagnosis basis: the last line's, carried_from_step only when carried, old lines by rule", "[prometheus]") {
+  sink::PrometheusModel m("", 4, {});
+  const char* bases[] = {"traced", "carried", "host_only", "none"};
+  // The four series, 1 for `want` and 0 for the others; carried_from_step's value or absence.
+  auto holds = [&](const std::string& want, std::optional<double> carried_from) {
+    const std::string t = m.render(true);
+    INFO(t);
+    for (const char* b : bases) CHECK(series(t, "steptrace_diagnosis_basis", std::string("basis=\"") + b + "\"") == (want == b ? 1.0 : 0.0));
+    CHECK(series(t, "steptrace_diagnosis_carried_from_step") == carried_from);
+  };
+  auto untraced = [](int step, const std::string& diagnosis) {
+    return R"({"global_step":)" + std::to_string(step) + R"(,"rank":0,"step_time_ms":20,"traced":false,"gpu":null,"diagnosis":)" +
+           diagnosis + "}";
+  };
+  CHECK_FALSE(series(m.render(true), "steptrace_diagnosis_basis", "traced"));  // no line yet: nothing to say
+  REQUIRE(m.add_line(with_diagnosis(line_json(10, "50"), R"({"label":"COMPUTE-BOUND","basis":"traced","carried_from_step":null})")) == "");
+  holds("traced", std::nullopt);
+  REQUIRE(m.add_line(untraced(11, R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":10})")) == "");
+  holds("carried", 10.0);
+  const std::string t = m.render(true);
+  CHECK(series(t, "steptrace_diagnosis", R"(label="COMPUTE-BOUND")") == 1.0);  // the carried label is the label
+  CHECK(series(t, "steptrace_window_diagnosis_share", R"(label="COMPUTE-BOUND")") == 1.0);  // and counts
+  REQUIRE(m.add_line(untraced(12, R"({"label":"INPUT-BOUND","basis":"host_only","carried_from_step":null})")) == "");
+  holds("host_only", std::nullopt);
+  REQUIRE(m.add_line(untraced(13, R"({"label":"UNKNOWN","basis":"none","carried_from_step":null})")) == "");
+  holds("none", std::nullopt);
+  const std::string u = m.render(true);
+  CHECK(series(u, "steptrace_window_diagnosis_share", R"(label="COMPUTE-BOUND")") == 0.5);  // traced + carried of 4
+  CHECK(series(u, "steptrace_window_diagnosis_share", R"(label="INPUT-BOUND")") == 0.25);
+  CHECK(series(u, "steptrace_window_diagnosis_share", R"(label="UNKNOWN")") == 0.25);
+  // Lines written before the field: a `gpu` object is traced; without one, UNKNOWN is none, a label host_only.
+  REQUIRE(m.add_line(line_json(14, "50")) == "");
+  holds("traced", std::nullopt);
+  REQUIRE(m.add_line(untraced(15, R"({"label":"INPUT-BOUND"})")) == "");
+  holds("host_only", std::nullopt);
+  REQUIRE(m.add_line(untraced(16, R"({"label":"UNKNOWN"})")) == "");
+  holds("none", std::nullopt);
+  REQUIRE(m.add_line(untraced(17, R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":null})")) == "");
+  holds("carried", std::nullopt);  // carried without its step: the step is absent, never 0
+}
+
 TEST_CASE("promtool accepts the exposition", "[prometheus]") {
   sink::PrometheusModel m("", 8, {});
   std::string out;
@@ -211,6 +257,7 @@ TEST_CASE("promtool accepts the exposition", "[prometheus]") {
   INFO(out);
   for (int i = 0; i < 5; ++i)
     m.add_line(line_json(i, "12.5", R"(,"cross_rank":{"step":0,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"balanced":true,"gap_ms":1.5})"));
+  m.add_line(with_diagnosis(line_json(5, "12.5"), R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":4})"));
   const std::string t = m.render(true);
   INFO(t);
   CHECK(promtool_accepts(t, out));
@@ -337,7 +384,8 @@ TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "
     const auto slash = p.find('/', 1);
     extra += slash == std::string::npos ? ",\"" + p.substr(1) + "\":1" : ",\"" + p.substr(1, slash - 1) + "\":{\"" + p.substr(slash + 1) + "\":1}";
   }
-  REQUIRE(m.add_line(line_json(0, "5", extra)) == "");
+  // A carried diagnosis, so that steptrace_diagnosis_carried_from_step has its series too.
+  REQUIRE(m.add_line(with_diagnosis(line_json(0, "5", extra), R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":3})")) == "");
   for (const auto& f : m.families(true)) {
     INFO(f.name);
     CHECK_FALSE(f.samples.empty());
