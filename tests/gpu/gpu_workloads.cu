@@ -3,6 +3,7 @@
 // cudaEvent timings).   gpu_workloads LOG TRUTH
 //                       gpu_workloads LOG TRUTH sampled    (trace_every = 2, no synchronization between steps)
 //                       gpu_workloads LOG TRUTH detached   (trace_every = 3, untraced_cupti = detach)
+//                       gpu_workloads LOG TRUTH budget_counters   (the defaults on a GPU-bound step)
 //                       gpu_workloads LOG TRUTH budget_detach  (the defaults on a launch-bound step)
 #include <steptrace/steptrace.hpp>
 
@@ -112,11 +113,38 @@ int budget_detach(const char* log, const char* truth_path, int sms, float* buf) 
   return 0;
 }
 
+// The defaults on a GPU-bound step: a 3 ms full-grid kernel in forward, a 2 ms one in backward. The
+// budget traces one step in N and runs the hardware counters around the traced steps only.
+int budget_counters(const char* log, const char* truth_path, int sms, long long ms, int* sink) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  steptrace::start(cfg);
+  constexpr int kSteps = 160;
+  for (int step = 0; step < kSteps; ++step) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(forward);
+      spin<<<sms, 128>>>(3 * ms, sink);
+    }
+    TRACE_PHASE(backward);
+    spin<<<sms, 128>>>(2 * ms, sink);
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  steptrace::stop();
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"steps\": %d}\n", sms, kSteps);
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
   const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached", budget_mode = mode == "budget_detach";
-  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode) {
-    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach]\n");
+  const bool counters_mode = mode == "budget_counters";
+  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode) {
+    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach|budget_counters]\n");
     return 2;
   }
   const TestDevice d = open_test_device();
@@ -127,6 +155,7 @@ int main(int argc, char** argv) {
   if (sampled_mode) return sampled(argv[1], argv[2], sms, ms, sink, buf);
   if (detached_mode) return detached(argv[1], argv[2], sms, ms, sink, buf);
   if (budget_mode) return budget_detach(argv[1], argv[2], sms, buf);
+  if (counters_mode) return budget_counters(argv[1], argv[2], sms, ms, sink);
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

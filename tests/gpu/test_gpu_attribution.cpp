@@ -250,6 +250,48 @@ TEST_CASE("the defaults on a launch-bound step: the budget detaches CUPTI, trace
   CHECK(int(truth["detaches"]) <= traced_detached + 1);
 }
 
+TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, a diagnosis on every line", "[gpu]") {
+  const auto run = run_workloads("budget_counters");
+  const auto& lines = run.lines;
+  REQUIRE(lines.size() == size_t(run.truth["steps"]));
+  int traced = 0, traced_with_counters = 0, untraced = 0, carried = 0, late_traced = 0;
+  for (const auto& l : lines) {
+    const int64_t step = l["global_step"];
+    INFO("step " << step << ": " << l["diagnosis"].dump() << " " << l["overhead"].dump());
+    CHECK(l["overhead"]["parts"]["counters"]["basis"] == "in_tracing");
+    CHECK(l["diagnosis"]["basis"] != "none");  // every line has a usable diagnosis after the first
+    if (l["traced"] == true) {
+      ++traced;
+      late_traced += step >= 80;
+      CHECK(l["diagnosis"]["basis"] == "traced");
+      CHECK(l["diagnosis"]["label"] == "COMPUTE-BOUND");
+      if (l["counters"].is_object()) {
+        ++traced_with_counters;
+        CHECK(double(l["counters"]["coverage"]) >= 0.9);  // sampling was resumed before the step began
+        const double sm = l["sm_activity"];
+        CHECK(sm > 0.9);
+        CHECK(sm <= 1.0);
+        const double fwd = phase_gpu(l, "forward")["counters"]["sm_activity"];
+        CHECK(fwd > 0.9);
+        CHECK(fwd <= 1.0);
+      }
+    } else {
+      ++untraced;
+      CHECK(l["counters"].is_null());
+      CHECK(std::string(l["null_reasons"]["counters"]).find("traced steps only") != std::string::npos);
+      if (l["diagnosis"]["basis"] == "carried") {
+        ++carried;
+        CHECK(l["diagnosis"]["label"] == "COMPUTE-BOUND");
+        CHECK(l["diagnosis"]["carried_from_step"].is_number());
+      }
+    }
+  }
+  CHECK(untraced >= 80);
+  CHECK(late_traced >= 2);  // sampling paused and resumed again and again
+  CHECK(traced_with_counters >= traced - 2);  // the first steps may start before the first samples
+  CHECK(carried >= untraced - 2);
+}
+
 TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS GEMMs, element-wise)", "[gpu]") {
   const auto run = run_workloads("phases", STEPTRACE_REAL_SHAPES);
   const auto& lines = run.lines;
