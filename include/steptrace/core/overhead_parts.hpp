@@ -10,8 +10,9 @@
 //               each record()): paid on every step, so no step shows it; modelled as calls x the
 //               measured cost of one (kScopeNs: benchmarks/README.md, `scope_cost`, 104-123 ns per
 //               scope on the GPU hosts; from Python 670-720 ns, README "Python")
-//   background  the background thread's calls that may contend with the program (device-memory and
-//               NVML readings, PM-sampling decodes): their wall time, measured
+//   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
+//               time in them, measured (not their wall time: a reading may wait for a lock the
+//               training thread's CUDA call holds, which costs neither of them a core)
 //   captures    the flight recorder's captures: the background thread's CPU time writing them, measured
 // The background thread runs beside the program: on a free core what it does costs the program
 // (almost) nothing, on a busy one up to its whole time. So the estimate is an interval:
@@ -52,7 +53,7 @@ class OverheadLedger {
   explicit OverheadLedger(double ns_per_call = kScopeNs) : ns_per_call_(ns_per_call) {}
   double ns_per_call() const { return ns_per_call_; }
 
-  /// The background thread spent `ms` (wall time) on a reading.
+  /// The background thread spent `ms` of CPU time on a reading.
   void spent(Work, double ms) {
     if (ms > 0) pending_background_ms_ += ms;
   }

@@ -19,7 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include <time.h>
 #include <unistd.h>
 
 #include "../core/attribution.hpp"
@@ -30,6 +29,7 @@
 #include "../core/trace_trigger.hpp"
 #include "../sink/prometheus_textfile.hpp"
 #include "demangle.hpp"
+#include "host_clock.hpp"
 #include "log.hpp"
 #include "thread_slots.hpp"
 
@@ -335,13 +335,6 @@ class FlightRecorder {
     ++stats_.failed;
     warn_once("trace.write", "flight recorder: cannot write the trace '" + c.file + "': " + err +
                                  " (counted in the end record's traces.failed; training continues)");
-  }
-
-  /// This thread's CPU time: what building and writing a capture costs, without waiting for the disk.
-  static double thread_cpu_ms() {
-    timespec ts{};
-    if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
-    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
   }
 
   Settings s_;

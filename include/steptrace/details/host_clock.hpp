@@ -11,9 +11,19 @@
 #include <fstream>
 #include <string>
 
+#include <time.h>
+
 #include "../core/clock.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+/// The calling thread's CPU time in ms: what the background thread spends on a piece of work, without
+/// the time it waits (a lock, the disk, the GPU).
+inline double thread_cpu_ms() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
 
 /// Whether new phase scopes read ticks (true) or monotonic_ns() (false).
 inline std::atomic<bool>& scopes_read_ticks() {

@@ -100,6 +100,9 @@ class Worker {
     for (;;) {
       std::deque<StepRecord> batch;
       const bool stopping = s_.queue->take(batch, waiting_.empty() ? idle_period : waiting_period);
+      // First: a step that begins now may be traced or come before a traced one (counters resumed
+      // before the readings below, which can wait for the training thread's CUDA calls).
+      if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
       s_.recorder->refresh_clock_anchor();
       if (sample_memory) take_memory_sample(sample_memory);
       take_device_state();
@@ -146,9 +149,9 @@ class Worker {
  private:
   void take_memory_sample(bool& enabled) {
     std::string err;
-    const int64_t t0 = monotonic_ns();
-    auto s = s_.gpu->sample_memory(t0, &err);
-    ledger_.spent(OverheadLedger::Work::memory, ns_to_ms(monotonic_ns() - t0));
+    const double cpu0 = thread_cpu_ms();
+    auto s = s_.gpu->sample_memory(monotonic_ns(), &err);
+    ledger_.spent(OverheadLedger::Work::memory, thread_cpu_ms() - cpu0);
     if (!s) {
       lines_.context().memory_null_reason = err;
       warn_once("memory", "device memory sampling stopped: " + err);
@@ -184,8 +187,9 @@ class Worker {
     if (!states.empty() &&
         now - states.back().time_ns < static_cast<int64_t>(lines_.context().cfg.memory_sample_ms * 1e6))
       return;
+    const double cpu0 = thread_cpu_ms();
     lines_.add_device_state(s_.gpu->read_device_state(now));
-    ledger_.spent(OverheadLedger::Work::device_state, ns_to_ms(monotonic_ns() - now));
+    ledger_.spent(OverheadLedger::Work::device_state, thread_cpu_ms() - cpu0);
   }
 
   /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
@@ -194,9 +198,9 @@ class Worker {
     LineContext& ctx = lines_.context();
     lines_.set_gpu_clock_offset(s_.gpu->gpu_clock_offset_ns());
     std::vector<CounterSample> fresh;
-    const int64_t t0 = monotonic_ns();
+    const double cpu0 = thread_cpu_ms();
     const std::string err = s_.gpu->poll_counters(fresh);
-    ledger_.spent(OverheadLedger::Work::counters, ns_to_ms(monotonic_ns() - t0));
+    ledger_.spent(OverheadLedger::Work::counters, thread_cpu_ms() - cpu0);
     watchdog_.saw_samples(fresh);
     lines_.add_counter_samples(fresh);
     if (err.empty()) return;
