@@ -246,7 +246,7 @@ inline const std::vector<Setting>& settings() {
                      "CUPTI is asked for partly filled record buffers once a line has waited this long"));
     t.push_back(flag("summary", "STEPTRACE_SUMMARY", &Config::summary, "print the summary at `stop()`"));
     t.push_back(real("memory_sample_ms", "STEPTRACE_MEMORY_SAMPLE_MS", &Config::memory_sample_ms, 0.1, 60000,
-                     "device-memory and NVML sampling period (background thread)"));
+                     "device-memory and NVML sampling period (background thread); under `overhead_budget` longer when one reading costs more than a tenth of the budget"));
     t.push_back(integer("rank", "STEPTRACE_RANK", &Config::rank, 0, kMaxRanks - 1,
                         "this process's rank; -1 = `RANK`, `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`", -1));
     t.push_back(integer("local_rank", "STEPTRACE_LOCAL_RANK", &Config::local_rank, 0, kMaxRanks - 1,

@@ -32,6 +32,14 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
       out.nulls.emplace_back(std::string("overhead.parts.") + name + ".fraction",
                              part->null_reason.empty() ? why : part->null_reason);
     w.field("basis", part->basis);
+    if (part == &p.background) {  // by reading, since the warm-up
+      w.field("memory", p.background_memory).field("device_state", p.background_device_state);
+      w.field("counters", p.background_counters);
+      for (const auto& [field, v] : {std::pair<const char*, const std::optional<double>*>{"memory", &p.background_memory},
+                                     {"device_state", &p.background_device_state},
+                                     {"counters", &p.background_counters}})
+        if (!*v) out.nulls.emplace_back(std::string("overhead.parts.background.") + field, "no step counted yet (warm-up)");
+    }
     w.end_object();
   }
   w.end_object();

@@ -38,6 +38,8 @@ struct OverheadPart {
 struct OverheadParts {
   bool present = false;  // the breakdown was computed for this line
   OverheadPart tracing, attached, counters, host_api, background, captures;
+  // background, by reading (since the warm-up): device memory, NVML, PM-sampling decodes
+  std::optional<double> background_memory, background_device_state, background_counters;
   std::optional<double> low, high;  // the interval the program's cost is in
 };
 
@@ -54,12 +56,22 @@ class OverheadLedger {
   double ns_per_call() const { return ns_per_call_; }
 
   /// The background thread spent `ms` of CPU time on a reading.
-  void spent(Work, double ms) {
-    if (ms > 0) pending_background_ms_ += ms;
+  void spent(Work w, double ms) {
+    if (!(ms > 0)) return;
+    pending_background_ms_ += ms;
+    by_work_[static_cast<int>(w)] += ms;
   }
   /// One step's line: its time and steptrace calls on the training thread (scopes, records, the step).
-  void step(double step_ms, uint64_t calls) {
+  /// `warm_up`: the start-up steps, whose one-off costs (first readings, CUDA on a new thread) would
+  /// stay in the window for hundreds of steps, are not counted.
+  void step(double step_ms, uint64_t calls, bool warm_up = false) {
+    if (warm_up) {
+      pending_background_ms_ = 0;
+      for (double& w : by_work_) w = 0;
+      return;
+    }
     if (!(step_ms > 0)) return;
+    total_step_ms_ += step_ms;
     steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls)});
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
@@ -81,6 +93,11 @@ class OverheadLedger {
     if (!(sum_.step_ms > 0)) return std::nullopt;
     return std::max(0.0, sum_.background_ms / sum_.step_ms);
   }
+  /// One kind of reading's CPU time over all the step time counted (since the warm-up).
+  std::optional<double> work_fraction(Work w) const {
+    if (!(total_step_ms_ > 0)) return std::nullopt;
+    return by_work_[static_cast<int>(w)] / total_step_ms_;
+  }
 
  private:
   struct Entry {
@@ -90,6 +107,8 @@ class OverheadLedger {
   std::deque<Entry> steps_;
   Entry sum_;
   double pending_background_ms_ = 0;
+  double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
+  double total_step_ms_ = 0;
 };
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -40,6 +40,31 @@ inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again afte
 inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
+// Under overhead_budget each kind of background reading (device memory, NVML) may spend this share of
+// the budget in CPU time: its period grows past memory_sample_ms when one reading costs more.
+inline constexpr double kReadingShare = 0.1;
+
+/// When a kind of reading is due: every `period_ms` (memory_sample_ms), or less often when its measured
+/// CPU cost per reading would spend more than its share of the budget at that rate.
+class ReadingPace {
+ public:
+  ReadingPace(double period_ms, double budget) : period_ms_(period_ms), budget_(budget) {}
+  bool due(int64_t now_ns) const { return now_ns >= next_ns_; }
+  /// A reading was taken at `now_ns` and cost `cpu_ms`.
+  void taken(int64_t now_ns, double cpu_ms) {
+    cost_ms_ = cost_ms_ < 0 ? cpu_ms : 0.8 * cost_ms_ + 0.2 * cpu_ms;  // smoothed: one slow reading moves it little
+    next_ns_ = now_ns + static_cast<int64_t>(period_ms() * 1e6);
+  }
+  double period_ms() const {
+    if (!(budget_ > 0) || cost_ms_ <= 0) return period_ms_;
+    return std::max(period_ms_, cost_ms_ / (kReadingShare * budget_));
+  }
+
+ private:
+  double period_ms_, budget_;
+  double cost_ms_ = -1;
+  int64_t next_ns_ = 0;
+};
 
 /// What one steptrace call on the training thread costs, for the overhead's host_api part
 /// (core/overhead_parts.hpp): the C++ scope's by default; the Python package sets its own before start().
@@ -73,6 +98,9 @@ class Worker {
         overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
                                               /*keep_attached=*/!s_.detach}),
         ledger_(host_call_ns().load(std::memory_order_relaxed)),
+        memory_pace_(s_.context.cfg.memory_sample_ms, budget_decides(s_.context.cfg) ? s_.context.cfg.overhead_budget : 0),
+        device_state_pace_(s_.context.cfg.memory_sample_ms,
+                           budget_decides(s_.context.cfg) ? s_.context.cfg.overhead_budget : 0),
         detach_since_(s_.detach ? std::optional<uint64_t>(0) : std::nullopt) {}
 
   /// The thread's body; returns once stop() was asked and every step has its line.
@@ -108,7 +136,11 @@ class Worker {
       take_device_state();
       take_in(batch);
       if (s_.attribution) collect_gpu_records();
-      if (lines_.context().counters_on) collect_counter_samples();
+      // Paused between traced steps: one decode after the pause takes what was sampled, then none.
+      if (lines_.context().counters_on && !(counters_paused_ && polled_since_pause_)) {
+        collect_counter_samples();
+        polled_since_pause_ = counters_paused_;
+      }
       if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
       s_.link->collect();
       if (std::string id = s_.link->take_agreed_run_id(); !id.empty()) lines_.context().run.run_id = std::move(id);
@@ -148,10 +180,14 @@ class Worker {
 
  private:
   void take_memory_sample(bool& enabled) {
+    const int64_t now = monotonic_ns();
+    if (!memory_pace_.due(now)) return;
     std::string err;
     const double cpu0 = thread_cpu_ms();
-    auto s = s_.gpu->sample_memory(monotonic_ns(), &err);
-    ledger_.spent(OverheadLedger::Work::memory, thread_cpu_ms() - cpu0);
+    auto s = s_.gpu->sample_memory(now, &err);
+    const double cost = thread_cpu_ms() - cpu0;
+    ledger_.spent(OverheadLedger::Work::memory, cost);
+    memory_pace_.taken(now, cost);
     if (!s) {
       lines_.context().memory_null_reason = err;
       warn_once("memory", "device memory sampling stopped: " + err);
@@ -183,13 +219,12 @@ class Worker {
   void take_device_state() {
     if (!lines_.context().device_state_on) return;
     const int64_t now = monotonic_ns();
-    const auto& states = lines_.device_states();
-    if (!states.empty() &&
-        now - states.back().time_ns < static_cast<int64_t>(lines_.context().cfg.memory_sample_ms * 1e6))
-      return;
+    if (!device_state_pace_.due(now)) return;
     const double cpu0 = thread_cpu_ms();
     lines_.add_device_state(s_.gpu->read_device_state(now));
-    ledger_.spent(OverheadLedger::Work::device_state, thread_cpu_ms() - cpu0);
+    const double cost = thread_cpu_ms() - cpu0;
+    ledger_.spent(OverheadLedger::Work::device_state, cost);
+    device_state_pace_.taken(now, cost);
   }
 
   /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
@@ -235,6 +270,7 @@ class Worker {
     const std::string err = want ? s_.gpu->resume_counters() : s_.gpu->pause_counters();
     if (err.empty()) {
       counters_paused_ = !want;
+      polled_since_pause_ = false;
       lines_.set_counters_paused(counters_paused_ ? std::optional<int64_t>(monotonic_ns()) : std::nullopt);
       return;
     }
@@ -424,7 +460,7 @@ class Worker {
     if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
     else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                    : "overhead_budget=0: every step is traced";
-    ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size());
+    ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps);
     if (!s_.attribution) {
       o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
                       "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
@@ -504,6 +540,9 @@ class Worker {
     p.background.fraction = ledger_.background_fraction();
     p.background.basis = "measured";
     if (!p.background.fraction) p.background.null_reason = "no step timed yet";
+    p.background_memory = ledger_.work_fraction(OverheadLedger::Work::memory);
+    p.background_device_state = ledger_.work_fraction(OverheadLedger::Work::device_state);
+    p.background_counters = ledger_.work_fraction(OverheadLedger::Work::counters);
     p.captures.fraction = captures;
     p.captures.basis = flight_.on() ? "measured" : "off";
     if (e.fraction) {
@@ -572,6 +611,8 @@ class Worker {
   OverheadEstimator overhead_;
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
+  bool polled_since_pause_ = false;  // what was sampled before the pause has been decoded
+  ReadingPace memory_pace_, device_state_pace_;  // when device memory and NVML are read next
   bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   bool switch_asked_ = false;      // switch_to_detach() was called
   std::string switch_why_;         // what staying attached was estimated to cost then
