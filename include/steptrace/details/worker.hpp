@@ -43,6 +43,9 @@ inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the f
 // Under overhead_budget each kind of background reading (device memory, NVML) may spend this share of
 // the budget in CPU time: its period grows past memory_sample_ms when one reading costs more.
 inline constexpr double kReadingShare = 0.1;
+// While PM sampling runs, its buffer is decoded this often at most (each decode also resets a
+// multi-MiB image: about a millisecond of CPU), and whenever a traced line waits for its samples.
+inline constexpr int64_t kCounterPollNs = 50'000'000;
 
 /// When a kind of reading is due: every `period_ms` (memory_sample_ms), or less often when its measured
 /// CPU cost per reading would spend more than its share of the budget at that rate.
@@ -136,9 +139,9 @@ class Worker {
       take_device_state();
       take_in(batch);
       if (s_.attribution) collect_gpu_records();
-      // Paused between traced steps: one decode after the pause takes what was sampled, then none.
-      if (lines_.context().counters_on && !(counters_paused_ && polled_since_pause_)) {
+      if (counters_poll_due()) {
         collect_counter_samples();
+        last_counter_poll_ns_ = monotonic_ns();
         polled_since_pause_ = counters_paused_;
       }
       if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
@@ -255,6 +258,17 @@ class Worker {
     s_.gpu->stop_counters();
     ctx.counters_null_reason = "hardware counters stopped: " + err;
     warn_once("counters.poll", ctx.counters_null_reason);
+  }
+
+  /// Whether to decode PM samples now: once after a pause (what was sampled before it), and while
+  /// sampling runs every kCounterPollNs or as soon as a traced line waits for its samples.
+  bool counters_poll_due() const {
+    if (!lines_.context().counters_on) return false;
+    if (counters_paused_) return !polled_since_pause_;
+    if (monotonic_ns() - last_counter_poll_ns_ >= kCounterPollNs) return true;
+    for (const StepRecord& r : waiting_)
+      if (r.traced && !lines_.counters_cover(r.end_ns)) return true;
+    return false;
   }
 
   /// Counters on traced steps only (overhead_budget decides): sampling runs while the open step or
@@ -488,8 +502,18 @@ class Worker {
     if (detached(r) && overhead_.keep_attached()) overhead_.switch_to_detach();
     overhead_.observe(ob);
     const double captures = flight_.on() ? flight_.budget().fraction() : 0;
-    const double other = ledger_.host_api_fraction().value_or(0) + ledger_.background_fraction().value_or(0) + captures;
-    o.estimate = overhead_.estimate(o.trace_every, other);
+    // The background readings have governors of their own (ReadingPace; counters around traced steps,
+    // decoded at most every kCounterPollNs): the interval leaves them their shares of the budget, not
+    // what a one-off (a first decode, a stall) cost; `fraction` reports what they did cost.
+    const double background = ledger_.background_fraction().value_or(0);
+    const double reserved = std::min(background, 2 * kReadingShare * cfg.overhead_budget);
+    const double other = ledger_.host_api_fraction().value_or(0) + captures;
+    o.estimate = overhead_.estimate(o.trace_every, other + reserved);
+    if (background > reserved && o.estimate.fraction) {  // the line says what was spent
+      *o.estimate.fraction += background - reserved;
+      o.estimate.other_fraction += background - reserved;
+      o.estimate.within_budget = *o.estimate.fraction <= cfg.overhead_budget * (1 + 1e-9);
+    }
     o.parts = overhead_parts(o.estimate, captures);
     if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
         OverheadEstimator::detach_pays(o.estimate, cfg.overhead_budget, kMaxBudgetTraceEvery))
@@ -612,6 +636,7 @@ class Worker {
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
   bool polled_since_pause_ = false;  // what was sampled before the pause has been decoded
+  int64_t last_counter_poll_ns_ = 0;
   ReadingPace memory_pace_, device_state_pace_;  // when device memory and NVML are read next
   bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   bool switch_asked_ = false;      // switch_to_detach() was called
