@@ -12,6 +12,7 @@
 #   default          steptrace with no STEPTRACE_* variable at all but the log path
 #   full             STEPTRACE_TRACE_EVERY=1
 #   full_nocounters  STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off
+#   default_nocounters  STEPTRACE_COUNTERS=off (not in MODES unless asked: what the counters add to the default)
 # Every repeat runs each (workload, mode) pair once, in an order shuffled per repeat (seeded: SEED), so
 # drift lands on all modes alike. Writes OUT_DIR/runs.csv (one row per run; a failed run leaves a row
 # with its status and no times), OUT_DIR/lines/ (each steptrace run's JSONL lines, and any trace files
@@ -173,6 +174,7 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
     default) lines=lines/${w}_${m}_r$r.jsonl ;;
     full) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1) ;;
     full_nocounters) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
+    default_nocounters) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_COUNTERS=off) ;;
     *) say "unknown mode $m"; return ;;
   esac
   [[ -n $lines ]] && rm -f "$out/$lines"

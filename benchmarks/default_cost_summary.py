@@ -25,7 +25,8 @@ MODES = [("off", "off (no steptrace)"),
          ("floor", "raw CUPTI floor"),
          ("default", "**default** (no setting)"),
          ("full", "full (`trace_every=1`)"),
-         ("full_nocounters", "full, counters off")]
+         ("full_nocounters", "full, counters off"),
+         ("default_nocounters", "default, counters off")]
 ESTIMATE_TOLERANCE_POINTS = 0.15
 
 
@@ -97,9 +98,9 @@ def overhead_of(line):
 
 
 def interval_of(overhead):
-    """The estimate's interval: [`estimated_fraction_low`, `estimated_fraction`] (the low end leaves
-    out what the background thread spends, the high end charges it in full: docs/schema.md)."""
-    low, high = overhead.get("estimated_fraction_low"), overhead.get("estimated_fraction")
+    """The estimate's interval: [`estimated_fraction`, `estimated_fraction_high`] (the step-time estimate,
+    and the same with the background thread's CPU time charged in full: docs/schema.md)."""
+    low, high = overhead.get("estimated_fraction"), overhead.get("estimated_fraction_high")
     if isinstance(low, (int, float)) and isinstance(high, (int, float)):
         return low, high
     return None
@@ -215,7 +216,9 @@ def summarize(out):
         for a, b, what in (("default", "off", "default − off (the default's cost)"),
                            ("floor", "off", "floor − off (CUPTI alone)"),
                            ("full", "floor", "full − floor (steptrace above CUPTI)"),
-                           ("full", "full_nocounters", "full − full without counters (the counters)")):
+                           ("full", "full_nocounters", "full − full without counters (the counters)"),
+                           ("default", "default_nocounters", "default − default without counters (the counters, default)"),
+                           ("default_nocounters", "off", "default without counters − off")):
             d = difference_points(by, w, a, b)
             diffs[(w, a, b)] = spread(list(d.values()))
             if d:
@@ -226,7 +229,7 @@ def summarize(out):
     # What the lines say.
     facts = {}
     for w, _ in WORKLOADS:
-        for m in ("default", "full", "full_nocounters"):
+        for m in ("default", "full", "full_nocounters", "default_nocounters"):
             facts[(w, m)] = {int(r["repeat"]): run_facts(out, r) for r in rows
                              if r["workload"] == w and r["mode"] == m and (r.get("status") or "").startswith("ok") and r.get("lines")}
     md.append("### The default runs' lines: the estimate on the last line against the measured cost\n")

@@ -19,6 +19,7 @@ Modes (the loop is the same code in all of them; off and floor run it with no-op
                    STEPTRACE_LOG may be in the environment)
   full             as default with STEPTRACE_TRACE_EVERY=1 (every step traced)
   full_nocounters  as full with STEPTRACE_COUNTERS=off
+  default_nocounters  as default with STEPTRACE_COUNTERS=off
 The steptrace modes set their variables themselves when absent and refuse any other STEPTRACE_* variable,
 so that a stray setting cannot change what a mode measures; every mode but floor refuses
 CUDA_INJECTION64_PATH.
@@ -43,11 +44,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("off", "floor", "default", "full", "full_nocounters")
+MODES = ("off", "floor", "default", "full", "full_nocounters", "default_nocounters")
 MODE_ENV = {  # what each steptrace mode sets, and nothing else (STEPTRACE_LOG aside)
     "default": {},
     "full": {"STEPTRACE_TRACE_EVERY": "1"},
     "full_nocounters": {"STEPTRACE_TRACE_EVERY": "1", "STEPTRACE_COUNTERS": "off"},
+    "default_nocounters": {"STEPTRACE_COUNTERS": "off"},
 }
 
 

@@ -10,11 +10,11 @@
 
 STEPTRACE_BEGIN_NAMESPACE
 
-/// `overhead.estimated_fraction_low` and `overhead.parts` (core/overhead_parts.hpp).
+/// `overhead.estimated_fraction_high` and `overhead.parts` (core/overhead_parts.hpp).
 inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std::string& why) {
   details::JsonWriter& w = out.w;
-  w.field("estimated_fraction_low", p.low);
-  if (!p.low) out.nulls.emplace_back("overhead.estimated_fraction_low", why);
+  w.field("estimated_fraction_high", p.high);
+  if (!p.high) out.nulls.emplace_back("overhead.estimated_fraction_high", why);
   w.key("parts");
   if (!p.present) {
     w.null();

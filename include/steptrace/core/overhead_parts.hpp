@@ -14,10 +14,12 @@
 //               time in them, measured (not their wall time: a reading may wait for a lock the
 //               training thread's CUDA call holds, which costs neither of them a core)
 //   captures    the flight recorder's captures: the background thread's CPU time writing them, measured
-// The background thread runs beside the program: on a free core what it does costs the program
-// (almost) nothing, on a busy one up to its whole time. So the estimate is an interval:
-//   low  = tracing + attached + host_api
-//   high = low + background + captures   (what `estimated_fraction` reports and the budget holds)
+// The background thread runs beside the program: on a free core what it does costs the program's
+// steps (almost) nothing, on a busy one up to its whole CPU time. So the estimate is an interval:
+//   low  = tracing + attached + host_api   (`estimated_fraction`: the step time the budget holds)
+//   high = low + background + captures      (`estimated_fraction_high`: its CPU time charged in full)
+// The background parts have governors of their own: device-memory and NVML readings are paced to a
+// tenth of the budget each, PM samples are taken around traced steps only, captures spend a quarter.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>

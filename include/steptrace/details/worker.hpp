@@ -501,19 +501,12 @@ class Worker {
     // The estimator starts over with the first step run detached (steps before it paid the other mode).
     if (detached(r) && overhead_.keep_attached()) overhead_.switch_to_detach();
     overhead_.observe(ob);
+    // The step-time estimate: tracing (its measurement holds what the counters and the background
+    // thread's work around traced steps cost the steps), CUPTI attached, the scopes. What the
+    // background thread spends beside them (readings, decodes, captures) is its CPU time, paced by
+    // governors of its own (ReadingPace, kCounterPollNs, CaptureBudget): the high end of the interval.
+    o.estimate = overhead_.estimate(o.trace_every, ledger_.host_api_fraction().value_or(0));
     const double captures = flight_.on() ? flight_.budget().fraction() : 0;
-    // The background readings have governors of their own (ReadingPace; counters around traced steps,
-    // decoded at most every kCounterPollNs): the interval leaves them their shares of the budget, not
-    // what a one-off (a first decode, a stall) cost; `fraction` reports what they did cost.
-    const double background = ledger_.background_fraction().value_or(0);
-    const double reserved = std::min(background, 2 * kReadingShare * cfg.overhead_budget);
-    const double other = ledger_.host_api_fraction().value_or(0) + captures;
-    o.estimate = overhead_.estimate(o.trace_every, other + reserved);
-    if (background > reserved && o.estimate.fraction) {  // the line says what was spent
-      *o.estimate.fraction += background - reserved;
-      o.estimate.other_fraction += background - reserved;
-      o.estimate.within_budget = *o.estimate.fraction <= cfg.overhead_budget * (1 + 1e-9);
-    }
     o.parts = overhead_parts(o.estimate, captures);
     if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
         OverheadEstimator::detach_pays(o.estimate, cfg.overhead_budget, kMaxBudgetTraceEvery))
@@ -570,8 +563,8 @@ class Worker {
     p.captures.fraction = captures;
     p.captures.basis = flight_.on() ? "measured" : "off";
     if (e.fraction) {
-      p.high = e.fraction;
-      p.low = std::max(0.0, *e.fraction - p.background.fraction.value_or(0) - captures);
+      p.low = e.fraction;
+      p.high = *e.fraction + p.background.fraction.value_or(0) + captures;
     }
     return p;
   }
