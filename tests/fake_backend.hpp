@@ -176,17 +176,19 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     return counters_error;
   }
   std::string counters_description() override { return "fake PM sampler"; }
-  /// One sample from the previous poll to now (GPU clock = host clock here), all values 0.5.
+  /// Samples from the previous poll to now, 1 ms each at most (GPU clock = host clock here), all values 0.5.
   std::string poll_counters(std::vector<steptrace::CounterSample>& out) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t now = calls_.counters_paused ? paused_at_ : steptrace::monotonic_ns();
     if (last_sample_end_ == 0) last_sample_end_ = now - 1000;
-    if (now <= last_sample_end_) return {};
-    steptrace::CounterSample c;
-    c.start_ns = last_sample_end_;
-    c.end_ns = last_sample_end_ = now;
-    c.sm_active = c.tensor_active = c.dram = c.occupancy = 0.5;
-    out.push_back(c);
+    // Samples of at most the 1 ms default interval, as the hardware takes them, up to now.
+    while (now > last_sample_end_) {
+      steptrace::CounterSample c;
+      c.start_ns = last_sample_end_;
+      c.end_ns = last_sample_end_ = std::min(now, last_sample_end_ + 1'000'000);
+      c.sm_active = c.tensor_active = c.dram = c.occupancy = 0.5;
+      out.push_back(c);
+    }
     return {};
   }
   std::string pause_counters() override {

@@ -64,7 +64,15 @@ class LineAssembler {
   /// PM samples, in time order. The attribution searches them by time: a sample that breaks the
   /// order (a bad timestamp) or is empty is dropped, with one warning.
   void add_counter_samples(const std::vector<CounterSample>& fresh) {
+    // A sample much longer than the sampling interval spans a pause (counters around traced steps):
+    // its counts are those of its last interval spread over the whole gap. Dropped, said once.
+    const auto longest_ns = static_cast<int64_t>(ctx_.cfg.counters_interval_us * 1000 * 1.5);
     for (const auto& c : fresh) {
+      if (longest_ns > 0 && c.end_ns - c.start_ns > longest_ns) {
+        warn_once("counters.long", "hardware counters: a PM sample longer than 1.5 x counters_interval_us (one that "
+                                   "spans a pause of sampling between traced steps) was dropped (said once)");
+        continue;
+      }
       if (c.end_ns <= c.start_ns || (!counter_samples_.empty() && (c.start_ns < counter_samples_.back().start_ns ||
                                                                    c.end_ns < counter_samples_.back().end_ns))) {
         warn_once("counters.order", "hardware counters: a PM sample out of time order or empty was dropped");

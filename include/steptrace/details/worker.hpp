@@ -43,9 +43,6 @@ inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the f
 // Under overhead_budget each kind of background reading (device memory, NVML) may spend this share of
 // the budget in CPU time: its period grows past memory_sample_ms when one reading costs more.
 inline constexpr double kReadingShare = 0.1;
-// While PM sampling runs, its buffer is decoded this often at most (each decode also resets a
-// multi-MiB image: about a millisecond of CPU), and whenever a traced line waits for its samples.
-inline constexpr int64_t kCounterPollNs = 50'000'000;
 
 /// When a kind of reading is due: every `period_ms` (memory_sample_ms), or less often when its measured
 /// CPU cost per reading would spend more than its share of the budget at that rate.
@@ -141,7 +138,6 @@ class Worker {
       if (s_.attribution) collect_gpu_records();
       if (counters_poll_due()) {
         collect_counter_samples();
-        last_counter_poll_ns_ = monotonic_ns();
         polled_since_pause_ = counters_paused_;
       }
       if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
@@ -260,15 +256,11 @@ class Worker {
     warn_once("counters.poll", ctx.counters_null_reason);
   }
 
-  /// Whether to decode PM samples now: once after a pause (what was sampled before it), and while
-  /// sampling runs every kCounterPollNs or as soon as a traced line waits for its samples.
+  /// Whether to decode PM samples now: at every wake while sampling runs (a decode every 50 ms lost
+  /// samples of busy phases on H100 and saved no CPU: the cost is per sample), once after a pause.
   bool counters_poll_due() const {
     if (!lines_.context().counters_on) return false;
-    if (counters_paused_) return !polled_since_pause_;
-    if (monotonic_ns() - last_counter_poll_ns_ >= kCounterPollNs) return true;
-    for (const StepRecord& r : waiting_)
-      if (r.traced && !lines_.counters_cover(r.end_ns)) return true;
-    return false;
+    return !counters_paused_ || !polled_since_pause_;
   }
 
   /// Counters on traced steps only (overhead_budget decides): sampling runs while the open step or
@@ -504,7 +496,7 @@ class Worker {
     // The step-time estimate: tracing (its measurement holds what the counters and the background
     // thread's work around traced steps cost the steps), CUPTI attached, the scopes. What the
     // background thread spends beside them (readings, decodes, captures) is its CPU time, paced by
-    // governors of its own (ReadingPace, kCounterPollNs, CaptureBudget): the high end of the interval.
+    // governors of its own (ReadingPace, counters around traced steps, CaptureBudget): the high end of the interval.
     o.estimate = overhead_.estimate(o.trace_every, ledger_.host_api_fraction().value_or(0));
     const double captures = flight_.on() ? flight_.budget().fraction() : 0;
     o.parts = overhead_parts(o.estimate, captures);
@@ -629,7 +621,6 @@ class Worker {
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
   bool polled_since_pause_ = false;  // what was sampled before the pause has been decoded
-  int64_t last_counter_poll_ns_ = 0;
   ReadingPace memory_pace_, device_state_pace_;  // when device memory and NVML are read next
   bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   bool switch_asked_ = false;      // switch_to_detach() was called
