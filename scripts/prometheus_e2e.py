@@ -31,6 +31,9 @@ import time
 import urllib.parse
 import urllib.request
 
+from report_check import with_basis  # the same new-schema lines the report check builds
+from steptrace_report_diagnosis import line_basis
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(sys.argv[1])
 DEADLINE = time.monotonic() + 240
@@ -99,32 +102,8 @@ def documented_metrics():
 
 
 def basis_of(line):
-    """diagnosis.basis; lines written before it: traced with a `gpu` object, else none when UNKNOWN,
-    else host_only (issue #31)."""
-    d = line["diagnosis"]
-    if d.get("basis"):
-        return d["basis"]
-    return "traced" if isinstance(line.get("gpu"), dict) else "none" if d["label"] == "UNKNOWN" else "host_only"
-
-
-def with_basis(src, out):
-    """src's lines in the schema with diagnosis.basis: as scripts/report_check.py's with_basis."""
-    last, untraced = None, 0
-    with open(out, "w") as f:
-        for line in read_lines(src):
-            d = dict(line["diagnosis"], carried_from_step=None)
-            if isinstance(line.get("gpu"), dict):
-                d["basis"], last = "traced", line
-            else:
-                untraced += 1
-                if untraced % 10 == 0:
-                    d.update(label="INPUT-BOUND", basis="host_only")
-                elif last is not None:
-                    d.update(label=last["diagnosis"]["label"], basis="carried", carried_from_step=last["global_step"])
-                else:
-                    d.update(label="UNKNOWN", basis="none")
-            f.write(json.dumps(dict(line, diagnosis=d)) + "\n")
-    return out
+    """diagnosis.basis, with the report's rule for lines written before it (issue #31)."""
+    return line_basis(line, line["diagnosis"])
 
 
 BASES = ["traced", "carried", "host_only", "none"]
