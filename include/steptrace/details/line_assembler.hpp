@@ -68,7 +68,7 @@ class LineAssembler {
     // its counts are those of its last interval spread over the whole gap. Dropped, said once.
     const auto longest_ns = static_cast<int64_t>(ctx_.cfg.counters_interval_us * 1000 * 1.5);
     for (const auto& c : fresh) {
-      if (longest_ns > 0 && c.end_ns - c.start_ns > longest_ns) {
+      if (ctx_.counters_traced_only && longest_ns > 0 && c.end_ns - c.start_ns > longest_ns) {
         warn_once("counters.long", "hardware counters: a PM sample longer than 1.5 x counters_interval_us (one that "
                                    "spans a pause of sampling between traced steps) was dropped (said once)");
         continue;

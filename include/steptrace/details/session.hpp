@@ -73,7 +73,7 @@ class Session {
     f.device = ctx.run.device ? ctx.run.device->index : 0;
     f.device_name = ctx.run.device ? ctx.run.device->name : std::string();
     f.trigger.trigger = cfg.trace_trigger;
-    f.budget = cfg.overhead_budget;
+    f.budget = budget_decides(cfg) ? cfg.overhead_budget : 0;  // as the line's overhead.budget
     parse_step_ranges(cfg.capture_steps, f.trigger.ranges);  // validated at start()
     return f;
   }

@@ -277,7 +277,10 @@ class StepRecorder {
   }
 
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
-  void set_trace_every(int every) { wanted_every_.store(std::max(1, every), std::memory_order_relaxed); }
+  void set_trace_every(int every) {
+    wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
+    next_traced_.store(true, std::memory_order_relaxed);  // a new interval is anchored at, and traces, the next step
+  }
 
  private:
   struct OpenStep {

@@ -130,7 +130,7 @@ class Worker {
       const bool stopping = s_.queue->take(batch, waiting_.empty() ? idle_period : waiting_period);
       // First: a step that begins now may be traced or come before a traced one (counters resumed
       // before the readings below, which can wait for the training thread's CUDA calls).
-      if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
+      if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters(/*resume_only=*/true);
       s_.recorder->refresh_clock_anchor();
       if (sample_memory) take_memory_sample(sample_memory);
       take_device_state();
@@ -248,7 +248,11 @@ class Worker {
       warn_once("counters.restart", "hardware counters: " + err + "; PM sampling started again (" +
                                         (again.empty() ? std::string("ok") : again) +
                                         "), steps of the gap have fewer samples");
-      if (again.empty()) return;
+      if (again.empty()) {
+        counters_paused_ = polled_since_pause_ = false;  // sampling runs again from a fresh start
+        lines_.set_counters_paused(std::nullopt);
+        return;
+      }
     }
     ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
     s_.gpu->stop_counters();
@@ -266,13 +270,18 @@ class Worker {
   /// Counters on traced steps only (overhead_budget decides): sampling runs while the open step or
   /// the next one is traced, and until the samples of every traced step waiting for its line are in;
   /// paused otherwise. A resume that fails ends the counters for the run (said once, in every line).
-  void steer_counters() {
+  /// `resume_only`: at the top of a wake, before the closed steps are taken in (a traced step that
+  /// just closed is not in waiting_ yet: no pause may be decided then).
+  void steer_counters(bool resume_only = false) {
     LineContext& ctx = lines_.context();
     const StepRecorder::OpenView open = s_.recorder->open_view();
     bool want = open.traced || open.next_traced;
+    // A traced step's samples must cover its end, and its kernels that run on after the host moved on
+    // (records not all in yet): phase counters are read over their GPU time.
     for (const StepRecord& r : waiting_)
-      if (r.traced && !lines_.counters_cover(r.end_ns)) want = true;
-    if (want == !counters_paused_) return;
+      if (r.traced && (!lines_.counters_cover(r.end_ns) || !attributor_.is_complete(static_cast<int64_t>(r.index))))
+        want = true;
+    if (want == !counters_paused_ || (resume_only && !want)) return;
     const std::string err = want ? s_.gpu->resume_counters() : s_.gpu->pause_counters();
     if (err.empty()) {
       counters_paused_ = !want;
@@ -347,6 +356,8 @@ class Worker {
         g.attributor = &attributor_;
         g.clock_offset_ns = s_.gpu->gpu_clock_offset_ns();
         if (!ctx.counters_on) g.counters_off_reason = ctx.counters_null_reason.empty() ? "hardware counters are off" : ctx.counters_null_reason;
+        else if (counters_paused_)  // the samples held are from the last traced step, not from now
+          g.counters_off_reason = "PM sampling paused between traced steps (overhead_budget decides): no recent sample";
         if (!s_.recorder->open_view().traced)
           g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(current_every_) +
                               "): its launches are not followed";
