@@ -1,6 +1,7 @@
 // The overhead estimator (core/overhead.hpp) and the budget's schedule rules (details/line_policy.hpp),
 // on hand-made step sequences whose answers are worked out in the comments.
 #include <steptrace/core/overhead.hpp>
+#include <steptrace/core/overhead_parts.hpp>
 #include <steptrace/details/line_policy.hpp>
 
 #include <catch2/catch.hpp>
@@ -217,4 +218,34 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   const auto d2 = launch_bound.estimate(2);
   CHECK(*d2.traced_extra_ms == Approx(11.0 + 8.3));
   CHECK(*d2.fraction == Approx(19.3 / 100.0));
+}
+
+TEST_CASE("overhead parts: the step-time parts sum to the estimate, the background ones to its high end", "[overhead]") {
+  OverheadEstimator e({0.005, 1000, true});
+  for (uint64_t i = 0; i < 4; ++i) e.observe(step(i, true, 50.0));
+  steptrace::OverheadLedger ledger;
+  ledger.spent(steptrace::OverheadLedger::Work::memory, 1.0);
+  ledger.step(100, 10);  // 1 ms of background CPU and 10 calls over 100 ms
+  const auto est = e.estimate(4, *ledger.host_api_fraction());
+  const auto p = steptrace::make_overhead_parts(est, ledger, steptrace::CountersRun::around_traced_steps, 0.002);
+  REQUIRE(p.present);
+  CHECK(*p.host_api.fraction == Approx(10 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 100));
+  CHECK(*p.background.fraction == Approx(0.01));
+  CHECK(*p.background_memory == Approx(0.01));
+  CHECK(*p.tracing.fraction + *p.attached.fraction + *p.host_api.fraction == Approx(*est.fraction));
+  CHECK(*p.high == Approx(*est.fraction + 0.01 + 0.002));
+  CHECK(p.tracing.basis == "modelled");  // launch model: nothing untraced yet
+  CHECK(p.counters.basis == "in_tracing");
+  CHECK_FALSE(p.counters.fraction);
+  CHECK(p.captures.basis == "measured");
+  const auto off = steptrace::make_overhead_parts(est, ledger, steptrace::CountersRun::off, std::nullopt);
+  CHECK(off.counters.fraction == 0.0);
+  CHECK(off.captures.basis == "off");
+  CHECK(*off.high == Approx(*est.fraction + 0.01));
+  // The warm-up's one-off costs are not counted.
+  steptrace::OverheadLedger warm;
+  warm.spent(steptrace::OverheadLedger::Work::counters, 500.0);
+  warm.step(10, 1, /*warm_up=*/true);
+  warm.step(10, 1);
+  CHECK(*warm.background_fraction() == 0.0);
 }

@@ -42,7 +42,7 @@ struct OverheadParts {
   OverheadPart tracing, attached, counters, host_api, background, captures;
   // background, by reading (since the warm-up): device memory, NVML, PM-sampling decodes
   std::optional<double> background_memory, background_device_state, background_counters;
-  std::optional<double> low, high;  // the interval the program's cost is in
+  std::optional<double> high;  // the interval's high end (its low end is the estimate's fraction)
 };
 
 /// What the background thread and the training thread's scopes spent over the recent steps.
@@ -55,7 +55,6 @@ class OverheadLedger {
   enum class Work { memory, device_state, counters };
 
   explicit OverheadLedger(double ns_per_call = kScopeNs) : ns_per_call_(ns_per_call) {}
-  double ns_per_call() const { return ns_per_call_; }
 
   /// The background thread spent `ms` of CPU time on a reading.
   void spent(Work w, double ms) {
@@ -112,5 +111,52 @@ class OverheadLedger {
   double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
   double total_step_ms_ = 0;
 };
+
+/// How the hardware counters run, for the `counters` part.
+enum class CountersRun { around_traced_steps, every_step, off };
+
+/// The line's `overhead.parts`: the estimator's tracing and attached shares (core/overhead.hpp), the
+/// ledger's host and background ones, the captures' (`captures`: CaptureBudget::fraction(); nullopt
+/// without the flight recorder).
+inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const OverheadLedger& ledger, CountersRun counters,
+                                         std::optional<double> captures) {
+  OverheadParts p;
+  p.present = true;
+  const std::string pending = "no traced step observed yet", untimed = "no step timed yet";
+  p.tracing.fraction = e.tracing_fraction;
+  p.tracing.basis = e.method == "measured" ? "measured" : "modelled";
+  if (!e.tracing_fraction) p.tracing.null_reason = pending;
+  p.attached.fraction = e.attached_fraction;
+  p.attached.basis = "modelled";
+  if (!e.attached_fraction) p.attached.null_reason = pending;
+  switch (counters) {
+    case CountersRun::around_traced_steps:
+      p.counters.basis = "in_tracing";
+      p.counters.null_reason = "PM sampling runs only around traced steps: its cost is inside tracing's";
+      break;
+    case CountersRun::every_step:
+      p.counters.basis = "not_measured";
+      p.counters.null_reason = "PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
+                               "without it to compare with";
+      break;
+    case CountersRun::off:
+      p.counters.basis = "off";
+      p.counters.fraction = 0.0;
+      break;
+  }
+  p.host_api.fraction = ledger.host_api_fraction();
+  p.host_api.basis = "modelled";
+  if (!p.host_api.fraction) p.host_api.null_reason = untimed;
+  p.background.fraction = ledger.background_fraction();
+  p.background.basis = "measured";
+  if (!p.background.fraction) p.background.null_reason = untimed;
+  p.background_memory = ledger.work_fraction(OverheadLedger::Work::memory);
+  p.background_device_state = ledger.work_fraction(OverheadLedger::Work::device_state);
+  p.background_counters = ledger.work_fraction(OverheadLedger::Work::counters);
+  p.captures.fraction = captures.value_or(0);
+  p.captures.basis = captures ? "measured" : "off";
+  if (e.fraction) p.high = *e.fraction + p.background.fraction.value_or(0) + p.captures.fraction.value_or(0);
+  return p;
+}
 
 STEPTRACE_END_NAMESPACE  // steptrace

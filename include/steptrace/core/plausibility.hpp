@@ -8,6 +8,9 @@
 #pragma once
 #include "../version.hpp"
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -64,6 +67,25 @@ inline Implausible check_record(int64_t start_ns, int64_t end_ns, int64_t launch
 /// durations. False means the sums are broken and must not be published.
 inline bool busy_time_plausible(int64_t busy_ns, int64_t first_start_ns, int64_t last_end_ns, int64_t duration_sum_ns) {
   return busy_ns >= 0 && busy_ns <= last_end_ns - first_start_ns && busy_ns <= duration_sum_ns;
+}
+
+/// What to say once about a step's impossible records (left out of every sum, counted in the line):
+/// (warning key, text) per reason seen.
+inline std::vector<std::pair<std::string, std::string>> excluded_record_notes(const uint64_t (&excluded)[kImplausibleKinds],
+                                                                              uint32_t implausible_phases, uint64_t step) {
+  std::vector<std::pair<std::string, std::string>> notes;
+  for (int i = 0; i < kImplausibleKinds; ++i) {
+    if (!excluded[i]) continue;
+    const auto why = static_cast<Implausible>(i + 1);
+    notes.emplace_back(std::string("gpu.excluded.") + implausible_name(why),
+                       std::to_string(excluded[i]) + " GPU record(s) of step " + std::to_string(step) +
+                           " excluded from every sum: " + implausible_text(why) + " (counted in gpu.excluded." +
+                           implausible_name(why) + ")");
+  }
+  if (implausible_phases)
+    notes.emplace_back("gpu.implausible_phase", "a phase's GPU busy time exceeded the span or the sum of its records in step " +
+                                                    std::to_string(step) + "; its GPU fields are left out (gpu.implausible_phases)");
+  return notes;
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -88,6 +88,10 @@ inline int next_trace_every(int current, int recommended, uint64_t steps_since_c
   return (ratio > 1.25 || ratio < 0.8 || recommended == 1) ? recommended : current;
 }
 
+/// PM sampling's interval and hardware buffer, from the settings.
+inline uint64_t counters_interval_ns(const Config& cfg) { return static_cast<uint64_t>(cfg.counters_interval_us * 1000.0); }
+inline std::size_t counters_buffer_bytes(const Config& cfg) { return static_cast<std::size_t>(cfg.counters_buffer_mib) << 20; }
+
 /// What the background thread knows when it decides whether to ask CUPTI for partly filled buffers.
 struct FlushInputs {
   int64_t now = 0;

@@ -418,8 +418,8 @@ class Session {
       why = "hardware counters are not read with untraced_cupti=detach: detaching CUPTI between traced steps would "
             "end PM sampling";
     } else {
-      const std::string err = gpu_->start_counters(ctx.run.device->index, Worker::counters_interval_ns(cfg),
-                                                   Worker::counters_buffer_bytes(cfg));
+      const std::string err = gpu_->start_counters(ctx.run.device->index, counters_interval_ns(cfg),
+                                                   counters_buffer_bytes(cfg));
       if (err.empty()) {
         counters_on_ = true;
         logger()->info("hardware counters: CUPTI PM sampling every {} us on {}", cfg.counters_interval_us,

@@ -30,6 +30,7 @@
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
+#include "reading_pace.hpp"
 #include "stall_watchdog.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
@@ -40,38 +41,6 @@ inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again afte
 inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
-// Under overhead_budget each kind of background reading (device memory, NVML) may spend this share of
-// the budget in CPU time: its period grows past memory_sample_ms when one reading costs more.
-inline constexpr double kReadingShare = 0.1;
-
-/// When a kind of reading is due: every `period_ms` (memory_sample_ms), or less often when its measured
-/// CPU cost per reading would spend more than its share of the budget at that rate.
-class ReadingPace {
- public:
-  ReadingPace(double period_ms, double budget) : period_ms_(period_ms), budget_(budget) {}
-  bool due(int64_t now_ns) const { return now_ns >= next_ns_; }
-  /// A reading was taken at `now_ns` and cost `cpu_ms`.
-  void taken(int64_t now_ns, double cpu_ms) {
-    cost_ms_ = cost_ms_ < 0 ? cpu_ms : 0.8 * cost_ms_ + 0.2 * cpu_ms;  // smoothed: one slow reading moves it little
-    next_ns_ = now_ns + static_cast<int64_t>(period_ms() * 1e6);
-  }
-  double period_ms() const {
-    if (!(budget_ > 0) || cost_ms_ <= 0) return period_ms_;
-    return std::max(period_ms_, cost_ms_ / (kReadingShare * budget_));
-  }
-
- private:
-  double period_ms_, budget_;
-  double cost_ms_ = -1;
-  int64_t next_ns_ = 0;
-};
-
-/// What one steptrace call on the training thread costs, for the overhead's host_api part
-/// (core/overhead_parts.hpp): the C++ scope's by default; the Python package sets its own before start().
-inline std::atomic<double>& host_call_ns() {
-  static std::atomic<double> ns{OverheadLedger::kScopeNs};
-  return ns;
-}
 
 /// What the worker is given at start(); it owns the rest.
 struct WorkerSetup {
@@ -394,7 +363,8 @@ class Worker {
         if (!line_due(w, cfg)) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping, flight_.on() ? &activity : nullptr);
         ++traced_done_;
-        warn_excluded(*gpu, r.index);
+        for (const auto& [key, text] : excluded_record_notes(gpu->excluded, gpu->implausible_phases, r.index))
+          warn_once(key, text);  // impossible records are left out of the line's sums and counted there
         for (auto& [id, pg] : gpu->phases)
           for (auto& t : pg.top_kernels) t.name = demangle_(t.name);
       }
@@ -410,21 +380,6 @@ class Worker {
       }
       waiting_.pop_front();
     }
-  }
-
-  /// Impossible GPU records are left out of the line's sums and counted there; said once per reason.
-  static void warn_excluded(const StepGpu& g, uint64_t step) {
-    for (int i = 0; i < kImplausibleKinds; ++i) {
-      if (!g.excluded[i]) continue;
-      const auto why = static_cast<Implausible>(i + 1);
-      warn_once(std::string("gpu.excluded.") + implausible_name(why),
-                std::to_string(g.excluded[i]) + " GPU record(s) of step " + std::to_string(step) +
-                    " excluded from every sum: " + implausible_text(why) + " (counted in gpu.excluded." +
-                    implausible_name(why) + ")");
-    }
-    if (g.implausible_phases)
-      warn_once("gpu.implausible_phase", "a phase's GPU busy time exceeded the span or the sum of its records in step " +
-                                             std::to_string(step) + "; its GPU fields are left out (gpu.implausible_phases)");
   }
 
   void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced) {
@@ -509,8 +464,12 @@ class Worker {
     // background thread spends beside them (readings, decodes, captures) is its CPU time, paced by
     // governors of its own (ReadingPace, counters around traced steps, CaptureBudget): the high end of the interval.
     o.estimate = overhead_.estimate(o.trace_every, ledger_.host_api_fraction().value_or(0));
-    const double captures = flight_.on() ? flight_.budget().fraction() : 0;
-    o.parts = overhead_parts(o.estimate, captures);
+    const LineContext& ctx = lines_.context();
+    o.parts = make_overhead_parts(o.estimate, ledger_,
+                                  !ctx.counters_on           ? CountersRun::off
+                                  : ctx.counters_traced_only ? CountersRun::around_traced_steps
+                                                             : CountersRun::every_step,
+                                  flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt);
     if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
         OverheadEstimator::detach_pays(o.estimate, cfg.overhead_budget, kMaxBudgetTraceEvery))
       switch_to_detach(r, o.estimate);
@@ -528,48 +487,6 @@ class Worker {
       }
     }
     return o;
-  }
-
-  /// The line's `overhead.parts`: the estimator's tracing and attached shares, the ledger's host and
-  /// background ones, the captures' (core/overhead_parts.hpp says how each is known).
-  OverheadParts overhead_parts(const OverheadEstimate& e, double captures) const {
-    const LineContext& ctx = lines_.context();
-    OverheadParts p;
-    p.present = true;
-    const std::string pending = "no traced step observed yet";
-    p.tracing.fraction = e.tracing_fraction;
-    p.tracing.basis = e.method == "measured" ? "measured" : "modelled";
-    if (!e.tracing_fraction) p.tracing.null_reason = pending;
-    p.attached.fraction = e.attached_fraction;
-    p.attached.basis = "modelled";
-    if (!e.attached_fraction) p.attached.null_reason = pending;
-    if (ctx.counters_on && ctx.counters_traced_only) {
-      p.counters.basis = "in_tracing";
-      p.counters.null_reason = "PM sampling runs only around traced steps: its cost is inside tracing's";
-    } else if (ctx.counters_on) {
-      p.counters.basis = "not_measured";
-      p.counters.null_reason = "PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
-                               "without it to compare with";
-    } else {
-      p.counters.basis = "off";
-      p.counters.fraction = 0.0;
-    }
-    p.host_api.fraction = ledger_.host_api_fraction();
-    p.host_api.basis = "modelled";
-    if (!p.host_api.fraction) p.host_api.null_reason = "no step timed yet";
-    p.background.fraction = ledger_.background_fraction();
-    p.background.basis = "measured";
-    if (!p.background.fraction) p.background.null_reason = "no step timed yet";
-    p.background_memory = ledger_.work_fraction(OverheadLedger::Work::memory);
-    p.background_device_state = ledger_.work_fraction(OverheadLedger::Work::device_state);
-    p.background_counters = ledger_.work_fraction(OverheadLedger::Work::counters);
-    p.captures.fraction = captures;
-    p.captures.basis = flight_.on() ? "measured" : "off";
-    if (e.fraction) {
-      p.low = e.fraction;
-      p.high = *e.fraction + p.background.fraction.value_or(0) + captures;
-    }
-    return p;
   }
 
   /// What CUPTI did between traced steps when step `r` ran: "keep", "detach" ("" without attribution).
@@ -604,14 +521,6 @@ class Worker {
     ctx.counters_null_reason = "hardware counters stopped from step " + std::to_string(*detach_since_) +
                                " on: overhead_budget detaches CUPTI between traced steps (" + switch_why_ +
                                "), which ends PM sampling; set untraced_cupti=keep to keep them";
-  }
-
- public:
-  static uint64_t counters_interval_ns(const Config& cfg) {
-    return static_cast<uint64_t>(cfg.counters_interval_us * 1000.0);
-  }
-  static std::size_t counters_buffer_bytes(const Config& cfg) {
-    return static_cast<std::size_t>(cfg.counters_buffer_mib) << 20;
   }
 
  private:
