@@ -13,6 +13,13 @@
 #   full             STEPTRACE_TRACE_EVERY=1
 #   full_nocounters  STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off
 #   default_nocounters  STEPTRACE_COUNTERS=off (not in MODES unless asked: what the counters add to the default)
+# and, to take the default's cost apart (asked for in MODES; a: c: only):
+#   host             STEPTRACE_CUPTI=off: scopes, samplers, NVML, lines, no CUPTI
+#   callbacks        raw CUPTI callbacks on the launch sites, no records (STEPTRACE_ENABLED=0
+#                    BENCH_RAW_CUPTI=callbacks): what staying attached costs an untraced step
+#   attached         steptrace with CUPTI attached and never tracing after its first step
+#                    (STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off)
+#   default_detach   STEPTRACE_UNTRACED_CUPTI=detach
 # Every repeat runs each (workload, mode) pair once, in an order shuffled per repeat (seeded: SEED), so
 # drift lands on all modes alike. Writes OUT_DIR/runs.csv (one row per run; a failed run leaves a row
 # with its status and no times), OUT_DIR/lines/ (each steptrace run's JSONL lines, and any trace files
@@ -175,6 +182,10 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
     full) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1) ;;
     full_nocounters) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
     default_nocounters) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_COUNTERS=off) ;;
+    host) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_CUPTI=off) ;;
+    callbacks) ;;
+    attached) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off) ;;
+    default_detach) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_UNTRACED_CUPTI=detach) ;;
     *) say "unknown mode $m"; return ;;
   esac
   [[ -n $lines ]] && rm -f "$out/$lines"
@@ -183,6 +194,7 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
       local exe=$BIN_DIR/step_workloads
       [[ $m == off ]] && exe=$BIN_DIR/step_workloads_baseline
       [[ $m == floor ]] && env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks)
+      [[ $m == callbacks ]] && env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks)
       [[ -n $lines ]] && env+=(STEPTRACE_LOG="$out/$lines")
       if [[ $w == transformer ]]; then
         warmup=$TF_WARMUP cmd=("$exe" --workload transformer --layers "$TF_LAYERS" --steps "$TF_STEPS" --warmup "$TF_WARMUP")

@@ -26,7 +26,11 @@ MODES = [("off", "off (no steptrace)"),
          ("default", "**default** (no setting)"),
          ("full", "full (`trace_every=1`)"),
          ("full_nocounters", "full, counters off"),
-         ("default_nocounters", "default, counters off")]
+         ("default_nocounters", "default, counters off"),
+         ("host", "steptrace without CUPTI (`cupti=off`)"),
+         ("callbacks", "raw CUPTI callbacks, no records"),
+         ("attached", "CUPTI attached, no tracing after step 0"),
+         ("default_detach", "default, `untraced_cupti=detach`")]
 ESTIMATE_TOLERANCE_POINTS = 0.15
 
 
@@ -218,7 +222,12 @@ def summarize(out):
                            ("full", "floor", "full − floor (steptrace above CUPTI)"),
                            ("full", "full_nocounters", "full − full without counters (the counters)"),
                            ("default", "default_nocounters", "default − default without counters (the counters, default)"),
-                           ("default_nocounters", "off", "default without counters − off")):
+                           ("default_nocounters", "off", "default without counters − off"),
+                           ("host", "off", "steptrace without CUPTI − off (the host side)"),
+                           ("callbacks", "off", "raw callbacks − off (staying attached, raw)"),
+                           ("attached", "host", "attached, not tracing − without CUPTI (staying attached)"),
+                           ("default", "attached", "default − attached (the traced steps)"),
+                           ("default_detach", "off", "default, detached between traces − off")):
             d = difference_points(by, w, a, b)
             diffs[(w, a, b)] = spread(list(d.values()))
             if d:
