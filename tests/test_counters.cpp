@@ -1,6 +1,8 @@
 // Hardware-counter samples and NVML readings attributed to steps and phases (pure core).
 #include <steptrace/core/counters.hpp>
 #include <steptrace/core/device_state.hpp>
+#include <steptrace/core/attribution.hpp>
+#include <steptrace/core/gpu_tail.hpp>
 
 #include "support.hpp"
 
@@ -260,4 +262,25 @@ TEST_CASE("device state: readings within the step, the latest earlier one for a 
   CHECK_FALSE(d2->power_w_mean);
   CHECK(*d2->sm_clock_mhz_mean == 1500);
   CHECK_FALSE(summarize_device_state(p, 0, 20));  // no reading within or before the step
+}
+
+TEST_CASE("gpu tail: the allowance is the longest recent tail plus a margin, none before a complete step", "[counters]") {
+  GpuTail t;
+  CHECK_FALSE(t.allowance_ns().has_value());
+  t.saw(-5'000'000);  // GPU work done before the host end counts as no tail
+  CHECK(*t.allowance_ns() == GpuTail::kMarginNs);
+  t.saw(40'000'000);
+  t.saw(1'000'000);
+  CHECK(*t.allowance_ns() == 40'000'000 + GpuTail::kMarginNs);
+  for (std::size_t i = 0; i < GpuTail::kRemembered; ++i) t.saw(2'000'000);  // the long one is forgotten
+  CHECK(*t.allowance_ns() == 2'000'000 + GpuTail::kMarginNs);
+}
+
+TEST_CASE("gpu tail: a step's GPU work ends with its phases' last busy interval", "[counters]") {
+  StepGpu g;
+  CHECK_FALSE(gpu_work_end_ns(g).has_value());
+  g.phases[1].busy = {{100, 200}, {300, 450}};
+  g.phases[2].busy = {{150, 400}};
+  g.phases[3];  // a phase without GPU work
+  CHECK(*gpu_work_end_ns(g) == 450);
 }

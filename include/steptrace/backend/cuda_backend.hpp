@@ -53,6 +53,7 @@ class CudaBackend final : public GpuBackend {
   std::string pause_counters() override { return pm_.pause(); }
   std::string resume_counters() override { return pm_.resume(); }
   void stop_counters() override { pm_.stop(); }
+  std::string counters_cost() override { return pm_.cost(); }
   int64_t gpu_clock_offset_ns() override {
     uint64_t gpu_now = 0;
     const int64_t h0 = monotonic_ns();

@@ -70,6 +70,8 @@ class GpuBackend {
   virtual std::string pause_counters() = 0;
   virtual std::string resume_counters() = 0;
   virtual void stop_counters() = 0;
+  /// What polling the counters cost so far, in words for the log at stop(); "" if never polled.
+  virtual std::string counters_cost() { return {}; }
   /// The GPU records' clock minus monotonic_ns(), read now.
   virtual int64_t gpu_clock_offset_ns() = 0;
 

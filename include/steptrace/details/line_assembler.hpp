@@ -84,6 +84,7 @@ class LineAssembler {
     }
   }
   void set_gpu_clock_offset(int64_t offset_ns) { gpu_clock_offset_ns_ = offset_ns; }
+  int64_t gpu_clock_offset_ns() const { return gpu_clock_offset_ns_; }
   /// Whether PM samples up to the step's end (host clock) have been read: or sampling was paused
   /// after the step ended and what it sampled was read since (the worker polls before it steers).
   bool counters_cover(int64_t end_ns) const {

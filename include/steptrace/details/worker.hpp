@@ -21,6 +21,7 @@
 #include "../core/attribution.hpp"
 #include "../core/clock.hpp"
 #include "../core/end_line.hpp"
+#include "../core/gpu_tail.hpp"
 #include "../core/overhead_parts.hpp"
 #include "../core/plausibility.hpp"
 #include "../sink/sink.hpp"
@@ -138,6 +139,12 @@ class Worker {
       if (!abandoned.empty()) warn_once("finish." + sink->describe(), "at stop(): " + abandoned);
     }
     if (lines_.context().device_state_on) s_.gpu->close_device_state();
+    if (const std::string cost = s_.gpu->counters_cost(); !cost.empty()) {
+      try {
+        logger()->info("hardware counters: {}", cost);
+      } catch (...) {
+      }
+    }
   }
 
   // After run() returned (stop()).
@@ -245,10 +252,13 @@ class Worker {
     LineContext& ctx = lines_.context();
     const StepRecorder::OpenView open = s_.recorder->open_view();
     bool want = open.traced || open.next_traced;
-    // A traced step's samples must cover its end, and its kernels that run on after the host moved on
-    // (records not all in yet): phase counters are read over their GPU time.
+    // A traced step's samples must cover its end, and its kernels that run on after the host moved on:
+    // phase counters are read over their GPU time. How long they run on is learned from the complete
+    // traced steps (core/gpu_tail.hpp); until one is seen, sampling runs until the step's records are in.
+    const std::optional<int64_t> tail = gpu_tail_.allowance_ns();
     for (const StepRecord& r : waiting_)
-      if (r.traced && (!lines_.counters_cover(r.end_ns) || !attributor_.is_complete(static_cast<int64_t>(r.index))))
+      if (r.traced && (tail ? !lines_.counters_cover(r.end_ns + *tail)
+                            : !lines_.counters_cover(r.end_ns) || !attributor_.is_complete(static_cast<int64_t>(r.index))))
         want = true;
     if (want == !counters_paused_ || (resume_only && !want)) return;
     const std::string err = want ? s_.gpu->resume_counters() : s_.gpu->pause_counters();
@@ -363,6 +373,9 @@ class Worker {
         if (!line_due(w, cfg)) return;
         gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping, flight_.on() ? &activity : nullptr);
         ++traced_done_;
+        if (gpu->complete)
+          if (const std::optional<int64_t> end = gpu_work_end_ns(*gpu))
+            gpu_tail_.saw(*end - (r.end_ns + lines_.gpu_clock_offset_ns()));
         for (const auto& [key, text] : excluded_record_notes(gpu->excluded, gpu->implausible_phases, r.index))
           warn_once(key, text);  // impossible records are left out of the line's sums and counted there
         for (auto& [id, pg] : gpu->phases)
@@ -531,6 +544,7 @@ class Worker {
   StallWatchdog watchdog_;
   FlightRecorder flight_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
+  GpuTail gpu_tail_;                // traced steps' GPU work after their host end (counters' pause)
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
   uint64_t launches_since_flush_ = 0;

@@ -14,7 +14,9 @@
 // A metric the chip or the sampler does not offer stays unavailable (NaN) and its field null.
 #pragma once
 #include "../../version.hpp"
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -129,7 +131,9 @@ class PmSampler {
   /// only. Returns "" or the error (sampling is then stopped).
   std::string poll(std::vector<CounterSample>& out) {
     if (!started_) return "PM sampling not running";
+    ++polls_;
     for (int round = 0; round < 256; ++round) {  // bounded: at most 256 x kMaxDecodedSamples per call
+      const int64_t t0 = now_ns();
       auto decode = params<CUpti_PmSampling_DecodeData_Params>(CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE);
       decode.pPmSamplingObject = sampler_;
       decode.pCounterDataImage = counter_data_.data();
@@ -144,6 +148,8 @@ class PmSampler {
       info.pCounterDataImage = counter_data_.data();
       info.counterDataImageSize = counter_data_.size();
       if (cuptiPmSamplingGetCounterDataInfo(&info) != CUPTI_SUCCESS) break;
+      const int64_t t1 = now_ns();
+      decode_ns_ += t1 - t0;
       std::vector<const char*> names = metric_cstrs();
       std::vector<double> values(names.size());
       for (size_t i = 0; i < info.numCompletedSamples; ++i) {
@@ -178,7 +184,11 @@ class PmSampler {
         ++samples_;
       }
       const bool more = decode.decodeStopReason == CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL;
-      if (!reset_counter_data()) {
+      const int64_t t2 = now_ns();
+      evaluate_ns_ += t2 - t1;
+      const bool reset = reset_counter_data();
+      reset_ns_ += now_ns() - t2;
+      if (!reset) {
         stop();
         return "cuptiPmSamplingCounterDataImageInitialize failed";
       }
@@ -238,6 +248,15 @@ class PmSampler {
   uint64_t interval_ns() const { return interval_ns_; }
   uint64_t samples() const { return samples_; }
   uint64_t overflows() const { return overflows_; }
+  /// What the decodes cost so far (wall time on the calling thread), for the log at the end.
+  std::string cost() const {
+    if (polls_ == 0) return {};
+    char b[200];
+    std::snprintf(b, sizeof b, "%llu samples in %llu polls: decode %.1f ms, evaluate %.1f ms, reset %.1f ms",
+                  static_cast<unsigned long long>(samples_), static_cast<unsigned long long>(polls_), decode_ns_ / 1e6,
+                  evaluate_ns_ / 1e6, reset_ns_ / 1e6);
+    return b;
+  }
   const std::string& chip() const { return chip_; }
   /// "field=metric" for each metric in use, for the log and the README.
   std::string describe() const {
@@ -369,7 +388,12 @@ class PmSampler {
   }
 
   uint64_t interval_ns_ = 0;
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
   bool profiler_initialized_ = false, started_ = false, paused_ = false;
+  uint64_t polls_ = 0;
+  int64_t decode_ns_ = 0, evaluate_ns_ = 0, reset_ns_ = 0;
   std::string chip_;
   std::vector<uint8_t> availability_, config_, counter_data_;
   CUpti_Profiler_Host_Object* host_ = nullptr;
