@@ -14,6 +14,7 @@
 #   full_nocounters  STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off
 #   default_nocounters  STEPTRACE_COUNTERS=off (not in MODES unless asked: what the counters add to the default)
 # and, to take the default's cost apart (asked for in MODES; a: c: only):
+#   disabled         the instrumented binary with STEPTRACE_ENABLED=0 (a: c: what linking steptrace costs)
 #   host             STEPTRACE_CUPTI=off: scopes, samplers, NVML, lines, no CUPTI
 #   callbacks        raw CUPTI callbacks on the launch sites, no records (STEPTRACE_ENABLED=0
 #                    BENCH_RAW_CUPTI=callbacks): what staying attached costs an untraced step
@@ -183,7 +184,7 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
     full_nocounters) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
     default_nocounters) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_COUNTERS=off) ;;
     host) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_CUPTI=off) ;;
-    callbacks) ;;
+    callbacks|disabled) ;;
     attached) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off) ;;
     default_detach) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_UNTRACED_CUPTI=detach) ;;
     *) say "unknown mode $m"; return ;;
@@ -195,6 +196,7 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
       [[ $m == off ]] && exe=$BIN_DIR/step_workloads_baseline
       [[ $m == floor ]] && env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks)
       [[ $m == callbacks ]] && env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks)
+      [[ $m == disabled ]] && env+=(STEPTRACE_ENABLED=0)
       [[ -n $lines ]] && env+=(STEPTRACE_LOG="$out/$lines")
       if [[ $w == transformer ]]; then
         warmup=$TF_WARMUP cmd=("$exe" --workload transformer --layers "$TF_LAYERS" --steps "$TF_STEPS" --warmup "$TF_WARMUP")
