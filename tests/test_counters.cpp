@@ -284,3 +284,37 @@ TEST_CASE("gpu tail: a step's GPU work ends with its phases' last busy interval"
   g.phases[3];  // a phase without GPU work
   CHECK(*gpu_work_end_ns(g) == 450);
 }
+
+TEST_CASE("counters: a sample value outside [0, 1] is left out and counted, rounding of 1 reads as 1", "[counters]") {
+  CounterSample s = sample(0, 1000, 1.71, 1.0006, -0.2);
+  s.occupancy = 0.5;
+  CHECK(exclude_impossible_values(s) == 2);
+  CHECK(std::isnan(s.sm_active));
+  CHECK(s.tensor_active == 1.0);
+  CHECK(std::isnan(s.dram));
+  CHECK(s.occupancy == 0.5);
+  CounterSample fine = sample(0, 1000, 0.4, 0.0, 1.0);
+  CHECK(exclude_impossible_values(fine) == 0);
+  CHECK(fine.sm_active == 0.4);
+
+  // A short phase between two long ones, its only whole sample partial and impossible (H100: 1.71):
+  // the phase has no value (null, not 1.71 and not a clamped 1); with a valid partial sample it reads
+  // that sample, inside the neighbours' range.
+  std::deque<CounterSample> samples;
+  for (int i = 0; i < 10; ++i) samples.push_back(sample(i * 1000, (i + 1) * 1000, 0.9));
+  CounterSample partial = sample(10'000, 10'640, 1.71);
+  exclude_impossible_values(partial);
+  samples.push_back(partial);
+  for (int i = 11; i < 20; ++i) samples.push_back(sample(i * 1000, (i + 1) * 1000, 0.2));
+  const CounterSummary shortp = summarize_phase_counters(samples, {{10'000, 11'500}});
+  CHECK_FALSE(shortp.sm_active.has_value());
+  CHECK(shortp.coverage <= 1.0);
+  samples[10].sm_active = 0.6;
+  const CounterSummary valid = summarize_phase_counters(samples, {{10'000, 11'500}});
+  REQUIRE(valid.sm_active.has_value());
+  CHECK(*valid.sm_active == Approx(0.6));
+  const CounterSummary step = summarize_counters(samples, {0, 20'000});
+  REQUIRE(step.sm_active.has_value());
+  CHECK(*step.sm_active >= 0.2);
+  CHECK(*step.sm_active <= 0.9);
+}

@@ -47,6 +47,27 @@ struct CounterSummary {
   int64_t shared_ns = 0;   // phase: other phases' busy time inside the samples used (they read them too)
 };
 
+/// A sample's values are ratios of a fully busy interval (pct_of_peak / 100): [0, 1]. The hardware's
+/// ratio of a fully busy interval comes out up to ~1e-3 above 1 (seen on H100: 1.0006); such a value
+/// reads as 1. Anything further outside [0, 1] cannot be (seen on H100: 1.02 - 1.71 in samples cut
+/// short where sampling paused): that value is left out (NaN), never clamped, and counted.
+inline constexpr double kCounterRatioSlack = 1e-3;
+
+/// Leaves out the sample's impossible values; returns how many it left out.
+inline uint32_t exclude_impossible_values(CounterSample& s) {
+  uint32_t excluded = 0;
+  for (double* v : {&s.sm_active, &s.tensor_active, &s.dram, &s.occupancy}) {
+    if (std::isnan(*v)) continue;
+    if (*v > 1.0 && *v <= 1.0 + kCounterRatioSlack) {
+      *v = 1.0;
+    } else if (!(*v >= 0.0 && *v <= 1.0)) {
+      *v = std::numeric_limits<double>::quiet_NaN();
+      ++excluded;
+    }
+  }
+  return excluded;
+}
+
 namespace details {
 inline void add_weighted(double v, double w, double& sum, double& weight) {
   if (std::isnan(v) || w <= 0) return;

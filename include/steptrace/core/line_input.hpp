@@ -68,6 +68,7 @@ struct StepLineInput {
   std::optional<CounterSummary> counters;             // PM sampling over the step's window
   std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
   double counters_interval_us = 0;
+  uint64_t counter_values_excluded = 0;  // PM sample values outside [0, 1] left out so far (run total)
   std::optional<CrossRankView> cross_rank;            // rank 0: the latest gathered view
   std::string cross_rank_null_reason;
   int cross_rank_every = 0;

@@ -162,6 +162,7 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
     w.field("samples", c->samples).field("sample_ms", ns_to_ms(c->sample_ns)).field("coverage", c->coverage);
     w.field("edge_only", c->edge_only);
     w.field("occupancy", c->occupancy);
+    w.field("excluded_values", in.counter_values_excluded);
     w.end_object();
   } else {
     w.null();

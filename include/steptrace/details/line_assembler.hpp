@@ -67,7 +67,12 @@ class LineAssembler {
     // A sample much longer than the sampling interval spans a pause (counters around traced steps):
     // its counts are those of its last interval spread over the whole gap. Dropped, said once.
     const auto longest_ns = static_cast<int64_t>(ctx_.cfg.counters_interval_us * 1000 * 1.5);
-    for (const auto& c : fresh) {
+    for (CounterSample c : fresh) {
+      if (const uint32_t n = exclude_impossible_values(c)) {
+        counter_values_excluded_ += n;
+        warn_once("counters.range", "hardware counters: a PM sample value outside [0, 1] was left out (counted in "
+                                    "counters.excluded_values; said once)");
+      }
       if (ctx_.counters_traced_only && longest_ns > 0 && c.end_ns - c.start_ns > longest_ns) {
         warn_once("counters.long", "hardware counters: a PM sample longer than 1.5 x counters_interval_us (one that "
                                    "spans a pause of sampling between traced steps) was dropped (said once)");
@@ -194,6 +199,7 @@ class LineAssembler {
     const int64_t b = r.begin_ns + gpu_clock_offset_ns_, e = r.end_ns + gpu_clock_offset_ns_;
     in.counters = summarize_counters(counter_samples_, Interval{b, e});
     in.counters_interval_us = ctx_.cfg.counters_interval_us;
+    in.counter_values_excluded = counter_values_excluded_;
     if (in.gpu)
       for (const auto& [id, pg] : in.gpu->phases)
         if (!pg.busy.empty()) {
@@ -237,6 +243,7 @@ class LineAssembler {
   std::deque<MemorySample> memory_samples_;
   std::deque<CounterSample> counter_samples_;
   int64_t latest_counter_end_ns_ = 0;
+  uint64_t counter_values_excluded_ = 0;  // sample values outside [0, 1] left out (core/counters.hpp), run total
   std::optional<int64_t> counters_paused_at_ns_;  // host clock
   int64_t gpu_clock_offset_ns_ = 0;  // GPU record clock - monotonic_ns()
   std::deque<DeviceStateSample> device_states_;
