@@ -205,11 +205,14 @@ def ranks_from(lines_path, out_dir, ranks):
     return paths
 
 
-def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None, verdict=None, gaps=False):
-    """`verdict`: the start of the header's verdict; `gaps`: untraced steps must be gaps (gap_problems)."""
+def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None, verdict=None, gaps=False,
+          args=(), more=None):
+    """`verdict`: the start of the header's verdict; `gaps`: untraced steps must be gaps (gap_problems);
+    `args`: more options for steptrace-report; `more(page data, DOM, self-check, screenshot)`: more problems."""
     problems = []
     page = os.path.join(work, name + ".html")
-    out = subprocess.run([sys.executable, REPORT, *lines, "-o", page], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, REPORT, *lines, "-o", page, *args], capture_output=True, text=True,
+                         timeout=300)
     if out.returncode != 0:
         return [f"{name}: steptrace-report failed: {out.stderr.strip()[-500:]}"]
     text = open(page, encoding="utf-8").read()
@@ -260,6 +263,8 @@ def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None,
             problems.append(f"{name}: the screenshot shows {n} coloured pixels where chart {cid} is")
     if gaps:
         problems += gap_problems(name, lines[0], text, sc, rows, bpp, w, h)
+    if more:
+        problems += [f"{name}: {p}" for p in more(page_data(text), dom.stdout, sc, (rows, bpp, w, h))]
     print(f"report_check: {name}: {len(sc['drawn'])} charts, {sum(1 for d in sc['drawn'].values() if 'rect' in d)} "
           f"drawn, page {w}x{h}")
     if screenshot_to:

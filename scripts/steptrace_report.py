@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """steptrace-report: one self-contained HTML page from steptrace's JSON lines.
 
-  steptrace-report steps-*.jsonl [-o report.html] [--title TEXT] [--max-points N]
+  steptrace-report steps-*.jsonl [-o report.html] [--title TEXT] [--max-points N] [--run ID|all]
 
 Reads every file (one per rank, or any mix), and writes a page that opens offline: the data and the
-code that draws it are inside the file (no request leaves the page). Runs of many steps are
-downsampled for plotting (the page says so); the numbers in the header are over every step.
+code that draws it are inside the file (no request leaves the page). A log several runs appended to
+holds several run_ids: the page shows one run, by default the latest (`--run ID` another, `--run all`
+one series per run), and its header lists them all. Runs of many steps are downsampled for plotting
+(the page says so); the numbers in the header are over every step shown.
 Needs Python 3 only.
 """
 import argparse
@@ -19,162 +21,14 @@ import time
 from collections import Counter, defaultdict
 from multiprocessing import Pool
 
-from steptrace_report_diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, line_basis, strip, verdict
+from steptrace_report_diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, strip, verdict
+from steptrace_report_runs import UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
 
 MAX_POINTS = 1500
 MAX_RANK_LINES = 8
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
-
-# Per-step scalar fields: (key in the page's data, path in the line).
-SCALARS = [
-    ("step_time_ms", ("step_time_ms",)),
-    ("tokens_per_second", ("tokens_per_second",)),
-    ("estimated_mfu", ("estimated_mfu",)),
-    ("gpu_utilization", ("gpu_utilization",)),
-    ("sm_activity", ("sm_activity",)),
-    ("tensor_core_or_pipe_utilization", ("tensor_core_or_pipe_utilization",)),
-    ("memory_bandwidth_utilization", ("memory_bandwidth_utilization",)),
-    ("nccl_time_ms", ("nccl_time_ms",)),
-    ("nccl_exposed_ms", ("gpu", "nccl_exposed_ms")),
-    ("device_used_peak_bytes", ("memory", "device_used_peak_bytes")),
-    ("allocated_bytes", ("memory", "allocator", "allocated_bytes")),
-    ("reserved_bytes", ("memory", "allocator", "reserved_bytes")),
-    ("dataloader_wait_ms", ("dataloader_wait_ms",)),
-]
-
-
-def dig(obj, path):
-    for k in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(k)
-    return obj if isinstance(obj, (int, float)) and not isinstance(obj, bool) else None
-
-
-def load_file(path, start=0, end=None):
-    """One file's steps (or those of bytes start..end of it), as columns. Lines that do not parse (a
-    killed writer's fragment) are counted."""
-    steps = []
-    cols = {k: [] for k, _ in SCALARS}
-    labels, bases = [], []
-    gpu_rows = []              # row -> the line has GPU attribution (`gpu` non-null)
-    host = defaultdict(dict)   # phase -> {row: ms}
-    gpu = defaultdict(dict)
-    top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-    nulls = defaultdict(Counter)
-    traces, ends, run_ids, devices, ranks = [], [], Counter(), Counter(), Counter()
-    unparsable = 0
-    with open(path, "rb") as f:
-        f.seek(start)
-        chunk = f.read() if end is None else f.read(end - start)
-    for raw in chunk.decode("utf-8", errors="replace").split("\n"):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            unparsable += 1
-            continue
-        if not isinstance(line, dict):
-            unparsable += 1
-            continue
-        if "event" in line:
-            if line.get("event") == "end":
-                ends.append(line)
-            continue
-        if "global_step" not in line:
-            continue
-        row = len(steps)
-        steps.append(line["global_step"])
-        ranks[line.get("rank", 0)] += 1
-        run_ids[line.get("run_id", "")] += 1
-        dev = line.get("device")
-        if isinstance(dev, dict):
-            devices[dev.get("name", "")] += 1
-        for key, p in SCALARS:
-            cols[key].append(dig(line, p))
-        diag = line.get("diagnosis") or {}
-        labels.append(diag.get("label", "UNKNOWN"))
-        bases.append(line_basis(line, diag))
-        gpu_rows.append(isinstance(line.get("gpu"), dict))
-        for name, ph in (line.get("phases") or {}).items():
-            if not isinstance(ph, dict):
-                continue
-            if isinstance(ph.get("host_ms"), (int, float)):
-                host[name][row] = ph["host_ms"]
-            g = ph.get("gpu")
-            if isinstance(g, dict):
-                if isinstance(g.get("busy_ms"), (int, float)):
-                    gpu[name][row] = g["busy_ms"]
-                for t in g.get("top_kernels") or []:
-                    cell = top[name][t.get("name", "?")]
-                    cell[0] += t.get("ms") or 0.0
-                    cell[1] += t.get("calls") or 0
-        for field, why in (line.get("null_reasons") or {}).items():
-            nulls[field][why] += 1
-        t = line.get("trace")
-        if isinstance(t, dict) and t.get("file"):
-            traces.append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
-                           "reasons": t.get("reasons", [])})
-    return {
-        "path": path, "steps": steps, "cols": cols, "labels": labels, "bases": bases, "gpu_rows": gpu_rows,
-        "host": dict(host), "gpu": dict(gpu),
-        "top": {p: {n: v for n, v in d.items()} for p, d in top.items()}, "nulls": dict(nulls), "traces": traces,
-        "ends": ends, "run_ids": run_ids, "devices": devices, "ranks": ranks, "unparsable": unparsable,
-    }
-
-
-def split_points(path, parts):
-    """Byte ranges of `path` cut at line ends, `parts` of them (fewer for small files)."""
-    size = os.path.getsize(path)
-    parts = max(1, min(parts, size // (32 << 20)))
-    cuts = [0]
-    with open(path, "rb") as f:
-        for i in range(1, parts):
-            f.seek(size * i // parts)
-            f.readline()
-            cuts.append(max(cuts[-1], f.tell()))
-    cuts.append(size)
-    return [(path, cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i + 1] > cuts[i]]
-
-
-def load_range(task):
-    return load_file(*task)
-
-
-def merge(parts, path):
-    """One file's parts (in order) as one."""
-    if not parts:  # an empty file
-        return load_file(path, 0, 0)
-    out = parts[0]
-    for p in parts[1:]:
-        offset = len(out["steps"])
-        out["steps"] += p["steps"]
-        for k in out["cols"]:
-            out["cols"][k] += p["cols"][k]
-        for key in ("labels", "bases", "gpu_rows"):
-            out[key] += p[key]
-        for key in ("host", "gpu"):
-            for phase, rows in p[key].items():
-                dst = out[key].setdefault(phase, {})
-                for row, v in rows.items():
-                    dst[row + offset] = v
-        for phase, d in p["top"].items():
-            dst = out["top"].setdefault(phase, {})
-            for name, (ms, calls) in d.items():
-                cell = dst.setdefault(name, [0.0, 0])
-                cell[0] += ms
-                cell[1] += calls
-        for field, c in p["nulls"].items():
-            out["nulls"].setdefault(field, Counter()).update(c)
-        out["traces"] += p["traces"]
-        out["ends"] += p["ends"]
-        for key in ("run_ids", "devices", "ranks"):
-            out[key].update(p[key])
-        out["unparsable"] += p["unparsable"]
-    return out
 
 
 def buckets_for(n, max_points):
@@ -217,7 +71,8 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def build(paths, title, max_points, workers):
+def build(paths, title, max_points, workers, wanted=None):
+    """The page's data. wanted: the run to show (None: the latest; "all": every run, one series each)."""
     t0 = time.time()
     # Files, and large files in parts, read in parallel (JSON decoding is most of the time).
     tasks = [t for p in paths for t in split_points(p, workers)]
@@ -226,39 +81,62 @@ def build(paths, title, max_points, workers):
             loaded = pool.map(load_range, tasks, chunksize=1)
     else:
         loaded = [load_range(t) for t in tasks]
-    runs = [merge([r for t, r in zip(tasks, loaded) if t[0] == p], p) for p in paths]
-    runs = [r for r in runs if r["steps"]]
-    if not runs:
+    files = [merge([r for t, r in zip(tasks, loaded) if t[0] == p], p) for p in paths]
+    segs = segments(files)  # one per (run_id, rank), every file's lines of it
+    if not segs:
         raise SystemExit("steptrace-report: no step lines in " + ", ".join(paths))
-    # One series per rank: a rank's lines may come from several files (several runs appended).
-    by_rank = defaultdict(list)
-    for r in runs:
-        by_rank[r["ranks"].most_common(1)[0][0]].append(r)
-    ranks = sorted(by_rank)
-    main = by_rank[ranks[0]][0]
+    # Runs: a log several runs appended to holds several run_ids, each with its own steps. One is shown
+    # (or each as its own series): never one series whose steps go back.
+    all_runs = catalogue(segs)
+    shown_ids = choose(all_runs, wanted)
+    every = len(shown_ids) > 1
+    runs = [s for s in segs if s["run_id"] in shown_ids]
+    color_of = {rid: PALETTE[i % len(PALETTE)] for i, rid in enumerate(shown_ids)}
+    # One series per rank (of the run shown): its lines may come from several files.
+    by_rank = {s["rank"]: s for s in runs}
+    ranks = sorted({s["rank"] for s in runs})
+    main = by_rank[ranks[0]] if not every else None
+    # Each run shown, by its lowest rank: the series drawn.
+    leads = [min((s for s in runs if s["run_id"] == rid), key=lambda s: s["rank"]) for rid in shown_ids]
     total_lines = sum(len(r["steps"]) for r in runs)
     charts = []
     notes = []
 
-    # The x axis: rank 0's (the lowest rank's) first file, row by row; downsampled into buckets.
-    n = len(main["steps"])
+    # The x axis: the lowest rank's steps, row by row (every run's steps, in order, with --run all);
+    # downsampled into buckets.
+    axis = main["steps"] if not every else sorted({st for s in leads for st in s["steps"]})
+    n = len(axis)
     bks = buckets_for(n, max_points)
-    x = [main["steps"][a] for a, _ in bks]
+    x = [axis[a] for a, _ in bks]
     if len(bks) < n:
-        notes.append(f"Downsampled for plotting: {n} steps of rank {ranks[0]} into {len(bks)} points (the mean of "
-                     f"each bucket of about {n / len(bks):.0f} steps; a shaded band is its minimum to maximum). "
-                     "The header's numbers are over every step.")
+        notes.append(f"Downsampled for plotting: {n} steps of " + (f"rank {ranks[0]}" if not every else "the runs") +
+                     f" into {len(bks)} points (the mean of each bucket of about {n / len(bks):.0f} steps; a shaded "
+                     "band is its minimum to maximum). The header's numbers are over every step.")
+
+    def column(run, key):
+        """run's values of key, one per step of the axis (None where the run has no such step)."""
+        if not every:
+            return run["cols"][key]
+        at = dict(zip(run["steps"], run["cols"][key]))
+        return [at.get(s) for s in axis]
 
     def series(run, key, name, color, band=False, scale=1.0):
-        mean, lo, hi = reduce(run["cols"][key], bks)
+        mean, lo, hi = reduce(column(run, key), bks)
         s = {"name": name, "color": color, "y": rounded([None if v is None else v * scale for v in mean])}
         if band and len(bks) < n:
             s["lo"] = rounded([None if v is None else v * scale for v in lo])
             s["hi"] = rounded([None if v is None else v * scale for v in hi])
         return s
 
+    def per_run(key, name, color, band=False, scale=1.0):
+        """The run's series, or with --run all one per run, in the run's colour."""
+        if not every:
+            return [series(main, key, name, color, band, scale)]
+        return [series(s, key, f"run {s['run_id']}", color_of[s["run_id"]], band, scale) for s in leads]
+
     def chart(cid, title_, unit, ss, kind="line", empty_field=None, ymax=None, note=None):
-        c = {"id": cid, "title": title_, "unit": unit, "kind": kind, "x": x, "series": ss}
+        c = {"id": cid, "title": title_ + (", one series per run" if every else ""), "unit": unit, "kind": kind,
+             "x": x, "series": ss}
         if ymax is not None:
             c["ymax"] = ymax
         if note:
@@ -267,64 +145,72 @@ def build(paths, title, max_points, workers):
             c["empty"] = f"null on every line: {why_null(runs, empty_field)}" if empty_field else "no data"
         charts.append(c)
 
-    chart("step_time", "Step time", "ms", [series(main, "step_time_ms", "step time", PALETTE[0], band=True)],
+    chart("step_time", "Step time", "ms", per_run("step_time_ms", "step time", PALETTE[0], band=True),
           empty_field="step_time_ms")
     chart("tokens", "Tokens per second (this rank)", "tokens/s",
-          [series(main, "tokens_per_second", "tokens/s", PALETTE[2], band=True)], empty_field="tokens_per_second")
+          per_run("tokens_per_second", "tokens/s", PALETTE[2], band=True), empty_field="tokens_per_second")
     chart("mfu", "Estimated MFU", "fraction of peak",
-          [series(main, "estimated_mfu", "estimated MFU", PALETTE[4])], empty_field="estimated_mfu")
+          per_run("estimated_mfu", "estimated MFU", PALETTE[4]), empty_field="estimated_mfu")
 
-    # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time). A phase
-    # missing from a line took no time (0); on a line without GPU attribution (`gpu` null: not traced)
-    # every GPU phase is unknown (None): a gap in the stack, never a zero.
-    for cid, src, title_ in (("phases_host", "host", "Per-phase host time (stacked)"),
-                             ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
-        phase_names = sorted(main[src], key=lambda p: -sum(main[src][p].values()))
-        known = main["gpu_rows"] if src == "gpu" else [True] * n
-        ss = []
-        for i, p in enumerate(phase_names):
-            col = [main[src][p].get(row, 0.0) if known[row] else None for row in range(n)]
-            mean, _, _ = reduce(col, bks)
-            ss.append({"name": p, "color": PALETTE[i % len(PALETTE)], "y": rounded(mean)})
-        chart(cid, title_, "ms", ss, kind="stacked",
-              empty_field=None if ss else ("gpu" if src == "gpu" else "phases"))
-        if not ss:
-            charts[-1]["empty"] = ("no phase had GPU records: " + why_null(runs, "gpu")) if src == "gpu" else \
-                "no phase scopes in these lines"
+    if every:  # one line per run: the first quantity of each chart below
+        chart("utilization", "GPU utilization (busy share)", "fraction",
+              per_run("gpu_utilization", "", None), empty_field="gpu_utilization", ymax=1.0)
+        chart("memory", "Device memory used (peak in step)", "GiB",
+              per_run("device_used_peak_bytes", "", None, scale=1.0 / (1 << 30)),
+              empty_field="memory.device_used_peak_bytes")
+        chart("nccl", "NCCL kernel time", "ms", per_run("nccl_time_ms", "", None), empty_field="nccl_time_ms")
+        notes.append(f"{len(shown_ids)} runs, one series per run (each its own colour, never joined). Per-phase "
+                     "time, SM activity, the allocator, the diagnosis over time and the per-rank views are drawn "
+                     "for one run at a time: --run ID.")
+    else:
+        # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time). A phase
+        # missing from a line took no time (0); on a line without GPU attribution (`gpu` null: not traced)
+        # every GPU phase is unknown (None): a gap in the stack, never a zero.
+        for cid, src, title_ in (("phases_host", "host", "Per-phase host time (stacked)"),
+                                 ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
+            phase_names = sorted(main[src], key=lambda p: -sum(main[src][p].values()))
+            known = main["gpu_rows"] if src == "gpu" else [True] * n
+            ss = []
+            for i, p in enumerate(phase_names):
+                col = [main[src][p].get(row, 0.0) if known[row] else None for row in range(n)]
+                mean, _, _ = reduce(col, bks)
+                ss.append({"name": p, "color": PALETTE[i % len(PALETTE)], "y": rounded(mean)})
+            chart(cid, title_, "ms", ss, kind="stacked",
+                  empty_field=None if ss else ("gpu" if src == "gpu" else "phases"))
+            if not ss:
+                charts[-1]["empty"] = ("no phase had GPU records: " + why_null(runs, "gpu")) if src == "gpu" else \
+                    "no phase scopes in these lines"
 
-    chart("utilization", "GPU utilization and hardware counters", "fraction",
-          [series(main, "gpu_utilization", "GPU utilization (busy share)", PALETTE[0]),
-           series(main, "sm_activity", "SM activity", PALETTE[1]),
-           series(main, "tensor_core_or_pipe_utilization", "tensor pipe", PALETTE[2]),
-           series(main, "memory_bandwidth_utilization", "DRAM bandwidth", PALETTE[3])],
-          empty_field="gpu_utilization", ymax=1.0,
-          note="GPU utilization is the share of the step with any kernel or copy running (what nvidia-smi "
-               "shows); SM activity is how much of the SMs' time was busy. The gap between them is the "
-               "misleading-utilization gap.")
-    gib = 1.0 / (1 << 30)
-    chart("memory", "Memory", "GiB",
-          [series(main, "device_used_peak_bytes", "device used (peak in step)", PALETTE[0], scale=gib),
-           series(main, "allocated_bytes", "allocator: allocated", PALETTE[1], scale=gib),
-           series(main, "reserved_bytes", "allocator: reserved", PALETTE[2], scale=gib)],
-          empty_field="memory.device_used_peak_bytes")
-    chart("nccl", "NCCL time and exposed communication", "ms",
-          [series(main, "nccl_time_ms", "NCCL kernels", PALETTE[4]),
-           series(main, "nccl_exposed_ms", "exposed (not overlapped)", PALETTE[3])],
-          empty_field="nccl_time_ms")
+        chart("utilization", "GPU utilization and hardware counters", "fraction",
+              [series(main, "gpu_utilization", "GPU utilization (busy share)", PALETTE[0]),
+               series(main, "sm_activity", "SM activity", PALETTE[1]),
+               series(main, "tensor_core_or_pipe_utilization", "tensor pipe", PALETTE[2]),
+               series(main, "memory_bandwidth_utilization", "DRAM bandwidth", PALETTE[3])],
+              empty_field="gpu_utilization", ymax=1.0,
+              note="GPU utilization is the share of the step with any kernel or copy running (what nvidia-smi "
+                   "shows); SM activity is how much of the SMs' time was busy. The gap between them is the "
+                   "misleading-utilization gap.")
+        gib = 1.0 / (1 << 30)
+        chart("memory", "Memory", "GiB",
+              [series(main, "device_used_peak_bytes", "device used (peak in step)", PALETTE[0], scale=gib),
+               series(main, "allocated_bytes", "allocator: allocated", PALETTE[1], scale=gib),
+               series(main, "reserved_bytes", "allocator: reserved", PALETTE[2], scale=gib)],
+              empty_field="memory.device_used_peak_bytes")
+        chart("nccl", "NCCL time and exposed communication", "ms",
+              [series(main, "nccl_time_ms", "NCCL kernels", PALETTE[4]),
+               series(main, "nccl_exposed_ms", "exposed (not overlapped)", PALETTE[3])],
+              empty_field="nccl_time_ms")
 
-    # Diagnosis over time: the most frequent label of each bucket, lighter where it was carried from the
-    # last traced step, grey where nothing was known (basis none).
-    strip_labels, strip_shades = strip(main["labels"], main["bases"], bks)
-    charts.append({"id": "diagnosis", "title": "Diagnosis over time (most frequent label per point)", "kind": "strip",
-                   "x": x, "labels": strip_labels, "shades": strip_shades, "colors": LABEL_COLORS,
-                   "carried_colors": CARRIED_COLORS, "none_color": NONE_COLOR})
+        # Diagnosis over time: the most frequent label of each bucket, lighter where it was carried from the
+        # last traced step, grey where nothing was known (basis none).
+        strip_labels, strip_shades = strip(main["labels"], main["bases"], bks)
+        charts.append({"id": "diagnosis", "title": "Diagnosis over time (most frequent label per point)",
+                       "kind": "strip", "x": x, "labels": strip_labels, "shades": strip_shades,
+                       "colors": LABEL_COLORS, "carried_colors": CARRIED_COLORS, "none_color": NONE_COLOR})
 
     # Ranks: step time per rank, and the slowest rank per window.
-    rank_rows = {}
-    for rk in ranks:
-        r = by_rank[rk][0]
-        rank_rows[rk] = dict(zip(r["steps"], r["cols"]["step_time_ms"]))
-    if len(ranks) > 1:
+    if len(ranks) > 1 and not every:
+        rank_rows = {rk: dict(zip(by_rank[rk]["steps"], by_rank[rk]["cols"]["step_time_ms"])) for rk in ranks}
         per_rank = {}
         for rk in ranks:
             col = [rank_rows[rk].get(s) for s in main["steps"]]
@@ -356,7 +242,8 @@ def build(paths, title, max_points, workers):
                       for rk, c in counts.most_common(8)]
     else:
         slow_table = []
-        notes.append("One rank in these files: per-rank step time and the slowest rank need every rank's file.")
+        if len(ranks) == 1:
+            notes.append("One rank in these files: per-rank step time and the slowest rank need every rank's file.")
 
     # Top kernels per phase, over every line of every rank (each line lists its phase's top 5).
     top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
@@ -368,23 +255,25 @@ def build(paths, title, max_points, workers):
     top_kernels = {p: sorted(([k, v[0], v[1]] for k, v in d.items()), key=lambda t: -t[1])[:8]
                    for p, d in top.items()}
 
-    # Header numbers, over every step of every rank.
+    # Header numbers, over every step of every rank of the run(s) shown.
     all_time = [v for r in runs for v in r["cols"]["step_time_ms"] if v is not None]
     all_mfu = [v for r in runs for v in r["cols"]["estimated_mfu"] if v is not None]
     all_tps = [v for r in runs for v in r["cols"]["tokens_per_second"] if v is not None]
     label_bases = Counter(pair for r in runs for pair in zip(r["labels"], r["bases"]))
     devices = Counter()
-    run_ids = Counter()
     for r in runs:
         devices.update(r["devices"])
-        run_ids.update(r["run_ids"])
     header = {
         "title": title,
-        "run_ids": [k for k, _ in run_ids.most_common(4) if k],
+        "run": (f"all {len(shown_ids)}: " if every else "") + ", ".join(shown_ids) +
+               (f" (of {len(all_runs)} in these files)" if len(all_runs) > 1 and not every else ""),
+        "runs": [{k: r[k] for k in ("id", "first_step", "last_step", "lines", "ranks", "latest")} for r in all_runs],
+        "shown": shown_ids,
+        "runs_text": runs_text(all_runs, shown_ids, wanted),
         "gpus": [k for k, _ in devices.most_common(3) if k] or ["none (" + why_null(runs, "device") + ")"],
         "lines": total_lines,
         "steps": n,
-        "first_step": main["steps"][0], "last_step": main["steps"][-1],
+        "first_step": axis[0], "last_step": axis[-1],
         "ranks": len(ranks),
         "step_time_median_ms": median(all_time),
         "step_time_p95_ms": sorted(all_time)[int(0.95 * (len(all_time) - 1))] if all_time else None,
@@ -393,13 +282,14 @@ def build(paths, title, max_points, workers):
         "mfu_null": None if all_mfu else why_null(runs, "estimated_mfu"),
         **verdict(label_bases),
         "labels": label_table(label_bases),
-        "unparsable": sum(r["unparsable"] for r in runs),
+        "unparsable": sum(f["unparsable"] for f in files),
     }
     traces = [t for r in runs for t in r["traces"]]
     ends = [e for r in runs for e in r["ends"]]
     return {"header": header, "charts": charts, "notes": notes, "top_kernels": top_kernels,
             "slowest_ranks": slow_table, "traces": traces, "ends": len(ends),
-            "files": [r["path"] for r in runs], "build_s": time.time() - t0}
+            "files": [f["path"] for f in files if any(s["steps"] for s in f["segments"].values())],
+            "build_s": time.time() - t0}
 
 
 def resolve_traces(data, out_path):
@@ -435,6 +325,8 @@ header{background:#1d2733;color:#eee;padding:14px 24px}
 header h1{font-size:20px;margin:0 0 6px}
 header .kv{display:flex;flex-wrap:wrap;gap:6px 22px}
 header .kv b{color:#fff}
+header .runs{margin-top:6px;font-size:13px;color:#c9d3de}
+header .runs.several{color:#ffd58a}
 main{padding:12px 24px;max-width:1400px}
 .verdict{background:#fff;border-left:6px solid #888;padding:10px 14px;margin:12px 0}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(620px,1fr));gap:14px}
@@ -453,7 +345,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 #tip{position:fixed;pointer-events:none;background:#222;color:#fff;font-size:12px;padding:4px 6px;border-radius:3px;display:none;white-space:pre}
 #self-check{display:none}
 </style></head><body>
-<header><h1 id="title"></h1><div class="kv" id="kv"></div></header>
+<header><h1 id="title"></h1><div class="kv" id="kv"></div><div class="runs" id="runs"></div></header>
 <main>
 <div class="verdict" id="verdict"></div>
 <div id="notes"></div>
@@ -679,12 +571,14 @@ function tooltip(cv, c, X) {
 const H = D.header;
 document.title = H.title;
 $("title").textContent = H.title;
-const kv = [["run", H.run_ids.join(", ") || "?"], ["GPU", H.gpus.join(", ")], ["ranks", H.ranks],
+const kv = [["run", H.run], ["GPU", H.gpus.join(", ")], ["ranks", H.ranks],
   ["steps", H.steps + " (" + H.first_step + "–" + H.last_step + ")"], ["lines", H.lines],
   ["step time", fmt(H.step_time_median_ms, 2) + " ms median, " + fmt(H.step_time_p95_ms, 2) + " ms p95"],
   ["tokens/s", fmt(H.tokens_per_second_median, 0) + " median"],
   ["MFU", H.mfu_median === null ? "null (" + H.mfu_null + ")" : fmt(H.mfu_median * 100, 1) + " % median"]];
 $("kv").innerHTML = kv.map(([k, v]) => `<span>${esc(k)}: <b>${esc(v)}</b></span>`).join("");
+$("runs").textContent = H.runs_text;
+if (H.runs.length > 1) $("runs").className = "runs several";
 const vb = $("verdict");
 vb.style.borderLeftColor = (D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[H.dominant] || "#888";
 vb.innerHTML = `<b>${esc(H.dominant)}</b> (${esc(H.basis_text)}). ${esc(H.advice)}`;
@@ -764,13 +658,20 @@ def main(argv=None):
     ap.add_argument("--title", default=None)
     ap.add_argument("--max-points", type=int, default=MAX_POINTS, help="points per series at most (downsampling)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="files read in parallel")
+    ap.add_argument("--run", default=None, metavar="ID|all",
+                    help="the run to show when the files hold several run_ids (several runs appended to one log): "
+                         "its id or a prefix naming one run; 'all': one series per run. Default: the latest run")
     a = ap.parse_args(argv)
     missing = [p for p in a.lines if not os.path.isfile(p)]
     if missing:
         ap.error("no such file: " + ", ".join(missing))
     title = a.title or "steptrace report: " + ", ".join(os.path.basename(p) for p in a.lines[:3]) + \
         (f" and {len(a.lines) - 3} more" if len(a.lines) > 3 else "")
-    data = build(a.lines, title, max(10, a.max_points), a.jobs)
+    try:
+        data = build(a.lines, title, max(10, a.max_points), a.jobs, a.run)
+    except UnknownRun as e:
+        print(f"steptrace-report: {e}", file=sys.stderr)
+        return 2
     resolve_traces(data, a.output)
     page = render(data)
     tmp = a.output + ".tmp"
@@ -779,6 +680,8 @@ def main(argv=None):
     os.replace(tmp, a.output)
     print(f"steptrace-report: {a.output} ({len(page) / 1e6:.2f} MB) from {data['header']['lines']} lines "
           f"of {data['header']['ranks']} rank(s) in {data['build_s']:.2f} s")
+    if len(data["header"]["runs"]) > 1:
+        print("steptrace-report: " + data["header"]["runs_text"])
     return 0
 
 

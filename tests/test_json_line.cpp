@@ -2,6 +2,7 @@
 #include <steptrace/steptrace.hpp>
 
 #include <cmath>
+#include <functional>
 
 #include "support.hpp"
 
@@ -251,4 +252,116 @@ TEST_CASE("cross_rank.balanced is null with a reason when a rank is missing", "[
   CHECK(j["cross_rank"]["balanced"] == true);
   in.cross_rank->step_skew = 0.2;
   CHECK(nlohmann::json::parse(make_step_line(in))["cross_rank"]["balanced"] == false);
+}
+
+namespace {
+// A 10 ms step with a forward phase that launched 4 ms of GPU work, every value possible.
+struct InvariantCase {
+  StepRecord r;
+  RunInfo run;
+  StepGpu g;
+  InvariantCase() {
+    r.begin_ns = 0;
+    r.end_ns = 10'000'000;
+    PhaseSpan s;
+    s.phase = phase_tag::forward;
+    s.begin_ns = 1'000'000;
+    s.end_ns = 6'000'000;
+    r.spans.push_back(s);
+    g.kernels = 2;
+    g.kernel_ns = g.busy_ns = 4'000'000;
+    g.sm_efficiency = 0.5;
+    PhaseGpu pg;
+    pg.kernels = 2;
+    pg.kernel_ns = pg.busy_ns = 4'000'000;
+    pg.sm_efficiency = 0.5;
+    pg.busy = {{1'000'000, 5'000'000}};
+    g.phases[phase_tag::forward] = pg;
+  }
+  nlohmann::json line(const std::function<void(StepLineInput&)>& edit = {}) {
+    StepLineInput in = minimal_input(r, run);
+    in.gpu = g;
+    CounterSummary c;
+    c.sm_active = 0.7;
+    c.samples = 4;
+    c.sample_ns = 4'000'000;
+    c.coverage = 1;
+    in.counters = c;
+    in.phase_counters[phase_tag::forward] = c;
+    if (edit) edit(in);
+    in.shares = compute_step_shares(in.host, in.gpu);
+    check_line_invariants(in);
+    return nlohmann::json::parse(make_step_line(in));
+  }
+};
+}  // namespace
+
+TEST_CASE("invariants: a possible line passes whole", "[json][invariants]") {
+  InvariantCase t;
+  const auto j = t.line();
+  CHECK(j["gpu"]["invariant_exclusions"] == 0);
+  CHECK(double(j["gpu_utilization"]) == Approx(0.4));
+  CHECK(double(j["forward_time_ms"]) == Approx(5.0));
+  CHECK(double(j["sm_activity"]) == Approx(0.7));
+  CHECK(j["phases"]["forward"]["gpu"].is_object());
+}
+
+TEST_CASE("invariants: GPU busy time beyond the step's time leaves the utilization out, not capped", "[json][invariants]") {
+  InvariantCase t;
+  t.g.busy_ns = 12'000'000;  // e.g. work launched after the step's scope (an evaluation) counted in it
+  t.g.phases[phase_tag::forward].busy_ns = 12'000'000;
+  const auto j = t.line();
+  CHECK(j["gpu_utilization"].is_null());
+  CHECK(j["gpu"]["idle_ms"].is_null());
+  CHECK(j["diagnosis"]["evidence"]["gpu_utilization"].is_null());
+  CHECK(double(j["gpu"]["busy_ms"]) == Approx(12.0));  // the measured union itself is a fact
+  CHECK(j["gpu"]["invariant_exclusions"] == 3);
+  CHECK(std::string(j["null_reasons"]["gpu_utilization"]).find("utilization above 1") != std::string::npos);
+  CHECK(j["diagnosis"]["label"] != "COMPUTE-BOUND");
+}
+
+TEST_CASE("invariants: a phase busier on the GPU than its step is left out", "[json][invariants]") {
+  InvariantCase t;
+  t.g.phases[phase_tag::forward].busy_ns = 5'000'000;  // more than the step's 4 ms union
+  const auto j = t.line();
+  CHECK(j["phases"]["forward"]["gpu"].is_null());
+  CHECK(std::string(j["null_reasons"]["phases.forward.gpu"]).find("more than its step") != std::string::npos);
+  CHECK(j["gpu"]["invariant_exclusions"] == 1);
+  CHECK(double(j["gpu_utilization"]) == Approx(0.4));
+}
+
+TEST_CASE("invariants: counters and efficiencies outside [0, 1] are left out", "[json][invariants]") {
+  InvariantCase t;
+  t.g.phases[phase_tag::forward].sm_efficiency = 1.3;
+  const auto j = t.line([](StepLineInput& in) {
+    in.counters->sm_active = 1.02;
+    in.phase_counters[phase_tag::forward].sm_active = 1.71;
+    in.phase_counters[phase_tag::forward].dram = -0.1;
+  });
+  CHECK(j["sm_activity"].is_null());
+  CHECK(std::string(j["null_reasons"]["sm_activity"]).find("outside [0, 1]") != std::string::npos);
+  const auto& pc = j["phases"]["forward"]["gpu"]["counters"];
+  CHECK(pc["sm_activity"].is_null());
+  CHECK(pc["memory_bandwidth_utilization"].is_null());
+  CHECK(j["phases"]["forward"]["gpu"]["sm_efficiency"].is_null());
+  CHECK(j["null_reasons"].contains("phases.forward.gpu.counters.sm_activity"));
+  CHECK(j["gpu"]["invariant_exclusions"] == 4);
+}
+
+TEST_CASE("invariants: a phase's scopes on the step thread longer than the step are left out", "[json][invariants]") {
+  InvariantCase t;
+  t.r.spans[0].begin_ns = -5'000'000;  // opened before the step began
+  const auto j = t.line();
+  CHECK(j["forward_time_ms"].is_null());
+  CHECK(j["phases"]["forward"]["host_ms"].is_null());
+  CHECK(std::string(j["null_reasons"]["forward_time_ms"]).find("before the step began") != std::string::npos);
+  CHECK(j["gpu"]["invariant_exclusions"] == 2);
+  // Scopes on other threads add up beyond the step without contradiction (a loader's threads).
+  InvariantCase o;
+  PhaseSpan s = o.r.spans[0];
+  s.on_step_thread = false;
+  for (int i = 0; i < 3; ++i) o.r.spans.push_back(s);
+  const auto k = o.line();
+  CHECK(double(k["forward_time_ms"]) == Approx(20.0));
+  CHECK(k["gpu"]["invariant_exclusions"] == 0);
 }

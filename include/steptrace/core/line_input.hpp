@@ -83,6 +83,9 @@ struct StepLineInput {
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
   uint64_t lines_unwritten_total = 0;   // lines the log could not take (write errors), since start()
   std::vector<std::string> warnings;
+  // Values that failed a check that needs no ground truth (core/line_invariants.hpp): field path ->
+  // why; written null with that reason and counted (gpu.invariant_exclusions).
+  std::map<std::string, std::string> excluded;
 };
 
 STEPTRACE_END_NAMESPACE  // steptrace

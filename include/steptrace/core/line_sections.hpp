@@ -51,7 +51,8 @@ struct LineOut {
   /// A built-in phase that was never opened has no time: null, and say so.
   void phase_field(const StepLineInput& in, const char* name, PhaseId id) {
     auto it = in.host.phases.find(id);
-    const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
+    const auto v = it == in.host.phases.end() || in.excluded.count(name) ? std::nullopt
+                                                                          : std::optional<double>(ns_to_ms(it->second.total_ns));
     w.field(name, v);
     if (!v)
       nulls.emplace_back(name, "no '" + phase_name(id) + "' phase scope in this step" +
@@ -127,7 +128,9 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
   const HostStepMetrics& host = in.host;
   // GPU: attribution (CUPTI activity records joined to launches) and hardware counters.
   if (in.gpu && host.step_time_ns > 0) {
-    w.field("gpu_utilization", std::min(1.0, static_cast<double>(in.gpu->busy_ns) / static_cast<double>(host.step_time_ns)));
+    w.field("gpu_utilization", in.excluded.count("gpu_utilization")
+                                   ? std::nullopt
+                                   : std::optional<double>(static_cast<double>(in.gpu->busy_ns) / static_cast<double>(host.step_time_ns)));
     w.field("nccl_time_ms", ns_to_ms(in.gpu->nccl_ns));
   } else {
     for (const char* name : {"gpu_utilization", "nccl_time_ms"}) {
@@ -242,11 +245,13 @@ inline void write_gpu(LineOut& out, const StepLineInput& in) {
     const StepGpu& g = *in.gpu;
     w.begin_object();
     w.field("complete", g.complete).field("missing_launches", g.missing_launches);
-    w.field("busy_ms", ns_to_ms(g.busy_ns)).field("idle_ms", ns_to_ms(std::max<int64_t>(0, host.step_time_ns - g.busy_ns)));
+    w.field("busy_ms", ns_to_ms(g.busy_ns));
+    w.field("idle_ms", in.excluded.count("gpu.idle_ms") ? std::nullopt : std::optional<double>(ns_to_ms(host.step_time_ns - g.busy_ns)));
     w.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
     // No kernel, no efficiency: null, never 0 (the step's null_reasons say why).
-    w.field("sm_efficiency", g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt);
+    w.field("sm_efficiency", g.kernels && !in.excluded.count("gpu.sm_efficiency") ? std::optional<double>(g.sm_efficiency) : std::nullopt);
     if (!g.kernels) out.nulls.emplace_back("gpu.sm_efficiency", "no kernel ran in this step");
+    w.field("invariant_exclusions", in.excluded.size());
     w.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
     w.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt);
     w.key("nccl_collectives").begin_object();
@@ -388,8 +393,10 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
   for (PhaseId id : ids) {
     w.key(id == kNoPhase ? std::string("unphased") : phase_name(id)).begin_object();
     auto hp = host.phases.find(id);
+    const std::string at = "phases." + (id == kNoPhase ? std::string("unphased") : phase_name(id));
     if (hp != host.phases.end()) {
-      w.field("host_ms", ns_to_ms(hp->second.total_ns)).field("count", hp->second.count);
+      w.field("host_ms", in.excluded.count(at + ".host_ms") ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.total_ns)));
+      w.field("count", hp->second.count);
       if (hp->second.other_thread_count) w.field("other_thread_count", hp->second.other_thread_count);
     }
     const PhaseGpu* pg = nullptr;
@@ -397,11 +404,13 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
       auto it = in.gpu->phases.find(id);
       if (it != in.gpu->phases.end()) pg = &it->second;
     }
-    if (pg) {
+    if (pg && in.excluded.count(at + ".gpu")) {
+      w.key("gpu").null();
+    } else if (pg) {
       w.key("gpu").begin_object();
       w.field("kernel_ms", ns_to_ms(pg->kernel_ns)).field("busy_ms", ns_to_ms(pg->busy_ns)).field("kernels", pg->kernels);
-      w.field("sm_efficiency", pg->kernels ? std::optional<double>(pg->sm_efficiency) : std::nullopt);
-      w.field("occupancy", pg->kernels && pg->occupancy > 0 ? std::optional<double>(pg->occupancy) : std::nullopt);
+      w.field("sm_efficiency", pg->kernels && !in.excluded.count(at + ".gpu.sm_efficiency") ? std::optional<double>(pg->sm_efficiency) : std::nullopt);
+      w.field("occupancy", pg->kernels && pg->occupancy > 0 && !in.excluded.count(at + ".gpu.occupancy") ? std::optional<double>(pg->occupancy) : std::nullopt);
       for (int k = 0; k < kCopyKindCount; ++k) {
         const CopyTotals& c = pg->copies[k];
         if (!c.count) continue;

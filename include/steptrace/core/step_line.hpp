@@ -3,6 +3,7 @@
 // that every key path a line can carry is documented there.
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <string>
 
 #include "line_input.hpp"
@@ -53,6 +54,14 @@ inline std::string make_step_line(const StepLineInput& in) {
   write_overhead(out, in);
   write_trace(out, in);
   write_bookkeeping(out, in);
+  // A value left out by a check (core/line_invariants.hpp) says why, in place of a section's reason.
+  for (auto& [field, reason] : out.nulls) {
+    auto it = in.excluded.find(field);
+    if (it != in.excluded.end()) reason = it->second;
+  }
+  for (const auto& [field, reason] : in.excluded)
+    if (std::none_of(out.nulls.begin(), out.nulls.end(), [&](const auto& n) { return n.first == field; }))
+      out.nulls.emplace_back(field, reason);
   out.w.key("null_reasons").begin_object();
   for (const auto& [field, reason] : out.nulls) out.w.field(field, reason);
   out.w.end_object();

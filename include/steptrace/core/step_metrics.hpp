@@ -18,6 +18,7 @@ struct PhaseHostTime {
   int64_t total_ns = 0;          // sum of the phase's scopes (a scope nested in the same phase counts once)
   uint32_t count = 0;            // scopes closed in this step
   uint32_t other_thread_count = 0;  // of which opened on a thread other than the step's
+  int64_t step_thread_ns = 0;    // the part of total_ns on the step's thread (its scopes run one after another)
 };
 
 struct HostStepMetrics {
@@ -40,6 +41,7 @@ inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
     ++p.count;
     if (!span.on_step_thread) ++p.other_thread_count;
     if (!span.nested_in_same) p.total_ns += span.end_ns - span.begin_ns;
+    if (!span.nested_in_same && span.on_step_thread) p.step_thread_ns += span.end_ns - span.begin_ns;
     if (span.on_step_thread && span.depth == 0)
       covered.push_back(clip({span.begin_ns, span.end_ns}, step.begin_ns, step.end_ns));
   }

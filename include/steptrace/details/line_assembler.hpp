@@ -18,6 +18,7 @@
 #include "../core/device_state.hpp"
 #include "../core/metrics.hpp"
 #include "../core/records.hpp"
+#include "../core/line_invariants.hpp"
 #include "../core/step_line.hpp"
 #include "../core/step_metrics.hpp"
 #include "../core/summary.hpp"
@@ -143,6 +144,10 @@ class LineAssembler {
       warn_once("mfu.above_one",
                 "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) + "): flops_per_token or peak_flops is wrong");
     in.shares = compute_step_shares(in.host, in.gpu);
+    check_line_invariants(in);  // before the diagnosis reads the shares
+    for (const auto& [field, why] : in.excluded)
+      warn_once("invariant." + field.substr(0, field.find('.', field.find('.') + 1)),
+                "step " + std::to_string(r.index) + ": " + why + " (null with this reason in null_reasons; said once)");
     const double step_ms = ns_to_ms(in.host.step_time_ns);
     if (in.gpu) {
       in.diagnosis = diagnose(in.shares);

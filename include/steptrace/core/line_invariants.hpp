@@ -1,0 +1,121 @@
+// steptrace/core/line_invariants.hpp - what no line may say, checked on every line before it is
+// written. Each check needs no ground truth:
+//   - a phase's scopes on the step's thread run one after another inside the step: their time fits
+//     the step's time;
+//   - the step's GPU busy time (the union of the intervals of the work it launched) fits its time, and
+//     each phase's busy time fits the step's (a phase's intervals are a subset of the step's);
+//   - every utilization, efficiency, share and counter is a fraction of something: [0, 1].
+// A value that fails is never published and never clamped: it is written null with the reason, and
+// counted (gpu.invariant_exclusions). Records that start before their launch are left out earlier,
+// record by record (core/plausibility.hpp). Pure: the line's input in, the same input with the failed
+// values removed and `excluded` filled.
+#pragma once
+#include "../version.hpp"
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "line_input.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+namespace details {
+/// Clocks: phase scopes and step boundaries are read from one host clock, but a scope's two readings
+/// and the step's may come from the time-stamp counter and steady_clock (core/clock.hpp): 20 us.
+inline constexpr int64_t kInvariantHostSlackNs = 20'000;
+
+inline std::string invariant_ms(int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f ms", static_cast<double>(ns) / 1e6);
+  return b;
+}
+inline std::string invariant_value(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+inline bool is_fraction(double v) { return v >= 0.0 && v <= 1.0; }
+
+/// The top-level field that carries a built-in phase's host time, if any.
+inline const char* builtin_phase_field(PhaseId id) {
+  if (id == phase_tag::input) return "dataloader_wait_ms";
+  if (id == phase_tag::h2d) return "h2d_time_ms";
+  if (id == phase_tag::forward) return "forward_time_ms";
+  if (id == phase_tag::backward) return "backward_time_ms";
+  if (id == phase_tag::optimizer) return "optimizer_time_ms";
+  return nullptr;
+}
+inline std::string phase_key(PhaseId id) { return id == kNoPhase ? std::string("unphased") : phase_name(id); }
+
+/// `v` (a fraction) removed and its field excluded when outside [0, 1].
+inline void check_fraction(std::optional<double>& v, const std::string& field, StepLineInput& in) {
+  if (!v || is_fraction(*v)) return;
+  in.excluded[field] = field + " = " + invariant_value(*v) + " lies outside [0, 1], which it cannot: left out";
+  v.reset();
+}
+}  // namespace details
+
+inline void check_line_invariants(StepLineInput& in) {
+  using namespace details;
+  const int64_t step_ns = in.host.step_time_ns;
+
+  // Host: the step thread's scopes of a phase fit the step.
+  if (step_ns > 0)
+    for (const auto& [id, p] : in.host.phases) {
+      if (p.step_thread_ns <= step_ns + kInvariantHostSlackNs) continue;
+      const std::string why = "phase '" + phase_key(id) + "' scopes on the step's thread took " +
+                              invariant_ms(p.step_thread_ns) + " in a " + invariant_ms(step_ns) +
+                              " step, which they cannot (a scope opened before the step began?): left out";
+      in.excluded["phases." + phase_key(id) + ".host_ms"] = why;
+      if (const char* f = builtin_phase_field(id)) in.excluded[f] = why;
+    }
+
+  if (in.gpu && step_ns > 0) {
+    const StepGpu& g = *in.gpu;
+    // The step's GPU busy time fits its time (work of earlier steps or between steps cannot be in it).
+    if (g.busy_ns > step_ns) {
+      const std::string why = "the step's GPU work was busy " + invariant_ms(g.busy_ns) + " in a " + invariant_ms(step_ns) +
+                              " step: a utilization above 1 cannot be, so it is left out (work launched in the step "
+                              "ran on after it; see gpu.busy_ms)";
+      in.excluded["gpu_utilization"] = why;
+      in.excluded["gpu.idle_ms"] = why;
+      in.excluded["diagnosis.evidence.gpu_utilization"] = why;
+      in.shares.gpu_utilization.reset();
+    }
+    if (g.kernels && !is_fraction(g.sm_efficiency)) {
+      in.excluded["gpu.sm_efficiency"] = "gpu.sm_efficiency = " + invariant_value(g.sm_efficiency) + " lies outside [0, 1]: left out";
+      in.shares.sm_efficiency.reset();
+      in.excluded["diagnosis.evidence.sm_efficiency"] = in.excluded["gpu.sm_efficiency"];
+    }
+    for (const auto& [id, pg] : g.phases) {
+      const std::string at = "phases." + phase_key(id) + ".gpu";
+      if (pg.busy_ns > g.busy_ns)
+        in.excluded[at] = "phase '" + phase_key(id) + "' was busy " + invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
+                          invariant_ms(g.busy_ns) + " (its work is part of the step's): left out";
+      if (pg.kernels && !is_fraction(pg.sm_efficiency))
+        in.excluded[at + ".sm_efficiency"] = at + ".sm_efficiency = " + invariant_value(pg.sm_efficiency) + " lies outside [0, 1]: left out";
+      if (pg.kernels && pg.occupancy > 0 && !is_fraction(pg.occupancy))
+        in.excluded[at + ".occupancy"] = at + ".occupancy = " + invariant_value(pg.occupancy) + " lies outside [0, 1]: left out";
+    }
+  }
+
+  // Counters and shares: fractions.
+  if (in.counters) {
+    check_fraction(in.counters->sm_active, "sm_activity", in);
+    check_fraction(in.counters->dram, "memory_bandwidth_utilization", in);
+    check_fraction(in.counters->tensor_active, "tensor_core_or_pipe_utilization", in);
+    check_fraction(in.counters->occupancy, "counters.occupancy", in);
+  }
+  for (auto& [id, c] : in.phase_counters) {
+    const std::string at = "phases." + phase_key(id) + ".gpu.counters.";
+    check_fraction(c.sm_active, at + "sm_activity", in);
+    check_fraction(c.tensor_active, at + "tensor_core_or_pipe_utilization", in);
+    check_fraction(c.dram, at + "memory_bandwidth_utilization", in);
+    check_fraction(c.occupancy, at + "occupancy", in);
+  }
+  check_fraction(in.shares.comm_exposed, "diagnosis.evidence.comm_exposed_share", in);
+}
+
+STEPTRACE_END_NAMESPACE

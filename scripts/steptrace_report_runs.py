@@ -1,0 +1,301 @@
+"""The reading side of steptrace-report: the lines of each file, split by run and rank, and the choice of
+the run to show. Imported by steptrace_report.py from its own folder (CMake installs them side by side).
+
+A log that several runs appended to (same path, a new `run_id` at every `start()`, each counting its
+`global_step` from 0 again) holds several series: drawn as one, the steps would go back and forth. So
+every file is read as segments, one per (`run_id`, `rank`); lines without `run_id` (old logs) are the run
+"?". The report shows one run, by default the latest (its last line has the newest time; the file's
+order breaks ties), `--run ID` another, `--run all` every run, one series each.
+"""
+import json
+import os
+from collections import Counter, defaultdict
+from datetime import datetime
+
+from steptrace_report_diagnosis import line_basis
+
+NO_ID = "?"  # the run of lines without run_id
+SHOWN_IN_HEADER = 10  # runs listed in the header at most (the error for an unknown id lists every one)
+
+# Per-step scalar fields: (key in the page's data, path in the line).
+SCALARS = [
+    ("step_time_ms", ("step_time_ms",)),
+    ("tokens_per_second", ("tokens_per_second",)),
+    ("estimated_mfu", ("estimated_mfu",)),
+    ("gpu_utilization", ("gpu_utilization",)),
+    ("sm_activity", ("sm_activity",)),
+    ("tensor_core_or_pipe_utilization", ("tensor_core_or_pipe_utilization",)),
+    ("memory_bandwidth_utilization", ("memory_bandwidth_utilization",)),
+    ("nccl_time_ms", ("nccl_time_ms",)),
+    ("nccl_exposed_ms", ("gpu", "nccl_exposed_ms")),
+    ("device_used_peak_bytes", ("memory", "device_used_peak_bytes")),
+    ("allocated_bytes", ("memory", "allocator", "allocated_bytes")),
+    ("reserved_bytes", ("memory", "allocator", "reserved_bytes")),
+    ("dataloader_wait_ms", ("dataloader_wait_ms",)),
+]
+
+
+class UnknownRun(Exception):
+    """--run named no run of these files; the message lists those there are."""
+
+
+def dig(obj, path):
+    for k in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj if isinstance(obj, (int, float)) and not isinstance(obj, bool) else None
+
+
+def line_key(line):
+    """(run_id, rank) of a line: the segment it belongs to."""
+    rid, rank = line.get("run_id"), line.get("rank", 0)
+    return (rid if isinstance(rid, str) and rid else NO_ID,
+            rank if isinstance(rank, int) and not isinstance(rank, bool) else 0)
+
+
+def line_ms(line):
+    """The line's wall time in ms since the epoch (start_unix_ms, else timestamp), or None."""
+    v = line.get("start_unix_ms")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    ts = line.get("timestamp")
+    if isinstance(ts, str):
+        try:
+            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000.0
+        except ValueError:
+            return None
+    return None
+
+
+def new_segment(path, key):
+    return {"path": path, "run_id": key[0], "rank": key[1], "steps": [], "cols": {k: [] for k, _ in SCALARS},
+            "labels": [], "bases": [], "gpu_rows": [],   # gpu_rows: row -> the line has GPU attribution
+            "host": defaultdict(dict), "gpu": defaultdict(dict),   # phase -> {row: ms}
+            "top": defaultdict(lambda: defaultdict(lambda: [0.0, 0])), "nulls": defaultdict(Counter),
+            "traces": [], "ends": [], "devices": Counter(),
+            "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
+
+
+def add_line(seg, line, pos):
+    row = len(seg["steps"])
+    seg["steps"].append(line["global_step"])
+    ms = line_ms(line)
+    if ms is not None:
+        seg["first_ms"] = ms if seg["first_ms"] is None else min(seg["first_ms"], ms)
+        seg["last_ms"] = ms if seg["last_ms"] is None else max(seg["last_ms"], ms)
+    if seg["first_pos"] is None:
+        seg["first_pos"] = pos
+    seg["last_pos"] = pos
+    dev = line.get("device")
+    if isinstance(dev, dict):
+        seg["devices"][dev.get("name", "")] += 1
+    for key, p in SCALARS:
+        seg["cols"][key].append(dig(line, p))
+    diag = line.get("diagnosis") or {}
+    seg["labels"].append(diag.get("label", "UNKNOWN"))
+    seg["bases"].append(line_basis(line, diag))
+    seg["gpu_rows"].append(isinstance(line.get("gpu"), dict))
+    for name, ph in (line.get("phases") or {}).items():
+        if not isinstance(ph, dict):
+            continue
+        if isinstance(ph.get("host_ms"), (int, float)):
+            seg["host"][name][row] = ph["host_ms"]
+        g = ph.get("gpu")
+        if isinstance(g, dict):
+            if isinstance(g.get("busy_ms"), (int, float)):
+                seg["gpu"][name][row] = g["busy_ms"]
+            for t in g.get("top_kernels") or []:
+                cell = seg["top"][name][t.get("name", "?")]
+                cell[0] += t.get("ms") or 0.0
+                cell[1] += t.get("calls") or 0
+    for field, why in (line.get("null_reasons") or {}).items():
+        seg["nulls"][field][why] += 1
+    t = line.get("trace")
+    if isinstance(t, dict) and t.get("file"):
+        seg["traces"].append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
+                              "reasons": t.get("reasons", [])})
+
+
+def load_file(path, start=0, end=None):
+    """One file's steps (or those of bytes start..end of it), as columns, one segment per (run_id, rank).
+    Lines that do not parse (a killed writer's fragment) are counted."""
+    segs = {}
+    unparsable = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        chunk = f.read() if end is None else f.read(end - start)
+    pos = start
+    for raw in chunk.split(b"\n"):
+        here, pos = pos, pos + len(raw) + 1
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw.decode("utf-8", errors="replace"))
+        except ValueError:
+            unparsable += 1
+            continue
+        if not isinstance(line, dict):
+            unparsable += 1
+            continue
+        if "event" not in line and "global_step" not in line:
+            continue
+        key = line_key(line)
+        seg = segs.get(key)
+        if seg is None:
+            seg = segs[key] = new_segment(path, key)
+        if "event" in line:
+            if line.get("event") == "end":
+                seg["ends"].append(line)
+            continue
+        add_line(seg, line, here)
+    for seg in segs.values():
+        seg["host"], seg["gpu"] = dict(seg["host"]), dict(seg["gpu"])
+        seg["top"] = {p: {n: v for n, v in d.items()} for p, d in seg["top"].items()}
+        seg["nulls"] = dict(seg["nulls"])
+    return {"path": path, "segments": segs, "unparsable": unparsable}
+
+
+def split_points(path, parts):
+    """Byte ranges of `path` cut at line ends, `parts` of them (fewer for small files)."""
+    size = os.path.getsize(path)
+    parts = max(1, min(parts, size // (32 << 20)))
+    cuts = [0]
+    with open(path, "rb") as f:
+        for i in range(1, parts):
+            f.seek(size * i // parts)
+            f.readline()
+            cuts.append(max(cuts[-1], f.tell()))
+    cuts.append(size)
+    return [(path, cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i + 1] > cuts[i]]
+
+
+def load_range(task):
+    return load_file(*task)
+
+
+def append(out, p):
+    """Segment p (the same run and rank, later in the file or in a later file) after segment out."""
+    offset = len(out["steps"])
+    out["steps"] += p["steps"]
+    for k in out["cols"]:
+        out["cols"][k] += p["cols"][k]
+    for key in ("labels", "bases", "gpu_rows", "traces", "ends"):
+        out[key] += p[key]
+    for key in ("host", "gpu"):
+        for phase, rows in p[key].items():
+            dst = out[key].setdefault(phase, {})
+            for row, v in rows.items():
+                dst[row + offset] = v
+    for phase, d in p["top"].items():
+        dst = out["top"].setdefault(phase, {})
+        for name, (ms, calls) in d.items():
+            cell = dst.setdefault(name, [0.0, 0])
+            cell[0] += ms
+            cell[1] += calls
+    for field, c in p["nulls"].items():
+        out["nulls"].setdefault(field, Counter()).update(c)
+    out["devices"].update(p["devices"])
+    for k, pick in (("first_ms", min), ("last_ms", max), ("first_pos", min), ("last_pos", max),
+                    ("first_at", min), ("last_at", max)):
+        vals = [v for v in (out.get(k), p.get(k)) if v is not None]
+        out[k] = pick(vals) if vals else None
+    return out
+
+
+def merge(parts, path):
+    """One file's parts (in order) as one: its segments, each whole."""
+    out = {"path": path, "segments": {}, "unparsable": 0}
+    for p in parts:
+        out["unparsable"] += p["unparsable"]
+        for key, seg in p["segments"].items():
+            if key in out["segments"]:
+                append(out["segments"][key], seg)
+            else:
+                out["segments"][key] = seg
+    return out
+
+
+def segments(files):
+    """Every file's segments with step lines, one per (run_id, rank): a run and rank in several files is
+    one segment (in the files' order). first_at/last_at: (file index, byte) of its first/last line."""
+    out = {}
+    for i, f in enumerate(files):
+        for key, seg in f["segments"].items():
+            if not seg["steps"]:
+                continue
+            seg["first_at"], seg["last_at"] = (i, seg["first_pos"]), (i, seg["last_pos"])
+            if key in out:
+                append(out[key], seg)
+            else:
+                out[key] = seg
+    return list(out.values())
+
+
+def catalogue(segs):
+    """The runs of these segments, oldest first: id, step range, lines, ranks; the latest is marked."""
+    runs = {}
+    for s in segs:
+        r = runs.setdefault(s["run_id"], {"id": s["run_id"], "lines": 0, "ranks": [], "segs": []})
+        r["lines"] += len(s["steps"])
+        r["ranks"].append(s["rank"])
+        r["segs"].append(s)
+    for r in runs.values():
+        segs_ = r.pop("segs")
+        r["ranks"].sort()
+        r["first_step"] = min(min(s["steps"]) for s in segs_)
+        r["last_step"] = max(max(s["steps"]) for s in segs_)
+        firsts = [s["first_ms"] for s in segs_ if s["first_ms"] is not None]
+        lasts = [s["last_ms"] for s in segs_ if s["last_ms"] is not None]
+        r["first_ms"], r["last_ms"] = (min(firsts) if firsts else None), (max(lasts) if lasts else None)
+        r["first_at"], r["last_at"] = min(s["first_at"] for s in segs_), max(s["last_at"] for s in segs_)
+    out = sorted(runs.values(), key=lambda r: (r["first_ms"] is not None, r["first_ms"] or 0.0, r["first_at"]))
+    latest = max(out, key=lambda r: (r["last_ms"] is not None, r["last_ms"] or 0.0, r["last_at"]))
+    for r in out:
+        r["latest"] = r is latest
+    return out
+
+
+def describe(r):
+    ranks = r["ranks"]
+    who = f", ranks {ranks[0]}–{ranks[-1]}" if len(ranks) > 1 else ""
+    return (f"{r['id']}{' (lines without run_id)' if r['id'] == NO_ID else ''}: global_step "
+            f"{r['first_step']}–{r['last_step']}, {r['lines']} line{'s' if r['lines'] != 1 else ''}{who}")
+
+
+def choose(runs, wanted):
+    """The ids of the runs to show: the latest (wanted None), every one ("all"), or the one named (its
+    id, or a prefix of it that names no other). UnknownRun when none fits."""
+    if wanted is None:
+        return [r["id"] for r in runs if r["latest"]]
+    if wanted == "all":
+        return [r["id"] for r in runs]
+    ids = [r["id"] for r in runs]
+    if wanted in ids:
+        return [wanted]
+    starts = [i for i in ids if wanted and i.startswith(wanted)]
+    if len(starts) == 1:
+        return starts
+    raise UnknownRun(f"no run {wanted!r} in these files" + (" (it starts several run ids)" if starts else "") +
+                     f"; they hold {len(runs)} run{'s' if len(runs) != 1 else ''}: " +
+                     "; ".join(describe(r) for r in runs) +
+                     ". Pick one with --run ID (or a prefix that names one run), or --run all for every run.")
+
+
+def runs_text(runs, shown, wanted):
+    """The header's sentence on runs: how many, which (ids, step ranges, lines), which is shown, how to
+    pick another."""
+    if len(runs) == 1:
+        return f"1 run in these files: {describe(runs[0])}."
+    listed = runs if len(runs) <= SHOWN_IN_HEADER else \
+        [r for i, r in enumerate(runs) if i >= len(runs) - SHOWN_IN_HEADER + 1 or r["id"] in shown][-SHOWN_IN_HEADER:]
+    more = len(runs) - len(listed)
+    text = (f"{len(runs)} runs in these files (appended to the same log, each with its own run_id and steps), "
+            f"oldest first: " + "; ".join(describe(r) + (" (latest)" if r["latest"] else "") for r in listed) +
+            (f"; and {more} more (every id: --run with an unknown id lists them)" if more else "") + ". ")
+    if len(shown) > 1:
+        return text + (f"Shown: all {len(shown)} runs, one series per run (--run all); per-phase time, the "
+                       "diagnosis over time and the per-rank views need one run: --run ID.")
+    why = "the latest run (its last line is the newest)" if wanted is None else f"chosen with --run {wanted}"
+    return text + (f"Shown: {shown[0]}, {why}. Another: --run ID (a unique prefix will do); "
+                   "every run, one series each: --run all.")
