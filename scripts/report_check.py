@@ -10,12 +10,18 @@ H100 lines (one rank slowed) for the per-rank views, and the diagnosis basis (is
 H100 run traced one step in 4 as written (lines without `diagnosis.basis`, untraced ones UNKNOWN) and
 rewritten in the new schema (untraced lines carry the last traced step's COMPUTE-BOUND): both must be
 headlined COMPUTE-BOUND with the right shares per basis, and their untraced steps must be gaps in the
-GPU charts (checked in the screenshot's pixels). For each, Chromium loads the page from disk:
+GPU charts (checked in the screenshot's pixels). And a log several runs appended to (issue #32: an
+old log's lines without run_id, then the example trainer run twice on the same STEPTRACE_LOG, each run
+counting global_step from 0): by default the latest run alone (its steps, none going back), `--run` the
+first run and `?`, `--run all` one series per run (each within its own steps in the screenshot), the
+header naming every run with its step range and lines; an unknown id exits 2 listing the ids; two
+ranks' files of two runs each. For each, Chromium loads the page from disk:
 no script error, no request (the page's Content-Security-Policy forbids any, and the browser's own
 resource count must be 0), every chart drew data or says why it has none; then a screenshot is
 decoded (PNG, here in Python) and each chart's rectangle must hold coloured pixels. Exit 0 when all
 holds; `--screenshot` keeps the H100 report's screenshot.
 """
+import html
 import json
 import os
 import re
@@ -24,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -157,8 +164,7 @@ def gap_problems(name, lines_path, page_text, sc, rows, bpp, width, height):
     exactly on the untraced steps."""
     problems = []
     traced = {l["global_step"]: isinstance(l.get("gpu"), dict) for l in step_lines(lines_path)}
-    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page_text, re.S).group(1))
-    charts = {c["id"]: c for c in data["charts"]}
+    charts = {c["id"]: c for c in page_data(page_text)["charts"]}
     for cid, series in (("phases_gpu", None), ("nccl", None), ("utilization", "GPU utilization (busy share)")):
         for s in charts[cid]["series"]:
             if series in (None, s["name"]):
@@ -272,6 +278,169 @@ def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None,
     return problems
 
 
+def page_data(text):
+    """The data the page draws (its JSON script), as the report wrote it."""
+    return json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S).group(1))
+
+
+def iso(ms):
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{int(ms % 1000):03d}Z"
+
+
+def appended_log(example, h100, work):
+    """One log that several runs appended to: an old log's lines without run_id (the H100's, dated a day
+    ago), then the example trainer run twice with the same STEPTRACE_LOG (40 steps, then 25: each run has
+    its own run_id and counts global_step from 0 again). The log's path, or a problem."""
+    log = os.path.join(work, "appended.jsonl")
+    old = step_lines(h100)
+    day_ago = time.time() * 1000 - 86400e3 - (old[-1]["start_unix_ms"] - old[0]["start_unix_ms"])
+    with open(log, "w") as f:
+        for line in old:
+            ms = day_ago + line["start_unix_ms"] - old[0]["start_unix_ms"]
+            f.write(json.dumps(dict(line, start_unix_ms=ms, timestamp=iso(ms))) + "\n")
+    for steps in (40, 25):
+        run = subprocess.run([example, "--steps", str(steps)], env=dict(os.environ, STEPTRACE_LOG=log),
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            return None, f"runs: the example failed: {run.stderr[-400:]}"
+    return log, None
+
+
+def ranks_of_runs(h100, work):
+    """2 ranks' files, each with two runs appended (the same run ids on both ranks, as rank 0 hands them
+    out): the H100 lines (steps 0-23), then their first 16 as a later run (steps 4-19, an hour later) in
+    which rank 1 is 40 % slower."""
+    src = step_lines(h100)
+    paths = []
+    for r in range(2):
+        p = os.path.join(work, f"runs-rank{r}.jsonl")
+        with open(p, "w") as f:
+            for rid, lines, shift, later in (("0123456789abcdef", src, 0, 0), ("fedcba9876543210", src[:16], 4, 3600e3)):
+                for line in lines:
+                    ms = line["start_unix_ms"] + later
+                    f.write(json.dumps(dict(line, run_id=rid, rank=r, world_size=2, global_step=line["global_step"] + shift,
+                                            start_unix_ms=ms, timestamp=iso(ms),
+                                            step_time_ms=line["step_time_ms"] * (1.4 if r == 1 and later else 1))) + "\n")
+                f.write(json.dumps({"event": "end", "schema": "steptrace.end/1", "run_id": rid, "rank": r}) + "\n")
+        paths.append(p)
+    return paths
+
+
+def runs_of(paths):
+    """The runs of these files, computed here from the lines, in the order they first appear: id ("?"
+    without run_id) -> the first file's global_steps of it (in the file's order) and its lines in every file."""
+    out = {}
+    for i, path in enumerate(paths):
+        for line in step_lines(path):
+            r = out.setdefault(line.get("run_id") or "?", {"steps": [], "lines": 0})
+            r["lines"] += 1
+            if i == 0:
+                r["steps"].append(line["global_step"])
+    return out
+
+
+def columns_of(shot, rect, rgb):
+    """The screenshot's pixel columns inside rect (x0, y0, x1, y1) that hold the colour rgb (#rrggbb), or
+    it blended with the white background (an antialiased line's edge), at least 30 % of it."""
+    rows, bpp, width, height = shot
+    want = [int(rgb[i:i + 2], 16) for i in (1, 3, 5)]
+    dark = [k for k in range(3) if 255 - want[k] > 60]  # the channels that tell the blend's share
+    cols = set()
+    for y in range(max(0, int(rect[1])), min(height, int(rect[3]) + 1)):
+        row = rows[y]
+        for x in range(max(0, int(rect[0])), min(width, int(rect[2]) + 1)):
+            if x in cols:
+                continue
+            px = row[x * bpp:x * bpp + 3]
+            shares = [(255 - px[k]) / (255 - want[k]) for k in dark]
+            a = sum(shares) / len(shares)
+            if a >= 0.3 and max(shares) - min(shares) <= 0.15 and \
+                    all(abs(px[k] - (a * want[k] + (1 - a) * 255)) <= 20 for k in range(3)):
+                cols.add(x)
+    return cols
+
+
+def runs_shown(runs, shown):
+    """more() for check(): a report of a log of several runs, showing run `shown` (an id, or "all")."""
+    def more(data, dom, sc, shot):
+        problems = []
+        m = re.search(r'<div class="runs[^"]*" id="runs">(.*?)</div>', dom, re.S)
+        said = html.unescape(m.group(1)) if m else ""
+        if not said.startswith(f"{len(runs)} runs in these files"):
+            problems.append(f"the header does not say {len(runs)} runs: {said!r}")
+        for rid, r in runs.items():
+            if not re.search(re.escape(rid) + "[^;]*global_step " +
+                             f"{min(r['steps'])}–{max(r['steps'])}, {r['lines']} lines", said):
+                problems.append(f"the header does not name run {rid} with its steps and lines: {said!r}")
+        want = f"Shown: all {len(runs)} runs" if shown == "all" else f"Shown: {shown}"
+        if want not in said or "--run ID" not in said:
+            problems.append(f"the header does not say {want!r} and how to pick another (--run ID): {said!r}")
+        st = {c["id"]: c for c in data["charts"]}["step_time"]
+        drawn = sc["drawn"]["step_time"]
+        if shown != "all":
+            steps = runs[shown]["steps"]
+            if any(b <= a for a, b in zip(st["x"], st["x"][1:])):
+                problems.append(f"step time: a step goes back in the drawn series: {st['x']}")
+            if st["x"] != steps or drawn.get("x") != [steps[0], steps[-1]]:
+                problems.append(f"step time: steps {st['x'][:8]}… drawn over {drawn.get('x')}, want run {shown}'s "
+                                f"{len(steps)} steps {steps[:8]}…")
+            if len(st["series"]) != 1 or sum(v is not None for v in st["series"][0]["y"]) != len(steps):
+                problems.append(f"step time: {len(st['series'])} series, want one with {len(steps)} points")
+            return problems
+        # Every run: one series each, its own colour, with a point exactly at each of the run's steps; in
+        # the screenshot, a run's colour stays within its own steps (no line joins it to another run).
+        if [s["name"] for s in st["series"]] != [f"run {rid}" for rid in runs] or \
+                len({s["color"] for s in st["series"]}) != len(runs):
+            problems.append(f"step time: series {[(s['name'], s['color']) for s in st['series']]}, want one per run "
+                            f"{list(runs)}, each its own colour")
+            return problems
+        left, top, right, bottom = drawn["plot"]
+        x0, x1 = drawn["x"]
+        X = lambda v: left + (v - x0) / (x1 - x0) * (right - left)  # axes() in the page
+        for s, (rid, r) in zip(st["series"], runs.items()):
+            at = [x for x, y in zip(st["x"], s["y"]) if y is not None]
+            if at != sorted(r["steps"]):
+                problems.append(f"step time: run {rid}'s series has points at {at[:8]}…, want {sorted(r['steps'])[:8]}…")
+            cols = columns_of(shot, (left, top, right, bottom), s["color"])
+            lo, hi = X(min(r["steps"]) - 0.5), X(max(r["steps"]) + 0.5)
+            outside = sorted(c for c in cols if c < lo or c > hi)
+            if len(cols) < 20 or outside:
+                problems.append(f"step time: run {rid}'s colour {s['color']} in {len(cols)} pixel columns, "
+                                f"{len(outside)} outside its steps (x {lo:.0f}..{hi:.0f}): {outside[:6]}")
+        return problems
+    return more
+
+
+def runs_checks(example, h100, work):
+    """Logs that several runs appended to (issue #32): the latest run by default, --run ID, --run all,
+    an unknown id, and two ranks' files each holding two runs."""
+    log, problem = appended_log(example, h100, work)
+    if problem:
+        return [problem]
+    runs = runs_of([log])
+    ids = list(runs)
+    if len(ids) != 3 or ids[0] != "?":
+        return [f"runs: the test's log holds runs {ids}, want ? and the example's two"]
+    problems = check("runs-latest", [log], work, ["step_time", "phases_host", "diagnosis"],
+                     more=runs_shown(runs, ids[-1]))
+    problems += check("runs-first", [log], work, ["step_time", "phases_host", "diagnosis"], args=("--run", ids[1]),
+                      more=runs_shown(runs, ids[1]))
+    problems += check("runs-old", [log], work, ["step_time", "phases_gpu", "utilization"], args=("--run", "?"),
+                      more=runs_shown(runs, "?"))
+    problems += check("runs-all", [log], work, ["step_time", "utilization"], args=("--run", "all"),
+                      more=runs_shown(runs, "all"))
+    out = subprocess.run([sys.executable, REPORT, log, "-o", os.path.join(work, "runs-bad.html"), "--run", "nosuchrun"],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 2 or "Traceback" in out.stderr or not all(rid in out.stderr for rid in ids):
+        problems.append(f"runs: --run nosuchrun exits {out.returncode} (want 2, the ids listed, no traceback): "
+                        f"{out.stderr.strip()[-600:]!r}")
+    multi = ranks_of_runs(h100, work)
+    mruns = runs_of(multi)
+    problems += check("runs-ranks", multi, work, ["ranks", "slowest", "step_time"], must_slowest=1,
+                      more=runs_shown(mruns, list(mruns)[-1]))
+    return problems
+
+
 def main(argv):
     if not argv or argv[0].startswith("-"):
         print(__doc__)
@@ -302,6 +471,7 @@ def main(argv):
             problems.append(f"demo: the example failed: {run.stderr[-400:]}")
         else:
             problems += check("demo", [demo_log], work, ["step_time", "phases_host", "diagnosis"])
+            problems += runs_checks(example, h100, work)
         feed_dir = os.path.join(work, "feed")
         os.mkdir(feed_dir)
         subprocess.run([os.path.join(build, "tests", "trace_feed"), feed_dir, "60"], check=True, capture_output=True,

@@ -272,6 +272,7 @@ def build(paths, title, max_points, workers, wanted=None):
         "runs_text": runs_text(all_runs, shown_ids, wanted),
         "gpus": [k for k, _ in devices.most_common(3) if k] or ["none (" + why_null(runs, "device") + ")"],
         "lines": total_lines,
+        "lines_all": sum(r["lines"] for r in all_runs),
         "steps": n,
         "first_step": axis[0], "last_step": axis[-1],
         "ranks": len(ranks),
@@ -637,6 +638,7 @@ $("traces").innerHTML = D.traces.length ? "<table><tr><th>rank</th><th>steps</th
     (t.href ? `<a href="${esc(t.href)}">${esc(t.name)}</a>` : `${esc(t.name)} (not found beside the lines)`) + "</td></tr>").join("") + "</table>"
   : '<p class="note">no trace in these lines (no step was captured)</p>';
 $("footer").textContent = `steptrace-report: ${D.files.length} file(s), ${H.lines} lines` +
+  (H.lines_all !== H.lines ? ` shown of ${H.lines_all} (runs not shown: --run)` : "") +
   (H.unparsable ? `, ${H.unparsable} unparsable line(s) skipped` : "") + `, built in ${fmt(D.build_s, 2)} s.`;
 
 $("self-check").textContent = JSON.stringify({charts: D.charts.length, drawn, errors,

@@ -290,7 +290,7 @@ def runs_text(runs, shown, wanted):
     listed = runs if len(runs) <= SHOWN_IN_HEADER else \
         [r for i, r in enumerate(runs) if i >= len(runs) - SHOWN_IN_HEADER + 1 or r["id"] in shown][-SHOWN_IN_HEADER:]
     more = len(runs) - len(listed)
-    text = (f"{len(runs)} runs in these files (appended to the same log, each with its own run_id and steps), "
+    text = (f"{len(runs)} runs in these files (each with its own run_id and its own global_step count), "
             f"oldest first: " + "; ".join(describe(r) + (" (latest)" if r["latest"] else "") for r in listed) +
             (f"; and {more} more (every id: --run with an unknown id lists them)" if more else "") + ". ")
     if len(shown) > 1:
