@@ -127,7 +127,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     if (!on && tracing_ && pending_detach_) {  // as the collector: in force when records go off
       pending_detach_ = false;
       calls_.detach_mode = true;
-      calls_.detach_in_force_at = steptrace::details::current_step().load();
+      calls_.detach_in_force_at = steptrace::last_step_of_key(steptrace::details::current_step().load());
     }
     tracing_ = on;
     return {};

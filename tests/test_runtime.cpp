@@ -554,3 +554,80 @@ TEST_CASE("overhead_budget: counters run around traced steps only; untraced line
   CHECK(traced_late >= 3);
   CHECK(traced_with_counters == traced_late);  // sampling resumed for each of them and their samples came in
 }
+
+TEST_CASE("work between steps and after the last one has its own field, never a step's", "[runtime]") {
+  const auto log = fresh_log("runtime_between");
+  FakeRun run(std::make_unique<FakeBackend>());
+  REQUIRE(run.start(base_config(log)));
+  for (int i = 0; i < 3; ++i) {
+    {
+      TRACE_STEP();
+      TRACE_PHASE(forward);
+      for (int k = 0; k < 2; ++k) run.gpu->launch(100'000);
+      steptrace_test::spin_for_us(1'000);  // the step outlasts its 0.2 ms of GPU work
+    }
+    if (i == 1) {  // an evaluation between steps 1 and 2
+      TRACE_PHASE_NAMED("eval");
+      for (int k = 0; k < 5; ++k) run.gpu->launch(100'000, 100, "eval_kernel");
+      steptrace_test::spin_for_us(3'000);
+    }
+  }
+  for (int k = 0; k < 4; ++k) run.gpu->launch(100'000, 100, "validation_kernel");  // after the last step
+  steptrace_test::spin_for_us(2'000);
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    const auto& l = lines[i];
+    INFO(l.dump());
+    CHECK(l["gpu"]["kernels"] == 2);  // never the evaluation's or the validation's
+    CHECK_FALSE(l["phases"].contains("eval"));
+    CHECK(l["step_time_basis"] == "scope_end");
+    CHECK(l["gpu"]["invariant_exclusions"] == 0);
+  }
+  CHECK(lines[0]["between_steps"].is_null());
+  CHECK(lines[1]["between_steps"]["gpu"]["kernels"] == 0);
+  const auto& b = lines[2]["between_steps"];
+  CHECK(b["gpu"]["kernels"] == 5);
+  CHECK(b["gpu"]["busy_ms"].get<double>() > 0);
+  CHECK(b["gpu"]["top_kernels"][0]["name"] == "eval_kernel");
+  CHECK(b["host_ms"].get<double>() >= 3.0);
+  CHECK(b["phases"]["eval"]["host_ms"].get<double>() >= 3.0);
+  // Step 1's own time ends at its scope; the interval to step 2 holds the evaluation.
+  CHECK(lines[1]["step_interval_ms"].get<double>() >= lines[1]["step_time_ms"].get<double>() + 3.0);
+  const auto events = steptrace_test::read_events(log);
+  REQUIRE(events.size() == 1);
+  const auto& end = events[0];
+  INFO(end.dump());
+  REQUIRE(end["event"] == "end");
+  CHECK(end["after_last_step"]["gpu"]["kernels"] == 4);
+  CHECK(end["after_last_step"]["gpu"]["top_kernels"][0]["name"] == "validation_kernel");
+  CHECK(end["after_last_step"]["host_ms"].get<double>() >= 2.0);
+}
+
+TEST_CASE("work between steps after an untraced step is unknown, and says why", "[runtime]") {
+  const auto log = fresh_log("runtime_between_sampled");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 2;
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 4; ++i) {
+    {
+      TRACE_STEP();
+      run.gpu->launch(100'000);
+    }
+    run.gpu->launch(100'000, 100, "between_kernel");
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[1]["between_steps"]["gpu"]["kernels"] == 1);  // after traced step 0: records were on
+  CHECK(lines[1]["gpu"].is_null());
+  CHECK(lines[2]["between_steps"]["gpu"].is_null());        // after untraced step 1
+  CHECK(lines[2]["null_reasons"]["between_steps.gpu"].get<std::string>().find("not traced") != std::string::npos);
+  CHECK(lines[2]["gpu"]["kernels"] == 1);
+  CHECK(lines[3]["between_steps"]["gpu"]["kernels"] == 1);
+  const auto events = steptrace_test::read_events(log);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["after_last_step"]["gpu"].is_null());  // step 3 was not traced
+}

@@ -135,6 +135,13 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   in.device_state = ds;
   in.window = WindowSummary{10, 1, 1, 1, 1.0};
   in.warnings = {"w"};
+  r.index = 1;  // a step after another: between_steps, with work launched between
+  r.prev_scope_end_ns = -1'000'000;
+  r.between_spans = {{phase_tag::forward, 0, true, false, -900'000, -100'000}};
+  BetweenGpu bg;
+  bg.kernels = 1;
+  bg.top_kernels = {TopKernel{"k", 1000, 1, 1.0}};
+  in.between_gpu = bg;
 
   StepRecord bare;
   bare.end_ns = 1'000'000;

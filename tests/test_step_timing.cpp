@@ -33,16 +33,23 @@ TEST_CASE("compute_host_metrics on a synthetic step", "[timing]") {
              span(phase_tag::input, 0, 10'000'000, 0, false)};  // a loader thread: not in the untracked sum
   r.spans[2].nested_in_same = true;
   const auto m = compute_host_metrics(r);
-  CHECK(m.step_time_ns == 10'000'000);
+  CHECK(m.step_time_ns == 8'000'000);  // its own time: to the scope's end (the 2 ms after are between steps)
+  CHECK(m.interval_ns == 10'000'000);
   CHECK(m.scope_time_ns == 8'000'000);
   CHECK(m.phases.at(phase_tag::forward).total_ns == 3'000'000);
   CHECK(m.phases.at(phase_tag::forward).count == 2);
   CHECK(m.phases.at(phase_tag::input).total_ns == 12'000'000);
   CHECK(m.phases.at(phase_tag::input).other_thread_count == 1);
-  // covered on the step thread: [1,3] + [3,6] + [6.5,8.5] = 7 ms of 10
-  CHECK(m.untracked_ns == 3'000'000);
-  CHECK(*m.tokens_per_second == Approx(1000 / 0.010));
-  CHECK(*m.samples_per_second == Approx(4 / 0.010));
+  // covered on the step thread: [1,3] + [3,6] + [6.5,8.5] = 7 ms of 8
+  CHECK(m.untracked_ns == 1'000'000);
+  CHECK(*m.tokens_per_second == Approx(1000 / 0.008));
+  CHECK(*m.samples_per_second == Approx(4 / 0.008));
+  // A scope still open when the next step began (steptrace.loader(): the step ends where the next
+  // wait begins): the step runs to the next step's start.
+  r.scope_end_ns = 11'000'000;
+  CHECK(compute_host_metrics(r).step_time_ns == 10'000'000);
+  r.scope_end_ns = 0;
+  CHECK(compute_host_metrics(r).step_time_ns == 10'000'000);
 }
 
 TEST_CASE("union_length merges overlaps and ignores empty intervals", "[timing]") {
@@ -51,7 +58,7 @@ TEST_CASE("union_length merges overlaps and ignores empty intervals", "[timing]"
   CHECK(union_length({{5, 15}, {0, 100}}) == 100);
 }
 
-TEST_CASE("live steps: step time is start-to-next-start, last step ends at its scope", "[timing]") {
+TEST_CASE("live steps: step time ends at the scope; what runs between steps is the next line's", "[timing]") {
   const auto log = fresh_log("step_timing");
   Config cfg;
   cfg.log_path = log;
@@ -64,7 +71,10 @@ TEST_CASE("live steps: step time is start-to-next-start, last step ends at its s
       TRACE_PHASE(forward);
       spin_for_us(4000);
     }
-    spin_for_us(3000);  // between steps: part of the step, untracked
+    {
+      TRACE_PHASE_NAMED("eval");
+      spin_for_us(3000);  // between steps: no step's, the next line's between_steps
+    }
   }
   const auto summary = stop();
   const auto lines = read_lines(log);
@@ -75,14 +85,17 @@ TEST_CASE("live steps: step time is start-to-next-start, last step ends at its s
     const auto& l = lines[i];
     CHECK(l["global_step"] == i);
     const double step = l["step_time_ms"];
-    if (i < 2) {
-      CHECK(l["step_time_basis"] == "next_step_start");
-      CHECK(step >= 7.0);
-      CHECK(double(l["untracked_time_ms"]) >= 3.0 - 0.005);  // less the phase span's clock error
+    CHECK(l["step_time_basis"] == "scope_end");
+    CHECK(step >= 4.0);
+    CHECK(step == double(l["step_scope_ms"]));
+    CHECK_FALSE(l["phases"].contains("eval"));
+    if (i < 2) CHECK(double(l["step_interval_ms"]) >= step + 3.0);
+    if (i == 0) {
+      CHECK(l["between_steps"].is_null());
     } else {
-      CHECK(l["step_time_basis"] == "scope_end");
-      CHECK(step >= 4.0);
-      CHECK(step == double(l["step_scope_ms"]));  // the last step ends at its scope
+      CHECK(double(l["between_steps"]["host_ms"]) >= 3.0);
+      CHECK(double(l["between_steps"]["phases"]["eval"]["host_ms"]) >= 3.0 - 0.005);
+      CHECK(l["between_steps"]["gpu"].is_null());  // gpu=off
     }
     CHECK(double(l["step_scope_ms"]) >= 4.0);
     // Phase scopes may read the CPU tick counter, converted to steady_clock time by a fitted slope:

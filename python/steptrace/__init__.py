@@ -225,9 +225,9 @@ def loader(iterable, tokens=None, samples=None):
     for its batch begins (that wait is the `input` phase) and ends when the next wait begins.
     tokens/samples: per step, a number or a function of the batch.
 
-    The wait that finds the loader exhausted is one more step: its line holds the `input` phase and
-    whatever the program does before the next loop's first batch or stop() (evaluation, a
-    checkpoint), so that this time does not land in the last training step."""
+    The wait that finds the loader exhausted is one more step (its line holds that `input` wait); what
+    the program does after the loop (evaluation, a checkpoint) belongs to no step: it is the next
+    line's `between_steps`, or the end record's `after_last_step` after the last one."""
     it = iter(iterable)
     state = _loader_step
     open_ = False

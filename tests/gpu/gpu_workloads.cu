@@ -5,6 +5,7 @@
 //                       gpu_workloads LOG TRUTH detached   (trace_every = 3, untraced_cupti = detach)
 //                       gpu_workloads LOG TRUTH budget_counters   (the defaults on a GPU-bound step)
 //                       gpu_workloads LOG TRUTH budget_detach  (the defaults on a launch-bound step)
+//                       gpu_workloads LOG TRUTH between  (evaluation between steps and after the last)
 #include <steptrace/steptrace.hpp>
 
 #include <cublas_v2.h>
@@ -139,12 +140,56 @@ int budget_counters(const char* log, const char* truth_path, int sms, long long 
   return 0;
 }
 
+// Work outside steps, as a trainer with evaluation does it: 6 steps of a 4 ms full-grid forward, a
+// 1 ms optimizer phase and a 4 ms backward, every step traced; after step 2 an evaluation of 3 kernels
+// (2 ms each) and after the last step a validation of 5, both outside every TRACE_STEP. Each step
+// waits for its GPU work, as a loop that reads its loss does.
+int between(const char* log, const char* truth_path, int sms, long long ms, int* sink) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.trace_every = 1;
+  steptrace::start(cfg);
+  constexpr int kSteps = 6;
+  for (int step = 0; step < kSteps; ++step) {
+    {
+      TRACE_STEP();
+      {
+        TRACE_PHASE(forward);
+        spin<<<sms, 128>>>(4 * ms, sink);
+      }
+      {
+        TRACE_PHASE(optimizer);  // a short phase between two long ones
+        spin<<<sms, 128>>>(ms, sink);
+      }
+      {
+        TRACE_PHASE(backward);
+        spin<<<sms, 128>>>(4 * ms, sink);
+      }
+      CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    if (step == 2) {
+      TRACE_PHASE_NAMED("eval");
+      for (int i = 0; i < 3; ++i) spin<<<sms, 128>>>(2 * ms, sink);
+      CHECK_CUDA(cudaDeviceSynchronize());
+    }
+  }
+  for (int i = 0; i < 5; ++i) spin<<<sms, 128>>>(2 * ms, sink);  // validation after the last step
+  CHECK_CUDA(cudaDeviceSynchronize());
+  steptrace::stop();
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"steps\": %d, \"eval_kernels\": 3, \"validation_kernels\": 5}\n", sms, kSteps);
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
   const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached", budget_mode = mode == "budget_detach";
-  const bool counters_mode = mode == "budget_counters";
-  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode) {
-    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach|budget_counters]\n");
+  const bool counters_mode = mode == "budget_counters", between_mode = mode == "between";
+  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode && !between_mode) {
+    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach|budget_counters|between]\n");
     return 2;
   }
   const TestDevice d = open_test_device();
@@ -156,6 +201,7 @@ int main(int argc, char** argv) {
   if (detached_mode) return detached(argv[1], argv[2], sms, ms, sink, buf);
   if (budget_mode) return budget_detach(argv[1], argv[2], sms, buf);
   if (counters_mode) return budget_counters(argv[1], argv[2], sms, ms, sink);
+  if (between_mode) return between(argv[1], argv[2], sms, ms, sink);
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

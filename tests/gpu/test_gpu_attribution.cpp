@@ -23,6 +23,7 @@ nlohmann::json phase_gpu(const nlohmann::json& line, const std::string& phase) {
 /// Runs gpu_workloads in `mode` ("" = the scenario per step); returns its log's lines and its truth.
 struct WorkloadRun {
   std::vector<nlohmann::json> lines;
+  std::vector<nlohmann::json> events;  // the end record
   nlohmann::json truth;
 };
 WorkloadRun run_workloads(const std::string& mode, const std::string& program = STEPTRACE_GPU_WORKLOADS) {
@@ -35,6 +36,7 @@ WorkloadRun run_workloads(const std::string& mode, const std::string& program = 
   WorkloadRun run;
   run.truth = nlohmann::json::parse(tin);
   run.lines = read_lines(log);
+  run.events = steptrace_test::read_events(log);
   return run;
 }
 }  // namespace
@@ -460,4 +462,61 @@ TEST_CASE("hardware counters of known kernels (PM sampling)", "[gpu]") {
   CHECK(double(w["gemm_bf16"]["tensor_active"]) > 0.5);
   CHECK(double(w["d2d_copy"]["dram"]) > 0.5);
   CHECK(double(w["d2d_copy"]["tensor_active"]) < 0.02);
+}
+
+TEST_CASE("work between steps and after the last one: its own fields; a short phase's counters in range", "[gpu]") {
+  const auto run = run_workloads("between");
+  const auto& truth = run.truth;
+  const auto& lines = run.lines;
+  REQUIRE(lines.size() == truth["steps"].get<size_t>());
+  for (const auto& l : lines) {
+    const int step = l["global_step"];
+    INFO("step " << step << ": " << l.dump());
+    REQUIRE(l["gpu"].is_object());
+    CHECK(l["gpu"]["kernels"] == 3);  // never the evaluation's or the validation's
+    CHECK_FALSE(l["phases"].contains("eval"));
+    CHECK(l["gpu"]["invariant_exclusions"] == 0);
+    CHECK(l["gpu"]["busy_ms"].get<double>() <= l["step_time_ms"].get<double>());
+    CHECK(l["gpu_utilization"].get<double>() <= 1.0);
+    CHECK(l["step_time_basis"] == "scope_end");
+    // Every value in [0, 1]; the step's SM activity between its phases' extremes (the short optimizer
+    // phase, 1 ms between two 4 ms ones, included).
+    if (l["sm_activity"].is_number()) {
+      const double sa = l["sm_activity"];
+      CHECK(sa >= 0.0);
+      CHECK(sa <= 1.0);
+      double lo = 1, hi = 0;
+      for (const char* p : {"forward", "optimizer", "backward"}) {
+        const auto& c = l["phases"][p]["gpu"]["counters"];
+        if (!c.is_object() || !c["sm_activity"].is_number()) continue;
+        const double v = c["sm_activity"];
+        CHECK(v >= 0.0);
+        CHECK(v <= 1.0);
+        CHECK(c["coverage"].get<double>() <= 1.0);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      if (lo <= hi) {
+        CHECK(sa >= lo - 0.05);  // the step's window holds a little idle time around its phases
+        CHECK(sa <= hi + 1e-9);
+      }
+    }
+    if (step == 3) {
+      const auto& b = l["between_steps"];
+      CHECK(b["gpu"]["kernels"] == truth["eval_kernels"]);
+      CHECK(b["gpu"]["busy_ms"].get<double>() >= 5.0);
+      CHECK(b["phases"]["eval"]["count"] == 1);
+      CHECK(b["host_ms"].get<double>() >= 5.0);
+      CHECK(l["step_interval_ms"].get<double>() < l["step_time_ms"].get<double>() + 0.5);  // step 3's gap is tiny
+      CHECK(lines[2]["step_interval_ms"].get<double>() >= lines[2]["step_time_ms"].get<double>() + 5.0);
+    } else if (step > 0) {
+      CHECK(l["between_steps"]["gpu"]["kernels"] == 0);
+    }
+  }
+  REQUIRE(run.events.size() == 1);
+  const auto& after = run.events[0]["after_last_step"];
+  INFO(run.events[0].dump());
+  CHECK(after["gpu"]["kernels"] == truth["validation_kernels"]);
+  CHECK(after["gpu"]["busy_ms"].get<double>() >= 9.0);
+  CHECK(after["host_ms"].get<double>() >= 9.0);
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -16,6 +17,7 @@
 #include "gpu_records.hpp"
 #include "intervals.hpp"
 #include "plausibility.hpp"
+#include "step_keys.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -134,6 +136,24 @@ struct StepGpu {
   uint32_t launch_timed = 0, launch_waited = 0;
 };
 
+/// The span of a step's GPU work: its first record's start to its last record's end (0 without work).
+inline int64_t gpu_span_ns(const StepGpu& g) {
+  int64_t first = 0, last = 0;
+  bool any = false;
+  for (const auto& [id, pg] : g.phases) {
+    if (pg.busy.empty()) continue;
+    first = any ? std::min(first, pg.busy.front().first) : pg.busy.front().first;
+    last = any ? std::max(last, pg.busy.back().second) : pg.busy.back().second;
+    any = true;
+  }
+  return any ? last - first : 0;
+}
+
+/// The window a step's GPU busy time is read against: its time, or the span of its work where that is
+/// longer (work the host queued ahead runs on after the step's end: a loop that does not wait for the
+/// GPU every step). gpu_utilization = busy / window; busy above the window means broken sums.
+inline int64_t gpu_window_ns(const StepGpu& g, int64_t step_time_ns) { return std::max(step_time_ns, gpu_span_ns(g)); }
+
 /// A record that starts this soon after its launch call entered found the GPU's queue (nearly) empty.
 inline constexpr int64_t kHostBoundStartNs = 50'000;
 
@@ -168,6 +188,20 @@ struct Placed {
   PhaseId phase = kNoPhase;
   int64_t launch_ns = 0;
   int32_t launch_tid = 0;
+};
+
+/// GPU work launched between two steps (after a step's scope ended, before the next began: evaluation,
+/// checkpointing) or after the last step: reported apart, never in a step's sums.
+struct BetweenGpu {
+  int64_t busy_ns = 0;   // union of its kernel, copy and memset intervals
+  int64_t kernel_ns = 0;
+  uint32_t kernels = 0;
+  uint32_t copies = 0;   // copies and memsets
+  uint64_t copy_bytes = 0;
+  bool complete = true;  // every launch produced its records
+  uint32_t missing_launches = 0;
+  uint64_t excluded_records = 0;  // impossible records left out (core/plausibility.hpp)
+  std::vector<TopKernel> top_kernels;
 };
 
 /// A step's records as filed (what the flight recorder keeps: details/flight_recorder.hpp), the
@@ -208,8 +242,7 @@ class Attributor {
       if (it != pending_.end()) it->second.expected.erase(l.correlation);
       return;
     }
-    if (l.step < 0 && !first_take_) return;         // too late to report before-first-step work
-    if (l.step >= 0 && l.step < emitted_below_) return;  // its step's line is already out
+    if (reporting_step_of_key(l.step) < emitted_below_) return;  // the line that reports it is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
     launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid};
     Pending& p = pending_[l.step];
@@ -300,9 +333,58 @@ class Attributor {
   /// later records of it count as late. Steps are skipped or taken in increasing order.
   void skip(int64_t step) {
     pending_.erase(step);
+    if (step > 0) pending_.erase(between_steps_key(step - 1));
     if (first_take_) pending_.erase(-1);
     first_take_ = false;
     close_step(step);
+  }
+
+  /// Whether GPU work was launched after `after_step`'s scope ended and before the next step began
+  /// (records on: the step was traced), and whether all of its records are in.
+  bool has_between(int64_t after_step) const { return pending_.count(between_steps_key(after_step)) > 0; }
+  bool between_complete(int64_t after_step, bool drained = false) const {
+    auto it = pending_.find(between_steps_key(after_step));
+    return it == pending_.end() || it->second.seen.size() >= it->second.expected.size() || drained;
+  }
+
+  /// Takes the work launched between `after_step` and the next step (call before taking or skipping
+  /// the next step, or at the end for the last step); nullopt when none was launched with records on.
+  std::optional<BetweenGpu> take_between(int64_t after_step) {
+    auto it = pending_.find(between_steps_key(after_step));
+    if (it == pending_.end()) return std::nullopt;
+    StepGpu g;
+    fill(it->second, g);
+    BetweenGpu b;
+    b.busy_ns = g.busy_ns;
+    b.kernel_ns = g.kernel_ns;
+    b.kernels = g.kernels;
+    b.complete = it->second.seen.size() >= it->second.expected.size() && g.complete;
+    b.missing_launches = static_cast<uint32_t>(it->second.expected.size() -
+                                               std::min(it->second.expected.size(), it->second.seen.size()));
+    b.excluded_records = g.excluded_records;
+    for (const auto& [id, pg] : g.phases) {
+      for (const auto& c : pg.copies) {
+        b.copies += static_cast<uint32_t>(c.count);
+        b.copy_bytes += c.bytes;
+      }
+      for (const auto& t : pg.top_kernels) {
+        auto same = std::find_if(b.top_kernels.begin(), b.top_kernels.end(), [&](const TopKernel& x) { return x.name == t.name; });
+        if (same == b.top_kernels.end()) {
+          b.top_kernels.push_back(t);
+        } else {  // one name launched under several phases
+          const int64_t total = same->total_ns + t.total_ns;
+          same->sm_efficiency = total > 0 ? (same->sm_efficiency * static_cast<double>(same->total_ns) +
+                                             t.sm_efficiency * static_cast<double>(t.total_ns)) / static_cast<double>(total)
+                                          : 0;
+          same->total_ns = total;
+          same->calls += t.calls;
+        }
+      }
+    }
+    std::sort(b.top_kernels.begin(), b.top_kernels.end(), [](const TopKernel& x, const TopKernel& y) { return x.total_ns > y.total_ns; });
+    if (b.top_kernels.size() > top_n_) b.top_kernels.resize(top_n_);
+    pending_.erase(it);
+    return b;
   }
 
   /// CUPTI was attached again and numbers correlation ids from 1: every id seen so far is
@@ -382,7 +464,7 @@ class Attributor {
       ++discarded_;
       return nullptr;
     }
-    if ((step >= 0 && step < emitted_below_) || (step < 0 && !first_take_)) {
+    if (reporting_step_of_key(step) < emitted_below_) {
       ++late_records_;
       return nullptr;
     }
@@ -401,7 +483,7 @@ class Attributor {
 
   void forget_before(int64_t step) {
     for (auto it = launches_.begin(); it != launches_.end();) {
-      if (it->second.step < step) {
+      if (reporting_step_of_key(it->second.step) < step) {
         it = launches_.erase(it);
       } else {
         ++it;

@@ -55,7 +55,8 @@ inline StepShares compute_step_shares(const HostStepMetrics& host, const std::op
     auto it = gpu->phases.find(phase_tag::h2d);
     if (it != gpu->phases.end()) h2d = std::max(h2d, it->second.busy_ns);
     s.comm_exposed = static_cast<double>(gpu->nccl_exposed_ns) / step;
-    s.gpu_utilization = static_cast<double>(gpu->busy_ns) / step;  // above 1: left out (core/line_invariants.hpp)
+    // Busy over the step's GPU window (core/attribution.hpp); above 1: left out (core/line_invariants.hpp).
+    s.gpu_utilization = static_cast<double>(gpu->busy_ns) / static_cast<double>(gpu_window_ns(*gpu, host.step_time_ns));
     if (gpu->kernels) s.sm_efficiency = gpu->sm_efficiency;
   }
   s.h2d = static_cast<double>(h2d) / step;

@@ -4,6 +4,7 @@
 #pragma once
 #include "../version.hpp"
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "json_writer.hpp"
@@ -22,6 +23,11 @@ struct EndRecord {
   uint64_t lines_written = 0, lines_unwritten_total = 0, steps_dropped_total = 0;
   uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
   TraceStats traces;              // the flight recorder's
+  // What ran after the last step's scope ended (evaluation, a checkpoint before stop()): its time and
+  // the GPU work launched in it (known when the last step was traced).
+  std::optional<int64_t> after_last_step_ns;
+  std::optional<BetweenGpu> after_last_step_gpu;
+  std::string after_last_step_gpu_null_reason;
 };
 
 /// The flight recorder's counts: traces written, refused, failed; what its ring held.
@@ -83,6 +89,15 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
   w.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
   w.end_object();
   write_trace_stats(out, e.traces);
+  w.key("after_last_step");
+  if (e.after_last_step_ns) {
+    w.begin_object().field("host_ms", ns_to_ms(*e.after_last_step_ns));
+    write_between_gpu(out, "after_last_step.gpu", e.after_last_step_gpu, e.after_last_step_gpu_null_reason);
+    w.end_object();
+  } else {
+    w.null();
+    out.nulls.emplace_back("after_last_step", "no step, or the last step's scope was still open at the end");
+  }
   write_null_reasons(out);
   w.end_object();
   return w.str();

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "phase.hpp"
+#include "step_keys.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -41,12 +42,15 @@ inline std::atomic<bool>& running_flag() {
   return flag;
 }
 
-/// The step GPU work launched now belongs to: the last step begun (its line covers the time up to
-/// the next step's start), or -1 before the first step.
+/// Where GPU work launched now belongs, as a launch key: the open step's index (>= 0); -1 before the
+/// first step; between_steps_key(N) once step N's scope has ended and until the next step begins (work
+/// between steps: evaluation, checkpoints; the next line's `between_steps`, after the last step the end
+/// record's `after_last_step`). One atomic, so a launch never pairs a step with the wrong side of it.
 inline std::atomic<int64_t>& current_step() {
   static std::atomic<int64_t> step{-1};
   return step;
 }
+
 
 /// The thread that runs the current step, and the innermost phase open on it. A launch from a thread
 /// with no phase of its own (libtorch runs backward kernels on its autograd threads) is attributed to

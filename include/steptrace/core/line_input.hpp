@@ -83,6 +83,10 @@ struct StepLineInput {
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
   uint64_t lines_unwritten_total = 0;   // lines the log could not take (write errors), since start()
   std::vector<std::string> warnings;
+  // GPU work launched between the previous step's scope end and this step's begin (records on only
+  // when the previous step was traced); the host side is in the step record (between_ns, between_spans).
+  std::optional<BetweenGpu> between_gpu;
+  std::string between_gpu_null_reason;   // why between_gpu is unknown
   // Values that failed a check that needs no ground truth (core/line_invariants.hpp): field path ->
   // why; written null with that reason and counted (gpu.invariant_exclusions).
   std::map<std::string, std::string> excluded;

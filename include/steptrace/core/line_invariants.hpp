@@ -2,8 +2,9 @@
 // written. Each check needs no ground truth:
 //   - a phase's scopes on the step's thread run one after another inside the step: their time fits
 //     the step's time;
-//   - the step's GPU busy time (the union of the intervals of the work it launched) fits its time, and
-//     each phase's busy time fits the step's (a phase's intervals are a subset of the step's);
+//   - the step's GPU busy time (the union of the intervals of the work it launched) fits its window
+//     (core/attribution.hpp, gpu_window_ns), and each phase's busy time fits the step's (a phase's
+//     intervals are a subset of the step's);
 //   - every utilization, efficiency, share and counter is a fraction of something: [0, 1].
 // A value that fails is never published and never clamped: it is written null with the reason, and
 // counted (gpu.invariant_exclusions). Records that start before their launch are left out earlier,
@@ -74,11 +75,12 @@ inline void check_line_invariants(StepLineInput& in) {
 
   if (in.gpu && step_ns > 0) {
     const StepGpu& g = *in.gpu;
-    // The step's GPU busy time fits its time (work of earlier steps or between steps cannot be in it).
-    if (g.busy_ns > step_ns) {
-      const std::string why = "the step's GPU work was busy " + invariant_ms(g.busy_ns) + " in a " + invariant_ms(step_ns) +
-                              " step: a utilization above 1 cannot be, so it is left out (work launched in the step "
-                              "ran on after it; see gpu.busy_ms)";
+    // The step's GPU busy time fits its window: the step's time, or its work's span where longer.
+    const int64_t window_ns = gpu_window_ns(g, step_ns);
+    if (g.busy_ns > window_ns) {
+      const std::string why = "the step's GPU work was busy " + invariant_ms(g.busy_ns) + " in a window of " +
+                              invariant_ms(window_ns) + " (the longer of the step's time and its work's span): a "
+                              "utilization above 1 cannot be, so it is left out (see gpu.busy_ms)";
       in.excluded["gpu_utilization"] = why;
       in.excluded["gpu.idle_ms"] = why;
       in.excluded["diagnosis.evidence.gpu_utilization"] = why;

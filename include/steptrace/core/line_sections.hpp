@@ -106,8 +106,9 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
   const HostStepMetrics& host = in.host;
   // Time and throughput.
   w.field("step_time_ms", ns_to_ms(host.step_time_ns));
-  w.field("step_time_basis", step.end_is_next_step ? "next_step_start" : "scope_end");
+  w.field("step_time_basis", step.end_is_next_step && step.own_end_ns() == step.end_ns ? "next_step_start" : "scope_end");
   w.field("step_scope_ms", ns_to_ms(host.scope_time_ns));
+  w.field("step_interval_ms", ns_to_ms(host.interval_ns));
   const std::string no_tokens = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
   const std::string no_samples = "samples per step unknown (set samples_per_step or TRACE_STEP(tokens, samples))";
   out.optional_field("tokens", step.tokens, no_tokens);
@@ -130,7 +131,8 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
   if (in.gpu && host.step_time_ns > 0) {
     w.field("gpu_utilization", in.excluded.count("gpu_utilization")
                                    ? std::nullopt
-                                   : std::optional<double>(static_cast<double>(in.gpu->busy_ns) / static_cast<double>(host.step_time_ns)));
+                                   : std::optional<double>(static_cast<double>(in.gpu->busy_ns) /
+                                                           static_cast<double>(gpu_window_ns(*in.gpu, host.step_time_ns))));
     w.field("nccl_time_ms", ns_to_ms(in.gpu->nccl_ns));
   } else {
     for (const char* name : {"gpu_utilization", "nccl_time_ms"}) {
@@ -246,7 +248,9 @@ inline void write_gpu(LineOut& out, const StepLineInput& in) {
     w.begin_object();
     w.field("complete", g.complete).field("missing_launches", g.missing_launches);
     w.field("busy_ms", ns_to_ms(g.busy_ns));
-    w.field("idle_ms", in.excluded.count("gpu.idle_ms") ? std::nullopt : std::optional<double>(ns_to_ms(host.step_time_ns - g.busy_ns)));
+    w.field("window_ms", ns_to_ms(gpu_window_ns(g, host.step_time_ns)));
+    w.field("idle_ms", in.excluded.count("gpu.idle_ms") ? std::nullopt
+                                                        : std::optional<double>(ns_to_ms(gpu_window_ns(g, host.step_time_ns) - g.busy_ns)));
     w.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
     // No kernel, no efficiency: null, never 0 (the step's null_reasons say why).
     w.field("sm_efficiency", g.kernels && !in.excluded.count("gpu.sm_efficiency") ? std::optional<double>(g.sm_efficiency) : std::nullopt);
@@ -376,6 +380,52 @@ inline void write_scalars(LineOut& out, const StepLineInput& in) {
     w.field(name, v);  // a non-finite value is written null: say why
     if (!std::isfinite(v)) out.nulls.emplace_back("scalars." + name, nonfinite_reason(step, name, v));
   }
+  w.end_object();
+}
+
+/// GPU work outside every step (between two steps, after the last): `at` is its field's path.
+inline void write_between_gpu(LineOut& out, const std::string& at, const std::optional<BetweenGpu>& gpu, const std::string& reason) {
+  details::JsonWriter& w = out.w;
+  w.key("gpu");
+  if (!gpu) {
+    w.null();
+    out.nulls.emplace_back(at, reason);
+    return;
+  }
+  const BetweenGpu& g = *gpu;
+  w.begin_object();
+  w.field("busy_ms", ns_to_ms(g.busy_ns)).field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
+  w.field("copies", g.copies).field("copy_bytes", g.copy_bytes);
+  w.field("complete", g.complete).field("missing_launches", g.missing_launches).field("excluded_records", g.excluded_records);
+  w.key("top_kernels").begin_array();
+  for (const auto& t : g.top_kernels) w.begin_object().field("name", t.name).field("ms", ns_to_ms(t.total_ns)).field("calls", t.calls).end_object();
+  w.end_array();
+  w.end_object();
+}
+
+/// What ran between the previous step's scope end and this step's begin: its time, the phase scopes
+/// that ended in it, and the GPU work launched in it (apart from every step's sums).
+inline void write_between_steps(LineOut& out, const StepLineInput& in) {
+  details::JsonWriter& w = out.w;
+  const StepRecord& step = *in.step;
+  w.key("between_steps");
+  if (step.index == 0) {
+    w.null();
+    out.nulls.emplace_back("between_steps", "the first step: GPU work launched before it is gpu.before_first_step_ms");
+    return;
+  }
+  w.begin_object();
+  w.field("host_ms", ns_to_ms(step.between_ns()));
+  w.key("phases").begin_object();
+  std::map<std::string, std::pair<int64_t, uint32_t>> phases;  // name -> (time, scopes)
+  for (const PhaseSpan& s : step.between_spans) {
+    auto& p = phases[s.phase == kNoPhase ? std::string("unphased") : phase_name(s.phase)];
+    if (!s.nested_in_same) p.first += s.end_ns - s.begin_ns;
+    ++p.second;
+  }
+  for (const auto& [name, p] : phases) w.key(name).begin_object().field("host_ms", ns_to_ms(p.first)).field("count", p.second).end_object();
+  w.end_object();
+  write_between_gpu(out, "between_steps.gpu", in.between_gpu, in.between_gpu_null_reason);
   w.end_object();
 }
 

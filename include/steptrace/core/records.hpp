@@ -47,6 +47,7 @@ struct StepRecord {
   int64_t begin_ns = 0;           // TRACE_STEP constructed
   int64_t scope_end_ns = 0;       // TRACE_STEP destroyed (0 if still open at stop())
   int64_t end_ns = 0;             // next step's begin, or scope end for the last step
+  int64_t prev_scope_end_ns = 0;  // the previous step's scope end (0: first step, or that scope was still open)
   bool end_is_next_step = true;   // false for the last step (stop() closed it)
   bool traced = true;             // GPU attribution was on for this step (false: sampled out, trace_every)
   uint32_t trace_every = 1;       // the trace interval in force when the step began
@@ -61,6 +62,13 @@ struct StepRecord {
   uint32_t spans_outside_step = 0;     // phase scopes that ended while no step was open
   uint32_t spans_dropped = 0;          // over the per-step span bound
   uint32_t scalars_dropped = 0;
+  std::vector<PhaseSpan> between_spans;  // phase scopes that ended after the previous step's scope ended
+
+  /// The step's own end: its scope's end when the scope ended before the next step began (what runs
+  /// between two steps is the next line's `between_steps`), else the next step's begin.
+  int64_t own_end_ns() const { return scope_end_ns > begin_ns && scope_end_ns < end_ns ? scope_end_ns : end_ns; }
+  /// The time between the previous step's scope end and this step's begin (0 when none).
+  int64_t between_ns() const { return prev_scope_end_ns > 0 && begin_ns > prev_scope_end_ns ? begin_ns - prev_scope_end_ns : 0; }
 };
 
 STEPTRACE_END_NAMESPACE  // steptrace

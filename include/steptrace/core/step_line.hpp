@@ -49,6 +49,7 @@ inline std::string make_step_line(const StepLineInput& in) {
   write_mfu(out, in);
   write_scalars(out, in);
   write_phases(out, in);
+  write_between_steps(out, in);
   write_diagnosis(out, in);
   write_window(out, in);
   write_overhead(out, in);

@@ -22,7 +22,8 @@ struct PhaseHostTime {
 };
 
 struct HostStepMetrics {
-  int64_t step_time_ns = 0;      // begin -> next step's begin (or scope end for the last step)
+  int64_t step_time_ns = 0;      // begin -> its own end (StepRecord::own_end_ns: scope end, or the next step's begin)
+  int64_t interval_ns = 0;       // begin -> next step's begin (scope end for the last step): what runs between included
   int64_t scope_time_ns = 0;     // begin -> TRACE_STEP scope end
   int64_t untracked_ns = 0;      // step time not covered by any outermost phase on the step thread
   std::map<PhaseId, PhaseHostTime> phases;
@@ -33,7 +34,8 @@ struct HostStepMetrics {
 /// Derives step, phase and untracked times. Pure: tested with synthetic records.
 inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
   HostStepMetrics m;
-  m.step_time_ns = step.end_ns - step.begin_ns;
+  m.step_time_ns = step.own_end_ns() - step.begin_ns;
+  m.interval_ns = step.end_ns - step.begin_ns;
   m.scope_time_ns = (step.scope_end_ns > 0 ? step.scope_end_ns : step.end_ns) - step.begin_ns;
   std::vector<Interval> covered;
   for (const auto& span : step.spans) {
@@ -43,7 +45,7 @@ inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
     if (!span.nested_in_same) p.total_ns += span.end_ns - span.begin_ns;
     if (!span.nested_in_same && span.on_step_thread) p.step_thread_ns += span.end_ns - span.begin_ns;
     if (span.on_step_thread && span.depth == 0)
-      covered.push_back(clip({span.begin_ns, span.end_ns}, step.begin_ns, step.end_ns));
+      covered.push_back(clip({span.begin_ns, span.end_ns}, step.begin_ns, step.own_end_ns()));
   }
   m.untracked_ns = m.step_time_ns - union_length(std::move(covered));
   if (m.step_time_ns > 0) {

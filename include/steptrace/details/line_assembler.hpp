@@ -131,7 +131,7 @@ class LineAssembler {
     } else if (ctx_.counters_on || !counter_samples_.empty()) {
       attribute_counters(r, in);
     }
-    if (ctx_.device_state_on) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.end_ns);
+    if (ctx_.device_state_on) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.own_end_ns());
     in.device_state_null_reason = !ctx_.device_state_on ? ctx_.device_state_null_reason
                                                         : "no NVML reading within or before this step yet (NVML opens in "
                                                           "the background after start())";
@@ -201,7 +201,7 @@ class LineAssembler {
   /// Hardware counters over the step's window (host times moved to the CUPTI clock) and over each
   /// phase's GPU busy intervals; drops samples that ended before this step.
   void attribute_counters(const StepRecord& r, StepLineInput& in) {
-    const int64_t b = r.begin_ns + gpu_clock_offset_ns_, e = r.end_ns + gpu_clock_offset_ns_;
+    const int64_t b = r.begin_ns + gpu_clock_offset_ns_, e = r.own_end_ns() + gpu_clock_offset_ns_;  // not what ran between steps
     in.counters = summarize_counters(counter_samples_, Interval{b, e});
     in.counters_interval_us = ctx_.cfg.counters_interval_us;
     in.counter_values_excluded = counter_values_excluded_;

@@ -268,7 +268,7 @@ class Session {
       warn_once("capture_steps.off", "capture_steps(): the flight recorder is off (trace_keep_steps=0); ignored");
       return false;
     }
-    const uint64_t first = static_cast<uint64_t>(current_step().load(std::memory_order_relaxed) + 1);
+    const uint64_t first = static_cast<uint64_t>(last_step_of_key(current_step().load(std::memory_order_relaxed)) + 1);
     if (captures_.add(first, first + static_cast<uint64_t>(n) - 1)) return true;
     warn_once("capture_steps.full", "capture_steps(): 64 requests are pending; this one is ignored");
     return false;

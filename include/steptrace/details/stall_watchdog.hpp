@@ -60,7 +60,7 @@ class StallWatchdog {
     while (!samples_.empty() && samples_.back().end_ns - samples_.front().end_ns > kSampleSpanNs) samples_.pop_front();
   }
 
-  StallWatch::Due look(int64_t now_ns) { return watch_.look(now_ns, current_step().load(std::memory_order_relaxed)); }
+  StallWatch::Due look(int64_t now_ns) { return watch_.look(now_ns, last_step_of_key(current_step().load(std::memory_order_relaxed))); }
 
   /// What the GPU side can say, filled in by the worker.
   struct Gpu {

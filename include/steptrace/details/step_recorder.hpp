@@ -62,16 +62,22 @@ class StepRecorder {
       return out;
     }
     const int64_t now = monotonic_ns();
+    int64_t prev_scope_end = 0;
+    std::vector<PhaseSpan> gap_spans;
     if (open_.exists) {
       open_.record.end_ns = now;
       open_.record.end_is_next_step = true;
       open_.record.spans_outside_step += static_cast<uint32_t>(std::exchange(spans_outside_step_, 0));
+      if (!open_.scope_open) prev_scope_end = open_.record.scope_end_ns;
+      gap_spans = std::move(open_.gap_spans);
       out.closed = std::move(open_.record);
     }
     open_ = OpenStep{};
     open_.exists = true;
     open_.scope_open = true;
     StepRecord& r = open_.record;
+    r.prev_scope_end_ns = prev_scope_end;
+    r.between_spans = std::move(gap_spans);
     r.index = next_index_++;
     current_step().store(static_cast<int64_t>(r.index), std::memory_order_relaxed);
     step_thread().store(&thread_state(), std::memory_order_relaxed);
@@ -111,6 +117,8 @@ class StepRecorder {
     if (!open_.exists || !open_.scope_open) return;
     open_.scope_open = false;
     open_.record.scope_end_ns = monotonic_ns();
+    // GPU work launched from now until the next step begins is work between steps.
+    current_step().store(between_steps_key(static_cast<int64_t>(open_.record.index)), std::memory_order_relaxed);
     publish_open(open_.record.begin_ns, open_.record.scope_end_ns, open_.record.traced);
     if (stats) open_.record.allocator = stats;
   }
@@ -137,6 +145,11 @@ class StepRecorder {
       return;
     }
     StepRecord& r = open_.record;
+    if (!open_.scope_open && span.end_ns > r.scope_end_ns) {  // ended between steps: the next line's between_steps
+      if (open_.gap_spans.size() < cfg_.max_spans_per_step) open_.gap_spans.push_back(span);
+      else ++r.spans_dropped;
+      return;
+    }
     // Other threads (a busy loader) may fill three quarters of the budget; the rest is the step
     // thread's, so its phases (forward_time_ms, ...) are not crowded out.
     const std::size_t limit = span.on_step_thread ? cfg_.max_spans_per_step : cfg_.max_spans_per_step - cfg_.max_spans_per_step / 4;
@@ -177,6 +190,7 @@ class StepRecorder {
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
     open_.record.end_is_next_step = false;
+    open_.record.spans_outside_step += static_cast<uint32_t>(open_.gap_spans.size() + std::exchange(spans_outside_step_, 0));
     std::optional<StepRecord> last = std::move(open_.record);
     open_ = OpenStep{};
     publish_open(0, 0, false);
@@ -194,6 +208,7 @@ class StepRecorder {
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
     open_.record.end_is_next_step = false;
+    open_.record.spans_outside_step += static_cast<uint32_t>(open_.gap_spans.size() + std::exchange(spans_outside_step_, 0));
     std::optional<StepRecord> last = std::move(open_.record);
     open_ = OpenStep{};  // the program may go on: its scope's end finds no open step
     publish_open(0, 0, false);
@@ -287,6 +302,7 @@ class StepRecorder {
     bool exists = false;      // a step has begun and its line is not yet queued
     bool scope_open = false;  // its TRACE_STEP scope has not ended yet
     StepRecord record;
+    std::vector<PhaseSpan> gap_spans;  // ended after its scope: the next step's between_spans
   };
 
   void publish_open(int64_t begin_ns, int64_t scope_end_ns, bool traced) {

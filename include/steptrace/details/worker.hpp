@@ -360,12 +360,41 @@ class Worker {
       std::optional<StepGpu> gpu;
       std::string untraced;
       StepActivity activity;  // the step's records, for the flight recorder
+      const int64_t before = static_cast<int64_t>(r.index) - 1;  // the step the work between belongs after
+      // Work launched between the previous step and this one is in this line: an untraced line waits
+      // for it as a traced one waits for its own records.
+      const bool between_in = before < 0 || attributor_.between_complete(before, stopping);
+      if (s_.attribution && !r.traced && !between_in) {
+        LineWait w;
+        w.records_complete = false;
+        w.counters_in = true;
+        w.lines_waiting = waiting_.size();
+        w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+        w.stopping = stopping;
+        if (!line_due(w, cfg)) return;
+      }
+      std::optional<BetweenGpu> between;
+      std::string between_reason;
+      if (!s_.attribution) {
+        between_reason = lines_.context().gpu_null_reason;
+      } else if (before >= 0) {
+        between = attributor_.take_between(before);
+        if (between)
+          for (auto& t : between->top_kernels) t.name = demangle_(t.name);
+        else if (prev_traced_)
+          between = BetweenGpu{};  // records were on and nothing was launched
+        else
+          between_reason = "the previous step was not traced: GPU records run from a traced step's begin to the "
+                           "next step's begin";
+      }
+      prev_traced_ = r.traced;
+      last_taken_ = LastTaken{static_cast<int64_t>(r.index), r.scope_end_ns};
       if (s_.attribution && !r.traced) {
         attributor_.skip(static_cast<int64_t>(r.index));
         untraced = untraced_reason(r, cfg, detached(r));
       } else if (s_.attribution) {
         LineWait w;
-        w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index));
+        w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index)) && between_in;
         w.counters_in = lines_.counters_cover(r.end_ns);
         w.lines_waiting = waiting_.size();
         w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
@@ -382,7 +411,7 @@ class Worker {
           for (auto& t : pg.top_kernels) t.name = demangle_(t.name);
       }
       const bool traced = gpu.has_value(), complete = gpu && gpu->complete;
-      process(r, std::move(gpu), untraced);
+      process(r, std::move(gpu), untraced, std::move(between), between_reason);
       try {
         flight_.keep(r, traced ? &activity : nullptr, complete,
                      traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
@@ -395,7 +424,8 @@ class Worker {
     }
   }
 
-  void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced) {
+  void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
+               std::optional<BetweenGpu> between = std::nullopt, const std::string& between_reason = {}) {
     try {
       for (const auto& [name, v] : r.scalars)
         if (!std::isfinite(v))
@@ -410,6 +440,8 @@ class Worker {
       OverheadLine overhead = observe_overhead(r, gpu);
       StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
       in.overhead = std::move(overhead);
+      in.between_gpu = std::move(between);
+      in.between_gpu_null_reason = between_reason;
       in.trace = flight_.decide(r.index, ns_to_ms(in.host.step_time_ns),
                                 in.gpu ? std::optional<Bottleneck>(in.diagnosis.label) : std::nullopt,
                                 s_.captures && s_.captures->covers(r.index), lines_.context().run.run_id);
@@ -544,6 +576,11 @@ class Worker {
   StallWatchdog watchdog_;
   FlightRecorder flight_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
+  struct LastTaken {
+    int64_t index = -1;
+    int64_t scope_end_ns = 0;
+  } last_taken_;                    // the last step whose line was made (the end record's after_last_step)
+  bool prev_traced_ = false;        // the last step taken in was traced (records on until the next began)
   GpuTail gpu_tail_;                // traced steps' GPU work after their host end (counters' pause)
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
@@ -596,6 +633,19 @@ class Worker {
       e.lines_unwritten_total = lines_failed_;
       e.steps_dropped_total = s_.queue->dropped();
       e.lines_incomplete = lines_incomplete_;
+      if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
+        e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);
+        if (!s_.attribution) {
+          e.after_last_step_gpu_null_reason = lines_.context().gpu_null_reason;
+        } else if ((e.after_last_step_gpu = attributor_.take_between(last_taken_.index))) {
+          for (auto& t : e.after_last_step_gpu->top_kernels) t.name = demangle_(t.name);
+        } else if (prev_traced_) {
+          e.after_last_step_gpu = BetweenGpu{};
+        } else {
+          e.after_last_step_gpu_null_reason = "the last step was not traced: GPU records run from a traced step's "
+                                              "begin to the next step's begin";
+        }
+      }
       const std::string line = make_end_line(e, lines_.context().run);
       for (sink::LineSink* sink : s_.sinks)
         if (sink->counts_lines()) sink->write_line(line);

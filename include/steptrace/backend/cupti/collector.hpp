@@ -140,7 +140,7 @@ class Collector {
     // Keep mode turns into detach mode as records go off after a traced step (its graphs settled):
     // the callbacks then stay on, so that an API exit can detach once its line is out.
     if (!on && detach_pending_.exchange(false, std::memory_order_relaxed)) {
-      detach_since_.store(std::max<int64_t>(0, details::current_step().load(std::memory_order_relaxed)),
+      detach_since_.store(std::max<int64_t>(0, last_step_of_key(details::current_step().load(std::memory_order_relaxed))),
                           std::memory_order_relaxed);
     }
     const bool detach_mode = this->detach_mode();
