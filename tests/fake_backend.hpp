@@ -68,6 +68,22 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     if (delivery == Delivery::at_once) kernels_.push_back(k);
     else if (delivery == Delivery::at_flush) held_.push_back(k);
   }
+  /// A kernel whose launch call entered while records were off (another thread, at the switch into
+  /// tracing): its record comes, its launch site never does. Numbered before the launches after it.
+  void launch_entered_before_switch(int64_t duration_ns, uint32_t stream = 9) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!tracing_) return;
+    steptrace::KernelRecord k;
+    k.correlation = ++next_correlation_;
+    k.stream = stream;
+    k.start_ns = std::max(steptrace::monotonic_ns(), stream_end_[stream]);
+    k.end_ns = stream_end_[stream] = k.start_ns + duration_ns;
+    k.blocks = 1;
+    k.threads_per_block = 128;
+    k.sm_efficiency = steptrace::kernel_sm_efficiency(1, sm_count);
+    k.name = "straddling_kernel";
+    kernels_.push_back(k);
+  }
   /// A copy (or memset) of `bytes` taking `duration_ns`, as launch() does kernels.
   void copy(uint64_t bytes, steptrace::CopyKind kind, int64_t duration_ns, uint32_t stream = 7) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -631,3 +631,33 @@ TEST_CASE("work between steps after an untraced step is unknown, and says why", 
   REQUIRE(events.size() == 1);
   CHECK(events[0]["after_last_step"]["gpu"].is_null());  // step 3 was not traced
 }
+
+TEST_CASE("a record whose launch entered before tracing switched on is left out with its reason", "[runtime]") {
+  const auto log = fresh_log("runtime_switch_in");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 2;
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 4; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(backward);
+    if (i == 2) run.gpu->launch_entered_before_switch(50'000);  // a second thread's call, entered at the switch
+    run.gpu->launch(100'000);
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 4);
+  const auto& l = lines[2];
+  INFO(l.dump());
+  CHECK(l["gpu"]["kernels"] == 1);  // only the kernel whose launch was seen
+  CHECK(l["gpu"]["complete"] == true);
+  // Counted on the next traced line taken after the record came (counts since the previous line).
+  int left_out = 0, unattributed = 0;
+  for (const auto& x : lines)
+    if (x["gpu"].is_object()) {
+      left_out += x["gpu"]["launched_untraced_records"].get<int>();
+      unattributed += x["gpu"]["unattributed_records"].get<int>();
+    }
+  CHECK(left_out == 1);
+  CHECK(unattributed == 0);
+}

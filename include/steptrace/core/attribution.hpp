@@ -124,6 +124,10 @@ struct StepGpu {
   uint32_t missing_launches = 0;
   uint64_t late_records = 0;          // records that arrived after their step's line (since the last line)
   uint64_t unattributed_records = 0;  // records whose launch was never seen (since the last line)
+  // Records whose launch was not seen because records were off when it was called: its correlation id
+  // is below a launch seen since (ids grow with each call), e.g. a thread launching as tracing switched
+  // on; excluded (since the last line).
+  uint64_t launched_untraced_records = 0;
   int64_t before_first_step_ns = 0;   // GPU time launched before the first step (first line only)
   uint32_t before_first_step_records = 0;
   // Records excluded as impossible (core/plausibility.hpp), by reason (index = Implausible - 1).
@@ -245,6 +249,7 @@ class Attributor {
     if (reporting_step_of_key(l.step) < emitted_below_) return;  // the line that reports it is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
     launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid};
+    max_launch_id_ = std::max(max_launch_id_, l.correlation);
     Pending& p = pending_[l.step];
     p.expected.insert(l.correlation);
     if (l.graph) p.graph_launches = true;
@@ -325,6 +330,7 @@ class Attributor {
     }
     g.late_records = std::exchange(late_records_, 0);
     g.unattributed_records = std::exchange(unattributed_, 0);
+    g.launched_untraced_records = std::exchange(launched_untraced_, 0);
     close_step(step);
     return g;
   }
@@ -392,6 +398,7 @@ class Attributor {
   /// the old ids still to come count as unattributed.
   void forget_correlations() {
     launches_.clear();
+    max_launch_id_ = 0;
     alias_.clear();
     discard_graphs_.clear();
     discard_graph_order_.clear();
@@ -454,6 +461,7 @@ class Attributor {
     auto it = launches_.find(id);
     if (it == launches_.end()) {
       if (discard_graphs_.count(id)) ++discarded_;
+      else if (id < max_launch_id_) ++launched_untraced_;  // called before a launch that was seen: records were off
       else ++unattributed_;
       return nullptr;
     }
@@ -582,7 +590,8 @@ class Attributor {
   std::map<int64_t, Pending> pending_;
   int64_t emitted_below_ = 0;
   int64_t latest_record_step_ = -1;
-  uint64_t late_records_ = 0, unattributed_ = 0, discarded_ = 0;
+  uint64_t late_records_ = 0, unattributed_ = 0, discarded_ = 0, launched_untraced_ = 0;
+  uint32_t max_launch_id_ = 0;  // the highest correlation id of a launch seen (ids restart at an attach)
   static constexpr std::size_t kMaxDiscardGraphs = 4096;
   std::unordered_set<uint32_t> discard_graphs_;  // settling graph launches (see add_launch)
   std::vector<uint32_t> discard_graph_order_;    // oldest first, for the bound

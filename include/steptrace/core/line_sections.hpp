@@ -263,6 +263,7 @@ inline void write_gpu(LineOut& out, const StepLineInput& in) {
       w.key(op).begin_object().field("ms", ns_to_ms(t.first)).field("kernels", t.second).end_object();
     w.end_object();
     w.field("late_records", g.late_records).field("unattributed_records", g.unattributed_records);
+    w.field("launched_untraced_records", g.launched_untraced_records);
     w.field("dropped_records", in.gpu_dropped_records);
     w.field("excluded_records", g.excluded_records);
     w.key("excluded").begin_object();
