@@ -192,7 +192,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     return counters_error;
   }
   std::string counters_description() override { return "fake PM sampler"; }
-  /// Samples from the previous poll to now, 1 ms each at most (GPU clock = host clock here), all values 0.5.
+  std::atomic<double> sample_value{0.5};  // every value of the samples taken from now on
+  /// Samples from the previous poll to now, 1 ms each at most (GPU clock = host clock here), all values
+  /// sample_value.
   std::string poll_counters(std::vector<steptrace::CounterSample>& out) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t now = calls_.counters_paused ? paused_at_ : steptrace::monotonic_ns();
@@ -202,7 +204,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       steptrace::CounterSample c;
       c.start_ns = last_sample_end_;
       c.end_ns = last_sample_end_ = std::min(now, last_sample_end_ + 1'000'000);
-      c.sm_active = c.tensor_active = c.dram = c.occupancy = 0.5;
+      c.sm_active = c.tensor_active = c.dram = c.occupancy = sample_value.load();
       out.push_back(c);
     }
     return {};

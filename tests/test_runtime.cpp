@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "fake_backend.hpp"
 #include "support.hpp"
@@ -660,4 +661,54 @@ TEST_CASE("a record whose launch entered before tracing switched on is left out 
     }
   CHECK(left_out == 1);
   CHECK(unattributed == 0);
+}
+
+TEST_CASE("invariants on a live run: a phase opened before its step, counter samples above 1", "[runtime]") {
+  const auto log = fresh_log("runtime_invariants");
+  FakeRun run(std::make_unique<FakeBackend>());
+  REQUIRE(run.start(base_config(log)));
+  {
+    TRACE_STEP();
+    run.gpu->launch(100'000);
+    steptrace_test::spin_for_us(1'000);
+  }
+  std::optional<steptrace::PhaseScope> early;
+  early.emplace(steptrace::phase_tag::forward);  // opened between steps, closed inside the next one
+  steptrace_test::spin_for_us(3'000);
+  run.gpu->sample_value = 1.5;  // the PM samples of the next step read an impossible 150 %
+  {
+    TRACE_STEP();
+    run.gpu->launch(100'000);
+    steptrace_test::spin_for_us(500);
+    early.reset();
+    steptrace_test::spin_for_us(500);
+  }
+  run.gpu->sample_value = 0.5;
+  for (int i = 0; i < 2; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    run.gpu->launch(100'000);
+    steptrace_test::spin_for_us(2'000);
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 4);
+  const auto& bad = lines[1];
+  INFO(bad.dump());
+  CHECK(bad["forward_time_ms"].is_null());
+  CHECK(bad["phases"]["forward"]["host_ms"].is_null());
+  CHECK(bad["null_reasons"]["forward_time_ms"].get<std::string>().find("before the step began") != std::string::npos);
+  CHECK(bad["gpu"]["invariant_exclusions"].get<int>() >= 2);
+  CHECK(bad["counters"]["excluded_values"].get<int>() > 0);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    for (const char* f : {"sm_activity", "memory_bandwidth_utilization", "tensor_core_or_pipe_utilization", "gpu_utilization"})
+      if (l[f].is_number()) {
+        CHECK(l[f].get<double>() >= 0.0);
+        CHECK(l[f].get<double>() <= 1.0);
+      }
+  }
+  CHECK(lines[3]["sm_activity"].get<double>() == Approx(0.5));
+  CHECK(lines[3]["forward_time_ms"].is_number());
+  CHECK(lines[3]["gpu"]["invariant_exclusions"] == 0);
 }
