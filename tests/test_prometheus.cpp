@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -345,6 +346,91 @@ TEST_CASE("an unusable textfile or address warns once and training goes on", "[p
   CHECK(w.find("prometheus_textfile") != std::string::npos);
   CHECK(w.find("/nonexistent-dir/steptrace.prom") != std::string::npos);
   CHECK(w.find("'no-port-here' is not host:port") != std::string::npos);
+}
+
+namespace {
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST_CASE("a file is replaced only where a regular file or nothing stands, never through a planted name",
+          "[prometheus]") {
+  using steptrace::sink::replace_file_atomically;
+  using steptrace::sink::temporary_name;
+  const std::string dir = "replace_hostile";
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  // A FIFO, a directory and a symbolic link at the target: refused, each left what it was.
+  const std::string fifo = dir + "/metrics.prom";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string e1 = replace_file_atomically(fifo, "x 1\n");
+  CHECK(e1.find("a FIFO") != std::string::npos);
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  const std::string sub = dir + "/subdir";
+  REQUIRE(::mkdir(sub.c_str(), 0755) == 0);
+  CHECK(replace_file_atomically(sub, "x 1\n").find("a directory") != std::string::npos);
+  const std::string victim = dir + "/victim.txt", link = dir + "/link.prom";
+  std::ofstream(victim) << "precious\n";
+  REQUIRE(::symlink("victim.txt", link.c_str()) == 0);
+  CHECK(replace_file_atomically(link, "x 1\n").find("a symbolic link") != std::string::npos);
+  REQUIRE(::lstat(link.c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(file_text(victim) == "precious\n");
+  // Symbolic links planted at the temporary names: never written through; a free name is used.
+  const std::string target = dir + "/steptrace.prom";
+  for (unsigned a = 0; a < 3; ++a) REQUIRE(::symlink("victim.txt", temporary_name(target, a).c_str()) == 0);
+  CHECK(replace_file_atomically(target, "x 1\n").empty());
+  CHECK(file_text(target) == "x 1\n");
+  CHECK(file_text(victim) == "precious\n");
+  // Every name taken: refused, nothing written anywhere.
+  const std::string other = dir + "/other.prom";
+  for (unsigned a = 0; a < steptrace::sink::kTemporaryAttempts; ++a)
+    REQUIRE(::symlink("victim.txt", temporary_name(other, a).c_str()) == 0);
+  CHECK(replace_file_atomically(other, "x 1\n").find("names are taken") != std::string::npos);
+  CHECK(file_text(victim) == "precious\n");
+  CHECK(::access(other.c_str(), F_OK) != 0);
+  // A regular file is replaced.
+  CHECK(replace_file_atomically(target, "x 2\n").empty());
+  CHECK(file_text(target) == "x 2\n");
+}
+
+TEST_CASE("the textfile setting naming a FIFO: warned once, the FIFO stays, training goes on", "[prometheus]") {
+  const std::string log = fresh_log("prom_fifo");
+  const std::string fifo = "prom_fifo_target.prom";
+  ::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = Mode::off;
+  cfg.prometheus_textfile = fifo;
+  cfg.prometheus_every_ms = 100;
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 5; ++i) {
+    TRACE_STEP();
+    spin_for_us(1000);
+  }
+  stop();
+  CHECK(read_lines(log).size() == 5);
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  // What the run warns (once per process: an earlier test may have taken the key) says why.
+  steptrace::sink::PrometheusSink sink;
+  steptrace::sink::PrometheusSink::Options o;
+  o.textfile = fifo;
+  const auto problems = sink.open(o);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].setting == "prometheus_textfile");
+  CHECK(problems[0].message.find("is a FIFO") != std::string::npos);
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  ::unlink(fifo.c_str());
 }
 
 TEST_CASE("the scrape endpoint serves the same metrics while the run is live", "[prometheus]") {
