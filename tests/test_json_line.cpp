@@ -365,3 +365,27 @@ TEST_CASE("invariants: a phase's scopes on the step thread longer than the step 
   CHECK(double(k["forward_time_ms"]) == Approx(20.0));
   CHECK(k["gpu"]["invariant_exclusions"] == 0);
 }
+
+TEST_CASE("an overflowing rate is null with its reason; unregistered phase ids are distinct keys", "[json]") {
+  StepRecord r;
+  r.begin_ns = 0;
+  r.end_ns = 1'000'000;
+  r.tokens = 1e308;
+  PhaseSpan a, b;
+  a.phase = static_cast<PhaseId>(60000);  // ids no name was registered under
+  b.phase = static_cast<PhaseId>(60001);
+  a.begin_ns = b.begin_ns = 0;
+  a.end_ns = b.end_ns = 100;
+  a.on_step_thread = b.on_step_thread = false;
+  r.spans = {a, b};
+  RunInfo run;
+  StepLineInput in = minimal_input(r, run);
+  const std::string text = make_step_line(in);
+  const auto j = nlohmann::json::parse(text);
+  CHECK(j["tokens_per_second"].is_null());
+  CHECK(std::string(j["null_reasons"]["tokens_per_second"]).find("not a finite number") != std::string::npos);
+  CHECK(j["phases"].contains("unknown.60000"));
+  CHECK(j["phases"].contains("unknown.60001"));
+  CHECK(text.find("\"unknown\":") == std::string::npos);
+  CHECK(steptrace::register_phase_checked("unknown.3").error.find("reserved") != std::string::npos);
+}

@@ -26,6 +26,14 @@ STEPTRACE_BEGIN_NAMESPACE
 
 inline constexpr const char* kSchemaVersion = "steptrace.step/1";
 
+/// A phase's key in a line: its name; "unphased" for launches outside every phase; "unknown.<id>" for
+/// an id no name was registered under (each its own key: a line never holds one key twice).
+inline std::string line_phase_key(PhaseId id) {
+  if (id == kNoPhase) return "unphased";
+  if (id < phase_count()) return phase_name(id);
+  return "unknown." + std::to_string(id);
+}
+
 /// Device memory seen during the step.
 struct MemoryObservation {
   std::optional<int64_t> device_used_peak_bytes;  // max of cudaMemGetInfo samples within the step

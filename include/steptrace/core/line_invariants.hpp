@@ -48,7 +48,7 @@ inline const char* builtin_phase_field(PhaseId id) {
   if (id == phase_tag::optimizer) return "optimizer_time_ms";
   return nullptr;
 }
-inline std::string phase_key(PhaseId id) { return id == kNoPhase ? std::string("unphased") : phase_name(id); }
+inline std::string phase_key(PhaseId id) { return line_phase_key(id); }
 
 /// `v` (a fraction) removed and its field excluded when outside [0, 1].
 inline void check_fraction(std::optional<double>& v, const std::string& field, StepLineInput& in) {

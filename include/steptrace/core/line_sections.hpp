@@ -112,9 +112,15 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
   const std::string no_tokens = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
   const std::string no_samples = "samples per step unknown (set samples_per_step or TRACE_STEP(tokens, samples))";
   out.optional_field("tokens", step.tokens, no_tokens);
-  out.optional_field("tokens_per_second", host.tokens_per_second, no_tokens);
+  const auto no_rate = [&](const std::optional<double>& count, const std::string& unknown) {
+    if (!count) return unknown;
+    char b[96];
+    std::snprintf(b, sizeof b, "%.6g per %.6g ms", *count, ns_to_ms(host.step_time_ns));
+    return "the count over the step time is not a finite number (" + std::string(b) + ")";
+  };
+  out.optional_field("tokens_per_second", host.tokens_per_second, no_rate(step.tokens, no_tokens));
   out.optional_field("samples", step.samples, no_samples);
-  out.optional_field("samples_per_second", host.samples_per_second, no_samples);
+  out.optional_field("samples_per_second", host.samples_per_second, no_rate(step.samples, no_samples));
   out.phase_field(in, "dataloader_wait_ms", phase_tag::input);
   out.phase_field(in, "h2d_time_ms", phase_tag::h2d);
   out.phase_field(in, "forward_time_ms", phase_tag::forward);
@@ -420,7 +426,7 @@ inline void write_between_steps(LineOut& out, const StepLineInput& in) {
   w.key("phases").begin_object();
   std::map<std::string, std::pair<int64_t, uint32_t>> phases;  // name -> (time, scopes)
   for (const PhaseSpan& s : step.between_spans) {
-    auto& p = phases[s.phase == kNoPhase ? std::string("unphased") : phase_name(s.phase)];
+    auto& p = phases[line_phase_key(s.phase)];
     if (!s.nested_in_same) p.first += s.end_ns - s.begin_ns;
     ++p.second;
   }
@@ -442,9 +448,9 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
       if (!host.phases.count(kv.first)) ids.push_back(kv.first);
   w.key("phases").begin_object();
   for (PhaseId id : ids) {
-    w.key(id == kNoPhase ? std::string("unphased") : phase_name(id)).begin_object();
+    w.key(line_phase_key(id)).begin_object();
     auto hp = host.phases.find(id);
-    const std::string at = "phases." + (id == kNoPhase ? std::string("unphased") : phase_name(id));
+    const std::string at = "phases." + line_phase_key(id);
     if (hp != host.phases.end()) {
       w.field("host_ms", in.excluded.count(at + ".host_ms") ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.total_ns)));
       w.field("count", hp->second.count);
@@ -487,7 +493,7 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
         const int64_t all = c.sample_ns + c.shared_ns;
         w.field("shared", all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all))
                                   : std::nullopt);
-        if (all <= 0) out.nulls.emplace_back("phases." + (id == kNoPhase ? std::string("unphased") : phase_name(id)) + ".gpu.counters.shared", "no sample used");
+        if (all <= 0) out.nulls.emplace_back("phases." + line_phase_key(id) + ".gpu.counters.shared", "no sample used");
         w.end_object();
       }
       w.end_object();

@@ -65,7 +65,7 @@ STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name)
     clean = std::string(name);
   }
   // The lines' own keys: launches outside any phase, and a phase id out of range.
-  if (clean == "unphased" || clean == "unknown") {
+  if (clean == "unphased" || clean == "unknown" || clean.rfind("unknown.", 0) == 0) {
     result.error = "phase name '" + clean + "' is reserved (the lines use it for launches outside any phase); recorded as 'p_" +
                    clean + "'";
     clean.insert(0, "p_");

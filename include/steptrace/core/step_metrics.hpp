@@ -1,6 +1,7 @@
 // steptrace/core/step_metrics.hpp - one step's host-side numbers, derived from a StepRecord.
 #pragma once
 #include "../version.hpp"
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,8 +51,9 @@ inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
   m.untracked_ns = m.step_time_ns - union_length(std::move(covered));
   if (m.step_time_ns > 0) {
     const double seconds = static_cast<double>(m.step_time_ns) / 1e9;
-    if (step.tokens) m.tokens_per_second = *step.tokens / seconds;
-    if (step.samples) m.samples_per_second = *step.samples / seconds;
+    // A rate that overflows (tokens near 1e308) is left null; the line says why (write_time).
+    if (step.tokens && std::isfinite(*step.tokens / seconds)) m.tokens_per_second = *step.tokens / seconds;
+    if (step.samples && std::isfinite(*step.samples / seconds)) m.samples_per_second = *step.samples / seconds;
   }
   return m;
 }
