@@ -129,6 +129,30 @@ TEST_CASE("environment values outside their range or spelling are refused, namin
   CHECK(c.counters_buffer_mib == 8);
 }
 
+TEST_CASE("hostile environment text: ids bounded, control characters and leading blanks refused", "[config]") {
+  Config c;
+  const auto errors = apply_environment(c, {{"STEPTRACE_JOB_ID", std::string(100'000, 'x')},
+                                            {"STEPTRACE_JOB_NAME", "a\nb"},
+                                            {"STEPTRACE_LOG_EVERY", " 5"},
+                                            {"STEPTRACE_MEMORY_SAMPLE_MS", " 2"},
+                                            {"STEPTRACE_LOG", std::string(5000, 'p')}});
+  REQUIRE(errors.size() == 5);
+  CHECK(errors[0].setting == "STEPTRACE_JOB_ID");
+  CHECK(errors[0].message.find("longer than 256 bytes") != std::string::npos);
+  CHECK(errors[1].message.find("control character") != std::string::npos);
+  CHECK(errors[2].setting == "STEPTRACE_LOG_EVERY");
+  CHECK(errors[3].setting == "STEPTRACE_MEMORY_SAMPLE_MS");
+  CHECK(errors[4].setting == "STEPTRACE_LOG");
+  const Config defaults;
+  CHECK(c.job_id == defaults.job_id);
+  CHECK(c.job_name == defaults.job_name);
+  CHECK(c.log_every == defaults.log_every);
+  CHECK(c.log_path == defaults.log_path);
+  CHECK(apply_environment(c, {{"STEPTRACE_JOB_ID", std::string(256, 'j')}, {"STEPTRACE_LOG_EVERY", "5"}}).empty());
+  CHECK(c.job_id.size() == 256);
+  CHECK(c.log_every == 5);
+}
+
 TEST_CASE("bad config at start(): one message naming the setting, training goes on", "[config]") {
   auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("config_bad");

@@ -5,6 +5,7 @@
 #pragma once
 #include "version.hpp"
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,8 +29,9 @@ inline bool parse_bool(const std::string& v, bool& out) {
   return false;
 }
 
+// Leading blanks are refused too (strtod and strtoll would skip them): ' 5' is a typo, not 5.
 inline bool parse_double(const std::string& v, double& out) {
-  if (v.empty()) return false;
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0]))) return false;
   errno = 0;
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
@@ -39,7 +41,7 @@ inline bool parse_double(const std::string& v, double& out) {
 }
 
 inline bool parse_int(const std::string& v, long long& out) {
-  if (v.empty()) return false;
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0]))) return false;
   errno = 0;
   char* end = nullptr;
   const long long i = std::strtoll(v.c_str(), &end, 10);
@@ -84,13 +86,23 @@ inline Setting flag(const char* name, const char* var, bool Config::*m, const ch
   return s;
 }
 
-inline Setting text(const char* name, const char* var, std::string Config::*m, const char* range, const char* doc) {
+/// Text of at most `max_len` bytes (a path: 4096, PATH_MAX on Linux; an id or a name that goes into
+/// every line: 256), without control characters.
+inline std::string text_problem(const std::string& v, std::size_t max_len) {
+  if (v.size() > max_len) return "longer than " + std::to_string(max_len) + " bytes (" + std::to_string(v.size()) + ")";
+  for (unsigned char ch : v)
+    if (ch < 0x20 || ch == 0x7f) return std::string("holds a control character");
+  return {};
+}
+inline Setting text(const char* name, const char* var, std::string Config::*m, const char* range, const char* doc,
+                    std::size_t max_len = 4096) {
   Setting s{name, var, range, doc, {}, {}, {}, resetter(m)};
-  s.parse = [m](Config& c, const std::string& v) {
-    c.*m = v;
-    return std::string();
+  s.parse = [m, max_len](Config& c, const std::string& v) {
+    std::string why = text_problem(v, max_len);
+    if (why.empty()) c.*m = v;
+    return why;
   };
-  s.check = [](const Config&) { return std::string(); };
+  s.check = [m, max_len](const Config& c) { return text_problem(c.*m, max_len); };
   s.text = [m](const Config& c) { return c.*m; };
   return s;
 }
@@ -267,10 +279,10 @@ inline const std::vector<Setting>& settings() {
                      "the textfile is rewritten at most this often (and at `stop()`)"));
     t.push_back(integer("prometheus_window_lines", "STEPTRACE_PROMETHEUS_WINDOW_LINES", &Config::prometheus_window_lines,
                         1, 1024, "lines the `steptrace_window_*` means are over (traced lines for GPU attribution)"));
-    t.push_back(text("job_name", "STEPTRACE_JOB_NAME", &Config::job_name, "text",
-                     "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name"));
-    t.push_back(text("job_id", "STEPTRACE_JOB_ID", &Config::job_id, "text",
-                     "every line's `job_id`; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes pod's name"));
+    t.push_back(text("job_name", "STEPTRACE_JOB_NAME", &Config::job_name, "text, at most 256 bytes",
+                     "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name", 256));
+    t.push_back(text("job_id", "STEPTRACE_JOB_ID", &Config::job_id, "text, at most 256 bytes",
+                     "every line's `job_id`; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes pod's name", 256));
     t.push_back(real("stall_after_s", "STEPTRACE_STALL_AFTER_S", &Config::stall_after_s, 0, 604800,
                      "no step begun for this long, and for 10 median steps, writes a `stall` record (again at 2x, "
                      "4x ...) and a `resumed` one after; 0 = off"));
