@@ -18,6 +18,7 @@ Phases are host scopes (and NVTX ranges); GPU time per phase comes from CUPTI, w
 kernel under the phase open on the thread that launched it, or, for threads with no phase of their own
 (autograd's backward threads), under the phase open on the step's thread.
 """
+import numbers
 import atexit
 import functools
 import math
@@ -183,8 +184,12 @@ def record(name, value):
     would wait for the GPU to finish everything queued before it)."""
     if isinstance(value, bool):
         value = float(value)
-    if isinstance(value, (int, float)):
-        _steptrace.record(str(name), float(value))
+    if isinstance(value, numbers.Real):  # int, float, Fraction, NumPy's scalars (np.float32, np.int64, ...)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueError(f"steptrace.record({name!r}, ...): {type(value).__name__} too large for a float") from None
+        _steptrace.record(str(name), number)
         return
     numel = getattr(value, "numel", None)
     if numel is None:

@@ -105,6 +105,7 @@ def test_bad_arguments_raise_clear_errors():
         (lambda: steptrace.step(tokens=-1), ValueError, "tokens"),
         (lambda: steptrace.step(tokens="many"), TypeError, "tokens"),
         (lambda: steptrace.record("x", "1.0"), TypeError, "number"),
+        (lambda: steptrace.record("x", 10 ** 400), ValueError, "too large"),
     ]
     for fn, exc, text in cases:
         try:
@@ -225,6 +226,24 @@ def test_numpy_like_numbers_and_record_when_off():
     steptrace.record("loss", 1.0)  # not running: nothing happens, nothing raises
     steps, _ = lines_of(log)
     assert len(steps) == 1 and steps[0]["window"]["steps"] == 2
+    # Any numbers.Real is a value: a Fraction here, NumPy's scalars where NumPy is installed.
+    import fractions
+    log = fresh("reals")
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    with steptrace.step():
+        steptrace.record("ratio", fractions.Fraction(1, 4))
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        if numpy is not None:
+            steptrace.record("f32", numpy.float32(0.5))
+            steptrace.record("i64", numpy.int64(3))
+    steptrace.stop()
+    steps, _ = lines_of(log)
+    assert steps[0]["scalars"]["ratio"] == 0.25, steps[0]["scalars"]
+    if numpy is not None:
+        assert steps[0]["scalars"]["f32"] == 0.5 and steps[0]["scalars"]["i64"] == 3, steps[0]["scalars"]
 
 
 def test_empty_log_in_the_report():
