@@ -5,6 +5,8 @@
 #include <steptrace/steptrace.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 
@@ -711,4 +713,41 @@ TEST_CASE("invariants on a live run: a phase opened before its step, counter sam
   CHECK(lines[3]["sm_activity"].get<double>() == Approx(0.5));
   CHECK(lines[3]["forward_time_ms"].is_number());
   CHECK(lines[3]["gpu"]["invariant_exclusions"] == 0);
+}
+
+TEST_CASE("an ending with thousands of lines waiting still writes its end record in time, the rest counted",
+          "[runtime]") {
+  const auto log = fresh_log("runtime_end_backlog");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.max_pending_steps = 65536;
+  cfg.max_lag_steps = 100000;
+  REQUIRE(steptrace::start(cfg));
+  constexpr int kSteps = 20000;
+  for (int i = 0; i < kSteps; ++i) {
+    TRACE_STEP();
+    for (int p = 0; p < 20; ++p) {
+      TRACE_PHASE_NAMED("phase_with_a_long_name_for_a_heavy_line");
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  steptrace::details::Session::current().end_now("SIGTERM");  // what the SIGTERM handler's thread does
+  const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The end record is in the log when the ending returns (the handler then lets the process die).
+  const auto events = steptrace_test::read_events(log);
+  const auto written = read_lines(log).size();
+  steptrace::stop();
+  INFO("waited " << waited_ms << " ms, " << written << " lines written");
+  CHECK(waited_ms < 1000);
+  REQUIRE(events.size() == 1);
+  const auto& end = events[0];
+  CHECK(end["reason"] == "SIGTERM");
+  // Every step is accounted for: written, cut at the end, or dropped by the full queue.
+  const auto accounted = end["lines_written"].get<uint64_t>() + end["dropped"]["lines_cut_at_end"].get<uint64_t>() +
+                         end["dropped"]["steps_total"].get<uint64_t>();
+  CHECK(accounted == static_cast<uint64_t>(kSteps));
+  CHECK(end["lines_written"].get<uint64_t>() == written);
+  std::remove(log.c_str());  // ~100 MB
 }

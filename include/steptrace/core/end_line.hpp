@@ -22,6 +22,7 @@ struct EndRecord {
   int64_t last_global_step = -1;  // the last step with a line (written or not), -1 = none
   uint64_t lines_written = 0, lines_unwritten_total = 0, steps_dropped_total = 0;
   uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
+  uint64_t lines_cut_at_end = 0;  // lines an ending (SIGTERM, exit) had no time left for
   TraceStats traces;              // the flight recorder's
   // What ran after the last step's scope ended (evaluation, a checkpoint before stop()): its time and
   // the GPU work launched in it (known when the last step was traced).
@@ -87,6 +88,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
   w.field("lines_written", e.lines_written).field("lines_incomplete", e.lines_incomplete);
   w.key("dropped").begin_object();
   w.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
+  w.field("lines_cut_at_end", e.lines_cut_at_end);
   w.end_object();
   write_trace_stats(out, e.traces);
   w.key("after_last_step");

@@ -68,6 +68,7 @@ class StepQueue {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       flush_reason_ = std::move(reason);
+      flush_asked_at_ = std::chrono::steady_clock::now();
       id = ++flush_asked_;
     }
     cv_.notify_all();
@@ -76,13 +77,19 @@ class StepQueue {
   /// Background thread: the reason of a request not yet served ("" = none), marking it taken.
   /// A flush asked for: its id and reason, and in `more` every step queued before it was asked
   /// (the asking thread queued the open step first: its line must precede the end record).
-  std::string take_flush(uint64_t& id, std::deque<StepRecord>& more) {
+  std::string take_flush(uint64_t& id, std::deque<StepRecord>& more, std::chrono::steady_clock::time_point* asked_at = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (flush_asked_ == flush_taken_) return {};
     flush_taken_ = id = flush_asked_;
+    if (asked_at) *asked_at = flush_asked_at_;
     for (auto& r : queue_) more.push_back(std::move(r));
     queue_.clear();
     return flush_reason_;
+  }
+  /// Whether an ending asked for a flush the background thread has not taken yet.
+  bool flush_pending() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return flush_asked_ != flush_taken_;
   }
   void flush_done(uint64_t id) {
     {
@@ -116,6 +123,7 @@ class StepQueue {
   std::condition_variable cv_, done_cv_;
   std::deque<StepRecord> queue_;
   std::string flush_reason_;
+  std::chrono::steady_clock::time_point flush_asked_at_{};
   uint64_t flush_asked_ = 0, flush_taken_ = 0, flush_done_ = 0;
   std::size_t bound_ = 256;
   bool stopping_ = false;

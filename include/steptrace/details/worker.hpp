@@ -32,6 +32,7 @@
 #include "line_policy.hpp"
 #include "log.hpp"
 #include "reading_pace.hpp"
+#include "signals.hpp"
 #include "stall_watchdog.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
@@ -119,11 +120,16 @@ class Worker {
       }
       uint64_t flush_id = 0;
       std::deque<StepRecord> queued;
-      const std::string flush_reason = s_.queue->take_flush(flush_id, queued);
+      std::chrono::steady_clock::time_point asked_at{};
+      const std::string flush_reason = s_.queue->take_flush(flush_id, queued, &asked_at);
+      // An ending (SIGTERM, exit) allows kEndWaitMs in all: the waiting lines get kEndLinesMs of it,
+      // those left then are cut (counted in the end record), so that the end record always comes.
+      if (!flush_reason.empty()) end_deadline_ = asked_at + std::chrono::milliseconds(kEndLinesMs);
       take_in(queued);
       emit_ready(stopping || !flush_reason.empty());  // an ending: every waiting line now, as it is
       if (!flush_reason.empty()) {
         write_end(flush_reason);
+        end_deadline_.reset();
         s_.queue->flush_done(flush_id);
       }
       if (detach_since_ && !stopping) {  // once per traced line, again while records are still on
@@ -356,6 +362,16 @@ class Worker {
   void emit_ready(bool stopping) {
     const Config& cfg = lines_.context().cfg;
     while (!waiting_.empty()) {
+      if (end_deadline_ && std::chrono::steady_clock::now() >= *end_deadline_) {  // the end record first
+        for (const StepRecord& r : waiting_)
+          if (s_.attribution) attributor_.skip(static_cast<int64_t>(r.index));
+        lines_cut_at_end_ += waiting_.size();
+        warn_once("end.cut", "an ending (SIGTERM or exit) left no time for " + std::to_string(waiting_.size()) +
+                                 " waiting lines: cut, counted in the end record's dropped.lines_cut_at_end");
+        waiting_.clear();
+        return;
+      }
+      if (!stopping && !end_deadline_ && s_.queue->flush_pending()) return;  // an ending was asked: it goes first
       const StepRecord& r = waiting_.front();
       std::optional<StepGpu> gpu;
       std::string untraced;
@@ -580,7 +596,10 @@ class Worker {
     int64_t index = -1;
     int64_t scope_end_ns = 0;
   } last_taken_;                    // the last step whose line was made (the end record's after_last_step)
-  bool prev_traced_ = false;        // the last step taken in was traced (records on until the next began)
+  bool prev_traced_ = false;
+  static constexpr int kEndLinesMs = kEndWaitMs * 6 / 10;  // of an ending's time, for the waiting lines
+  std::optional<std::chrono::steady_clock::time_point> end_deadline_;  // an ending's, while it is served
+  uint64_t lines_cut_at_end_ = 0;  // waiting lines an ending had no time left for        // the last step taken in was traced (records on until the next began)
   GpuTail gpu_tail_;                // traced steps' GPU work after their host end (counters' pause)
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
@@ -633,6 +652,7 @@ class Worker {
       e.lines_unwritten_total = lines_failed_;
       e.steps_dropped_total = s_.queue->dropped();
       e.lines_incomplete = lines_incomplete_;
+      e.lines_cut_at_end = lines_cut_at_end_;
       if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
         e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);
         if (!s_.attribution) {
