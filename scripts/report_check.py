@@ -15,11 +15,15 @@ old log's lines without run_id, then the example trainer run twice on the same S
 counting global_step from 0): by default the latest run alone (its steps, none going back), `--run` the
 first run and `?`, `--run all` one series per run (each within its own steps in the screenshot), the
 header naming every run with its step range and lines; an unknown id exits 2 listing the ids; two
-ranks' files of two runs each. For each, Chromium loads the page from disk:
-no script error, no request (the page's Content-Security-Policy forbids any, and the browser's own
-resource count must be 0), every chart drew data or says why it has none; then a screenshot is
-decoded (PNG, here in Python) and each chart's rectangle must hold coloured pixels. Exit 0 when all
-holds; `--screenshot` keeps the H100 report's screenshot.
+ranks' files of two runs each. And hostile lines (issue #33, hostile_checks): markup in every string
+and in the log's directory and file names, lines of the wrong types, 1 000 lines of 200 new phase
+names each, trace paths outside the log's directory. For each, Chromium loads the page from disk:
+no script error and no console message at all, the page's title as the report made it, no request (the
+page's Content-Security-Policy forbids any, and the browser's own resource count must be 0), every
+chart drew data or says why it has none, no line of the real logs skipped as malformed; then a
+screenshot is decoded (PNG, here in Python) and each chart's rectangle must hold coloured pixels. Exit
+0 when all holds; `--screenshot` keeps the H100 report's screenshot; `--only hostile` runs the hostile
+cases alone. STEPTRACE_REPORT=path checks another copy of the report (e.g. an older one).
 """
 import html
 import json
@@ -32,9 +36,10 @@ import sys
 import tempfile
 import time
 import zlib
+from urllib.parse import quote, unquote
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPORT = os.path.join(ROOT, "scripts", "steptrace_report.py")
+REPORT = os.environ.get("STEPTRACE_REPORT") or os.path.join(ROOT, "scripts", "steptrace_report.py")
 
 
 def chromium():
@@ -47,7 +52,7 @@ def chromium():
 def browse(page, profile, *args):
     cmd = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
            "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
-           *args, "file://" + os.path.abspath(page)]
+           *args, "file://" + quote(os.path.abspath(page))]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -212,28 +217,50 @@ def ranks_from(lines_path, out_dir, ranks):
 
 
 def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None, verdict=None, gaps=False,
-          args=(), more=None):
+          args=(), more=None, malformed=0, max_s=300, max_bytes=None):
     """`verdict`: the start of the header's verdict; `gaps`: untraced steps must be gaps (gap_problems);
-    `args`: more options for steptrace-report; `more(page data, DOM, self-check, screenshot)`: more problems."""
+    `args`: more options for steptrace-report; `more(page data, DOM, self-check, screenshot)`: more problems;
+    `malformed`: the lines the page must say it skipped as malformed; `max_s`, `max_bytes`: the most the
+    report may take to write the page, and the page's size."""
     problems = []
     page = os.path.join(work, name + ".html")
-    out = subprocess.run([sys.executable, REPORT, *lines, "-o", page, *args], capture_output=True, text=True,
-                         timeout=300)
-    if out.returncode != 0:
+    t0 = time.time()
+    try:
+        out = subprocess.run([sys.executable, REPORT, *lines, "-o", page, *args], capture_output=True, text=True,
+                             timeout=max_s)
+    except subprocess.TimeoutExpired:
+        return [f"{name}: steptrace-report took more than {max_s} s"]
+    took = time.time() - t0
+    if out.returncode != 0 or "Traceback" in out.stderr:
         return [f"{name}: steptrace-report failed: {out.stderr.strip()[-500:]}"]
+    size = os.path.getsize(page)
+    if max_bytes is not None and size > max_bytes:
+        return [f"{name}: the page is {size / 1e6:.1f} MB, want at most {max_bytes / 1e6:.1f} MB"]
     text = open(page, encoding="utf-8").read()
     if re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text):
         problems.append(f"{name}: the page refers to something over the network")
     profile = os.path.join(work, "profile-" + name)
     dom = browse(page, profile, "--window-size=1400,1000", "--dump-dom")
-    m = re.search(r'<pre id="self-check">([^<]*)</pre>', dom.stdout)
+    m = re.search(r'<pre id="self-check">([^<]+)</pre>', dom.stdout)
     if not m:
         return problems + [f"{name}: the page's self-check did not run (Chromium exit {dom.returncode}; "
                            f"{dom.stderr.strip()[-400:]})"]
     sc = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    console = [l for l in dom.stderr.splitlines() if "CONSOLE" in l and ("Uncaught" in l or "rror" in l)]
+    # No console message at all: the page writes none; one means a script error, a request the CSP
+    # blocked, or code from the lines running (issue #33).
+    console = [l for l in dom.stderr.splitlines() if "CONSOLE" in l]
     if sc["errors"] or console:
-        problems.append(f"{name}: script errors: {sc['errors'] + console}")
+        problems.append(f"{name}: script errors or console messages: {sc['errors'] + console}")
+    want_title = "steptrace report: " + ", ".join(os.path.basename(p) for p in lines[:3]) + \
+        (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
+    m = re.search(r"<title>(.*?)</title>", dom.stdout, re.S)
+    if "--title" not in args and (not m or html.unescape(m.group(1)) != want_title):
+        problems.append(f"{name}: the page's title is {m and html.unescape(m.group(1))!r}, want {want_title!r}")
+    said = page_data(text)["header"].get("malformed", 0)
+    skipped = f"{malformed} line{'s' if malformed != 1 else ''} skipped: malformed"
+    if said != malformed or (malformed and f'<p class="note">{skipped} (' not in dom.stdout):
+        problems.append(f"{name}: the page skipped {said} line(s) as malformed, want {malformed} and the note "
+                        f"{skipped!r} on the page")
     if sc["resources"]:
         problems.append(f"{name}: the page loaded {sc['resources']} resource(s)")
     for cid, d in sc["drawn"].items():
@@ -272,7 +299,7 @@ def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None,
     if more:
         problems += [f"{name}: {p}" for p in more(page_data(text), dom.stdout, sc, (rows, bpp, w, h))]
     print(f"report_check: {name}: {len(sc['drawn'])} charts, {sum(1 for d in sc['drawn'].values() if 'rect' in d)} "
-          f"drawn, page {w}x{h}")
+          f"drawn, page {w}x{h}, {size / 1e6:.2f} MB written in {took:.1f} s")
     if screenshot_to:
         shutil.copyfile(png, screenshot_to)
     return problems
@@ -441,53 +468,266 @@ def runs_checks(example, h100, work):
     return problems
 
 
+# Markup the lines and the file names carry (issue #33): run, it changes the page's title and writes to
+# the console. IMG has no "/", so files and directories can be named with it.
+IMG = """<img src=x onerror="document.title='pwned';console.log('pwned img')">"""
+SCRIPT = """</script><script>document.title='pwned';console.log('pwned script')</script>"""
+COMMENT = "<!--<script>"
+OUTSIDE = "(not linked: outside the log's directory)"
+
+
+def as_text(s):
+    """s as the DOM serialises it in a text node: markup shown, not parsed."""
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def visible(dom):
+    """The page as Chromium serialised it, its scripts left out (their text is code and data, not what
+    the page shows)."""
+    return re.sub(r"<script\b[^>]*>.*?</script>", "", dom, flags=re.S)
+
+
+def element(dom, eid):
+    """What the page shows from the element eid to the next element with an id."""
+    m = re.search(f'id="{eid}"[^>]*>(.*?)(?=<[^>]* id="|$)', visible(dom), re.S)
+    return m.group(1) if m else ""
+
+
+def injected(dom):
+    """Elements the page does not make: a sign of markup parsed from the lines."""
+    return [t for t in ("<img", "<svg", "<iframe") if t in dom.lower()] + \
+        ([f"{dom.lower().count('<script')} <script> elements"] if dom.lower().count("<script") != 2 else [])
+
+
+def write_lines(path, lines):
+    with open(path, "w", encoding="utf-8") as f:
+        for l in lines:
+            f.write((l if isinstance(l, str) else json.dumps(l)) + "\n")
+    return path
+
+
+def xss_lines(h100, log_dir):
+    """The H100's lines with markup in every string the report shows (types all as the schema says)."""
+    out = []
+    with open(os.path.join(log_dir, IMG + ".json"), "w") as f:
+        f.write('{"traceEvents": []}')
+    for i, line in enumerate(step_lines(h100)):
+        line = json.loads(json.dumps(line))
+        phases = line["phases"]
+        phases[SCRIPT + COMMENT] = {"host_ms": 5.0, "count": 1, "gpu": {"busy_ms": 1.0, "top_kernels": [
+            {"name": IMG, "ms": 1.0, "calls": 3}, {"name": SCRIPT, "ms": 0.5, "calls": 1}]}}
+        phases["__proto__"] = {"host_ms": 0.5, "count": 1}
+        line.update(run_id="r" + SCRIPT, hostname=IMG, job_id=COMMENT, estimated_mfu=None,
+                    device=dict(line["device"], name=IMG + COMMENT))
+        line["null_reasons"]["estimated_mfu"] = IMG + SCRIPT
+        if i % 2:
+            line["diagnosis"] = dict(line["diagnosis"], label=IMG, reason=SCRIPT)
+        if i in (3, 4):
+            line["trace"] = {"file": os.path.join(log_dir, IMG + ".json"), "reasons": [IMG, "slow_step"]}
+        out.append(line)
+    return out
+
+
+def xss_more(data, dom, sc, shot):
+    problems = [f"injected elements in the page: {injected(dom)}"] if injected(dom) else []
+    legends = "".join(re.findall(r'<div class="legend">(.*?)</div>', visible(dom), re.S))
+    where = {"the per-phase legend (phase name)": (legends, SCRIPT + COMMENT),
+             "the kernel table (kernel name)": (element(dom, "top"), IMG),
+             "the header (run_id)": (element(dom, "runs"), "r" + SCRIPT),
+             "the header (GPU name, MFU null reason)": (element(dom, "kv"), IMG + COMMENT),
+             "the header (MFU null reason)": (element(dom, "kv"), IMG + SCRIPT),
+             "the verdict (label)": (element(dom, "verdict"), IMG),
+             "the label table (label)": (element(dom, "labels"), IMG),
+             "the trace table (file name)": (element(dom, "traces"), IMG + ".json</a>")}
+    for what, (got, want) in where.items():
+        if as_text(want).replace("&lt;/a&gt;", "</a>") not in got:
+            problems.append(f"{what} does not show {want!r} as text")
+    return problems
+
+
+def malformed_lines(h100):
+    """The H100's lines, then 20 lines of the wrong types (each a copy of a good line with one field
+    spoilt). The report must skip and count these, never fail."""
+    good = step_lines(h100)
+    base = json.loads(json.dumps(good[5]))
+    spoil = [lambda l: l.update(rank=IMG, trace={"file": "trace-x.json", "reasons": [IMG]}),
+             lambda l: l.update(global_step=IMG, trace={"file": "trace-x.json", "reasons": []}),
+             lambda l: l.update(global_step="5"), lambda l: l.update(global_step=-1),
+             lambda l: l.update(global_step=1.5), lambda l: l.update(rank=True),
+             lambda l: l.update(phases=[]), lambda l: l.update(phases=SCRIPT),
+             lambda l: l["phases"].update(forward=[1, 2]),
+             lambda l: l["phases"]["forward"]["gpu"]["top_kernels"][0].update(name={"a": IMG}),
+             lambda l: l["phases"]["forward"]["gpu"]["top_kernels"][0].update(ms="1.5"),
+             lambda l: l["diagnosis"].update(label=[IMG]), lambda l: l.update(step_time_ms="12.5"),
+             lambda l: l.update(run_id={"id": IMG}), lambda l: l["null_reasons"].update(x={"y": IMG}),
+             lambda l: l.update(trace={"file": {"f": IMG}}), lambda l: l["device"].update(name=[IMG]),
+             lambda l: l.update(memory=IMG)]
+    bad = []
+    for f in spoil:
+        line = json.loads(json.dumps(base))
+        f(line)
+        bad.append(line)
+    text = json.dumps(base)
+    bad.append(text.replace('"step_time_ms":', '"step_time_ms": NaN, "x":', 1))  # NaN
+    bad.append(text[:-1] + ', "scalars_deep": ' + "[" * 5000 + "]" * 5000 + "}")  # nested too deeply
+    assert len(bad) == 20
+    return good + bad
+
+
+def blowup_lines(h100, lines=1000, names=200):
+    """`lines` lines, each with `names` phases (and kernels) of names no other line has."""
+    base = step_lines(h100)[0]
+    for i in range(lines):
+        line = dict(base, global_step=i, start_unix_ms=base["start_unix_ms"] + 125.0 * i)
+        line["phases"] = {f"phase-{i}-{j}": {"host_ms": (i * names + j) % 997 / 100 + 0.01, "count": 1, "gpu": {
+            "busy_ms": (i + j) % 89 / 100, "top_kernels": [{"name": f"kernel-{i}-{j}", "ms": (i + j) % 89 / 100,
+                                                            "calls": 1}]}} for j in range(names)}
+        yield line
+
+
+def blowup_more(data, dom, sc, shot):
+    problems = []
+    charts = {c["id"]: c for c in data["charts"]}
+    for cid in ("phases_host", "phases_gpu"):
+        names = [s["name"] for s in charts[cid]["series"]]
+        if len(names) != 13 or not names[-1].startswith("other ("):
+            problems.append(f"{cid}: {len(names)} series ({names[-3:]}), want the top 12 phases and one 'other'")
+    if len(data["top_kernels"]) != 13 or any(len(k) > 8 for k in data["top_kernels"].values()):
+        problems.append(f"the kernel table lists {len(data['top_kernels'])} phases, want 12 and one 'other', "
+                        "8 kernels at most each")
+    if "the 12 with the most host time over the run are drawn" not in element(dom, "notes"):
+        problems.append("the page does not say that phases were folded into 'other'")
+    return problems
+
+
+def traces_more(log_dir, page_dir, want_linked, want_outside):
+    def more(data, dom, sc, shot):
+        problems = []
+        table = element(dom, "traces")
+        hrefs = re.findall(r"<a\b[^>]*\bhref=\"([^\"]*)\"", element(dom, "traces"), re.I)
+        linked = set()
+        for h in hrefs:
+            target = unquote(html.unescape(h))
+            real = os.path.realpath(os.path.join(page_dir, target))
+            if not re.match(r"\.\.?/", target) or re.match(r"\s*javascript:", target, re.I) or \
+                    os.path.commonpath([real, log_dir]) != log_dir or not real.endswith(".json"):
+                problems.append(f"a link to {h!r} (want ./ or ../, a .json file inside {log_dir})")
+            linked.add(os.path.basename(real))
+        if linked != want_linked:
+            problems.append(f"links to {sorted(linked)}, want {sorted(want_linked)}")
+        for name in want_outside:
+            if f"{as_text(name)} {OUTSIDE}" not in html.unescape(table).replace("<", "&lt;").replace(">", "&gt;") \
+                    and f"{as_text(name)} {OUTSIDE}" not in table:
+                problems.append(f"the trace table does not say {name!r} {OUTSIDE}")
+        return problems
+    return more
+
+
+def hostile_checks(h100, work):
+    """Issue #33: what hostile lines do to the report."""
+    gpu_charts = ["step_time", "phases_host", "phases_gpu", "utilization", "memory", "diagnosis"]
+    problems = []
+    # 1, 2: markup in every string, and in the log's directory and file names.
+    d = os.path.join(work, "logs" + COMMENT + IMG)
+    os.mkdir(d)
+    log = write_lines(os.path.join(d, "steps" + COMMENT + IMG + ".jsonl"), xss_lines(h100, d))
+    problems += check("hostile-xss", [log], work, gpu_charts, more=xss_more)
+    plain = write_lines(os.path.join(d, "steps" + COMMENT + ".jsonl"), step_lines(h100))
+    problems += check("hostile-comment", [plain], work, gpu_charts,
+                      more=lambda data, dom, sc, shot: [f"injected: {injected(dom)}"] if injected(dom) else [])
+    # 1: a rank that is markup, on a line with a trace (the report used to put it in the trace table as is).
+    lines = step_lines(h100)
+    lines.append(dict(lines[7], rank=IMG, trace={"file": "trace-x.json", "reasons": ["slow_step"]}))
+    log = write_lines(os.path.join(work, "rank.jsonl"), lines)
+    problems += check("hostile-rank", [log], work, gpu_charts, malformed=1,
+                      more=lambda data, dom, sc, shot: [f"injected: {injected(dom)}"] if injected(dom) else [])
+    # 1: lines of the wrong types: skipped and counted, never a traceback.
+    log = write_lines(os.path.join(work, "malformed.jsonl"), malformed_lines(h100))
+    problems += check("hostile-malformed", [log], work, gpu_charts, malformed=20,
+                      more=lambda data, dom, sc, shot: [f"injected: {injected(dom)}"] if injected(dom) else [])
+    # 3: 1 000 lines of 200 new phase names each: seconds, a bounded page.
+    log = write_lines(os.path.join(work, "blowup.jsonl"), blowup_lines(h100))
+    problems += check("hostile-blowup", [log], work, ["step_time", "phases_host", "phases_gpu"], max_s=30,
+                      max_bytes=5_000_000, more=blowup_more)
+    # 4: trace paths: linked only inside the log's directory, as a relative link to a .json file.
+    d = os.path.join(work, "tracelogs")
+    os.mkdir(d)
+    js = "javascript:alert(document.title='pwned').json"
+    for name in ("trace-good-r0-s1.json", js, "notes.txt"):
+        with open(os.path.join(d, name), "w") as f:
+            f.write('{"traceEvents": []}')
+    with open(os.path.join(work, "outside.json"), "w") as f:
+        f.write("{}")
+    os.symlink(os.path.join(work, "outside.json"), os.path.join(d, "trace-link.json"))
+    files = ["/etc/passwd", os.path.join(work, "outside.json"), os.path.join(d, "..", "outside.json"),
+             os.path.join(d, "trace-link.json"), "javascript:alert(document.title='pwned')", os.path.join(d, js),
+             "trace-good-r0-s1.json", os.path.join(d, "notes.txt")]
+    lines = step_lines(h100)
+    for i, f in enumerate(files):
+        lines[i + 2] = dict(lines[i + 2], trace={"file": f, "reasons": ["slow_step"]})
+    log = write_lines(os.path.join(d, "steps.jsonl"), lines)
+    problems += check("hostile-traces", [log], work, gpu_charts,
+                      more=traces_more(os.path.realpath(d), work, {"trace-good-r0-s1.json", js},
+                                       ["passwd", "outside.json", "trace-link.json"]))
+    return problems
+
+
+def standard_checks(build, h100, keep, work):
+    """The reports of real lines: the H100's, the diagnosis basis, the example's, runs, traces, ranks."""
+    gpu_charts = ["step_time", "tokens", "mfu", "phases_host", "phases_gpu", "utilization", "memory", "nccl",
+                  "diagnosis"]
+    problems = []
+    problems += check("h100", [h100], work, gpu_charts, screenshot_to=keep, verdict=expected_verdict(h100))
+    # The diagnosis basis: lines without it (as an H100 wrote them: 15 of 80 steps traced, the others
+    # UNKNOWN), and the same lines in the new schema (the others carried COMPUTE-BOUND).
+    budget = os.path.join(ROOT, "tests", "data", "h100_transformer_budget_lines.jsonl")
+    carried = with_basis(budget, os.path.join(work, "carried.jsonl"))
+    for case, path in (("basis-old", budget), ("basis-carried", carried)):
+        want = expected_verdict(path)
+        if not want.startswith("<b>COMPUTE-BOUND</b>") or (case == "basis-carried") != ("carried" in want):
+            problems.append(f"{case}: the test's own expectation is wrong: {want}")
+        problems += check(case, [path], work, ["step_time", "phases_gpu", "utilization", "nccl", "diagnosis"],
+                          verdict=want, gaps=True)
+    demo_log = os.path.join(work, "demo.jsonl")
+    example = os.path.join(build, "examples", "mlp_train")
+    env = dict(os.environ, STEPTRACE_LOG=demo_log)
+    run = subprocess.run([example, "--steps", "40"], env=env, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        problems.append(f"demo: the example failed: {run.stderr[-400:]}")
+    else:
+        problems += check("demo", [demo_log], work, ["step_time", "phases_host", "diagnosis"])
+        problems += runs_checks(example, h100, work)
+    feed_dir = os.path.join(work, "feed")
+    os.mkdir(feed_dir)
+    subprocess.run([os.path.join(build, "tests", "trace_feed"), feed_dir, "60"], check=True, capture_output=True,
+                   timeout=120)
+    problems += check("traces", [os.path.join(feed_dir, "steps.jsonl")], work, ["step_time", "phases_gpu"])
+    page = open(os.path.join(work, "traces.html"), encoding="utf-8").read()
+    links = re.findall(r'href=\\"([^"\\]+\.json)\\"|"href":"([^"]+\.json)"', page)
+    linked = {a or b for a, b in links}
+    traces = {f for f in os.listdir(feed_dir) if f.startswith("trace-")}
+    if {os.path.basename(l) for l in linked} != traces or len(traces) < 3:
+        problems.append(f"traces: the report links {sorted(linked)}, the run wrote {sorted(traces)}")
+    for ranks in (4, 16):
+        d = os.path.join(work, f"ranks{ranks}")
+        os.mkdir(d)
+        problems += check(f"ranks{ranks}", ranks_from(h100, d, ranks), work, ["ranks", "slowest"],
+                          must_slowest=ranks - 1)
+    return problems
+
+
 def main(argv):
     if not argv or argv[0].startswith("-"):
         print(__doc__)
         return 2
     build = argv[0]
     keep = argv[argv.index("--screenshot") + 1] if "--screenshot" in argv else None
+    only_hostile = "--only" in argv and argv[argv.index("--only") + 1:][:1] == ["hostile"]
     h100 = os.path.join(ROOT, "tests", "data", "h100_mlp_lines.jsonl")
-    gpu_charts = ["step_time", "tokens", "mfu", "phases_host", "phases_gpu", "utilization", "memory", "nccl",
-                  "diagnosis"]
-    problems = []
     with tempfile.TemporaryDirectory() as work:
-        problems += check("h100", [h100], work, gpu_charts, screenshot_to=keep, verdict=expected_verdict(h100))
-        # The diagnosis basis: lines without it (as an H100 wrote them: 15 of 80 steps traced, the others
-        # UNKNOWN), and the same lines in the new schema (the others carried COMPUTE-BOUND).
-        budget = os.path.join(ROOT, "tests", "data", "h100_transformer_budget_lines.jsonl")
-        carried = with_basis(budget, os.path.join(work, "carried.jsonl"))
-        for case, path in (("basis-old", budget), ("basis-carried", carried)):
-            want = expected_verdict(path)
-            if not want.startswith("<b>COMPUTE-BOUND</b>") or (case == "basis-carried") != ("carried" in want):
-                problems.append(f"{case}: the test's own expectation is wrong: {want}")
-            problems += check(case, [path], work, ["step_time", "phases_gpu", "utilization", "nccl", "diagnosis"],
-                              verdict=want, gaps=True)
-        demo_log = os.path.join(work, "demo.jsonl")
-        example = os.path.join(build, "examples", "mlp_train")
-        env = dict(os.environ, STEPTRACE_LOG=demo_log)
-        run = subprocess.run([example, "--steps", "40"], env=env, capture_output=True, text=True, timeout=300)
-        if run.returncode != 0:
-            problems.append(f"demo: the example failed: {run.stderr[-400:]}")
-        else:
-            problems += check("demo", [demo_log], work, ["step_time", "phases_host", "diagnosis"])
-            problems += runs_checks(example, h100, work)
-        feed_dir = os.path.join(work, "feed")
-        os.mkdir(feed_dir)
-        subprocess.run([os.path.join(build, "tests", "trace_feed"), feed_dir, "60"], check=True, capture_output=True,
-                       timeout=120)
-        problems += check("traces", [os.path.join(feed_dir, "steps.jsonl")], work, ["step_time", "phases_gpu"])
-        page = open(os.path.join(work, "traces.html"), encoding="utf-8").read()
-        links = re.findall(r'href=\\"([^"\\]+\.json)\\"|"href":"([^"]+\.json)"', page)
-        linked = {a or b for a, b in links}
-        traces = {f for f in os.listdir(feed_dir) if f.startswith("trace-")}
-        if {os.path.basename(l) for l in linked} != traces or len(traces) < 3:
-            problems.append(f"traces: the report links {sorted(linked)}, the run wrote {sorted(traces)}")
-        for ranks in (4, 16):
-            d = os.path.join(work, f"ranks{ranks}")
-            os.mkdir(d)
-            problems += check(f"ranks{ranks}", ranks_from(h100, d, ranks), work, ["ranks", "slowest"],
-                              must_slowest=ranks - 1)
+        problems = hostile_checks(h100, work)
+        if not only_hostile:
+            problems += standard_checks(build, h100, keep, work)
     for p in problems:
         print("report_check: FAIL:", p)
     print("report_check:", "ok" if not problems else f"{len(problems)} problem(s)")

@@ -7,12 +7,15 @@ Reads every file (one per rank, or any mix), and writes a page that opens offlin
 code that draws it are inside the file (no request leaves the page). A log several runs appended to
 holds several run_ids: the page shows one run, by default the latest (`--run ID` another, `--run all`
 one series per run), and its header lists them all. Runs of many steps are downsampled for plotting
-(the page says so); the numbers in the header are over every step shown.
+(the page says so); the numbers in the header are over every step shown. Lines are not trusted
+(steptrace_report_guard: lines of the wrong types are skipped and counted, every value is escaped, the
+per-phase charts and tables keep the 12 phases with the most time and fold the rest into `other`, trace
+files are linked only inside the log's directory).
 Needs Python 3 only.
 """
 import argparse
+import heapq
 import html
-import json
 import math
 import os
 import statistics
@@ -22,10 +25,13 @@ from collections import Counter, defaultdict
 from multiprocessing import Pool
 
 from steptrace_report_diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, strip, verdict
+from steptrace_report_guard import MAX_NAME, OTHER, TOP_KERNELS, TOP_N, embed, fold, resolve_traces, skipped_note
 from steptrace_report_runs import UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
 
 MAX_POINTS = 1500
 MAX_RANK_LINES = 8
+MAX_HEAT_ROWS = 64    # ranks in the per-rank heat map at most: the slowest (the median is over every rank)
+MAX_RUN_SERIES = 14   # runs drawn with --run all at most: the latest (one colour each)
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
@@ -74,6 +80,10 @@ def median(xs):
 def build(paths, title, max_points, workers, wanted=None):
     """The page's data. wanted: the run to show (None: the latest; "all": every run, one series each)."""
     t0 = time.time()
+    first = {}
+    for p in paths:  # a file named twice is read once
+        first.setdefault(os.path.realpath(p), p)
+    paths = list(first.values())
     # Files, and large files in parts, read in parallel (JSON decoding is most of the time).
     tasks = [t for p in paths for t in split_points(p, workers)]
     if len(tasks) > 1 and workers > 1:
@@ -84,12 +94,19 @@ def build(paths, title, max_points, workers, wanted=None):
     files = [merge([r for t, r in zip(tasks, loaded) if t[0] == p], p) for p in paths]
     segs = segments(files)  # one per (run_id, rank), every file's lines of it
     if not segs:
-        raise SystemExit("steptrace-report: no step lines in " + ", ".join(paths))
+        bad = sum((f["malformed"] for f in files), Counter())
+        raise SystemExit("steptrace-report: no step lines in " + ", ".join(paths) +
+                         (" (" + skipped_note(bad) + ")" if bad else ""))
     # Runs: a log several runs appended to holds several run_ids, each with its own steps. One is shown
     # (or each as its own series): never one series whose steps go back.
     all_runs = catalogue(segs)
     shown_ids = choose(all_runs, wanted)
     every = len(shown_ids) > 1
+    notes = []
+    if len(shown_ids) > MAX_RUN_SERIES:
+        notes.append(f"{len(shown_ids)} runs: the latest {MAX_RUN_SERIES} are drawn (one colour each); an older "
+                     "one: --run ID.")
+        shown_ids = shown_ids[-MAX_RUN_SERIES:]
     runs = [s for s in segs if s["run_id"] in shown_ids]
     color_of = {rid: PALETTE[i % len(PALETTE)] for i, rid in enumerate(shown_ids)}
     # One series per rank (of the run shown): its lines may come from several files.
@@ -100,7 +117,9 @@ def build(paths, title, max_points, workers, wanted=None):
     leads = [min((s for s in runs if s["run_id"] == rid), key=lambda s: s["rank"]) for rid in shown_ids]
     total_lines = sum(len(r["steps"]) for r in runs)
     charts = []
-    notes = []
+    malformed = sum((f["malformed"] for f in files), Counter())
+    if malformed:
+        notes.append(skipped_note(malformed))
 
     # The x axis: the lowest rank's steps, row by row (every run's steps, in order, with --run all);
     # downsampled into buckets.
@@ -166,15 +185,28 @@ def build(paths, title, max_points, workers, wanted=None):
         # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time). A phase
         # missing from a line took no time (0); on a line without GPU attribution (`gpu` null: not traced)
         # every GPU phase is unknown (None): a gap in the stack, never a zero.
+        # At most TOP_N phases each (the most time over the run), the rest summed as one series `other`.
         for cid, src, title_ in (("phases_host", "host", "Per-phase host time (stacked)"),
                                  ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
-            phase_names = sorted(main[src], key=lambda p: -sum(main[src][p].values()))
+            keep, rest = fold({p: sum(rows.values()) for p, rows in main[src].items()})
             known = main["gpu_rows"] if src == "gpu" else [True] * n
             ss = []
-            for i, p in enumerate(phase_names):
+            for i, p in enumerate(keep):
                 col = [main[src][p].get(row, 0.0) if known[row] else None for row in range(n)]
                 mean, _, _ = reduce(col, bks)
                 ss.append({"name": p, "color": PALETTE[i % len(PALETTE)], "y": rounded(mean)})
+            if rest:
+                col = [0.0 if k else None for k in known]
+                for p in rest:
+                    for row, v in main[src][p].items():
+                        if known[row]:
+                            col[row] += v
+                mean, _, _ = reduce(col, bks)
+                ss.append({"name": f"{OTHER} ({len(rest)} phases)", "color": PALETTE[TOP_N % len(PALETTE)],
+                           "y": rounded(mean)})
+                notes.append(f"{title_[:-10]}: {len(keep) + len(rest)} phases; the {TOP_N} with the most "
+                             f"{'GPU busy' if src == 'gpu' else 'host'} time over the run are drawn, the other {len(rest)} summed as one series "
+                             f"'{OTHER}'.")
             chart(cid, title_, "ms", ss, kind="stacked",
                   empty_field=None if ss else ("gpu" if src == "gpu" else "phases"))
             if not ss:
@@ -203,29 +235,56 @@ def build(paths, title, max_points, workers, wanted=None):
 
         # Diagnosis over time: the most frequent label of each bucket, lighter where it was carried from the
         # last traced step, grey where nothing was known (basis none).
-        strip_labels, strip_shades = strip(main["labels"], main["bases"], bks)
+        shown_labels = {lab for lab, _, _ in label_table(Counter(zip(main["labels"], main["bases"])))[:TOP_N]}
+        strip_labels, strip_shades = strip([lab if lab in shown_labels else OTHER for lab in main["labels"]],
+                                           main["bases"], bks)
         charts.append({"id": "diagnosis", "title": "Diagnosis over time (most frequent label per point)",
                        "kind": "strip", "x": x, "labels": strip_labels, "shades": strip_shades,
                        "colors": LABEL_COLORS, "carried_colors": CARRIED_COLORS, "none_color": NONE_COLOR})
 
     # Ranks: step time per rank, and the slowest rank per window.
     if len(ranks) > 1 and not every:
-        rank_rows = {rk: dict(zip(by_rank[rk]["steps"], by_rank[rk]["cols"]["step_time_ms"])) for rk in ranks}
-        per_rank = {}
+        # Each rank's mean step time per bucket of the lowest rank's steps, from the rank's own lines only
+        # (time and memory grow with the lines, not with ranks x steps).
+        rows_of, bucket = defaultdict(list), [0] * n
+        for row, st in enumerate(main["steps"]):
+            rows_of[st].append(row)
+        for j, (a, b) in enumerate(bks):
+            bucket[a:b] = [j] * (b - a)
+        per_rank, by_bucket = {}, defaultdict(dict)
         for rk in ranks:
-            col = [rank_rows[rk].get(s) for s in main["steps"]]
-            per_rank[rk], _, _ = reduce(col, bks)
+            acc = defaultdict(lambda: [0.0, 0])
+            for st, v in dict(zip(by_rank[rk]["steps"], by_rank[rk]["cols"]["step_time_ms"])).items():
+                if v is None:
+                    continue
+                for row in rows_of.get(st, ()):
+                    acc[bucket[row]][0] += v
+                    acc[bucket[row]][1] += 1
+            per_rank[rk] = {j: t / k for j, (t, k) in acc.items()}
+            for j, v in per_rank[rk].items():
+                by_bucket[j][rk] = v
+        dense = lambda rk: [per_rank[rk].get(j) for j in range(len(bks))]
         if len(ranks) <= MAX_RANK_LINES:
-            ss = [{"name": f"rank {rk}", "color": PALETTE[i % len(PALETTE)], "y": rounded(per_rank[rk])}
+            ss = [{"name": f"rank {rk}", "color": PALETTE[i % len(PALETTE)], "y": rounded(dense(rk))}
                   for i, rk in enumerate(ranks)]
             chart("ranks", "Step time per rank", "ms", ss)
         else:
-            charts.append({"id": "ranks", "title": f"Step time per rank ({len(ranks)} ranks), relative to the ranks' median",
-                           "kind": "heat", "x": x, "rows": [f"rank {rk}" for rk in ranks],
-                           "z": [rounded(per_rank[rk], 4) for rk in ranks]})
+            med = [statistics.median(by_bucket[j].values()) if by_bucket.get(j) else None for j in range(len(bks))]
+            rows = ranks
+            if len(ranks) > MAX_HEAT_ROWS:  # the slowest ranks: mean step time over the median, over their points
+                score = {rk: statistics.fmean(v / med[j] for j, v in per_rank[rk].items() if med[j]) if
+                         any(med[j] for j in per_rank[rk]) else 0.0 for rk in ranks}
+                rows = sorted(sorted(ranks, key=lambda rk: -score[rk])[:MAX_HEAT_ROWS])
+                notes.append(f"Step time per rank: {len(ranks)} ranks; the {MAX_HEAT_ROWS} slowest (step time over "
+                             "the ranks' median, on average) are drawn, coloured against the median of every rank.")
+            charts.append({"id": "ranks", "title": f"Step time per rank ({len(ranks)} ranks" +
+                           (f", the {len(rows)} slowest" if len(rows) < len(ranks) else "") +
+                           "), relative to the ranks' median", "kind": "heat", "x": x,
+                           "rows": [f"rank {rk}" for rk in rows], "z": [rounded(dense(rk), 4) for rk in rows],
+                           "med": rounded(med, 4)})
         slowest, excess = [], []
         for j in range(len(bks)):
-            vals = {rk: per_rank[rk][j] for rk in ranks if per_rank[rk][j] is not None}
+            vals = by_bucket.get(j, {})
             if len(vals) < 2:
                 slowest.append(None)
                 excess.append(None)
@@ -245,15 +304,28 @@ def build(paths, title, max_points, workers, wanted=None):
         if len(ranks) == 1:
             notes.append("One rank in these files: per-rank step time and the slowest rank need every rank's file.")
 
-    # Top kernels per phase, over every line of every rank (each line lists its phase's top 5).
+    # Top kernels per phase, over every line of every rank (each line lists its phase's top 5): the TOP_N
+    # phases with the most kernel time, TOP_KERNELS kernels each; the other phases merged as one.
+    totals = Counter()
+    for r in runs:
+        for phase, d in r["top"].items():
+            totals[phase] += sum(v[0] for v in d.values())
+    keep, rest = fold(totals)
+    other = f"{OTHER} ({len(rest)} phases)"
+    into = {p: p for p in keep}
     top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     for r in runs:
         for phase, d in r["top"].items():
+            cells = top[into.get(phase, other)]
             for name, (ms, calls) in d.items():
-                top[phase][name][0] += ms
-                top[phase][name][1] += calls
-    top_kernels = {p: sorted(([k, v[0], v[1]] for k, v in d.items()), key=lambda t: -t[1])[:8]
-                   for p, d in top.items()}
+                cell = cells[name]
+                cell[0] += ms
+                cell[1] += calls
+    if rest:
+        notes.append(f"Top kernels: {len(totals)} phases with kernels; the {TOP_N} with the most kernel time are "
+                     f"listed, the other {len(rest)} merged as '{OTHER}'; {TOP_KERNELS} kernels each.")
+    top_kernels = {p: heapq.nsmallest(TOP_KERNELS, ([k, v[0], v[1]] for k, v in top[p].items()),
+                                      key=lambda t: (-t[1], t[0])) for p in keep + ([other] if rest else [])}
 
     # Header numbers, over every step of every rank of the run(s) shown.
     all_time = [v for r in runs for v in r["cols"]["step_time_ms"] if v is not None]
@@ -267,7 +339,7 @@ def build(paths, title, max_points, workers, wanted=None):
         "title": title,
         "run": (f"all {len(shown_ids)}: " if every else "") + ", ".join(shown_ids) +
                (f" (of {len(all_runs)} in these files)" if len(all_runs) > 1 and not every else ""),
-        "runs": [{k: r[k] for k in ("id", "first_step", "last_step", "lines", "ranks", "latest")} for r in all_runs],
+        "run_count": len(all_runs),
         "shown": shown_ids,
         "runs_text": runs_text(all_runs, shown_ids, wanted),
         "gpus": [k for k, _ in devices.most_common(3) if k] or ["none (" + why_null(runs, "device") + ")"],
@@ -282,8 +354,9 @@ def build(paths, title, max_points, workers, wanted=None):
         "mfu_median": median(all_mfu),
         "mfu_null": None if all_mfu else why_null(runs, "estimated_mfu"),
         **verdict(label_bases),
-        "labels": label_table(label_bases),
+        "labels": fold_labels(label_table(label_bases)),
         "unparsable": sum(f["unparsable"] for f in files),
+        "malformed": sum(malformed.values()),
     }
     traces = [t for r in runs for t in r["traces"]]
     ends = [e for r in runs for e in r["ends"]]
@@ -293,27 +366,14 @@ def build(paths, title, max_points, workers, wanted=None):
             "build_s": time.time() - t0}
 
 
-def resolve_traces(data, out_path):
-    """Each trace's link, relative to the report; whether the file is there."""
-    out_dir = os.path.dirname(os.path.abspath(out_path))
-    by_file = {}
-    for t in data["traces"]:
-        key = (t["file"], t["rank"])
-        if key in by_file:
-            by_file[key]["steps"].append(t["step"])
-            continue
-        found = None
-        for f in data["files"]:
-            for cand in (t["file"], os.path.join(os.path.dirname(os.path.abspath(f)), os.path.basename(t["file"]))):
-                if os.path.exists(cand):
-                    found = os.path.abspath(cand)
-                    break
-            if found:
-                break
-        entry = {"rank": t["rank"], "steps": [t["step"]], "reasons": t["reasons"], "name": os.path.basename(t["file"]),
-                 "href": os.path.relpath(found, out_dir) if found else None}
-        by_file[key] = entry
-    data["traces"] = list(by_file.values())
+def fold_labels(table):
+    """The label table's TOP_N labels; the rest as one row `other`."""
+    if len(table) <= TOP_N:
+        return table
+    by = Counter()
+    for _, _, b in table[TOP_N:]:
+        by.update(b)
+    return table[:TOP_N] + [[f"{OTHER} ({len(table) - TOP_N} labels)", sum(by.values()), dict(by)]]
 
 
 PAGE = """<!DOCTYPE html>
@@ -368,7 +428,9 @@ const errors = [];
 window.addEventListener("error", e => errors.push(String(e.message)));
 const D = JSON.parse(document.getElementById("data").textContent);
 const $ = id => document.getElementById(id);
-const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+// Every text from the lines goes into the DOM through esc() (or textContent); colours by own key only.
+const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+const own = (o, k) => Object.prototype.hasOwnProperty.call(o, k) ? o[k] : undefined;
 const fmt = (v, d) => v === null || v === undefined ? "null" :
   Math.abs(v) >= 1e5 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(2) : (+v.toFixed(d === undefined ? 3 : d)).toString();
 
@@ -501,7 +563,7 @@ function drawLine(cv, c) {
 
 // The label's colour for its own (traced or host-only) diagnosis, a lighter one when carried, grey for none.
 const stripColor = (c, lab, shade) =>
-  shade === "none" ? c.none_color : (shade === "carried" ? c.carried_colors : c.colors)[lab] || "#999";
+  shade === "none" ? c.none_color : own(shade === "carried" ? c.carried_colors : c.colors, lab) || "#999";
 const shadeName = (lab, shade) => shade === "none" ? "nothing known (" + lab + ")" : shade === "carried" ? lab + " (carried)" : lab;
 
 function drawStrip(cv, c) {
@@ -522,7 +584,7 @@ function drawHeat(cv, c) {
   const {X} = axes(f, c.x, 0, c.rows.length, "ranks", true);
   // Colour: a rank's step time over the ranks' median at that point (1 = blue, >= 1.3 = red), so a
   // straggler shows whatever the run's phases do to everyone's step time.
-  const med = c.x.map((_, i) => {
+  const med = c.med || c.x.map((_, i) => {
     const v = c.z.map(row => row[i]).filter(v => v !== null).sort((a, b) => a - b);
     return v.length ? v[Math.floor((v.length - 1) / 2)] : null;
   });
@@ -579,9 +641,9 @@ const kv = [["run", H.run], ["GPU", H.gpus.join(", ")], ["ranks", H.ranks],
   ["MFU", H.mfu_median === null ? "null (" + H.mfu_null + ")" : fmt(H.mfu_median * 100, 1) + " % median"]];
 $("kv").innerHTML = kv.map(([k, v]) => `<span>${esc(k)}: <b>${esc(v)}</b></span>`).join("");
 $("runs").textContent = H.runs_text;
-if (H.runs.length > 1) $("runs").className = "runs several";
+if (H.run_count > 1) $("runs").className = "runs several";
 const vb = $("verdict");
-vb.style.borderLeftColor = (D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[H.dominant] || "#888";
+vb.style.borderLeftColor = own((D.charts.find(c => c.kind === "strip") || {colors: {}}).colors, H.dominant) || "#888";
 vb.innerHTML = `<b>${esc(H.dominant)}</b> (${esc(H.basis_text)}). ${esc(H.advice)}`;
 $("notes").innerHTML = D.notes.map(n => `<p class="note">${esc(n)}</p>`).join("");
 
@@ -603,7 +665,7 @@ for (const c of D.charts) {
   card.appendChild(cv);
   const lg = document.createElement("div");
   lg.className = "legend";
-  if (c.series) lg.innerHTML = c.series.map(s => `<span><i style="background:${s.color}"></i>${esc(s.name)}</span>`).join("");
+  if (c.series) lg.innerHTML = c.series.map(s => `<span><i style="background:${esc(s.color)}"></i>${esc(s.name)}</span>`).join("");
   if (c.kind === "strip") lg.innerHTML = [...new Set(c.labels.map((l, i) => l === null ? "" : JSON.stringify([l, c.shades[i]])))]
     .filter(k => k).map(k => JSON.parse(k)).map(([l, sh]) => `<span><i style="background:${stripColor(c, l, sh)}"></i>${esc(shadeName(l, sh))}</span>`).join("");
   card.appendChild(lg);
@@ -624,22 +686,24 @@ for (const [c, cv, lg] of pending) {
 
 const phases = Object.keys(D.top_kernels);
 $("top").innerHTML = phases.length ? phases.map(p => `<h3 style="font-size:13px;margin:8px 0 2px">${esc(p)}</h3><table><tr><th>kernel</th><th>ms</th><th>calls</th></tr>` +
-  D.top_kernels[p].map(([n, ms, calls]) => `<tr><td>${esc(n)}</td><td class="n">${fmt(ms, 2)}</td><td class="n">${calls}</td></tr>`).join("") + "</table>").join("")
+  D.top_kernels[p].map(([n, ms, calls]) => `<tr><td>${esc(n)}</td><td class="n">${esc(fmt(ms, 2))}</td><td class="n">${esc(calls)}</td></tr>`).join("") + "</table>").join("")
   : '<p class="empty">no kernels in these lines (no GPU attribution)</p>';
 const bases = ["traced", "carried", "host_only", "none"];
 $("labels").innerHTML = "<table><tr><th>label</th><th>lines</th><th>share</th><th>basis</th></tr>" + H.labels.map(([l, k, by]) =>
-  `<tr><td><i style="display:inline-block;width:10px;height:10px;background:${(D.charts.find(c => c.kind === "strip") || {colors: {}}).colors[l] || "#999"}"></i> ${esc(l)}</td>` +
-  `<td class="n">${k}</td><td class="n">${fmt(k / H.lines * 100, 1)} %</td><td>${esc(bases.filter(b => by[b]).map(b => b + " " + by[b]).join(", "))}</td></tr>`).join("") + "</table>";
+  `<tr><td><i style="display:inline-block;width:10px;height:10px;background:${own((D.charts.find(c => c.kind === "strip") || {colors: {}}).colors, l) || "#999"}"></i> ${esc(l)}</td>` +
+  `<td class="n">${esc(k)}</td><td class="n">${esc(fmt(k / H.lines * 100, 1))} %</td><td>${esc(bases.filter(b => by[b]).map(b => b + " " + by[b]).join(", "))}</td></tr>`).join("") + "</table>";
 $("slowranks").innerHTML = D.slowest_ranks.length ? "<table><tr><th>rank</th><th>windows slowest</th><th>share</th></tr>" +
-  D.slowest_ranks.map(s => `<tr><td>${s.rank}</td><td class="n">${s.windows}</td><td class="n">${fmt(s.share * 100, 1)} %</td></tr>`).join("") + "</table>"
+  D.slowest_ranks.map(s => `<tr><td>${esc(s.rank)}</td><td class="n">${esc(s.windows)}</td><td class="n">${esc(fmt(s.share * 100, 1))} %</td></tr>`).join("") + "</table>"
   : '<p class="note">one rank: nothing to compare</p>';
 $("traces").innerHTML = D.traces.length ? "<table><tr><th>rank</th><th>steps</th><th>why</th><th>file</th></tr>" +
-  D.traces.map(t => `<tr><td>${t.rank}</td><td>${t.steps.join(", ")}</td><td>${esc(t.reasons.join(", "))}</td><td>` +
-    (t.href ? `<a href="${esc(t.href)}">${esc(t.name)}</a>` : `${esc(t.name)} (not found beside the lines)`) + "</td></tr>").join("") + "</table>"
+  D.traces.map(t => `<tr><td>${esc(t.rank)}</td><td>${esc(t.steps.join(", ") + (t.more_steps ? " and " + t.more_steps + " more" : ""))}</td>` +
+    `<td>${esc(t.reasons.join(", "))}</td><td>` +  // a link only to a checked relative path (steptrace_report_guard)
+    (t.href && /^\.\.?\//.test(t.href) ? `<a href="${esc(t.href)}">${esc(t.name)}</a>` : `${esc(t.name)} (${esc(t.why)})`) + "</td></tr>").join("") + "</table>"
   : '<p class="note">no trace in these lines (no step was captured)</p>';
 $("footer").textContent = `steptrace-report: ${D.files.length} file(s), ${H.lines} lines` +
   (H.lines_all !== H.lines ? ` shown of ${H.lines_all} (runs not shown: --run)` : "") +
-  (H.unparsable ? `, ${H.unparsable} unparsable line(s) skipped` : "") + `, built in ${fmt(D.build_s, 2)} s.`;
+  (H.unparsable ? `, ${H.unparsable} unparsable line(s) skipped` : "") +
+  (H.malformed ? `, ${H.malformed} line(s) skipped: malformed` : "") + `, built in ${fmt(D.build_s, 2)} s.`;
 
 $("self-check").textContent = JSON.stringify({charts: D.charts.length, drawn, errors,
   resources: performance.getEntriesByType("resource").length, height: document.documentElement.scrollHeight});
@@ -649,8 +713,8 @@ $("self-check").textContent = JSON.stringify({charts: D.charts.length, drawn, er
 
 
 def render(data):
-    blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return PAGE.replace("__TITLE__", html.escape(data["header"]["title"])).replace("__DATA__", blob)
+    head, tail = PAGE.split("__DATA__")  # neither the title nor the data is searched for the other's mark
+    return head.replace("__TITLE__", html.escape(data["header"]["title"])) + embed(data) + tail
 
 
 def main(argv=None):
@@ -682,7 +746,7 @@ def main(argv=None):
     os.replace(tmp, a.output)
     print(f"steptrace-report: {a.output} ({len(page) / 1e6:.2f} MB) from {data['header']['lines']} lines "
           f"of {data['header']['ranks']} rank(s) in {data['build_s']:.2f} s")
-    if len(data["header"]["runs"]) > 1:
+    if data["header"]["run_count"] > 1:
         print("steptrace-report: " + data["header"]["runs_text"])
     return 0
 

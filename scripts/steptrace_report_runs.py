@@ -4,15 +4,16 @@ the run to show. Imported by steptrace_report.py from its own folder (CMake inst
 A log that several runs appended to (same path, a new `run_id` at every `start()`, each counting its
 `global_step` from 0 again) holds several series: drawn as one, the steps would go back and forth. So
 every file is read as segments, one per (`run_id`, `rank`); lines without `run_id` (old logs) are the run
-"?". The report shows one run, by default the latest (its last line has the newest time; the file's
+"?". Lines whose fields have the wrong type are skipped and counted (steptrace_report_guard). The
+report shows one run, by default the latest (its last line has the newest time; the file's
 order breaks ties), `--run ID` another, `--run all` every run, one series each.
 """
-import json
 import os
 from collections import Counter, defaultdict
 from datetime import datetime
 
 from steptrace_report_diagnosis import line_basis
+from steptrace_report_guard import MAX_NAME, Malformed, check_line, cut, parse
 
 NO_ID = "?"  # the run of lines without run_id
 SHOWN_IN_HEADER = 10  # runs listed in the header at most (the error for an unknown id lists every one)
@@ -40,18 +41,17 @@ class UnknownRun(Exception):
 
 
 def dig(obj, path):
+    """The number at path (check_line made sure it is one, or null, or absent)."""
     for k in path:
         if not isinstance(obj, dict):
             return None
         obj = obj.get(k)
-    return obj if isinstance(obj, (int, float)) and not isinstance(obj, bool) else None
+    return obj
 
 
 def line_key(line):
-    """(run_id, rank) of a line: the segment it belongs to."""
-    rid, rank = line.get("run_id"), line.get("rank", 0)
-    return (rid if isinstance(rid, str) and rid else NO_ID,
-            rank if isinstance(rank, int) and not isinstance(rank, bool) else 0)
+    """(run_id, rank) of a line (checked: a string or none, an int or none): the segment it belongs to."""
+    return line.get("run_id") or NO_ID, line.get("rank", 0)
 
 
 def line_ms(line):
@@ -72,7 +72,7 @@ def new_segment(path, key):
     return {"path": path, "run_id": key[0], "rank": key[1], "steps": [], "cols": {k: [] for k, _ in SCALARS},
             "labels": [], "bases": [], "gpu_rows": [],   # gpu_rows: row -> the line has GPU attribution
             "host": defaultdict(dict), "gpu": defaultdict(dict),   # phase -> {row: ms}
-            "top": defaultdict(lambda: defaultdict(lambda: [0.0, 0])), "nulls": defaultdict(Counter),
+            "top": {}, "nulls": defaultdict(Counter),   # top: phase -> {kernel: [ms, calls]}
             "traces": [], "ends": [], "devices": Counter(),
             "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
 
@@ -88,40 +88,48 @@ def add_line(seg, line, pos):
         seg["first_pos"] = pos
     seg["last_pos"] = pos
     dev = line.get("device")
-    if isinstance(dev, dict):
-        seg["devices"][dev.get("name", "")] += 1
+    if dev:
+        seg["devices"][cut(dev.get("name") or "")] += 1
     for key, p in SCALARS:
         seg["cols"][key].append(dig(line, p))
     diag = line.get("diagnosis") or {}
-    seg["labels"].append(diag.get("label", "UNKNOWN"))
+    seg["labels"].append(cut(diag.get("label") or "UNKNOWN"))
     seg["bases"].append(line_basis(line, diag))
     seg["gpu_rows"].append(isinstance(line.get("gpu"), dict))
-    for name, ph in (line.get("phases") or {}).items():
-        if not isinstance(ph, dict):
-            continue
-        if isinstance(ph.get("host_ms"), (int, float)):
-            seg["host"][name][row] = ph["host_ms"]
+    for name, ph in (line.get("phases") or {}).items():  # types checked (check_line); names cut
+        if len(name) > MAX_NAME:
+            name = cut(name)
+        if ph.get("host_ms") is not None:
+            rows = seg["host"][name]
+            rows[row] = rows.get(row, 0.0) + ph["host_ms"]
         g = ph.get("gpu")
-        if isinstance(g, dict):
-            if isinstance(g.get("busy_ms"), (int, float)):
-                seg["gpu"][name][row] = g["busy_ms"]
-            for t in g.get("top_kernels") or []:
-                cell = seg["top"][name][t.get("name", "?")]
+        if g:
+            if g.get("busy_ms") is not None:
+                rows = seg["gpu"][name]
+                rows[row] = rows.get(row, 0.0) + g["busy_ms"]
+            for t in g.get("top_kernels") or ():
+                kernel = t.get("name") or "?"
+                kernels = seg["top"].get(name)
+                if kernels is None:
+                    kernels = seg["top"][name] = {}
+                cell = kernels.setdefault(kernel if len(kernel) <= MAX_NAME else cut(kernel), [0.0, 0])
                 cell[0] += t.get("ms") or 0.0
                 cell[1] += t.get("calls") or 0
     for field, why in (line.get("null_reasons") or {}).items():
-        seg["nulls"][field][why] += 1
+        seg["nulls"][field][cut(why)] += 1
     t = line.get("trace")
-    if isinstance(t, dict) and t.get("file"):
+    if t and t.get("file"):
         seg["traces"].append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
-                              "reasons": t.get("reasons", [])})
+                              "log": seg["path"], "reasons": [cut(r) for r in t.get("reasons") or []]})
 
 
 def load_file(path, start=0, end=None):
     """One file's steps (or those of bytes start..end of it), as columns, one segment per (run_id, rank).
-    Lines that do not parse (a killed writer's fragment) are counted."""
+    Lines that do not parse (a killed writer's fragment) are counted, and so are lines the report will
+    not read (malformed: why -> lines)."""
     segs = {}
     unparsable = 0
+    malformed = Counter()
     with open(path, "rb") as f:
         f.seek(start)
         chunk = f.read() if end is None else f.read(end - start)
@@ -130,15 +138,19 @@ def load_file(path, start=0, end=None):
         here, pos = pos, pos + len(raw) + 1
         if not raw.strip():
             continue
-        try:
-            line = json.loads(raw.decode("utf-8", errors="replace"))
-        except ValueError:
+        line, why = parse(raw)
+        if why == "unparsable":
             unparsable += 1
             continue
-        if not isinstance(line, dict):
-            unparsable += 1
+        if why is None and "event" not in line and "global_step" not in line:
             continue
-        if "event" not in line and "global_step" not in line:
+        if why is None:
+            try:
+                check_line(line, SCALARS)
+            except Malformed as e:
+                why = str(e)
+        if why is not None:
+            malformed[why] += 1
             continue
         key = line_key(line)
         seg = segs.get(key)
@@ -151,9 +163,8 @@ def load_file(path, start=0, end=None):
         add_line(seg, line, here)
     for seg in segs.values():
         seg["host"], seg["gpu"] = dict(seg["host"]), dict(seg["gpu"])
-        seg["top"] = {p: {n: v for n, v in d.items()} for p, d in seg["top"].items()}
         seg["nulls"] = dict(seg["nulls"])
-    return {"path": path, "segments": segs, "unparsable": unparsable}
+    return {"path": path, "segments": segs, "unparsable": unparsable, "malformed": malformed}
 
 
 def split_points(path, parts):
@@ -205,9 +216,10 @@ def append(out, p):
 
 def merge(parts, path):
     """One file's parts (in order) as one: its segments, each whole."""
-    out = {"path": path, "segments": {}, "unparsable": 0}
+    out = {"path": path, "segments": {}, "unparsable": 0, "malformed": Counter()}
     for p in parts:
         out["unparsable"] += p["unparsable"]
+        out["malformed"].update(p["malformed"])
         for key, seg in p["segments"].items():
             if key in out["segments"]:
                 append(out["segments"][key], seg)
