@@ -72,8 +72,6 @@ inline const std::vector<PromGaugeSpec>& prom_gauges() {
       {"steptrace_peak_memory_bytes", "/peak_memory_allocated", 1, "Peak device memory of the step (allocator, else device used)", false},
       {"steptrace_device_memory_total_bytes", "/memory/device_total_bytes", 1, "Device memory in total", false},
       {"steptrace_overhead_ratio", "/overhead/estimated_fraction", 1, "What steptrace estimates it costs, share of step time", false},
-      {"steptrace_overhead_high_ratio", "/overhead/estimated_fraction_high", 1,
-       "The estimate's high end: its background thread's CPU time charged in full, share of step time", false},
       {"steptrace_trace_every", "/overhead/trace_every", 1, "Trace interval in force: one step in N is attributed by CUPTI", false},
       {"steptrace_between_steps_seconds", "/between_steps/host_ms", 1e-3,
        "Time between the previous step's scope end and this step's begin (evaluation, checkpoints)", false},
