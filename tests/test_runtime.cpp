@@ -735,19 +735,23 @@ TEST_CASE("an ending with thousands of lines waiting still writes its end record
   const auto t0 = std::chrono::steady_clock::now();
   steptrace::details::Session::current().end_now("SIGTERM");  // what the SIGTERM handler's thread does
   const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // The end record is in the log when the ending returns (the handler then lets the process die).
-  const auto events = steptrace_test::read_events(log);
+  const auto early = steptrace_test::read_events(log);
   const auto written = read_lines(log).size();
   steptrace::stop();
   INFO("waited " << waited_ms << " ms, " << written << " lines written");
   CHECK(waited_ms < 1000);
-  REQUIRE(events.size() == 1);
+  // The ending was served within its time (end_now returned before its 0.9 s wait ran out): its end
+  // record is in the log when end_now returns (the handler then lets the process die). A machine so
+  // loaded that the background thread got no time in 0.9 s is not this test's question.
+  if (waited_ms < 850) REQUIRE(early.size() == 1);
+  const auto events = steptrace_test::read_events(log);
+  REQUIRE(events.size() == 2);  // the ending's, and stop()'s
   const auto& end = events[0];
   CHECK(end["reason"] == "SIGTERM");
   // Every step is accounted for: written, cut at the end, or dropped by the full queue.
   const auto accounted = end["lines_written"].get<uint64_t>() + end["dropped"]["lines_cut_at_end"].get<uint64_t>() +
                          end["dropped"]["steps_total"].get<uint64_t>();
   CHECK(accounted == static_cast<uint64_t>(kSteps));
-  CHECK(end["lines_written"].get<uint64_t>() == written);
+  if (early.size() == 1) CHECK(end["lines_written"].get<uint64_t>() == written);
   std::remove(log.c_str());  // ~100 MB
 }
