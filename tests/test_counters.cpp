@@ -278,11 +278,13 @@ TEST_CASE("gpu tail: the allowance is the longest recent tail plus a margin, non
 
 TEST_CASE("gpu tail: a step's GPU work ends with its phases' last busy interval", "[counters]") {
   StepGpu g;
-  CHECK_FALSE(gpu_work_end_ns(g).has_value());
+  CHECK_FALSE(gpu_work_interval(g).has_value());
   g.phases[1].busy = {{100, 200}, {300, 450}};
   g.phases[2].busy = {{150, 400}};
   g.phases[3];  // a phase without GPU work
-  CHECK(*gpu_work_end_ns(g) == 450);
+  CHECK(gpu_work_interval(g)->second == 450);
+  CHECK(gpu_work_interval(g)->first == 100);
+  CHECK(gpu_span_ns(g) == 350);
 }
 
 TEST_CASE("counters: a sample value outside [0, 1] is left out and counted, rounding of 1 reads as 1", "[counters]") {

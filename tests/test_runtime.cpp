@@ -732,18 +732,15 @@ TEST_CASE("an ending with thousands of lines waiting still writes its end record
       TRACE_PHASE_NAMED("phase_with_a_long_name_for_a_heavy_line");
     }
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  steptrace::details::Session::current().end_now("SIGTERM");  // what the SIGTERM handler's thread does
-  const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // What the SIGTERM handler's thread does; true when the ending was served within its wait.
+  const bool served = steptrace::details::Session::current().end_now("SIGTERM");
   const auto early = steptrace_test::read_events(log);
   const auto written = read_lines(log).size();
   steptrace::stop();
-  INFO("waited " << waited_ms << " ms, " << written << " lines written");
-  CHECK(waited_ms < 1000);
-  // The ending was served within its time (end_now returned before its 0.9 s wait ran out): its end
-  // record is in the log when end_now returns (the handler then lets the process die). A machine so
-  // loaded that the background thread got no time in 0.9 s is not this test's question.
-  if (waited_ms < 850) REQUIRE(early.size() == 1);
+  INFO(written << " lines written by the ending");
+  // Served: its end record is in the log when end_now returns (the handler then lets the process die).
+  // A machine so loaded that the background thread got no time in 0.9 s is not this test's question.
+  if (served) REQUIRE(early.size() == 1);
   const auto events = steptrace_test::read_events(log);
   REQUIRE(events.size() == 2);  // the ending's, and stop()'s
   const auto& end = events[0];

@@ -17,6 +17,7 @@
 #include "gpu_records.hpp"
 #include "intervals.hpp"
 #include "plausibility.hpp"
+#include "nccl_names.hpp"
 #include "step_keys.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -140,17 +141,19 @@ struct StepGpu {
   uint32_t launch_timed = 0, launch_waited = 0;
 };
 
-/// The span of a step's GPU work: its first record's start to its last record's end (0 without work).
-inline int64_t gpu_span_ns(const StepGpu& g) {
-  int64_t first = 0, last = 0;
-  bool any = false;
+/// A step's GPU work from its first record's start to its last record's end; nullopt without work.
+inline std::optional<Interval> gpu_work_interval(const StepGpu& g) {
+  std::optional<Interval> out;
   for (const auto& [id, pg] : g.phases) {
     if (pg.busy.empty()) continue;
-    first = any ? std::min(first, pg.busy.front().first) : pg.busy.front().first;
-    last = any ? std::max(last, pg.busy.back().second) : pg.busy.back().second;
-    any = true;
+    out = out ? Interval{std::min(out->first, pg.busy.front().first), std::max(out->second, pg.busy.back().second)}
+              : Interval{pg.busy.front().first, pg.busy.back().second};
   }
-  return any ? last - first : 0;
+  return out;
+}
+inline int64_t gpu_span_ns(const StepGpu& g) {
+  const std::optional<Interval> w = gpu_work_interval(g);
+  return w ? w->second - w->first : 0;
 }
 
 /// The window a step's GPU busy time is read against: its time, or the span of its work where that is
@@ -160,29 +163,6 @@ inline int64_t gpu_window_ns(const StepGpu& g, int64_t step_time_ns) { return st
 
 /// A record that starts this soon after its launch call entered found the GPU's queue (nearly) empty.
 inline constexpr int64_t kHostBoundStartNs = 50'000;
-
-inline bool is_nccl_kernel(std::string_view mangled_or_plain) {
-  // NCCL's kernels are "ncclKernel_*" / "ncclDevKernel_*" (mangled: "_Z..ncclDevKernel...").
-  return mangled_or_plain.find("nccl") != std::string_view::npos &&
-         (mangled_or_plain.find("ncclKernel") != std::string_view::npos ||
-          mangled_or_plain.find("ncclDevKernel") != std::string_view::npos);
-}
-
-/// The collective an NCCL kernel runs ("AllReduce", "AllGather", "ReduceScatter", "Broadcast",
-/// "SendRecv", ...), read from its name ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)"); "other" when
-/// the name carries none (ncclDevKernel_Generic...).
-inline std::string nccl_collective(std::string_view name) {
-  for (std::string_view prefix : {"ncclDevKernel_", "ncclKernel_"}) {
-    const auto at = name.find(prefix);
-    if (at == std::string_view::npos) continue;
-    std::string_view rest = name.substr(at + prefix.size());
-    const auto end = rest.find_first_of("_(<");
-    std::string_view op = rest.substr(0, end);
-    if (op.empty() || op == "Generic") return "other";
-    return std::string(op);
-  }
-  return "other";
-}
 
 /// A record filed under its step: the phase that launched it, and the launch call's entry (CUPTI
 /// clock, 0 = unknown) and thread (0 = unknown).

@@ -36,14 +36,4 @@ class GpuTail {
   std::deque<int64_t> tails_;
 };
 
-/// The end of a step's GPU work: the latest end of its phases' busy intervals (GPU clock); nullopt
-/// when it has none.
-template <class StepGpuT>
-std::optional<int64_t> gpu_work_end_ns(const StepGpuT& gpu) {
-  std::optional<int64_t> end;
-  for (const auto& [id, pg] : gpu.phases)
-    for (const auto& iv : pg.busy) end = std::max(end.value_or(iv.second), iv.second);
-  return end;
-}
-
 STEPTRACE_END_NAMESPACE

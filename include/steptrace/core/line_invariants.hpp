@@ -48,7 +48,6 @@ inline const char* builtin_phase_field(PhaseId id) {
   if (id == phase_tag::optimizer) return "optimizer_time_ms";
   return nullptr;
 }
-inline std::string phase_key(PhaseId id) { return line_phase_key(id); }
 
 /// `v` (a fraction) removed and its field excluded when outside [0, 1].
 inline void check_fraction(std::optional<double>& v, const std::string& field, StepLineInput& in) {
@@ -66,10 +65,10 @@ inline void check_line_invariants(StepLineInput& in) {
   if (step_ns > 0)
     for (const auto& [id, p] : in.host.phases) {
       if (p.step_thread_ns <= step_ns + kInvariantHostSlackNs) continue;
-      const std::string why = "phase '" + phase_key(id) + "' scopes on the step's thread took " +
+      const std::string why = "phase '" + line_phase_key(id) + "' scopes on the step's thread took " +
                               invariant_ms(p.step_thread_ns) + " in a " + invariant_ms(step_ns) +
                               " step, which they cannot (a scope opened before the step began?): left out";
-      in.excluded["phases." + phase_key(id) + ".host_ms"] = why;
+      in.excluded["phases." + line_phase_key(id) + ".host_ms"] = why;
       if (const char* f = builtin_phase_field(id)) in.excluded[f] = why;
     }
 
@@ -92,9 +91,9 @@ inline void check_line_invariants(StepLineInput& in) {
       in.excluded["diagnosis.evidence.sm_efficiency"] = in.excluded["gpu.sm_efficiency"];
     }
     for (const auto& [id, pg] : g.phases) {
-      const std::string at = "phases." + phase_key(id) + ".gpu";
+      const std::string at = "phases." + line_phase_key(id) + ".gpu";
       if (pg.busy_ns > g.busy_ns)
-        in.excluded[at] = "phase '" + phase_key(id) + "' was busy " + invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
+        in.excluded[at] = "phase '" + line_phase_key(id) + "' was busy " + invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
                           invariant_ms(g.busy_ns) + " (its work is part of the step's): left out";
       if (pg.kernels && !is_fraction(pg.sm_efficiency))
         in.excluded[at + ".sm_efficiency"] = at + ".sm_efficiency = " + invariant_value(pg.sm_efficiency) + " lies outside [0, 1]: left out";
@@ -111,7 +110,7 @@ inline void check_line_invariants(StepLineInput& in) {
     check_fraction(in.counters->occupancy, "counters.occupancy", in);
   }
   for (auto& [id, c] : in.phase_counters) {
-    const std::string at = "phases." + phase_key(id) + ".gpu.counters.";
+    const std::string at = "phases." + line_phase_key(id) + ".gpu.counters.";
     check_fraction(c.sm_active, at + "sm_activity", in);
     check_fraction(c.tensor_active, at + "tensor_core_or_pipe_utilization", in);
     check_fraction(c.dram, at + "memory_bandwidth_utilization", in);

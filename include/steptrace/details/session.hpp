@@ -218,15 +218,17 @@ class Session {
   /// An ending without stop() (SIGTERM, exit; signals.hpp): the open step closed now, every pending
   /// line written as it is (gpu.complete false where records are missing) and an end record, within
   /// kEndWaitMs. Any thread; never takes the lifecycle lock (stop() may hold it).
-  void end_now(const char* reason) {
-    if (!running_flag().load(std::memory_order_acquire)) return;
+  /// Returns whether the ending was served (its end record written) within its wait.
+  bool end_now(const char* reason) {
+    if (!running_flag().load(std::memory_order_acquire)) return false;
     const auto now = std::chrono::steady_clock::now();
     if (auto last = recorder_.try_close_open(now + std::chrono::milliseconds(kEndWaitMs / 5)))
       queue_.push(std::move(*last), /*last=*/true);
     const uint64_t id = queue_.request_flush(reason);
-    if (!queue_.wait_flushed(id, now + std::chrono::milliseconds(kEndWaitMs * 9 / 10)))
-      warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
-                                   std::to_string(kEndWaitMs) + " ms");
+    if (queue_.wait_flushed(id, now + std::chrono::milliseconds(kEndWaitMs * 9 / 10))) return true;
+    warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
+                                 std::to_string(kEndWaitMs) + " ms");
+    return false;
   }
   static void end_hook(const char* reason) {
     try {

@@ -160,126 +160,24 @@ class Worker {
   uint64_t lines_failed() const { return lines_failed_; }
 
  private:
-  void take_memory_sample(bool& enabled) {
-    const int64_t now = monotonic_ns();
-    if (!memory_pace_.due(now)) return;
-    std::string err;
-    const double cpu0 = thread_cpu_ms();
-    auto s = s_.gpu->sample_memory(now, &err);
-    const double cost = thread_cpu_ms() - cpu0;
-    ledger_.spent(OverheadLedger::Work::memory, cost);
-    memory_pace_.taken(now, cost);
-    if (!s) {
-      lines_.context().memory_null_reason = err;
-      warn_once("memory", "device memory sampling stopped: " + err);
-      enabled = false;
-      return;
-    }
-    lines_.add_memory_sample(*s);
-  }
-
+  // Readings beside the steps: device memory, NVML, PM samples and the counters' duty cycle
+  // (details/worker_readings.hpp).
+  void take_memory_sample(bool& enabled);
   /// NVML for power, clocks, temperature and clock-event reasons.
-  void open_device_state() {
-    LineContext& ctx = lines_.context();
-    ctx.device_state_on = false;
-    if (!ctx.run.device) {
-      ctx.device_state_null_reason = "no GPU measured: " + ctx.run.device_null_reason;
-      return;
-    }
-    const std::string err = s_.gpu->open_device_state(ctx.run.device->index);
-    if (!err.empty()) {
-      ctx.device_state_null_reason = "NVML unavailable: " + err;
-      warn_once("nvml", ctx.device_state_null_reason + "; power, clocks and temperature are null");
-      return;
-    }
-    ctx.device_state_on = true;
-    ctx.device_state_null_reason.clear();
-    lines_.add_device_state(s_.gpu->read_device_state(monotonic_ns()));  // a first reading before any step ends
-  }
-
-  void take_device_state() {
-    if (!lines_.context().device_state_on) return;
-    const int64_t now = monotonic_ns();
-    if (!device_state_pace_.due(now)) return;
-    const double cpu0 = thread_cpu_ms();
-    lines_.add_device_state(s_.gpu->read_device_state(now));
-    const double cost = thread_cpu_ms() - cpu0;
-    ledger_.spent(OverheadLedger::Work::device_state, cost);
-    device_state_pace_.taken(now, cost);
-  }
-
+  void open_device_state();
+  void take_device_state();
   /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
   /// offset between the host clock and the GPU clock the samples are stamped with.
-  void collect_counter_samples() {
-    LineContext& ctx = lines_.context();
-    lines_.set_gpu_clock_offset(s_.gpu->gpu_clock_offset_ns());
-    std::vector<CounterSample> fresh;
-    const double cpu0 = thread_cpu_ms();
-    const std::string err = s_.gpu->poll_counters(fresh);
-    ledger_.spent(OverheadLedger::Work::counters, thread_cpu_ms() - cpu0);
-    watchdog_.saw_samples(fresh);
-    lines_.add_counter_samples(fresh);
-    if (err.empty()) return;
-    // Usually the hardware buffer filled while this thread was held up for seconds (the decode then
-    // says CUPTI_ERROR_OUT_OF_MEMORY). Start sampling again, a few times per run; the steps of the
-    // gap show it in counters.coverage and counters.samples.
-    if (counter_restarts_ < kMaxCounterRestarts) {
-      ++counter_restarts_;
-      const std::string again = s_.gpu->start_counters(ctx.run.device->index, counters_interval_ns(ctx.cfg),
-                                                       counters_buffer_bytes(ctx.cfg));
-      warn_once("counters.restart", "hardware counters: " + err + "; PM sampling started again (" +
-                                        (again.empty() ? std::string("ok") : again) +
-                                        "), steps of the gap have fewer samples");
-      if (again.empty()) {
-        counters_paused_ = polled_since_pause_ = false;  // sampling runs again from a fresh start
-        lines_.set_counters_paused(std::nullopt);
-        return;
-      }
-    }
-    ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
-    s_.gpu->stop_counters();
-    ctx.counters_null_reason = "hardware counters stopped: " + err;
-    warn_once("counters.poll", ctx.counters_null_reason);
-  }
-
+  void collect_counter_samples();
   /// Whether to decode PM samples now: at every wake while sampling runs (a decode every 50 ms lost
   /// samples of busy phases on H100 and saved no CPU: the cost is per sample), once after a pause.
-  bool counters_poll_due() const {
-    if (!lines_.context().counters_on) return false;
-    return !counters_paused_ || !polled_since_pause_;
-  }
-
+  bool counters_poll_due() const;
   /// Counters on traced steps only (overhead_budget decides): sampling runs while the open step or
   /// the next one is traced, and until the samples of every traced step waiting for its line are in;
   /// paused otherwise. A resume that fails ends the counters for the run (said once, in every line).
   /// `resume_only`: at the top of a wake, before the closed steps are taken in (a traced step that
   /// just closed is not in waiting_ yet: no pause may be decided then).
-  void steer_counters(bool resume_only = false) {
-    LineContext& ctx = lines_.context();
-    const StepRecorder::OpenView open = s_.recorder->open_view();
-    bool want = open.traced || open.next_traced;
-    // A traced step's samples must cover its end, and its kernels that run on after the host moved on:
-    // phase counters are read over their GPU time. How long they run on is learned from the complete
-    // traced steps (core/gpu_tail.hpp); until one is seen, sampling runs until the step's records are in.
-    const std::optional<int64_t> tail = gpu_tail_.allowance_ns();
-    for (const StepRecord& r : waiting_)
-      if (r.traced && (tail ? !lines_.counters_cover(r.end_ns + *tail)
-                            : !lines_.counters_cover(r.end_ns) || !attributor_.is_complete(static_cast<int64_t>(r.index))))
-        want = true;
-    if (want == !counters_paused_ || (resume_only && !want)) return;
-    const std::string err = want ? s_.gpu->resume_counters() : s_.gpu->pause_counters();
-    if (err.empty()) {
-      counters_paused_ = !want;
-      polled_since_pause_ = false;
-      lines_.set_counters_paused(counters_paused_ ? std::optional<int64_t>(monotonic_ns()) : std::nullopt);
-      return;
-    }
-    ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
-    s_.gpu->stop_counters();
-    ctx.counters_null_reason = std::string("hardware counters stopped: ") + (want ? "resuming" : "pausing") +
-                               " PM sampling between traced steps failed: " + err;
-    warn_once("counters.duty", ctx.counters_null_reason);
-  }
+  void steer_counters(bool resume_only = false);
 
   /// Moves what the backend has handed over into the attributor (launch sites first: records join
   /// them). Asks for completed records when should_flush_records says so. Never a forced flush while
@@ -389,20 +287,8 @@ class Worker {
         w.stopping = stopping;
         if (!line_due(w, cfg)) return;
       }
-      std::optional<BetweenGpu> between;
       std::string between_reason;
-      if (!s_.attribution) {
-        between_reason = lines_.context().gpu_null_reason;
-      } else if (before >= 0) {
-        between = attributor_.take_between(before);
-        if (between)
-          for (auto& t : between->top_kernels) t.name = demangle_(t.name);
-        else if (prev_traced_)
-          between = BetweenGpu{};  // records were on and nothing was launched
-        else
-          between_reason = "the previous step was not traced: GPU records run from a traced step's begin to the "
-                           "next step's begin";
-      }
+      std::optional<BetweenGpu> between = before >= 0 ? gpu_after(before, between_reason) : std::nullopt;
       prev_traced_ = r.traced;
       last_taken_ = LastTaken{static_cast<int64_t>(r.index), r.scope_end_ns};
       if (s_.attribution && !r.traced) {
@@ -419,8 +305,8 @@ class Worker {
         gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping, flight_.on() ? &activity : nullptr);
         ++traced_done_;
         if (gpu->complete)
-          if (const std::optional<int64_t> end = gpu_work_end_ns(*gpu))
-            gpu_tail_.saw(*end - (r.end_ns + lines_.gpu_clock_offset_ns()));
+          if (const std::optional<Interval> work = gpu_work_interval(*gpu))
+            gpu_tail_.saw(work->second - (r.end_ns + lines_.gpu_clock_offset_ns()));
         for (const auto& [key, text] : excluded_record_notes(gpu->excluded, gpu->implausible_phases, r.index))
           warn_once(key, text);  // impossible records are left out of the line's sums and counted there
         for (auto& [id, pg] : gpu->phases)
@@ -438,6 +324,23 @@ class Worker {
       }
       waiting_.pop_front();
     }
+  }
+
+  /// The GPU work launched after `step`'s scope ended and before the next step began (or the end):
+  /// known when `step` was traced (records stay on until the next step begins); else nullopt and why.
+  std::optional<BetweenGpu> gpu_after(int64_t step, std::string& why) {
+    if (!s_.attribution) {
+      why = lines_.context().gpu_null_reason;
+      return std::nullopt;
+    }
+    std::optional<BetweenGpu> g = attributor_.take_between(step);
+    if (g) {
+      for (auto& t : g->top_kernels) t.name = demangle_(t.name);
+      return g;
+    }
+    if (prev_traced_) return BetweenGpu{};  // records were on and nothing was launched
+    why = "step " + std::to_string(step) + " was not traced: GPU records run from a traced step's begin to the next step's begin";
+    return std::nullopt;
   }
 
   void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
@@ -596,10 +499,10 @@ class Worker {
     int64_t index = -1;
     int64_t scope_end_ns = 0;
   } last_taken_;                    // the last step whose line was made (the end record's after_last_step)
-  bool prev_traced_ = false;
+  bool prev_traced_ = false;       // the last step taken in was traced (records on until the next began)
   static constexpr int kEndLinesMs = kEndWaitMs * 6 / 10;  // of an ending's time, for the waiting lines
   std::optional<std::chrono::steady_clock::time_point> end_deadline_;  // an ending's, while it is served
-  uint64_t lines_cut_at_end_ = 0;  // waiting lines an ending had no time left for        // the last step taken in was traced (records on until the next began)
+  uint64_t lines_cut_at_end_ = 0;  // waiting lines an ending had no time left for
   GpuTail gpu_tail_;                // traced steps' GPU work after their host end (counters' pause)
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
@@ -655,16 +558,7 @@ class Worker {
       e.lines_cut_at_end = lines_cut_at_end_;
       if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
         e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);
-        if (!s_.attribution) {
-          e.after_last_step_gpu_null_reason = lines_.context().gpu_null_reason;
-        } else if ((e.after_last_step_gpu = attributor_.take_between(last_taken_.index))) {
-          for (auto& t : e.after_last_step_gpu->top_kernels) t.name = demangle_(t.name);
-        } else if (prev_traced_) {
-          e.after_last_step_gpu = BetweenGpu{};
-        } else {
-          e.after_last_step_gpu_null_reason = "the last step was not traced: GPU records run from a traced step's "
-                                              "begin to the next step's begin";
-        }
+        e.after_last_step_gpu = gpu_after(last_taken_.index, e.after_last_step_gpu_null_reason);
       }
       const std::string line = make_end_line(e, lines_.context().run);
       for (sink::LineSink* sink : s_.sinks)
@@ -675,3 +569,5 @@ class Worker {
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details
+
+#include "worker_readings.hpp"
