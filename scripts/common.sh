@@ -52,16 +52,19 @@ find_nccl() {
 # (ci, gpu, bench, torch) and builds. The build goes to BUILD_DIR when the caller set it, else to the
 # preset's folder, and BUILD_DIR then names that folder.
 configure_and_build() {
+  configure_only "$@"
+  cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
+}
+# configure_only PRESET [cmake -D arguments...]: the same without the build.
+configure_only() {
   local preset=$1; shift
   if [[ -z ${BUILD_DIR_SET:-} ]]; then
     case $preset in
-      bench) BUILD_DIR=$ROOT/build-bench ;;
-      torch) BUILD_DIR=$ROOT/build-torch ;;
+      bench | torch | asan | tsan) BUILD_DIR=$ROOT/build-$preset ;;
       *) BUILD_DIR=$ROOT/build ;;
     esac
   fi
   command -v ninja >/dev/null && export CMAKE_GENERATOR=Ninja
   (cd "$ROOT" && cmake --preset "$preset" -B "$BUILD_DIR" ${CMAKE_BUILD_TYPE:+-DCMAKE_BUILD_TYPE=$CMAKE_BUILD_TYPE} \
     "${PREFIX_ARGS[@]}" "$@" >/dev/null)
-  cmake --build "$BUILD_DIR" -j"$(nproc)"
 }

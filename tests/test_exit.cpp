@@ -230,3 +230,40 @@ TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
   }
   std::printf("SIGKILL: %d of 24 runs ended in a fragment cut at a page boundary\n", fragments);
 }
+
+// A child made by fork() while steptrace runs has it switched off (details/fork.hpp): it never hangs on
+// a lock the parent's threads held, never crashes tearing down the parent's threads, writes nothing to
+// the parent's log, and can start anew with a log of its own. Forks land inside open steps and phases
+// while a second thread takes the phase table's and warn-once's locks.
+TEST_CASE("a child made by fork() finds steptrace off, stops without harm and can start anew", "[exit][fork]") {
+  for (const std::string mode : {"stop", "restart"}) {
+    const std::string dir = steptrace_test::fresh_dir("fork_" + mode);
+    const int trials = 40;
+    const std::string cmd = std::string(STEPTRACE_FORK_PROGRAM) + " " + dir + " " + std::to_string(trials) + " " + mode;
+    INFO(cmd);
+    CHECK(std::system(cmd.c_str()) == 0);  // no child hung, crashed or saw steptrace running
+    int parent_steps = 0;
+    for (const auto& line : steptrace_test::read_records(dir + "/parent.jsonl"))  // every line whole
+      if (!line.contains("event")) {
+        CHECK(line["global_step"] == parent_steps % 16);
+        CHECK_FALSE(line["phases"].contains("backward"));  // the child's phase: not in the parent's log
+        ++parent_steps;
+      }
+    CHECK(parent_steps == 16 * trials);
+    for (int t = 0; t < trials; ++t) {
+      const std::string child_log = dir + "/child_" + std::to_string(t) + ".jsonl";
+      if (mode == "stop") {
+        CHECK_FALSE(std::ifstream(child_log).good());
+        continue;
+      }
+      int steps = 0;
+      for (const auto& line : steptrace_test::read_records(child_log))
+        if (!line.contains("event")) {
+          CHECK(line["phases"].contains("optimizer"));
+          CHECK(line["pid"] != nlohmann::json());
+          ++steps;
+        }
+      CHECK(steps == 5);
+    }
+  }
+}

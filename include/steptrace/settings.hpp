@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/printable.hpp"
 #include "core/step_ranges.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -336,12 +337,12 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     for (const auto& s : settings())
       if (s.variable == name) setting = &s;
     if (!setting) {
-      errors.push_back({name, "unknown steptrace setting (ignored); see README 'Configuration'"});
+      errors.push_back({details::printable(name), "unknown steptrace setting (ignored); see README 'Configuration'"});
       continue;
     }
     const std::string why = setting->parse(cfg, value);
     if (!why.empty())
-      errors.push_back({name, "cannot use value '" + value + "' (" + why + "); keeping " + setting->name + " = " +
+      errors.push_back({name, "cannot use value '" + details::printable(value, 128) + "' (" + why + "); keeping " + setting->name + " = " +
                                   setting->text(cfg)});
   }
   return errors;

@@ -31,10 +31,11 @@ inline ThreadState& thread_state() {
 
 /// The calling thread's id (gettid), read once per thread: phase spans and launches carry it so that a
 /// trace (core/trace_events.hpp) shows them on their threads.
-inline int32_t this_thread_id() {
-  thread_local const int32_t id = static_cast<int32_t>(::syscall(SYS_gettid));
+inline int32_t& thread_id_cache() {  // read again in a fork's child (details/fork.hpp)
+  thread_local int32_t id = static_cast<int32_t>(::syscall(SYS_gettid));
   return id;
 }
+inline int32_t this_thread_id() { return thread_id_cache(); }
 
 /// Whether a session is running; read by every scope before anything else.
 inline std::atomic<bool>& running_flag() {

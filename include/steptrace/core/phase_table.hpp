@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "phase.hpp"
+#include "printable.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -30,24 +31,6 @@ inline PhaseTable& phase_table() {
   return *table;
 }
 
-/// `text` as a message may show it: at most `max` bytes, a byte outside printable ASCII as \xNN (a
-/// name from the program may hold anything; a warning must stay one readable line).
-inline std::string printable(std::string_view text, std::size_t max = 64) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (char c : text.substr(0, max)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    }
-  }
-  if (text.size() > max) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
 }  // namespace details
 
 STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name) {

@@ -130,6 +130,7 @@ STEPTRACE_INLINE StepScope::StepScope(std::optional<double> tokens, std::optiona
 STEPTRACE_INLINE StepScope::~StepScope() {
   if (!active_) return;
   backend::nvtx::pop();
+  if (!is_running()) return;  // stopped meanwhile, or a fork's child (details/fork.hpp): nothing to close
   try {
     details::Session::current().end_step();
   } catch (...) {
@@ -165,6 +166,7 @@ STEPTRACE_INLINE PhaseScope::~PhaseScope() {
   span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
   span_.tid = ts.slot ? ts.slot->tid : 0;
   if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
+  if (!is_running()) return;  // stopped meanwhile, or a fork's child (details/fork.hpp)
   try {
     details::Session::current().add_span(span_, ticks_, begin_, end);
   } catch (...) {

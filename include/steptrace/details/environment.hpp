@@ -43,7 +43,7 @@ inline int launcher_int(std::initializer_list<const char*> names, long long lo, 
     long long i = 0;
     if (parse_int(v, i) && i >= lo && i <= hi) return static_cast<int>(i);
     warn_once(std::string("launcher.") + name, std::string("configuration error in ") + name + ": cannot use value '" +
-                                                   std::string(v).substr(0, 32) + "' (not an integer in " + std::to_string(lo) +
+                                                   printable(v, 32) + "' (not an integer in " + std::to_string(lo) +
                                                    " - " + std::to_string(hi) + "); using " + std::to_string(fallback));
     return fallback;
   }

@@ -3,6 +3,7 @@
 // registered a logger named "steptrace" before start(), steptrace uses that one as it is.
 #pragma once
 #include "../version.hpp"
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -15,12 +16,22 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 // The statics below are never destroyed: the background thread may still log while a program that
 // skipped stop() runs its static destructors.
+/// Set in a fork's child (details/fork.hpp): the parent's logger may have been writing, its sink's lock
+/// held by a thread the child does not have.
+inline std::atomic<bool>& logger_forked() {
+  static std::atomic<bool> forked{false};
+  return forked;
+}
+inline std::shared_ptr<spdlog::logger> make_own_logger() {
+  auto created = std::make_shared<spdlog::logger>("steptrace", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  created->set_level(spdlog::level::info);
+  created->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [steptrace] [%l] %v");
+  return created;
+}
 inline std::shared_ptr<spdlog::logger> logger() {
   static const std::shared_ptr<spdlog::logger>* instance = new std::shared_ptr<spdlog::logger>([] {
     if (auto existing = spdlog::get("steptrace")) return existing;
-    auto created = std::make_shared<spdlog::logger>("steptrace", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-    created->set_level(spdlog::level::info);
-    created->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [steptrace] [%l] %v");
+    auto created = make_own_logger();
     try {
       spdlog::register_logger(created);
     } catch (...) {  // registered by another thread meanwhile: use that one
@@ -28,15 +39,24 @@ inline std::shared_ptr<spdlog::logger> logger() {
     }
     return created;
   }());
+  if (logger_forked().load(std::memory_order_acquire)) {
+    // A fork's child that starts steptrace anew: a logger of its own, outside spdlog's registry (whose
+    // lock, too, may have been held at the fork). Made once, on the child's one thread.
+    static const std::shared_ptr<spdlog::logger>* child = new std::shared_ptr<spdlog::logger>(make_own_logger());
+    return *child;
+  }
   return *instance;
 }
 
 /// Logs `message` at warn level the first time `key` is seen; returns true if it logged.
-inline bool warn_once(const std::string& key, const std::string& message) {
+inline std::mutex& warn_once_mutex() {  // also held across fork() (details/fork.hpp)
   static std::mutex* mutex = new std::mutex;
+  return *mutex;
+}
+inline bool warn_once(const std::string& key, const std::string& message) {
   static std::set<std::string>* seen = new std::set<std::string>;
   {
-    std::lock_guard<std::mutex> lock(*mutex);
+    std::lock_guard<std::mutex> lock(warn_once_mutex());
     if (!seen->insert(key).second) return false;
   }
   try {

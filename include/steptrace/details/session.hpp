@@ -30,6 +30,7 @@
 #include "cross_rank_link.hpp"
 #include "environment.hpp"
 #include "exchange.hpp"
+#include "fork.hpp"
 #include "host_clock.hpp"
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
@@ -161,6 +162,8 @@ class Session {
       return false;
     }
     last_started().store(this, std::memory_order_release);
+    const std::string fork_err = install_fork_handlers(&Session::after_fork_in_child);
+    if (!fork_err.empty()) warn_once("fork", fork_err + ": a child made by fork() may find steptrace's locks held");
     running_flag().store(true, std::memory_order_release);
     if (cfg.flush_on_exit) {
       const std::string err = install_end_handlers(&Session::end_hook);
@@ -316,6 +319,22 @@ class Session {
     static std::atomic<Session*> session{nullptr};
     return session;
   }
+  static std::atomic<Session*>& instance_slot() {
+    static std::atomic<Session*> session{nullptr};
+    return session;
+  }
+  /// In a fork's child (details/fork.hpp), on its one thread: the parent's session is left behind,
+  /// untouched but for the endpoint's listening socket, which the child must not keep open (the port
+  /// would stay taken, unanswered, after the parent closes it). The next call finds a new session.
+  static void after_fork_in_child() {
+    static std::atomic<Session*> left_behind{nullptr};  // still reachable: a leak checker sees no leak
+    if (Session* old = last_started().load(std::memory_order_acquire)) {
+      if (old->prometheus_) old->prometheus_->close_endpoint_in_child();
+      left_behind.store(old, std::memory_order_relaxed);
+    }
+    last_started().store(nullptr, std::memory_order_release);
+    instance_slot().store(nullptr, std::memory_order_release);
+  }
 
   /// The Prometheus exporter (sink/prometheus.hpp): what cannot be started is warned about, once per setting.
   void open_prometheus(const Config& cfg, const RunInfo& run) {
@@ -344,7 +363,7 @@ class Session {
     }
     o.job = cfg.job_name;
     for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"})
-      if (o.job.empty() && std::getenv(var)) o.job = std::getenv(var);
+      if (o.job.empty() && std::getenv(var)) o.job = std::string(std::getenv(var)).substr(0, 128);  // as the line's job_id
     if (o.job.empty()) o.job = program_invocation_short_name;
     o.every_ms = cfg.prometheus_every_ms;
     o.window_lines = cfg.prometheus_window_lines;

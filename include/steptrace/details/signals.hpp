@@ -112,22 +112,34 @@ inline std::string install_end_handlers(EndFunction on_end) {
   static std::mutex* install_mutex = new std::mutex;
   std::lock_guard<std::mutex> lock(*install_mutex);
   EndSignals& s = end_signals();
-  if (s.installed) return {};
+  const auto start_watcher = [&s]() -> std::string {
+    if (::pipe2(s.wake, O_CLOEXEC) != 0 || ::pipe2(s.done, O_CLOEXEC | O_NONBLOCK) != 0)
+      return "cannot create the SIGTERM handler's pipes";
+    ::fcntl(s.wake[1], F_SETFL, ::fcntl(s.wake[1], F_GETFL) | O_NONBLOCK);
+    try {
+      std::thread(end_watcher, &s).detach();  // lives as long as the process, blocked in read()
+    } catch (...) {
+      return "cannot start the SIGTERM watcher thread";
+    }
+    s.pid = ::getpid();  // the handler wakes the watcher only in this process
+    return {};
+  };
+  if (s.installed) {
+    // A fork's child that starts anew: the handler and the exit hook are inherited, the watcher is not.
+    if (s.pid != 0 && s.pid != ::getpid()) {
+      for (int fd : {s.wake[0], s.wake[1], s.done[0], s.done[1]}) ::close(fd);
+      return start_watcher();
+    }
+    return {};
+  }
   s.installed = true;
   s.on_end = on_end;
   std::atexit(at_exit_hook);
   struct sigaction current {};
   if (::sigaction(SIGTERM, nullptr, &current) != 0) return "cannot read SIGTERM's handler";
   if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) return {};  // the program ignores it
-  if (::pipe2(s.wake, O_CLOEXEC) != 0 || ::pipe2(s.done, O_CLOEXEC | O_NONBLOCK) != 0)
-    return "cannot create the SIGTERM handler's pipes";
-  ::fcntl(s.wake[1], F_SETFL, ::fcntl(s.wake[1], F_GETFL) | O_NONBLOCK);
-  s.pid = ::getpid();
-  try {
-    std::thread(end_watcher, &s).detach();  // lives as long as the process, blocked in read()
-  } catch (...) {
-    return "cannot start the SIGTERM watcher thread";
-  }
+  const std::string err = start_watcher();
+  if (!err.empty()) return err;
   struct sigaction mine {};
   mine.sa_sigaction = on_sigterm;
   mine.sa_flags = SA_SIGINFO | SA_RESTART;

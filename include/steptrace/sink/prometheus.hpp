@@ -103,6 +103,8 @@ class PrometheusSink final : public LineSink {
     endpoint_.stop();
     listening_ = false;
   }
+  /// In a fork's child (details/fork.hpp): only the child's copy of the listening socket is closed.
+  void close_endpoint_in_child() { endpoint_.close_in_child(); }
 
  private:
   Options options_;

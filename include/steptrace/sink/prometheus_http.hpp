@@ -99,6 +99,13 @@ class MetricsServer {
 
   int port() const { return fd_ >= 0 ? port_ : 0; }
 
+  /// In a fork's child, where the serving thread does not exist: the child's copy of the listening
+  /// socket closed, nothing else touched (close(2) is async-signal-safe).
+  void close_in_child() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
   /// Within one poll period (plus one answer being rendered), whatever the clients do.
   void stop() {
     stopping_ = true;
