@@ -4,7 +4,10 @@
     scripts/logs_sqlite_check.py BUILD_DIR
 Runs the example on the CPU, loads its lines (and one line that is not JSON, which must be skipped) with
 examples/logs/load_sqlite.sh, and checks what SQL says against the lines themselves: the number of steps,
-each step's time and diagnosis, every phase's host time per step; then runs examples/logs/queries.sql.
+each step's time and diagnosis, every phase's host time per step. Then that loading is idempotent: the
+same file again, and the same lines written with other spacing, add no row. Then a second run (the lines
+again under another run_id) in the same database: two runs, each with its own steps, phases and end
+record, and loading it twice changes nothing. Last, examples/logs/queries.sql on the two runs.
 """
 import json
 import os
@@ -22,6 +25,27 @@ def sql(db, query):
     return json.loads(out) if out.strip() else []
 
 
+def load(db, path):
+    """load_sqlite.sh DB PATH; its report on the file ("F: N new lines, M already in DB, K skipped ...")."""
+    out = subprocess.run([os.path.join(ROOT, "examples/logs/load_sqlite.sh"), db, path], check=True,
+                         capture_output=True, text=True).stdout
+    return next((l for l in out.splitlines() if l.startswith(f"steptrace: {os.path.basename(path)}: ")), out)
+
+
+def counts(db):
+    """Rows per run in the table and in each view: what a load that adds nothing must leave as it was."""
+    return sql(db, "SELECT run_id, (SELECT count(*) FROM lines AS l WHERE l.run_id = r.run_id) AS lines, "
+                   "(SELECT count(*) FROM steps AS s WHERE s.run_id = r.run_id) AS steps, "
+                   "(SELECT count(*) FROM phases AS p WHERE p.run_id = r.run_id) AS phases, "
+                   "(SELECT count(*) FROM ends AS e WHERE e.run_id = r.run_id) AS ends FROM runs AS r ORDER BY run_id")
+
+
+def write_lines(path, records):
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r, indent=None) + "\n")  # spaced as Python writes it, not as steptrace does
+
+
 with tempfile.TemporaryDirectory() as tmp:
     log = os.path.join(tmp, "steps.jsonl")
     subprocess.run([os.path.join(build, "examples/mlp_train"), "--cpu", "--steps", "40", "--log", log],
@@ -31,7 +55,9 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(log, "a") as f:
         f.write('{"torn": \n')  # what a killed writer could leave: skipped by the loader
     db = os.path.join(tmp, "steps.db")
-    subprocess.run([os.path.join(ROOT, "examples/logs/load_sqlite.sh"), db, log], check=True, capture_output=True)
+    first = load(db, log)
+    if not first.endswith(f": {len(records)} new lines, 0 already in {db}, 1 skipped (not a JSON object)"):
+        failures.append(f"first load: {first}")
     rows = sql(db, "SELECT step, step_time_ms, diagnosis, loss, traced FROM steps ORDER BY step")
     if len(rows) != len(lines):
         failures.append(f"{len(rows)} steps in SQLite, {len(lines)} lines")
@@ -47,10 +73,51 @@ with tempfile.TemporaryDirectory() as tmp:
     ends = sql(db, "SELECT reason, last_step FROM ends")
     if ends != [{"reason": "stop", "last_step": lines[-1]["global_step"]}]:
         failures.append(f"ends view: {ends}")
+
+    # Idempotent: the same file again, and the same lines with other bytes (the key is run_id, rank and
+    # global_step, or event and timestamp, not the text), add nothing.
+    run_id = records[0].get("run_id")
+    if not (isinstance(run_id, str) and len(run_id) == 16 and set(run_id) <= set("0123456789abcdef")
+            and all(r.get("run_id") == run_id for r in records)):
+        failures.append(f"the example's lines do not share one 16-hex-digit run_id: {run_id!r}")
+        run_id = "0" * 16
+    one_run = [{"run_id": run_id, "lines": len(records), "steps": len(lines), "phases": len(want), "ends": 1}]
+    if counts(db) != one_run:
+        failures.append(f"after one load: {counts(db)}, want {one_run}")
+    again = load(db, log)
+    if not again.endswith(f": 0 new lines, {len(records)} already in {db}, 1 skipped (not a JSON object)"):
+        failures.append(f"the same file loaded again: {again}")
+    respaced = os.path.join(tmp, "respaced.jsonl")
+    write_lines(respaced, records)
+    load(db, respaced)
+    if counts(db) != one_run:
+        failures.append(f"the same file loaded again, then respaced: {counts(db)}, want {one_run}")
+
+    # A second run (another run_id, the same steps) in the same database: two runs, never merged.
+    other_id = format(int(run_id, 16) ^ (2**64 - 1), "016x")
+    second = os.path.join(tmp, "second-run.jsonl")
+    write_lines(second, [dict(r, run_id=other_id) for r in records])
+    load(db, second)
+    load(db, second)
+    two_runs = sorted(one_run + [dict(one_run[0], run_id=other_id)], key=lambda r: r["run_id"])
+    if counts(db) != two_runs:
+        failures.append(f"two runs, the second loaded twice: {counts(db)}, want {two_runs}")
+    runs = sql(db, "SELECT run_id, ranks, step_lines, first_step, last_step, ranks_ended FROM runs ORDER BY run_id")
+    want_runs = [{"run_id": i, "ranks": 1, "step_lines": len(lines), "first_step": lines[0]["global_step"],
+                  "last_step": lines[-1]["global_step"], "ranks_ended": 1} for i in sorted([run_id, other_id])]
+    if runs != want_runs:
+        failures.append(f"runs view: {runs}, want {want_runs}")
+    per_run = sql(db, "SELECT run_id, step, step_time_ms FROM steps ORDER BY run_id, step")
+    want_steps = [{"run_id": i, "step": l["global_step"], "step_time_ms": l["step_time_ms"]}
+                  for i in sorted([run_id, other_id]) for l in lines]
+    if per_run != want_steps:
+        failures.append("steps of the two runs differ from the lines")
+
     q = subprocess.run(["sqlite3", db], stdin=open(os.path.join(ROOT, "examples/logs/queries.sql")),
                        capture_output=True, text=True)
-    if q.returncode != 0 or "forward" not in q.stdout or q.stderr:
-        failures.append(f"queries.sql: rc {q.returncode}, {q.stderr}")
+    if q.returncode != 0 or "forward" not in q.stdout or q.stderr or run_id not in q.stdout or other_id not in q.stdout:
+        failures.append(f"queries.sql: rc {q.returncode}, {q.stderr}, both run ids shown: "
+                        f"{run_id in q.stdout and other_id in q.stdout}")
     print(q.stdout[:1500])
 for f in failures:
     print("FAIL:", f)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """steptrace-report: one self-contained HTML page from steptrace's JSON lines.
 
-  steptrace-report steps-*.jsonl [-o report.html] [--title TEXT] [--max-points N] [--run ID|all]
+  steptrace-report steps-*.jsonl [-o report.html] [--title TEXT] [--max-points N] [--jobs N] [--run ID|all]
 
 Reads every file (one per rank, or any mix), and writes a page that opens offline: the data and the
 code that draws it are inside the file (no request leaves the page). A log several runs appended to
@@ -718,12 +718,22 @@ def render(data):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="steptrace-report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("lines", nargs="+", help="steptrace JSON lines files (one per rank, any order)")
-    ap.add_argument("-o", "--output", default="steptrace-report.html")
-    ap.add_argument("--title", default=None)
-    ap.add_argument("--max-points", type=int, default=MAX_POINTS, help="points per series at most (downsampling)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="files read in parallel")
+    ap = argparse.ArgumentParser(
+        prog="steptrace-report", description=__doc__.split("\n\n")[0],
+        epilog="Exit status: 0 the page was written; 2 a bad option, a file that does not exist, or a --run "
+               "that names no run in the files (the message lists their ids); 1 no step line in the files.")
+    ap.add_argument("lines", nargs="+", metavar="LINES.jsonl",
+                    help="steptrace JSON lines files (one per rank, any order; a file named twice is read once)")
+    ap.add_argument("-o", "--output", default="steptrace-report.html", metavar="FILE",
+                    help="the HTML page to write (replaced whole, through FILE.tmp). Default: %(default)s")
+    ap.add_argument("--title", default=None, metavar="TEXT",
+                    help="the page's title. Default: 'steptrace report: ' and the first three files' names")
+    ap.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
+                    help="points per series at most: longer runs are downsampled for plotting (at least 10). "
+                         "Default: %(default)s")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                    help="processes reading the files (and parts of large files) in parallel. "
+                         "Default: the CPU count (%(default)s)")
     ap.add_argument("--run", default=None, metavar="ID|all",
                     help="the run to show when the files hold several run_ids (several runs appended to one log): "
                          "its id or a prefix naming one run; 'all': one series per run. Default: the latest run")

@@ -26,11 +26,10 @@ for arg in "$@"; do
 done
 
 # The sanitizers' settings: any report fails the test; steptrace's statics are never destroyed on
-# purpose (reachable, so not leaks); a child after a multi-threaded fork may start threads (the fork
-# test's child starts steptrace anew).
+# purpose (reachable, so not leaks).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:die_after_fork=0:second_deadlock_stack=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
 # run_sanitized PRESET: configure, build and run (all CPU tests, or those labelled sanitize).
 run_sanitized() {

@@ -1,6 +1,7 @@
 // signal_child LOG MODE - steps until a signal ends it (tests/test_exit.cpp sends SIGTERM or SIGKILL).
 // MODE default: SIGTERM keeps its default action; chain: the program installed its own SIGTERM handler
 // before start(), which steptrace must call after writing its lines (the handler exits with 42);
+// many: the default action, with fast steps of 20 phases;
 // after: the program installs its handler after start() (over steptrace's; steptrace then sees no
 // signal, the exit hook writes the lines when the handler calls exit()).
 #include <steptrace/steptrace.hpp>
@@ -33,6 +34,20 @@ int main(int argc, char** argv) {
   cfg.max_lag_steps = 0;
   steptrace::start(cfg);
   if (mode == "after") std::signal(SIGTERM, exiting_handler);
+  if (mode == "many") {  // fast steps of 20 phases each: the heaviest backlog a SIGTERM can meet
+    steptrace::PhaseId phases[20];
+    for (int p = 0; p < 20; ++p) phases[p] = steptrace::register_phase("phase" + std::to_string(p));
+    for (long i = 0;; ++i) {
+      TRACE_STEP(512.0);
+      for (const auto phase : phases) {
+        steptrace::PhaseScope scope(phase);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      steptrace::record("loss", 1.0 / (i + 1));
+    }
+  }
   for (long i = 0;; ++i) {
     TRACE_STEP(512.0);
     {

@@ -149,8 +149,10 @@ void check_ended(const std::vector<nlohmann::json>& records, const char* reason)
     REQUIRE_FALSE(records[i].contains("event"));
     CHECK(records[i]["global_step"] == i);
   }
-  CHECK(end["last_global_step"] == records.size() - 2);
+  // The lines an ending had no time for are the last ones, cut and counted (a starved machine).
+  CHECK(end["last_global_step"] == records.size() - 2 + end["dropped"]["lines_cut_at_end"].get<std::size_t>());
   CHECK(end["lines_written"] == records.size() - 1);
+  CHECK(end["dropped"]["steps_total"] == 0);
 }
 
 }  // namespace
@@ -164,7 +166,7 @@ TEST_CASE("SIGTERM with its default action: the pending lines and an end record,
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGTERM);
-  CHECK(took < 1.5);  // within steptrace's 1 s, plus the process's own end
+  CHECK(took < 5);  // steptrace waits 1 s at most (a hang would be the 10 s of wait_child); loose for loaded machines
   check_ended(strict_records(log), "SIGTERM");
 }
 
@@ -190,6 +192,36 @@ TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 43);
   check_ended(strict_records(log), "exit");
+}
+
+// Two busy loops beside a program of fast 20-phase steps, SIGTERM after a second: however large the
+// backlog, the end record comes, every line before it is whole and in order, and what was not written
+// is counted.
+TEST_CASE("SIGTERM on a loaded machine with fast 20-phase steps: always the end record", "[exit]") {
+  std::vector<pid_t> busy;
+  for (int b = 0; b < 2; ++b) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      for (volatile unsigned long spin = 0;; spin = spin + 1) {
+      }
+    }
+    busy.push_back(pid);
+  }
+  for (int run = 0; run < 5; ++run) {
+    INFO("run " << run);
+    const std::string log = steptrace_test::fresh_log("sigterm_many_" + std::to_string(run));
+    const pid_t pid = start_child(log, "many", 1);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    ::kill(pid, SIGTERM);
+    const int status = wait_child(pid);
+    CHECK(WIFSIGNALED(status));
+    check_ended(strict_records(log), "SIGTERM");
+  }
+  for (const pid_t pid : busy) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
 }
 
 TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
@@ -236,7 +268,14 @@ TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
 // the parent's log, and can start anew with a log of its own. Forks land inside open steps and phases
 // while a second thread takes the phase table's and warn-once's locks.
 TEST_CASE("a child made by fork() finds steptrace off, stops without harm and can start anew", "[exit][fork]") {
-  for (const std::string mode : {"stop", "restart"}) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer cannot follow a multi-threaded fork's child that starts threads ("dup thread with
+  // used id"): under it, the children only stop.
+  const std::vector<std::string> modes{"stop"};
+#else
+  const std::vector<std::string> modes{"stop", "restart"};
+#endif
+  for (const std::string& mode : modes) {
     const std::string dir = steptrace_test::fresh_dir("fork_" + mode);
     const int trials = 40;
     const std::string cmd = std::string(STEPTRACE_FORK_PROGRAM) + " " + dir + " " + std::to_string(trials) + " " + mode;

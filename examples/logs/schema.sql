@@ -1,10 +1,32 @@
 -- steptrace's JSON lines in SQLite (examples/logs/load_sqlite.sh). Fields: docs/schema.md.
-CREATE TABLE IF NOT EXISTS lines(file TEXT, line TEXT);
-CREATE VIEW IF NOT EXISTS steps AS SELECT
+-- One row per line, whatever file it came from: `line_key` names the line, and loading a line whose key is
+-- already there does nothing, so loading a file twice, or one run's lines from two copies, keeps one row.
+--   step line:              ["step", run_id, rank, global_step]  (each start() draws a new run_id and counts
+--                           global_step from 0; a rank writes one line per step)
+--   end / stall / resumed:  [event, run_id, rank, timestamp, reason, report]  (reason tells an end at SIGTERM
+--                           from the end at stop(), report a stall's 1st, 2nd… record, should they share a ms)
+--   a line without run_id   (logs older than run_id): "text:" and the line itself, as only the same text can be
+--                           told to be the same line; its run_id reads '?', as in steptrace-report.
+-- `file` is the file the line was first loaded from.
+CREATE TABLE IF NOT EXISTS lines(
+  line_key TEXT NOT NULL UNIQUE,
+  run_id TEXT NOT NULL,
+  rank INTEGER,
+  global_step INTEGER,
+  event TEXT,
+  file TEXT,
+  line TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS lines_by_run ON lines(run_id, rank, global_step);
+
+-- The views are made again at every load, so a database loaded by an older version gets today's.
+-- Every view carries run_id and rank: two runs (or ranks) in one database never read as one.
+DROP VIEW IF EXISTS steps;
+CREATE VIEW steps AS SELECT
+  run_id,
+  rank,
+  global_step AS step,
   file,
-  json_extract(line, '$.rank') AS rank,
   json_extract(line, '$.hostname') AS hostname,
-  json_extract(line, '$.global_step') AS step,
   json_extract(line, '$.timestamp') AS timestamp,
   json_extract(line, '$.step_time_ms') AS step_time_ms,
   json_extract(line, '$.tokens_per_second') AS tokens_per_second,
@@ -18,21 +40,43 @@ CREATE VIEW IF NOT EXISTS steps AS SELECT
   json_extract(line, '$.traced') AS traced,
   json_extract(line, '$.diagnosis.label') AS diagnosis,
   line
-FROM lines WHERE json_extract(line, '$.event') IS NULL;
+FROM lines WHERE event IS NULL;
+
 -- The records that end a run's lines (stop(), SIGTERM, exit): how each rank's run ended.
-CREATE VIEW IF NOT EXISTS ends AS SELECT
+DROP VIEW IF EXISTS ends;
+CREATE VIEW ends AS SELECT
+  run_id,
+  rank,
   file,
-  json_extract(line, '$.rank') AS rank,
   json_extract(line, '$.reason') AS reason,
   json_extract(line, '$.timestamp') AS timestamp,
   json_extract(line, '$.last_global_step') AS last_step,
+  json_extract(line, '$.lines_written') AS lines_written,
   json_extract(line, '$.lines_incomplete') AS lines_incomplete
-FROM lines WHERE json_extract(line, '$.event') = 'end';
-CREATE VIEW IF NOT EXISTS phases AS SELECT
-  json_extract(l.line, '$.rank') AS rank,
-  json_extract(l.line, '$.global_step') AS step,
+FROM lines WHERE event = 'end';
+
+-- One row per step and phase.
+DROP VIEW IF EXISTS phases;
+CREATE VIEW phases AS SELECT
+  l.run_id,
+  l.rank,
+  l.global_step AS step,
   p.key AS phase,
   json_extract(p.value, '$.host_ms') AS host_ms,
   json_extract(p.value, '$.gpu.busy_ms') AS gpu_busy_ms,
   json_extract(p.value, '$.gpu.kernel_ms') AS gpu_kernel_ms
-FROM lines AS l, json_each(l.line, '$.phases') AS p;
+FROM lines AS l, json_each(l.line, '$.phases') AS p
+WHERE l.event IS NULL;
+
+-- One row per run: its ranks, steps and time span, and how many of its ranks wrote an end record.
+DROP VIEW IF EXISTS runs;
+CREATE VIEW runs AS SELECT
+  run_id,
+  count(DISTINCT rank) AS ranks,
+  count(*) FILTER (WHERE event IS NULL) AS step_lines,
+  min(global_step) AS first_step,
+  max(global_step) AS last_step,
+  min(json_extract(line, '$.timestamp')) AS first_timestamp,
+  max(json_extract(line, '$.timestamp')) AS last_timestamp,
+  count(DISTINCT rank) FILTER (WHERE event = 'end') AS ranks_ended
+FROM lines GROUP BY run_id;

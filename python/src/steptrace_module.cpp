@@ -161,6 +161,10 @@ PYBIND11_MODULE(_steptrace, m) {
     return summary_dict(s);
   });
   m.def("is_running", [] { return steptrace::is_running(); });
+  // The package's own warnings go through the same logger ("steptrace"), once per key.
+  m.def("warn_once", [](const std::string& key, const std::string& message) {
+    return steptrace::details::warn_once("python." + key, message);
+  });
   m.def("record", [](const std::string& name, double value) { steptrace::record(name, value); });
   m.def("set_step_tokens", [](double tokens, std::optional<double> samples) { steptrace::set_step_tokens(tokens, samples); },
         py::arg("tokens"), py::arg("samples") = py::none());

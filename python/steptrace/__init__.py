@@ -230,7 +230,8 @@ def loader(iterable, tokens=None, samples=None):
     for its batch begins (that wait is the `input` phase) and ends when the next wait begins.
     tokens/samples: per step, a number or a function of the batch.
 
-    The wait that finds the loader exhausted is one more step (its line holds that `input` wait); what
+    The wait that finds the loader exhausted is one more step (its line holds that `input` wait, with 0
+    tokens and 0 samples: it processed none); what
     the program does after the loop (evaluation, a checkpoint) belongs to no step: it is the next
     line's `between_steps`, or the end record's `after_last_step` after the last one."""
     it = iter(iterable)
@@ -250,6 +251,9 @@ def loader(iterable, tokens=None, samples=None):
                 batch = next(it)
             except StopIteration:
                 _steptrace.phase_exit()
+                # No batch, no work: the line of this last wait says 0 tokens and 0 samples, whatever
+                # tokens/samples (or tokens_per_step) say for the steps that had a batch.
+                _steptrace.set_step_tokens(0.0, 0.0)
                 return
             _steptrace.phase_exit()
             if callable(tokens):
@@ -269,12 +273,14 @@ def loader(iterable, tokens=None, samples=None):
 def use_torch_memory(device=None):
     """Fills each line's memory.allocator from PyTorch's caching allocator (torch.cuda.memory_stats:
     allocated, reserved, their peaks over the step, allocation retries, OOMs); peaks are reset at each
-    step's end. Returns False when torch or CUDA is not there."""
+    step's end. Returns False, with one warning, when torch or CUDA is not there."""
     try:
         import torch
     except ImportError:
+        _steptrace.warn_once("torch_memory", "use_torch_memory(): torch cannot be imported; memory.allocator stays null")
         return False
     if not torch.cuda.is_available():
+        _steptrace.warn_once("torch_memory", "use_torch_memory(): torch sees no CUDA device; memory.allocator stays null")
         return False
 
     def hook():

@@ -161,6 +161,25 @@ def test_loader_makes_steps_with_input_phase():
     assert all(l["phases"]["input"]["host_ms"] >= 3.0 for l in loop), [l["phases"]["input"] for l in loop]
     assert [l["tokens"] for l in loop] == [1, 2, 3, 4, 5]
     assert all(l["dataloader_wait_ms"] >= 3.0 for l in loop)
+    # The wait that found the loader exhausted: a step that processed nothing.
+    assert steps[5]["tokens"] == 0 and steps[5]["tokens_per_second"] == 0, steps[5]
+
+
+def test_exhaustion_step_has_no_tokens_and_summary_is_tokens_over_time():
+    log = fresh("loader_tokens")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+    for epoch in range(2):
+        for _ in steptrace.loader(range(4), tokens=4096, samples=8):
+            time.sleep(0.002)
+    summary = steptrace.stop()
+    steps, _ = lines_of(log)
+    assert len(steps) == 10, len(steps)
+    ends = [steps[4], steps[9]]  # each epoch's exhaustion step
+    assert all(l["tokens"] == 0 and l["samples"] == 0 for l in ends), ends
+    assert all(l["tokens"] == 4096 for i, l in enumerate(steps) if i not in (4, 9))
+    rated = [l for l in steps if l["tokens_per_second"] is not None]
+    expected = sum(l["tokens"] for l in rated) / sum(l["step_time_ms"] / 1000 for l in rated)
+    assert abs(summary["tokens_per_second_mean"] - expected) <= 1e-3 * expected, (summary["tokens_per_second_mean"], expected)
 
 
 def test_capture_steps_writes_a_trace_without_gpu():

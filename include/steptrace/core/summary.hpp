@@ -31,9 +31,9 @@ class SummaryBuilder {
     untracked_ns_total_ += m.untracked_ns;
     recent_ms_.push_back(ns_to_ms(m.step_time_ns));
     if (recent_ms_.size() > kRecentSteps) recent_ms_.pop_front();
-    if (m.tokens_per_second) {
-      tokens_sum_ += *m.tokens_per_second;
-      ++tokens_n_;
+    if (m.tokens_per_second) {  // tokens over time: the run's throughput, not a mean of per-step rates
+      tokens_ += *m.tokens_per_second * static_cast<double>(m.step_time_ns) * 1e-9;
+      tokens_ns_ += m.step_time_ns;
     }
     if (mfu) {
       mfu_sum_ += *mfu;
@@ -52,7 +52,7 @@ class SummaryBuilder {
     std::sort(sorted.begin(), sorted.end());
     s.step_time_ms_median = sorted[sorted.size() / 2];
     s.step_time_ms_p90 = sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)];
-    if (tokens_n_) s.tokens_per_second_mean = tokens_sum_ / static_cast<double>(tokens_n_);
+    if (tokens_ns_ > 0) s.tokens_per_second_mean = tokens_ / (static_cast<double>(tokens_ns_) * 1e-9);
     if (mfu_n_) s.estimated_mfu_mean = mfu_sum_ / static_cast<double>(mfu_n_);
     for (const auto& [id, ns] : phase_ns_) {
       Summary::Phase p;
@@ -73,8 +73,9 @@ class SummaryBuilder {
   uint64_t steps_ = 0;
   int64_t step_ns_total_ = 0, untracked_ns_total_ = 0;
   std::deque<double> recent_ms_;
-  double tokens_sum_ = 0, mfu_sum_ = 0;
-  uint64_t tokens_n_ = 0, mfu_n_ = 0;
+  double tokens_ = 0, mfu_sum_ = 0;
+  int64_t tokens_ns_ = 0;  // the time of the steps that had a rate
+  uint64_t mfu_n_ = 0;
   std::map<PhaseId, int64_t> phase_ns_;
   std::map<Bottleneck, uint64_t> labels_;
 };
@@ -92,7 +93,7 @@ inline std::string render_summary_table(const Summary& s) {
                 s.step_time_ms_median, s.step_time_ms_p90);
   out += buf;
   if (s.tokens_per_second_mean) {
-    std::snprintf(buf, sizeof buf, "  tokens/s mean: %.1f\n", *s.tokens_per_second_mean);
+    std::snprintf(buf, sizeof buf, "  tokens/s: %.1f (tokens over time)\n", *s.tokens_per_second_mean);
     out += buf;
   }
   if (s.estimated_mfu_mean) {

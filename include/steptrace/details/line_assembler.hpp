@@ -174,7 +174,9 @@ class LineAssembler {
       w.step_time_ms_mean = window_.sum_ms / window_.steps;
       w.step_time_ms_min = window_.min_ms;
       w.step_time_ms_max = window_.max_ms;
-      if (window_.tokens_n) w.tokens_per_second_mean = window_.tokens_sum / window_.tokens_n;
+      // Tokens over time (the steps that had a rate), not a mean of rates: a short step with few
+      // tokens does not weigh as much as a long one.
+      if (window_.tokens_ms > 0) w.tokens_per_second_mean = window_.tokens / (window_.tokens_ms / 1000.0);
       in.window = w;
     }
     window_ = Window{};
@@ -183,8 +185,7 @@ class LineAssembler {
  private:
   struct Window {
     uint32_t steps = 0;
-    double sum_ms = 0, min_ms = 0, max_ms = 0, tokens_sum = 0;
-    uint32_t tokens_n = 0;
+    double sum_ms = 0, min_ms = 0, max_ms = 0, tokens = 0, tokens_ms = 0;
   };
 
   void add_to_window(double ms, std::optional<double> tokens_per_second) {
@@ -193,8 +194,8 @@ class LineAssembler {
     window_.sum_ms += ms;
     ++window_.steps;
     if (tokens_per_second) {
-      window_.tokens_sum += *tokens_per_second;
-      ++window_.tokens_n;
+      window_.tokens += *tokens_per_second * ms / 1000.0;
+      window_.tokens_ms += ms;
     }
   }
 
