@@ -484,7 +484,7 @@ TEST_CASE("idle or slow clients delay neither a scrape nor stop()", "[prometheus
   const std::string body = http_get(port, "/metrics");
   const double scrape_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(body.find("200 OK") != std::string::npos);
-  CHECK(scrape_s < 1.0);
+  CHECK(scrape_s < 1.8);  // not held up by the idle clients: each would hold it 2 s (loose for sanitizers)
   const auto t1 = std::chrono::steady_clock::now();
   stop();
   const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
