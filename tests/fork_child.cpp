@@ -1,5 +1,6 @@
 // fork_child DIR TRIALS MODE - fork() while steptrace runs (details/fork.hpp's rule). Each trial
-// starts steptrace, keeps a second thread in phase scopes, warn-once and the phase table, and forks
+// starts steptrace (every second one with the scrape endpoint), keeps a second thread in phase
+// scopes, warn-once, the phase table and the logger (its output to /dev/null), and forks
 // from inside an open step and phase at a random step. The child finds steptrace off, steps (no-ops),
 // calls stop(); MODE restart: then starts anew with DIR/child_<trial>.jsonl and writes 5 lines.
 // The parent waits for the child (a child still there after 20 s is a hang: killed and counted)
@@ -31,9 +32,13 @@ int child(const std::string& dir, int trial, bool restart) {
   for (int i = 0; i < 3; ++i) {
     TRACE_STEP(64.0);
     TRACE_PHASE(backward);
+    TRACE_PHASE_NAMED("helper");  // the helper thread's site-less name, registered here too
     steptrace::record("child", i);
     spin(50);
   }
+  // The phase table's lock and warn-once's (a bad name warns through the logger: spdlog's console lock).
+  if (steptrace::register_phase("child_phase") == steptrace::kNoPhase) return 14;
+  (void)steptrace::register_phase("bad name in child " + std::to_string(trial));
   const steptrace::Summary dead = steptrace::stop();
   if (dead.lines_written != 0) return 11;
   if (!restart) return 0;
@@ -42,9 +47,11 @@ int child(const std::string& dir, int trial, bool restart) {
   cfg.gpu = steptrace::Mode::off;
   cfg.summary = false;
   if (!steptrace::start(cfg)) return 12;
+  (void)steptrace::register_phase("another bad name " + std::to_string(trial));
   for (int i = 0; i < 5; ++i) {
     TRACE_STEP(64.0);
     TRACE_PHASE(optimizer);
+    TRACE_PHASE_NAMED("child_phase");
     steptrace::record("child", i);
     spin(50);
   }
@@ -62,22 +69,26 @@ int main(int argc, char** argv) {
   const int trials = std::atoi(argv[2]);
   const bool restart = std::string(argv[3]) == "restart";
   std::mt19937 random(20261125);
+  // The helper thread logs all the time (to take spdlog's console lock at the fork): not to the test's output.
+  if (FILE* quiet = std::freopen("/dev/null", "w", stderr)) (void)quiet;
   int failures = 0;
   for (int trial = 0; trial < trials; ++trial) {
     steptrace::Config cfg;
     cfg.log_path = dir + "/parent.jsonl";
     cfg.gpu = steptrace::Mode::off;
     cfg.summary = false;
+    if (trial % 2) cfg.prometheus_listen = "127.0.0.1:0";  // the child must not keep its socket
     if (!steptrace::start(cfg)) {
       std::printf("trial %d: start() failed\n", trial);
       return 1;
     }
     std::atomic<bool> done{false};
     std::thread helper([&done] {
-      while (!done.load()) {
+      for (long n = 0; !done.load(); ++n) {
         TRACE_PHASE_NAMED("helper");
         (void)steptrace::register_phase("helper");  // the phase table's lock
         (void)steptrace::capture_steps(0);          // warn-once's lock (one warning, then quiet)
+        if (n % 8 == 0) steptrace::details::logger()->info("helper {}", n);  // spdlog's console lock
         spin(20);
       }
     });

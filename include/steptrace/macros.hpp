@@ -10,6 +10,7 @@
 // phase still fails to compile).
 #pragma once
 #include "version.hpp"
+#include <atomic>
 #include "api.hpp"
 
 #define STEPTRACE_CONCAT_INNER_(a, b) a##b
@@ -26,10 +27,17 @@ constexpr int unevaluated(T&&...) noexcept {
 #ifndef STEPTRACE_DISABLE
 #define STEPTRACE_STEP(...) ::steptrace::StepScope STEPTRACE_UNIQUE_(steptrace_step_){__VA_ARGS__}
 #define STEPTRACE_PHASE(name) ::steptrace::PhaseScope STEPTRACE_UNIQUE_(steptrace_phase_){::steptrace::phase_tag::name}
-#define STEPTRACE_PHASE_NAMED(literal)                                                     \
-  ::steptrace::PhaseScope STEPTRACE_UNIQUE_(steptrace_phase_)([]() noexcept {              \
-    static const ::steptrace::PhaseId steptrace_site_id = ::steptrace::register_phase(literal); \
-    return steptrace_site_id;                                                              \
+// The site's id is cached in an atomic, not a guarded static: a fork's child never waits on a guard
+// that a parent thread held (registering a name again finds the same id).
+#define STEPTRACE_PHASE_NAMED(literal)                                                          \
+  ::steptrace::PhaseScope STEPTRACE_UNIQUE_(steptrace_phase_)([]() noexcept {                   \
+    static ::std::atomic<::steptrace::PhaseId> steptrace_site_id{::steptrace::kNoPhase};        \
+    ::steptrace::PhaseId steptrace_id = steptrace_site_id.load(::std::memory_order_relaxed);    \
+    if (steptrace_id == ::steptrace::kNoPhase) {                                                \
+      steptrace_id = ::steptrace::register_phase(literal);                                      \
+      steptrace_site_id.store(steptrace_id, ::std::memory_order_relaxed);                       \
+    }                                                                                           \
+    return steptrace_id;                                                                        \
   }())
 #else
 #define STEPTRACE_STEP(...) static_cast<void>(sizeof(::steptrace::details::unevaluated(__VA_ARGS__)))

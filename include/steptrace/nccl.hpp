@@ -31,6 +31,8 @@ STEPTRACE_BEGIN_NAMESPACE
 /// be set up; training is never affected.
 inline bool enable_cross_rank(ncclComm_t comm, int every_k_steps = 0) noexcept {
   std::unique_ptr<backend::NcclExchange> exchange;
+  if (!is_running())  // no NCCL or CUDA call then (before start(), after stop(), in a fork's child)
+    return details::use_cross_rank_exchange(std::move(exchange), "steptrace is not running", every_k_steps);
   std::string error;
   try {
     exchange = std::make_unique<backend::NcclExchange>();

@@ -20,6 +20,7 @@ kernel under the phase open on the thread that launched it, or, for threads with
 """
 import numbers
 import atexit
+import os
 import functools
 import math
 import threading
@@ -38,6 +39,20 @@ _atexit_registered = False
 _pending = []        # (name, host tensor, event): values recorded from CUDA tensors, read at the step's end
 _staging = {}        # (name, dtype) -> (pinned host tensor, event), made once and reused every step
 _loader_step = threading.local()
+
+
+def _after_fork_in_child():
+    """A child made by os.fork() (multiprocessing's fork, DataLoader workers) has steptrace off until it
+    starts anew: the package's own lock is made again (another thread may have held it at the fork) and
+    the parent's pending CUDA values are forgotten (CUDA cannot be used in such a child)."""
+    global _phases_lock
+    _phases_lock = threading.Lock()
+    _pending.clear()
+    _staging.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def start(**settings_):
@@ -172,6 +187,8 @@ def _resolve_pending():
         return
     items = list(_pending)
     _pending.clear()
+    if not _steptrace.is_running():
+        return  # stopped meanwhile: nothing to attach them to
     for name, host, event in items:
         event.synchronize()
         _steptrace.record(name, float(host))

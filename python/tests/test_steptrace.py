@@ -182,6 +182,40 @@ def test_exhaustion_step_has_no_tokens_and_summary_is_tokens_over_time():
     assert abs(summary["tokens_per_second_mean"] - expected) <= 1e-3 * expected, (summary["tokens_per_second_mean"], expected)
 
 
+def test_fork_child_finds_steptrace_off_and_can_start_anew():
+    log, child_log = fresh("fork_parent"), fresh("fork_child")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+    for i in range(3):
+        with steptrace.step(tokens=8):
+            with steptrace.phase("forward"):
+                if i == 1:
+                    pid = os.fork()
+                    if pid == 0:  # the child: steptrace off, every call a no-op, then a run of its own
+                        code = 1
+                        try:
+                            if not steptrace.is_running():
+                                with steptrace.step():
+                                    with steptrace.phase("child_phase"):
+                                        steptrace.record("x", 1.0)
+                                steptrace.stop()
+                                steptrace.start(log_path=child_log, summary=False, gpu="off")
+                                for _ in range(2):
+                                    with steptrace.step():
+                                        with steptrace.phase("child_phase"):
+                                            pass
+                                code = 0 if steptrace.stop()["lines_written"] == 2 else 2
+                        finally:
+                            os._exit(code)
+    steptrace.stop()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    steps, _ = lines_of(log)
+    assert [l["global_step"] for l in steps] == [0, 1, 2]
+    assert all("child_phase" not in l["phases"] for l in steps)
+    child_steps, _ = lines_of(child_log)
+    assert len(child_steps) == 2 and all("child_phase" in l["phases"] for l in child_steps)
+
+
 def test_capture_steps_writes_a_trace_without_gpu():
     log = fresh("capture")
     steptrace.start(log_path=log, summary=False, gpu="off")

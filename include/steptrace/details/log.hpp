@@ -40,8 +40,9 @@ inline std::shared_ptr<spdlog::logger> logger() {
     return created;
   }());
   if (logger_forked().load(std::memory_order_acquire)) {
-    // A fork's child that starts steptrace anew: a logger of its own, outside spdlog's registry (whose
-    // lock, too, may have been held at the fork). Made once, on the child's one thread.
+    // A fork's child: a logger of its own, outside spdlog's registry (whose lock may have been held
+    // at the fork; the console lock its sink takes is held across the fork: details/fork.hpp). A
+    // program's own "steptrace" logger is not used in a child. Made once (a grandchild keeps it).
     static const std::shared_ptr<spdlog::logger>* child = new std::shared_ptr<spdlog::logger>(make_own_logger());
     return *child;
   }

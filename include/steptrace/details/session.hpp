@@ -86,6 +86,9 @@ class Session {
   }
 
   bool start(Config cfg, std::vector<std::pair<std::string, std::string>> env = read_environment()) {
+    // Before any lock or thread of this session: a fork from another thread meanwhile is handled.
+    const std::string fork_err = install_fork_handlers(&Session::after_fork_in_child);
+    if (!fork_err.empty()) warn_once("fork", fork_err + ": a child made by fork() may find steptrace's locks held");
     std::lock_guard<std::mutex> life(lifecycle_);
     if (running_flag().load()) {
       warn_once("start.twice", "steptrace::start() called while running; the second call is ignored");
@@ -162,8 +165,6 @@ class Session {
       return false;
     }
     last_started().store(this, std::memory_order_release);
-    const std::string fork_err = install_fork_handlers(&Session::after_fork_in_child);
-    if (!fork_err.empty()) warn_once("fork", fork_err + ": a child made by fork() may find steptrace's locks held");
     running_flag().store(true, std::memory_order_release);
     if (cfg.flush_on_exit) {
       const std::string err = install_end_handlers(&Session::end_hook);
@@ -327,14 +328,19 @@ class Session {
   /// untouched but for the endpoint's listening socket, which the child must not keep open (the port
   /// would stay taken, unanswered, after the parent closes it). The next call finds a new session.
   static void after_fork_in_child() {
-    static std::atomic<Session*> left_behind{nullptr};  // still reachable: a leak checker sees no leak
-    if (Session* old = last_started().load(std::memory_order_acquire)) {
+    // Left behind, still reachable (a leak checker sees no leak), chained through every generation.
+    static std::atomic<Session*> left_behind{nullptr};
+    for (Session* old : {last_started().load(std::memory_order_acquire), instance_slot().load(std::memory_order_acquire)}) {
+      if (!old || old->left_next_ || old == left_behind.load(std::memory_order_relaxed)) continue;  // listed already
       if (old->prometheus_) old->prometheus_->close_endpoint_in_child();
+      old->left_next_ = left_behind.load(std::memory_order_relaxed);
+      if (!old->left_next_) old->left_next_ = old;  // the chain's end points to itself: "listed"
       left_behind.store(old, std::memory_order_relaxed);
     }
     last_started().store(nullptr, std::memory_order_release);
     instance_slot().store(nullptr, std::memory_order_release);
   }
+  Session* left_next_ = nullptr;  // the chain of sessions left behind in fork children
 
   /// The Prometheus exporter (sink/prometheus.hpp): what cannot be started is warned about, once per setting.
   void open_prometheus(const Config& cfg, const RunInfo& run) {
@@ -390,6 +396,13 @@ class Session {
       ctx.run.device_null_reason = "GPU measurement switched off (gpu=off / STEPTRACE_GPU=off)";
       return;
     }
+    if (forked_after_cuda().load(std::memory_order_relaxed)) {  // details/fork.hpp
+      ctx.run.device_null_reason = "a child made by fork() after its parent's steptrace used CUDA (CUDA cannot be used "
+                                   "in such a child; start steptrace in a process made by spawn or exec)";
+      warn_once("no_gpu.fork", ctx.run.device_null_reason + "; host timings only, GPU fields are null");
+      return;
+    }
+    cuda_touched().store(true, std::memory_order_relaxed);
     auto probe = gpu_->probe(ctx.cfg.device);
     ctx.run.device = probe.device;
     ctx.run.device_null_reason = probe.null_reason;

@@ -108,13 +108,24 @@ inline void at_exit_hook() {
 
 /// Once per process, at the first start() with flush_on_exit: the exit hook, the watcher thread
 /// and the SIGTERM handler (not where the program ignores SIGTERM). Returns "" or why not all.
+inline std::mutex& end_install_mutex() {  // also held across fork() (details/fork.hpp)
+  static std::mutex* mutex = new std::mutex;
+  return *mutex;
+}
 inline std::string install_end_handlers(EndFunction on_end) {
-  static std::mutex* install_mutex = new std::mutex;
-  std::lock_guard<std::mutex> lock(*install_mutex);
+  std::lock_guard<std::mutex> lock(end_install_mutex());
   EndSignals& s = end_signals();
   const auto start_watcher = [&s]() -> std::string {
-    if (::pipe2(s.wake, O_CLOEXEC) != 0 || ::pipe2(s.done, O_CLOEXEC | O_NONBLOCK) != 0)
+    int wake[2] = {-1, -1}, done[2] = {-1, -1};
+    if (::pipe2(wake, O_CLOEXEC) != 0 || ::pipe2(done, O_CLOEXEC | O_NONBLOCK) != 0) {
+      for (int fd : {wake[0], wake[1], done[0], done[1]})
+        if (fd >= 0) ::close(fd);
       return "cannot create the SIGTERM handler's pipes";
+    }
+    for (int i = 0; i < 2; ++i) {
+      s.wake[i] = wake[i];
+      s.done[i] = done[i];
+    }
     ::fcntl(s.wake[1], F_SETFL, ::fcntl(s.wake[1], F_GETFL) | O_NONBLOCK);
     try {
       std::thread(end_watcher, &s).detach();  // lives as long as the process, blocked in read()
@@ -125,11 +136,9 @@ inline std::string install_end_handlers(EndFunction on_end) {
     return {};
   };
   if (s.installed) {
-    // A fork's child that starts anew: the handler and the exit hook are inherited, the watcher is not.
-    if (s.pid != 0 && s.pid != ::getpid()) {
-      for (int fd : {s.wake[0], s.wake[1], s.done[0], s.done[1]}) ::close(fd);
-      return start_watcher();
-    }
+    // A fork's child that starts anew: the handler and the exit hook are inherited, the watcher is
+    // not (its pipes were closed in the child: details/fork.hpp).
+    if (s.pid != 0 && s.pid != ::getpid()) return start_watcher();
     return {};
   }
   s.installed = true;

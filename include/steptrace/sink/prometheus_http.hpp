@@ -15,6 +15,7 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -41,7 +42,9 @@ class MetricsServer {
   static constexpr int kPollMs = 100;
   static constexpr std::size_t kMaxRequest = 8192;
 
-  MetricsServer() = default;
+  MetricsServer() {
+    for (auto& open : open_clients_) open.store(-1, std::memory_order_relaxed);
+  }
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
   ~MetricsServer() { stop(); }
@@ -99,19 +102,23 @@ class MetricsServer {
 
   int port() const { return fd_ >= 0 ? port_ : 0; }
 
-  /// In a fork's child, where the serving thread does not exist: the child's copy of the listening
-  /// socket closed, nothing else touched (close(2) is async-signal-safe).
+  /// In a fork's child, where the serving thread does not exist: the child's copies of the listening
+  /// socket and of every client's closed, nothing else touched (close(2) is async-signal-safe).
   void close_in_child() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) ::close(fd);
+    for (auto& open : open_clients_) {
+      const int c = open.exchange(-1);
+      if (c >= 0) ::close(c);
+    }
   }
 
   /// Within one poll period (plus one answer being rendered), whatever the clients do.
   void stop() {
     stopping_ = true;
     if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) ::close(fd);
   }
 
  private:
@@ -140,7 +147,7 @@ class MetricsServer {
         if (!done && (ev & (POLLIN | POLLHUP)) && c.out.empty()) done = !read_request(c);
         if (!done && (ev & POLLOUT) && !c.out.empty()) done = !write_answer(c);
         if (done) {
-          ::close(c.fd);
+          close_client(c.fd);
           c.fd = -1;
         }
       }
@@ -153,8 +160,12 @@ class MetricsServer {
           if (static_cast<int>(clients.size()) >= kMaxClients) {  // the oldest still sending its request gives way
             auto victim = std::find_if(clients.begin(), clients.end(), [](const Client& c) { return c.out.empty(); });
             if (victim == clients.end()) victim = clients.begin();
-            ::close(victim->fd);
+            close_client(victim->fd);
             clients.erase(victim);
+          }
+          for (auto& open : open_clients_) {  // a free entry is there: at most kMaxClients are open
+            int none = -1;
+            if (open.compare_exchange_strong(none, fd)) break;
           }
           Client c;
           c.fd = fd;
@@ -163,7 +174,17 @@ class MetricsServer {
         }
       }
     }
-    for (auto& c : clients) ::close(c.fd);
+    for (auto& c : clients) close_client(c.fd);
+  }
+
+  /// Forgotten by close_in_child() before it is closed: a fork in between leaves the child a copy
+  /// open (harmless), never a number closed twice.
+  void close_client(int fd) {
+    for (auto& open : open_clients_) {
+      int mine = fd;
+      if (open.compare_exchange_strong(mine, -1)) break;
+    }
+    ::close(fd);
   }
 
   /// Reads what is there; once the request is whole, prepares the answer. False: close it.
@@ -221,7 +242,8 @@ class MetricsServer {
     return r;
   }
 
-  int fd_ = -1;
+  std::atomic<int> fd_{-1};
+  std::array<std::atomic<int>, kMaxClients + 1> open_clients_;  // the clients' sockets, for a fork's child
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::function<std::string()> body_;
