@@ -32,10 +32,27 @@ struct Options {
   std::string log;
 };
 
+const char kHelp[] =
+    "mlp_train - a two-layer MLP trainer instrumented with steptrace: one JSON line per step.\n"
+    "usage: mlp_train [options]\n"
+    "  --cpu                 train on the CPU (the default is the GPU when there is one)\n"
+    "  --steps N             training steps (default 50)\n"
+    "  --batch B             samples per step (default 512 on the GPU, 64 on the CPU)\n"
+    "  --hidden H            hidden layer width (default 4096 on the GPU, 256 on the CPU)\n"
+    "  --slow-loader-ms MS   make the data loader sleep MS ms per batch (an input-bound run)\n"
+    "  --lr LR               learning rate (default 0.1)\n"
+    "  --log PATH            JSON lines file (default: steptrace's log_path, STEPTRACE_LOG wins)\n"
+    "  -h, --help            this text\n"
+    "Every STEPTRACE_* variable applies (README 'Configuration').\n";
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      std::exit(0);
+    }
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "mlp_train: %s needs a value\n", a.c_str());
@@ -51,7 +68,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--lr") o.lr = static_cast<float>(std::atof(next()));
     else if (a == "--log") o.log = next();
     else {
-      std::fprintf(stderr, "usage: mlp_train [--cpu] [--steps N] [--batch B] [--hidden H] [--slow-loader-ms MS] [--lr LR] [--log PATH]\n");
+      std::fprintf(stderr, "mlp_train: unknown option '%s'\n%s", a.c_str(), kHelp);
       std::exit(2);
     }
   }

@@ -2,9 +2,25 @@
 # Builds the example trainer, runs it with steptrace, prints the summary and where the lines are.
 #   scripts/demo.sh [example args...]      e.g. --steps 100 --slow-loader-ms 5 --cpu
 #   STEPTRACE_LOG=path scripts/demo.sh     write the JSON lines there (default ./steptrace-demo.jsonl)
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  cat <<'EOF_HELP'
+scripts/demo.sh - builds the example trainer (examples/mlp_train), trains it with steptrace and shows
+the summary, the last step's JSON line and the run's end record.
+usage: scripts/demo.sh [example options]
+  example options     passed to mlp_train (see: build/examples/mlp_train --help), e.g.
+                      --steps 100  --slow-loader-ms 5  --cpu
+  -h, --help          this text
+environment:
+  STEPTRACE_LOG=PATH  where the JSON lines go (default ./steptrace-demo.jsonl, replaced each run)
+  STEPTRACE_*         any steptrace setting (README 'Configuration')
+EOF_HELP
+  exit 0
+fi
 source "$(dirname "$0")/common.sh"
 install_dependencies
-configure_and_build ci -DSTEPTRACE_BUILD_TESTS=OFF >/dev/null
+echo "steptrace: configuring and building examples/mlp_train (a first build takes a few minutes on 2 cores)"
+BUILD_TARGETS=steptrace_example_mlp configure_and_build ci -DSTEPTRACE_BUILD_TESTS=OFF
+echo "steptrace: training"
 if [[ -z "${STEPTRACE_LOG:-}" ]]; then
   export STEPTRACE_LOG="$PWD/steptrace-demo.jsonl"
   rm -f "$STEPTRACE_LOG"

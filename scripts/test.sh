@@ -21,7 +21,8 @@ for arg in "$@"; do
     --asan) host_sanitizer=asan ;;
     --tsan) host_sanitizer=tsan ;;
     --fast) fast=1 ;;
-    *) echo "usage: scripts/test.sh [--gpu [--sanitize]] | [--asan|--tsan [--fast]]" >&2; exit 2 ;;
+    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: scripts/test.sh [--gpu [--sanitize]] | [--asan|--tsan [--fast]] (--help: what each does)" >&2; exit 2 ;;
   esac
 done
 

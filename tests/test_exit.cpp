@@ -207,6 +207,13 @@ TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook
 // backlog, the end record comes, every line before it is whole and in order, and what was not written
 // is counted.
 TEST_CASE("SIGTERM on a loaded machine with fast 20-phase steps: always the end record", "[exit]") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The ending is bounded (1 s, then the signal's own action): a sanitizer's several-fold slowdown on
+  // top of two busy loops on 2 cores is outside that bound (seen under ASan: 1 run in 5 without its
+  // end record). The case runs in the normal build.
+  WARN("skipped under a sanitizer: the ending's 1 s bound assumes an unslowed program");
+  return;
+#endif
   // The busy loops end with this test case whatever happens in it (a failed REQUIRE throws), with this
   // process (PR_SET_PDEATHSIG), and after 120 s in any case.
   struct BusyLoops {
@@ -286,7 +293,14 @@ TEST_CASE("SIGKILL at random moments: every line written is whole", "[exit]") {
 // the parent's log, and can start anew with a log of its own. Forks land inside open steps and phases
 // while a second thread takes the phase table's and warn-once's locks.
 TEST_CASE("a child made by fork() finds steptrace off, stops without harm and can start anew", "[exit][fork]") {
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__)
+  // GCC 12's AddressSanitizer does not hold its allocator's lock across fork(): a child that allocates
+  // can wait for good on a lock a parent thread held (seen: a child in
+  // SizeClassAllocator64::GetFromAllocator, in spdlog's pattern compiler). Not steptrace's lock; the
+  // case runs in the normal build and under ThreadSanitizer.
+  WARN("skipped under AddressSanitizer: its allocator is not fork-safe in this toolchain");
+  const std::vector<std::string> modes;
+#elif defined(__SANITIZE_THREAD__)
   // ThreadSanitizer cannot follow a multi-threaded fork's child that starts threads ("dup thread with
   // used id"): under it, the children only stop.
   const std::vector<std::string> modes{"stop"};
