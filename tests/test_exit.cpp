@@ -194,6 +194,12 @@ TEST_CASE("SIGTERM with the program's own handler: steptrace writes its lines, t
 }
 
 TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook writes the lines", "[exit]") {
+#if defined(__SANITIZE_THREAD__)
+  // The program's own handler calls exit(), which is not async-signal-safe: ThreadSanitizer reports the
+  // program (rightly), not steptrace. The case runs in the normal and ASan builds.
+  WARN("skipped under ThreadSanitizer: the test program's handler calls exit() on purpose");
+  return;
+#endif
   const std::string log = steptrace_test::fresh_log("sigterm_after");
   const pid_t pid = start_child(log, "after", 30);
   ::kill(pid, SIGTERM);
