@@ -7,6 +7,8 @@
 // and goes on stepping to its own stop(). Prints one line per failure; exits 0 only if none.
 #include <steptrace/steptrace.hpp>
 
+#include "host_config.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,11 +44,7 @@ int child(const std::string& dir, int trial, bool restart) {
   const steptrace::Summary dead = steptrace::stop();
   if (dead.lines_written != 0) return 11;
   if (!restart) return 0;
-  steptrace::Config cfg;
-  cfg.log_path = dir + "/child_" + std::to_string(trial) + ".jsonl";
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  if (!steptrace::start(cfg)) return 12;
+  if (!steptrace::start(steptrace_test::host_config(dir + "/child_" + std::to_string(trial) + ".jsonl"))) return 12;
   (void)steptrace::register_phase("another bad name " + std::to_string(trial));
   for (int i = 0; i < 5; ++i) {
     TRACE_STEP(64.0);
@@ -73,10 +71,7 @@ int main(int argc, char** argv) {
   if (FILE* quiet = std::freopen("/dev/null", "w", stderr)) (void)quiet;
   int failures = 0;
   for (int trial = 0; trial < trials; ++trial) {
-    steptrace::Config cfg;
-    cfg.log_path = dir + "/parent.jsonl";
-    cfg.gpu = steptrace::Mode::off;
-    cfg.summary = false;
+    steptrace::Config cfg = steptrace_test::host_config(dir + "/parent.jsonl");
     if (trial % 2) cfg.prometheus_listen = "127.0.0.1:0";  // the child must not keep its socket
     if (!steptrace::start(cfg)) {
       std::printf("trial %d: start() failed\n", trial);

@@ -169,13 +169,10 @@ void check_ended(const std::vector<nlohmann::json>& records, const char* reason,
 TEST_CASE("SIGTERM with its default action: the pending lines and an end record, then the process ends by it", "[exit]") {
   const std::string log = steptrace_test::fresh_log("sigterm_default");
   const pid_t pid = start_child(log, "default", 30);
-  const auto t0 = Clock::now();
   ::kill(pid, SIGTERM);
-  const int status = wait_child(pid);
-  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int status = wait_child(pid);  // a hang fails there (10 s); the 1 s bound itself is no verdict here
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGTERM);
-  CHECK(took < 5);  // steptrace waits 1 s at most (a hang would be the 10 s of wait_child); loose for loaded machines
   check_ended(strict_records(log), "SIGTERM");
 }
 
@@ -209,7 +206,7 @@ TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook
   check_ended(strict_records(log), "exit");
 }
 
-// Two busy loops beside a program of fast 20-phase steps, SIGTERM after a second: however large the
+// Two busy loops beside a program of fast 20-phase steps, SIGTERM once 200 lines are out: however large the
 // backlog, the end record comes, every line before it is whole and in order, and what was not written
 // is counted.
 TEST_CASE("SIGTERM on a loaded machine with fast 20-phase steps: always the end record", "[exit]") {
@@ -246,8 +243,7 @@ TEST_CASE("SIGTERM on a loaded machine with fast 20-phase steps: always the end 
   for (int run = 0; run < 5; ++run) {
     INFO("run " << run);
     const std::string log = steptrace_test::fresh_log("sigterm_many_" + std::to_string(run));
-    const pid_t pid = start_child(log, "many", 1);
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const pid_t pid = start_child(log, "many", 200);  // a backlog behind them, whatever the machine's speed
     ::kill(pid, SIGTERM);
     const int status = wait_child(pid);
     CHECK(WIFSIGNALED(status));
