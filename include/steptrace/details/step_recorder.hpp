@@ -264,7 +264,10 @@ class StepRecorder {
     int64_t n = 0;
     // Read outside the lock the scopes take; only this thread changes the slope it reads here.
     if (!take_clock_anchor(t, n, tick_clock_.ns_per_tick())) return;
-    std::lock_guard<std::mutex> lock(mutex_);
+    // Never waits for the scopes' lock: a SIGTERM handler may have stopped the training thread inside
+    // it, and this thread must then still write the ending's lines. A busy lock: the next round anchors.
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
     const int64_t error = tick_clock_.anchor(t, n);
     if (error > kMaxTickDriftNs || error < -kMaxTickDriftNs) {
       scopes_read_ticks().store(false, std::memory_order_relaxed);
