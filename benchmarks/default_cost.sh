@@ -38,6 +38,8 @@
 #   GPT_LAYERS=6 GPT_WARMUP=50 GPT_STEPS=300       (b) ~460 launches, ~19 ms (estimated: python_gpt.py);
 #                                                  8 layers make ~600 but ~1 min more than fits
 #   LAUNCH_KERNELS=2000 LAUNCH_WARMUP=30 LAUNCH_STEPS=170   (c) 2 001 launches, ~10 ms
+#   PIN_CPUS=4-7 runs every program under `taskset -c 4-7` (all modes alike): the host-bound steps' spread
+#   between processes comes largely from where the scheduler puts them; empty (the default): no pinning.
 #   WORKLOADS, MODES narrow the sets; RUN_TIMEOUT_S=150 ends a run that hangs; DEADLINE_S=570: no repeat
 #   begins that the longest repeat so far says would end past it (then fewer repeats, said loudly): the
 #   device tool ends a command at 600 s, and what ran is summarized either way.
@@ -62,6 +64,12 @@ WORKLOADS=${WORKLOADS:-transformer python_gpt launch}
 MODES=${MODES:-off floor default full full_nocounters}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150} DEADLINE_S=${DEADLINE_S:-570} SEED=${SEED:-31}
 PYTHON=${PYTHON:-python3}
+PIN_CPUS=${PIN_CPUS:-}
+pin=()
+if [[ -n $PIN_CPUS ]]; then
+  if taskset -c "$PIN_CPUS" true 2>/dev/null; then pin=(taskset -c "$PIN_CPUS")
+  else echo "default_cost: PIN_CPUS=$PIN_CPUS cannot be used here (taskset failed); runs are not pinned" >&2; PIN_CPUS=; fi
+fi
 BIN_DIR=${BIN_DIR:-$ROOT/build-bench/benchmarks}
 INJECT_LIB=$BIN_DIR/libraw_cupti_inject.so
 
@@ -163,6 +171,7 @@ torch_version=$(env "${py_env[@]}" "$py_run" -c 'import torch; print(torch.__ver
   echo "date=$(date -u +%FT%TZ)"
   echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo '+local changes')"
   echo "repeats=$repeats"
+  echo "pinned_cpus=${PIN_CPUS:-none}"
   echo "seed=$SEED"
   echo "python=$py_run (torch $torch_version)"
   echo "transformer=--workload transformer --layers $TF_LAYERS warmup $TF_WARMUP steps $TF_STEPS"
@@ -214,7 +223,7 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
   local start_ns stdout rc err
   start_ns=$(date +%s%N)
   err=$(mktemp)
-  stdout=$(cd "$out" && env "${env[@]}" timeout -k 10 "$RUN_TIMEOUT_S" "${cmd[@]}" 2>"$err")
+  stdout=$(cd "$out" && env "${env[@]}" timeout -k 10 "$RUN_TIMEOUT_S" "${pin[@]}" "${cmd[@]}" 2>"$err")
   rc=$?
   local run_s=$(( ($(date +%s%N) - start_ns) / 1000000 ))
   run_s=$(printf '%d.%03d' $(( run_s / 1000 )) $(( run_s % 1000 )))

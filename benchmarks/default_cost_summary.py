@@ -182,7 +182,7 @@ def summarize(out):
     bad_exit = [r for r in rows if (r.get("status") or "").startswith("ok_")]
     md.append("## The default, held to account (issue #31): results\n")
     md.append(f"Device: {setup.get('device') or 'unknown'}, {setup.get('cpus', '?')} CPUs; commit {setup.get('commit', '?')}; "
-              f"{setup.get('date', '?')}; {len(repeats)} repeats (asked {setup.get('repeats', '?')}), seed {setup.get('seed', '?')}; "
+              f"{setup.get('date', '?')}; CPUs pinned: {setup.get('pinned_cpus', 'none')}; {len(repeats)} repeats (asked {setup.get('repeats', '?')}), seed {setup.get('seed', '?')}; "
               f"{len(rows) - len(failed)} runs ok, {len(failed)} not" +
               (": " + ", ".join(f"r{r['repeat']} {r['workload']}/{r['mode']} ({r['status']})" for r in failed) if failed else "") +
               ("; measured, then a bad exit (kept): " + ", ".join(f"r{r['repeat']} {r['workload']}/{r['mode']} ({r['status']})"

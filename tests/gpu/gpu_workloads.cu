@@ -6,6 +6,8 @@
 //                       gpu_workloads LOG TRUTH budget_counters   (the defaults on a GPU-bound step)
 //                       gpu_workloads LOG TRUTH budget_detach  (the defaults on a launch-bound step)
 //                       gpu_workloads LOG TRUTH between  (evaluation between steps and after the last)
+//                       gpu_workloads LOG TRUTH switch_keep|switch_detach  (a second thread launching
+//                                                    across every switch of trace_every = 5)
 #include <steptrace/steptrace.hpp>
 
 #include <cublas_v2.h>
@@ -13,6 +15,7 @@
 #include <cuda_runtime.h>
 #include "../../support/cuda_check.cuh"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -184,12 +187,65 @@ int between(const char* log, const char* truth_path, int sms, long long ms, int*
   return 0;
 }
 
+// Trace switches under a second launching thread, as autograd's thread launches backward while the step
+// thread goes on: trace_every = 5 with CUPTI kept attached (`detach` false) or detached between traced
+// steps. The helper launches 5 kernels at a time inside its own `backward` phase, without pause, across
+// every step boundary and so across every switch into and out of tracing. The step thread launches 5
+// kernels in `forward` per step (4 tiny, 1 one-block kernel of ~1 ms) and waits for them.
+int switches(const char* log, const char* truth_path, int sms, long long ms, int* sink, float* buf, bool detach) {
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.trace_every = 5;
+  cfg.untraced_cupti = detach ? steptrace::UntracedCupti::detach : steptrace::UntracedCupti::keep;
+  cudaStream_t own, help;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&help, cudaStreamNonBlocking));
+  float* hbuf = nullptr;
+  CHECK_CUDA(cudaMalloc(&hbuf, 64 * sizeof(float)));
+  steptrace::start(cfg);
+  std::atomic<bool> done{false};
+  std::atomic<long long> helper_kernels{0};
+  std::thread helper([&] {
+    const auto backward = steptrace::register_phase("backward");
+    while (!done.load(std::memory_order_relaxed)) {
+      {
+        steptrace::PhaseScope phase(backward);
+        for (int i = 0; i < 5; ++i) tiny<<<1, 32, 0, help>>>(hbuf);
+      }
+      helper_kernels += 5;
+      CHECK_CUDA(cudaStreamSynchronize(help));
+    }
+  });
+  constexpr int kSteps = 40;
+  for (int step = 0; step < kSteps; ++step) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    for (int i = 0; i < 4; ++i) tiny<<<1, 32, 0, own>>>(buf);
+    spin<<<1, 64, 0, own>>>(ms, sink);
+    CHECK_CUDA(cudaStreamSynchronize(own));
+  }
+  done = true;
+  helper.join();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  steptrace::stop();
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"steps\": %d, \"forward_kernels\": 5, \"helper_kernels\": %lld}\n", sms,
+               kSteps, helper_kernels.load());
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
   const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached", budget_mode = mode == "budget_detach";
   const bool counters_mode = mode == "budget_counters", between_mode = mode == "between";
-  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode && !between_mode) {
-    std::fprintf(stderr, "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach|budget_counters|between]\n");
+  const bool switch_mode = mode == "switch_keep" || mode == "switch_detach";
+  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode && !between_mode && !switch_mode) {
+    std::fprintf(stderr,
+                 "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach|budget_counters|between|"
+                 "switch_keep|switch_detach]\n");
     return 2;
   }
   const TestDevice d = open_test_device();
@@ -202,6 +258,7 @@ int main(int argc, char** argv) {
   if (budget_mode) return budget_detach(argv[1], argv[2], sms, buf);
   if (counters_mode) return budget_counters(argv[1], argv[2], sms, ms, sink);
   if (between_mode) return between(argv[1], argv[2], sms, ms, sink);
+  if (switch_mode) return switches(argv[1], argv[2], sms, ms, sink, buf, mode == "switch_detach");
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

@@ -1,6 +1,7 @@
 // Runs gpu_workloads (label gpu) and checks steptrace's attribution against answers known in advance.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -519,4 +520,50 @@ TEST_CASE("work between steps and after the last one: its own fields; a short ph
   CHECK(after["gpu"]["kernels"] == truth["validation_kernels"]);
   CHECK(after["gpu"]["busy_ms"].get<double>() >= 9.0);
   CHECK(after["host_ms"].get<double>() >= 9.0);
+}
+
+TEST_CASE("trace switches under a second launching thread lose nothing (trace_every=5, kept and detached)", "[gpu]") {
+  for (const std::string mode : {"switch_keep", "switch_detach"}) {
+    const auto run = run_workloads(mode);
+    const auto& truth = run.truth;
+    const auto& lines = run.lines;
+    INFO(mode);
+    REQUIRE(lines.size() == truth["steps"].get<size_t>());
+    int64_t attributed = 0, left_out = 0, traced = 0;
+    for (const auto& l : lines) {
+      const int step = l["global_step"];
+      INFO("step " << step << ": " << l.dump());
+      if (step % 5 != 0) {
+        CHECK(l["traced"] == false);
+        CHECK(l["gpu"].is_null());
+        CHECK(l["null_reasons"]["gpu"].is_string());
+        continue;
+      }
+      ++traced;
+      CHECK(l["traced"] == true);
+      REQUIRE(l["gpu"].is_object());
+      const auto& g = l["gpu"];
+      // The helper's launches at the switch into tracing are either its step's (launched after the
+      // switch) or left out with a count (called while records were off); none is unattributed.
+      CHECK(g["unattributed_records"] == 0);
+      CHECK(g["invariant_exclusions"] == 0);
+      CHECK(g["complete"] == true);
+      CHECK(g["missing_launches"] == 0);
+      CHECK(phase_gpu(l, "forward")["kernels"] == truth["forward_kernels"]);
+      // The helper launched all through the step: some of its work is this step's backward.
+      const int64_t backward = phase_gpu(l, "backward")["kernels"];
+      CHECK(backward >= 1);
+      CHECK(g["kernels"].get<int64_t>() == int64_t(truth["forward_kernels"]) + backward);
+      CHECK(g["busy_ms"].get<double>() <= l["step_time_ms"].get<double>());
+      attributed += backward;
+      left_out += g["launched_untraced_records"].get<int64_t>();
+    }
+    CHECK(traced == 8);
+    // Never more of the helper's work than it launched.
+    CHECK(attributed + left_out <= truth["helper_kernels"].get<int64_t>());
+    REQUIRE(run.events.size() == 1);
+    std::printf("%s: helper kernels %lld, in traced steps' backward %lld, left out at switches %lld\n",
+                mode.c_str(), static_cast<long long>(truth["helper_kernels"]), static_cast<long long>(attributed),
+                static_cast<long long>(left_out));
+  }
 }
