@@ -363,7 +363,7 @@ TEST_CASE("a file is replaced only where a regular file or nothing stands, never
   using steptrace::sink::replace_file_atomically;
   using steptrace::sink::temporary_name;
   const std::string dir = "replace_hostile";
-  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  REQUIRE(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()) == 0);
   // A FIFO, a directory and a symbolic link at the target: refused, each left what it was.
   const std::string fifo = dir + "/metrics.prom";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
