@@ -200,6 +200,27 @@ TEST_CASE("failed launches are not waited for; missing ones are counted; late on
   CHECK(s1.complete);
 }
 
+TEST_CASE("a launch made while records switch on or off: attributed if its record comes, never waited for", "[attribution]") {
+  Attributor a;
+  a.add_launch(launch(1, 0, phase_tag::forward));
+  LaunchRecord came = launch(2, 0, phase_tag::backward), lost = launch(3, 0, phase_tag::backward);
+  came.window = lost.window = true;  // another thread's launches during set_tracing
+  a.add_launch(came);
+  a.add_launch(lost);
+  a.add_kernel(kernel(2, 5, 15, 1.0));
+  CHECK_FALSE(a.is_complete(0));  // launch 1 is still expected
+  CHECK(a.missing_launches(0) == 1);
+  a.add_kernel(kernel(1, 0, 10, 1.0));
+  CHECK(a.is_complete(0));  // launch 3's record never came: not waited for
+  CHECK(a.missing_launches(0) == 0);
+  const StepGpu s = a.take(0);
+  CHECK(s.complete);
+  CHECK(s.kernels == 2);
+  CHECK(s.phases.at(phase_tag::backward).kernels == 1);
+  CHECK(s.unattributed_records == 0);
+  CHECK(s.launched_untraced_records == 0);
+}
+
 TEST_CASE("NCCL kernels: time whatever the phase, exposed part, top kernels sorted", "[attribution]") {
   Attributor a(/*top_n=*/2);
   a.add_launch(launch(1, 0, phase_tag::backward));

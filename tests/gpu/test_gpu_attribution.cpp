@@ -283,12 +283,21 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
       if (l["counters"].is_object()) {
         ++traced_with_counters;
         (step < 8 ? early_coverage : late_coverage).push_back(double(l["counters"]["coverage"]));
-        const double sm = l["sm_activity"];
-        CHECK(sm > 0.8);  // the step's window holds the host's launch gap and its edges: 0.87 seen on H100
-        CHECK(sm <= 1.001);  // PM sampling reads up to 100.06 % of peak here: issue #32 decides what passes
-        const double fwd = phase_gpu(l, "forward")["counters"]["sm_activity"];
-        CHECK(fwd > 0.9);
-        CHECK(fwd <= 1.001);
+        // A step whose only sample read outside [0, 1] (seen on H100 at coverage 0.2) has no value, and
+        // says why; a value is never above 1.
+        if (l["sm_activity"].is_null()) {
+          CHECK(int(l["counters"]["excluded_values"]) > 0);
+          CHECK(std::string(l["null_reasons"]["sm_activity"]).find("excluded_values") != std::string::npos);
+        } else {
+          const double sm = l["sm_activity"];
+          CHECK(sm > 0.8);  // the step's window holds the host's launch gap and its edges: 0.87 seen on H100
+          CHECK(sm <= 1.0);
+        }
+        const auto& fwd = phase_gpu(l, "forward")["counters"]["sm_activity"];
+        if (fwd.is_number()) {
+          CHECK(double(fwd) > 0.9);
+          CHECK(double(fwd) <= 1.0);
+        }
       }
     } else {
       ++untraced;

@@ -209,7 +209,7 @@ class Attributor {
     }
     if (l.discard) {  // its records are read only to settle an earlier graph launch: dropped quietly
       if (l.failed) return;
-      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true, l.tid};
+      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true, l.tid, false};
       // A settling graph launch's own records come out at the graph's next launch with records on,
       // possibly many steps later, after its step's ids are forgotten: remembered apart (bounded).
       if (l.graph && discard_graphs_.insert(l.correlation).second) {
@@ -228,10 +228,10 @@ class Attributor {
     }
     if (reporting_step_of_key(l.step) < emitted_below_) return;  // the line that reports it is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
-    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid};
+    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid, l.window};
     max_launch_id_ = std::max(max_launch_id_, l.correlation);
     Pending& p = pending_[l.step];
-    p.expected.insert(l.correlation);
+    if (!l.window) p.expected.insert(l.correlation);  // a switch's launch: its record may not come
     if (l.graph) p.graph_launches = true;
   }
 
@@ -396,6 +396,7 @@ class Attributor {
     int64_t suspect_after_ns;  // see add_unsettled; 0 = not suspect
     bool discard;
     int32_t tid;               // the launching thread, 0 = unknown
+    bool window;               // launched at a trace switch: not expected (see LaunchRecord::window)
   };
   struct Pending {
     std::unordered_set<uint32_t> expected, seen;
@@ -458,7 +459,7 @@ class Attributor {
     }
     latest_record_step_ = std::max(latest_record_step_, step);
     Pending& p = pending_[step];
-    p.seen.insert(id);
+    if (!it->second.window) p.seen.insert(id);  // seen counts against expected (is_complete)
     return &p;
   }
 

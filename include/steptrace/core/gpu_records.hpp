@@ -21,6 +21,9 @@ struct LaunchRecord {
   bool discard = false;            // launched while records stayed on only to settle a traced step's graphs
   int64_t enter_ns = 0;            // the API call's entry on the CUPTI clock; 0 = not read
   int32_t tid = 0;                 // the launching thread (gettid); 0 = unknown
+  // Called while records were being switched on or off (another thread's launch at a trace switch):
+  // its record may or may not come. Attributed if it does; its step never waits for it.
+  bool window = false;
 };
 
 /// Graph launches of a traced step whose records may not have been read out when records were

@@ -163,9 +163,13 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
   for (const auto& [name, v] : fields) {
     w.field(name, *v);
     if (!*v)
-      out.nulls.emplace_back(name, c ? (c->samples ? "this metric is not available from PM sampling on this GPU"
-                                                      : "no PM sample covered this step")
-                                        : in.counters_null_reason);
+      out.nulls.emplace_back(
+          name, !c ? in.counters_null_reason
+                   : !c->samples ? "no PM sample covered this step"
+                   : in.counter_values_excluded
+                       ? "no value in [0, 1] over this step: PM sample values outside it are left out (counters.excluded_values), "
+                         "or the metric is not available from PM sampling on this GPU"
+                       : "this metric is not available from PM sampling on this GPU");
   }
   w.key("counters");
   if (c) {

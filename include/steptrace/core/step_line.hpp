@@ -60,9 +60,11 @@ inline std::string make_step_line(const StepLineInput& in) {
     auto it = in.excluded.find(field);
     if (it != in.excluded.end()) reason = it->second;
   }
-  for (const auto& [field, reason] : in.excluded)
+  for (const auto& excluded : in.excluded) {  // (no structured binding captured: C++17)
+    const auto& field = excluded.first;
     if (std::none_of(out.nulls.begin(), out.nulls.end(), [&](const auto& n) { return n.first == field; }))
-      out.nulls.emplace_back(field, reason);
+      out.nulls.emplace_back(field, excluded.second);
+  }
   out.w.key("null_reasons").begin_object();
   for (const auto& [field, reason] : out.nulls) out.w.field(field, reason);
   out.w.end_object();

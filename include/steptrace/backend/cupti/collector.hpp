@@ -146,6 +146,10 @@ class Collector {
     const bool detach_mode = this->detach_mode();
     std::unique_lock<std::mutex> lock(cupti_mutex_, std::defer_lock);
     if (detach_mode) lock.lock();
+    // Another thread may launch while records go on or off: its launch is staged as a switch's
+    // (LaunchRecord::window: attributed if its record comes, never waited for). On: callbacks before
+    // record kinds, so every record produced has its launch seen; off: record kinds before callbacks.
+    switching_.store(true, std::memory_order_seq_cst);
     std::string err;
     if (on && !attached_) {
       err = attach(/*records=*/false);
@@ -154,24 +158,29 @@ class Collector {
         correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
       }
     }
-    if (err.empty() && !detach_mode) {
+    auto callbacks = [&] {
+      if (!err.empty() || detach_mode) return;  // detach mode: the callbacks stay on
       for (const auto& [domain, cbid] : enabled_callbacks_) {
         const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
         if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
       }
-    }
-    if (err.empty()) {
+    };
+    auto kinds = [&] {
+      if (!err.empty()) return;
       for (CUpti_ActivityKind kind : kRecordKinds) {
         const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
         if (r != CUPTI_SUCCESS && err.empty()) err = result_text(on ? "cuptiActivityEnable" : "cuptiActivityDisable", r);
       }
-    }
+    };
+    if (on) callbacks(), kinds();
+    else kinds(), callbacks();
     if (on && err.empty()) {
       periods_.fetch_add(1, std::memory_order_relaxed);
       detach_requested_.store(false, std::memory_order_relaxed);
     }
     tracing_.store(on && err.empty(), std::memory_order_release);
     if (!err.empty() && on) set_tracing_off_quietly();
+    switching_.store(false, std::memory_order_release);
     return err;
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
@@ -388,7 +397,8 @@ class Collector {
     auto* self = static_cast<Collector*>(userdata);
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-    if (!self->tracing_.load(std::memory_order_acquire)) {  // detach mode between traced steps
+    const bool switching = self->switching_.load(std::memory_order_acquire);  // see set_tracing
+    if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // detach mode between traced steps
       if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
       return;
     }
@@ -403,6 +413,7 @@ class Collector {
     l.graph = sites[cbid] == kGraphLaunch;
     l.discard = self->settling_.load(std::memory_order_relaxed);
     l.tid = details::this_thread_id();  // a trace draws the launch on its thread (flight recorder)
+    l.window = switching;
     if (cb->callbackSite == CUPTI_API_ENTER) {
       if (runtime) {
         tls.runtime_correlation = cb->correlationId;
@@ -523,6 +534,7 @@ class Collector {
   bool active_ = false;    // started and not stopped (attached or, in detach mode, between traced steps)
   bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
   std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
+  std::atomic<bool> switching_{false};  // set_tracing is switching record kinds and callbacks on or off
   std::atomic<bool> detach_pending_{false};   // switch_to_detach() asked, not yet in force
   std::atomic<int64_t> detach_since_{-1};     // the step that began in detach mode (-1: keep mode)
   bool detach_mode() const { return detach_since_.load(std::memory_order_relaxed) >= 0; }
