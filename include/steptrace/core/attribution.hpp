@@ -226,18 +226,6 @@ class Attributor {
       if (it != pending_.end()) it->second.expected.erase(l.correlation);
       return;
     }
-    if (l.window) {  // the exit of a call that spanned a trace switch: its record may not come
-      auto known = launches_.find(l.correlation);
-      if (known != launches_.end()) {
-        Where& w = known->second;
-        if (w.window || w.discard) return;
-        auto p = pending_.find(w.step);
-        if (p != pending_.end() && p->second.seen.count(l.correlation)) return;  // it came already
-        if (p != pending_.end()) p->second.expected.erase(l.correlation);
-        w.window = true;
-        return;
-      }
-    }
     if (reporting_step_of_key(l.step) < emitted_below_) return;  // the line that reports it is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
     launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid, l.window};

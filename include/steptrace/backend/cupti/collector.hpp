@@ -69,7 +69,6 @@ class Collector {
     devices_ = devices;
     detach_since_ = detach_between_traces ? 0 : -1;
     detach_pending_ = false;
-    callbacks_on_idle_ = false;
     traced_begun_ = 0;
     detaches_ = 0;
     detach_requested_ = false;
@@ -111,7 +110,6 @@ class Collector {
     }
     active_ = false;
     tracing_ = false;
-    callbacks_on_idle_ = false;
     settling_ = false;
     detach_requested_ = false;
     std::lock_guard<std::mutex> pool(pool_mutex_);
@@ -137,12 +135,6 @@ class Collector {
       settle_steps_ = 0;
       return {};
     }
-    if (!on && callbacks_on_idle_ && !tracing_.load(std::memory_order_relaxed) && !detach_mode()) {
-      // Keep mode: a step after records went off; calls that spanned the switch have exited.
-      callbacks_on_idle_ = false;
-      for (const auto& [domain, cbid] : enabled_callbacks_) cuptiEnableCallback(0, subscriber_, domain, cbid);
-      return {};
-    }
     if (on == tracing_.load(std::memory_order_relaxed)) return {};
     if (!on && !detach_mode() && !settled()) return {};  // records stay on for this step
     // Keep mode turns into detach mode as records go off after a traced step (its graphs settled):
@@ -158,7 +150,6 @@ class Collector {
     // (LaunchRecord::window: attributed if its record comes, never waited for). On: callbacks before
     // record kinds, so every record produced has its launch seen; off: record kinds before callbacks.
     switching_.store(true, std::memory_order_seq_cst);
-    switches_.fetch_add(1, std::memory_order_seq_cst);
     std::string err;
     if (on && !attached_) {
       err = attach(/*records=*/false);
@@ -169,13 +160,6 @@ class Collector {
     }
     auto callbacks = [&] {
       if (!err.empty() || detach_mode) return;  // detach mode: the callbacks stay on
-      // Keep mode, off: the callbacks stay on until the next step begins, so that a call that spanned
-      // the switch on another thread reaches its exit (exit_raced) and its step does not wait for it.
-      if (!on) {
-        callbacks_on_idle_ = true;
-        return;
-      }
-      if (std::exchange(callbacks_on_idle_, false)) return;  // still on
       for (const auto& [domain, cbid] : enabled_callbacks_) {
         const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
         if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
@@ -287,7 +271,6 @@ class Collector {
       for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
     }
     tracing_ = false;
-    callbacks_on_idle_ = false;
   }
 
   /// Subscribes, enables the launch-site callbacks and registers the buffers; `records`: also
@@ -397,8 +380,6 @@ class Collector {
     uint8_t runtime_kind = kNone;
     uint64_t period = 0;  // the tracing period this state belongs to: a call open while tracing was
                           // switched off (or CUPTI detached) never reached its exit callback
-    uint32_t staged = 0;      // the outermost call in progress whose launch was staged as expected
-    uint64_t switch_gen = 0;  // switches_ at that call's entry
   };
   static LaunchTls& launch_tls() {
     thread_local LaunchTls tls;
@@ -416,15 +397,9 @@ class Collector {
     auto* self = static_cast<Collector*>(userdata);
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-    // Read before switching_ (set_tracing sets switching_, then counts the switch): a call that saw
-    // no switch begun at its entry sees the count move by its exit if one began meanwhile.
-    const uint64_t gen = self->switches_.load(std::memory_order_seq_cst);
-    const bool switching = self->switching_.load(std::memory_order_seq_cst);  // see set_tracing
-    if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // records off (detach mode, or just switched off)
-      if (cb->callbackSite == CUPTI_API_EXIT) {
-        self->exit_raced(cb, runtime, domain);  // a launch staged at entry whose records went off meanwhile
-        if (self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
-      }
+    const bool switching = self->switching_.load(std::memory_order_acquire);  // see set_tracing
+    if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // detach mode between traced steps
+      if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
       return;
     }
     if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
@@ -440,10 +415,6 @@ class Collector {
     l.tid = details::this_thread_id();  // a trace draws the launch on its thread (flight recorder)
     l.window = switching;
     if (cb->callbackSite == CUPTI_API_ENTER) {
-      if (runtime || tls.runtime_correlation == 0) {  // the outermost call
-        tls.staged = switching ? 0 : cb->correlationId;
-        tls.switch_gen = gen;
-      }
       if (runtime) {
         tls.runtime_correlation = cb->correlationId;
         tls.runtime_kind = sites[cbid];
@@ -471,34 +442,11 @@ class Collector {
                        : *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
     }
     const bool outermost = runtime || tls.runtime_correlation == 0;
-    // Records went on or off while this call ran: its record may or may not come. A launch staged at
-    // entry is no longer waited for; one that entered before records went on is staged now.
-    const bool raced = outermost && (switching || gen != tls.switch_gen || tls.staged != cb->correlationId);
-    if (outermost) tls.staged = 0;
     if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
     if (failed && outermost) {
       l.failed = true;
       self->stage(l);
-    } else if (raced) {
-      l.window = true;
-      self->stage(l);
     }
-  }
-
-  /// The exit of a call while records are off: if its launch was staged at entry as expected, records
-  /// went off during the call (another thread's switch) and its record may not come.
-  void exit_raced(const CUpti_CallbackData* cb, bool runtime, CUpti_CallbackDomain domain) {
-    if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-    LaunchTls& tls = launch_tls();
-    if (tls.staged == 0 || tls.staged != cb->correlationId) return;
-    tls.staged = 0;
-    if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
-    LaunchRecord l;
-    l.correlation = cb->correlationId;
-    l.step = details::current_step().load(std::memory_order_relaxed);
-    l.phase = details::launch_phase();
-    l.window = true;
-    stage(l);
   }
 
   void stage(const LaunchRecord& l, const void* graph_exec = nullptr) {
@@ -587,8 +535,6 @@ class Collector {
   bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
   std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
   std::atomic<bool> switching_{false};  // set_tracing is switching record kinds and callbacks on or off
-  std::atomic<uint64_t> switches_{0};   // switches begun (a call that spans one may have no record)
-  bool callbacks_on_idle_ = false;      // keep mode: callbacks left on after records went off (set_tracing)
   std::atomic<bool> detach_pending_{false};   // switch_to_detach() asked, not yet in force
   std::atomic<int64_t> detach_since_{-1};     // the step that began in detach mode (-1: keep mode)
   bool detach_mode() const { return detach_since_.load(std::memory_order_relaxed) >= 0; }
