@@ -1,6 +1,8 @@
 """Builds steptrace's Python package: the _steptrace extension through CMake (python/CMakeLists.txt).
 `pip install --no-build-isolation ./python` (setuptools, CMake, a C++17 compiler, the CUDA toolkit
-and spdlog as for the C++ library, pybind11). STEPTRACE_CMAKE_ARGS adds arguments to the configure."""
+and spdlog as for the C++ library, pybind11). STEPTRACE_CMAKE_ARGS adds arguments to the configure.
+The HTML report (scripts/steptrace_report*.py, one copy in the source tree) is installed beside the
+package as top-level modules, with the `steptrace-report` command and `python -m steptrace report`."""
 import os
 import shlex
 import subprocess
@@ -8,12 +10,50 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(os.path.dirname(HERE), "scripts")
+REPORT_MODULES = ["steptrace_report", "steptrace_report_diagnosis", "steptrace_report_guard", "steptrace_report_runs"]
+
+
+class BuildPyWithReport(build_py):
+    """The package, and the report's modules taken from the source tree's scripts/."""
+
+    def run(self):
+        super().run()
+        for name in REPORT_MODULES:
+            src = os.path.join(SCRIPTS, name + ".py")
+            if not os.path.isfile(src):
+                sys.exit(f"steptrace: {src} is missing: build the package from a steptrace source tree "
+                         "(pip install ./python from the repository's root)")
+            self.copy_file(src, os.path.join(self.build_lib, name + ".py"))
+
+
+def require_build_tools():
+    """What the build needs, each said by name when missing (pip's own message would be "invalid command
+    'bdist_wheel'" or a CMake error)."""
+    import shutil
+    missing = []
+    if shutil.which("cmake") is None:
+        missing.append("CMake (apt-get install cmake, or pip install cmake)")
+    if "bdist_wheel" in sys.argv:
+        try:
+            import wheel  # noqa: F401  setuptools before 70.1 builds wheels through it
+        except ImportError:
+            try:
+                from setuptools.command import bdist_wheel  # noqa: F401  (setuptools >= 70.1)
+            except ImportError:
+                missing.append("the wheel package (apt-get install python3-wheel, or pip install wheel)")
+    # pybind11 is looked for by CMake (python/CMakeLists.txt: Debian's package, the pybind11 module, or
+    # PyTorch's headers), which names it when it finds none.
+    if missing:
+        sys.exit("steptrace: building the Python package needs " + "; ".join(missing))
 
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
+        require_build_tools()
         out = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         tmp = os.path.abspath(self.build_temp)
         os.makedirs(tmp, exist_ok=True)
@@ -24,13 +64,17 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", tmp, "--target", "_steptrace", "-j", str(os.cpu_count() or 1)], check=True)
 
 
+if "bdist_wheel" in sys.argv:
+    require_build_tools()
+
 setup(
     name="steptrace",
     version="0.1.0",
     description="Per-step GPU time attribution for training programs (Python bindings of the C++ header)",
     packages=["steptrace"],
     ext_modules=[Extension("steptrace._steptrace", sources=[])],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithReport},
+    entry_points={"console_scripts": ["steptrace-report=steptrace_report:main"]},
     python_requires=">=3.8",
     zip_safe=False,
 )

@@ -25,6 +25,7 @@ if "$py" -m venv --system-site-packages "$venv" 2>/dev/null &&
    "$venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps -q "$ROOT/python"; then
   echo "python_check: installed with pip into $venv"
   run=("$venv/bin/python")
+  export STEPTRACE_PY_INSTALLED=pip
 else
   echo "python_check: pip could not build here; building python/ with CMake alone"
   cmake -S "$ROOT/python" -B "$build/python-cmake" -DPython_EXECUTABLE="$(command -v "$py")" \
@@ -32,7 +33,9 @@ else
   cmake --build "$build/python-cmake" --target _steptrace -j"$(nproc)" >/dev/null
   mkdir -p "$build/python-pkg/steptrace"
   cp "$ROOT"/python/steptrace/*.py "$build/python-pkg/steptrace/"
+  cp "$ROOT"/scripts/steptrace_report*.py "$build/python-pkg/"  # as setup.py installs them
   cp "$build"/python-cmake/_steptrace*.so "$build/python-pkg/steptrace/"
+  export STEPTRACE_PY_INSTALLED=cmake
   export PYTHONPATH=$build/python-pkg${PYTHONPATH:+:$PYTHONPATH}
   run=("$py")
 fi

@@ -316,6 +316,33 @@ def test_empty_log_in_the_report():
     assert r.returncode == 0, r.stderr
 
 
+def test_report_installed_with_the_package():
+    """`python -m steptrace report` and (pip installs) the `steptrace-report` command."""
+    import subprocess
+    d = tempfile.mkdtemp(prefix="steptrace-report-")
+    log, page = os.path.join(d, "steps-0.jsonl"), os.path.join(d, "r.html")
+    steptrace.start(log_path=log, summary=False, gpu="off")
+    for _ in range(4):
+        with steptrace.step():
+            with steptrace.phase("forward"):
+                pass
+    steptrace.stop()
+    cwd = tempfile.mkdtemp(prefix="steptrace-cwd-")  # not the source tree: the installed modules answer
+    r = subprocess.run([sys.executable, "-m", "steptrace", "--help"], capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 0 and "report" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "steptrace", "report", log, "-o", page, "--title", "pkg"],
+                       capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    text = open(page).read()
+    assert text.lstrip().lower().startswith("<!doctype html") and "pkg" in text
+    r = subprocess.run([sys.executable, "-m", "steptrace", "nonsense"], capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 2 and "unknown command" in r.stderr
+    if os.environ.get("STEPTRACE_PY_INSTALLED") == "pip":  # scripts/python_check.sh says how it installed
+        exe = os.path.join(os.path.dirname(sys.executable), "steptrace-report")
+        r = subprocess.run([exe, "--help"], capture_output=True, text=True, cwd=cwd)
+        assert r.returncode == 0 and "--output" in r.stdout, (r.returncode, r.stderr)
+
+
 def test_stop_without_start_and_scopes_when_off():
     assert not steptrace.is_running()
     with steptrace.step():

@@ -1,0 +1,37 @@
+"""python -m steptrace COMMAND: the package's commands.
+
+    python -m steptrace report steps-*.jsonl [-o report.html] [...]   the HTML report (= steptrace-report)
+    python -m steptrace --help                                          this text
+"""
+import sys
+
+USAGE = """usage: python -m steptrace COMMAND [ARGS]
+
+commands:
+  report LOG... [-o FILE] [--title TEXT] [--max-points N] [--jobs N] [--run ID|all]
+                 one self-contained HTML page from steptrace's JSON lines (the same as
+                 `steptrace-report`; `python -m steptrace report --help` describes each option)
+"""
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "report":
+        try:
+            from steptrace_report import main as report_main  # installed beside the package (setup.py)
+        except ImportError:
+            print("python -m steptrace report: the report's modules are not installed beside this package "
+                  "(pip install ./python installs them; or run scripts/steptrace_report.py from the source tree)",
+                  file=sys.stderr)
+            return 2
+        return report_main(rest)
+    print(f"python -m steptrace: unknown command {command!r}\n" + USAGE, file=sys.stderr, end="")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
