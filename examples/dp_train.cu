@@ -57,10 +57,35 @@ struct Options {
   int dim = 4096, batch = 8192, layers = 4;
 };
 
+const char kHelp[] =
+    "dp_train - data-parallel training on every GPU of one host (one process per GPU, NCCL all-reduce),\n"
+    "instrumented with steptrace: one log per rank and the cross-rank view on rank 0.\n"
+    "usage: dp_train [options]\n"
+    "  --gpus N              ranks, one GPU each (default 2)\n"
+    "  --steps S             training steps (default 60)\n"
+    "  --log PATH            each rank's JSON lines; {rank} is replaced (default dp_train-{rank}.jsonl)\n"
+    "  --cross-rank-every K  steps between cross-rank gathers (default 5)\n"
+    "  --no-cross-rank       no cross-rank view (no enable_cross_rank call)\n"
+    "  --slow-rank R         make rank R slower from step 10 on (with --slow-phase, --slow-pct)\n"
+    "  --slow-phase PHASE    where the slow rank loses time: input|h2d|forward|backward|optimizer (default input)\n"
+    "  --slow-pct P          how much: P % of the median step time of steps 3..9, spent in that phase\n"
+    "  --hang-rank R         make rank R stop at step --hang-step for --hang-s seconds (the stall watchdog)\n"
+    "  --hang-step S         the step it stops at (default 20)\n"
+    "  --hang-s T            seconds it stops for (default 0: no hang)\n"
+    "  --hang-where W        input (sleeps in the loader) or gpu (a kernel running T s in forward); default input\n"
+    "  --dim D               the layers' width (default 4096)\n"
+    "  --batch B             samples per rank per step (default 8192)\n"
+    "  -h, --help            this text\n"
+    "Every STEPTRACE_* variable applies (README 'Configuration').\n";
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      std::exit(0);
+    }
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "dp_train: %s needs a value\n", a.c_str());
@@ -83,7 +108,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--dim") o.dim = std::stoi(next());
     else if (a == "--batch") o.batch = std::stoi(next());
     else {
-      std::fprintf(stderr, "dp_train: unknown argument %s\n", a.c_str());
+      std::fprintf(stderr, "dp_train: unknown argument %s\n%s", a.c_str(), kHelp);
       std::exit(2);
     }
   }

@@ -672,6 +672,35 @@ def hostile_checks(h100, work):
     return problems
 
 
+def stall_more(log):
+    """The stall, resumed and end records of `log` are marked: in the page's data, the table below the
+    charts, the header, and each step chart's legend."""
+    records = [json.loads(l) for l in open(log) if '"event"' in l]
+    kinds = [r["event"] for r in records if r["event"] in ("stall", "resumed", "end")]
+
+    def more(data, dom, sc, shot):
+        problems = []
+        if "stall" not in kinds or "resumed" not in kinds or "end" not in kinds:
+            return [f"the run wrote {kinds}: want stall, resumed and end records (the check's premise)"]
+        marked = [m["kind"] for m in data["marks"]]
+        if sorted(marked) != sorted(kinds):
+            problems.append(f"marks {marked}, want one per record {kinds}")
+        table = element(dom, "marks") or ""
+        for k in set(kinds):
+            if f"<td>{k}</td>" not in table:
+                problems.append(f"the records' table has no {k} row")
+        stalled = sorted({r["open_step"] for r in records if r["event"] == "stall"})
+        if not data["header"]["stalls"].startswith(f"{kinds.count('stall')} stall record(s) at step(s) "
+                                                   + ", ".join(str(s) for s in stalled)):
+            problems.append(f"the header says stalls {data['header']['stalls']!r}")
+        if "stop" not in data["header"]["endings"]:
+            problems.append(f"the header says ended {data['header']['endings']!r}, want stop")
+        if dom.count("dashed: ") < 2:
+            problems.append("the step charts' legends do not name the dashed marks")
+        return problems
+    return more
+
+
 def standard_checks(build, h100, keep, work):
     """The reports of real lines: the H100's, the diagnosis basis, the example's, runs, traces, ranks."""
     gpu_charts = ["step_time", "tokens", "mfu", "phases_host", "phases_gpu", "utilization", "memory", "nccl",
@@ -697,6 +726,16 @@ def standard_checks(build, h100, keep, work):
     else:
         problems += check("demo", [demo_log], work, ["step_time", "phases_host", "diagnosis"])
         problems += runs_checks(example, h100, work)
+    # A real stall: the example's first step waits 0.7 s for its loader while the watchdog's threshold is
+    # 0.3 s (before any step has closed it is stall_after_s): stall records, a resumed record, an end record.
+    stall_log = os.path.join(work, "stall.jsonl")
+    env = dict(os.environ, STEPTRACE_LOG=stall_log, STEPTRACE_STALL_AFTER_S="0.3")
+    run = subprocess.run([example, "--cpu", "--steps", "4", "--slow-loader-ms", "700"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if run.returncode != 0:
+        problems.append(f"stall: the example failed: {run.stderr[-400:]}")
+    else:
+        problems += check("stall", [stall_log], work, ["step_time", "phases_host"], more=stall_more(stall_log))
     feed_dir = os.path.join(work, "feed")
     os.mkdir(feed_dir)
     subprocess.run([os.path.join(build, "tests", "trace_feed"), feed_dir, "60"], check=True, capture_output=True,

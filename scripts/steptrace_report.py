@@ -360,8 +360,22 @@ def build(paths, title, max_points, workers, wanted=None):
     }
     traces = [t for r in runs for t in r["traces"]]
     ends = [e for r in runs for e in r["ends"]]
+    # Stall, resumed and end records: marks on every chart's step axis, and a summary in the header.
+    marks = sorted(({**m, "rank": r["rank"]} for r in runs for m in r["events"]),
+                   key=lambda m: (m["step"], m["rank"], m["kind"]))
+    marks_left_out = sum(r["events_left_out"] for r in runs)
+    stalls = [m for m in marks if m["kind"] == "stall"]
+    longest = max((m for m in marks if m["kind"] == "resumed"), default=None, key=lambda m: m["stalled_s"] or 0.0)
+    header["stalls"] = (f"{len(stalls)} stall record(s) at step(s) " +
+                        ", ".join(str(int(st)) for st in sorted({m['step'] for m in stalls})[:8]) +
+                        (f"; longest {longest['text']}" if longest else "; not resumed") if stalls else "none")
+    header["endings"] = ", ".join(sorted({m["text"][len("end: "):] for m in marks if m["kind"] == "end"})) or \
+        "no end record (the run was still going, or was killed)"
+    if marks_left_out:
+        notes.append(f"{marks_left_out} stall/resumed/end record(s) beyond the first {len(marks)} are not marked.")
     return {"header": header, "charts": charts, "notes": notes, "top_kernels": top_kernels,
             "slowest_ranks": slow_table, "traces": traces, "ends": len(ends),
+            "marks": [{"x": m["step"], "kind": m["kind"], "rank": m["rank"], "text": m["text"]} for m in marks],
             "files": [f["path"] for f in files if any(s["steps"] for s in f["segments"].values())],
             "build_s": time.time() - t0}
 
@@ -414,6 +428,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 <div class="grid" style="margin-top:14px">
 <div class="card"><h2>Top kernels per phase</h2><div class="note">GPU time summed over each line's top 5 kernels of each phase (every rank's lines).</div><div id="top"></div></div>
 <div class="card"><h2>Diagnosis labels</h2><div id="labels"></div><h2 style="margin-top:12px">Slowest ranks</h2><div id="slowranks"></div></div>
+<div class="card"><h2>Stalls and endings</h2><div class="note">The stall watchdog's records (a step that did not end in time, and when it resumed) and the end records (docs/schema.md), dashed on every chart.</div><div id="marks"></div></div>
 <div class="card"><h2>Traces of the steps that matter</h2><div class="note">Written by the flight recorder (docs/schema.md). Open one in chrome://tracing or ui.perfetto.dev.</div><div id="traces"></div></div>
 </div>
 <p class="note" id="footer"></p>
@@ -462,7 +477,7 @@ function axes(f, xs, ylo, yhi, unit, noYTicks) {
     g.beginPath(); g.moveTo(L, Y(t)); g.lineTo(w - R, Y(t)); g.stroke();
     g.textAlign = "right"; g.fillText(fmt(t), L - 4, Y(t) + 4);
   }
-  for (const t of niceTicks(x0, x1, 6)) {
+  for (const t of niceTicks(x0, x1, 6).filter(Number.isInteger)) {  // steps: whole numbers only
     g.textAlign = "center"; g.fillText(String(t), X(t), h - B + 14);
   }
   g.strokeStyle = "#999"; g.beginPath(); g.moveTo(L, T); g.lineTo(L, h - B); g.lineTo(w - R, h - B); g.stroke();
@@ -558,7 +573,23 @@ function drawLine(cv, c) {
     if (c.x.length < 200) c.x.forEach((xv, i) => { if (s.y[i] !== null) g.fillRect(X(xv) - 1.5, Y(s.y[i]) - 1.5, 3, 3); });
     else for (const [a, b] of spans) if (a === b) g.fillRect(X(c.x[a]) - 1.5, Y(s.y[a]) - 1.5, 3, 3);
   }
+  drawMarks(f, c, X);
   return X;
+}
+
+// Stall (red), resumed (green) and end (grey) records: a dashed line at their step, a letter on top.
+const MARK = {stall: ["#d62728", "S"], resumed: ["#2ca02c", "R"], end: ["#555555", "E"]};
+function drawMarks(f, c, X) {
+  const {g, h, T, B} = f, lo = c.x[0], hi = c.x[c.x.length - 1];
+  c.marks = D.marks.filter(m => m.x >= lo && m.x <= hi);
+  g.save(); g.setLineDash([4, 3]); g.lineWidth = 1.2; g.font = "bold 10px system-ui,sans-serif"; g.textAlign = "center";
+  for (const m of c.marks) {
+    const [color, letter] = own(MARK, m.kind) || ["#999", "?"], x = X(m.x);
+    g.strokeStyle = color; g.fillStyle = color;
+    g.beginPath(); g.moveTo(x, T + 10); g.lineTo(x, h - B); g.stroke();
+    g.fillText(letter, x, T + 9);
+  }
+  g.restore();
 }
 
 // The label's colour for its own (traced or host-only) diagnosis, a lighter one when carried, grey for none.
@@ -638,7 +669,8 @@ const kv = [["run", H.run], ["GPU", H.gpus.join(", ")], ["ranks", H.ranks],
   ["steps", H.steps + " (" + H.first_step + "–" + H.last_step + ")"], ["lines", H.lines],
   ["step time", fmt(H.step_time_median_ms, 2) + " ms median, " + fmt(H.step_time_p95_ms, 2) + " ms p95"],
   ["tokens/s", fmt(H.tokens_per_second_median, 0) + " median"],
-  ["MFU", H.mfu_median === null ? "null (" + H.mfu_null + ")" : fmt(H.mfu_median * 100, 1) + " % median"]];
+  ["MFU", H.mfu_median === null ? "null (" + H.mfu_null + ")" : fmt(H.mfu_median * 100, 1) + " % median"],
+  ["stalls", H.stalls], ["ended", H.endings]];
 $("kv").innerHTML = kv.map(([k, v]) => `<span>${esc(k)}: <b>${esc(v)}</b></span>`).join("");
 $("runs").textContent = H.runs_text;
 if (H.run_count > 1) $("runs").className = "runs several";
@@ -678,6 +710,8 @@ for (const [c, cv, lg] of pending) {
   tooltip(cv, c, X);
   if (c.legendText) lg.textContent = c.legendText;
   if (c.clippedAt !== undefined) lg.innerHTML += ` <span class="note">(axis cut at ${fmt(c.clippedAt)} ${esc(c.unit)}: ▲ marks points above)</span>`;
+  if (c.marks && c.marks.length) lg.innerHTML += ` <span class="note">dashed: ` + [...new Set(c.marks.map(m => m.kind))]
+    .map(k => `<b style="color:${own(MARK, k)[0]}">${own(MARK, k)[1]}</b> ${esc(k)}`).join(", ") + ` record (list below the charts)</span>`;
   const r = cv.getBoundingClientRect(), f = c.frame, left = r.left + scrollX, top = r.top + scrollY;
   // plot: the data area on the page, and the x range it maps (report_check finds a step's column).
   drawn[c.id] = {pixels: dataPixels(cv, c.none_color), rect: [left, top, r.width, r.height],
@@ -700,6 +734,9 @@ $("traces").innerHTML = D.traces.length ? "<table><tr><th>rank</th><th>steps</th
     `<td>${esc(t.reasons.join(", "))}</td><td>` +  // a link only to a checked relative path (steptrace_report_guard)
     (t.href && /^\.\.?\//.test(t.href) ? `<a href="${esc(t.href)}">${esc(t.name)}</a>` : `${esc(t.name)} (${esc(t.why)})`) + "</td></tr>").join("") + "</table>"
   : '<p class="note">no trace in these lines (no step was captured)</p>';
+$("marks").innerHTML = D.marks.length ? "<table><tr><th>step</th><th>rank</th><th>record</th><th>what it says</th></tr>" +
+  D.marks.map(m => `<tr><td class="n">${esc(m.x)}</td><td class="n">${esc(m.rank)}</td><td>${esc(m.kind)}</td><td>${esc(m.text)}</td></tr>`).join("") + "</table>"
+  : '<p class="note">no stall, resumed or end record in these lines</p>';
 $("footer").textContent = `steptrace-report: ${D.files.length} file(s), ${H.lines} lines` +
   (H.lines_all !== H.lines ? ` shown of ${H.lines_all} (runs not shown: --run)` : "") +
   (H.unparsable ? `, ${H.unparsable} unparsable line(s) skipped` : "") +

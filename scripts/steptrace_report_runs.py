@@ -8,6 +8,7 @@ every file is read as segments, one per (`run_id`, `rank`); lines without `run_i
 report shows one run, by default the latest (its last line has the newest time; the file's
 order breaks ties), `--run ID` another, `--run all` every run, one series each.
 """
+import math
 import os
 from collections import Counter, defaultdict
 from datetime import datetime
@@ -68,12 +69,53 @@ def line_ms(line):
     return None
 
 
+MAX_EVENTS = 200  # stall, resumed and end marks kept per (run, rank); the rest are counted
+
+
+def _number(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def event_mark(line):
+    """A stall, resumed or end record as a mark on the step axis (docs/schema.md), or None: kind, step,
+    and a short text of what it says. Values of the wrong type are left out, never trusted."""
+    kind = line.get("event")
+    if kind == "stall":
+        step = _number(line.get("open_step"))
+        where = []
+        for t in line.get("threads") or []:
+            if not isinstance(t, dict) or not t.get("step_thread"):
+                continue
+            for ph in t.get("open_phases") or []:
+                if isinstance(ph, dict) and isinstance(ph.get("phase"), str):
+                    where.append(cut(ph["phase"]))
+        stalled = _number(line.get("stalled_s"))
+        text = "stalled " + (f"{stalled:.1f} s" if stalled is not None else "?") + \
+            (" in " + " > ".join(where[:4]) if where else "") + \
+            ("" if line.get("step_scope_open", True) else " (between steps)")
+    elif kind == "resumed":
+        step = _number(line.get("open_step"))
+        stalled = _number(line.get("stalled_s"))
+        text = "resumed after " + (f"{stalled:.1f} s" if stalled is not None else "?") + \
+            (f" (step {int(line['stalled_step'])} stalled)" if _number(line.get("stalled_step")) is not None else "")
+    elif kind == "end":
+        step = _number(line.get("last_global_step"))
+        reason = line.get("reason")
+        text = "end: " + (cut(reason) if isinstance(reason, str) else "?")
+    else:
+        return None
+    if step is None:
+        return None
+    return {"kind": kind, "step": step, "text": text,
+            "stalled_s": _number(line.get("stalled_s")) if kind != "end" else None}
+
+
 def new_segment(path, key):
     return {"path": path, "run_id": key[0], "rank": key[1], "steps": [], "cols": {k: [] for k, _ in SCALARS},
             "labels": [], "bases": [], "gpu_rows": [],   # gpu_rows: row -> the line has GPU attribution
             "host": defaultdict(dict), "gpu": defaultdict(dict),   # phase -> {row: ms}
             "top": {}, "nulls": defaultdict(Counter),   # top: phase -> {kernel: [ms, calls]}
-            "traces": [], "ends": [], "devices": Counter(),
+            "traces": [], "ends": [], "events": [], "events_left_out": 0, "devices": Counter(),
             "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
 
 
@@ -159,6 +201,12 @@ def load_file(path, start=0, end=None):
         if "event" in line:
             if line.get("event") == "end":
                 seg["ends"].append(line)
+            mark = event_mark(line)
+            if mark is not None:
+                if len(seg["events"]) < MAX_EVENTS:
+                    seg["events"].append(mark)
+                else:
+                    seg["events_left_out"] += 1
             continue
         add_line(seg, line, here)
     for seg in segs.values():
@@ -193,6 +241,9 @@ def append(out, p):
         out["cols"][k] += p["cols"][k]
     for key in ("labels", "bases", "gpu_rows", "traces", "ends"):
         out[key] += p[key]
+    room = max(0, MAX_EVENTS - len(out["events"]))
+    out["events"] += p["events"][:room]
+    out["events_left_out"] += p["events_left_out"] + max(0, len(p["events"]) - room)
     for key in ("host", "gpu"):
         for phase, rows in p[key].items():
             dst = out[key].setdefault(phase, {})

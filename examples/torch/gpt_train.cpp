@@ -43,10 +43,35 @@ struct Options {
   std::string log;
 };
 
+const char kHelp[] =
+    "gpt_train - a small GPT trained with libtorch on synthetic tokens, instrumented with steptrace.\n"
+    "usage: gpt_train [options]\n"
+    "  --steps N             training steps (default 100)\n"
+    "  --batch B             sequences per step (default 16)\n"
+    "  --seq T               tokens per sequence (default 512)\n"
+    "  --layers L            transformer blocks (default 6)\n"
+    "  --dmodel D            model width (default 512)\n"
+    "  --heads H             attention heads (default 8)\n"
+    "  --vocab V             vocabulary size (default 8192)\n"
+    "  --attention A         sdpa (default) or naive (a one-block softmax: LOW-SM-EFFICIENCY)\n"
+    "  --loader-ms MS        a data loader that sleeps MS ms per batch (INPUT-BOUND)\n"
+    "  --extra-input-mb MB   MB of float features copied to the GPU each step (with --pageable: H2D-BOUND)\n"
+    "  --pageable            copy the features from pageable memory (default: pinned)\n"
+    "  --kineto-steps K      after steptrace's steps, K more under torch.profiler (the comparison)\n"
+    "  --kineto-trace PATH   where those steps' Kineto trace goes (default kineto_trace.json)\n"
+    "  --torch-profiler      every step under torch.profiler (the overhead benchmark's comparison)\n"
+    "  --log PATH            JSON lines file (default: steptrace's log_path, STEPTRACE_LOG wins)\n"
+    "  -h, --help            this text\n"
+    "Every STEPTRACE_* variable applies (README 'Configuration').\n";
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      std::exit(0);
+    }
     auto next = [&] {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "gpt_train: %s needs a value\n", a.c_str());
@@ -70,7 +95,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--torch-profiler") o.torch_profiler = true;
     else if (a == "--log") o.log = next();
     else {
-      std::fprintf(stderr, "gpt_train: unknown argument %s (see the comment at the top of gpt_train.cpp)\n", a.c_str());
+      std::fprintf(stderr, "gpt_train: unknown argument %s\n%s", a.c_str(), kHelp);
       std::exit(2);
     }
   }
