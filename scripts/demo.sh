@@ -12,6 +12,7 @@ usage: scripts/demo.sh [example options]
   -h, --help          this text
 environment:
   STEPTRACE_LOG=PATH  where the JSON lines go (default ./steptrace-demo.jsonl, replaced each run)
+  STEPTRACE_TRACE_DIR=DIR  where trace files of captured steps go (default build/demo-traces)
   STEPTRACE_*         any steptrace setting (README 'Configuration')
 EOF_HELP
   exit 0
@@ -25,10 +26,18 @@ if [[ -z "${STEPTRACE_LOG:-}" ]]; then
   export STEPTRACE_LOG="$PWD/steptrace-demo.jsonl"
   rm -f "$STEPTRACE_LOG"
 fi
-"$BUILD_DIR/examples/mlp_train" --steps 50 "$@"
+# Traces of the steps that matter go beside the build, not into the current directory.
+if [[ -z "${STEPTRACE_TRACE_DIR:-}" ]]; then
+  export STEPTRACE_TRACE_DIR="$BUILD_DIR/demo-traces"
+  mkdir -p "$STEPTRACE_TRACE_DIR"
+fi
+# Line-buffered, so that the example's prints and steptrace's summary keep their order when redirected.
+stdbuf -oL -eL "$BUILD_DIR/examples/mlp_train" --steps 50 "$@"
 echo
 log0=${STEPTRACE_LOG//\{rank\}/0}
 echo "JSON lines: $STEPTRACE_LOG ($(grep -vc '^{"event"' "$log0") step lines). The last step's line:"
 grep -v '^{"event"' "$log0" | tail -n 1
 echo "and the record that ends the run:"
 tail -n 1 "$log0"
+traces=$(find "$STEPTRACE_TRACE_DIR" -maxdepth 1 -name 'trace-*.json' 2>/dev/null | wc -l)
+echo "Traces of the steps that matter (open in ui.perfetto.dev): $traces file(s) in $STEPTRACE_TRACE_DIR"
