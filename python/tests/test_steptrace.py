@@ -299,15 +299,21 @@ def test_numpy_like_numbers_and_record_when_off():
         assert steps[0]["scalars"]["f32"] == 0.5 and steps[0]["scalars"]["i64"] == 3, steps[0]["scalars"]
 
 
+def host_run(log, steps):
+    """A short host-only run into `log`: `steps` steps, each with a forward phase."""
+    steptrace.start(log_path=log, summary=False, gpu="off")
+    for _ in range(steps):
+        with steptrace.step():
+            with steptrace.phase("forward"):
+                pass
+    steptrace.stop()
+
+
 def test_empty_log_in_the_report():
     import subprocess
     d = tempfile.mkdtemp(prefix="steptrace-report-")
     full, empty = os.path.join(d, "steps-0.jsonl"), os.path.join(d, "steps-1.jsonl")
-    steptrace.start(log_path=full, summary=False, gpu="off")
-    for _ in range(3):
-        with steptrace.step():
-            pass
-    steptrace.stop()
+    host_run(full, 3)
     open(empty, "w").close()
     report = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                           "scripts", "steptrace_report.py")
@@ -321,12 +327,7 @@ def test_report_installed_with_the_package():
     import subprocess
     d = tempfile.mkdtemp(prefix="steptrace-report-")
     log, page = os.path.join(d, "steps-0.jsonl"), os.path.join(d, "r.html")
-    steptrace.start(log_path=log, summary=False, gpu="off")
-    for _ in range(4):
-        with steptrace.step():
-            with steptrace.phase("forward"):
-                pass
-    steptrace.stop()
+    host_run(log, 4)
     cwd = tempfile.mkdtemp(prefix="steptrace-cwd-")  # not the source tree: the installed modules answer
     r = subprocess.run([sys.executable, "-m", "steptrace", "--help"], capture_output=True, text=True, cwd=cwd)
     assert r.returncode == 0 and "report" in r.stdout, (r.returncode, r.stdout, r.stderr)
