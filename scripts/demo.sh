@@ -39,5 +39,8 @@ echo "JSON lines: $STEPTRACE_LOG ($(grep -vc '^{"event"' "$log0") step lines). T
 grep -v '^{"event"' "$log0" | tail -n 1
 echo "and the record that ends the run:"
 tail -n 1 "$log0"
-traces=$(find "$STEPTRACE_TRACE_DIR" -maxdepth 1 -name 'trace-*.json' 2>/dev/null | wc -l)
-echo "Traces of the steps that matter (open in ui.perfetto.dev): $traces file(s) in $STEPTRACE_TRACE_DIR"
+# This run's traces only (their names carry the first 8 characters of its run_id).
+run_id=$(tail -n 1 "$log0" | grep -o '"run_id":"[^"]*"' | cut -d'"' -f4)
+trace_dir=${STEPTRACE_TRACE_DIR//\{rank\}/0}
+traces=$(find "$trace_dir" -maxdepth 1 -name "trace-${run_id:0:8}-*.json" 2>/dev/null | wc -l)
+echo "Traces of the steps that matter (open in ui.perfetto.dev): $traces file(s) of this run in $trace_dir"

@@ -645,6 +645,20 @@ def hostile_checks(h100, work):
     log = write_lines(os.path.join(work, "malformed.jsonl"), malformed_lines(h100))
     problems += check("hostile-malformed", [log], work, gpu_charts, malformed=20,
                       more=lambda data, dom, sc, shot: [f"injected: {injected(dom)}"] if injected(dom) else [])
+    # 1: stall/resumed/end records of the wrong types or sizes, and markup in what they say: marked where
+    # they make sense, never a traceback, nothing injected.
+    lines = step_lines(h100)
+    who = {k: lines[0][k] for k in ("run_id", "rank") if k in lines[0]}  # the lines' run and rank
+    events = [dict(who, event="stall", open_step=3, threads=5), dict(who, event="stall", open_step=10 ** 400),
+              dict(who, event="stall", open_step=4, stalled_s=1e300,
+                   threads=[{"step_thread": True, "open_phases": 3}, {"step_thread": True, "open_phases": [{"phase": IMG}]}]),
+              dict(who, event="resumed", open_step=5, stalled_step=10 ** 400, stalled_s="long"),
+              dict(who, event="end", last_global_step=[IMG], reason=IMG), dict(who, event="end", last_global_step=6, reason={"a": 1})]
+    log = write_lines(os.path.join(work, "events.jsonl"), lines + events)
+    problems += check("hostile-events", [log], work, gpu_charts,
+                      more=lambda data, dom, sc, shot: ([f"injected: {injected(dom)}"] if injected(dom) else []) +
+                      ([] if sorted((m["kind"], m["x"]) for m in data["marks"]) ==
+                       [("end", 6), ("resumed", 5), ("stall", 3), ("stall", 4)] else [f"marks {data['marks']}"]))
     # 3: 1 000 lines of 200 new phase names each: seconds, a bounded page.
     log = write_lines(os.path.join(work, "blowup.jsonl"), blowup_lines(h100))
     problems += check("hostile-blowup", [log], work, ["step_time", "phases_host", "phases_gpu"],
@@ -682,9 +696,12 @@ def stall_more(log):
         problems = []
         if "stall" not in kinds or "resumed" not in kinds or "end" not in kinds:
             return [f"the run wrote {kinds}: want stall, resumed and end records (the check's premise)"]
-        marked = [m["kind"] for m in data["marks"]]
-        if sorted(marked) != sorted(kinds):
-            problems.append(f"marks {marked}, want one per record {kinds}")
+        # One mark per record, at the record's step (the open step; the end record's last step).
+        want = sorted((r["event"], r["last_global_step"] if r["event"] == "end" else r["open_step"])
+                      for r in records if r["event"] in ("stall", "resumed", "end"))
+        marked = sorted((m["kind"], m["x"]) for m in data["marks"])
+        if marked != want:
+            problems.append(f"marks {marked}, want one per record at its step {want}")
         table = element(dom, "marks") or ""
         for k in set(kinds):
             if f"<td>{k}</td>" not in table:

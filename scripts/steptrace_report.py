@@ -26,13 +26,14 @@ from multiprocessing import Pool
 
 from steptrace_report_diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, strip, verdict
 from steptrace_report_guard import MAX_NAME, OTHER, TOP_KERNELS, TOP_N, embed, fold, resolve_traces, skipped_note
-from steptrace_report_runs import UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
+from steptrace_report_runs import MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
 
 MAX_POINTS = 1500
 MAX_RANK_LINES = 8
 MAX_HEAT_ROWS = 64    # ranks in the per-rank heat map at most: the slowest (the median is over every rank)
 MAX_RUN_SERIES = 14   # runs drawn with --run all at most: the latest (one colour each)
 
+MAX_MARKS = 400  # stall/resumed/end marks on a page (steptrace_report_runs.MAX_EVENTS per rank)
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
 
@@ -363,7 +364,8 @@ def build(paths, title, max_points, workers, wanted=None):
     # Stall, resumed and end records: marks on every chart's step axis, and a summary in the header.
     marks = sorted(({**m, "rank": r["rank"]} for r in runs for m in r["events"]),
                    key=lambda m: (m["step"], m["rank"], m["kind"]))
-    marks_left_out = sum(r["events_left_out"] for r in runs)
+    marks_left_out = sum(r["events_left_out"] for r in runs) + max(0, len(marks) - MAX_MARKS)
+    marks = marks[:MAX_MARKS]  # the page's bound, whatever the ranks
     stalls = [m for m in marks if m["kind"] == "stall"]
     longest = max((m for m in marks if m["kind"] == "resumed"), default=None, key=lambda m: m["stalled_s"] or 0.0)
     header["stalls"] = (f"{len(stalls)} stall record(s) at step(s) " +
@@ -372,7 +374,8 @@ def build(paths, title, max_points, workers, wanted=None):
     header["endings"] = ", ".join(sorted({m["text"][len("end: "):] for m in marks if m["kind"] == "end"})) or \
         "no end record (the run was still going, or was killed)"
     if marks_left_out:
-        notes.append(f"{marks_left_out} stall/resumed/end record(s) beyond the first {len(marks)} are not marked.")
+        notes.append(f"{marks_left_out} stall/resumed/end record(s) are not marked (at most {MAX_EVENTS} per rank "
+                     f"and {MAX_MARKS} per page; the earliest steps' are kept).")
     return {"header": header, "charts": charts, "notes": notes, "top_kernels": top_kernels,
             "slowest_ranks": slow_table, "traces": traces, "ends": len(ends),
             "marks": [{"x": m["step"], "kind": m["kind"], "rank": m["rank"], "text": m["text"]} for m in marks],
@@ -428,7 +431,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 <div class="grid" style="margin-top:14px">
 <div class="card"><h2>Top kernels per phase</h2><div class="note">GPU time summed over each line's top 5 kernels of each phase (every rank's lines).</div><div id="top"></div></div>
 <div class="card"><h2>Diagnosis labels</h2><div id="labels"></div><h2 style="margin-top:12px">Slowest ranks</h2><div id="slowranks"></div></div>
-<div class="card"><h2>Stalls and endings</h2><div class="note">The stall watchdog's records (a step that did not end in time, and when it resumed) and the end records (docs/schema.md), dashed on every chart.</div><div id="marks"></div></div>
+<div class="card"><h2>Stalls and endings</h2><div class="note">The stall watchdog's records (a step that did not end in time, and when it resumed) and the end records (docs/schema.md), dashed on every step chart (S, R, E).</div><div id="marks"></div></div>
 <div class="card"><h2>Traces of the steps that matter</h2><div class="note">Written by the flight recorder (docs/schema.md). Open one in chrome://tracing or ui.perfetto.dev.</div><div id="traces"></div></div>
 </div>
 <p class="note" id="footer"></p>
@@ -577,8 +580,9 @@ function drawLine(cv, c) {
   return X;
 }
 
-// Stall (red), resumed (green) and end (grey) records: a dashed line at their step, a letter on top.
-const MARK = {stall: ["#d62728", "S"], resumed: ["#2ca02c", "R"], end: ["#555555", "E"]};
+// Stall, resumed and end records: a dashed line at their step, a letter on top (S, R, E).
+// Greys (and letters), so that a mark is never taken for a series or counted as a chart's data.
+const MARK = {stall: ["#111111", "S"], resumed: ["#666666", "R"], end: ["#999999", "E"]};
 function drawMarks(f, c, X) {
   const {g, h, T, B} = f, lo = c.x[0], hi = c.x[c.x.length - 1];
   c.marks = D.marks.filter(m => m.x >= lo && m.x <= hi);

@@ -72,8 +72,19 @@ def line_ms(line):
 MAX_EVENTS = 200  # stall, resumed and end marks kept per (run, rank); the rest are counted
 
 
-def _number(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+def _number(v, limit=1e15):
+    """v if it is a finite number within ±limit (JSON allows integers of any size), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(f) and abs(f) <= limit else None
+
+
+def _list(v):
+    return v if isinstance(v, list) else []
 
 
 def event_mark(line):
@@ -83,19 +94,19 @@ def event_mark(line):
     if kind == "stall":
         step = _number(line.get("open_step"))
         where = []
-        for t in line.get("threads") or []:
-            if not isinstance(t, dict) or not t.get("step_thread"):
+        for t in _list(line.get("threads")):
+            if not isinstance(t, dict) or t.get("step_thread") is not True:
                 continue
-            for ph in t.get("open_phases") or []:
+            for ph in _list(t.get("open_phases")):
                 if isinstance(ph, dict) and isinstance(ph.get("phase"), str):
                     where.append(cut(ph["phase"]))
-        stalled = _number(line.get("stalled_s"))
+        stalled = _number(line.get("stalled_s"), 1e9)
         text = "stalled " + (f"{stalled:.1f} s" if stalled is not None else "?") + \
             (" in " + " > ".join(where[:4]) if where else "") + \
-            ("" if line.get("step_scope_open", True) else " (between steps)")
+            (" (between steps)" if line.get("step_scope_open") is False else "")
     elif kind == "resumed":
         step = _number(line.get("open_step"))
-        stalled = _number(line.get("stalled_s"))
+        stalled = _number(line.get("stalled_s"), 1e9)
         text = "resumed after " + (f"{stalled:.1f} s" if stalled is not None else "?") + \
             (f" (step {int(line['stalled_step'])} stalled)" if _number(line.get("stalled_step")) is not None else "")
     elif kind == "end":
@@ -107,7 +118,7 @@ def event_mark(line):
     if step is None:
         return None
     return {"kind": kind, "step": step, "text": text,
-            "stalled_s": _number(line.get("stalled_s")) if kind != "end" else None}
+            "stalled_s": _number(line.get("stalled_s"), 1e9) if kind != "end" else None}
 
 
 def new_segment(path, key):
