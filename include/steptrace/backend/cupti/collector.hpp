@@ -149,7 +149,13 @@ class Collector {
     // Another thread may launch while records go on or off: its launch is staged as a switch's
     // (LaunchRecord::window: attributed if its record comes, never waited for). On: callbacks before
     // record kinds, so every record produced has its launch seen; off: record kinds before callbacks.
+    // On: a new period first, so that a call entering during the switch starts from a clean launch
+    // state (not a runtime call left open in the previous period).
+    if (on) periods_.fetch_add(1, std::memory_order_relaxed);
     switching_.store(true, std::memory_order_seq_cst);
+    // The CUPTI calls below must not become visible before the flag (a store alone orders only what
+    // precedes it). Best effort: what a launching thread sees of them is decided inside CUPTI.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     std::string err;
     if (on && !attached_) {
       err = attach(/*records=*/false);
@@ -174,10 +180,7 @@ class Collector {
     };
     if (on) callbacks(), kinds();
     else kinds(), callbacks();
-    if (on && err.empty()) {
-      periods_.fetch_add(1, std::memory_order_relaxed);
-      detach_requested_.store(false, std::memory_order_relaxed);
-    }
+    if (on && err.empty()) detach_requested_.store(false, std::memory_order_relaxed);
     tracing_.store(on && err.empty(), std::memory_order_release);
     if (!err.empty() && on) set_tracing_off_quietly();
     switching_.store(false, std::memory_order_release);
