@@ -58,7 +58,7 @@ struct Options {
 };
 
 const char kHelp[] =
-    "dp_train - data-parallel training on every GPU of one host (one process per GPU, NCCL all-reduce),\n"
+    "dp_train - data-parallel training on the GPUs of one host (one process per GPU, NCCL all-reduce),\n"
     "instrumented with steptrace: one log per rank and the cross-rank view on rank 0.\n"
     "usage: dp_train [options]\n"
     "  --gpus N              ranks, one GPU each (default 2)\n"
@@ -66,7 +66,7 @@ const char kHelp[] =
     "  --log PATH            each rank's JSON lines; {rank} is replaced (default dp_train-{rank}.jsonl)\n"
     "  --cross-rank-every K  steps between cross-rank gathers (default 5)\n"
     "  --no-cross-rank       no cross-rank view (no enable_cross_rank call)\n"
-    "  --slow-rank R         make rank R slower from step 10 on (with --slow-phase, --slow-pct)\n"
+    "  --slow-rank R         make rank R slower from step 10 on (needs --slow-pct; where: --slow-phase)\n"
     "  --slow-phase PHASE    where the slow rank loses time: input|h2d|forward|backward|optimizer (default input)\n"
     "  --slow-pct P          how much: P % of the median step time of steps 3..9, spent in that phase\n"
     "  --hang-rank R         make rank R stop at step --hang-step for --hang-s seconds (the stall watchdog)\n"
