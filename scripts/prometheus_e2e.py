@@ -15,9 +15,11 @@ with the test's ports, 1 s scrapes) on 127.0.0.1 with free ports, then feeds the
          step's label, a few decided from host times, the first ones none.
 Then asks Prometheus's HTTP API: every metric of docs/prometheus.md, at every scrape, carries the common
 labels and equals what its kind says of the lines (the line of the scraped step for `last`, the window
-mean, the sum...), is absent where the field is null, and appears in at least one source; the textfile
-ends with steptrace_up 0; every query of dashboards/steptrace.json returns a series; promtool accepts the
-textfiles. Everything it started is stopped at the end, also on failure; the whole test is bounded.
+mean, the sum, the step-time histogram's buckets...), is absent where the field is null, and appears in
+at least one source; the scrape job's own `job` label is left alone (no honor_labels); the textfile
+ends with steptrace_up 0; every query of dashboards/steptrace.json returns a series, and none returns
+two series for one rank although the live run is scraped both ways (its `sink` variable selects one);
+promtool accepts the textfiles. Everything it started is stopped at the end, also on failure; the whole test is bounded.
 """
 import json
 import os
@@ -101,6 +103,23 @@ def documented_metrics():
     return rows
 
 
+ABSENT_UNTIL_SEEN = {"steptrace_tokens_total", "steptrace_samples_total"}  # a count nobody gave is not 0
+
+
+def histogram_expected(lines, step, suffix, le):
+    """steptrace_step_duration_seconds<suffix>{le} when the last line is `step`: every step line (no
+    `window`) up to it."""
+    times = [l["step_time_ms"] * 1e-3 for l in lines[: step + 1] if "window" not in l and l.get("step_time_ms") is not None]
+    if not times:
+        return None
+    if suffix == "_count":
+        return float(len(times))
+    if suffix == "_sum":
+        return sum(times)
+    bound = float("inf") if le == "+Inf" else float(le)
+    return float(sum(1 for t in times if t <= bound))
+
+
 def basis_of(line):
     """diagnosis.basis, with the report's rule for lines written before it (issue #31)."""
     return line_basis(line, line["diagnosis"])
@@ -124,7 +143,7 @@ def expected(name, kind, path, scale, lines, step, labels, up):
             ph = (l.get("phases") or {}).get(labels.get("phase"))
             if ph is None:
                 return None
-            v = (ph.get("gpu") or {}).get("busy_ms") if gpu else ph.get("host_ms")
+            v = (ph.get("gpu") or {}).get("busy_ms") if gpu else ph.get("self_ms" if labels.get("source") == "host_self" else "host_ms")
             return None if v is None else v * 1e-3
         if name == "steptrace_phase_seconds":
             if gpu and not line.get("traced"):
@@ -164,7 +183,7 @@ def expected(name, kind, path, scale, lines, step, labels, up):
         return float(sum(field(l, path) or 0 for l in upto))
     if kind == "cumulative":  # the last line that had it
         vals = [field(l, path) for l in upto if field(l, path) is not None]
-        return float(vals[-1]) if vals else 0.0
+        return float(vals[-1]) if vals else (None if name in ABSENT_UNTIL_SEEN else 0.0)
     if kind == "view":
         views = [l for l in upto if l.get("cross_rank")]
         if not views:
@@ -258,7 +277,7 @@ def main():
         # The textfiles' last writes (steptrace_up 0 for the runs that stopped) must have been scraped.
         for job in sources:
             wait_for(f"{job}'s final textfile scraped",
-                     lambda: any(float(s["value"][1]) == 0 for s in query(f'steptrace_up{{job="{job}",instance="127.0.0.1:{p_node}"}}')), 30)
+                     lambda: any(float(s["value"][1]) == 0 for s in query(f'steptrace_up{{steptrace_job="{job}",instance="127.0.0.1:{p_node}"}}')), 30)
         for name in ("steptrace-0.prom", "steptrace-cross.prom", "steptrace-gpu.prom", "steptrace-budget.prom",
                      "steptrace-carried.prom"):
             r = subprocess.run(["promtool", "check", "metrics"], stdin=open(os.path.join(textdir, name)), capture_output=True, text=True)
@@ -273,7 +292,9 @@ def main():
         for job, lines in sources.items():
             by_step = {l["global_step"]: i for i, l in enumerate(lines)}
             for instance in ([f"127.0.0.1:{p_live}"] if job == "e2e-live" else []) + [f"127.0.0.1:{p_node}"]:
-                sel = f'job="{job}",instance="{instance}"'
+                sel = f'steptrace_job="{job}",instance="{instance}"'
+                endpoint = instance == f"127.0.0.1:{p_live}"
+                scrape_job, sink = ("steptrace", "endpoint") if endpoint else ("node", "textfile")
                 steps = {}   # scrape time -> step
                 ups = {}
                 for s in query(f'steptrace_global_step{{{sel}}}[10m]', now):
@@ -286,6 +307,18 @@ def main():
                     fail(f"{job} via {instance}: no scrape holds steptrace_global_step")
                     continue
                 for name, kind, path, scale in metrics:
+                    if kind == "histogram":
+                        for suffix in ("_bucket", "_sum", "_count"):
+                            for s in query(f'{name}{suffix}{{{sel}}}[10m]', now):
+                                for t, v in s["values"]:
+                                    if t not in steps:
+                                        continue
+                                    want = histogram_expected(lines, by_step[steps[t]], suffix, s["metric"].get("le"))
+                                    checked += 1
+                                    present.add(name)
+                                    if want is None or abs(float(v) - want) > 1e-9 * max(1.0, abs(want)):
+                                        fail(f"{name}{suffix}{{le={s['metric'].get('le')}}} ({job}, {instance}, step {steps[t]}): {v}, the lines say {want}")
+                        continue
                     series = query(f'{name}{{{sel}}}[10m]', now)
                     seen_at = {}
                     for s in series:
@@ -307,10 +340,11 @@ def main():
                         if name == "steptrace_diagnosis_basis" and sorted(l.get("basis") for l, _ in got) != sorted(BASES):
                             fail(f"{name} ({job}, {instance}, step {step}): bases {[l.get('basis') for l, _ in got]}, want all four")
                         for labels, v in got:
+                            device = line.get("device") or {}
                             for key, value in (("rank", str(line["rank"])), ("local_rank", str(line["local_rank"])),
-                                               ("world_size", str(line["world_size"])), ("hostname", line["hostname"]),
-                                               ("device", str(line["device"]["index"]) if line.get("device") else "none"),
-                                               ("job", job)):
+                                               ("world_size", str(line["world_size"])), ("Hostname", line["hostname"]),
+                                               ("cuda_device", str(device["index"]) if device else None),
+                                               ("steptrace_job", job), ("sink", sink), ("job", scrape_job)):
                                 if labels.get(key) != value:
                                     fail(f"{name} ({job}, step {step}): label {key}={labels.get(key)!r}, want {value!r}")
                             for key, field in (("UUID", "uuid"), ("pci_bus_id", "pci_bus_id")):  # dcgm-exporter's names
@@ -328,21 +362,40 @@ def main():
             if name not in present:
                 fail(f"{name}: documented, but no source exposed it")
 
-        # The dashboard: every query returns at least one series.
+        # The live run was scraped both ways: each of its series twice, told apart by `sink` alone.
+        # (over the run: the endpoint's series went stale when the program ended)
+        both = query('count by (rank, steptrace_job) (last_over_time(steptrace_up{steptrace_job="e2e-live"}[10m]))')
+        sinks = sorted(s["metric"].get("sink") for s in query('last_over_time(steptrace_up{steptrace_job="e2e-live"}[10m])'))
+        if sinks != ["endpoint", "textfile"]:
+            fail(f"the live run's series: sink {sinks}, want endpoint and textfile")
+        if [s["value"][1] for s in both] != ["2"]:
+            fail(f"the live run scraped both ways: {both}, want one rank with 2 series (endpoint, textfile)")
+
+        # The dashboard: every query returns at least one series, and never two for one rank and job.
         dash = json.load(open(os.path.join(ROOT, "dashboards/steptrace.json")))
+
+        def dashboard_query(expr, sink):
+            return (expr.replace("$job", ".+").replace("$rank", ".+").replace("$sink", sink)
+                    .replace("$__rate_interval", "1m"))
         for var in dash["templating"]["list"]:
             if var["type"] == "query":
                 m = re.match(r"label_values\((.*), (\w+)\)", var["definition"])
-                q = m.group(1).replace("$job", ".+")
+                q = dashboard_query(m.group(1), "textfile")
                 vals = json.loads(get(api + f"label/{m.group(2)}/values?" + urllib.parse.urlencode({"match[]": q})))["data"]
                 if not vals:
                     fail(f"dashboard variable {var['name']}: {var['definition']} has no value")
+                if var["name"] == "sink" and sorted(vals) != ["endpoint", "textfile"]:
+                    fail(f"dashboard variable sink: {vals}, want endpoint and textfile")
         for panel in dash["panels"]:
             for target in panel["targets"]:
-                q = target["expr"].replace("$job", ".+").replace("$rank", ".+")
-                if not query(q):
-                    fail(f"dashboard panel '{panel['title']}': {q} returns no series")
-        print(f"prometheus_e2e: {sum(len(p['targets']) for p in dash['panels'])} dashboard queries run")
+                for sink in ("textfile", "endpoint"):
+                    result = query(dashboard_query(target["expr"], sink))
+                    if sink == "textfile" and not result:  # every source writes a textfile
+                        fail(f"dashboard panel '{panel['title']}': {target['expr']} returns no series")
+                    keys = [tuple(sorted((k, v) for k, v in s["metric"].items() if k not in ("instance", "job"))) for s in result]
+                    if len(keys) != len(set(keys)):
+                        fail(f"dashboard panel '{panel['title']}' (sink {sink}): {target['expr']} returns a series twice")
+        print(f"prometheus_e2e: {sum(len(p['targets']) for p in dash['panels'])} dashboard queries run for each sink")
     finally:
         for p in procs:
             p.terminate()

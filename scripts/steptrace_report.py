@@ -163,6 +163,11 @@ def build(paths, title, max_points, workers, wanted=None):
             c["note"] = note
         if not any(v is not None for s in ss for v in s["y"]):
             c["empty"] = f"null on every line: {why_null(runs, empty_field)}" if empty_field else "no data"
+        else:  # a series null on every line gets no legend entry, only a word saying so
+            blank = [s["name"] for s in ss if all(v is None for v in s["y"])]
+            if blank:
+                c["series"] = [s for s in ss if s["name"] not in blank]
+                c["note"] = ((note + " ") if note else "") + "Null on every line, not drawn: " + ", ".join(blank) + "."
         charts.append(c)
 
     chart("step_time", "Step time", "ms", per_run("step_time_ms", "step time", PALETTE[0], band=True),
@@ -183,11 +188,15 @@ def build(paths, title, max_points, workers, wanted=None):
                      "time, SM activity, the allocator, the diagnosis over time and the per-rank views are drawn "
                      "for one run at a time: --run ID.")
     else:
-        # Per-phase time, stacked: host (each phase's scopes) and GPU (each phase's busy time). A phase
+        # Per-phase time, stacked: host (each phase's self time: its scopes less the phases nested in
+        # them, so a nested phase is not stacked twice) and GPU (each phase's busy time). A phase
         # missing from a line took no time (0); on a line without GPU attribution (`gpu` null: not traced)
         # every GPU phase is unknown (None): a gap in the stack, never a zero.
         # At most TOP_N phases each (the most time over the run), the rest summed as one series `other`.
-        for cid, src, title_ in (("phases_host", "host", "Per-phase host time (stacked)"),
+        if main["inclusive_rows"]:
+            notes.append(f"Per-phase host time: {main['inclusive_rows']} lines were written before phases had "
+                         "self_ms; their stack holds a nested phase's time twice (in itself and in its parent).")
+        for cid, src, title_ in (("phases_host", "host", "Per-phase host self time (stacked)"),
                                  ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
             keep, rest = fold({p: sum(rows.values()) for p, rows in main[src].items()})
             known = main["gpu_rows"] if src == "gpu" else [True] * n

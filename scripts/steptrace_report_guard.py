@@ -131,6 +131,7 @@ def check_line(line, scalars):
     for ph in (_opt(line, "phases", dict, "phases is not an object") or {}).values():  # the most of a line: fast
         _need(type(ph) is dict, "a phase is not an object")
         _need(_num_or_none(ph.get("host_ms")), "a phase's host_ms is not a number")
+        _need(_num_or_none(ph.get("self_ms")), "a phase's self_ms is not a number")
         g = ph.get("gpu")
         if g is None:
             continue

@@ -124,7 +124,8 @@ def event_mark(line):
 def new_segment(path, key):
     return {"path": path, "run_id": key[0], "rank": key[1], "steps": [], "cols": {k: [] for k, _ in SCALARS},
             "labels": [], "bases": [], "gpu_rows": [],   # gpu_rows: row -> the line has GPU attribution
-            "host": defaultdict(dict), "gpu": defaultdict(dict),   # phase -> {row: ms}
+            "host": defaultdict(dict), "gpu": defaultdict(dict),   # phase -> {row: ms}; host: self time
+            "inclusive_rows": 0,   # lines written before phases had self_ms: their host rows are inclusive
             "top": {}, "nulls": defaultdict(Counter),   # top: phase -> {kernel: [ms, calls]}
             "traces": [], "ends": [], "events": [], "events_left_out": 0, "devices": Counter(),
             "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
@@ -149,12 +150,17 @@ def add_line(seg, line, pos):
     seg["labels"].append(cut(diag.get("label") or "UNKNOWN"))
     seg["bases"].append(line_basis(line, diag))
     seg["gpu_rows"].append(isinstance(line.get("gpu"), dict))
+    inclusive = False
     for name, ph in (line.get("phases") or {}).items():  # types checked (check_line); names cut
         if len(name) > MAX_NAME:
             name = cut(name)
-        if ph.get("host_ms") is not None:
+        # The host stack is of self time (a phase nested in another is not in its parent's): it adds up.
+        # A line written before self_ms has inclusive times only, drawn as they are and counted.
+        host = ph.get("self_ms") if "self_ms" in ph else ph.get("host_ms")
+        inclusive = inclusive or ("self_ms" not in ph and host is not None)
+        if host is not None:
             rows = seg["host"][name]
-            rows[row] = rows.get(row, 0.0) + ph["host_ms"]
+            rows[row] = rows.get(row, 0.0) + host
         g = ph.get("gpu")
         if g:
             if g.get("busy_ms") is not None:
@@ -168,6 +174,7 @@ def add_line(seg, line, pos):
                 cell = kernels.setdefault(kernel if len(kernel) <= MAX_NAME else cut(kernel), [0.0, 0])
                 cell[0] += t.get("ms") or 0.0
                 cell[1] += t.get("calls") or 0
+    seg["inclusive_rows"] += inclusive
     for field, why in (line.get("null_reasons") or {}).items():
         seg["nulls"][field][cut(why)] += 1
     t = line.get("trace")
@@ -252,6 +259,7 @@ def append(out, p):
         out["cols"][k] += p["cols"][k]
     for key in ("labels", "bases", "gpu_rows", "traces", "ends"):
         out[key] += p[key]
+    out["inclusive_rows"] += p["inclusive_rows"]
     room = max(0, MAX_EVENTS - len(out["events"]))
     out["events"] += p["events"][:room]
     out["events_left_out"] += p["events_left_out"] + max(0, len(p["events"]) - room)

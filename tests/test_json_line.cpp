@@ -389,3 +389,42 @@ TEST_CASE("an overflowing rate is null with its reason; unregistered phase ids a
   CHECK(text.find("\"unknown\":") == std::string::npos);
   CHECK(steptrace::register_phase_checked("unknown.3").error.find("reserved") != std::string::npos);
 }
+
+TEST_CASE("tokens_total and samples_total count every step since start(), written or not", "[json]") {
+  const auto log = fresh_log("json_line_totals");
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.log_every = 3;  // lines for steps 2, 5 and the last (6): the steps between are counted all the same
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 7; ++i) {
+    if (i == 0) {
+      TRACE_STEP();  // no count: adds nothing
+    } else {
+      TRACE_STEP(100.0 * i, static_cast<double>(i));
+    }
+  }
+  stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);
+  for (const auto& l : lines) steptrace_test::require_null_reasons(l);
+  CHECK(lines[0]["tokens_total"] == 300.0);  // steps 1, 2
+  CHECK(lines[0]["samples_total"] == 3.0);
+  CHECK(lines[1]["tokens_total"] == 1500.0);  // + steps 3, 4, 5
+  CHECK(lines[2]["tokens_total"] == 2100.0);
+  CHECK(lines[2]["samples_total"] == 21.0);
+
+  // No count on any step: null, and the reason says what to set.
+  const auto none = fresh_log("json_line_totals_none");
+  cfg.log_path = none;
+  cfg.log_every = 1;
+  REQUIRE(start(cfg));
+  for (int i = 0; i < 2; ++i) TRACE_STEP();
+  stop();
+  const auto empty = read_lines(none);
+  REQUIRE(empty.size() == 2);
+  CHECK(empty[1]["tokens_total"].is_null());
+  CHECK(std::string(empty[1]["null_reasons"]["tokens_total"]).find("no step since start() had tokens") == 0);
+  CHECK(empty[1]["samples_total"].is_null());
+}

@@ -3,6 +3,13 @@
 #include <steptrace/core/overhead.hpp>
 #include <steptrace/core/overhead_parts.hpp>
 #include <steptrace/details/line_policy.hpp>
+#include <steptrace/details/trace_controller.hpp>
+
+#include <cmath>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -248,4 +255,168 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
   warm.step(10, 1, /*warm_up=*/true);
   warm.step(10, 1);
   CHECK(*warm.background_fraction() == 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The controller (details/trace_controller.hpp) on step series, through the recorder's schedule: each
+// step is traced as TraceSchedule says, a new interval takes effect at the next step begun (anchored
+// there), and each line reaches the controller `lag` steps after its step ended (its GPU records come
+// later). Deterministic: no clock, no thread.
+namespace {
+using steptrace::details::ControllerDecision;
+using steptrace::details::ControllerStep;
+using steptrace::details::TraceController;
+using steptrace::details::TraceSchedule;
+
+struct Simulated {
+  std::vector<ControllerStep> steps;          // as fed
+  std::vector<ControllerDecision> decisions;  // one per step fed
+  std::vector<int> every;                     // the interval each step ran under
+  int detach_at = -1;                         // the step whose line asked for the detach
+};
+
+/// `step_ms(i, traced, detached)`: the program's step time; `launches`, `host_bound` of a traced step.
+Simulated simulate(TraceController c, int steps, const std::function<double(int, bool, bool)>& step_ms,
+                   uint32_t launches = 3, double host_bound = 0.0, int lag = 2) {
+  Simulated out;
+  TraceSchedule schedule{1, 0, true};
+  int wanted = 1;
+  bool detached = false;
+  int detach_from = -1;
+  std::deque<ControllerStep> pending;
+  const auto feed = [&](const ControllerStep& s) {
+    out.steps.push_back(s);
+    out.decisions.push_back(c.observe(s));
+    const ControllerDecision& d = out.decisions.back();
+    if (d.next_every) wanted = *d.next_every;
+    if (d.detach) out.detach_at = static_cast<int>(s.index), detach_from = static_cast<int>(s.index) + lag + 1;
+  };
+  for (int i = 0; i < steps; ++i) {
+    if (wanted != schedule.every) schedule = TraceSchedule{wanted, static_cast<uint64_t>(i), true};
+    if (detach_from >= 0 && i >= detach_from) detached = true;
+    ControllerStep s;
+    s.index = static_cast<uint64_t>(i);
+    s.scheduled = schedule.traced(s.index);
+    s.records_on = s.traced = s.scheduled;
+    s.detached = detached;
+    s.every = schedule.every;
+    s.step_ms = step_ms(i, s.traced, detached);
+    if (s.traced) s.launches = launches, s.host_bound_share = host_bound;
+    out.every.push_back(schedule.every);
+    pending.push_back(s);
+    if (static_cast<int>(pending.size()) > lag) {
+      feed(pending.front());
+      pending.pop_front();
+    }
+  }
+  while (!pending.empty()) feed(pending.front()), pending.pop_front();
+  return out;
+}
+
+TraceController::Settings budget(double b, bool may_detach = true) {
+  TraceController::Settings s;
+  s.budget = b;
+  s.decides = true;
+  s.may_detach = may_detach;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("controller: a trace costing half a step settles on the interval its cost asks for", "[overhead][controller]") {
+  // 1 ms steps, 1.5 ms when traced (what CUPTI would add), 3 launches: the launch model (3 x 1.1 us)
+  // sees almost nothing, so the first 8 steps are traced (warm-up), then the probe interval (8) lets
+  // untraced steps be measured; the measurement (0.5 ms per trace over `every` steps of 1 ms) asks for
+  // the shortest interval at most kAim x 5 %: ceil(0.5 / (0.8 x 0.05 x 1.0)) = 13.
+  const auto r = simulate(TraceController(budget(0.05)), 300, [](int, bool traced, bool) { return traced ? 1.5 : 1.0; });
+  const int want = static_cast<int>(std::ceil(0.5 / (OverheadEstimator::kAim * 0.05 * 1.0) - 1e-9));
+  REQUIRE(want == 13);
+  for (int i = 0; i < 8; ++i) CHECK(r.every[static_cast<std::size_t>(i)] == 1);  // the warm-up traces every step
+  CHECK(r.every[12] == 4);  // the probe (8) begun once the warm-up's lines are in: 4x at a time at most
+  for (int e : r.every) CHECK(e <= want);  // never past what the cost asks
+  CHECK(r.every.back() == want);
+  int traced_late = 0;
+  for (std::size_t i = 200; i < r.steps.size(); ++i) {
+    INFO("step " << i);
+    const auto& e = *r.decisions[i].estimate;
+    CHECK(e.method == "measured");
+    CHECK(r.steps[i].every == want);
+    CHECK(*e.fraction == Approx(0.5 / want));  // exactly what was put in
+    CHECK(e.within_budget);
+    CHECK(*e.traced_extra_ms == Approx(0.5));
+    traced_late += r.steps[i].traced;
+  }
+  CHECK(traced_late >= 100 / want - 1);
+  CHECK(traced_late <= 100 / want + 1);
+  CHECK(r.detach_at == -1);  // no residual (host_bound 0): nothing to detach from
+}
+
+TEST_CASE("controller: on the H100 transformer's recorded step times, within the budget", "[overhead][controller]") {
+  // The untraced steps of a GPU-bound H100 run (tests/data, 69 ms, spread ~0.1 ms), replayed in a loop;
+  // a trace adds what that run measured (traced_step_extra_ms 1.36 ms). Budget 0.5 %, the default.
+  std::vector<double> base;
+  std::ifstream in(std::string(STEPTRACE_SOURCE_DIR) + "/tests/data/h100_transformer_budget_lines.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto l = nlohmann::json::parse(line);
+    if (l.contains("traced") && !l["traced"].get<bool>()) base.push_back(l["step_interval_ms"].is_number() ? l["step_interval_ms"].get<double>() : l["step_time_ms"].get<double>());
+  }
+  REQUIRE(base.size() >= 50);
+  const auto r = simulate(TraceController(budget(0.005)), 600, [&](int i, bool traced, bool) {
+    return base[static_cast<std::size_t>(i) % base.size()] + (traced ? 1.36 : 0.0);
+  }, 890, 0.0);
+  const int every = r.every.back();
+  // 1.36 ms over `every` steps of 69 ms inside 0.8 x 0.5 %: every >= 1.36 / (0.004 x 69) ~ 4.9.
+  CHECK(every >= 5);
+  CHECK(every <= 12);  // not much longer than the cost asks (the measurement's noise, the hysteresis)
+  int within = 0, late = 0;
+  for (std::size_t i = 300; i < r.steps.size(); ++i) {
+    const auto& e = *r.decisions[i].estimate;
+    CHECK(e.method == "measured");
+    ++late;
+    within += e.within_budget;
+    // The estimate against what was put in at the interval in force: within 0.15 points.
+    CHECK(std::abs(*e.fraction - 1.36 / (r.steps[i].every * 69.0)) < 0.0015);
+  }
+  CHECK(within >= late * 9 / 10);
+}
+
+TEST_CASE("controller: CUPTI that cannot be switched back on stops the estimate for good", "[overhead][controller]") {
+  TraceController c(budget(0.05));
+  ControllerStep s;
+  s.every = 1;
+  s.step_ms = 1;
+  for (uint64_t i = 0; i < 3; ++i) {
+    s.index = i;
+    s.scheduled = s.records_on = s.traced = true;
+    s.launches = 10;
+    CHECK(c.observe(s).estimate);
+  }
+  s.index = 3;
+  s.records_on = s.traced = false;  // scheduled, ran untraced: the recorder's tracing_failed
+  CHECK(c.observe(s).stopped);
+  s.index = 4;
+  s.scheduled = false;
+  const auto d = c.observe(s);
+  CHECK(d.stopped);
+  CHECK_FALSE(d.estimate);
+  CHECK_FALSE(d.next_every);
+}
+
+TEST_CASE("controller: a launch-bound step detaches once (auto), never under keep or a fixed interval", "[overhead][controller]") {
+  // 2 000 launches in a 3 ms step, every launch waited for by the GPU (host_bound 1): kept attached,
+  // CUPTI's callbacks cost 2 000 x 0.6 us = 1.2 ms per step (40 %) at any interval; detached, the model
+  // charges 2 000 x 1.1 us + an attach and detach per trace over up to 100 steps: detaching pays.
+  const auto step_ms = [](int, bool traced, bool detached) { return 3.0 + (traced ? 2.2 : detached ? 0.0 : 1.2); };
+  const auto r = simulate(TraceController(budget(0.05)), 200, step_ms, 2000, 1.0);
+  REQUIRE(r.detach_at >= 8);  // never during the warm-up
+  int asked = 0;
+  for (const auto& d : r.decisions) asked += d.detach;
+  CHECK(asked == 1);
+  // After it, the estimate restarts from the detached steps and the interval grows long.
+  CHECK(r.every.back() > 8);
+  CHECK_FALSE(simulate(TraceController(budget(0.05, /*may_detach=*/false)), 200, step_ms, 2000, 1.0).detach_at >= 0);
+  TraceController::Settings fixed = budget(0.05);
+  fixed.decides = false;  // trace_every set: no budget moves it, nothing switches
+  const auto f = simulate(TraceController(fixed), 200, step_ms, 2000, 1.0);
+  CHECK(f.detach_at == -1);
+  for (const auto& d : f.decisions) CHECK_FALSE(d.next_every);
 }

@@ -157,8 +157,12 @@ TEST_CASE("a line becomes metrics: units, nulls absent, phases, diagnosis, count
   CHECK(series(t, "steptrace_dropped_phase_scopes_total") == 4.0);  // per line: summed
   CHECK(series(t, "steptrace_dropped_gpu_records_total") == 6.0);
   CHECK(series(t, "steptrace_traced_steps_total") == 2.0);
-  CHECK(t.find(R"(steptrace_step_time_seconds{rank="0",local_rank="0",world_size="1",hostname="h\"ost",device="0",job="job-7"} )") !=
+  CHECK(t.find(R"(steptrace_step_time_seconds{rank="0",local_rank="0",world_size="1",Hostname="h\"ost",cuda_device="0",steptrace_job="job-7"} )") !=
         std::string::npos);
+  CHECK(t.find(",job=") == std::string::npos);  // Prometheus's own label: the scrape job names it
+  CHECK(t.find("{job=") == std::string::npos);
+  // Each way out names itself, so two scraped ways are told apart (and a sum selects one).
+  CHECK(m.render(true, "endpoint").find(R"(steptrace_job="job-7",sink="endpoint"} )") != std::string::npos);
   CHECK(m.add_line("{not json").find("line not read") == 0);
   CHECK(series(m.render(true), "steptrace_steps_total") == 2.0);  // a bad line changes nothing
 
@@ -295,8 +299,10 @@ TEST_CASE("the run writes the textfile atomically and ends it with steptrace_up 
   CHECK(series(t, "steptrace_step_time_seconds") == Approx(double(lines.back()["step_time_ms"]) / 1000).epsilon(1e-12));
   CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="host")") ==
         Approx(double(lines.back()["phases"]["forward"]["host_ms"]) / 1000).epsilon(1e-12));
-  CHECK(t.find(R"(device="none",job="unit")") != std::string::npos);
+  CHECK(t.find(R"(Hostname=")") != std::string::npos);
+  CHECK(t.find(R"(steptrace_job="unit",sink="textfile"})") != std::string::npos);
   CHECK(t.find("UUID=") == std::string::npos);  // no GPU: no GPU identity labels
+  CHECK(t.find("cuda_device=") == std::string::npos);
   CHECK_FALSE(series(t, "steptrace_gpu_busy_seconds"));  // no GPU: absent
   CHECK(std::system(("ls -a " + dir + " | grep -q tmp").c_str()) != 0);  // no temporary file left
 }
@@ -316,8 +322,9 @@ TEST_CASE("with a GPU every series carries dcgm-exporter's UUID and pci_bus_id l
   session.stop();
   const std::string t = read_file(prom);
   INFO(t);
-  const std::string labels = R"(device="0",UUID="GPU-00000000-1111-2222-3333-444444444444",pci_bus_id="00000000:3B:00.0",job="unit")";
-  CHECK(t.find("steptrace_up{rank=\"0\",local_rank=\"0\",world_size=\"1\",hostname=") != std::string::npos);
+  const std::string labels =
+      R"(cuda_device="0",UUID="GPU-00000000-1111-2222-3333-444444444444",pci_bus_id="00000000:3B:00.0",steptrace_job="unit",sink="textfile")";
+  CHECK(t.find("steptrace_up{rank=\"0\",local_rank=\"0\",world_size=\"1\",Hostname=") != std::string::npos);
   std::istringstream in(t);
   int series_lines = 0;
   for (std::string l; std::getline(in, l);) {
@@ -457,6 +464,7 @@ TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "
     const auto slash = p.find('/', 1);
     extra += slash == std::string::npos ? ",\"" + p.substr(1) + "\":1" : ",\"" + p.substr(1, slash - 1) + "\":{\"" + p.substr(slash + 1) + "\":1}";
   }
+  extra += R"(,"tokens_total":64,"samples_total":2)";  // the counters absent until a line has them
   // A carried diagnosis, so that steptrace_diagnosis_carried_from_step has its series too.
   REQUIRE(m.add_line(with_diagnosis(line_json(0, "5", extra), R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":3})")) == "");
   for (const auto& f : m.families(true)) {
@@ -496,4 +504,55 @@ TEST_CASE("idle or slow clients delay neither a scrape nor stop()", "[prometheus
   const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   CHECK(stop_s < 1.0);  // the endpoint's thread ends within a poll period, whatever the clients do
   for (int fd : idle) ::close(fd);
+}
+
+TEST_CASE("the step-time histogram counts every step line in cumulative buckets", "[prometheus]") {
+  sink::PrometheusModel m("h", 4, {});
+  // 0.5 ms (below the first bound), 1 ms (on it), 3 ms, 70 ms, 500 s (only +Inf).
+  const std::vector<std::string> times = {"0.5", "1", "3", "70", "500000"};
+  for (std::size_t i = 0; i < times.size(); ++i) REQUIRE(m.add_line(line_json(static_cast<int>(i), times[i])) == "");
+  const std::string t = m.render(true);
+  INFO(t);
+  CHECK(t.find("# TYPE steptrace_step_duration_seconds histogram") != std::string::npos);
+  CHECK(series(t, "steptrace_step_duration_seconds_bucket", R"(le="0.001")") == 2.0);  // le: less or equal
+  CHECK(series(t, "steptrace_step_duration_seconds_bucket", R"(le="0.0025")") == 2.0);
+  CHECK(series(t, "steptrace_step_duration_seconds_bucket", R"(le="0.004")") == 3.0);
+  CHECK(series(t, "steptrace_step_duration_seconds_bucket", R"(le="0.1")") == 4.0);
+  CHECK(series(t, "steptrace_step_duration_seconds_bucket", R"(le="100")") == 4.0);
+  CHECK(series(t, "steptrace_step_duration_seconds_bucket", R"(le="+Inf")") == 5.0);
+  CHECK(series(t, "steptrace_step_duration_seconds_count") == 5.0);
+  CHECK(series(t, "steptrace_step_duration_seconds_sum") == Approx(0.0005 + 0.001 + 0.003 + 0.070 + 500));
+  // Buckets never decrease from one bound to the next (what histogram_quantile() needs).
+  double previous = 0;
+  int buckets = 0;
+  std::istringstream in(t);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("steptrace_step_duration_seconds_bucket{", 0) == 0) {
+      const double v = std::stod(l.substr(l.rfind(' ') + 1));
+      CHECK(v >= previous);
+      previous = v, ++buckets;
+    }
+  CHECK(buckets == static_cast<int>(sink::prom_step_time_buckets().size()) + 1);
+  // A log_every window's line is not one step: not in the histogram.
+  REQUIRE(m.add_line(line_json(5, "9", R"(,"window":{"steps":4,"step_time_ms_mean":9})")) == "");
+  CHECK(series(m.render(true), "steptrace_step_duration_seconds_count") == 5.0);
+  // No step line at all: no histogram (absent, not zeros).
+  sink::PrometheusModel w("h", 4, {});
+  REQUIRE(w.add_line(line_json(0, "9", R"(,"window":{"steps":4})")) == "");
+  CHECK_FALSE(series(w.render(true), "steptrace_step_duration_seconds_count"));
+}
+
+TEST_CASE("tokens_total and samples_total are the lines' running totals, absent until a line has one", "[prometheus]") {
+  sink::PrometheusModel m("h", 4, {});
+  REQUIRE(m.add_line(line_json(0, "10", R"(,"tokens_total":null,"samples_total":null)")) == "");
+  std::string t = m.render(true);
+  CHECK_FALSE(series(t, "steptrace_tokens_total"));  // nobody gave a count: not 0
+  CHECK_FALSE(series(t, "steptrace_samples_total"));
+  REQUIRE(m.add_line(line_json(1, "10", R"(,"tokens_total":4096,"samples_total":8)")) == "");
+  REQUIRE(m.add_line(line_json(4, "10", R"(,"tokens_total":16384,"samples_total":32)")) == "");  // steps 2-3 not written
+  t = m.render(true);
+  INFO(t);
+  CHECK(t.find("# TYPE steptrace_tokens_total counter") != std::string::npos);
+  CHECK(series(t, "steptrace_tokens_total") == 16384.0);  // the field itself: steps without a line are in it
+  CHECK(series(t, "steptrace_samples_total") == 32.0);
 }

@@ -52,6 +52,42 @@ TEST_CASE("compute_host_metrics on a synthetic step", "[timing]") {
   CHECK(compute_host_metrics(r).step_time_ns == 10'000'000);
 }
 
+TEST_CASE("self time: each instant of a thread in one phase, the innermost open one", "[timing]") {
+  // Step thread: forward [0, 100] holding softmax [20, 50] (which holds backward [30, 35]) and a
+  // forward nested in forward [60, 70]; then optimizer [100, 120]. A loader thread: input [0, 80]
+  // holding h2d [10, 20]. In µs.
+  const PhaseId softmax = phase_tag::backward + 40;  // any id
+  StepRecord r;
+  r.begin_ns = 0;
+  r.scope_end_ns = r.end_ns = 130'000;
+  PhaseSpan inner_forward = span(phase_tag::forward, 60'000, 70'000, 1);
+  inner_forward.nested_in_same = true;
+  r.spans = {span(phase_tag::backward, 30'000, 35'000, 2), span(softmax, 20'000, 50'000, 1), inner_forward,
+             span(phase_tag::forward, 0, 100'000, 0), span(phase_tag::optimizer, 100'000, 120'000, 0),
+             span(phase_tag::h2d, 10'000, 20'000, 1, false), span(phase_tag::input, 0, 80'000, 0, false)};
+  r.spans[5].tid = r.spans[6].tid = 2;
+  for (int i = 0; i < 5; ++i) r.spans[i].tid = 1;
+  const auto m = compute_host_metrics(r);
+  CHECK(m.phases.at(phase_tag::forward).total_ns == 100'000);  // inclusive, the nested forward once
+  CHECK(m.phases.at(phase_tag::forward).self_ns == 100'000 - 30'000);  // less softmax; the inner forward is its own
+  CHECK(m.phases.at(softmax).self_ns == 25'000);
+  CHECK(m.phases.at(phase_tag::backward).self_ns == 5'000);
+  CHECK(m.phases.at(phase_tag::optimizer).self_ns == 20'000);
+  CHECK(m.phases.at(phase_tag::input).self_ns == 70'000);  // another thread nests on its own
+  CHECK(m.phases.at(phase_tag::h2d).self_ns == 10'000);
+  // The step thread's self times stack to the time its outermost scopes cover: nothing twice.
+  int64_t step_thread_self = 0;
+  for (PhaseId p : {phase_tag::forward, softmax, phase_tag::backward, phase_tag::optimizer}) step_thread_self += m.phases.at(p).self_ns;
+  CHECK(step_thread_self == 120'000);
+  CHECK(step_thread_self == m.step_time_ns - m.untracked_ns);
+  // A child whose parent closed in another step (not in this record) subtracts from nothing.
+  StepRecord orphan;
+  orphan.begin_ns = 0;
+  orphan.scope_end_ns = orphan.end_ns = 50'000;
+  orphan.spans = {span(softmax, 10'000, 20'000, 1)};
+  CHECK(compute_host_metrics(orphan).phases.at(softmax).self_ns == 10'000);
+}
+
 TEST_CASE("union_length merges overlaps and ignores empty intervals", "[timing]") {
   CHECK(union_length({}) == 0);
   CHECK(union_length({{0, 10}, {5, 15}, {20, 30}, {30, 31}, {8, 8}, {40, 35}}) == 26);

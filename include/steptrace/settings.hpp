@@ -281,7 +281,7 @@ inline const std::vector<Setting>& settings() {
     t.push_back(integer("prometheus_window_lines", "STEPTRACE_PROMETHEUS_WINDOW_LINES", &Config::prometheus_window_lines,
                         1, 1024, "lines the `steptrace_window_*` means are over (traced lines for GPU attribution)"));
     t.push_back(text("job_name", "STEPTRACE_JOB_NAME", &Config::job_name, "text, at most 256 bytes",
-                     "the metrics' `job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name", 256));
+                     "the metrics' `steptrace_job` label; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the program's name", 256));
     t.push_back(text("job_id", "STEPTRACE_JOB_ID", &Config::job_id, "text, at most 256 bytes",
                      "every line's `job_id`; `\"\"` = `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes pod's name", 256));
     t.push_back(real("stall_after_s", "STEPTRACE_STALL_AFTER_S", &Config::stall_after_s, 0, 604800,

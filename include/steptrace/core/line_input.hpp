@@ -86,6 +86,10 @@ struct StepLineInput {
   StepShares shares;
   Diagnosis diagnosis;
   std::optional<WindowSummary> window;
+  // Tokens and samples of every step since start() (written or not: log_every), for monotonic
+  // counters; nullopt while no step had a count (or the sum left the finite numbers: `totals_reason`).
+  std::optional<double> tokens_total, samples_total;
+  std::string tokens_total_reason, samples_total_reason;
   OverheadLine overhead;
   StepTrace trace;                      // the flight recorder's capture of this step (details/flight_recorder.hpp)
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)

@@ -121,6 +121,8 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
   out.optional_field("tokens_per_second", host.tokens_per_second, no_rate(step.tokens, no_tokens));
   out.optional_field("samples", step.samples, no_samples);
   out.optional_field("samples_per_second", host.samples_per_second, no_rate(step.samples, no_samples));
+  out.optional_field("tokens_total", in.tokens_total, in.tokens_total_reason);
+  out.optional_field("samples_total", in.samples_total, in.samples_total_reason);
   out.phase_field(in, "dataloader_wait_ms", phase_tag::input);
   out.phase_field(in, "h2d_time_ms", phase_tag::h2d);
   out.phase_field(in, "forward_time_ms", phase_tag::forward);
@@ -456,7 +458,10 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
     auto hp = host.phases.find(id);
     const std::string at = "phases." + line_phase_key(id);
     if (hp != host.phases.end()) {
-      w.field("host_ms", in.excluded.count(at + ".host_ms") ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.total_ns)));
+      const bool excluded = in.excluded.count(at + ".host_ms") != 0;
+      w.field("host_ms", excluded ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.total_ns)));
+      w.field("self_ms", excluded ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.self_ns)));
+      if (excluded) out.nulls.emplace_back(at + ".self_ms", "host_ms was left out (its reason): so is the time inside it");
       w.field("count", hp->second.count);
       if (hp->second.other_thread_count) w.field("other_thread_count", hp->second.other_thread_count);
     }

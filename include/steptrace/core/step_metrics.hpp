@@ -1,6 +1,7 @@
 // steptrace/core/step_metrics.hpp - one step's host-side numbers, derived from a StepRecord.
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@ struct PhaseHostTime {
   uint32_t count = 0;            // scopes closed in this step
   uint32_t other_thread_count = 0;  // of which opened on a thread other than the step's
   int64_t step_thread_ns = 0;    // the part of total_ns on the step's thread (its scopes run one after another)
+  int64_t self_ns = 0;           // exclusive time: its scopes minus the scopes directly inside them (self_times)
 };
 
 struct HostStepMetrics {
@@ -31,6 +33,41 @@ struct HostStepMetrics {
   std::optional<double> tokens_per_second;
   std::optional<double> samples_per_second;
 };
+
+/// Each phase's exclusive ("self") time: every scope's duration minus the scopes opened directly inside
+/// it on its thread (one level deeper, within its span), so that each instant of a thread counts in
+/// one phase only, the innermost open one, and the phases' self times stack without counting a nested
+/// phase twice (a `softmax` inside `forward` is not in forward's self time). A scope whose parent
+/// closed in another step, or was dropped (max_spans_per_step), subtracts from nothing here.
+inline void add_self_times(const std::vector<PhaseSpan>& spans, std::map<PhaseId, PhaseHostTime>& phases) {
+  std::vector<const PhaseSpan*> order;
+  order.reserve(spans.size());
+  for (const auto& s : spans) order.push_back(&s);
+  // By thread, then begin, outer scope first (a child may begin on its parent's clock reading).
+  std::sort(order.begin(), order.end(), [](const PhaseSpan* a, const PhaseSpan* b) {
+    if (a->tid != b->tid) return a->tid < b->tid;
+    if (a->on_step_thread != b->on_step_thread) return a->on_step_thread;
+    if (a->begin_ns != b->begin_ns) return a->begin_ns < b->begin_ns;
+    return a->depth < b->depth;
+  });
+  std::vector<std::pair<const PhaseSpan*, int64_t>> open;  // this thread's open scopes, their children's time
+  const auto close_until = [&](const PhaseSpan* next) {
+    while (!open.empty() && (!next || open.back().first->tid != next->tid ||
+                             open.back().first->on_step_thread != next->on_step_thread ||
+                             open.back().first->depth >= next->depth || open.back().first->end_ns <= next->begin_ns)) {
+      const auto [s, children] = open.back();
+      open.pop_back();
+      phases[s->phase].self_ns += std::max<int64_t>(0, (s->end_ns - s->begin_ns) - children);
+    }
+  };
+  for (const PhaseSpan* s : order) {
+    close_until(s);
+    if (!open.empty() && open.back().first->depth + 1 == s->depth)  // its parent: count the part inside it
+      open.back().second += std::max<int64_t>(0, std::min(s->end_ns, open.back().first->end_ns) - s->begin_ns);
+    open.emplace_back(s, 0);
+  }
+  close_until(nullptr);
+}
 
 /// Derives step, phase and untracked times. Pure: tested with synthetic records.
 inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
@@ -49,6 +86,7 @@ inline HostStepMetrics compute_host_metrics(const StepRecord& step) {
       covered.push_back(clip({span.begin_ns, span.end_ns}, step.begin_ns, step.own_end_ns()));
   }
   m.untracked_ns = m.step_time_ns - union_length(std::move(covered));
+  add_self_times(step.spans, m.phases);
   if (m.step_time_ns > 0) {
     const double seconds = static_cast<double>(m.step_time_ns) / 1e9;
     // A rate that overflows (tokens near 1e308) is left null; the line says why (write_time).

@@ -6,6 +6,7 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -157,6 +158,7 @@ class LineAssembler {
                                        CarryRule{carry_max_age(r.trace_every), CarryRule{}.max_step_ratio});
     }
     summary_.add(in.host, in.mfu.value, in.diagnosis.label);
+    add_totals(r, in);
     add_to_window(ns_to_ms(in.host.step_time_ns), in.host.tokens_per_second);
     return in;
   }
@@ -183,10 +185,32 @@ class LineAssembler {
   }
 
  private:
+  struct Total {
+    double sum = 0;
+    bool seen = false;
+  };
+  Total tokens_total_, samples_total_;
   struct Window {
     uint32_t steps = 0;
     double sum_ms = 0, min_ms = 0, max_ms = 0, tokens = 0, tokens_ms = 0;
   };
+
+  /// Every step's tokens and samples since start() into the line's `tokens_total` / `samples_total`.
+  void add_totals(const StepRecord& r, StepLineInput& in) {
+    const auto add = [](const std::optional<double>& count, Total& t, std::optional<double>& out, std::string& why,
+                        const char* what) {
+      if (count) t.sum += *count, t.seen = true;
+      if (!t.seen) {
+        why = std::string("no step since start() had ") + what + " (set " + what + "_per_step or TRACE_STEP(tokens, samples))";
+      } else if (!std::isfinite(t.sum)) {
+        why = std::string("the sum of the steps' ") + what + " is not a finite number";
+      } else {
+        out = t.sum;
+      }
+    };
+    add(r.tokens, tokens_total_, in.tokens_total, in.tokens_total_reason, "tokens");
+    add(r.samples, samples_total_, in.samples_total, in.samples_total_reason, "samples");
+  }
 
   void add_to_window(double ms, std::optional<double> tokens_per_second) {
     window_.min_ms = window_.steps ? std::min(window_.min_ms, ms) : ms;

@@ -374,11 +374,14 @@ class Session {
     o.every_ms = cfg.prometheus_every_ms;
     o.window_lines = cfg.prometheus_window_lines;
     o.labels = {{"rank", std::to_string(run.rank)}, {"local_rank", std::to_string(run.local_rank)},
-                {"world_size", std::to_string(run.world_size)}, {"hostname", run.hostname},
-                {"device", run.device ? std::to_string(run.device->index) : "none"}};
+                {"world_size", std::to_string(run.world_size)}, {"Hostname", run.hostname}};
     // dcgm-exporter's names for the GPU's identity, so its series join steptrace's (docs/prometheus.md).
+    if (run.device) o.labels.emplace_back("cuda_device", std::to_string(run.device->index));
     if (run.device && !run.device->uuid.empty()) o.labels.emplace_back("UUID", run.device->uuid);
     if (run.device && !run.device->pci_bus_id.empty()) o.labels.emplace_back("pci_bus_id", run.device->pci_bus_id);
+    if (!o.textfile.empty() && !o.listen.empty())
+      logger()->info("prometheus_textfile and prometheus_listen are both set: every series is exported twice, "
+                     "told apart by the `sink` label (textfile, endpoint); a sum over ranks selects one (docs/prometheus.md)");
     auto p = std::make_unique<sink::PrometheusSink>();
     for (const auto& problem : p->open(std::move(o))) report_config_error({problem.setting, problem.message});
     if (p->active()) {

@@ -36,13 +36,11 @@
 #include "stall_watchdog.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
+#include "trace_controller.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
-inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
-inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
-inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
 /// What the worker is given at start(); it owns the rest.
 struct WorkerSetup {
@@ -66,8 +64,8 @@ class Worker {
         lines_(s_.context),
         watchdog_(s_.context.cfg.stall_after_s),
         flight_(s_.flight),
-        overhead_(OverheadEstimator::Settings{s_.context.cfg.overhead_budget, kMaxBudgetTraceEvery,
-                                              /*keep_attached=*/!s_.detach}),
+        controller_(TraceController::Settings{s_.context.cfg.overhead_budget, budget_decides(s_.context.cfg), s_.detach,
+                                              s_.may_detach}),
         ledger_(host_call_ns().load(std::memory_order_relaxed)),
         memory_pace_(s_.context.cfg.memory_sample_ms, budget_decides(s_.context.cfg) ? s_.context.cfg.overhead_budget : 0),
         device_state_pace_(s_.context.cfg.memory_sample_ms,
@@ -242,7 +240,7 @@ class Worker {
         else if (counters_paused_)  // the samples held are from the last traced step, not from now
           g.counters_off_reason = "PM sampling paused between traced steps (overhead_budget decides): no recent sample";
         if (!s_.recorder->open_view().traced)
-          g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(current_every_) +
+          g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(controller_.current_every()) +
                               "): its launches are not followed";
       } else {
         g.off_reason = "no GPU attribution: " + ctx.gpu_null_reason;
@@ -385,8 +383,8 @@ class Worker {
     }
   }
 
-  /// Feeds the step to the overhead estimator; with trace_every 0, moves the trace interval to the
-  /// one the budget asks for (next_trace_every). Returns the line's `overhead` section.
+  /// Feeds the step to the controller (trace_controller.hpp) and applies what it decides: a new trace
+  /// interval for the recorder, the switch to detach. Returns the line's `overhead` section.
   OverheadLine observe_overhead(const StepRecord& r, const std::optional<StepGpu>& gpu) {
     const Config& cfg = lines_.context().cfg;
     OverheadLine o;
@@ -402,54 +400,40 @@ class Worker {
                       "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
       return o;
     }
-    // A step the schedule traced that went untraced: CUPTI could not be switched back on, and no
-    // step is traced from here on (the recorder's tracing_failed).
-    if (!r.traced && schedule_of(r, cfg).traced(r.index)) tracing_stopped_ = true;
-    if (tracing_stopped_) {
-      o.null_reason = "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)";
-      return o;
-    }
-    OverheadObservation ob;
-    ob.index = r.index;
-    ob.traced = r.traced && gpu.has_value();
-    ob.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
-    if (ob.traced) {
+    ControllerStep step;
+    step.index = r.index;
+    step.records_on = r.traced;
+    step.traced = r.traced && gpu.has_value();
+    step.scheduled = schedule_of(r, cfg).traced(r.index);
+    step.detached = detached(r);
+    step.every = o.trace_every;
+    step.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
+    if (step.traced) {
       uint32_t launches = gpu->kernels;
       for (const auto& [id, pg] : gpu->phases)
         for (const CopyTotals& c : pg.copies) launches += c.count;
-      ob.launches = launches;
-      if (gpu->launch_timed) ob.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
+      step.launches = launches;
+      if (gpu->launch_timed) step.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
     }
-    // The estimator starts over with the first step run detached (steps before it paid the other mode).
-    if (detached(r) && overhead_.keep_attached()) overhead_.switch_to_detach();
-    overhead_.observe(ob);
+    step.host_api_fraction = ledger_.host_api_fraction().value_or(0);
+    const ControllerDecision d = controller_.observe(step);
+    if (d.stopped) {
+      o.null_reason = "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)";
+      return o;
+    }
     // The step-time estimate: tracing (its measurement holds what the counters and the background
     // thread's work around traced steps cost the steps), CUPTI attached, the scopes. What the
     // background thread spends beside them (readings, decodes, captures) is its CPU time, paced by
     // governors of its own (ReadingPace, counters around traced steps, CaptureBudget): the high end of the interval.
-    o.estimate = overhead_.estimate(o.trace_every, ledger_.host_api_fraction().value_or(0));
+    o.estimate = *d.estimate;
     const LineContext& ctx = lines_.context();
     o.parts = make_overhead_parts(o.estimate, ledger_,
                                   !ctx.counters_on           ? CountersRun::off
                                   : ctx.counters_traced_only ? CountersRun::around_traced_steps
                                                              : CountersRun::every_step,
                                   flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt);
-    if (s_.may_detach && !switch_asked_ && o.budget && o.estimate.fraction && r.index >= kProbeAfterSteps &&
-        OverheadEstimator::detach_pays(o.estimate, cfg.overhead_budget, kMaxBudgetTraceEvery))
-      switch_to_detach(r, o.estimate);
-    if (o.budget && o.estimate.fraction) {
-      // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
-      // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
-      // window forgets the measurement after OverheadEstimator::kWindow steps and the probe repeats.
-      int wanted = o.estimate.every;
-      if (o.estimate.method == "launch_model" && wanted < kProbeEvery && r.index >= kProbeAfterSteps) wanted = kProbeEvery;
-      const int next = next_trace_every(current_every_, wanted, r.index - every_changed_at_, !o.estimate.within_aim);
-      if (next != current_every_) {
-        current_every_ = next;
-        every_changed_at_ = r.index;
-        s_.recorder->set_trace_every(next);
-      }
-    }
+    if (d.detach) switch_to_detach(r, o.estimate);
+    if (d.next_every) s_.recorder->set_trace_every(*d.next_every);
     return o;
   }
 
@@ -510,17 +494,14 @@ class Worker {
   uint64_t traced_done_ = 0;       // traced steps whose line was taken: detach after
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
   int counter_restarts_ = 0;
-  OverheadEstimator overhead_;
+  TraceController controller_;    // the trace interval and keep or detach (trace_controller.hpp)
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
   bool polled_since_pause_ = false;  // what was sampled before the pause has been decoded
   ReadingPace memory_pace_, device_state_pace_;  // when device memory and NVML are read next
-  bool tracing_stopped_ = false;   // tracing failed for good: no estimate
   bool switch_asked_ = false;      // switch_to_detach() was called
   std::string switch_why_;         // what staying attached was estimated to cost then
   std::optional<uint64_t> detach_since_;  // first step in detach mode, once in force
-  int current_every_ = 1;          // the interval last asked of the recorder (overhead_budget)
-  uint64_t every_changed_at_ = 0;  // the step whose line moved it
   uint64_t lines_written_ = 0, lines_failed_ = 0;
   uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
   int64_t last_line_step_ = -1;    // the last step whose line was produced

@@ -23,10 +23,10 @@ class PrometheusSink final : public LineSink {
   struct Options {
     std::string textfile;  // path ("" = none)
     std::string listen;    // host:port ("" = none)
-    std::string job;       // the job label ("" = none)
+    std::string job;       // the steptrace_job label ("" = none)
     double every_ms = 5000;
     int window_lines = 32;
-    PromLabels labels;     // rank, local_rank, world_size, hostname, device (until the first line)
+    PromLabels labels;     // rank, local_rank, world_size, Hostname, the GPU's identity (until the first line)
   };
   /// A problem with one way out: the setting it concerns and what is wrong (the other way still runs).
   struct Problem {
@@ -45,7 +45,7 @@ class PrometheusSink final : public LineSink {
     model_ = PrometheusModel(options_.job, options_.window_lines, options_.labels);
     if (!options_.textfile.empty()) {
       // A first file at once: the run is visible (steptrace_up 1) before its first line.
-      const std::string err = replace_file_atomically(options_.textfile, model_.render(true));
+      const std::string err = replace_file_atomically(options_.textfile, model_.render(true, kTextfile));
       if (!err.empty()) problems.push_back({"prometheus_textfile", err + "; the textfile is not written, training continues"});
       else textfile_ok_ = true;
       last_write_ = std::chrono::steady_clock::now();
@@ -53,7 +53,7 @@ class PrometheusSink final : public LineSink {
     if (!options_.listen.empty()) {
       const std::string err = endpoint_.start(options_.listen, [this] {
         std::lock_guard<std::mutex> lock(mutex_);
-        return model_.render(up_);
+        return model_.render(up_, kEndpoint);
       });
       if (!err.empty()) problems.push_back({"prometheus_listen", err + "; no scrape endpoint, training continues"});
       else listening_ = true;
@@ -79,7 +79,7 @@ class PrometheusSink final : public LineSink {
       const auto now = std::chrono::steady_clock::now();
       if (std::chrono::duration<double, std::milli>(now - last_write_).count() < options_.every_ms) return {};
       last_write_ = now;
-      text = model_.render(true);
+      text = model_.render(true, kTextfile);
     }
     return replace_file_atomically(options_.textfile, text);
   }
@@ -92,7 +92,7 @@ class PrometheusSink final : public LineSink {
       std::lock_guard<std::mutex> lock(mutex_);
       up_ = false;
       if (!textfile_ok_) return {};
-      text = model_.render(false);
+      text = model_.render(false, kTextfile);
     }
     const std::string err = replace_file_atomically(options_.textfile, text);
     return err.empty() ? err : "the Prometheus textfile's last write failed: " + err;
@@ -107,6 +107,10 @@ class PrometheusSink final : public LineSink {
   void close_endpoint_in_child() { endpoint_.close_in_child(); }
 
  private:
+  // The `sink` label: which way out a series was read from. Both ways on and both scraped (the shipped
+  // prometheus.yml does) give every series twice, told apart by it: dashboards select one.
+  static constexpr const char* kTextfile = "textfile";
+  static constexpr const char* kEndpoint = "endpoint";
   Options options_;
   std::mutex mutex_;
   PrometheusModel model_{"", 1, {}};

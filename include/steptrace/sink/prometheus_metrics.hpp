@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <optional>
@@ -29,15 +30,41 @@ STEPTRACE_BEGIN_NAMESPACE namespace sink {
 
 /// Label names and values, in order.
 using PromLabels = std::vector<std::pair<std::string, std::string>>;
-/// One series: its own labels (phase and source, without the common ones) and value.
+/// One series: its own labels (phase and source, without the common ones) and value; a histogram's
+/// series name the family's name with `suffix` (`_bucket`, `_sum`, `_count`).
 struct PromSample {
   PromLabels labels;
   double value = 0;
+  const char* suffix = "";
 };
 struct PromFamily {
-  std::string name, type, help;  // type: "gauge" | "counter"
+  std::string name, type, help;  // type: "gauge" | "counter" | "histogram"
   std::vector<PromSample> samples;
 };
+
+/// The step-time histogram's upper bounds in seconds: the R5 Renard series (ISO 3: 1, 1.6, 2.5, 4,
+/// 6.3 per decade, each ~1.58 x the one before) from 1 ms to 100 s, then +Inf. histogram_quantile()
+/// interpolates inside a bucket, so a quantile is known to within that ratio.
+inline const std::vector<double>& prom_step_time_buckets() {
+  static const auto* b = [] {
+    auto* v = new std::vector<double>;
+    char text[16];
+    for (int exponent = -3; exponent <= 1; ++exponent)
+      for (const char* m : {"1", "1.6", "2.5", "4", "6.3"}) {  // parsed, not multiplied: 0.0016, not 0.0016000000000000001
+        std::snprintf(text, sizeof text, "%se%d", m, exponent);
+        v->push_back(std::strtod(text, nullptr));
+      }
+    v->push_back(100.0);
+    return v;
+  }();
+  return *b;
+}
+/// A bucket bound as its `le` label: the shortest text that reads back as the bound.
+inline std::string prom_bound_text(double bound) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", bound);
+  return text;
+}
 
 /// A gauge read from one field of the line: value = field x scale.
 struct PromGaugeSpec {
@@ -95,6 +122,7 @@ struct PromCounterSpec {
   const char* pointer;
   bool cumulative;
   const char* help;
+  bool absent_until_seen = false;  // no series until a line has the field (a count nobody gave is not 0)
 };
 inline const std::vector<PromCounterSpec>& prom_counters() {
   static const auto* specs = new std::vector<PromCounterSpec>{
@@ -104,6 +132,8 @@ inline const std::vector<PromCounterSpec>& prom_counters() {
       {"steptrace_dropped_gpu_records_total", "/gpu/dropped_records", false, "GPU records CUPTI could not store"},
       {"steptrace_excluded_gpu_records_total", "/gpu/excluded_records", false, "Impossible GPU records left out of every sum"},
       {"steptrace_traced_steps_total", "/traced", false, "Lines of steps attributed by CUPTI"},
+      {"steptrace_tokens_total", "/tokens_total", true, "Tokens of this rank's steps since start() (rate() gives tokens per second)", true},
+      {"steptrace_samples_total", "/samples_total", true, "Samples of this rank's steps since start()", true},
   };
   return *specs;
 }
@@ -159,12 +189,12 @@ class PrometheusModel {
  public:
   static constexpr int kMaxWindow = 1024;
 
-  /// `job`: the job label ("" = none); `window_lines`: lines in the window means (1 - kMaxWindow);
-  /// `labels`: the common labels until the first line brings its own (rank, local_rank, world_size,
-  /// hostname, device).
+  /// `job`: the steptrace_job label ("" = none); `window_lines`: lines in the window means (1 -
+  /// kMaxWindow); `labels`: the common labels until the first line brings its own (rank, local_rank,
+  /// world_size, Hostname, and with a GPU cuda_device, UUID, pci_bus_id).
   PrometheusModel(std::string job, int window_lines, PromLabels labels)
       : job_(std::move(job)), window_(std::clamp(window_lines, 1, kMaxWindow)), common_(std::move(labels)) {
-    if (!job_.empty()) common_.emplace_back("job", job_);
+    if (!job_.empty()) common_.emplace_back("steptrace_job", job_);
   }
 
   /// One written line. Returns "" or why it was not read (it then changes nothing).
@@ -192,14 +222,15 @@ class PrometheusModel {
           const auto v = number(f, std::string("/cross_rank/") + part + "/" + stat);
           set(std::string(part) + "/" + stat, v ? std::optional<double>(*v * 1e-3) : std::nullopt, false, false);
         }
-    // Phases: /phases/<name>/host_ms, and /phases/<name>/gpu/busy_ms on traced steps (kept between them).
+    // Phases: /phases/<name>/host_ms and self_ms, and /phases/<name>/gpu/busy_ms on traced steps (kept
+    // between them).
     std::map<PhaseKey, double> now;
     for (const auto& [path, leaf] : f) {
       if (path.rfind("/phases/", 0) != 0 || leaf.kind != JsonLeaf::Kind::number) continue;
       const std::size_t slash = path.find('/', 8);
       if (slash == std::string::npos) continue;
       const std::string rest = path.substr(slash);
-      const char* source = rest == "/host_ms" ? "host" : rest == "/gpu/busy_ms" ? "gpu" : nullptr;
+      const char* source = rest == "/host_ms" ? "host" : rest == "/self_ms" ? "host_self" : rest == "/gpu/busy_ms" ? "gpu" : nullptr;
       if (source && std::isfinite(leaf.number)) now[{unescape_pointer(path.substr(8, slash - 8)), source}] = leaf.number * 1e-3;
     }
     for (auto it = phases_.begin(); it != phases_.end();)  // what this line does not carry: gone, unless kept
@@ -220,6 +251,16 @@ class PrometheusModel {
       else counters_[c.name] += *v;
     }
     steps_total_ = *number(f, "/global_step") + 1;
+    // The histogram holds steps: a log_every window's line (its `window` object) is not one step.
+    const auto step_s = number(f, "/step_time_ms");
+    if (step_s && *step_s >= 0 && !has_prefix(f, "/window/")) {
+      const double v = *step_s * 1e-3;
+      const auto& bounds = prom_step_time_buckets();
+      if (buckets_.empty()) buckets_.assign(bounds.size(), 0);
+      for (std::size_t i = 0; i < bounds.size(); ++i) buckets_[i] += v <= bounds[i];
+      ++step_count_;
+      step_sum_ += v;
+    }
     return {};
   }
 
@@ -242,7 +283,9 @@ class PrometheusModel {
     }
     std::vector<PromSample> phases;
     for (const auto& [key, v] : phases_) phases.push_back({phase_labels(key), v});
-    add(out, "steptrace_phase_seconds", "gauge", "Time in a phase in the step: host scope time, or GPU busy time of the work it launched", phases);
+    add(out, "steptrace_phase_seconds", "gauge",
+        "Time in a phase in the step: host scope time (host), the same less the phases nested in it (host_self), "
+        "or GPU busy time of the work it launched (gpu)", phases);
     add(out, "steptrace_diagnosis", "gauge", "1 for what holds the last step back, 0 for the other labels", diagnosis_states(false));
     std::vector<PromSample> bases;
     for (DiagnosisBasis b : {DiagnosisBasis::traced, DiagnosisBasis::carried, DiagnosisBasis::host_only, DiagnosisBasis::none})
@@ -268,15 +311,30 @@ class PrometheusModel {
     add(out, "steptrace_lines_total", "counter", "Step lines the exporter read", {{{}, static_cast<double>(lines_)}});
     for (const auto& c : prom_counters()) {
       auto it = counters_.find(c.name);
-      add(out, c.name, "counter", c.help, {{{}, it == counters_.end() ? 0.0 : it->second}});
+      if (it == counters_.end() && c.absent_until_seen) add(out, c.name, "counter", c.help, {});
+      else add(out, c.name, "counter", c.help, {{{}, it == counters_.end() ? 0.0 : it->second}});
     }
+    std::vector<PromSample> histogram;  // cumulative buckets, then +Inf, sum and count
+    if (step_count_ > 0) {
+      const auto& bounds = prom_step_time_buckets();
+      for (std::size_t i = 0; i < bounds.size(); ++i)
+        histogram.push_back({{{"le", prom_bound_text(bounds[i])}}, static_cast<double>(buckets_[i]), "_bucket"});
+      histogram.push_back({{{"le", "+Inf"}}, static_cast<double>(step_count_), "_bucket"});
+      histogram.push_back({{}, step_sum_, "_sum"});
+      histogram.push_back({{}, static_cast<double>(step_count_), "_count"});
+    }
+    add(out, "steptrace_step_duration_seconds", "histogram",
+        "Step times of every step line since start() (histogram_quantile() for p50/p99; not with log_every > 1)", histogram);
     return out;
   }
 
-  /// The text exposition of families(up), every series with the common labels; a family without
-  /// series (its field null) is left out.
-  std::string render(bool up) const {
+  /// The text exposition of families(up), every series with the common labels and `sink` (which way
+  /// out it was read from: "endpoint" or "textfile"; "" = no such label); a family without series
+  /// (its field null) is left out.
+  std::string render(bool up, std::string_view sink = {}) const {
     std::string out;
+    PromLabels common = common_;
+    if (!sink.empty()) common.emplace_back("sink", std::string(sink));
     for (const auto& fam : families(up)) {
       if (fam.samples.empty()) continue;
       out += "# HELP " + fam.name + " ";
@@ -284,7 +342,8 @@ class PrometheusModel {
       out += "\n# TYPE " + fam.name + " " + fam.type + "\n";
       for (const auto& s : fam.samples) {
         out += fam.name;
-        PromLabels labels = common_;
+        out += s.suffix;
+        PromLabels labels = common;
         labels.insert(labels.end(), s.labels.begin(), s.labels.end());
         details::append_labels(out, labels);
         out += " " + details::number_text(s.value) + "\n";
@@ -293,7 +352,7 @@ class PrometheusModel {
     return out;
   }
 
-  /// The labels every series carries (rank, local_rank, world_size, hostname, device, job).
+  /// The labels every series carries (rank, local_rank, world_size, Hostname, GPU identity, steptrace_job).
   const PromLabels& common_labels() const { return common_; }
 
  private:
@@ -358,14 +417,21 @@ class PrometheusModel {
     return s;
   }
   PromLabels common_labels(const FlatJson& f) const {
+    // Hostname, UUID and pci_bus_id are spelled as dcgm-exporter spells its labels, so its series join
+    // these (docs/prometheus.md). Not its camelCase `modelName` (promtool's lint refuses it), nor its
+    // `gpu` and `device` (nvidia<N>): the NVML index, not the CUDA index that `cuda_device` holds.
     PromLabels l = {{"rank", text(f, "/rank")}, {"local_rank", text(f, "/local_rank")}, {"world_size", text(f, "/world_size")},
-                    {"hostname", text(f, "/hostname")}, {"device", f.count("/device/index") ? text(f, "/device/index") : "none"}};
-    // The GPU's identity under dcgm-exporter's label names, so its series join these.
-    if (f.count("/device/uuid") && !text(f, "/device/uuid").empty()) l.emplace_back("UUID", text(f, "/device/uuid"));
-    if (f.count("/device/pci_bus_id") && !text(f, "/device/pci_bus_id").empty())
-      l.emplace_back("pci_bus_id", text(f, "/device/pci_bus_id"));
-    if (!job_.empty()) l.emplace_back("job", job_);
+                    {"Hostname", text(f, "/hostname")}};
+    if (f.count("/device/index")) l.emplace_back("cuda_device", text(f, "/device/index"));
+    for (const auto& [label, pointer] : {std::pair<const char*, const char*>{"UUID", "/device/uuid"}, {"pci_bus_id", "/device/pci_bus_id"}})
+      if (!text(f, pointer).empty()) l.emplace_back(label, text(f, pointer));
+    if (!job_.empty()) l.emplace_back("steptrace_job", job_);
     return l;
+  }
+  static bool has_prefix(const FlatJson& f, const std::string& prefix) {
+    for (const auto& [path, leaf] : f)
+      if (path.compare(0, prefix.size(), prefix) == 0) return true;
+    return false;
   }
   std::vector<PromSample> diagnosis_states(bool window) const {
     std::vector<PromSample> out;
@@ -401,6 +467,9 @@ class PrometheusModel {
   std::optional<double> carried_from_step_;     // the last line's, when its basis is carried
   std::map<std::string, double> counters_;
   double steps_total_ = 0;
+  std::vector<uint64_t> buckets_;               // steps with a time <= each bound of prom_step_time_buckets()
+  uint64_t step_count_ = 0;
+  double step_sum_ = 0;
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::sink

@@ -1,0 +1,114 @@
+// steptrace/details/trace_controller.hpp - how often steps are traced, and whether CUPTI stays attached
+// between them, decided from the steps already seen. Pure: one call per step line, in step order, with
+// what the line knows (step time, whether it was traced, its launches); it answers the estimate the
+// line carries, the interval the recorder should use from the next step on, and whether to detach.
+// No clock, no thread, no backend: tests feed it recorded or synthetic step series
+// (tests/test_trace_controller.cpp). The background thread (worker.hpp) applies what it answers.
+//
+// The rules, each in its own place: the cost estimate (core/overhead.hpp, OverheadEstimator), the
+// interval's hysteresis (next_trace_every) and the schedule of traced steps (TraceSchedule), both in
+// line_policy.hpp. Here: the warm-up (every step traced for kProbeAfterSteps steps), the probe (an
+// interval of kProbeEvery once the warm-up is over while only the launch model speaks, so that untraced
+// steps exist to measure against), and keep or detach (untraced_cupti=auto, decided once).
+#pragma once
+#include "../version.hpp"
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "../core/overhead.hpp"
+#include "line_policy.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
+inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
+inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
+
+/// One step as the controller sees it: the step's record and its line's GPU part.
+struct ControllerStep {
+  uint64_t index = 0;
+  bool records_on = false;         // the step ran with CUPTI records on
+  bool traced = false;             // ... and its line has them
+  bool scheduled = false;          // the schedule in force said to trace it
+  bool detached = false;           // it ran with CUPTI detached between traced steps
+  int every = 1;                   // the interval it ran under (its estimate is at that interval)
+  double step_ms = 0;              // begin to the next step's begin
+  std::optional<uint32_t> launches;          // traced: kernels + copies + memsets recorded
+  std::optional<double> host_bound_share;    // traced: share of launches the GPU waited for
+  double host_api_fraction = 0;    // steptrace's calls on the training thread, share of the step (modelled)
+};
+
+/// What the controller answers for one step.
+struct ControllerDecision {
+  std::optional<OverheadEstimate> estimate;  // none: tracing stopped for good (`stopped`)
+  bool stopped = false;            // a scheduled step went untraced: CUPTI could not be switched back on
+  std::optional<int> next_every;   // a new interval for the recorder, from the next step on
+  bool detach = false;             // untraced_cupti=auto: switch to detach now (said once)
+};
+
+class TraceController {
+ public:
+  struct Settings {
+    double budget = 0;        // overhead_budget (what within_budget compares with)
+    bool decides = false;     // the budget decides the interval (trace_every 0): else the interval is fixed
+    bool detach_from_start = false;  // untraced_cupti=detach
+    bool may_detach = false;  // untraced_cupti=auto under the budget
+  };
+  explicit TraceController(Settings s)
+      : s_(s), estimator_(OverheadEstimator::Settings{s.budget, kMaxBudgetTraceEvery, /*keep_attached=*/!s.detach_from_start}) {}
+
+  ControllerDecision observe(const ControllerStep& step) {
+    ControllerDecision d;
+    // A step the schedule traced that ran untraced: CUPTI could not be switched back on, and no step
+    // is traced from here on (the recorder's tracing_failed): no estimate either.
+    if (!step.records_on && step.scheduled) stopped_ = true;
+    if (stopped_) {
+      d.stopped = true;
+      return d;
+    }
+    // The estimator starts over with the first step run detached (steps before it paid the other mode).
+    if (step.detached && estimator_.keep_attached()) estimator_.switch_to_detach();
+    OverheadObservation ob;
+    ob.index = step.index;
+    ob.traced = step.traced;
+    ob.step_ms = step.step_ms;
+    if (step.traced) ob.launches = step.launches, ob.host_bound_share = step.host_bound_share;
+    estimator_.observe(ob);
+    // The step-time estimate at the interval in force: tracing, CUPTI attached, the scopes.
+    d.estimate = estimator_.estimate(step.every, step.host_api_fraction);
+    const OverheadEstimate& e = *d.estimate;
+    const bool deciding = s_.decides;
+    if (s_.may_detach && deciding && !detach_asked_ && e.fraction && step.index >= kProbeAfterSteps &&
+        OverheadEstimator::detach_pays(e, s_.budget, kMaxBudgetTraceEvery)) {
+      d.detach = detach_asked_ = true;
+    }
+    if (deciding && e.fraction) {
+      // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
+      // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
+      // window forgets the measurement after OverheadEstimator::kWindow steps and the probe repeats.
+      int wanted = e.every;
+      if (e.method == "launch_model" && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
+      const int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim);
+      if (next != current_every_) {
+        current_every_ = next;
+        every_changed_at_ = step.index;
+        d.next_every = next;
+      }
+    }
+    return d;
+  }
+
+  int current_every() const { return current_every_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  Settings s_;
+  OverheadEstimator estimator_;
+  bool stopped_ = false;
+  bool detach_asked_ = false;
+  int current_every_ = 1;          // the interval last asked of the recorder
+  uint64_t every_changed_at_ = 0;  // the step whose line moved it
+};
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details
