@@ -392,9 +392,13 @@ def main():
                     result = query(dashboard_query(target["expr"], sink))
                     if sink == "textfile" and not result:  # every source writes a textfile
                         fail(f"dashboard panel '{panel['title']}': {target['expr']} returns no series")
-                    keys = [tuple(sorted((k, v) for k, v in s["metric"].items() if k not in ("instance", "job"))) for s in result]
+                    # One rank's series twice (the same but for the way out or the scrape): a sum would double.
+                    keys = [tuple(sorted((k, v) for k, v in s["metric"].items() if k not in ("instance", "job", "sink")))
+                            for s in result]
                     if len(keys) != len(set(keys)):
                         fail(f"dashboard panel '{panel['title']}' (sink {sink}): {target['expr']} returns a series twice")
+                if 'sink="$sink"' not in target["expr"]:  # an aggregate without it doubles with no series twice
+                    fail(f"dashboard panel '{panel['title']}': {target['expr']} does not select one sink")
         print(f"prometheus_e2e: {sum(len(p['targets']) for p in dash['panels'])} dashboard queries run for each sink")
     finally:
         for p in procs:

@@ -167,7 +167,7 @@ def build(paths, title, max_points, workers, wanted=None):
             blank = [s["name"] for s in ss if all(v is None for v in s["y"])]
             if blank:
                 c["series"] = [s for s in ss if s["name"] not in blank]
-                c["note"] = ((note + " ") if note else "") + "Null on every line, not drawn: " + ", ".join(blank) + "."
+                c["note"] = ((note + " ") if note else "") + "Null on every line, not drawn (the lines' null_reasons say why): " + ", ".join(blank) + "."
         charts.append(c)
 
     chart("step_time", "Step time", "ms", per_run("step_time_ms", "step time", PALETTE[0], band=True),

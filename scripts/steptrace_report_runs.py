@@ -154,7 +154,8 @@ def add_line(seg, line, pos):
     for name, ph in (line.get("phases") or {}).items():  # types checked (check_line); names cut
         if len(name) > MAX_NAME:
             name = cut(name)
-        # The host stack is of self time (a phase nested in another is not in its parent's): it adds up.
+        # The host stack is of self time (a phase nested in another is not in its parent's): the step
+        # thread's phases add up to its phase-covered time; other threads' stack on top.
         # A line written before self_ms has inclusive times only, drawn as they are and counted.
         host = ph.get("self_ms") if "self_ms" in ph else ph.get("host_ms")
         inclusive = inclusive or ("self_ms" not in ph and host is not None)

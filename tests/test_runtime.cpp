@@ -311,6 +311,7 @@ TEST_CASE("overhead_budget: a costly trace lowers the trace rate; every line say
       ++late;
       traced_late += l["traced"].get<bool>();
       CHECK(o["trace_every"].get<int>() >= 2);
+      CHECK(o["trace_every"].get<int>() <= steptrace::details::kMaxBudgetTraceEvery);
       CHECK((o["method"] == "measured" || o["method"] == "launch_model"));
       CHECK((o["parts"]["tracing"]["basis"] == "measured" || o["parts"]["tracing"]["basis"] == "modelled"));
       CHECK(o["estimated_fraction"].is_number());

@@ -86,6 +86,27 @@ TEST_CASE("self time: each instant of a thread in one phase, the innermost open 
   orphan.scope_end_ns = orphan.end_ns = 50'000;
   orphan.spans = {span(softmax, 10'000, 20'000, 1)};
   CHECK(compute_host_metrics(orphan).phases.at(softmax).self_ns == 10'000);
+
+  // Scopes that begin on one clock reading: an empty one, then a sibling holding a child. Whatever the
+  // order they were recorded in, the child is its parent's.
+  StepRecord ties;
+  ties.begin_ns = 0;
+  ties.scope_end_ns = ties.end_ns = 40'000;
+  ties.spans = {span(softmax, 10'000, 15'000, 2), span(phase_tag::backward, 10'000, 20'000, 1),
+                span(phase_tag::h2d, 10'000, 10'000, 1), span(phase_tag::forward, 0, 30'000, 0)};
+  const auto t = compute_host_metrics(ties);
+  CHECK(t.phases.at(phase_tag::forward).self_ns == 20'000);
+  CHECK(t.phases.at(phase_tag::backward).self_ns == 5'000);
+  CHECK(t.phases.at(softmax).self_ns == 5'000);
+  CHECK(t.phases.at(phase_tag::h2d).self_ns == 0);
+  // Threads past the open-phase table (tid 0, off the step thread): no nesting across them, each whole.
+  StepRecord unknown;
+  unknown.begin_ns = 0;
+  unknown.scope_end_ns = unknown.end_ns = 40'000;
+  unknown.spans = {span(phase_tag::input, 0, 30'000, 0, false), span(phase_tag::h2d, 5'000, 10'000, 1, false)};
+  const auto u = compute_host_metrics(unknown);
+  CHECK(u.phases.at(phase_tag::input).self_ns == 30'000);
+  CHECK(u.phases.at(phase_tag::h2d).self_ns == 5'000);
 }
 
 TEST_CASE("union_length merges overlaps and ignores empty intervals", "[timing]") {

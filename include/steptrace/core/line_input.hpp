@@ -89,7 +89,8 @@ struct StepLineInput {
   // Tokens and samples of every step since start() (written or not: log_every), for monotonic
   // counters; nullopt while no step had a count (or the sum left the finite numbers: `totals_reason`).
   std::optional<double> tokens_total, samples_total;
-  std::string tokens_total_reason, samples_total_reason;
+  std::string tokens_total_reason = "no step since start() had tokens (set tokens_per_step or TRACE_STEP(tokens))";
+  std::string samples_total_reason = "no step since start() had samples (set samples_per_step or TRACE_STEP(tokens, samples))";
   OverheadLine overhead;
   StepTrace trace;                      // the flight recorder's capture of this step (details/flight_recorder.hpp)
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)

@@ -461,7 +461,7 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
       const bool excluded = in.excluded.count(at + ".host_ms") != 0;
       w.field("host_ms", excluded ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.total_ns)));
       w.field("self_ms", excluded ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.self_ns)));
-      if (excluded) out.nulls.emplace_back(at + ".self_ms", "host_ms was left out (its reason): so is the time inside it");
+      if (excluded) out.nulls.emplace_back(at + ".self_ms", "host_ms was left out: " + in.excluded.at(at + ".host_ms"));
       w.field("count", hp->second.count);
       if (hp->second.other_thread_count) w.field("other_thread_count", hp->second.other_thread_count);
     }

@@ -37,18 +37,22 @@ struct HostStepMetrics {
 /// Each phase's exclusive ("self") time: every scope's duration minus the scopes opened directly inside
 /// it on its thread (one level deeper, within its span), so that each instant of a thread counts in
 /// one phase only, the innermost open one, and the phases' self times stack without counting a nested
-/// phase twice (a `softmax` inside `forward` is not in forward's self time). A scope whose parent
-/// closed in another step, or was dropped (max_spans_per_step), subtracts from nothing here.
+/// phase twice (a `softmax` inside `forward` is not in forward's self time). Nesting is known per
+/// thread: scopes of threads past the open-phase table's size (tid 0, off the step thread) are each
+/// counted whole. A scope whose parent ends in a later step (the parent's line) or was dropped
+/// (max_spans_per_step) subtracts from nothing: the parent's self time then holds it too.
 inline void add_self_times(const std::vector<PhaseSpan>& spans, std::map<PhaseId, PhaseHostTime>& phases) {
   std::vector<const PhaseSpan*> order;
   order.reserve(spans.size());
   for (const auto& s : spans) order.push_back(&s);
-  // By thread, then begin, outer scope first (a child may begin on its parent's clock reading).
+  // By thread, then begin, outer scope first (a child may begin on its parent's clock reading), then
+  // the one that ends first (an empty scope before a sibling that begins at the same reading).
   std::sort(order.begin(), order.end(), [](const PhaseSpan* a, const PhaseSpan* b) {
-    if (a->tid != b->tid) return a->tid < b->tid;
     if (a->on_step_thread != b->on_step_thread) return a->on_step_thread;
+    if (a->tid != b->tid) return a->tid < b->tid;
     if (a->begin_ns != b->begin_ns) return a->begin_ns < b->begin_ns;
-    return a->depth < b->depth;
+    if (a->depth != b->depth) return a->depth < b->depth;
+    return a->end_ns < b->end_ns;
   });
   std::vector<std::pair<const PhaseSpan*, int64_t>> open;  // this thread's open scopes, their children's time
   const auto close_until = [&](const PhaseSpan* next) {
@@ -62,6 +66,10 @@ inline void add_self_times(const std::vector<PhaseSpan>& spans, std::map<PhaseId
   };
   for (const PhaseSpan* s : order) {
     close_until(s);
+    if (!s->on_step_thread && s->tid == 0) {  // its thread is unknown: nothing to nest in
+      phases[s->phase].self_ns += s->end_ns - s->begin_ns;
+      continue;
+    }
     if (!open.empty() && open.back().first->depth + 1 == s->depth)  // its parent: count the part inside it
       open.back().second += std::max<int64_t>(0, std::min(s->end_ns, open.back().first->end_ns) - s->begin_ns);
     open.emplace_back(s, 0);

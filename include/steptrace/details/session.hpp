@@ -379,11 +379,11 @@ class Session {
     if (run.device) o.labels.emplace_back("cuda_device", std::to_string(run.device->index));
     if (run.device && !run.device->uuid.empty()) o.labels.emplace_back("UUID", run.device->uuid);
     if (run.device && !run.device->pci_bus_id.empty()) o.labels.emplace_back("pci_bus_id", run.device->pci_bus_id);
-    if (!o.textfile.empty() && !o.listen.empty())
-      logger()->info("prometheus_textfile and prometheus_listen are both set: every series is exported twice, "
-                     "told apart by the `sink` label (textfile, endpoint); a sum over ranks selects one (docs/prometheus.md)");
     auto p = std::make_unique<sink::PrometheusSink>();
     for (const auto& problem : p->open(std::move(o))) report_config_error({problem.setting, problem.message});
+    if (p->both_ways())
+      logger()->info("prometheus_textfile and prometheus_listen are both on: a Prometheus that scrapes both sees every "
+                     "series twice, told apart by the `sink` label (textfile, endpoint); select one (docs/prometheus.md)");
     if (p->active()) {
       if (p->port()) logger()->info("Prometheus metrics at http://{}/metrics", cfg.prometheus_listen.substr(0, colon + 1) + std::to_string(p->port()));
       prometheus_ = std::move(p);

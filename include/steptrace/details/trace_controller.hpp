@@ -1,9 +1,10 @@
 // steptrace/details/trace_controller.hpp - how often steps are traced, and whether CUPTI stays attached
-// between them, decided from the steps already seen. Pure: one call per step line, in step order, with
-// what the line knows (step time, whether it was traced, its launches); it answers the estimate the
-// line carries, the interval the recorder should use from the next step on, and whether to detach.
-// No clock, no thread, no backend: tests feed it recorded or synthetic step series
-// (tests/test_trace_controller.cpp). The background thread (worker.hpp) applies what it answers.
+// between them, decided from the steps already seen. Pure: one call per step (also the steps whose line
+// log_every does not write), in step order, with what its line knows (step time, whether it was
+// traced, its launches); it answers the estimate the line carries, the interval the recorder should use
+// from the next step on, and whether to detach. No clock, no thread, no backend: tests feed it recorded
+// or synthetic step series (tests/test_overhead.cpp, "[controller]"). The background thread
+// (worker.hpp) applies what it answers.
 //
 // The rules, each in its own place: the cost estimate (core/overhead.hpp, OverheadEstimator), the
 // interval's hysteresis (next_trace_every) and the schedule of traced steps (TraceSchedule), both in

@@ -62,6 +62,7 @@ class PrometheusSink final : public LineSink {
   }
 
   bool active() const { return textfile_ok_ || listening_; }
+  bool both_ways() const { return textfile_ok_ && listening_; }
   int port() const { return endpoint_.port(); }
   bool counts_lines() const override { return false; }
   std::string describe() const override {

@@ -253,7 +253,7 @@ class PrometheusModel {
     steps_total_ = *number(f, "/global_step") + 1;
     // The histogram holds steps: a log_every window's line (its `window` object) is not one step.
     const auto step_s = number(f, "/step_time_ms");
-    if (step_s && *step_s >= 0 && !has_prefix(f, "/window/")) {
+    if (step_s && *step_s >= 0 && !f.count("/window/steps")) {
       const double v = *step_s * 1e-3;
       const auto& bounds = prom_step_time_buckets();
       if (buckets_.empty()) buckets_.assign(bounds.size(), 0);
@@ -427,11 +427,6 @@ class PrometheusModel {
       if (!text(f, pointer).empty()) l.emplace_back(label, text(f, pointer));
     if (!job_.empty()) l.emplace_back("steptrace_job", job_);
     return l;
-  }
-  static bool has_prefix(const FlatJson& f, const std::string& prefix) {
-    for (const auto& [path, leaf] : f)
-      if (path.compare(0, prefix.size(), prefix) == 0) return true;
-    return false;
   }
   std::vector<PromSample> diagnosis_states(bool window) const {
     std::vector<PromSample> out;
