@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -392,10 +393,7 @@ TEST_CASE("an overflowing rate is null with its reason; unregistered phase ids a
 
 TEST_CASE("tokens_total and samples_total count every step since start(), written or not", "[json]") {
   const auto log = fresh_log("json_line_totals");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  Config cfg = steptrace_test::host_config(log);
   cfg.log_every = 3;  // lines for steps 2, 5 and the last (6): the steps between are counted all the same
   REQUIRE(start(cfg));
   for (int i = 0; i < 7; ++i) {
