@@ -672,7 +672,8 @@ TEST_CASE("invariants on a live run: a phase opened before its step, counter sam
   }
   std::optional<steptrace::PhaseScope> early;
   early.emplace(steptrace::phase_tag::forward);  // opened between steps, closed inside the next one
-  // 50 ms before the step: longer than any step of 1 ms stretched by a loaded machine.
+  // Opened well before the step (50 ms) so that, on an unloaded machine, it outlasts the ~1 ms step.
+  // The checks below hold whatever the step's length: a loaded machine may stretch the step past it.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   run.gpu->sample_value = 1.5;  // the PM samples of the next step read an impossible 150 %
   {
@@ -694,10 +695,16 @@ TEST_CASE("invariants on a live run: a phase opened before its step, counter sam
   REQUIRE(lines.size() == 4);
   const auto& bad = lines[1];
   INFO(bad.dump());
-  CHECK(bad["forward_time_ms"].is_null());
-  CHECK(bad["phases"]["forward"]["host_ms"].is_null());
-  CHECK(bad["null_reasons"]["forward_time_ms"].get<std::string>().find("before the step began") != std::string::npos);
-  CHECK(bad["gpu"]["invariant_exclusions"].get<int>() >= 2);
+  // The invariant, not a timing: a phase longer than its step is never published. Here it is longer
+  // unless the step itself ran past 50 ms; either way the line is possible, and says why when not.
+  const bool host_excluded = bad["forward_time_ms"].is_null();
+  if (host_excluded) {
+    CHECK(bad["gpu"]["invariant_exclusions"].get<int>() >= 2);  // the phase and its built-in field
+    CHECK(bad["phases"]["forward"]["host_ms"].is_null());
+    CHECK(bad["null_reasons"]["forward_time_ms"].get<std::string>().find("before the step began") != std::string::npos);
+  } else {
+    CHECK(bad["forward_time_ms"].get<double>() <= bad["step_time_ms"].get<double>() + steptrace::details::kInvariantHostSlackNs / 1e6);
+  }
   CHECK(bad["counters"]["excluded_values"].get<int>() > 0);
   for (const auto& l : lines) {
     INFO(l.dump());

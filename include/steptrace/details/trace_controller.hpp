@@ -101,6 +101,7 @@ class TraceController {
   }
 
   int current_every() const { return current_every_; }
+  bool detach_asked() const { return detach_asked_; }  // a decision said detach (the switch is the backend's)
   bool stopped() const { return stopped_; }
 
  private:

@@ -112,7 +112,7 @@ class Worker {
       if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
       s_.link->collect();
       if (std::string id = s_.link->take_agreed_run_id(); !id.empty()) lines_.context().run.run_id = std::move(id);
-      if (switch_asked_ && !detach_since_) {
+      if (controller_.detach_asked() && !detach_since_) {
         detach_since_ = s_.gpu->detach_since();
         if (detach_since_) stop_counters_for_detach();
       }
@@ -455,7 +455,6 @@ class Worker {
     switch_why_ = std::string("CUPTI kept attached costs ~") + share +
                   " % of step time at any interval (> 80 % of overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
     s_.gpu->switch_to_detach();
-    switch_asked_ = true;
     warn_once("overhead.detach", switch_why_ + ": after step " + std::to_string(r.index) +
                                      ", CUPTI is detached between traced steps (untraced_cupti=auto; "
                                      "hardware counters stop; untraced_cupti=keep prevents it)");
@@ -499,7 +498,6 @@ class Worker {
   bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
   bool polled_since_pause_ = false;  // what was sampled before the pause has been decoded
   ReadingPace memory_pace_, device_state_pace_;  // when device memory and NVML are read next
-  bool switch_asked_ = false;      // switch_to_detach() was called
   std::string switch_why_;         // what staying attached was estimated to cost then
   std::optional<uint64_t> detach_since_;  // first step in detach mode, once in force
   uint64_t lines_written_ = 0, lines_failed_ = 0;
