@@ -221,6 +221,28 @@ TEST_CASE("a launch made while records switch on or off: attributed if its recor
   CHECK(s.launched_untraced_records == 0);
 }
 
+TEST_CASE("a launch still in flight when records went off becomes the switch's, before or after its record", "[attribution]") {
+  Attributor a;
+  a.add_launch(launch(1, 0, phase_tag::forward));
+  a.add_launch(launch(2, 0, phase_tag::backward));  // another thread's call, staged as expected
+  a.add_launch(launch(3, 0, phase_tag::backward));  // the same, its record already in
+  a.add_kernel(kernel(1, 0, 10, 1.0));
+  a.add_kernel(kernel(3, 12, 14, 1.0));
+  CHECK(a.missing_launches(0) == 1);
+  a.make_window(2);  // neither call had returned when records went off (GpuDrain::windowed)
+  a.make_window(3);
+  a.make_window(77);  // a launch never staged (its step's line is out): nothing to do
+  CHECK(a.is_complete(0));
+  CHECK(a.missing_launches(0) == 0);
+  a.add_kernel(kernel(2, 11, 12, 1.0));  // came after all: attributed, not counted twice
+  a.make_window(2);
+  const StepGpu s = a.take(0);
+  CHECK(s.complete);
+  CHECK(s.kernels == 3);
+  CHECK(s.phases.at(phase_tag::backward).kernels == 2);
+  CHECK(s.unattributed_records == 0);
+}
+
 TEST_CASE("NCCL kernels: time whatever the phase, exposed part, top kernels sorted", "[attribution]") {
   Attributor a(/*top_n=*/2);
   a.add_launch(launch(1, 0, phase_tag::backward));

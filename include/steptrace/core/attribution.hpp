@@ -235,6 +235,19 @@ class Attributor {
     if (l.graph) p.graph_launches = true;
   }
 
+  /// A launch staged as expected whose call was still in flight on another thread when records went
+  /// off (GpuDrain::windowed): its record may not come, so its step stops waiting for it; a record
+  /// that comes is still attributed.
+  void make_window(uint32_t correlation) {
+    auto it = launches_.find(correlation);
+    if (it == launches_.end() || it->second.window) return;
+    it->second.window = true;
+    auto p = pending_.find(it->second.step);
+    if (p == pending_.end()) return;
+    p->second.expected.erase(correlation);
+    p->second.seen.erase(correlation);  // a record already in no longer counts against expected
+  }
+
   /// Graph launches whose records may be overwritten by an untraced replay (sampled attribution):
   /// their records delivered after `u.after_ns` are excluded (Implausible::graph_replayed_untraced).
   void add_unsettled(const UnsettledGraphs& u) {

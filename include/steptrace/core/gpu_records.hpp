@@ -67,7 +67,8 @@ struct CopyRecord {
 };
 
 /// What the background thread takes from the GPU backend each time it looks: launches first
-/// (records join them by correlation id), then graphs left unsettled, then the records.
+/// (records join them by correlation id), then graphs left unsettled and launches made the switch's,
+/// then the records.
 struct GpuDrain {
   std::vector<LaunchRecord> launches;
   std::vector<KernelRecord> kernels;
@@ -76,6 +77,9 @@ struct GpuDrain {
   uint64_t dropped_launches = 0;  // launch-site records over the staging bound
   bool correlations_restarted = false;  // attached again: ids start over before these launches
   std::vector<UnsettledGraphs> unsettled;
+  // Launches staged earlier (in this drain or before) whose calls had not returned when records went
+  // off: their records may not come. They become the switch's (LaunchRecord::window).
+  std::vector<uint32_t> windowed;
 };
 
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves

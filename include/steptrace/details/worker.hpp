@@ -201,6 +201,7 @@ class Worker {
     launches_since_flush_ += d.launches.size();
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& u : d.unsettled) attributor_.add_unsettled(u);
+    for (uint32_t corr : d.windowed) attributor_.make_window(corr);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;

@@ -52,6 +52,7 @@ class Collector {
   static constexpr std::size_t kBufferBytes = 4u << 20;
   static constexpr std::size_t kMaxBuffers = 8;            // 32 MiB at most
   static constexpr std::size_t kMaxStagedLaunches = 1u << 20;
+  static constexpr std::size_t kMaxInFlight = 4096;  // calls in flight at once (exits missed at a switch are cleared there)
   static constexpr std::size_t kMaxStagedRecords = 1u << 20;
   static constexpr int kMaxSettleSteps = 2;  // steps records stay on after a traced step, waiting for its graphs
 
@@ -76,6 +77,8 @@ class Collector {
       std::lock_guard<std::mutex> staging(mutex_);
       pending_graphs_.clear();
       settle_steps_ = 0;
+      in_flight_.clear();
+      windowed_.clear();
     }
     settling_ = false;
     periods_.fetch_add(1, std::memory_order_relaxed);
@@ -156,6 +159,16 @@ class Collector {
     // The CUPTI calls below must not become visible before the flag (a store alone orders only what
     // precedes it). Best effort: what a launching thread sees of them is decided inside CUPTI.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    {
+      // Calls staged before the flag and not yet returned: another thread's launch whose work may
+      // reach the driver after its record kind goes off. Off: they become the switch's (attributed if
+      // their record comes, never waited for). On: what is left dates from before (an exit missed
+      // while callbacks were off) and is forgotten. A call staged from here on reads the flag under
+      // this lock (stage()).
+      std::lock_guard<std::mutex> staging(mutex_);
+      if (!on) windowed_.insert(windowed_.end(), in_flight_.begin(), in_flight_.end());
+      in_flight_.clear();
+    }
     std::string err;
     if (on && !attached_) {
       err = attach(/*records=*/false);
@@ -231,6 +244,7 @@ class Collector {
     d.dropped_launches = std::exchange(dropped_launches_, 0);
     d.correlations_restarted = std::exchange(correlations_restarted_, false);
     d.unsettled.swap(unsettled_);
+    d.windowed.swap(windowed_);
     return d;
   }
 
@@ -381,6 +395,7 @@ class Collector {
   struct LaunchTls {
     uint32_t runtime_correlation = 0;  // the runtime call in progress on this thread, if any
     uint8_t runtime_kind = kNone;
+    uint32_t staged = 0;  // the outermost call this thread staged, until it returns (Collector::returned)
     uint64_t period = 0;  // the tracing period this state belongs to: a call open while tracing was
                           // switched off (or CUPTI detached) never reached its exit callback
   };
@@ -392,7 +407,7 @@ class Collector {
   LaunchTls& thread_launch_state() {
     LaunchTls& tls = launch_tls();
     const uint64_t period = periods_.load(std::memory_order_relaxed);
-    if (tls.period != period) tls = LaunchTls{0, kNone, period};
+    if (tls.period != period) tls = LaunchTls{0, kNone, 0, period};
     return tls;
   }
 
@@ -435,6 +450,7 @@ class Collector {
       // cudaGraphLaunch{,_ptsz}_v10000_params and cuGraphLaunch{,_ptsz}_params both begin with the
       // executable graph's handle (CUPTI's generated_cuda_runtime_api_meta.h, generated_cuda_meta.h).
       const void* exec = l.graph && cb->functionParams ? *static_cast<void* const*>(cb->functionParams) : nullptr;
+      if (l.outer_correlation == 0) tls.staged = l.correlation;
       self->stage(l, exec);
       return;
     }
@@ -446,18 +462,40 @@ class Collector {
     }
     const bool outermost = runtime || tls.runtime_correlation == 0;
     if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
-    if (failed && outermost) {
-      l.failed = true;
-      self->stage(l);
-    }
+    l.failed = failed && outermost;
+    const bool staged = tls.staged == cb->correlationId;
+    if (staged) tls.staged = 0;
+    if (staged || l.failed) self->returned(l, staged);
   }
 
-  void stage(const LaunchRecord& l, const void* graph_exec = nullptr) {
+  void stage(LaunchRecord l, const void* graph_exec = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Read again under the lock that set_tracing() takes after raising the flag: a call is either in
+    // flight when records go off (and becomes the switch's there) or sees the switch here. Flag
+    // first: it is lowered only after tracing_ has its new value.
+    if (switching_.load(std::memory_order_acquire) || !tracing_.load(std::memory_order_acquire)) l.window = true;
+    if (!l.window && l.outer_correlation == 0 && in_flight_.size() < kMaxInFlight) in_flight_.push_back(l.correlation);
     if (graph_exec && !detach_mode()) {  // keep mode: which graphs wait for a relaunch (settled())
       if (l.discard) pending_graphs_.erase(graph_exec);
       else pending_graphs_[graph_exec] = l.correlation;
     }
+    if (launches_.size() >= kMaxStagedLaunches) {
+      ++dropped_launches_;
+      return;
+    }
+    launches_.push_back(l);
+  }
+
+  /// A staged call returned (API exit): its work is with the driver, so its record comes even if
+  /// records go off now. A failed call produces none: staged as failed, its step does not wait.
+  void returned(const LaunchRecord& l, bool staged) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = staged ? std::find(in_flight_.begin(), in_flight_.end(), l.correlation) : in_flight_.end();
+    if (it != in_flight_.end()) {
+      *it = in_flight_.back();
+      in_flight_.pop_back();
+    }
+    if (!l.failed) return;
     if (launches_.size() >= kMaxStagedLaunches) {
       ++dropped_launches_;
       return;
@@ -559,6 +597,8 @@ class Collector {
   std::unordered_map<const void*, uint32_t> pending_graphs_;  // keep mode: graph exec -> its latest traced launch
   int settle_steps_ = 0;
   std::vector<UnsettledGraphs> unsettled_;
+  std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
+  std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)
   std::atomic<bool> settling_{false};
 
   std::mutex pool_mutex_;
