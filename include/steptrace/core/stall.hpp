@@ -57,17 +57,24 @@ class StallWatch {
     return std::max(after_s_, m ? kMedianFactor * *m / 1000.0 : 0.0);
   }
 
-  /// One look at time `now_ns` with step `step` open (-1: none has begun). A new step ends a stall
-  /// (resumed, when one was reported); an unchanged one is due a report at 1x, 2x, 4x ... threshold.
-  Due look(int64_t now_ns, int64_t step) {
+  /// One look at time `now_ns` with step `step` open (-1: none has begun), which began at `began_ns`
+  /// (same clock; nullopt: not known, taken as now). A new step ends a stall (resumed, when one was
+  /// reported); an unchanged one is due a report at 1x, 2x, 4x ... threshold.
+  ///
+  /// A stall is timed from the step's begin, not from the look that first saw the step: the looker
+  /// wakes some time after the step began (a loaded machine delays it by a scheduler slice), and timed
+  /// from there a stall would read shorter than the phases opened inside its step.
+  Due look(int64_t now_ns, int64_t step, std::optional<int64_t> began_ns = std::nullopt) {
     if (!enabled()) return Due::none;
     if (step != step_) {
+      // A begin read after now_ns (the step began between the two readings) counts as now.
+      const int64_t began = began_ns ? std::min(*began_ns, now_ns) : now_ns;
       const bool reported = reports_ > 0;
       ended_step_ = step_;
-      ended_stalled_s_ = seconds(now_ns - since_ns_);
+      ended_stalled_s_ = seconds(std::max(began, since_ns_) - since_ns_);  // to the next step's begin
       ended_reports_ = reports_;
       step_ = step;
-      since_ns_ = now_ns;
+      since_ns_ = began;
       reports_ = 0;
       return reported ? Due::resumed : Due::none;
     }

@@ -60,7 +60,14 @@ class StallWatchdog {
     while (!samples_.empty() && samples_.back().end_ns - samples_.front().end_ns > kSampleSpanNs) samples_.pop_front();
   }
 
-  StallWatch::Due look(int64_t now_ns) { return watch_.look(now_ns, last_step_of_key(current_step().load(std::memory_order_relaxed))); }
+  /// One look at `now_ns`; the open step's begin comes from the recorder (the key is read first: it
+  /// is released after the begin, so a step seen here has its begin published).
+  StallWatch::Due look(int64_t now_ns, const StepRecorder& recorder) {
+    const int64_t step = last_step_of_key(current_step().load(std::memory_order_acquire));
+    const std::optional<StepRecorder::BegunStep> b = recorder.begun_step();
+    // Another step may have begun since the key was read: its begin is not this step's (taken as now).
+    return watch_.look(now_ns, step, b && b->index == step ? std::optional<int64_t>(b->begin_ns) : std::nullopt);
+  }
 
   /// What the GPU side can say, filled in by the worker.
   struct Gpu {
@@ -87,16 +94,23 @@ class StallWatchdog {
 
     const TickClock clock = recorder.tick_clock();
     const ThreadSlot* step_slot = step_thread_slot().load(std::memory_order_relaxed);
+    // The step thread's phases deeper than its depth at the step's begin opened inside the step: never
+    // longer open than it is stalled. A tick reading converted through the anchored slope may land a
+    // microsecond or so before the step's steady_clock begin; such a phase says stalled_s.
+    const std::optional<StepRecorder::BegunStep> begun = recorder.begun_step();
+    const int inside_from = begun && begun->index == r.open_step ? begun->depth : kMaxPhaseDepth + 1;
     for (const OpenThread& t : read_open_threads(step_slot)) {
       StallReport::Thread out;
       out.tid = t.tid;
       out.name = thread_name(t.tid);
       out.step_thread = t.slot == step_slot;
-      for (const auto& p : t.phases) {
+      for (std::size_t k = 0; k < t.phases.size(); ++k) {
+        const auto& p = t.phases[k];
         StallReport::Phase ph;
         ph.name = phase_name(p.phase);
         if (!p.ticks) ph.open_s = static_cast<double>(now_ns - static_cast<int64_t>(p.begin)) / 1e9;
         else if (clock.calibrated()) ph.open_s = static_cast<double>(now_ns - clock.to_ns(p.begin)) / 1e9;
+        if (ph.open_s && out.step_thread && static_cast<int>(k) >= inside_from) ph.open_s = std::min(*ph.open_s, r.stalled_s);
         out.phases.push_back(std::move(ph));
       }
       r.threads.push_back(std::move(out));

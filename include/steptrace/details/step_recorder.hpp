@@ -48,6 +48,7 @@ class StepRecorder {
     tracing_failed_ = false;
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
+    publish_begun(BegunStep{});
   }
 
   Begun begin(std::optional<double> tokens, std::optional<double> samples) {
@@ -79,7 +80,9 @@ class StepRecorder {
     r.prev_scope_end_ns = prev_scope_end;
     r.between_spans = std::move(gap_spans);
     r.index = next_index_++;
-    current_step().store(static_cast<int64_t>(r.index), std::memory_order_relaxed);
+    // Before the step's key, which releases it: a reader that sees the key sees this step's begin.
+    publish_begun(BegunStep{static_cast<int64_t>(r.index), now, thread_state().depth});
+    current_step().store(static_cast<int64_t>(r.index), std::memory_order_release);
     step_thread().store(&thread_state(), std::memory_order_relaxed);
     step_thread_phase().store(thread_state().innermost(), std::memory_order_relaxed);
     step_thread_slot().store(claim_thread_slot(thread_state()), std::memory_order_relaxed);
@@ -288,6 +291,27 @@ class StepRecorder {
     return {open_begin_ns_.load(std::memory_order_relaxed), open_scope_end_ns_.load(std::memory_order_relaxed),
             open_traced_.load(std::memory_order_relaxed), next_traced_.load(std::memory_order_relaxed)};
   }
+  /// The step begun last, as another thread may read it without the lock (the stall watchdog times a
+  /// stall from `begin_ns`): `index` -1 before the first. `depth`: how many phases were open on the
+  /// step's thread when it began; that thread's phases deeper than that opened inside the step.
+  struct BegunStep {
+    int64_t index = -1;
+    int64_t begin_ns = 0;
+    uint16_t depth = 0;
+  };
+  /// nullopt when begin() was writing it at every try (a reader never waits for the training thread).
+  std::optional<BegunStep> begun_step() const {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      const uint32_t s1 = begun_seq_.load(std::memory_order_acquire);
+      if (s1 & 1u) continue;
+      // Acquire loads keep the second read of seq after them (as thread_slots.hpp reads a slot).
+      const BegunStep b{begun_index_.load(std::memory_order_acquire), begun_ns_.load(std::memory_order_acquire),
+                        begun_depth_.load(std::memory_order_acquire)};
+      if (begun_seq_.load(std::memory_order_relaxed) == s1) return b;
+    }
+    return std::nullopt;
+  }
+
   /// The tick clock's conversion as it stands (the background thread anchors it).
   TickClock tick_clock() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -308,6 +332,16 @@ class StepRecorder {
     std::vector<PhaseSpan> gap_spans;  // ended after its scope: the next step's between_spans
   };
 
+  /// Under mutex_ (one writer): the three values inside a sequence count, odd while they change.
+  void publish_begun(const BegunStep& b) {
+    const uint32_t s = begun_seq_.load(std::memory_order_relaxed);
+    begun_seq_.store(s + 1, std::memory_order_relaxed);
+    begun_index_.store(b.index, std::memory_order_release);
+    begun_ns_.store(b.begin_ns, std::memory_order_release);
+    begun_depth_.store(b.depth, std::memory_order_release);
+    begun_seq_.store(s + 2, std::memory_order_release);
+  }
+
   void publish_open(int64_t begin_ns, int64_t scope_end_ns, bool traced) {
     open_begin_ns_.store(begin_ns, std::memory_order_relaxed);
     open_scope_end_ns_.store(scope_end_ns, std::memory_order_relaxed);
@@ -318,6 +352,9 @@ class StepRecorder {
   std::atomic<int64_t> open_begin_ns_{0}, open_scope_end_ns_{0};
   std::atomic<bool> open_traced_{false};
   std::atomic<bool> next_traced_{false};
+  std::atomic<uint32_t> begun_seq_{0};  // publish_begun(): odd while it writes
+  std::atomic<int64_t> begun_index_{-1}, begun_ns_{0};
+  std::atomic<uint16_t> begun_depth_{0};
   Config cfg_;
   OpenStep open_;
   uint64_t next_index_ = 0;

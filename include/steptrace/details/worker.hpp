@@ -220,7 +220,7 @@ class Worker {
   void look_for_stall() {
     if (!watchdog_.enabled()) return;
     const int64_t now = monotonic_ns();
-    const StallWatch::Due due = watchdog_.look(now);
+    const StallWatch::Due due = watchdog_.look(now, *s_.recorder);
     if (due == StallWatch::Due::none) return;
     const LineContext& ctx = lines_.context();
     std::string line;
