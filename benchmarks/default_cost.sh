@@ -40,6 +40,12 @@
 #   LAUNCH_KERNELS=2000 LAUNCH_WARMUP=30 LAUNCH_STEPS=170   (c) 2 001 launches, ~10 ms
 #   PIN_CPUS=4-7 runs every program under `taskset -c 4-7` (all modes alike): the host-bound steps' spread
 #   between processes comes largely from where the scheduler puts them; empty (the default): no pinning.
+#   ALTERNATE_ROUNDS=R instead runs, per workload, one process of R rounds in which each of off, default,
+#   full and full_nocounters runs a block of warmup + steps steps (steptrace started and stopped around
+#   it; order shuffled per round), and pairs each block with its round's off block
+#   (benchmarks/alternate_summary.py -> OUT_DIR/alternate.md): between-process spread (+-8 % for the
+#   Python loop) no longer enters the comparison. ALTERNATE_TIMEOUT_S=240 per workload. No floor there
+#   (CUPTI injection is per process): take it from a normal run.
 #   WORKLOADS, MODES narrow the sets; RUN_TIMEOUT_S=150 ends a run that hangs; DEADLINE_S=570: no repeat
 #   begins that the longest repeat so far says would end past it (then fewer repeats, said loudly): the
 #   device tool ends a command at 600 s, and what ran is summarized either way.
@@ -62,7 +68,7 @@ GPT_LAYERS=${GPT_LAYERS:-6} GPT_WARMUP=${GPT_WARMUP:-50} GPT_STEPS=${GPT_STEPS:-
 LAUNCH_KERNELS=${LAUNCH_KERNELS:-2000} LAUNCH_WARMUP=${LAUNCH_WARMUP:-30} LAUNCH_STEPS=${LAUNCH_STEPS:-170}
 WORKLOADS=${WORKLOADS:-transformer python_gpt launch}
 MODES=${MODES:-off floor default full full_nocounters}
-RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150} DEADLINE_S=${DEADLINE_S:-570} SEED=${SEED:-31}
+RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150} DEADLINE_S=${DEADLINE_S:-570} SEED=${SEED:-31} ALTERNATE_TIMEOUT_S=${ALTERNATE_TIMEOUT_S:-240}
 PYTHON=${PYTHON:-python3}
 PIN_CPUS=${PIN_CPUS:-}
 pin=()
@@ -268,6 +274,31 @@ say "warm-up (untimed): one short run of each program"
 (cd "$out" && timeout -k 10 "$RUN_TIMEOUT_S" "$BIN_DIR/step_workloads_baseline" --workload launch --kernels 100 --steps 3 --warmup 1 >/dev/null 2>&1)
 (cd "$out" && env "${py_env[@]}" timeout -k 10 "$RUN_TIMEOUT_S" "$py_run" "$ROOT/benchmarks/python_gpt.py" \
    --mode off --layers 1 --steps 3 --warmup 1 >/dev/null 2>&1)
+# ---- or: every mode inside one process per workload (ALTERNATE_ROUNDS) ---------------------------
+if [[ -n ${ALTERNATE_ROUNDS:-} ]]; then
+  [[ $ALTERNATE_ROUNDS =~ ^[1-9][0-9]*$ ]] || { say "ALTERNATE_ROUNDS must be a positive integer"; exit 2; }
+  for w in $WORKLOADS; do
+    case $w in
+      transformer) cmd=("$BIN_DIR/step_workloads" --workload transformer --layers "$TF_LAYERS" --steps "$TF_STEPS"
+                        --warmup "$TF_WARMUP") ;;
+      launch) cmd=("$BIN_DIR/step_workloads" --workload launch --kernels "$LAUNCH_KERNELS" --steps "$LAUNCH_STEPS"
+                   --warmup "$LAUNCH_WARMUP") ;;
+      python_gpt) cmd=(env "${py_env[@]}" "$py_run" "$ROOT/benchmarks/python_gpt.py" --mode alternate --layers "$GPT_LAYERS"
+                       --steps "$GPT_STEPS" --warmup "$GPT_WARMUP") ;;
+      *) say "unknown workload $w"; continue ;;
+    esac
+    [[ $w == python_gpt ]] && cmd+=(--rounds "$ALTERNATE_ROUNDS" --lines-dir lines) || cmd+=(--alternate "$ALTERNATE_ROUNDS" --lines-dir lines)
+    say "alternate: $w, $ALTERNATE_ROUNDS rounds of off/default/full/full_nocounters in one process"
+    t0=$SECONDS
+    (cd "$out" && timeout -k 10 "$ALTERNATE_TIMEOUT_S" "${pin[@]}" "${cmd[@]}" >"$out/alternate_$w.txt" 2>"$out/alternate_$w.err")
+    say "alternate: $w exit $? after $(( SECONDS - t0 )) s, $(grep -c '^block ' "$out/alternate_$w.txt") blocks"
+  done
+  (cd "$out" && find lines -name '*.jsonl' -print0 | tar --null -czf lines.tar.gz -T -) || say "warning: lines.tar.gz not written"
+  python3 "$ROOT/benchmarks/alternate_summary.py" --lines-root "$out" "$out"/alternate_*.txt >"$out/alternate.md" || say "summary failed"
+  cat "$out/alternate.md"
+  exit 0
+fi
+
 done_repeats=0 longest_repeat_s=0
 for (( r = 1; r <= repeats; r++ )); do
   if (( r > 1 && SECONDS + longest_repeat_s > DEADLINE_S )); then

@@ -20,6 +20,15 @@ Modes (the loop is the same code in all of them; off and floor run it with no-op
   full             as default with STEPTRACE_TRACE_EVERY=1 (every step traced)
   full_nocounters  as full with STEPTRACE_COUNTERS=off
   default_nocounters  as default with STEPTRACE_COUNTERS=off
+  alternate        --rounds R rounds in this one process, each one block of warmup + steps steps per mode
+                   of ALTERNATE (off, default, full, full_nocounters) in an order shuffled per round
+                   (seed: the round); steptrace is started with the mode's settings before its block and
+                   stopped after it (off: not started; steptrace is imported, its scopes replaced by
+                   no-op ones as in mode off). The modes share the process - placement, memory layout,
+                   clocks, warm caches - which separate runs of a host-bound loop do not (their spread
+                   was +-8 %). The warm-up steps let each start settle and are not timed. Prints one
+                   line per block: block workload=python_gpt round=R mode=M ... lines=PATH|-
+                   (benchmarks/alternate_summary.py pairs each block with its round's off block).
 The steptrace modes set their variables themselves when absent and refuse any other STEPTRACE_* variable,
 so that a stray setting cannot change what a mode measures; every mode but floor refuses
 CUDA_INJECTION64_PATH.
@@ -44,7 +53,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("off", "floor", "default", "full", "full_nocounters", "default_nocounters")
+MODES = ("off", "floor", "default", "full", "full_nocounters", "default_nocounters", "alternate")
+ALTERNATE = {  # --mode alternate: each block's start() settings (None: steptrace not started)
+    "off": None,
+    "default": {},
+    "full": {"trace_every": 1},
+    "full_nocounters": {"trace_every": 1, "counters": "off"},
+}
 MODE_ENV = {  # what each steptrace mode sets, and nothing else (STEPTRACE_LOG aside)
     "default": {},
     "full": {"STEPTRACE_TRACE_EVERY": "1"},
@@ -67,9 +82,11 @@ def parse(argv):
     p.add_argument("--inject", default=os.path.join(HERE, "..", "build-bench", "benchmarks", "libraw_cupti_inject.so"),
                    help="the raw-CUPTI injection library (floor)")
     p.add_argument("--device", default="cuda", help="cuda; cpu only to check the script on a machine without a GPU")
+    p.add_argument("--rounds", type=int, default=6, help="alternate: rounds of one block per mode")
+    p.add_argument("--lines-dir", default=".", help="alternate: where each steptrace block's lines go")
     a = p.parse_args(argv)
-    if a.steps < 1 or a.warmup < 0 or a.layers < 1:
-        p.error("--steps >= 1, --warmup >= 0, --layers >= 1")
+    if a.steps < 1 or a.warmup < 0 or a.layers < 1 or a.rounds < 1:
+        p.error("--steps >= 1, --warmup >= 0, --layers >= 1, --rounds >= 1")
     return a
 
 
@@ -91,6 +108,10 @@ def prepare_environment(a):
     elif os.environ.get("CUDA_INJECTION64_PATH"):
         die(2, f"mode {a.mode}: CUDA_INJECTION64_PATH is set ({os.environ['CUDA_INJECTION64_PATH']}): "
                "a CUDA tool would be measured too")
+    if a.mode == "alternate":
+        have = sorted(k for k in os.environ if k.startswith("STEPTRACE_"))
+        if have:
+            die(2, f"mode alternate sets each block's settings itself; the environment has {have}")
     if a.mode in MODE_ENV:
         for k, v in MODE_ENV[a.mode].items():
             os.environ.setdefault(k, v)
@@ -174,6 +195,68 @@ def quantile(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
 
 
+def run_steps(a, torch, model, opt, pool, step_scope, phases, record):
+    """warmup + steps steps of the loop; returns the timed steps' times (ms) and their wall time (s)."""
+    F = torch.nn.functional
+    tokens = a.batch * a.seq
+    autocast = torch.autocast("cuda" if a.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    times = []
+    wall0 = time.perf_counter()
+    for s in range(a.warmup + a.steps):
+        if s == a.warmup:
+            wall0 = time.perf_counter()
+        t0 = time.perf_counter()
+        with step_scope(tokens=tokens):
+            with phases["input"]:
+                batch = pool[s % len(pool)].to(a.device, non_blocking=True)
+                x, y = batch[:, :-1], batch[:, 1:]
+            with phases["forward"]:
+                with autocast:
+                    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            with phases["backward"]:
+                loss.backward()
+            with phases["optimizer"]:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            loss_value = loss.item()
+            if record is not None:
+                record("loss", loss_value)
+        if s >= a.warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times, time.perf_counter() - wall0
+
+
+def alternate(a, torch, model, opt, pool):
+    """--mode alternate: one block per mode per round, in one process (see the docstring)."""
+    import random
+    import steptrace
+    none = _NoScope()
+    off_scopes = (lambda tokens=None: none, {name: none for name in ("input", "forward", "backward", "optimizer")}, None)
+    for r in range(a.rounds):
+        order = list(ALTERNATE)
+        random.Random(r + 31).shuffle(order)
+        for mode in order:
+            settings = ALTERNATE[mode]
+            lines = "-"
+            scopes = off_scopes
+            if settings is not None:
+                lines = os.path.abspath(os.path.join(a.lines_dir, f"alternate_python_gpt_{r}_{mode}.jsonl"))
+                if os.path.exists(lines):
+                    os.remove(lines)
+                if not steptrace.start(log_path=lines, summary=False, **settings):
+                    die(3, f"alternate: steptrace.start() returned False in round {r} ({mode})")
+                scopes = (steptrace.step, {name: steptrace.phase(name) for name in ("input", "forward", "backward", "optimizer")},
+                          steptrace.record)
+            times, wall_s = run_steps(a, torch, model, opt, pool, *scopes)
+            if a.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if settings is not None:
+                steptrace.stop()
+            print(f"block workload=python_gpt round={r} mode={mode} steps={len(times)} mean_ms={statistics.fmean(times):.4f} "
+                  f"median_ms={statistics.median(times):.4f} launches_per_step=? lines={lines} wall_s={wall_s:.3f}", flush=True)
+    return 0
+
+
 def main(argv):
     a = parse(argv)
     prepare_environment(a)
@@ -185,6 +268,9 @@ def main(argv):
     model, opt, pool = build(a, torch)
     if cuda:
         torch.cuda.synchronize()
+
+    if a.mode == "alternate":
+        return alternate(a, torch, model, opt, pool)
 
     inject = None
     if a.mode == "floor":
@@ -211,33 +297,7 @@ def main(argv):
         phases = {name: none for name in ("input", "forward", "backward", "optimizer")}
         record = None
 
-    F = torch.nn.functional
-    tokens = a.batch * a.seq
-    autocast = torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16)
-    times = []
-    wall0 = None
-    for s in range(a.warmup + a.steps):
-        if s == a.warmup:
-            wall0 = time.perf_counter()
-        t0 = time.perf_counter()
-        with step_scope(tokens=tokens):
-            with phases["input"]:
-                batch = pool[s % len(pool)].to(a.device, non_blocking=True)
-                x, y = batch[:, :-1], batch[:, 1:]
-            with phases["forward"]:
-                with autocast:
-                    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            with phases["backward"]:
-                loss.backward()
-            with phases["optimizer"]:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            loss_value = loss.item()
-            if record is not None:
-                record("loss", loss_value)
-        if s >= a.warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    wall_s = time.perf_counter() - wall0
+    times, wall_s = run_steps(a, torch, model, opt, pool, step_scope, phases, record)
 
     if cuda:
         torch.cuda.synchronize()

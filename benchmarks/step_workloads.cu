@@ -8,7 +8,15 @@
 // floor under any record-based tool (other values of BENCH_RAW_CUPTI: see raw_cupti_start).
 //
 //   step_workloads --workload transformer|launch [--steps N] [--warmup W] [--layers L] [--batch B]
-//                  [--seq S] [--dmodel D] [--kernels K] [--head-start-us U]
+//                  [--seq S] [--dmodel D] [--kernels K] [--head-start-us U] [--alternate R [--lines-dir D]]
+//
+// --alternate R (instrumented build, no STEPTRACE_* variable): R rounds, each running one block of
+//   W + N steps per mode - off (steptrace not started), default (start() with no setting), full
+//   (trace_every = 1), full_nocounters - in an order shuffled per round (seed: the round), steptrace
+//   started and stopped around each block, so that the modes share the process: its placement,
+//   memory layout, clocks and warm caches. The W steps let each block's start settle and are not
+//   timed. One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
+//   (benchmarks/alternate_summary.py pairs each mode's block with the off block of its round).
 //
 // --head-start-us U: each step starts with a one-block kernel that spins U µs, so the host queues the
 //   step's launches while the GPU is busy: host launch costs then hide behind it and what remains of an
@@ -54,6 +62,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
+#include <unistd.h>  // environ
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,6 +173,8 @@ struct Options {
   int layers = 24, batch = 8, seq = 1024, dmodel = 1024, heads = 16;
   int kernels = 10000;
   int head_start_us = 0;
+  int alternate = 0;          // rounds of in-process blocks (instrumented build), 0 = one plain run
+  std::string lines_dir = ".";  // --alternate: where each steptrace block's lines go
 };
 
 Options parse(int argc, char** argv) {
@@ -187,7 +199,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--dmodel") o.dmodel = next();
     else if (a == "--kernels") o.kernels = next();
     else if (a == "--head-start-us") o.head_start_us = next();
-    else {
+    else if (a == "--alternate") o.alternate = next();
+    else if (a == "--lines-dir") {
+      if (i + 1 >= argc) std::exit(2);
+      o.lines_dir = argv[++i];
+    } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       std::exit(2);
     }
@@ -476,6 +492,62 @@ double at(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
+#ifndef STEPTRACE_BENCH_BASELINE
+// --alternate: blocks of each mode in one process (see the top of this file).
+int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "STEPTRACE_", 10) == 0 || std::strncmp(*e, "BENCH_RAW_CUPTI=", 16) == 0) {
+      std::fprintf(stderr, "step_workloads --alternate: %s is set; each mode sets what it measures itself\n", *e);
+      return 2;
+    }
+  }
+  if (o.head_start_us > 0) {
+    std::fprintf(stderr, "step_workloads --alternate: --head-start-us is not supported with it\n");
+    return 2;
+  }
+  const std::vector<std::string> modes = {"off", "default", "full", "full_nocounters"};
+  for (int round = 0; round < o.alternate; ++round) {
+    std::vector<std::string> order = modes;
+    std::mt19937 rng(static_cast<unsigned>(round) + 31u);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const std::string& mode : order) {
+      std::string lines = "-";
+      if (mode != "off") {
+        steptrace::Config cfg;
+        lines = o.lines_dir + "/alternate_" + o.workload + "_" + std::to_string(round) + "_" + mode + ".jsonl";
+        std::remove(lines.c_str());
+        cfg.log_path = lines;
+        cfg.summary = false;
+        if (mode != "default") cfg.trace_every = 1;
+        if (mode == "full_nocounters") cfg.counters = steptrace::Mode::off;
+        if (!steptrace::start(cfg)) {
+          std::fprintf(stderr, "step_workloads --alternate: start() failed in round %d (%s)\n", round, mode.c_str());
+          return 3;
+        }
+      }
+      std::vector<double> ms;
+      for (int s = 0; s < o.warmup + o.steps; ++s) {
+        launches = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        {
+          TRACE_STEP();
+          if (tf) tf->step(s);
+          else lb->step(s);
+        }
+        if (s >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      if (mode != "off") steptrace::stop();
+      double sum = 0;
+      for (double d : ms) sum += d;
+      std::printf("block workload=%s round=%d mode=%s steps=%zu mean_ms=%.4f median_ms=%.4f launches_per_step=%ld lines=%s\n",
+                  o.workload.c_str(), round, mode.c_str(), ms.size(), sum / ms.size(), at(ms, 0.5), launches, lines.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -488,6 +560,14 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaSetDevice(0));
   Transformer* tf = o.workload == "transformer" ? new Transformer(o) : nullptr;
   LaunchBound* lb = o.workload == "launch" ? new LaunchBound(o) : nullptr;
+#ifndef STEPTRACE_BENCH_BASELINE
+  if (o.alternate > 0) return alternate_blocks(o, tf, lb);
+#else
+  if (o.alternate > 0) {
+    std::fprintf(stderr, "--alternate needs the instrumented build (step_workloads)\n");
+    return 2;
+  }
+#endif
 
 #ifndef STEPTRACE_BENCH_BASELINE
   steptrace::Config cfg;
