@@ -8,8 +8,12 @@
 //   serializes kernels) into a bounded pool of buffers; CUPTI hands full buffers to its own thread,
 //   where they are converted to core records and staged for steptrace's background thread.
 // - Nothing here runs a flush on the training thread. stop() disables everything and detaches CUPTI.
-// - Sampled attribution either switches records and callbacks off between traced steps, or (detach
+// - Sampled attribution either switches records off between traced steps (keep mode), or (detach
 //   mode) detaches CUPTI after a traced step's records are in and attaches it again for the next one.
+//   The launch-site callbacks are never switched on or off while attached: CUPTI's callback dispatch
+//   crashed (SIGSEGV inside libcupti, H200, CUDA 13.0) in a thread launching while another thread
+//   called cuptiEnableCallback, and missed that thread's launches for a whole traced step. Between
+//   traced steps the callback returns at once (tracing_ off).
 //   Keep mode can turn into detach mode while running (switch_to_detach(), asked by overhead_budget);
 //   never back.
 // - Kernel timestamps come from the hardware event system where CUPTI offers it
@@ -18,7 +22,7 @@
 //   when the same graph is launched again with records on, or at a flush; a replay with records off
 //   in between overwrites their end times (measured: benchmarks/graph_records, H100, CUDA 13.0 - each
 //   kernel then "lasts" until the last untraced replay). So after a traced step that launched graphs,
-//   records and callbacks stay on (settling) until each of those graphs has been launched again, at
+//   records stay on (settling) until each of those graphs has been launched again, at
 //   most kMaxSettleSteps steps; those launches are marked discard. A graph not relaunched by then is
 //   handed over as unsettled: its records delivered after the switch-off are excluded as impossible.
 #pragma once
@@ -123,12 +127,12 @@ class Collector {
 
   bool active() const { return active_; }
 
-  /// Sampled attribution: switches the GPU-record kinds and the launch callbacks on or off between
-  /// steps, so that steps not traced run without CUPTI's per-launch cost. Called on the training
-  /// thread at a step boundary; no flush, no synchronization. Records of work launched while on are
-  /// still delivered after it is switched off. Returns "" or what failed (then tracing stays off).
-  /// Detach mode: off leaves the callbacks on (they return at once) until request_detach() lets the
-  /// next API exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
+  /// Sampled attribution: switches the GPU-record kinds on or off between steps, so that steps not
+  /// traced run without CUPTI's records (the launch callbacks stay on and return at once: see the top
+  /// of this file). Called on the training thread at a step boundary; no flush, no synchronization.
+  /// Records of work launched while on are still delivered after it is switched off. Returns "" or
+  /// what failed (then tracing stays off). Detach mode: off lets request_detach() have the next API
+  /// exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
     if (!active_) return {};
     if (on) traced_begun_.fetch_add(1, std::memory_order_relaxed);  // request_detach() counts against it
@@ -150,8 +154,8 @@ class Collector {
     std::unique_lock<std::mutex> lock(cupti_mutex_, std::defer_lock);
     if (detach_mode) lock.lock();
     // Another thread may launch while records go on or off: its launch is staged as a switch's
-    // (LaunchRecord::window: attributed if its record comes, never waited for). On: callbacks before
-    // record kinds, so every record produced has its launch seen; off: record kinds before callbacks.
+    // (LaunchRecord::window: attributed if its record comes, never waited for). The callbacks see
+    // every launch while the flag is up, so every record produced has its launch seen.
     // On: a new period first, so that a call entering during the switch starts from a clean launch
     // state (not a runtime call left open in the previous period).
     if (on) periods_.fetch_add(1, std::memory_order_relaxed);
@@ -177,22 +181,12 @@ class Collector {
         correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
       }
     }
-    auto callbacks = [&] {
-      if (!err.empty() || detach_mode) return;  // detach mode: the callbacks stay on
-      for (const auto& [domain, cbid] : enabled_callbacks_) {
-        const CUptiResult r = cuptiEnableCallback(on ? 1 : 0, subscriber_, domain, cbid);
-        if (r != CUPTI_SUCCESS && err.empty()) err = result_text("cuptiEnableCallback", r);
-      }
-    };
-    auto kinds = [&] {
-      if (!err.empty()) return;
+    if (err.empty()) {
       for (CUpti_ActivityKind kind : kRecordKinds) {
         const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
         if (r != CUPTI_SUCCESS && err.empty()) err = result_text(on ? "cuptiActivityEnable" : "cuptiActivityDisable", r);
       }
-    };
-    if (on) callbacks(), kinds();
-    else kinds(), callbacks();
+    }
     if (on && err.empty()) detach_requested_.store(false, std::memory_order_relaxed);
     tracing_.store(on && err.empty(), std::memory_order_release);
     if (!err.empty() && on) set_tracing_off_quietly();
@@ -284,7 +278,6 @@ class Collector {
 
   void set_tracing_off_quietly() {
     if (attached_) {
-      for (const auto& [domain, cbid] : enabled_callbacks_) cuptiEnableCallback(0, subscriber_, domain, cbid);
       for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
     }
     tracing_ = false;
