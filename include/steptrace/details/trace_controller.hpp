@@ -22,7 +22,12 @@
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
-inline constexpr int kMaxBudgetTraceEvery = 100;   // the longest interval overhead_budget chooses
+// The longest interval overhead_budget chooses. 1000: host-bound loops whose traced step costs more
+// than a step (the detached launch-bound step on an H200: 12 ms extra on 7 ms steps, the PyTorch eager
+// GPT 15 ms on 14 ms) need 400-700 to stay under the default 0.3 %; at 100 their lines said 1.1-1.9 %
+// (benchmarks/results/2026-11-25-h200-alternate). A step in 1000 still traces one every 10-60 s on
+// such loops, and every line between carries the last traced step's diagnosis.
+inline constexpr int kMaxBudgetTraceEvery = 1000;
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
