@@ -352,6 +352,30 @@ TEST_CASE("controller: a trace costing half a step settles on the interval its c
   CHECK(r.detach_at == -1);  // no residual (host_bound 0): nothing to detach from
 }
 
+TEST_CASE("controller: a trace costing more than a step is measured at the long interval it asks for", "[overhead][controller]") {
+  // As the detached launch-bound step and the PyTorch eager loop on an H200 (a traced step 10-17 ms on
+  // 6-14 ms steps): 1 ms steps, 2.5 ms when traced, under the default 0.3 %: the interval asked is
+  // ceil(1.5 / (0.8 x 0.003 x 1.0)) = 625. The estimator keeps 4 intervals of the longest, so the
+  // estimate there is still measured from the program's step times, not the launch model's.
+  TraceController::Settings s = budget(0.003, /*may_detach=*/false);
+  const auto r = simulate(TraceController(s), 12000, [](int, bool traced, bool) { return traced ? 2.5 : 1.0; });
+  const int want = static_cast<int>(std::ceil(1.5 / (OverheadEstimator::kAim * 0.003 * 1.0) - 1e-9));
+  REQUIRE(want == 625);
+  REQUIRE(want <= steptrace::details::kMaxBudgetTraceEvery);
+  for (int e : r.every) CHECK(e <= want);
+  CHECK(r.every.back() == want);
+  int measured = 0;
+  for (std::size_t i = 10000; i < r.steps.size(); ++i) {
+    const auto& e = *r.decisions[i].estimate;
+    measured += e.method == "measured";
+    CHECK(e.within_budget);
+  }
+  CHECK(measured == static_cast<int>(r.steps.size()) - 10000);
+  const auto& last = *r.decisions.back().estimate;
+  CHECK(*last.traced_extra_ms == Approx(1.5));
+  CHECK(*last.fraction == Approx(1.5 / want));
+}
+
 TEST_CASE("controller: on the H100 transformer's recorded step times, within the budget", "[overhead][controller]") {
   // The untraced steps of a GPU-bound H100 run (tests/data, 69 ms, spread ~0.1 ms), replayed in a loop;
   // a trace adds what that run measured (traced_step_extra_ms 1.36 ms). Budget 0.5 %, the default.
@@ -406,8 +430,8 @@ TEST_CASE("controller: CUPTI that cannot be switched back on stops the estimate 
 
 TEST_CASE("controller: a launch-bound step detaches once (auto), never under keep or a fixed interval", "[overhead][controller]") {
   // 2 000 launches in a 3 ms step, every launch waited for by the GPU (host_bound 1): kept attached,
-  // CUPTI's callbacks cost 2 000 x 0.6 us = 1.2 ms per step (40 %) at any interval; detached, the model
-  // charges 2 000 x 1.1 us + an attach and detach per trace over up to 100 steps: detaching pays.
+  // CUPTI costs 2 000 x 0.79 us = 1.6 ms per step (53 %) at any interval; detached, the model charges
+  // 2 000 x 1.1 us + an attach and detach per trace over 100 steps (kDetachHorizonSteps): detaching pays.
   const auto step_ms = [](int, bool traced, bool detached) { return 3.0 + (traced ? 2.2 : detached ? 0.0 : 1.2); };
   const auto r = simulate(TraceController(budget(0.05)), 200, step_ms, 2000, 1.0);
   REQUIRE(r.detach_at >= 8);  // never during the warm-up

@@ -501,8 +501,8 @@ TEST_CASE("overhead_budget: counters run around traced steps only; untraced line
   REQUIRE(run.start(cfg));
   // 1 ms steps of host work; a trace costs 0.5 ms more: the budget traces about one step in 10+. How
   // many steps that takes depends on what the spin loops measure on this machine: the loop runs
-  // until 3 steps past the 40th were traced (at most 100 apart: kMaxBudgetTraceEvery), so that the
-  // checks below never depend on the interval the budget chose.
+  // until 3 steps past the 40th were traced (the cost asks for ~13; 2000 steps bound the loop), so
+  // that the checks below never depend on the interval the budget chose.
   int steps = 0, traced_seen_late = 0;
   for (; steps < 160 || (traced_seen_late < 3 && steps < 2000); ++steps) {
     TRACE_STEP();

@@ -71,7 +71,7 @@ class OverheadEstimator {
   static constexpr double kKeepNsPerLaunch = 790;
   static constexpr double kModelAttachDetachMs = 8.3;      // benchmarks/README.md, third session: cupti_cycle, attach 6.8 + detach 1.5 ms
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
-  static constexpr std::size_t kWindow = 512;              // steps remembered
+  static constexpr std::size_t kWindow = 512;              // steps remembered, at least (window())
   static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
   static constexpr int kMinTraced = 3;                     // steps at each distance from a trace, likewise
   static constexpr std::size_t kRecentSteps = 128;         // steps compared (at least 4 intervals)
@@ -127,7 +127,12 @@ class OverheadEstimator {
     if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
     st.compared = o.index >= s_.warmup_steps;
     steps_.push_back(st);
-    if (steps_.size() > kWindow) steps_.pop_front();
+    if (steps_.size() > window()) steps_.pop_front();
+  }
+  /// Steps remembered: enough for the comparison at the longest interval (4 intervals, kMinTraced
+  /// traced steps among them), never fewer than kWindow.
+  std::size_t window() const {
+    return std::max(kWindow, 4 * static_cast<std::size_t>(std::max(1, s_.max_every)) + 2 * kCleanDistance);
   }
 
   /// The current estimate for a trace interval of `every` (the one in force), and the interval the
@@ -146,9 +151,10 @@ class OverheadEstimator {
     const std::size_t recent = std::max<std::size_t>(kRecentSteps, 4 * static_cast<std::size_t>(e.every));
     const std::size_t from = steps_.size() > recent ? steps_.size() - recent : 0;
     std::vector<double> clean, all, near[kCleanDistance];
-    for (std::size_t i = 0; i < steps_.size(); ++i) {
+    const std::size_t last = steps_.size() > kWindow ? steps_.size() - kWindow : 0;
+    for (std::size_t i = std::min(from, last); i < steps_.size(); ++i) {
       const Step& st = steps_[i];
-      all.push_back(st.ms);
+      if (i >= last) all.push_back(st.ms);  // the launch model's step time: the last kWindow steps
       if (!st.compared || i < from) continue;
       if (st.since_traced >= kCleanDistance && !st.traced) clean.push_back(st.ms);
       else if (st.since_traced >= 0 && st.since_traced < kCleanDistance) near[st.since_traced].push_back(st.ms);

@@ -75,6 +75,7 @@ class StallWatch {
       ended_reports_ = reports_;
       step_ = step;
       since_ns_ = began;
+      since_begin_ = began_ns.has_value();
       reports_ = 0;
       return reported ? Due::resumed : Due::none;
     }
@@ -94,6 +95,9 @@ class StallWatch {
   // The stall being reported (after look() said stall).
   int64_t step() const { return step_; }
   double stalled_s(int64_t now_ns) const { return seconds(now_ns - since_ns_); }
+  /// Whether stalled_s runs from the step's own begin (else from the first look that saw the step:
+  /// shorter than the step has been open).
+  bool timed_from_begin() const { return since_begin_; }
   int reports() const { return reports_; }
   double reported_threshold_s() const { return base_s_; }
   double next_report_s() const { return base_s_ * static_cast<double>(int64_t{1} << reports_); }
@@ -109,6 +113,7 @@ class StallWatch {
   std::vector<double> recent_;
   std::size_t next_ = 0;
   int64_t step_ = -1, since_ns_ = 0;
+  bool since_begin_ = false;
   int reports_ = 0;
   double base_s_ = 0;
   int64_t ended_step_ = -1;

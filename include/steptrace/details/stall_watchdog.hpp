@@ -98,7 +98,9 @@ class StallWatchdog {
     // longer open than it is stalled. A tick reading converted through the anchored slope may land a
     // microsecond or so before the step's steady_clock begin; such a phase says stalled_s.
     const std::optional<StepRecorder::BegunStep> begun = recorder.begun_step();
-    const int inside_from = begun && begun->index == r.open_step ? begun->depth : kMaxPhaseDepth + 1;
+    // Only where stalled_s runs from that begin: timed from a later look it is shorter than the step.
+    const int inside_from =
+        begun && begun->index == r.open_step && watch_.timed_from_begin() ? begun->depth : kMaxPhaseDepth + 1;
     for (const OpenThread& t : read_open_threads(step_slot)) {
       StallReport::Thread out;
       out.tid = t.tid;

@@ -28,6 +28,10 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 // (benchmarks/results/2026-11-25-h200-alternate). A step in 1000 still traces one every 10-60 s on
 // such loops, and every line between carries the last traced step's diagnosis.
 inline constexpr int kMaxBudgetTraceEvery = 1000;
+// Keep or detach is decided on the detached trace's cost spread over this many steps, not over the
+// longest interval: the decision ends the hardware counters for the run, and an interval past 100 is
+// what the budget reaches for only on loops whose traced step costs more than a step.
+inline constexpr int kDetachHorizonSteps = 100;
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
@@ -86,13 +90,14 @@ class TraceController {
     const OverheadEstimate& e = *d.estimate;
     const bool deciding = s_.decides;
     if (s_.may_detach && deciding && !detach_asked_ && e.fraction && step.index >= kProbeAfterSteps &&
-        OverheadEstimator::detach_pays(e, s_.budget, kMaxBudgetTraceEvery)) {
+        OverheadEstimator::detach_pays(e, s_.budget, kDetachHorizonSteps)) {
       d.detach = detach_asked_ = true;
     }
     if (deciding && e.fraction) {
       // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
       // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
-      // window forgets the measurement after OverheadEstimator::kWindow steps and the probe repeats.
+      // estimator keeps 4 intervals of the longest (OverheadEstimator::window()), so a measurement
+      // holds at any interval the budget picks, and once it is forgotten the probe repeats.
       int wanted = e.every;
       if (e.method == "launch_model" && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
       const int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim);

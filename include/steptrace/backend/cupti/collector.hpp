@@ -159,6 +159,7 @@ class Collector {
     // On: a new period first, so that a call entering during the switch starts from a clean launch
     // state (not a runtime call left open in the previous period).
     if (on) periods_.fetch_add(1, std::memory_order_relaxed);
+    switch_tid_.store(details::this_thread_id(), std::memory_order_relaxed);
     switching_.store(true, std::memory_order_seq_cst);
     // The CUPTI calls below must not become visible before the flag (a store alone orders only what
     // precedes it). Best effort: what a launching thread sees of them is decided inside CUPTI.
@@ -179,6 +180,7 @@ class Collector {
       if (err.empty()) {
         std::lock_guard<std::mutex> staging(mutex_);
         correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
+        windowed_.clear();               // ids of the previous attach: they would name new launches
       }
     }
     if (err.empty()) {
@@ -279,6 +281,9 @@ class Collector {
   void set_tracing_off_quietly() {
     if (attached_) {
       for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
+      // Tracing never comes back after this: the next API exit detaches CUPTI (try_detach), so that
+      // the callbacks, which stay on, cost nothing for the rest of the run.
+      detach_requested_.store(true, std::memory_order_relaxed);
     }
     tracing_ = false;
   }
@@ -409,7 +414,7 @@ class Collector {
     const auto* cb = static_cast<const CUpti_CallbackData*>(data);
     const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
     const bool switching = self->switching_.load(std::memory_order_acquire);  // see set_tracing
-    if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // detach mode between traced steps
+    if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // between traced steps (either mode)
       if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
       return;
     }
@@ -443,8 +448,7 @@ class Collector {
       // cudaGraphLaunch{,_ptsz}_v10000_params and cuGraphLaunch{,_ptsz}_params both begin with the
       // executable graph's handle (CUPTI's generated_cuda_runtime_api_meta.h, generated_cuda_meta.h).
       const void* exec = l.graph && cb->functionParams ? *static_cast<void* const*>(cb->functionParams) : nullptr;
-      if (l.outer_correlation == 0) tls.staged = l.correlation;
-      self->stage(l, exec);
+      if (self->stage(l, exec)) tls.staged = l.correlation;
       return;
     }
     // API exit: a failed call produces no GPU record; say so, so its step does not wait for one.
@@ -461,22 +465,31 @@ class Collector {
     if (staged || l.failed) self->returned(l, staged);
   }
 
-  void stage(LaunchRecord l, const void* graph_exec = nullptr) {
+  /// Returns whether the call is followed until it returns (returned()).
+  bool stage(LaunchRecord l, const void* graph_exec = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     // Read again under the lock that set_tracing() takes after raising the flag: a call is either in
     // flight when records go off (and becomes the switch's there) or sees the switch here. Flag
     // first: it is lowered only after tracing_ has its new value.
     if (switching_.load(std::memory_order_acquire) || !tracing_.load(std::memory_order_acquire)) l.window = true;
-    if (!l.window && l.outer_correlation == 0 && in_flight_.size() < kMaxInFlight) in_flight_.push_back(l.correlation);
+    // Followed: another thread's outermost calls (the thread that switches records is never inside
+    // one when it does, so its calls - most of them - cost no second lock at their exit). Past the
+    // bound a call is the switch's from the start: never waited for.
+    bool followed = false;
+    if (!l.window && l.outer_correlation == 0 && l.tid != switch_tid_.load(std::memory_order_relaxed)) {
+      if (in_flight_.size() < kMaxInFlight) in_flight_.push_back(l.correlation), followed = true;
+      else l.window = true;
+    }
     if (graph_exec && !detach_mode()) {  // keep mode: which graphs wait for a relaunch (settled())
       if (l.discard) pending_graphs_.erase(graph_exec);
       else pending_graphs_[graph_exec] = l.correlation;
     }
     if (launches_.size() >= kMaxStagedLaunches) {
       ++dropped_launches_;
-      return;
+      return followed;
     }
     launches_.push_back(l);
+    return followed;
   }
 
   /// A staged call returned (API exit): its work is with the driver, so its record comes even if
@@ -567,8 +580,8 @@ class Collector {
   CUpti_SubscriberHandle subscriber_ = nullptr;
   bool active_ = false;    // started and not stopped (attached or, in detach mode, between traced steps)
   bool attached_ = false;  // subscribed (guarded by cupti_mutex_)
-  std::atomic<bool> tracing_{false};  // record kinds and callbacks on (set_tracing)
-  std::atomic<bool> switching_{false};  // set_tracing is switching record kinds and callbacks on or off
+  std::atomic<bool> tracing_{false};  // record kinds on and launches staged (set_tracing)
+  std::atomic<bool> switching_{false};  // set_tracing is switching record kinds on or off
   std::atomic<bool> detach_pending_{false};   // switch_to_detach() asked, not yet in force
   std::atomic<int64_t> detach_since_{-1};     // the step that began in detach mode (-1: keep mode)
   bool detach_mode() const { return detach_since_.load(std::memory_order_relaxed) >= 0; }
@@ -592,6 +605,7 @@ class Collector {
   std::vector<UnsettledGraphs> unsettled_;
   std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)
+  std::atomic<int32_t> switch_tid_{0};  // the thread that last switched records (its calls are not followed)
   std::atomic<bool> settling_{false};
 
   std::mutex pool_mutex_;
