@@ -10,10 +10,11 @@ median ratio over rounds and its range. For default blocks the estimate steptrac
 read from the block's last step line (overhead.estimated_fraction and _high) and set beside the
 measured cost. Off blocks' spread across rounds (max / min - 1) says how steady the process was.
 """
-import json
 import os
 import statistics
 import sys
+
+from default_cost_summary import read_lines  # beside this file: one reader of steptrace's lines
 
 
 def parse_blocks(paths):
@@ -38,19 +39,10 @@ def last_estimate(path, root):
     if path in ("-", ""):
         return None, None, None
     full = path if os.path.isabs(path) or not root else os.path.join(root, path)
-    last = None
-    try:
-        with open(full) as f:
-            for text in f:
-                try:
-                    line = json.loads(text)
-                except ValueError:
-                    continue
-                if isinstance(line, dict) and line.get("schema") == "steptrace.step/1":
-                    last = line
-    except OSError:
+    steps, _ = read_lines(full)
+    if not steps:
         return None, None, None
-    o = (last or {}).get("overhead") or {}
+    o = steps[-1].get("overhead") or {}
     return o.get("estimated_fraction"), o.get("estimated_fraction_high"), o.get("trace_every")
 
 
