@@ -165,8 +165,8 @@ TEST_CASE("a step that never closes and a phase that never ends on another threa
     const double nccl_open = (*train)["open_phases"][0]["open_s"];
     // Opened 20 ms (at least: a sleep) after the step began: a stall timed from a later look, or a
     // phase held to stalled_s, would leave less between the two.
-    CHECK(s["stalled_s"].get<double>() - nccl_open >= 0.019);
-    CHECK(s["stalled_s"].get<double>() - nccl_open < 0.25);
+    CHECK(s["stalled_s"].get<double>() - nccl_open >= 0.019);  // a sleep is never shorter: no load can fail it
+    CHECK(nccl_open > 0);
     REQUIRE((*load)["open_phases"].size() == 1);
     CHECK((*load)["open_phases"][0]["phase"] == "input");
     CHECK((*load)["open_phases"][0]["open_s"].get<double>() >= s["stalled_s"].get<double>() + 0.09);  // opened earlier
