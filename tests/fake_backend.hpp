@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <steptrace/backend/gpu_backend.hpp>
@@ -192,9 +193,14 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     return counters_error;
   }
   std::string counters_description() override { return "fake PM sampler"; }
-  std::atomic<double> sample_value{0.5};  // every value of the samples taken from now on
-  /// Samples from the previous poll to now, 1 ms each at most (GPU clock = host clock here), all values
-  /// sample_value.
+  /// From now on the GPU reads `v` in every counter: a sample ending after this call has that value, whenever
+  /// the collector polls it (a value read at poll time would let a late poll give a step the next one's values).
+  void set_sample_value(double v) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sample_values_.emplace_back(steptrace::monotonic_ns(), v);
+  }
+  /// Samples from the previous poll to now, 1 ms each at most (GPU clock = host clock here), each with the
+  /// value in effect when it ended.
   std::string poll_counters(std::vector<steptrace::CounterSample>& out) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t now = calls_.counters_paused ? paused_at_ : steptrace::monotonic_ns();
@@ -204,7 +210,10 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       steptrace::CounterSample c;
       c.start_ns = last_sample_end_;
       c.end_ns = last_sample_end_ = std::min(now, last_sample_end_ + 1'000'000);
-      c.sm_active = c.tensor_active = c.dram = c.occupancy = sample_value.load();
+      double v = 0.5;
+      for (const auto& [since, value] : sample_values_)
+        if (since <= c.end_ns) v = value;
+      c.sm_active = c.tensor_active = c.dram = c.occupancy = v;
       out.push_back(c);
     }
     return {};
@@ -258,6 +267,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   uint32_t next_correlation_ = 0;
   int64_t last_sample_end_ = 0;
   int64_t paused_at_ = 0;
+  std::vector<std::pair<int64_t, double>> sample_values_;  // (since, value), in time order
   std::vector<steptrace::LaunchRecord> launches_;
   std::vector<steptrace::KernelRecord> kernels_, held_;
   std::vector<steptrace::CopyRecord> copies_;

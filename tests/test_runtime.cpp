@@ -675,7 +675,7 @@ TEST_CASE("invariants on a live run: a phase opened before its step, counter sam
   // Opened well before the step (50 ms) so that, on an unloaded machine, it outlasts the ~1 ms step.
   // The checks below hold whatever the step's length: a loaded machine may stretch the step past it.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  run.gpu->sample_value = 1.5;  // the PM samples of the next step read an impossible 150 %
+  run.gpu->set_sample_value(1.5);  // the PM samples of the next step read an impossible 150 %
   {
     TRACE_STEP();
     run.gpu->launch(100'000);
@@ -683,7 +683,7 @@ TEST_CASE("invariants on a live run: a phase opened before its step, counter sam
     early.reset();
     steptrace_test::spin_for_us(500);
   }
-  run.gpu->sample_value = 0.5;
+  run.gpu->set_sample_value(0.5);
   for (int i = 0; i < 2; ++i) {
     TRACE_STEP();
     TRACE_PHASE(forward);
