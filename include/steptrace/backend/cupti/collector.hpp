@@ -160,10 +160,10 @@ class Collector {
     // state (not a runtime call left open in the previous period).
     if (on) periods_.fetch_add(1, std::memory_order_relaxed);
     switch_tid_.store(details::this_thread_id(), std::memory_order_relaxed);
-    switching_.store(true, std::memory_order_seq_cst);
-    // The CUPTI calls below must not become visible before the flag (a store alone orders only what
-    // precedes it). Best effort: what a launching thread sees of them is decided inside CUPTI.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // The CUPTI calls below must not become visible before the flag: a read-modify-write (acquire as well
+    // as release; a store alone orders only what precedes it, and ThreadSanitizer does not model a fence).
+    // Best effort: what a launching thread sees of them is decided inside CUPTI.
+    switching_.exchange(true, std::memory_order_seq_cst);
     {
       // Calls staged before the flag and not yet returned: another thread's launch whose work may
       // reach the driver after its record kind goes off. Off: they become the switch's (attributed if
