@@ -239,7 +239,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   }
   int64_t gpu_clock_offset_ns() override { return 0; }
   std::string bind_thread(int) override { return {}; }
+  std::atomic<int> memory_samples{0};  // device-memory readings taken so far
   std::optional<steptrace::MemorySample> sample_memory(int64_t now_ns, std::string*) override {
+    ++memory_samples;
     return steptrace::MemorySample{now_ns, int64_t{1} << 30, int64_t{80} << 30};
   }
   std::string open_device_state(int) override {

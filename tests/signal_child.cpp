@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   cfg.gpu = steptrace::Mode::off;
   cfg.summary = false;
   cfg.max_lag_steps = 0;
+  // Steps of 300 us: a writer held up ~80 ms on a loaded machine would fill the default 256 and drop
+  // steps, which these modes check never happens; "many" is the backlog case and keeps the default.
+  if (mode != "many") cfg.max_pending_steps = 65536;
   steptrace::start(cfg);
   if (mode == "after") std::signal(SIGTERM, exiting_handler);
   if (mode == "many") {  // fast steps of 20 phases each: the heaviest backlog a SIGTERM can meet

@@ -1,9 +1,11 @@
 // Test helpers: run a session, read its JSON lines back with nlohmann-json.
 #pragma once
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +47,42 @@ inline std::vector<nlohmann::json> read_records(const std::string& path) {
     REQUIRE_NOTHROW(lines.push_back(nlohmann::json::parse(line)));
   }
   return lines;
+}
+
+/// The complete records of a JSONL file the background thread may be writing right now: a last line
+/// without its newline yet is left out (a reader can see a write half done), the rest must parse.
+inline std::vector<nlohmann::json> read_records_live(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<nlohmann::json> records;
+  std::size_t begin = 0;
+  for (std::size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    const std::string line = text.substr(begin, end - begin);
+    INFO("line: " << line);
+    REQUIRE_NOTHROW(records.push_back(nlohmann::json::parse(line)));
+  }
+  return records;
+}
+
+/// The step lines written so far (read_records_live), for checks while the program runs.
+inline std::vector<nlohmann::json> read_lines_live(const std::string& path) {
+  std::vector<nlohmann::json> steps;
+  for (auto& r : read_records_live(path))
+    if (!r.contains("event")) steps.push_back(std::move(r));
+  return steps;
+}
+
+/// Polls `done` every millisecond until it holds or `timeout_ms` have passed; returns its last answer.
+/// For what the background thread does "soon": a loaded machine may run it late, never wrongly, so a
+/// test waits for it (with a deadline far above any scheduling delay) instead of sleeping a fixed time.
+template <class Predicate>
+bool wait_for(Predicate done, int timeout_ms = 10'000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 /// The step lines of a JSONL file (an end record, {"event": ...}, left out: read_events).

@@ -57,8 +57,7 @@ TEST_CASE("every step traced: each line has its kernels, complete, in its phase"
   run_steps(*run.gpu, 4, 3);
   {
     TRACE_STEP();  // while this step is open, the first four lines go out: records and samples are in
-    steptrace_test::spin_for_us(50'000);
-    CHECK(read_lines(log).size() == 4);
+    CHECK(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() == 4; }));
   }
   const auto summary = steptrace::stop();
   CHECK(summary.lines_written == 5);
@@ -139,18 +138,22 @@ TEST_CASE("records that come only with a flush: CUPTI is asked once a line has w
   Config cfg = base_config(log);
   cfg.flush_after_ms = 30;
   REQUIRE(run.start(cfg));
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i) {  // 10 steps of ~5 ms: ~50 ms, so one or two flushes, not ten
     TRACE_STEP();
     TRACE_PHASE(forward);
     run.gpu->launch(100'000);
     steptrace_test::spin_for_us(5000);
   }
-  steptrace_test::spin_for_us(100'000);  // the lines wait, then CUPTI is asked
+  // The lines wait, then CUPTI is asked: out before stop(), the flushed records made them complete.
+  CHECK(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() >= 9; }));
   const int flushes_before_stop = run.gpu->calls().flushes;
-  CHECK(read_lines(log).size() >= 9);  // out before stop(): the flushed records made them complete
+  const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   steptrace::stop();
   CHECK(flushes_before_stop >= 1);
-  CHECK(flushes_before_stop <= 5);
+  // Not one per step: at most one per flush_after_ms of the time the loop and the wait took (a late
+  // background thread stretches that time, never the rule).
+  CHECK(flushes_before_stop <= elapsed_ms / 30 + 2);
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == 10);
   for (const auto& l : lines) {
@@ -169,13 +172,17 @@ TEST_CASE("a line whose records never come goes out after max_lag_ms, marked inc
   cfg.max_lag_ms = 50;
   cfg.max_lag_steps = 1000;  // only the time bound applies
   REQUIRE(run.start(cfg));
+  const int64_t t0 = steptrace::monotonic_ns();
   run_steps(*run.gpu, 2, 2);
   {
     TRACE_STEP();  // a third step stays open while the first two wait
     steptrace_test::spin_for_us(20'000);
-    CHECK(read_lines(log).empty());  // 20 ms < max_lag_ms: still waiting
-    steptrace_test::spin_for_us(150'000);
-    CHECK(read_lines(log).size() == 2);  // overdue: out without their records
+    const auto early = steptrace_test::read_lines_live(log);
+    // Still waiting while under max_lag_ms: certain only if this read ended within 50 ms of the first
+    // step's begin (a loaded machine may have held this thread longer; then the lines may be out).
+    if (steptrace::monotonic_ns() - t0 < 50'000'000) CHECK(early.empty());
+    // Overdue: out without their records.
+    CHECK(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() == 2; }));
   }
   steptrace::stop();
   const auto lines = read_lines(log);
@@ -196,7 +203,9 @@ TEST_CASE("detach mode: a detach is asked for once each traced step's line is ou
   REQUIRE(run.start(cfg));
   for (int i = 0; i < 6; ++i) {
     run_steps(*run.gpu, 1, 1);
-    steptrace_test::spin_for_us(30'000);  // the background thread takes the line
+    // Step i closes traced step i - 1 (odd i): the background thread takes its line and asks for the
+    // detach, which the fake grants with records off; wait for it before the next traced step begins.
+    if (i % 2 == 1) CHECK(steptrace_test::wait_for([&] { return run.gpu->calls().detaches == (i + 1) / 2; }));
   }
   steptrace::stop();
   const auto calls = run.gpu->calls();
@@ -239,7 +248,9 @@ TEST_CASE("each unavailable part of the backend gives its section a reason that 
     run_steps(*run.gpu, 2, 1);
     {
       TRACE_STEP();
-      steptrace_test::spin_for_us(20'000);  // long enough for memory readings inside the step
+      // A memory reading inside the step (the background thread's next one, whenever it runs).
+      const int readings = run.gpu->memory_samples;
+      CHECK(steptrace_test::wait_for([&] { return run.gpu->memory_samples > readings + 1; }));
     }
     steptrace::stop();
     const auto l = read_lines(log).at(2);
@@ -372,9 +383,11 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
     if (o["untraced_residual_ms"].is_number()) CHECK((o["untraced_residual_ms"].get<double>() > 0) == (step < since));
     if (step < since) continue;
     // PM sampling stops once the background thread sees detach in force: the first steps after may
-    // still hold samples taken before (whole steps, when that thread is held up on a loaded machine;
-    // at most 3, checked below); then counters are null with the reason.
-    if (l["counters"].is_null()) {
+    // still hold samples taken before (as many as that thread was late by, on a loaded machine); from
+    // the first null on, counters are null with the reason (no sample after the stop).
+    if (!l["counters"].is_null()) {
+      CHECK(counters_null == 0);
+    } else {
       ++counters_null;
       CHECK(l["null_reasons"]["counters"].get<std::string>().find("overhead_budget detaches CUPTI") != std::string::npos);
     }
@@ -389,7 +402,8 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
   }
   CHECK(detached_traced >= 1);
   CHECK(detached_untraced >= 50);
-  CHECK(counters_null >= detached_traced + detached_untraced - 3);
+  CHECK(counters_null >= 1);
+  CHECK(lines.back()["counters"].is_null());
   // The estimate starts over in detach mode, from the model: 2 000 x 1.1 us + 8.3 ms per trace.
   const auto& first = lines.at(static_cast<std::size_t>(since))["overhead"];
   INFO(first.dump());

@@ -129,9 +129,11 @@ TEST_CASE("phases on a data-loader thread are counted in the step, not in untrac
   std::atomic<bool> go{false}, done{false};
   std::thread loader([&] {
     while (!go) std::this_thread::yield();
-    TRACE_PHASE_NAMED("prefetch");
-    spin_for_us(3000);
-    done = true;
+    {
+      TRACE_PHASE_NAMED("prefetch");
+      spin_for_us(3000);
+    }
+    done = true;  // after the scope ended: the step closes only once the loader's phase is in it
   });
   {
     TRACE_STEP();
