@@ -3,6 +3,8 @@
 #include <steptrace/steptrace.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <thread>
 
 #include <sys/resource.h>
 
@@ -34,10 +36,17 @@ int main(int argc, char** argv) {
   limit.rlim_cur = 10000;  // room for a few lines, the next one cut part way
   setrlimit(RLIMIT_FSIZE, &limit);
   steps(20);
-  // Wait until the background thread has met the limit (its lines come a few ms after each step).
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (std::chrono::steady_clock::now() < until) {
-  }
+  // Wait until the background thread has met the limit: its lines come a few ms after each step, all
+  // 20 steps' lines (far past 10 000 bytes) in a pass or two once it runs. Its first line is the sign it
+  // runs (a loaded machine may hold it back for long: up to 10 s), then 300 ms for the rest.
+  const auto written = [&] {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(argv[1], ec);
+    return !ec && size > 0;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline && !written()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   limit.rlim_cur = unlimited;
   setrlimit(RLIMIT_FSIZE, &limit);
   steps(20);
