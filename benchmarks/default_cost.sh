@@ -21,6 +21,12 @@
 #   attached         steptrace with CUPTI attached and never tracing after its first step
 #                    (STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off)
 #   default_detach   STEPTRACE_UNTRACED_CUPTI=detach
+# and, to find where a host-bound default's cost goes that its estimate does not hold (a: c: only):
+#   host_slowpoll    host, with device memory and NVML read once a minute (STEPTRACE_MEMORY_SAMPLE_MS=60000)
+#   host_logevery    host, one line per 100 steps (STEPTRACE_LOG_EVERY=100): what assembling and writing
+#                    a line per step costs
+#   default_slowpoll default, memory and NVML read once a minute
+#   default_norecorder  default without the flight recorder's ring (STEPTRACE_TRACE_KEEP_STEPS=0)
 # Every repeat runs each (workload, mode) pair once, in an order shuffled per repeat (seeded: SEED), so
 # drift lands on all modes alike. Writes OUT_DIR/runs.csv (one row per run; a failed run leaves a row
 # with its status and no times), OUT_DIR/lines/ (each steptrace run's JSONL lines, and any trace files
@@ -202,6 +208,10 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
     callbacks|disabled) ;;
     attached) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_EVERY=1000000 STEPTRACE_COUNTERS=off) ;;
     default_detach) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_UNTRACED_CUPTI=detach) ;;
+    host_slowpoll) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_CUPTI=off STEPTRACE_MEMORY_SAMPLE_MS=60000) ;;
+    host_logevery) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_CUPTI=off STEPTRACE_LOG_EVERY=100) ;;
+    default_slowpoll) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_MEMORY_SAMPLE_MS=60000) ;;
+    default_norecorder) lines=lines/${w}_${m}_r$r.jsonl env+=(STEPTRACE_TRACE_KEEP_STEPS=0) ;;
     *) say "unknown mode $m"; return ;;
   esac
   [[ -n $lines ]] && rm -f "$out/$lines"

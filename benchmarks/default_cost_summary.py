@@ -31,7 +31,11 @@ MODES = [("off", "off (no steptrace)"),
          ("host", "steptrace without CUPTI (`cupti=off`)"),
          ("callbacks", "raw CUPTI callbacks, no records"),
          ("attached", "CUPTI attached, no tracing after step 0"),
-         ("default_detach", "default, `untraced_cupti=detach`")]
+         ("default_detach", "default, `untraced_cupti=detach`"),
+         ("host_slowpoll", "without CUPTI, memory/NVML read once a minute"),
+         ("host_logevery", "without CUPTI, a line per 100 steps"),
+         ("default_slowpoll", "default, memory/NVML read once a minute"),
+         ("default_norecorder", "default without the flight recorder")]
 ESTIMATE_TOLERANCE_POINTS = 0.15
 
 
@@ -229,7 +233,11 @@ def summarize(out):
                            ("callbacks", "off", "raw callbacks − off (staying attached, raw)"),
                            ("attached", "host", "attached, not tracing − without CUPTI (staying attached)"),
                            ("default", "attached", "default − attached (the traced steps)"),
-                           ("default_detach", "off", "default, detached between traces − off")):
+                           ("default_detach", "off", "default, detached between traces − off"),
+                           ("host", "host_slowpoll", "host − host polling once a minute (memory/NVML reads)"),
+                           ("host", "host_logevery", "host − host writing a line per 100 steps (lines)"),
+                           ("default", "default_slowpoll", "default − default polling once a minute (memory/NVML reads)"),
+                           ("default", "default_norecorder", "default − default without the recorder (the ring)")):
             d = difference_points(by, w, a, b)
             diffs[(w, a, b)] = spread(list(d.values()))
             if d:
