@@ -197,7 +197,6 @@ class Collector {
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
   /// Keep mode: records stay on after a traced step until its graphs have been launched again.
-  bool settling() const { return settling_.load(std::memory_order_relaxed); }
 
   /// Detach mode, background thread: once the first `traced` traced steps (set_tracing(true) calls)
   /// have their lines, the next API exit on any thread detaches CUPTI (cuptiFinalize, from a callback

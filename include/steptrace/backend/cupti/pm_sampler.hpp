@@ -62,7 +62,6 @@ class PmSampler {
   std::string start(int device, uint64_t interval_ns, std::size_t hardware_buffer_bytes = kHardwareBufferBytes,
                     uint32_t decoded_samples = kMaxDecodedSamples) {
     stop();
-    interval_ns_ = interval_ns;
     hardware_buffer_bytes_ = hardware_buffer_bytes;
     auto init = params<CUpti_Profiler_Initialize_Params>(CUpti_Profiler_Initialize_Params_STRUCT_SIZE);
     if (auto r = cuptiProfilerInitialize(&init); r != CUPTI_SUCCESS) return fail("cuptiProfilerInitialize", r);
@@ -245,8 +244,6 @@ class PmSampler {
   }
 
   bool running() const { return started_; }
-  uint64_t interval_ns() const { return interval_ns_; }
-  uint64_t samples() const { return samples_; }
   uint64_t overflows() const { return overflows_; }
   /// What the decodes cost so far (wall time on the calling thread), for the log at the end.
   std::string cost() const {
@@ -266,10 +263,6 @@ class PmSampler {
            std::to_string(counter_data_.size() >> 10) + " KiB, config image " + std::to_string(config_.size() >> 10) +
            " KiB";
   }
-  bool has_tensor() const { return has(Field::tensor_active); }
-  bool has_dram() const { return has(Field::dram); }
-  bool has_sm_active() const { return has(Field::sm_active); }
-  bool has_occupancy() const { return has(Field::occupancy); }
 
  private:
   enum class Field { sm_active, tensor_active, dram, occupancy };
@@ -284,11 +277,6 @@ class PmSampler {
       case Field::dram: return "dram";
       default: return "occupancy";
     }
-  }
-  bool has(Field f) const {
-    for (const auto& m : metrics_)
-      if (m.field == f) return true;
-    return false;
   }
 
   bool metric_exists(const char* name) {
@@ -387,7 +375,6 @@ class PmSampler {
     return why;
   }
 
-  uint64_t interval_ns_ = 0;
   static int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
