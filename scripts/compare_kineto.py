@@ -12,9 +12,11 @@ import collections
 import json
 import sys
 
+from steptrace_lines import step_lines  # the same directory
+
 
 def steptrace_means(path, skip):
-    lines = [x for x in map(json.loads, open(path)) if "event" not in x][skip:]  # step lines
+    lines = step_lines(path)[skip:]  # step lines
     if lines and not lines[-1]["step_time_basis"] == "next_step_start":
         lines = lines[:-1]  # the last step's line ends at stop(): not a steady step
     sums = collections.Counter()

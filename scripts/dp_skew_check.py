@@ -8,10 +8,11 @@ views; a run whose rank 1 spends 25 % of the median step more in `backward` from
 not balanced, with rank 1 and `backward` named, from the first view of step 10 or later and in >= 95 % of
 those views. Prints the distributions (docs/multi-gpu-validation.md quotes them). Exit 77 (skipped) with fewer than two GPUs.
 """
-import json
 import os
 import subprocess
 import sys
+
+from steptrace_lines import step_lines  # the same directory
 
 
 def gpu_count():
@@ -33,16 +34,14 @@ def run(binary, out, name, extra):
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, env=env, check=True)
     views, partial, without = [], 0, {}
-    with open(log.replace("{rank}", "0")) as f:
-        for line in f:
-            l = json.loads(line)
-            v = l.get("cross_rank")
-            if v:  # every view counts: one missing a rank reads balanced null, never a pass
-                views.append(v)
-                partial += v.get("reporting") != 2
-            else:
-                reason = l.get("null_reasons", {}).get("cross_rank", "")
-                without[reason] = without.get(reason, 0) + 1
+    for l in step_lines(log.replace("{rank}", "0")):
+        v = l.get("cross_rank")
+        if v:  # every view counts: one missing a rank reads balanced null, never a pass
+            views.append(v)
+            partial += v.get("reporting") != 2
+        else:
+            reason = l.get("null_reasons", {}).get("cross_rank", "")
+            without[reason] = without.get(reason, 0) + 1
     print(f"  rank 0: {len(views)} views, {partial} missing a rank; lines without a view: {without}")
     return views
 

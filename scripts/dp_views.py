@@ -3,9 +3,11 @@
 
     scripts/dp_views.py OUT_DIR GPUS
 """
-import json, sys
+import sys
+
+from steptrace_lines import step_lines  # the same directory
 out, gpus = sys.argv[1], int(sys.argv[2])
-lines = [x for x in map(json.loads, open(f"{out}/slow-0.jsonl")) if "event" not in x]  # step lines
+lines = step_lines(f"{out}/slow-0.jsonl")
 slow = gpus - 1
 print("rank 0's cross_rank views (the slow rank is", slow, "from step 10):")
 first = None
@@ -20,7 +22,7 @@ for l in lines:
         first = (l["global_step"], v["step"])
 print("first line naming the slow rank and the input phase:", first)
 for r in range(gpus):
-    ls = [x for x in map(json.loads, open(f"{out}/slow-{r}.jsonl")) if "event" not in x]
+    ls = step_lines(f"{out}/slow-{r}.jsonl")
     l = ls[len(ls) // 2]
     g = l.get("gpu") or {}
     print(f"rank {r} step {l['global_step']}: step_time_ms {l['step_time_ms']:.2f} input {l['dataloader_wait_ms']:.2f} "

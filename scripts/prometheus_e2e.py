@@ -35,6 +35,7 @@ import urllib.request
 
 from report_check import with_basis  # the same new-schema lines the report check builds
 from steptrace_report_diagnosis import line_basis
+from steptrace_lines import step_lines as read_lines  # step lines, not the end record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(sys.argv[1])
@@ -69,11 +70,6 @@ def wait_for(what, check, seconds):
         time.sleep(0.2)
     fail(f"timed out waiting for {what}")
     return False
-
-
-def read_lines(path):
-    with open(path) as f:
-        return [r for r in (json.loads(l) for l in f if l.strip()) if "event" not in r]  # step lines, not the end record
 
 
 def field(line, path):

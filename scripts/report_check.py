@@ -38,6 +38,8 @@ import time
 import zlib
 from urllib.parse import quote, unquote
 
+from steptrace_lines import step_lines  # the same directory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = os.environ.get("STEPTRACE_REPORT") or os.path.join(ROOT, "scripts", "steptrace_report.py")
 
@@ -114,10 +116,6 @@ def coloured(rows, bpp, rect, width, height, grey=None):
             if max(r, g, b) - min(r, g, b) > 40 or (r, g, b) == k:
                 n += 1
     return n
-
-
-def step_lines(path):
-    return [l for l in (json.loads(t) for t in open(path) if t.strip()) if "event" not in l]
 
 
 def with_basis(src_path, out_path):

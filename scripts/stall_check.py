@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from dp_skew_check import gpu_count  # the same directory
+from steptrace_lines import read_records, split_records
 
 HANG_STEP, HANG_S, STALL_AFTER_S, STEPS = 20, 5.0, 1.5, 40
 
@@ -30,12 +31,7 @@ def check(cond, what):
 
 
 def read(path):
-    steps, events = [], []
-    with open(path) as f:
-        for text in f:
-            record = json.loads(text)  # every line whole
-            (events if "event" in record else steps).append(record)
-    return steps, events
+    return split_records(read_records(path))  # every line whole
 
 
 def step_thread_phases(stall):

@@ -3,8 +3,10 @@
 
     scripts/torch_variant_summary.py LOG.jsonl NAME
 """
-import json, sys, collections
-lines = [x for x in map(json.loads, open(sys.argv[1])) if "event" not in x][5:]  # skip warm-up steps
+import sys, collections
+
+from steptrace_lines import step_lines  # the same directory
+lines = step_lines(sys.argv[1])[5:]  # skip warm-up steps
 labels = collections.Counter(l["diagnosis"]["label"] for l in lines)
 ev = lambda k: sum((l["diagnosis"]["evidence"][k] or 0) for l in lines) / len(lines)
 att = [l["phases"].get("attention", {}).get("gpu", {}) for l in lines]

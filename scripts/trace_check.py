@@ -22,22 +22,16 @@ import sys
 import tempfile
 from collections import defaultdict
 
+from steptrace_lines import read_records, split_records  # the same directory
+
 PHASES = {"X", "M", "s", "f"}
 
 
 def read_lines(path):
-    steps, ends = {}, []
-    with open(path) as f:
-        for raw in f:
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if obj.get("event") == "end":
-                ends.append(obj)
-            elif "global_step" in obj:
-                steps[obj["global_step"]] = obj
-    return steps, ends
+    """{global_step: line}, [end records]; a fragment a killed run left is skipped."""
+    steps, events = split_records(read_records(path, strict=False))
+    return ({l["global_step"]: l for l in steps if "global_step" in l},
+            [e for e in events if e.get("event") == "end"])
 
 
 def check_format(doc):
