@@ -8,6 +8,10 @@
 // library and the runtime's internals (NVTX alone, the scope clock chosen) are not visible: null.
 #include <steptrace/core/clock.hpp>  // the clocks alone, to compare with
 #include <steptrace/steptrace.hpp>
+#ifndef STEPTRACE_COMPILED_LIB
+#include <steptrace/backend/nvtx.hpp>          // an NVTX push+pop alone (not visible in compiled mode)
+#include <steptrace/details/host_clock.hpp>  // which clock the scopes read (likewise)
+#endif
 
 #include <chrono>
 #include <cstdio>

@@ -1,8 +1,9 @@
-# Which headers a program's translation unit that includes steptrace.hpp compiles, in both modes.
-# Compiled mode (STEPTRACE_COMPILED_LIB): none of the runtime's vendor headers (CUDA, CUPTI, NVML,
-# NVTX, spdlog/fmt, cxxabi, dlfcn) and no `environ`, with CUDA's include directory on the path as in a
-# CUDA program (a header steptrace asked for would be found). Header-only mode is the control: the
-# same check must find each of them there (NVML where nvml.h is installed).
+# Which headers a program's translation unit that includes steptrace.hpp compiles. Header-only (every
+# file but the one that defines STEPTRACE_IMPLEMENTATION) and compiled mode (STEPTRACE_COMPILED_LIB):
+# none of the runtime's vendor headers (CUDA, CUPTI, NVML, NVTX, spdlog/fmt, cxxabi, dlfcn) and no
+# `environ`, with CUDA's include directory on the path as in a CUDA program (a header steptrace asked
+# for would be found). The implementation's translation unit is the control: the same check must find
+# each of them there (NVML where nvml.h is installed).
 function(headers_of out_headers out_text)
   execute_process(COMMAND ${CXX} -std=c++17 -E -H ${ARGN} -I${SOURCE}/include -x c++ ${SOURCE}/tests/compiled_tu.cpp
                   OUTPUT_VARIABLE text ERROR_VARIABLE headers RESULT_VARIABLE rc)
@@ -14,22 +15,28 @@ function(headers_of out_headers out_text)
 endfunction()
 set(vendor "cupti" "nvml" "cuda_runtime" "cuda.h" "nvtx" "spdlog" "fmt/" "cxxabi.h" "dlfcn.h")
 
-headers_of(headers text -DSTEPTRACE_COMPILED_LIB -I${CUDA_INCLUDE})
-string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
-list(LENGTH lines count)
-foreach(name IN LISTS vendor)
-  string(FIND "${headers}" "${name}" at)
-  if(NOT at EQUAL -1)
-    message(FATAL_ERROR "compiled mode: steptrace.hpp pulls in '${name}':\n${headers}")
+foreach(mode IN ITEMS "header-only" "compiled")
+  if(mode STREQUAL "compiled")
+    headers_of(headers text -DSTEPTRACE_COMPILED_LIB -I${CUDA_INCLUDE})
+  else()
+    headers_of(headers text -I${CUDA_INCLUDE})
   endif()
+  string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
+  list(LENGTH lines count)
+  foreach(name IN LISTS vendor)
+    string(FIND "${headers}" "${name}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "${mode} mode: steptrace.hpp pulls in '${name}':\n${headers}")
+    endif()
+  endforeach()
+  string(REGEX MATCH "[^_a-zA-Z]environ[^_a-zA-Z]" environ_seen "${text}")
+  if(environ_seen)
+    message(FATAL_ERROR "${mode} mode: the translation unit declares environ")
+  endif()
+  message(STATUS "${mode} mode, a program's file: ${count} headers, none of: ${vendor}")
 endforeach()
-string(REGEX MATCH "[^_a-zA-Z]environ[^_a-zA-Z]" environ_seen "${text}")
-if(environ_seen)
-  message(FATAL_ERROR "compiled mode: the translation unit declares environ")
-endif()
-message(STATUS "compiled mode: ${count} headers, none of: ${vendor}")
 
-headers_of(headers text -I${CUDA_INCLUDE})
+headers_of(headers text -DSTEPTRACE_IMPLEMENTATION -I${CUDA_INCLUDE})
 string(REGEX MATCHALL "\n\\.+ [^\n]*" lines "\n${headers}")
 list(LENGTH lines count)
 set(expected "cupti" "cuda_runtime" "nvtx" "spdlog" "fmt/" "cxxabi.h" "dlfcn.h")
@@ -39,7 +46,7 @@ endif()
 foreach(name IN LISTS expected)
   string(FIND "${headers}" "${name}" at)
   if(at EQUAL -1)
-    message(FATAL_ERROR "header-only mode (the control): '${name}' not found among the headers; the check sees nothing")
+    message(FATAL_ERROR "the implementation's file (the control): '${name}' not found among the headers; the check sees nothing")
   endif()
 endforeach()
-message(STATUS "header-only mode: ${count} headers, among them: ${expected}")
+message(STATUS "the implementation's file (STEPTRACE_IMPLEMENTATION): ${count} headers, among them: ${expected}")

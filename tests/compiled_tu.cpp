@@ -1,4 +1,4 @@
-// A program's translation unit as tests/check_compiled_headers.cmake preprocesses it, in both modes.
+// A program's translation unit as tests/check_compiled_headers.cmake preprocesses it, in each mode.
 #include <steptrace/steptrace.hpp>
 
 int main() {

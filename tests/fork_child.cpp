@@ -6,6 +6,7 @@
 // The parent waits for the child (a child still there after 20 s is a hang: killed and counted)
 // and goes on stepping to its own stop(). Prints one line per failure; exits 0 only if none.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/log.hpp>
 
 #include "host_config.hpp"
 

@@ -9,6 +9,7 @@
 //                                                      4-rank exchange (tests/fake_exchange.hpp)
 #include <steptrace/sink/prometheus.hpp>
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/session.hpp>
 
 #include <chrono>
 #include <cstdio>

@@ -2,6 +2,7 @@
 // ranks that stop reporting, the float wire format.
 #include <steptrace/core/cross_rank.hpp>
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/session.hpp>
 
 #include <chrono>
 #include <memory>

@@ -1,5 +1,6 @@
 // Diagnosis labels: pure rules on synthetic steps, their place in the line, the run's dominant label.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/core/diagnosis.hpp>
 
 #include "support.hpp"
 

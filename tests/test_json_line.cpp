@@ -1,5 +1,8 @@
 // Every line is valid JSON with the whole minimal log set; nulls carry reasons; the writer escapes.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/core/line_invariants.hpp>
+#include <steptrace/core/json_writer.hpp>
+#include <steptrace/core/step_line.hpp>
 
 #include <cmath>
 #include <functional>

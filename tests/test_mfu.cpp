@@ -1,5 +1,6 @@
 // The transformer FLOPs helper and MFU against hand-computed values.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/core/step_metrics.hpp>
 
 #include "support.hpp"
 

@@ -3,6 +3,7 @@
 // runtime writing the textfile and serving the endpoint. The end-to-end test against a real
 // Prometheus is scripts/prometheus_e2e.py.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/session.hpp>
 #include <steptrace/sink/prometheus.hpp>
 
 #include <arpa/inet.h>

@@ -3,6 +3,7 @@
 // records and go out incomplete when overdue, CUPTI is asked for records only when a line has
 // waited, detach is asked for after each traced line, and stop() releases everything.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/session.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -2,6 +2,8 @@
 // a stall record naming the open step, the phases open on each thread and for how long, and the open
 // step's outstanding GPU work; again at doubling intervals; and a resumed record when a step begins.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/session.hpp>
+#include <steptrace/core/stall.hpp>
 
 #include <atomic>
 #include <chrono>

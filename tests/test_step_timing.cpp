@@ -1,5 +1,8 @@
 // Step timing semantics: step time runs to the next step's start; untracked time is reported.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/host_clock.hpp>
+#include <steptrace/details/line_policy.hpp>
+#include <steptrace/core/step_metrics.hpp>
 
 #include "support.hpp"
 

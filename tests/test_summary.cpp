@@ -1,5 +1,7 @@
 // The summary stop() returns and prints.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/core/step_metrics.hpp>
+#include <steptrace/core/summary.hpp>
 
 #include "support.hpp"
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/host_clock.hpp>
 
 #include <atomic>
 #include <thread>

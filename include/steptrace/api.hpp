@@ -1,6 +1,5 @@
 // steptrace/api.hpp - the functions and RAII scopes behind the macros. Declarations only: the
-// definitions are in details/api_impl.hpp, included here in header-only mode and compiled into the
-// library in compiled mode (version.hpp).
+// definitions are in details/api_impl.hpp, compiled once per program (steptrace.hpp, version.hpp).
 #pragma once
 #include "version.hpp"
 #include <cstdint>
@@ -24,40 +23,40 @@ STEPTRACE_BEGIN_NAMESPACE
 /// Starts measuring. Reads STEPTRACE_* variables (they override `cfg`), probes the GPU, opens the
 /// log and starts the background thread. Returns false if steptrace stays off (disabled, already
 /// running, or no thread could be started); the program runs on either way.
-STEPTRACE_API STEPTRACE_INLINE bool start(const Config& cfg = {}) noexcept;
+STEPTRACE_API bool start(const Config& cfg = {}) noexcept;
 
 /// Closes the last step, writes the remaining lines, prints the summary (unless summary=false) and
 /// releases the thread and the file. Without a running session it returns a Summary with started=false.
-STEPTRACE_API STEPTRACE_INLINE Summary stop() noexcept;
+STEPTRACE_API Summary stop() noexcept;
 
-STEPTRACE_API STEPTRACE_INLINE bool is_running() noexcept;
+STEPTRACE_API bool is_running() noexcept;
 
 /// Attaches a scalar (loss, grad_norm, overflow_count, lr, anything) to the current step. Names are
 /// kept to printable ASCII; the last value recorded under a name in a step wins.
-STEPTRACE_API STEPTRACE_INLINE void record(std::string_view name, double value) noexcept;
+STEPTRACE_API void record(std::string_view name, double value) noexcept;
 
 /// Writes the next `n` steps to begin as a trace (the flight recorder, trace_keep_steps): phase scopes
 /// on their threads, GPU records on their streams. Returns false when it cannot (not running, the
 /// recorder off, n < 1). The line of each such step names the file.
-STEPTRACE_API STEPTRACE_INLINE bool capture_steps(int n = 1) noexcept;
+STEPTRACE_API bool capture_steps(int n = 1) noexcept;
 
 /// Sets the current step's token (and sample) count when it is only known inside the step.
-STEPTRACE_API STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples = std::nullopt) noexcept;
+STEPTRACE_API void set_step_tokens(double tokens, std::optional<double> samples = std::nullopt) noexcept;
 
 /// Registers a function that reports the program's allocator numbers. It is called once per step,
 /// when the TRACE_STEP scope ends, on that thread: keep it cheap. A hook that throws is removed.
-STEPTRACE_API STEPTRACE_INLINE void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept;
+STEPTRACE_API void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept;
 
 /// Registers a custom phase name (see is_valid_phase_name) and returns its id; a bad name is
 /// rewritten and reported once through the "steptrace" logger.
-STEPTRACE_API STEPTRACE_INLINE PhaseId register_phase(std::string_view name) noexcept;
+STEPTRACE_API PhaseId register_phase(std::string_view name) noexcept;
 
 namespace details {
 struct ThreadState;
 /// Hands a cross-rank exchange to the running session (steptrace/nccl.hpp builds the NCCL one in
 /// the program's own translation unit). `setup_error` non-empty: the exchange could not be set up;
 /// one warning says why and the view stays off.
-STEPTRACE_API STEPTRACE_INLINE bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange,
+STEPTRACE_API bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange,
                                                             const std::string& setup_error, int every_k_steps) noexcept;
 }  // namespace details
 
@@ -117,7 +116,3 @@ inline PhaseId register_phase(std::string_view) noexcept { return kNoPhase; }
 #endif
 
 STEPTRACE_END_NAMESPACE  // steptrace
-
-#if !defined(STEPTRACE_DISABLE) && !defined(STEPTRACE_COMPILED_LIB)
-#include "details/api_impl.hpp"
-#endif

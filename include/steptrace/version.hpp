@@ -37,19 +37,14 @@
   }                             \
   }
 
-// Header-only (the default): every function is inline and each program compiles the runtime into
-// the translation units that include steptrace.hpp. Compiled (STEPTRACE_COMPILED_LIB, set by CMake's
-// STEPTRACE_COMPILED_LIB=ON for everything that links steptrace::steptrace): the runtime is built
-// once into the library (src/steptrace.cpp) and a program's translation units see the API's
-// declarations, the configuration and plain value types only, no vendor header.
-#if defined(STEPTRACE_COMPILED_LIB)
-#define STEPTRACE_INLINE
-#if defined(__GNUC__)
+// Either way a program's translation units see the API's declarations, the configuration and plain
+// value types only, no vendor header; the runtime is compiled once. Header-only (the default): in the
+// one translation unit that defines STEPTRACE_IMPLEMENTATION before including steptrace.hpp (CMake's
+// steptrace::steptrace adds that file, src/implementation.cpp, to what links it). Compiled
+// (STEPTRACE_COMPILED_LIB, set by CMake's STEPTRACE_COMPILED_LIB=ON for everything that links
+// steptrace::steptrace): into the library (src/steptrace.cpp), whose API is exported.
+#if defined(STEPTRACE_COMPILED_LIB) && defined(__GNUC__)
 #define STEPTRACE_API __attribute__((visibility("default")))
 #else
-#define STEPTRACE_API
-#endif
-#else
-#define STEPTRACE_INLINE inline
 #define STEPTRACE_API
 #endif

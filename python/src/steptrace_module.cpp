@@ -8,6 +8,9 @@
 #include <pybind11/stl.h>
 
 #include <steptrace/steptrace.hpp>
+#include <steptrace/core/overhead_parts.hpp>
+#include <steptrace/details/log.hpp>
+#include <steptrace/details/reading_pace.hpp>
 
 #include <memory>
 #include <new>

@@ -9,6 +9,7 @@
 //                       gpu_workloads LOG TRUTH switch_keep|switch_detach  (a second thread launching
 //                                                    across every switch of trace_every = 5)
 #include <steptrace/steptrace.hpp>
+#include <steptrace/backend/cupti/collector.hpp>  // how many detaches the run made
 
 #include <cublas_v2.h>
 #include <cuda.h>

@@ -28,6 +28,8 @@
 #include <optional>
 #include <string>
 
+#include "overhead.hpp"
+
 STEPTRACE_BEGIN_NAMESPACE
 
 /// One part of the estimate.

@@ -4,8 +4,8 @@
 //   TRACE_PHASE_NAMED("attention")  // custom; registered once per call site
 //
 // Ids are small integers so a scope stores two bytes; names live in a fixed-size table that the
-// background thread reads when it writes a line (phase_table.hpp: one per process, in the library in
-// compiled mode).
+// background thread reads when it writes a line (phase_table.hpp: one per process, compiled once with
+// the runtime).
 #pragma once
 #include "../version.hpp"
 #include <cctype>
@@ -49,18 +49,15 @@ struct PhaseRegistration {
 
 /// Registers (or finds) a phase name. Invalid names are rewritten (lower-cased, other characters
 /// replaced by '_') and reported in `error`; when the table is full the id is kNoPhase.
-STEPTRACE_API STEPTRACE_INLINE PhaseRegistration register_phase_checked(std::string_view name);
+STEPTRACE_API PhaseRegistration register_phase_checked(std::string_view name);
 
 /// Name of a registered phase, or "unknown".
-STEPTRACE_API STEPTRACE_INLINE const std::string& phase_name(PhaseId id);
+STEPTRACE_API const std::string& phase_name(PhaseId id);
 
-STEPTRACE_API STEPTRACE_INLINE std::size_t phase_count();
+STEPTRACE_API std::size_t phase_count();
 
 /// Registrations of a new name refused since the process began because the table was full.
-STEPTRACE_API STEPTRACE_INLINE std::size_t phase_names_rejected();
+STEPTRACE_API std::size_t phase_names_rejected();
 
 STEPTRACE_END_NAMESPACE  // steptrace
 
-#if !defined(STEPTRACE_COMPILED_LIB)
-#include "phase_table.hpp"
-#endif

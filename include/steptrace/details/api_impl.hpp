@@ -1,5 +1,6 @@
-// steptrace/details/api_impl.hpp - the definitions of api.hpp's functions and scopes: inline in
-// header-only mode, compiled once into the library in compiled mode (src/steptrace.cpp). The one
+// steptrace/details/api_impl.hpp - the definitions of api.hpp's functions and scopes, compiled once per
+// program: in the translation unit that defines STEPTRACE_IMPLEMENTATION (header-only,
+// src/implementation.cpp under CMake) or into the library (compiled mode, src/steptrace.cpp). The one
 // place where the public API meets the runtime (the process's Session, NVTX, the logger).
 #pragma once
 #include "../version.hpp"
@@ -10,13 +11,13 @@
 
 #include "../api.hpp"
 #include "../backend/nvtx.hpp"
-#include "../core/phase_table.hpp"
+#include "phase_api_impl.hpp"
 #include "instance.hpp"
 #include "thread_slots.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
-STEPTRACE_INLINE bool start(const Config& cfg) noexcept {
+bool start(const Config& cfg) noexcept {
   try {
     return details::Session::instance().start(cfg);
   } catch (const std::exception& e) {
@@ -26,7 +27,7 @@ STEPTRACE_INLINE bool start(const Config& cfg) noexcept {
   return false;
 }
 
-STEPTRACE_INLINE Summary stop() noexcept {
+Summary stop() noexcept {
   try {
     return details::Session::current().stop();
   } catch (...) {
@@ -34,9 +35,9 @@ STEPTRACE_INLINE Summary stop() noexcept {
   }
 }
 
-STEPTRACE_INLINE bool is_running() noexcept { return details::running_flag().load(std::memory_order_acquire); }
+bool is_running() noexcept { return details::running_flag().load(std::memory_order_acquire); }
 
-STEPTRACE_INLINE void record(std::string_view name, double value) noexcept {
+void record(std::string_view name, double value) noexcept {
   if (!is_running()) return;
   try {
     std::string clean(name.substr(0, 64));
@@ -47,7 +48,7 @@ STEPTRACE_INLINE void record(std::string_view name, double value) noexcept {
   }
 }
 
-STEPTRACE_INLINE bool capture_steps(int n) noexcept {
+bool capture_steps(int n) noexcept {
   if (!is_running()) return false;
   try {
     return details::Session::current().capture_steps(n);
@@ -56,7 +57,7 @@ STEPTRACE_INLINE bool capture_steps(int n) noexcept {
   }
 }
 
-STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> samples) noexcept {
+void set_step_tokens(double tokens, std::optional<double> samples) noexcept {
   if (!is_running()) return;
   try {
     const bool tokens_ok = std::isfinite(tokens) && tokens >= 0;
@@ -71,14 +72,14 @@ STEPTRACE_INLINE void set_step_tokens(double tokens, std::optional<double> sampl
   }
 }
 
-STEPTRACE_INLINE void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept {
+void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept {
   try {
     details::Session::current().set_allocator_hook(std::move(hook));
   } catch (...) {
   }
 }
 
-STEPTRACE_INLINE PhaseId register_phase(std::string_view name) noexcept {
+PhaseId register_phase(std::string_view name) noexcept {
   try {
     auto r = register_phase_checked(name);
     // One warning per name, or one in all once the table is full (a program making names up must not flood the log).
@@ -91,7 +92,7 @@ STEPTRACE_INLINE PhaseId register_phase(std::string_view name) noexcept {
 }
 
 namespace details {
-STEPTRACE_INLINE bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange, const std::string& setup_error,
+bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange, const std::string& setup_error,
                                               int every_k_steps) noexcept {
   try {
     if (!setup_error.empty() || !exchange) {
@@ -107,7 +108,7 @@ STEPTRACE_INLINE bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange>
 }
 }  // namespace details
 
-STEPTRACE_INLINE StepScope::StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept {
+StepScope::StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept {
   if (!is_running()) return;
   try {
     if (tokens && !(std::isfinite(*tokens) && *tokens >= 0)) {
@@ -127,7 +128,7 @@ STEPTRACE_INLINE StepScope::StepScope(std::optional<double> tokens, std::optiona
   }
 }
 
-STEPTRACE_INLINE StepScope::~StepScope() {
+StepScope::~StepScope() {
   if (!active_) return;
   backend::nvtx::pop();
   if (!is_running()) return;  // stopped meanwhile, or a fork's child (details/fork.hpp): nothing to close
@@ -137,7 +138,7 @@ STEPTRACE_INLINE StepScope::~StepScope() {
   }
 }
 
-STEPTRACE_INLINE PhaseScope::PhaseScope(PhaseId phase) noexcept {
+PhaseScope::PhaseScope(PhaseId phase) noexcept {
   if (!is_running() || phase == kNoPhase) return;
   auto& ts = details::thread_state();
   if (ts.depth >= details::kMaxPhaseDepth) return;  // absurdly deep nesting: not recorded
@@ -156,7 +157,7 @@ STEPTRACE_INLINE PhaseScope::PhaseScope(PhaseId phase) noexcept {
   details::claim_thread_slot(ts)->push(span_.depth, phase, begin_, ticks_);  // for the stall watchdog
 }
 
-STEPTRACE_INLINE PhaseScope::~PhaseScope() {
+PhaseScope::~PhaseScope() {
   if (!active_) return;
   const uint64_t end = details::scope_clock_reading(ticks_);
   backend::nvtx::pop();

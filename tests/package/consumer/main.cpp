@@ -1,4 +1,4 @@
-// Consumer of the package: two steps, then checks that two lines were written.
+// Consumer of the package: two steps (steps.cpp), then checks that two lines were written.
 #include <steptrace/steptrace.hpp>
 
 #if defined(STEPTRACE_EXPECT_COMPILED) != defined(STEPTRACE_COMPILED_LIB)
@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+void run_steps(int n);  // steps.cpp
+
 int main() {
   std::remove("consumer.jsonl");
   steptrace::Config cfg;
@@ -16,10 +18,7 @@ int main() {
   cfg.summary = false;
   cfg.gpu = steptrace::Mode::off;
   if (!steptrace::start(cfg)) return 2;
-  for (int i = 0; i < 2; ++i) {
-    TRACE_STEP();
-    TRACE_PHASE(forward);
-  }
+  run_steps(2);  // in another translation unit: the runtime is compiled once for both
   const auto summary = steptrace::stop();
   std::ifstream in("consumer.jsonl");
   int lines = 0;
