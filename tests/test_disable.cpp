@@ -26,4 +26,8 @@ TEST_CASE("STEPTRACE_DISABLE: every macro and function is a no-op", "[disable]")
   CHECK_FALSE(steptrace::stop().started);
   CHECK_FALSE(std::ifstream(log).good());
   CHECK(steptrace::register_phase("x") == steptrace::kNoPhase);
+  CHECK(steptrace::register_phase_checked("x").id == steptrace::kNoPhase);  // phase.hpp's functions too
+  CHECK(steptrace::phase_name(steptrace::phase_tag::forward) == "unknown");
+  CHECK(steptrace::phase_count() == 0);
+  CHECK(steptrace::phase_names_rejected() == 0);
 }

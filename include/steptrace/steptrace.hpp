@@ -22,7 +22,7 @@
 // no vendor header; the runtime is compiled once per program. Compile-time switches:
 //   STEPTRACE_IMPLEMENTATION   defined in exactly one translation unit before it includes this header:
 //                              that unit compiles the runtime (CUPTI, NVML, NVTX, spdlog). CMake's
-//                              steptrace::steptrace adds such a file (src/implementation.cpp) to what
+//                              steptrace::steptrace builds such a file (src/implementation.cpp) and
 //                              links it; without CMake, define it in one of your files
 //   STEPTRACE_DISABLE          every macro and function becomes a no-op (nothing is linked in)
 //   STEPTRACE_NO_SHORT_MACROS  only the STEPTRACE_-prefixed macro names are defined

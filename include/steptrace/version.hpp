@@ -40,7 +40,7 @@
 // Either way a program's translation units see the API's declarations, the configuration and plain
 // value types only, no vendor header; the runtime is compiled once. Header-only (the default): in the
 // one translation unit that defines STEPTRACE_IMPLEMENTATION before including steptrace.hpp (CMake's
-// steptrace::steptrace adds that file, src/implementation.cpp, to what links it). Compiled
+// steptrace::steptrace builds that file, src/implementation.cpp, as a static library and links it). Compiled
 // (STEPTRACE_COMPILED_LIB, set by CMake's STEPTRACE_COMPILED_LIB=ON for everything that links
 // steptrace::steptrace): into the library (src/steptrace.cpp), whose API is exported.
 #if defined(STEPTRACE_COMPILED_LIB) && defined(__GNUC__)

@@ -47,6 +47,8 @@ struct PhaseRegistration {
   bool table_full = false;  // not recorded: the table holds kMaxPhases names already
 };
 
+#ifndef STEPTRACE_DISABLE
+
 /// Registers (or finds) a phase name. Invalid names are rewritten (lower-cased, other characters
 /// replaced by '_') and reported in `error`; when the table is full the id is kNoPhase.
 STEPTRACE_API PhaseRegistration register_phase_checked(std::string_view name);
@@ -58,6 +60,20 @@ STEPTRACE_API std::size_t phase_count();
 
 /// Registrations of a new name refused since the process began because the table was full.
 STEPTRACE_API std::size_t phase_names_rejected();
+
+#else  // STEPTRACE_DISABLE: no table; nothing to link (api.hpp's no-ops, in the same namespace)
+
+inline namespace disabled {
+inline PhaseRegistration register_phase_checked(std::string_view) { return {}; }
+inline const std::string& phase_name(PhaseId) {
+  static const std::string unknown = "unknown";
+  return unknown;
+}
+inline std::size_t phase_count() { return 0; }
+inline std::size_t phase_names_rejected() { return 0; }
+}  // namespace disabled
+
+#endif
 
 STEPTRACE_END_NAMESPACE  // steptrace
 
