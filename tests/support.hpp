@@ -1,5 +1,6 @@
 // Test helpers: run a session, read its JSON lines back with nlohmann-json.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,13 +65,15 @@ inline std::vector<nlohmann::json> read_records_live(const std::string& path) {
   return records;
 }
 
-/// The step lines written so far (read_records_live), for checks while the program runs.
-inline std::vector<nlohmann::json> read_lines_live(const std::string& path) {
-  std::vector<nlohmann::json> steps;
-  for (auto& r : read_records_live(path))
-    if (!r.contains("event")) steps.push_back(std::move(r));
-  return steps;
+/// The step lines among records (an end record, {"event": ...}, left out).
+inline std::vector<nlohmann::json> step_records(std::vector<nlohmann::json> records) {
+  records.erase(std::remove_if(records.begin(), records.end(), [](const nlohmann::json& r) { return r.contains("event"); }),
+                records.end());
+  return records;
 }
+
+/// The step lines written so far (read_records_live), for checks while the program runs.
+inline std::vector<nlohmann::json> read_lines_live(const std::string& path) { return step_records(read_records_live(path)); }
 
 /// Polls `done` every millisecond until it holds or `timeout_ms` have passed; returns its last answer.
 /// For what the background thread does "soon": a loaded machine may run it late, never wrongly, so a
@@ -86,12 +89,7 @@ bool wait_for(Predicate done, int timeout_ms = 10'000) {
 }
 
 /// The step lines of a JSONL file (an end record, {"event": ...}, left out: read_events).
-inline std::vector<nlohmann::json> read_lines(const std::string& path) {
-  std::vector<nlohmann::json> steps;
-  for (auto& r : read_records(path))
-    if (!r.contains("event")) steps.push_back(std::move(r));
-  return steps;
-}
+inline std::vector<nlohmann::json> read_lines(const std::string& path) { return step_records(read_records(path)); }
 
 /// The event records ({"event": "end", ...}) of a JSONL file.
 inline std::vector<nlohmann::json> read_events(const std::string& path) {
