@@ -2,7 +2,8 @@
 `pip install --no-build-isolation ./python` (setuptools, CMake, a C++17 compiler, the CUDA toolkit
 and spdlog as for the C++ library, pybind11). STEPTRACE_CMAKE_ARGS adds arguments to the configure.
 The HTML report (scripts/steptrace_report*.py, one copy in the source tree) is installed beside the
-package as top-level modules, with the `steptrace-report` command and `python -m steptrace report`."""
+package as top-level modules, with the `steptrace-report` command and `python -m steptrace report`; so are
+steptrace-ctl's (scripts/steptrace_ctl.py, steptrace_merge.py): `steptrace-ctl`, `python -m steptrace ctl`."""
 import os
 import shlex
 import subprocess
@@ -14,7 +15,8 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(os.path.dirname(HERE), "scripts")
-REPORT_MODULES = ["steptrace_report", "steptrace_report_diagnosis", "steptrace_report_guard", "steptrace_report_runs"]
+REPORT_MODULES = ["steptrace_report", "steptrace_report_diagnosis", "steptrace_report_guard", "steptrace_report_runs",
+                  "steptrace_ctl", "steptrace_merge"]
 
 
 class BuildPyWithReport(build_py):
@@ -74,7 +76,7 @@ setup(
     packages=["steptrace"],
     ext_modules=[Extension("steptrace._steptrace", sources=[])],
     cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithReport},
-    entry_points={"console_scripts": ["steptrace-report=steptrace_report:main"]},
+    entry_points={"console_scripts": ["steptrace-report=steptrace_report:main", "steptrace-ctl=steptrace_ctl:main"]},
     python_requires=">=3.8",
     zip_safe=False,
 )

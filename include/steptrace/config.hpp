@@ -80,6 +80,7 @@ struct Config {
   int trace_ring_mib = 64;                   // STEPTRACE_TRACE_RING_MIB: the ring's bound in memory
   std::string trace_dir;                     // STEPTRACE_TRACE_DIR; "" = the log file's directory
   std::string capture_steps;                 // STEPTRACE_CAPTURE_STEPS: "a-b[,c]" steps written as traces
+  bool remote_captures = true;               // STEPTRACE_REMOTE_CAPTURES: steptrace-ctl's requests in trace_dir are read
   bool flush_on_exit = true;                 // STEPTRACE_FLUSH_ON_EXIT: SIGTERM / exit without stop() write the pending lines
 };
 

@@ -318,6 +318,9 @@ inline const std::vector<Setting>& settings() {
       return parse_step_ranges(c.capture_steps, ranges);
     };
     t.push_back(std::move(capture));
+    t.push_back(flag("remote_captures", "STEPTRACE_REMOTE_CAPTURES", &Config::remote_captures,
+                     "read capture requests (`steptrace-ctl capture`) from files in the trace directory, once a "
+                     "second; whoever can write there can ask for traced, captured steps"));
     t.push_back(flag("flush_on_exit", "STEPTRACE_FLUSH_ON_EXIT", &Config::flush_on_exit,
                      "on SIGTERM and at exit without `stop()`: write the pending lines and an end record within 1 s, "
                      "then hand SIGTERM on to the program's own handler"));

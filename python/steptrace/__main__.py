@@ -1,6 +1,7 @@
 """python -m steptrace COMMAND: the package's commands.
 
     python -m steptrace report steps-*.jsonl [-o report.html] [...]   the HTML report (= steptrace-report)
+    python -m steptrace ctl capture --steps N [...]                     captures asked of a running job (= steptrace-ctl)
     python -m steptrace --help                                          this text
 """
 import sys
@@ -11,6 +12,9 @@ commands:
   report LOG... [-o FILE] [--title TEXT] [--max-points N] [--jobs N] [--run ID|all]
                  one self-contained HTML page from steptrace's JSON lines (the same as
                  `steptrace-report`; `python -m steptrace report --help` describes each option)
+  ctl list|capture|merge [...]
+                 ask a running job for captures of its next steps and merge every rank's into one
+                 timeline (the same as `steptrace-ctl`; `python -m steptrace ctl --help`)
 """
 
 
@@ -29,6 +33,15 @@ def main(argv=None):
                   file=sys.stderr)
             return 2
         return report_main(rest)
+    if command == "ctl":
+        try:
+            from steptrace_ctl import main as ctl_main  # installed beside the package (setup.py)
+        except ImportError:
+            print("python -m steptrace ctl: steptrace-ctl's modules are not installed beside this package "
+                  "(pip install ./python installs them; or run scripts/steptrace_ctl.py from the source tree)",
+                  file=sys.stderr)
+            return 2
+        return ctl_main(rest)
     print(f"python -m steptrace: unknown command {command!r}\n" + USAGE, file=sys.stderr, end="")
     return 2
 

@@ -48,9 +48,14 @@ struct RankSummary {
   double step_ms = 0;
   double phase_ms[kSummaryPhases] = {};  // host time per built-in phase (outermost scopes on the step thread)
   bool valid = false;
+  // An operator's capture request this rank holds (core/capture_request.hpp): its tag (< 2^24; 0 =
+  // none) and steps, and how many steps this rank's training thread ran ahead of its last gathered view.
+  uint32_t ask_tag = 0;
+  int32_t ask_steps = 0;
+  int32_t lag_steps = 0;
 };
 
-inline constexpr int kSummaryFloats = 4 + kSummaryPhases;  // valid, rank, step, step_ms, phases
+inline constexpr int kSummaryFloats = 7 + kSummaryPhases;  // valid, rank, step, step_ms, phases, ask tag/steps, lag
 
 /// Floats on the wire: step numbers up to 2^24 are exact in a float; the step is sent as two halves.
 inline void to_floats(const RankSummary& s, float* out) {
@@ -59,6 +64,9 @@ inline void to_floats(const RankSummary& s, float* out) {
   out[2] = static_cast<float>(s.step >= 0 ? s.step % (1 << 20) : -1);  // low bits; exact
   out[3] = static_cast<float>(s.step_ms);
   for (int p = 0; p < kSummaryPhases; ++p) out[4 + p] = static_cast<float>(s.phase_ms[p]);
+  out[4 + kSummaryPhases] = static_cast<float>(s.ask_tag & 0xffffffu);  // exact below 2^24
+  out[5 + kSummaryPhases] = static_cast<float>(s.ask_steps);
+  out[6 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.lag_steps, 0, 1 << 20));
 }
 inline RankSummary from_floats(const float* in, int64_t expected_step) {
   RankSummary s;
@@ -69,6 +77,10 @@ inline RankSummary from_floats(const float* in, int64_t expected_step) {
   s.step = low < 0 ? -1 : expected_step - ((expected_step - low) % (1 << 20) + (1 << 20)) % (1 << 20);
   s.step_ms = in[3];
   for (int p = 0; p < kSummaryPhases; ++p) s.phase_ms[p] = in[4 + p];
+  const float tag = in[4 + kSummaryPhases], steps = in[5 + kSummaryPhases], lag = in[6 + kSummaryPhases];
+  s.ask_tag = tag >= 0 && tag < 16777216.f ? static_cast<uint32_t>(tag) : 0;
+  s.ask_steps = steps >= 0 && steps < 1e6f ? static_cast<int32_t>(steps) : 0;
+  s.lag_steps = lag >= 0 && lag < 1e7f ? static_cast<int32_t>(lag) : 0;
   return s;
 }
 

@@ -46,6 +46,8 @@ inline void write_trace_stats(LineOut& out, const TraceStats& t) {
   w.field("refused_budget", t.refused_budget);
   w.field("slow_suppressed", t.slow_suppressed);
   w.field("capture_cpu_ms", t.capture_cpu_ms);
+  w.key("requests").begin_object().field("read", t.requests).field("refused", t.requests_refused);
+  w.field("planned", t.requests_planned).field("late", t.requests_late).end_object();
   w.key("ring").begin_object();
   w.field("keep_steps", static_cast<int64_t>(t.keep_steps)).field("bytes_max", t.max_bytes);
   w.field("bytes", t.bytes).field("bytes_peak", t.bytes_peak).field("step_bytes_max", t.step_bytes_max);

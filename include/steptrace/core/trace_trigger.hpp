@@ -39,6 +39,9 @@ struct TraceStats {
   uint64_t refused_budget = 0;       // automatic captures the capture budget could not afford
   uint64_t slow_suppressed = 0;      // slow steps within the slow-step rule's rate-limit gap
   double capture_cpu_ms = 0;         // the background thread's CPU time writing captures
+  // Requests from outside (steptrace-ctl; details/remote_captures.hpp): read for this run, refused,
+  // planned (steps chosen), planned too late (the steps had begun when this rank learned them).
+  uint64_t requests = 0, requests_refused = 0, requests_planned = 0, requests_late = 0;
 };
 
 /// The rule. One owner (the background thread); steps are shown in order.

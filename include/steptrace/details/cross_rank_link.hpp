@@ -3,6 +3,7 @@
 // and hands each gathered view to the line of its own step (core/cross_rank.hpp has the semantics).
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/capture_request.hpp"
 #include "../core/cross_rank.hpp"
 #include "../core/records.hpp"
 #include "../core/step_line.hpp"
@@ -33,6 +35,24 @@ class CrossRankLink {
     views_.clear();
     null_reason_.clear();
     every_ = 0;
+    ask_ = {};
+    lag_steps_ = 0;
+    planned_.clear();
+    plans_.clear();
+  }
+
+  /// Background thread: whether summaries are exchanged (a capture request can then be agreed on).
+  bool exchanging() const { return has_exchange_.load(std::memory_order_acquire); }
+  /// Background thread: the request this rank holds, carried in its summaries until a plan names it.
+  void ask(uint32_t tag, int steps) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (std::find(planned_.begin(), planned_.end(), tag) != planned_.end()) return;  // agreed already
+    ask_ = {tag, steps};
+  }
+  /// Background thread: the capture plans agreed since the last call (the same on every rank).
+  std::vector<CapturePlan> take_plans() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(plans_, {});
   }
 
   /// Training thread: the communicator's side of the exchange, handed over once per run.
@@ -78,6 +98,9 @@ class CrossRankLink {
       if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
         sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
     sum.valid = true;
+    sum.ask_tag = ask_.first;
+    sum.ask_steps = ask_.second;
+    sum.lag_steps = lag_steps_;
     std::vector<float> wire(kSummaryFloats);
     to_floats(sum, wire.data());
     const std::string err = exchange_->post(wire);
@@ -91,8 +114,9 @@ class CrossRankLink {
     posted_.push_back(sum.step);
   }
 
-  /// Background thread: collects completed exchanges and aggregates them (kept for their lines).
-  void collect() {
+  /// Background thread: collects completed exchanges and aggregates them (kept for their lines);
+  /// plans the captures they ask for. `current_step`: the step the training thread is in (its lag).
+  void collect(int64_t current_step) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!exchange_) return;
     std::vector<float> all;
@@ -103,6 +127,13 @@ class CrossRankLink {
       std::vector<RankSummary> ranks(static_cast<std::size_t>(world));
       for (int k = 0; k < world && static_cast<std::size_t>((k + 1) * kSummaryFloats) <= all.size(); ++k)
         ranks[static_cast<std::size_t>(k)] = from_floats(all.data() + k * kSummaryFloats, step);
+      lag_steps_ = static_cast<int32_t>(std::clamp<int64_t>(current_step - step, 0, 1 << 20));
+      if (auto plan = plan_capture(ranks, step, every_, planned_)) {
+        planned_.push_back(plan->tag);
+        if (planned_.size() > kMaxPlanned) planned_.erase(planned_.begin());
+        if (ask_.first == plan->tag) ask_ = {};
+        plans_.push_back(std::move(*plan));
+      }
       views_.push_back(aggregate_ranks(ranks, step));
       // Lines carry one view each, oldest first, and wait for the line of the view's step: 64 views
       // cover lines lagging 64 exchanges behind (they lag ~20 steps while the first lines wait).
@@ -142,6 +173,11 @@ class CrossRankLink {
   std::deque<int64_t> posted_;
   std::deque<CrossRankView> views_;  // gathered, not yet on a line
   std::string null_reason_;
+  static constexpr std::size_t kMaxPlanned = 64;  // tags planned, remembered (every rank the same list)
+  std::pair<uint32_t, int> ask_{0, 0};  // this rank's request not yet planned: tag, steps
+  int32_t lag_steps_ = 0;               // steps the training thread was past the last gathered view
+  std::vector<uint32_t> planned_;
+  std::vector<CapturePlan> plans_;      // agreed, not yet taken by the worker
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -145,6 +145,14 @@ class Session {
     captures_.clear();
     setup.captures = &captures_;
     setup.flight = flight_settings(cfg, setup.context);
+    setup.remote.on = cfg.remote_captures && setup.flight.keep_steps > 0;
+    setup.remote.dir = setup.flight.dir;
+    setup.remote.rank = setup.context.run.rank;
+    setup.remote.world_size = setup.context.run.world_size;
+    setup.remote.pid = setup.context.run.pid;
+    setup.remote.host = setup.context.run.hostname;
+    setup.remote.job_id = setup.context.run.job_id;
+    setup.remote.log_path = log_path_;
     if (file_.is_open()) setup.sinks.push_back(&file_);
     if (prometheus_) setup.sinks.push_back(prometheus_.get());
     setup.attribution = attribution_;

@@ -46,6 +46,7 @@ class StepRecorder {
     next_index_ = 0;
     spans_outside_step_ = 0;
     tracing_failed_ = false;
+    forced_last_.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     publish_begun(BegunStep{});
@@ -91,7 +92,7 @@ class StepRecorder {
     r.spans.reserve(16);
     const int wanted = wanted_every_.load(std::memory_order_relaxed);
     if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index, true};  // the new interval starts here
-    r.traced = !tracing_failed_ && schedule_.traced(r.index);
+    r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
     r.trace_every = static_cast<uint32_t>(schedule_.every);
     r.trace_anchor = schedule_.anchor;
     if (tokens) r.tokens = tokens;
@@ -99,7 +100,7 @@ class StepRecorder {
     if (samples) r.samples = samples;
     else if (cfg_.samples_per_step > 0) r.samples = cfg_.samples_per_step;
     publish_open(r.begin_ns, 0, r.traced);
-    next_traced_.store(!tracing_failed_ && schedule_.traced(r.index + 1), std::memory_order_relaxed);
+    next_traced_.store(!tracing_failed_ && (schedule_.traced(r.index + 1) || forced(r.index + 1)), std::memory_order_relaxed);
     out.index = r.index;
     out.traced = r.traced;
     out.tracing_failed = tracing_failed_;
@@ -318,6 +319,14 @@ class StepRecorder {
     return tick_clock_;
   }
 
+  /// Steps first..last are traced whatever the interval (a capture asked for from outside,
+  /// details/remote_captures.hpp); one window at a time, the latest. Any thread.
+  void force_trace(uint64_t first, uint64_t last) {
+    forced_last_.store(0, std::memory_order_relaxed);  // never a window of the old first and the new last
+    forced_first_.store(first, std::memory_order_relaxed);
+    forced_last_.store(last + 1, std::memory_order_release);
+  }
+
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
   void set_trace_every(int every) {
     wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
@@ -342,6 +351,11 @@ class StepRecorder {
     begun_seq_.store(s + 2, std::memory_order_release);
   }
 
+  bool forced(uint64_t index) const {
+    const uint64_t end = forced_last_.load(std::memory_order_acquire);  // one past the last; 0 = none
+    return index < end && index >= forced_first_.load(std::memory_order_relaxed);
+  }
+
   void publish_open(int64_t begin_ns, int64_t scope_end_ns, bool traced) {
     open_begin_ns_.store(begin_ns, std::memory_order_relaxed);
     open_scope_end_ns_.store(scope_end_ns, std::memory_order_relaxed);
@@ -352,6 +366,7 @@ class StepRecorder {
   std::atomic<int64_t> open_begin_ns_{0}, open_scope_end_ns_{0};
   std::atomic<bool> open_traced_{false};
   std::atomic<bool> next_traced_{false};
+  std::atomic<uint64_t> forced_first_{0}, forced_last_{0};  // force_trace(): [first, last + 1)
   std::atomic<uint32_t> begun_seq_{0};  // publish_begun(): odd while it writes
   std::atomic<int64_t> begun_index_{-1}, begun_ns_{0};
   std::atomic<uint16_t> begun_depth_{0};

@@ -32,6 +32,7 @@
 #include "line_policy.hpp"
 #include "log.hpp"
 #include "reading_pace.hpp"
+#include "remote_captures.hpp"
 #include "signals.hpp"
 #include "stall_watchdog.hpp"
 #include "step_queue.hpp"
@@ -51,6 +52,7 @@ struct WorkerSetup {
   CrossRankLink* link = nullptr;
   CaptureRequests* captures = nullptr;  // capture_steps(n)
   FlightRecorder::Settings flight;
+  RemoteCaptures::Settings remote;  // steptrace-ctl's requests
   std::vector<sink::LineSink*> sinks;
   bool attribution = false;  // the backend collects launches and records
   bool detach = false;       // untraced_cupti=detach in effect from the start
@@ -64,6 +66,7 @@ class Worker {
         lines_(s_.context),
         watchdog_(s_.context.cfg.stall_after_s),
         flight_(s_.flight),
+        remote_(s_.remote, s_.link, s_.captures, s_.recorder),
         controller_(TraceController::Settings{s_.context.cfg.overhead_budget, budget_decides(s_.context.cfg), s_.detach,
                                               s_.may_detach}),
         ledger_(host_call_ns().load(std::memory_order_relaxed)),
@@ -110,8 +113,9 @@ class Worker {
         polled_since_pause_ = counters_paused_;
       }
       if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
-      s_.link->collect();
+      s_.link->collect(last_step_of_key(current_step().load(std::memory_order_relaxed)));
       if (std::string id = s_.link->take_agreed_run_id(); !id.empty()) lines_.context().run.run_id = std::move(id);
+      remote_.poll(lines_.context().run.run_id);
       if (controller_.detach_asked() && !detach_since_) {
         detach_since_ = s_.gpu->detach_since();
         if (detach_since_) stop_counters_for_detach();
@@ -478,6 +482,7 @@ class Worker {
   Demangler demangle_;
   StallWatchdog watchdog_;
   FlightRecorder flight_;
+  RemoteCaptures remote_;
   std::deque<StepRecord> waiting_;  // host records whose lines wait for GPU records
   struct LastTaken {
     int64_t index = -1;
@@ -526,8 +531,14 @@ class Worker {
           warn_once("trace.finish", std::string("flight recorder: ") + e.what());
         }
       }
+      remote_.stop();
       EndRecord e;
       e.traces = flight_.stats();
+      const RemoteCaptures::Stats& asked = remote_.stats();
+      e.traces.requests = asked.requests;
+      e.traces.requests_refused = asked.refused;
+      e.traces.requests_planned = asked.planned;
+      e.traces.requests_late = asked.late;
       e.reason = reason;
       e.unix_ns = unix_ns();
       e.last_global_step = last_line_step_;

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""One timeline from every rank's captures of the same steps (steptrace-ctl merge).
+
+Reads the flight recorder's trace files (schema steptrace.trace/1) of one run, keeps the asked steps,
+and writes one Trace Event file (chrome://tracing, Perfetto) with a process per rank:
+
+- alignment "step_start" (the default): each step begins at the same instant on every rank (each rank's
+  events of step S move by that rank's offset at S). Host clocks are never compared: the exchange does
+  not measure their offsets, so the view shows what each rank did within the step, not when in wall time.
+  "wall": the wall clock each rank wrote (origin_unix_ns), unmoved: right on one host, as good as NTP
+  across hosts.
+- the slowest rank (largest work: step time less its `nccl` phase, mean over the steps) and its
+  culprit phase (the non-communication phase whose time exceeds the median of the other ranks by the
+  most: the rule of steptrace's cross_rank view) are marked.
+- bounded: at most K ranks in full (the slowest, the fastest, the median, then the next slowest); the
+  others as one counter track per phase (min, median and max over them at each step) and a table.
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+TRACE_NAME = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")
+COMM_PHASE = "nccl"
+DEFAULT_FULL_RANKS = 3
+PID_BASE = 1000
+
+
+class MergeError(Exception):
+    pass
+
+
+def find_traces(directory, run_ids, first, last):
+    """(rank, path, document) of each trace file of these runs that captured a step in first..last."""
+    prefixes = {r[:8] for r in run_ids}
+    out = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as e:
+        raise MergeError(f"cannot list {directory}: {e.strerror}")
+    for name in names:
+        m = TRACE_NAME.match(name)
+        if not m or m.group(1) not in prefixes:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue  # a file being written or cut short: not a capture to merge
+        other = doc.get("otherData") if isinstance(doc, dict) else None
+        if not isinstance(other, dict) or other.get("schema") != "steptrace.trace/1" or other.get("run_id") not in run_ids:
+            continue
+        captured = [s for s in other.get("captured", []) if isinstance(s, int) and first <= s <= last]
+        if captured:
+            out.append((int(other.get("rank", m.group(2))), path, doc))
+    return out
+
+
+def step_of(event, step_by_correlation):
+    args = event.get("args") or {}
+    step = args.get("global_step")
+    if isinstance(step, int):
+        return step
+    corr = args.get("correlation")
+    if corr is not None:
+        return step_by_correlation.get(corr)
+    return None
+
+
+class RankView:
+    """One rank's events of the asked steps, and what they say about its time."""
+
+    def __init__(self, rank, docs, first, last):
+        self.rank = rank
+        self.first = first
+        self.events = []        # (step, event) for the asked steps
+        self.meta = []          # ph M events
+        self.step_start_ns = {}  # step -> wall ns of its begin
+        self.step_ms = {}
+        self.phase_ms = {}      # step -> {phase: ms} (outermost scopes on the step thread)
+        self.host_pid = None
+        seen = set()
+        for doc in docs:
+            other = doc["otherData"]
+            origin = int(other.get("origin_unix_ns", 0))
+            captured = {c for c in other.get("captured", []) if isinstance(c, int) and first <= c <= last}
+            events = doc.get("traceEvents") or []
+            step_by_corr = {}
+            for e in events:
+                args = e.get("args") or {}
+                if "correlation" in args and isinstance(args.get("global_step"), int):
+                    step_by_corr[args["correlation"]] = args["global_step"]
+            step_thread = None
+            for e in events:
+                if e.get("ph") == "M":
+                    if e.get("name") == "process_name" and self.host_pid is None and "host" in str((e.get("args") or {}).get("name", "")):
+                        self.host_pid = e.get("pid")
+                    key = (e.get("name"), e.get("pid"), e.get("tid"))
+                    if key not in seen:
+                        seen.add(key)
+                        self.meta.append(e)
+                    if e.get("name") == "thread_name" and "step thread" in str((e.get("args") or {}).get("name", "")):
+                        step_thread = e.get("tid")
+                    continue
+                step = step_of(e, step_by_corr)
+                if step not in captured:
+                    continue  # the neighbours a trace holds beside the asked steps
+                ts_ns = origin + int(round(float(e.get("ts", 0)) * 1000))
+                if e.get("cat") == "step" and e.get("ph") == "X":
+                    if step in self.step_start_ns:
+                        continue  # the same step in two files: once
+                    self.step_start_ns[step] = ts_ns
+                    self.step_ms[step] = float(e.get("dur", 0)) / 1000
+                self.events.append((step, ts_ns, e))
+            for step, _, e in self.events:
+                if (e.get("cat") == "phase" and e.get("ph") == "X" and (e.get("args") or {}).get("depth") == 0
+                        and (step_thread is None or e.get("tid") == step_thread)):
+                    phases = self.phase_ms.setdefault(step, {})
+                    phases[e["name"]] = phases.get(e["name"], 0.0) + float(e.get("dur", 0)) / 1000
+        # Events read from two overlapping files come twice: keep one.
+        unique, keys = [], set()
+        for step, ts_ns, e in self.events:
+            key = (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"), ts_ns, e.get("id"))
+            if key not in keys:
+                keys.add(key)
+                unique.append((step, ts_ns, e))
+        self.events = unique
+
+    def steps(self):
+        return sorted(self.step_start_ns)
+
+    def ordinal(self, step):
+        """The step's place in this rank's capture: 0 for its first asked step."""
+        return step - self.first
+
+    def work_ms(self, step):
+        return max(0.0, self.step_ms.get(step, 0.0) - self.phase_ms.get(step, {}).get(COMM_PHASE, 0.0))
+
+    def mean_work_ms(self, steps):
+        vals = [self.work_ms(s) for s in steps if s in self.step_ms]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    def mean_phase_ms(self, steps, phase):
+        vals = [self.phase_ms.get(s, {}).get(phase, 0.0) for s in steps if s in self.step_ms]
+        return sum(vals) / len(vals) if vals else 0.0
+
+
+def culprit(views, slowest):
+    """The non-communication phase where the slowest rank exceeds the others' median by the most (each
+    rank's mean over its own captured steps)."""
+    phases = sorted({p for v in views for s in v.steps() for p in v.phase_ms.get(s, {}) if p != COMM_PHASE})
+    best, gap = None, 0.0
+    others = [v for v in views if v is not slowest]
+    if not others:
+        return None, 0.0
+    for p in phases:
+        g = slowest.mean_phase_ms(slowest.steps(), p) - statistics.median(v.mean_phase_ms(v.steps(), p) for v in others)
+        if g > gap:
+            best, gap = p, g
+    return best, gap
+
+
+def choose_full(views, k):
+    """The ranks shown in full: the slowest, the fastest, the median, then the next slowest."""
+    by_work = sorted(views, key=lambda v: (v.mean_work_ms(v.steps()), v.rank))
+    order = [by_work[-1], by_work[0], by_work[len(by_work) // 2]] + list(reversed(by_work[:-1]))
+    chosen = []
+    for v in order:
+        if len(chosen) >= k:
+            break
+        if v not in chosen:
+            chosen.append(v)
+    return chosen
+
+
+def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align="step_start", expected_ranks=None,
+          ranges=None):
+    """`ranges`: {rank: (first, last)} where ranks captured different steps (no exchange: each its own
+    next N); the i-th step of each rank's capture is then laid beside the others' i-th."""
+    ranges = ranges or {}
+    if align not in ("step_start", "wall"):
+        raise MergeError(f"align must be step_start or wall, not {align!r}")
+    if full_ranks < 1:
+        raise MergeError("full ranks must be at least 1")
+    found = find_traces(directory, set(run_ids), first, last)
+    if not found:
+        raise MergeError(f"no trace of run {', '.join(sorted(run_ids))} captured steps {first}-{last} in {directory}")
+    by_rank = {}
+    for rank, _, doc in found:
+        by_rank.setdefault(rank, []).append(doc)
+    views = [RankView(rank, docs, *ranges.get(rank, (first, last))) for rank, docs in sorted(by_rank.items())]
+    views = [v for v in views if v.step_start_ns]
+    if not views:
+        raise MergeError(f"the traces found hold none of steps {first}-{last}")
+    steps = sorted({s for v in views for s in v.steps()})
+    same_steps = len({tuple(v.steps()) for v in views}) == 1
+    # Alignment: the i-th asked step starts on every rank when the lowest rank that has it started it.
+    reference = {}
+    for v in views:
+        for s in v.steps():
+            reference.setdefault(v.ordinal(s), v.step_start_ns[s])
+    ordinals = sorted(reference)
+    def shift(view, step):
+        if align == "wall" or step not in view.step_start_ns:
+            return 0
+        return reference[view.ordinal(step)] - view.step_start_ns[step]
+    origin = min(ts + shift(v, s) for v in views for s, ts, _ in v.events)
+
+    by_work = sorted(views, key=lambda v: (v.mean_work_ms(v.steps()), v.rank))
+    slowest, fastest = by_work[-1], by_work[0]
+    culprit_phase, culprit_gap = culprit(views, slowest)
+    full = choose_full(views, full_ranks)
+    full_set = {v.rank for v in full}
+    out = []
+    for v in full:
+        role = []
+        if v is slowest:
+            role.append("slowest")
+        if v is fastest and len(views) > 1:
+            role.append("fastest")
+        if v is by_work[len(by_work) // 2] and len(views) > 2:
+            role.append("median")
+        # A rank's processes (its host, then each GPU) as pids of their own: base + rank x 8 + n.
+        pid_map = {v.host_pid: PID_BASE + 8 * v.rank}
+        def new_pid(pid, pid_map=pid_map, rank=v.rank):
+            if pid not in pid_map:
+                pid_map[pid] = PID_BASE + 8 * rank + min(len(pid_map), 7)
+            return pid_map[pid]
+        for e in v.meta:
+            e = dict(e)
+            e["pid"] = new_pid(e.get("pid"))
+            if e.get("name") == "process_name" and role and e["pid"] == pid_map.get(v.host_pid):
+                e["args"] = dict(e.get("args") or {}, name=f"{(e.get('args') or {}).get('name', '')} [{', '.join(role)}]")
+            out.append(e)
+        for step, ts_ns, e in v.events:
+            e = dict(e)
+            e["pid"] = new_pid(e.get("pid"))
+            e["ts"] = round((ts_ns + shift(v, step) - origin) / 1000, 3)
+            out.append(e)
+        if v is slowest and culprit_phase and len(views) > 1:
+            host = pid_map[v.host_pid]
+            for s in v.steps():
+                if s in v.step_start_ns:
+                    out.append({"ph": "i", "s": "p", "name": f"slowest rank {v.rank}: {culprit_phase} +{culprit_gap:.3g} ms",
+                                "pid": host, "tid": 0, "ts": round((v.step_start_ns[s] + shift(v, s) - origin) / 1000, 3),
+                                "args": {"culprit_phase": culprit_phase, "culprit_gap_ms": culprit_gap, "global_step": s}})
+    rest = [v for v in views if v.rank not in full_set]
+    if rest:
+        summary_pid = PID_BASE + 8 * (max(v.rank for v in views) + 1)
+        out.append({"ph": "M", "name": "process_name", "pid": summary_pid,
+                    "args": {"name": f"{len(rest)} other ranks (per phase: min / median / max ms)"}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": summary_pid, "args": {"sort_index": 1 << 30}})
+        phases = sorted({p for v in rest for s in v.steps() for p in v.phase_ms.get(s, {})})
+        for i in ordinals:
+            at_step = [(v, v.first + i) for v in rest if v.first + i in v.step_ms]
+            if not at_step:
+                continue
+            if align == "step_start":
+                ts = round((reference[i] - origin) / 1000, 3)
+            else:
+                ts = round((min(v.step_start_ns[s] for v, s in at_step) - origin) / 1000, 3)
+            for p in ["step"] + phases:
+                vals = [v.step_ms[s] if p == "step" else v.phase_ms.get(s, {}).get(p, 0.0) for v, s in at_step]
+                out.append({"ph": "C", "name": f"{p} ms", "pid": summary_pid, "ts": ts,
+                            "args": {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}})
+    missing = sorted(set(expected_ranks or []) - {v.rank for v in views})
+    other = {
+        "schema": "steptrace.merged/1",
+        "run_ids": sorted(run_ids),
+        "steps": steps,
+        "alignment": align,
+        "same_steps": same_steps,
+        "alignment_note": (("each asked step begins at the same instant on every rank (the lowest rank's start); host "
+                            "clocks are not compared" if align == "step_start" else
+                            "each rank's own wall clock (origin_unix_ns), not corrected for offsets between hosts") +
+                           ("" if same_steps else "; the ranks captured different steps (no exchange): the i-th "
+                            "step of each rank's capture is laid beside the others' i-th")),
+        "ranks": len(views),
+        "ranks_missing": missing,
+        "full_ranks": [v.rank for v in full],
+        "slowest_rank": slowest.rank,
+        "fastest_rank": fastest.rank,
+        "culprit_phase": culprit_phase,
+        "culprit_gap_ms": culprit_gap,
+        "basis": "the captured steps' host phases (work = step time less the nccl phase, mean over the steps)",
+        "per_rank": [{"rank": v.rank, "work_ms": round(v.mean_work_ms(steps), 4),
+                      "step_ms": round(sum(v.step_ms.values()) / len(v.step_ms), 4),
+                      "steps": v.steps()} for v in views],
+    }
+    return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": other}
+
+
+def write_merged(doc, path):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    os.replace(tmp, path)
