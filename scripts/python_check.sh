@@ -33,7 +33,8 @@ else
   cmake --build "$build/python-cmake" --target _steptrace -j"$(nproc)" >/dev/null
   mkdir -p "$build/python-pkg/steptrace"
   cp "$ROOT"/python/steptrace/*.py "$build/python-pkg/steptrace/"
-  cp "$ROOT"/scripts/steptrace_report*.py "$build/python-pkg/"  # as setup.py installs them
+  cp "$ROOT"/scripts/steptrace_report*.py "$ROOT"/scripts/steptrace_ctl.py "$ROOT"/scripts/steptrace_merge.py \
+     "$build/python-pkg/"  # as setup.py installs them
   cp "$build"/python-cmake/_steptrace*.so "$build/python-pkg/steptrace/"
   export STEPTRACE_PY_INSTALLED=cmake
   export PYTHONPATH=$build/python-pkg${PYTHONPATH:+:$PYTHONPATH}

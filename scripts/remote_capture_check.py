@@ -113,9 +113,16 @@ def scale(workdir):
     d = os.path.join(workdir, "scale")
     os.makedirs(d)
     run_id, steps, world = "abcdef0123456789", [500, 501, 502], 1024
-    for r in range(world):
+    for r in range(1, world):
         with open(os.path.join(d, f"trace-{run_id[:8]}-r{r}-s500.json"), "w") as f:
             json.dump(synthetic_trace(r, run_id, steps, 700, "backward"), f)
+    # Rank 0's capture in two files, the second holding step 501 again as its neighbour: read once.
+    whole = synthetic_trace(0, run_id, steps, 700, "backward")
+    for name, captured in (("s500", [500, 501]), ("s502", [502])):
+        part = json.loads(json.dumps(whole))
+        part["otherData"]["captured"] = captured
+        with open(os.path.join(d, f"trace-{run_id[:8]}-r0-{name}.json"), "w") as f:
+            json.dump(part, f)
     t0 = time.time()
     doc = steptrace_merge.merge(d, [run_id], 500, 502, expected_ranks=range(world + 1))
     out = os.path.join(workdir, "merged-1024.json")
@@ -127,6 +134,9 @@ def scale(workdir):
     check(o["ranks_missing"] == [world], "1024 ranks: the rank with no trace is listed missing")
     check(o["slowest_rank"] == 700 and o["culprit_phase"] == "backward", "1024 ranks: slowest rank 700, culprit backward")
     check(abs(o["culprit_gap_ms"] - 3.0) < 0.1, "1024 ranks: the culprit's gap is the planted 3 ms")
+    work = {r["rank"]: r["work_ms"] for r in o["per_rank"]}
+    check(abs(work[0] - work[7]) < 0.1 and o["per_rank"][0]["steps"] == steps,
+          f"1024 ranks: a capture in two files counted once (rank 0 {work[0]} ms, rank 7 {work[7]} ms of work)")
     check(len(o["full_ranks"]) == 3 and o["full_ranks"][0] == 700, "1024 ranks: three in full, the slowest first")
     counters = [e for e in doc["traceEvents"] if e.get("ph") == "C"]
     check(len(counters) == len(steps) * 6, "1024 ranks: the other 1021 as one counter per phase and step")
@@ -156,11 +166,14 @@ def cpu(program, workdir):
         run_ids = sorted(read_json(os.path.join(d, n))["run_id"] for n in files(d, "steptrace-live-"))
         check(len(set(run_ids)) == 4, "without the exchange each rank has a run_id of its own (one job id joins them)")
         # A request no rank may act on: refused on every rank, with the reason.
-        with open(os.path.join(d, "steptrace-request-00ff00ff00ff00ff.json"), "w") as f:
+        tmp = os.path.join(d, ".bad-request")
+        with open(tmp, "w") as f:
             json.dump({"schema": "steptrace.request/1", "id": "00ff00ff00ff00ff", "run_ids": run_ids, "steps": 500,
                        "created_unix_s": time.time()}, f)
-        wait_for(lambda: len(files(d, "steptrace-answer-00ff00-r")) == 4, 30, "four answers to the bad request")
-        reasons = [read_json(os.path.join(d, n)) for n in files(d, "steptrace-answer-00ff00-r")]
+        os.rename(tmp, os.path.join(d, "steptrace-request-00ff00ff00ff00ff.json"))
+        bad = "steptrace-answer-00ff00ff00ff00ff-r"
+        wait_for(lambda: len(files(d, bad)) == 4, 30, "four answers to the bad request")
+        reasons = [read_json(os.path.join(d, n)) for n in files(d, bad)]
         check(all(a["status"] == "refused" and "steps" in a["reason"] for a in reasons), "the bad request refused, saying why")
         merged = os.path.join(workdir, "merged.json")
         p = ctl("capture", "--dir", d, "--steps", "3", "--wait", "60", "-o", merged)

@@ -15,7 +15,11 @@ cross-rank exchange on, the ranks agree on the same steps through it; without, e
 own next N steps (its answer says so). No daemon, no network listener.
 
 Who can ask: whoever can create files in DIR (the job's own users, as its directory's permissions say).
-A request can make steptrace trace and write at most 64 steps, within trace_max_files, nothing else.
+A request can make steptrace trace and write traces of at most 64 steps, within trace_max_files, at
+most 32 times a run; each rank answers it in a file of its own.
+
+Exit status of capture: 0 when every rank asked answered with planned steps and wrote them (and the
+merge, with -o, succeeded); 1 otherwise (what is missing is printed).
 """
 import argparse
 import json
@@ -32,6 +36,13 @@ except ImportError:  # run from another directory: the module sits beside this f
     import steptrace_merge
 
 MAX_STEPS = 64  # core/capture_request.hpp: kMaxRequestSteps
+MAX_RUN_IDS = 4096  # core/capture_request.hpp: kMaxRequestRunIds
+PRESENCE_STALE_S = 120  # a presence file is rewritten every 30 s while its process runs
+HEX = set("0123456789abcdef")
+
+
+def is_hex16(text):
+    return isinstance(text, str) and len(text) == 16 and set(text) <= HEX
 
 
 def default_dir():
@@ -47,30 +58,39 @@ def read_json(path):
 
 
 def alive(entry):
-    """True / False on this host (the pid checked), None for a process on another host."""
+    """True / False: running or gone (its pid checked on this host; elsewhere, by the heartbeat of its file)."""
+    written = entry.get("written_unix_s")
+    if not isinstance(written, (int, float)) or time.time() - written > PRESENCE_STALE_S:
+        return False  # not rewritten for two minutes: its process is gone (killed before stop())
     if entry.get("host") != socket.gethostname():
-        return None
+        return True
     try:
-        os.kill(int(entry.get("pid", 0)), 0)
+        os.kill(entry["pid"], 0)
         return True
     except ProcessLookupError:
         return False
-    except (PermissionError, ValueError, OverflowError):
+    except (PermissionError, OverflowError):
         return True
 
 
 def live_processes(directory):
+    """The presence files of DIR in the shape steptrace writes (others are skipped, with a note)."""
     out = []
     try:
         names = sorted(os.listdir(directory))
     except OSError as e:
         raise SystemExit(f"steptrace-ctl: cannot list {directory}: {e.strerror}")
     for name in names:
-        if name.startswith("steptrace-live-") and name.endswith(".json"):
-            entry = read_json(os.path.join(directory, name))
-            if isinstance(entry, dict) and entry.get("schema") == "steptrace.live/1":
-                entry["alive"] = alive(entry)
-                out.append(entry)
+        if not (name.startswith("steptrace-live-") and name.endswith(".json")):
+            continue
+        entry = read_json(os.path.join(directory, name))
+        if (not isinstance(entry, dict) or entry.get("schema") != "steptrace.live/1" or not is_hex16(entry.get("run_id"))
+                or not all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
+                           for k in ("rank", "world_size", "pid"))):
+            print(f"steptrace-ctl: {name}: not a presence file steptrace wrote; skipped", file=sys.stderr)
+            continue
+        entry["alive"] = alive(entry)
+        out.append(entry)
     return out
 
 
@@ -89,8 +109,9 @@ def cmd_list(args):
         print(f"no steptrace process has a presence file in {args.dir}")
         return 1
     print(f"{'run_id':16}  {'rank':>4}/{'world':<5}  {'host':20}  {'pid':>8}  {'exchange':8}  state")
-    for p in sorted(processes, key=lambda p: (p.get("run_id", ""), p.get("rank", 0))):
-        state = {True: "running", False: "gone (stale presence file)", None: "on another host (not checked)"}[p["alive"]]
+    for p in sorted(processes, key=lambda p: (p["run_id"], p["rank"])):
+        state = ("running" if p["host"] == socket.gethostname() else "running (another host: by its heartbeat)") \
+            if p["alive"] else "gone (stale presence file)"
         print(f"{p.get('run_id', '?'):16}  {p.get('rank', '?'):>4}/{p.get('world_size', '?'):<5}  "
               f"{str(p.get('host', '?'))[:20]:20}  {p.get('pid', '?'):>8}  {str(p.get('exchange', '?')):8}  {state}")
     return 0
@@ -107,7 +128,7 @@ def choose_run(args, processes):
         chosen = runs
     else:
         # The ranks of one job without the exchange each have a run_id of their own: one job id joins them.
-        jobs = {p.get("job_id") for ps in runs.values() for p in ps}
+        jobs = {str(p.get("job_id") or "") for ps in runs.values() for p in ps}
         if len(jobs) == 1 and next(iter(jobs)):
             chosen = runs
         elif not runs:
@@ -115,13 +136,18 @@ def choose_run(args, processes):
         else:
             raise SystemExit("steptrace-ctl: several runs in " + args.dir + ": " + ", ".join(sorted(runs)) +
                              "; name one with --run")
-    ranks = sorted({int(p.get("rank", 0)) for ps in chosen.values() for p in ps})
-    world = max(int(p.get("world_size", 1)) for ps in chosen.values() for p in ps)
+    if len(chosen) > MAX_RUN_IDS:
+        raise SystemExit(f"steptrace-ctl: {len(chosen)} runs in one job (ranks without the exchange), more than the "
+                         f"{MAX_RUN_IDS} a request may name; ask them with --run, or hand steptrace the communicator")
+    ranks = sorted({p["rank"] for ps in chosen.values() for p in ps})
+    world = max(p["world_size"] for ps in chosen.values() for p in ps)
     return sorted(chosen), ranks, world
 
 
 def write_request(directory, run_ids, steps):
     rid = secrets.token_hex(8)
+    while rid.startswith("000000"):  # its tag (the first 6 hex digits) must not be 0
+        rid = secrets.token_hex(8)
     doc = {"schema": "steptrace.request/1", "id": rid, "run_ids": run_ids, "steps": steps,
            "created_unix_s": time.time(), "by": f"{os.environ.get('USER', '?')}@{socket.gethostname()}"}
     path = os.path.join(directory, f"steptrace-request-{rid}.json")
@@ -135,19 +161,31 @@ def write_request(directory, run_ids, steps):
 
 
 def read_answers(directory, rid):
+    """{rank: answer}: named by the id, or by its tag while a rank knew the plan only from the exchange."""
     out = {}
-    prefix = f"steptrace-answer-{rid[:6]}-r"
-    for name in os.listdir(directory):
-        if name.startswith(prefix) and name.endswith(".json"):
+    for prefix in (f"steptrace-answer-{rid[:6]}-r", f"steptrace-answer-{rid}-r"):  # the id's answer wins
+        for name in os.listdir(directory):
+            if not (name.startswith(prefix) and name.endswith(".json")):
+                continue
             a = read_json(os.path.join(directory, name))
-            if isinstance(a, dict) and a.get("schema") == "steptrace.answer/1" and a.get("id") in (rid, None):
-                out[int(a.get("rank", -1))] = a
+            if not (isinstance(a, dict) and a.get("schema") == "steptrace.answer/1" and a.get("id") in (rid, None)
+                    and isinstance(a.get("rank"), int) and a.get("status") in ("waiting", "planned", "refused")):
+                continue
+            if a["status"] == "planned" and not (isinstance(a.get("first_step"), int) and isinstance(a.get("last_step"), int)):
+                continue
+            out[a["rank"]] = a
     return out
 
 
-def captured_through(directory, run_ids, rank, last):
-    """Whether rank's traces hold step `last` captured."""
-    return any(rank == r for r, _, doc in steptrace_merge.find_traces(directory, set(run_ids), last, last))
+def captured_ranks(directory, run_ids, planned):
+    """The ranks whose traces hold their last planned step, captured (one listing of the directory)."""
+    lo = min(a["last_step"] for a in planned.values())
+    hi = max(a["last_step"] for a in planned.values())
+    done = set()
+    for rank, _, doc in steptrace_merge.find_traces(directory, set(run_ids), lo, hi):
+        if rank in planned and planned[rank]["last_step"] in doc["otherData"]["captured"]:
+            done.add(rank)
+    return done
 
 
 def cmd_capture(args):
@@ -183,17 +221,18 @@ def cmd_capture(args):
     # Then the traces: each rank writes its capture once the last asked step's line is out.
     pending = set(planned)
     while pending and time.time() < deadline:
-        pending = {r for r in pending if not captured_through(args.dir, run_ids, r, planned[r]["last_step"])}
+        pending -= captured_ranks(args.dir, run_ids, planned)
         if pending:
             time.sleep(0.5)
     if pending:
         print(f"  no trace yet from rank(s) {', '.join(map(str, sorted(pending)))} within {args.wait:g} s")
+    rc = 0 if not pending and len(planned) == len(ranks) else 1  # every rank asked captured its steps
     if args.output:
         first = min(a["first_step"] for a in planned.values())
         last = max(a["last_step"] for a in planned.values())
         ranges = {r: (a["first_step"], a["last_step"]) for r, a in planned.items()}
-        return write_merge(args, run_ids, first, last, expected=range(world), ranges=ranges)
-    return 0 if not pending else 1
+        rc = max(rc, write_merge(args, run_ids, first, last, expected=range(world), ranges=ranges))
+    return rc
 
 
 def write_merge(args, run_ids, first, last, expected, ranges=None):
@@ -220,11 +259,11 @@ def cmd_merge(args):
         planned = [a for a in answers.values() if a.get("status") == "planned"]
         if not planned:
             raise SystemExit(f"steptrace-ctl: no rank answered request {args.request} with planned steps in {args.dir}")
-        run_ids = sorted({a["run_id"] for a in planned})
+        run_ids = sorted({a["run_id"] for a in planned if is_hex16(a.get("run_id"))})
         first = min(a["first_step"] for a in planned)
         last = max(a["last_step"] for a in planned)
-        world = max(int(a.get("world_size", 1)) for a in planned)
-        ranges = {int(a["rank"]): (a["first_step"], a["last_step"]) for a in planned}
+        world = max(a["world_size"] if isinstance(a.get("world_size"), int) else 1 for a in planned)
+        ranges = {a["rank"]: (a["first_step"], a["last_step"]) for a in planned}
     else:
         if not args.run or not args.steps:
             raise SystemExit("steptrace-ctl merge: give --request ID, or --run RUN_ID and --steps A-B")

@@ -50,11 +50,15 @@ def find_traces(directory, run_ids, first, last):
         except (OSError, ValueError):
             continue  # a file being written or cut short: not a capture to merge
         other = doc.get("otherData") if isinstance(doc, dict) else None
-        if not isinstance(other, dict) or other.get("schema") != "steptrace.trace/1" or other.get("run_id") not in run_ids:
+        if (not isinstance(other, dict) or other.get("schema") != "steptrace.trace/1" or other.get("run_id") not in run_ids
+                or not isinstance(other.get("captured"), list) or not isinstance(doc.get("traceEvents"), list)
+                or not isinstance(other.get("origin_unix_ns", 0), int)):
+            continue  # not a trace of these runs, or not in the shape steptrace writes
+        rank = other.get("rank")
+        if not isinstance(rank, int) or rank < 0:
             continue
-        captured = [s for s in other.get("captured", []) if isinstance(s, int) and first <= s <= last]
-        if captured:
-            out.append((int(other.get("rank", m.group(2))), path, doc))
+        if any(isinstance(s, int) and first <= s <= last for s in other["captured"]):
+            out.append((rank, path, doc))
     return out
 
 
@@ -75,58 +79,65 @@ class RankView:
     def __init__(self, rank, docs, first, last):
         self.rank = rank
         self.first = first
-        self.events = []        # (step, event) for the asked steps
+        self.events = []        # (step, wall ns, event) of the asked steps
         self.meta = []          # ph M events
         self.step_start_ns = {}  # step -> wall ns of its begin
         self.step_ms = {}
-        self.phase_ms = {}      # step -> {phase: ms} (outermost scopes on the step thread)
+        self.phase_ms = {}      # step -> {phase: ms}: the outermost scopes on the step thread
         self.host_pid = None
         seen = set()
+        on_step_thread = []     # (step, depth, name, ms) of phase scopes on a step thread
         for doc in docs:
             other = doc["otherData"]
-            origin = int(other.get("origin_unix_ns", 0))
-            captured = {c for c in other.get("captured", []) if isinstance(c, int) and first <= c <= last}
-            events = doc.get("traceEvents") or []
+            origin = other.get("origin_unix_ns", 0)
+            captured = {c for c in other["captured"] if isinstance(c, int) and first <= c <= last}
+            events = [e for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("args", {}), dict)]
             step_by_corr = {}
             for e in events:
                 args = e.get("args") or {}
                 if "correlation" in args and isinstance(args.get("global_step"), int):
                     step_by_corr[args["correlation"]] = args["global_step"]
-            step_thread = None
+            step_threads = set()
+            for e in events:
+                if e.get("ph") != "M":
+                    continue
+                name = str((e.get("args") or {}).get("name", ""))
+                if e.get("name") == "process_name" and self.host_pid is None and " host" in name:
+                    self.host_pid = e.get("pid")
+                if e.get("name") == "thread_name" and "step thread" in name:
+                    step_threads.add(e.get("tid"))
+                key = (e.get("name"), e.get("pid"), e.get("tid"))
+                if key not in seen:
+                    seen.add(key)
+                    self.meta.append(e)
             for e in events:
                 if e.get("ph") == "M":
-                    if e.get("name") == "process_name" and self.host_pid is None and "host" in str((e.get("args") or {}).get("name", "")):
-                        self.host_pid = e.get("pid")
-                    key = (e.get("name"), e.get("pid"), e.get("tid"))
-                    if key not in seen:
-                        seen.add(key)
-                        self.meta.append(e)
-                    if e.get("name") == "thread_name" and "step thread" in str((e.get("args") or {}).get("name", "")):
-                        step_thread = e.get("tid")
                     continue
                 step = step_of(e, step_by_corr)
-                if step not in captured:
-                    continue  # the neighbours a trace holds beside the asked steps
-                ts_ns = origin + int(round(float(e.get("ts", 0)) * 1000))
+                ts, dur = e.get("ts"), e.get("dur", 0)
+                if step not in captured or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                    continue  # the neighbours a trace holds beside the asked steps, or not an event we read
+                ts_ns = origin + int(round(ts * 1000))
+                key = (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"), ts_ns, e.get("id"))
+                if key in seen:
+                    continue  # the same event in two overlapping files: once
+                seen.add(key)
                 if e.get("cat") == "step" and e.get("ph") == "X":
-                    if step in self.step_start_ns:
-                        continue  # the same step in two files: once
                     self.step_start_ns[step] = ts_ns
-                    self.step_ms[step] = float(e.get("dur", 0)) / 1000
+                    self.step_ms[step] = dur / 1000
+                depth = (e.get("args") or {}).get("depth")
+                if e.get("cat") == "phase" and e.get("ph") == "X" and e.get("tid") in step_threads and isinstance(depth, int):
+                    on_step_thread.append((step, depth, str(e.get("name")), dur / 1000))
                 self.events.append((step, ts_ns, e))
-            for step, _, e in self.events:
-                if (e.get("cat") == "phase" and e.get("ph") == "X" and (e.get("args") or {}).get("depth") == 0
-                        and (step_thread is None or e.get("tid") == step_thread)):
-                    phases = self.phase_ms.setdefault(step, {})
-                    phases[e["name"]] = phases.get(e["name"], 0.0) + float(e.get("dur", 0)) / 1000
-        # Events read from two overlapping files come twice: keep one.
-        unique, keys = [], set()
-        for step, ts_ns, e in self.events:
-            key = (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"), ts_ns, e.get("id"))
-            if key not in keys:
-                keys.add(key)
-                unique.append((step, ts_ns, e))
-        self.events = unique
+        # Per step, the outermost scopes on the step thread (the cross-rank view's rule; a loop wrapped
+        # in an outer scope has its phases one level down).
+        top = {}
+        for step, depth, _, _ in on_step_thread:
+            top[step] = min(depth, top.get(step, depth))
+        for step, depth, name, ms in on_step_thread:
+            if depth == top[step]:
+                phases = self.phase_ms.setdefault(step, {})
+                phases[name] = phases.get(name, 0.0) + ms
 
     def steps(self):
         return sorted(self.step_start_ns)

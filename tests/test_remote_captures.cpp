@@ -87,6 +87,7 @@ std::vector<RankSummary> quiet_view(int world, int64_t step) {
     v[static_cast<std::size_t>(r)].rank = r;
     v[static_cast<std::size_t>(r)].step = step;
     v[static_cast<std::size_t>(r)].step_ms = 10;
+    v[static_cast<std::size_t>(r)].every = 10;
   }
   return v;
 }
@@ -98,14 +99,14 @@ TEST_CASE("remote captures: one plan from a view; the lowest rank's request firs
     INFO("world " << world);
     std::vector<uint32_t> planned;
     auto v = quiet_view(world, 100);
-    CHECK_FALSE(plan_capture(v, 100, 10, planned));  // nobody asked
+    CHECK_FALSE(plan_capture(v, planned));  // nobody asked
     // Requests on several ranks at once: the last rank's and rank 1's.
     v[static_cast<std::size_t>(world - 1)].ask_tag = 0xbbbbbb;
     v[static_cast<std::size_t>(world - 1)].ask_steps = 3;
     v[1].ask_tag = 0xaaaaaa;
     v[1].ask_steps = 5;
     v[0].lag_steps = 4;
-    auto p = plan_capture(v, 100, 10, planned);
+    auto p = plan_capture(v, planned);
     REQUIRE(p);
     CHECK(p->tag == 0xaaaaaau);
     CHECK(p->steps == 5);
@@ -121,22 +122,31 @@ TEST_CASE("remote captures: one plan from a view; the lowest rank's request firs
     v2[static_cast<std::size_t>(world - 1)].ask_steps = 3;
     v2[0].ask_tag = 0xaaaaaa;  // a rank that learned of the first request late: already planned
     v2[0].ask_steps = 5;
-    auto p2 = plan_capture(v2, 110, 10, planned);
+    auto p2 = plan_capture(v2, planned);
     REQUIRE(p2);
     CHECK(p2->tag == 0xbbbbbbu);
     CHECK(p2->asked_by_rank == world - 1);
   }
-  // A rank that never answers: listed absent, the others plan all the same; a huge lag is capped.
+  // A rank that never answers and one that names another step: listed absent, the others plan all
+  // the same; the view's step is the lowest valid rank's; a huge lag is capped.
   auto v = quiet_view(8, 50);
-  v[5].valid = false;
+  v[0].valid = false;
+  v[5].step = 49;
   v[2].ask_tag = 7;
   v[2].ask_steps = 2;
   v[3].lag_steps = 100000;
-  auto p = plan_capture(v, 50, 1, {});
+  auto p = plan_capture(v, {});
   REQUIRE(p);
-  CHECK(p->absent_ranks == std::vector<int>{5});
+  CHECK(p->view_step == 50);
+  CHECK(p->absent_ranks == std::vector<int>{0, 5});
   CHECK(p->margin == kMaxCaptureMargin);
-  CHECK(plan_capture(quiet_view(2, 0), 0, 1, {}) == std::nullopt);
+  CHECK(plan_capture(quiet_view(2, 0), {}) == std::nullopt);
+  // The cadence is the largest any rank reports (ranks configured apart still agree).
+  auto w = quiet_view(4, 20);
+  w[3].every = 50;
+  w[1].ask_tag = 9;
+  w[1].ask_steps = 1;
+  CHECK(plan_capture(w, {})->margin == 100);
 }
 
 namespace {
@@ -259,8 +269,10 @@ nlohmann::json read_json(const std::string& path) {
   ss << in.rdbuf();
   return nlohmann::json::parse(ss.str());
 }
+/// As steptrace-ctl writes a request: whole (a temporary renamed), so no reader sees half of it.
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
+  std::ofstream(path + ".tmp") << text;
+  std::rename((path + ".tmp").c_str(), path.c_str());
 }
 Config host_run(const std::string& dir) {
   Config cfg;
@@ -297,8 +309,8 @@ TEST_CASE("remote captures: a host-only run finds a request in its trace directo
   write_file(dir + "/steptrace-request-00bb000000000002.json", "{\"schema\": \"steptrace.request/1\"");
   write_file(dir + "/steptrace-request-00cc000000000003.json", request_text("00cc000000000003", run_id, 3, now - 3600));
   write_file(dir + "/steptrace-request-00dd000000000004.json", request_text("00dd000000000004", "0000000000000000", 3, now));
-  const std::string answer = dir + "/steptrace-answer-00aa00-r0.json";
-  steps_until([&] { return files_in(dir, "steptrace-answer-00aa00").size() == 1; }, 5000, steps);
+  const std::string answer = dir + "/steptrace-answer-00aa000000000001-r0.json";
+  steps_until([&] { return files_in(dir, "steptrace-answer-00aa000000000001").size() == 1; }, 5000, steps);
   const auto a = read_json(answer);
   INFO(a.dump());
   CHECK(a["status"] == "planned");
@@ -308,13 +320,17 @@ TEST_CASE("remote captures: a host-only run finds a request in its trace directo
   const int64_t first = a["first_step"];
   CHECK(int64_t(a["last_step"]) == first + 2);
   CHECK(first > int64_t(a["current_step"]));
+  // Another request under the same tag (the id's first 6 hex digits travel in the exchange): refused.
+  write_file(dir + "/steptrace-request-00aa00ffffffffff.json", request_text("00aa00ffffffffff", run_id, 1, now));
+  steps_until([&] { return files_in(dir, "steptrace-answer-00aa00ffffffffff").size() == 1; }, 5000, steps);
+  CHECK(std::string(read_json(dir + "/steptrace-answer-00aa00ffffffffff-r0.json")["reason"]).find("its tag 00aa00") == 0);
   steps_until([] { return false; }, static_cast<int>(first) + 6 - steps, steps);
   steptrace::stop();
   CHECK(files_in(dir, "steptrace-live-").empty());  // gone at stop()
-  const auto refused = read_json(dir + "/steptrace-answer-00bb00-r0.json");
+  const auto refused = read_json(dir + "/steptrace-answer-00bb000000000002-r0.json");
   CHECK(refused["status"] == "refused");
   CHECK(std::string(refused["reason"]).find("not JSON") == 0);
-  CHECK(std::string(read_json(dir + "/steptrace-answer-00cc00-r0.json")["reason"]).find("stale") == 0);
+  CHECK(files_in(dir, "steptrace-answer-00cc00").empty());  // stale: refused with a warning, not answered
   CHECK(files_in(dir, "steptrace-answer-00dd00").empty());  // not this run's: no answer
   // The asked steps are in one trace, captured.
   std::set<int64_t> captured;
@@ -324,8 +340,8 @@ TEST_CASE("remote captures: a host-only run finds a request in its trace directo
   }
   CHECK(captured == std::set<int64_t>{first, first + 1, first + 2});
   const auto end = steptrace_test::read_events(dir + "/steps.jsonl").back();
-  CHECK(end["traces"]["requests"]["read"] == 1);
-  CHECK(end["traces"]["requests"]["refused"] == 2);
+  CHECK(end["traces"]["requests"]["read"] == 2);
+  CHECK(end["traces"]["requests"]["refused"] == 3);
   CHECK(end["traces"]["requests"]["planned"] == 1);
 }
 
@@ -346,10 +362,10 @@ TEST_CASE("remote captures: with the exchange on, the steps are agreed through i
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   write_file(dir + "/steptrace-request-0abc000000000009.json", request_text("0abc000000000009", "feedfacecafebeef", 2, now));
   steps_until([&] {
-    auto f = files_in(dir, "steptrace-answer-0abc00");
+    auto f = files_in(dir, "steptrace-answer-0abc000000000009");
     return !f.empty() && read_json(f[0])["status"] == "planned";
   }, 5000, steps);
-  const auto a = read_json(dir + "/steptrace-answer-0abc00-r0.json");
+  const auto a = read_json(dir + "/steptrace-answer-0abc000000000009-r0.json");
   INFO(a.dump());
   CHECK(a["aligned"] == true);
   CHECK(std::string(a["how"]).find("agreed through the cross-rank exchange") == 0);

@@ -344,6 +344,35 @@ def test_report_installed_with_the_package():
         assert r.returncode == 0 and "--output" in r.stdout, (r.returncode, r.stderr)
 
 
+def test_ctl_asks_a_running_python_loop():
+    """`python -m steptrace ctl capture` (and, pip-installed, `steptrace-ctl`) against a loop running in this
+    interpreter: the request is read, the next two steps are captured and merged into one timeline."""
+    import subprocess
+    d = tempfile.mkdtemp(prefix="steptrace-ctl-")
+    merged = os.path.join(d, "merged.json")
+    steptrace.start(log_path=os.path.join(d, "steps.jsonl"), summary=False, gpu="off", trace_trigger=0)
+    cwd = tempfile.mkdtemp(prefix="steptrace-cwd-")
+    ctl = subprocess.Popen([sys.executable, "-m", "steptrace", "ctl", "capture", "--dir", d, "--steps", "2",
+                            "--wait", "60", "-o", merged], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, cwd=cwd)
+    deadline = time.time() + 90
+    while ctl.poll() is None and time.time() < deadline:
+        with steptrace.step():
+            with steptrace.phase("forward"):
+                time.sleep(0.002)
+    steptrace.stop()
+    out = ctl.communicate(timeout=30)[0]
+    assert ctl.returncode == 0, out
+    assert "not aligned" in out, out  # one process, no exchange: its own next two steps
+    doc = json.load(open(merged))
+    assert doc["otherData"]["ranks"] == 1 and len(doc["otherData"]["per_rank"][0]["steps"]) == 2, doc["otherData"]
+    assert any(e.get("cat") == "phase" and e.get("name") == "forward" for e in doc["traceEvents"])
+    if os.environ.get("STEPTRACE_PY_INSTALLED") == "pip":
+        exe = os.path.join(os.path.dirname(sys.executable), "steptrace-ctl")
+        r = subprocess.run([exe, "capture", "--help"], capture_output=True, text=True, cwd=cwd)
+        assert r.returncode == 0 and "--steps" in r.stdout, (r.returncode, r.stderr)
+
+
 def test_stop_without_start_and_scopes_when_off():
     assert not steptrace.is_running()
     with steptrace.step():

@@ -11,14 +11,16 @@
 //
 // The same steps on every rank (cross-rank exchange on): a rank that has a request puts its tag (the
 // id's first 6 hex digits, exact in a float) and N in the summary it exchanges. Every rank gathers the
-// same summaries, so every rank applies the same rule to the same data (the rule rank 0 would apply;
-// no second collective): in the first gathered view of step k that carries a tag not yet planned, the
-// lowest rank's tag wins and its N steps start at S = k + margin. The margin covers how far the
-// training threads run ahead of the gathered view: each rank reports its lag (steps between the step
-// it posted and the step its training thread was at when the view came back), and
-//   margin = clamp(max(kMinCaptureMargin, 2 x every, 2 x largest lag + every), ..., kMaxCaptureMargin).
-// A rank whose summary is missing from the view captures the same steps if it learns the plan in time
-// (its own view of the same exchange) and is listed as absent in the plan.
+// same summaries, and the rule reads nothing else (no rank's own step count or settings), so every rank
+// reaches the same plan (the rule rank 0 would apply; no second collective): in the first gathered
+// view that carries a tag not yet planned, the lowest rank's tag wins; k = the lowest valid rank's
+// summarised step; its N steps start at S = k + margin. The margin covers how far the training threads
+// run ahead of the gathered view: each rank reports its lag (steps between the step it posted and the
+// step its training thread was at when the view came back) and its exchange cadence, and
+//   margin = clamp(max(kMinCaptureMargin, 2 x every, 2 x largest lag + every), ..., kMaxCaptureMargin)
+// (every: the largest cadence reported). S is a global_step: ranks that number their steps alike (as
+// the cross-rank view assumes) capture the same steps. A rank whose summary is missing from the view,
+// or names another step, is listed as absent; it captures S... all the same when it learns the plan.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -36,7 +38,7 @@ STEPTRACE_BEGIN_NAMESPACE
 inline constexpr int kMaxRequestSteps = 64;                // steps one request may ask for
 inline constexpr double kRequestStaleS = 300;              // older requests are refused
 inline constexpr double kRequestFutureS = 60;              // dated this far ahead: refused (a wrong clock)
-inline constexpr std::size_t kMaxRequestBytes = 64 * 1024;  // a request file larger than this is refused
+inline constexpr std::size_t kMaxRequestBytes = 128 * 1024;  // a request file larger than this is refused (4096 run_ids fit)
 inline constexpr std::size_t kMaxRequestRunIds = 4096;
 inline constexpr int64_t kMinCaptureMargin = 8;
 inline constexpr int64_t kMaxCaptureMargin = 1000;
@@ -129,13 +131,17 @@ struct CapturePlan {
   int64_t last_step() const { return first_step + steps - 1; }
 };
 
-/// The rule above, on one gathered view (every rank's summary of `step`, rank order). `planned`: the
-/// tags planned before (the same list on every rank, since every rank sees the same views).
-inline std::optional<CapturePlan> plan_capture(const std::vector<RankSummary>& ranks, int64_t step, int every,
-                                               const std::vector<uint32_t>& planned) {
+/// The rule above, on one gathered view (every rank's summary, rank order). `planned`: the tags
+/// planned before (the same list on every rank, since every rank sees the same views).
+inline std::optional<CapturePlan> plan_capture(const std::vector<RankSummary>& ranks, const std::vector<uint32_t>& planned) {
   std::optional<CapturePlan> plan;
-  int64_t lag = 0;
+  int64_t lag = 0, every = 1, step = -1;
   std::vector<int> absent;
+  for (const RankSummary& s : ranks)
+    if (s.valid) {
+      step = s.step;  // the lowest valid rank's
+      break;
+    }
   for (std::size_t k = 0; k < ranks.size(); ++k) {
     const RankSummary& s = ranks[k];
     if (!s.valid || s.step != step) {
@@ -143,6 +149,7 @@ inline std::optional<CapturePlan> plan_capture(const std::vector<RankSummary>& r
       continue;
     }
     lag = std::max<int64_t>(lag, s.lag_steps);
+    every = std::max<int64_t>(every, s.every);
     if (plan || s.ask_tag == 0 || s.ask_steps < 1) continue;
     if (std::find(planned.begin(), planned.end(), s.ask_tag) != planned.end()) continue;
     plan = CapturePlan{};
@@ -151,8 +158,7 @@ inline std::optional<CapturePlan> plan_capture(const std::vector<RankSummary>& r
     plan->asked_by_rank = static_cast<int>(k);
   }
   if (!plan) return std::nullopt;
-  const int64_t e = std::max(1, every);
-  plan->margin = std::clamp(std::max({kMinCaptureMargin, 2 * e, 2 * lag + e}), kMinCaptureMargin, kMaxCaptureMargin);
+  plan->margin = std::clamp(std::max({kMinCaptureMargin, 2 * every, 2 * lag + every}), kMinCaptureMargin, kMaxCaptureMargin);
   plan->view_step = step;
   plan->first_step = step + plan->margin;
   plan->absent_ranks = std::move(absent);

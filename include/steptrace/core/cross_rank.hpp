@@ -53,9 +53,10 @@ struct RankSummary {
   uint32_t ask_tag = 0;
   int32_t ask_steps = 0;
   int32_t lag_steps = 0;
+  int32_t every = 0;  // this rank's cross_rank_every (the exchange's cadence)
 };
 
-inline constexpr int kSummaryFloats = 7 + kSummaryPhases;  // valid, rank, step, step_ms, phases, ask tag/steps, lag
+inline constexpr int kSummaryFloats = 8 + kSummaryPhases;  // valid, rank, step, step_ms, phases, ask tag/steps, lag, every
 
 /// Floats on the wire: step numbers up to 2^24 are exact in a float; the step is sent as two halves.
 inline void to_floats(const RankSummary& s, float* out) {
@@ -67,6 +68,7 @@ inline void to_floats(const RankSummary& s, float* out) {
   out[4 + kSummaryPhases] = static_cast<float>(s.ask_tag & 0xffffffu);  // exact below 2^24
   out[5 + kSummaryPhases] = static_cast<float>(s.ask_steps);
   out[6 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.lag_steps, 0, 1 << 20));
+  out[7 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.every, 0, 1 << 20));
 }
 inline RankSummary from_floats(const float* in, int64_t expected_step) {
   RankSummary s;
@@ -81,6 +83,8 @@ inline RankSummary from_floats(const float* in, int64_t expected_step) {
   s.ask_tag = tag >= 0 && tag < 16777216.f ? static_cast<uint32_t>(tag) : 0;
   s.ask_steps = steps >= 0 && steps < 1e6f ? static_cast<int32_t>(steps) : 0;
   s.lag_steps = lag >= 0 && lag < 1e7f ? static_cast<int32_t>(lag) : 0;
+  const float every = in[7 + kSummaryPhases];
+  s.every = every >= 0 && every < 1e7f ? static_cast<int32_t>(every) : 0;
   return s;
 }
 

@@ -44,10 +44,17 @@ class CrossRankLink {
   /// Background thread: whether summaries are exchanged (a capture request can then be agreed on).
   bool exchanging() const { return has_exchange_.load(std::memory_order_acquire); }
   /// Background thread: the request this rank holds, carried in its summaries until a plan names it.
-  void ask(uint32_t tag, int steps) {
+  /// False when that tag was planned already (the plan came through the exchange first).
+  bool ask(uint32_t tag, int steps) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (std::find(planned_.begin(), planned_.end(), tag) != planned_.end()) return;  // agreed already
+    if (std::find(planned_.begin(), planned_.end(), tag) != planned_.end()) return false;
     ask_ = {tag, steps};
+    return true;
+  }
+  /// Background thread: a request given up on (the exchange did not agree in time).
+  void withdraw(uint32_t tag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ask_.first == tag) ask_ = {};
   }
   /// Background thread: the capture plans agreed since the last call (the same on every rank).
   std::vector<CapturePlan> take_plans() {
@@ -101,6 +108,7 @@ class CrossRankLink {
     sum.ask_tag = ask_.first;
     sum.ask_steps = ask_.second;
     sum.lag_steps = lag_steps_;
+    sum.every = every_;
     std::vector<float> wire(kSummaryFloats);
     to_floats(sum, wire.data());
     const std::string err = exchange_->post(wire);
@@ -128,7 +136,7 @@ class CrossRankLink {
       for (int k = 0; k < world && static_cast<std::size_t>((k + 1) * kSummaryFloats) <= all.size(); ++k)
         ranks[static_cast<std::size_t>(k)] = from_floats(all.data() + k * kSummaryFloats, step);
       lag_steps_ = static_cast<int32_t>(std::clamp<int64_t>(current_step - step, 0, 1 << 20));
-      if (auto plan = plan_capture(ranks, step, every_, planned_)) {
+      if (auto plan = plan_capture(ranks, planned_)) {
         planned_.push_back(plan->tag);
         if (planned_.size() > kMaxPlanned) planned_.erase(planned_.begin());
         if (ask_.first == plan->tag) ask_ = {};

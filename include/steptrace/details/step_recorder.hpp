@@ -46,7 +46,7 @@ class StepRecorder {
     next_index_ = 0;
     spans_outside_step_ = 0;
     tracing_failed_ = false;
-    forced_last_.store(0, std::memory_order_relaxed);
+    for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     publish_begun(BegunStep{});
@@ -319,12 +319,13 @@ class StepRecorder {
     return tick_clock_;
   }
 
-  /// Steps first..last are traced whatever the interval (a capture asked for from outside,
-  /// details/remote_captures.hpp); one window at a time, the latest. Any thread.
+  /// Steps first..last (at most 255) are traced whatever the interval (a capture asked for from
+  /// outside, details/remote_captures.hpp). The last kForcedWindows windows hold, each one atomic word
+  /// (first << 8 | length), so a reader never pairs one window's first with another's length.
   void force_trace(uint64_t first, uint64_t last) {
-    forced_last_.store(0, std::memory_order_relaxed);  // never a window of the old first and the new last
-    forced_first_.store(first, std::memory_order_relaxed);
-    forced_last_.store(last + 1, std::memory_order_release);
+    const uint64_t length = std::min<uint64_t>(last - first + 1, 255);
+    const unsigned slot = forced_next_.fetch_add(1, std::memory_order_relaxed) % kForcedWindows;
+    forced_[slot].store(first << 8 | length, std::memory_order_relaxed);
   }
 
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
@@ -352,8 +353,11 @@ class StepRecorder {
   }
 
   bool forced(uint64_t index) const {
-    const uint64_t end = forced_last_.load(std::memory_order_acquire);  // one past the last; 0 = none
-    return index < end && index >= forced_first_.load(std::memory_order_relaxed);
+    for (const auto& w : forced_) {
+      const uint64_t v = w.load(std::memory_order_relaxed);  // 0 = none
+      if (v && index >= (v >> 8) && index < (v >> 8) + (v & 255)) return true;
+    }
+    return false;
   }
 
   void publish_open(int64_t begin_ns, int64_t scope_end_ns, bool traced) {
@@ -366,7 +370,9 @@ class StepRecorder {
   std::atomic<int64_t> open_begin_ns_{0}, open_scope_end_ns_{0};
   std::atomic<bool> open_traced_{false};
   std::atomic<bool> next_traced_{false};
-  std::atomic<uint64_t> forced_first_{0}, forced_last_{0};  // force_trace(): [first, last + 1)
+  static constexpr unsigned kForcedWindows = 4;
+  std::atomic<uint64_t> forced_[kForcedWindows] = {};  // force_trace(): first << 8 | length, 0 = none
+  std::atomic<unsigned> forced_next_{0};
   std::atomic<uint32_t> begun_seq_{0};  // publish_begun(): odd while it writes
   std::atomic<int64_t> begun_index_{-1}, begun_ns_{0};
   std::atomic<uint16_t> begun_depth_{0};
