@@ -237,8 +237,14 @@ def gpu(dp_train, workdir):
         merged = os.path.join(workdir, "merged-dp.json")
         p = ctl("capture", "--dir", d, "--steps", "4", "--wait", "90", "-o", merged, timeout=150)
         check(p.returncode == 0, "capture on two GPUs: answered, captured, merged")
-        answers = [read_json(os.path.join(d, n)) for n in files(d, "steptrace-answer-")]
-        planned = [a for a in answers if a.get("status") == "planned"]
+        # One answer per rank: under the request's id (a rank that learned the plan from the exchange
+        # first also wrote one under the tag).
+        by_rank = {}
+        for n in files(d, "steptrace-answer-"):
+            a = read_json(os.path.join(d, n))
+            if a.get("status") == "planned" and (a["rank"] not in by_rank or a.get("id")):
+                by_rank[a["rank"]] = a
+        planned = list(by_rank.values())
         check(len(planned) == 2 and all(a["aligned"] for a in planned), "both ranks: aligned through the exchange")
         check(len({(a["first_step"], a["last_step"]) for a in planned}) == 1, "both ranks: the same steps")
         for a in planned:
