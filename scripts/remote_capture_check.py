@@ -20,6 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import steptrace_merge  # noqa: E402
+from dp_skew_check import gpu_count  # noqa: E402  (the same directory)
 
 CTL = [sys.executable, os.path.join(HERE, "steptrace_ctl.py")]
 failures = []
@@ -207,14 +208,6 @@ def cpu(program, workdir):
         req = (end.get("traces") or {}).get("requests") or {}
         check(end.get("event") == "end" and req.get("planned") == 1 and req.get("refused") == 1,
               f"rank {r}'s end record counts the request planned and the bad one refused ({req})")
-
-
-def gpu_count():
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
 def gpu(dp_train, workdir):
