@@ -43,7 +43,8 @@ def wait_for(pred, timeout_s, what):
 
 
 def files(d, prefix):
-    return sorted(n for n in os.listdir(d) if n.startswith(prefix))
+    """prefix*.json in d (not the temporaries steptrace writes them through)."""
+    return sorted(n for n in os.listdir(d) if n.startswith(prefix) and n.endswith(".json"))
 
 
 def read_json(path):

@@ -253,11 +253,15 @@ TEST_CASE("remote captures: every rank's link agrees on the same steps (2, 8 and
 }
 
 namespace {
+/// The files named prefix*.json (not the temporaries steptrace writes them through).
 std::vector<std::string> files_in(const std::string& dir, const std::string& prefix) {
   std::vector<std::string> out;
   if (DIR* d = ::opendir(dir.c_str())) {
-    while (const dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(dir + "/" + e->d_name);
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind(prefix, 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0)
+        out.push_back(dir + "/" + name);
+    }
     ::closedir(d);
   }
   std::sort(out.begin(), out.end());
