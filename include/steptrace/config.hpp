@@ -82,6 +82,7 @@ struct Config {
   std::string capture_steps;                 // STEPTRACE_CAPTURE_STEPS: "a-b[,c]" steps written as traces
   bool remote_captures = true;               // STEPTRACE_REMOTE_CAPTURES: steptrace-ctl's requests in trace_dir are read
   bool flush_on_exit = true;                 // STEPTRACE_FLUSH_ON_EXIT: SIGTERM / exit without stop() write the pending lines
+  int end_wait_ms = 1000;                    // STEPTRACE_END_WAIT_MS: how long such an ending may take
 };
 
 /// One problem with the configuration: the setting's name and what was wrong.

@@ -322,8 +322,11 @@ inline const std::vector<Setting>& settings() {
                      "read capture requests (`steptrace-ctl capture`) from files in the trace directory, once a "
                      "second; whoever can write there can ask for traced, captured steps"));
     t.push_back(flag("flush_on_exit", "STEPTRACE_FLUSH_ON_EXIT", &Config::flush_on_exit,
-                     "on SIGTERM and at exit without `stop()`: write the pending lines and an end record within 1 s, "
+                     "on SIGTERM and at exit without `stop()`: write the pending lines and an end record within `end_wait_ms` (1 s), "
                      "then hand SIGTERM on to the program's own handler"));
+    t.push_back(integer("end_wait_ms", "STEPTRACE_END_WAIT_MS", &Config::end_wait_ms, 100, 60000,
+                        "with `flush_on_exit`: how long the pending lines and the end record may take before SIGTERM "
+                        "goes on (or exit proceeds); lines still waiting then are counted, not written"));
     return t;
   }();
   return table;

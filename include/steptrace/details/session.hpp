@@ -177,6 +177,7 @@ class Session {
     if (cfg.flush_on_exit) {
       const std::string err = install_end_handlers(&Session::end_hook);
       if (!err.empty()) warn_once("flush_on_exit", "flush_on_exit: " + err + "; a SIGTERM may lose the last lines");
+      end_signals().wait_ms.store(cfg.end_wait_ms, std::memory_order_relaxed);
       end_signals().armed.store(true, std::memory_order_release);
     }
     logger()->info("started: rank {}/{} on {}, device {}, log {}", run_.rank, run_.world_size, run_.hostname,
@@ -229,17 +230,18 @@ class Session {
 
   /// An ending without stop() (SIGTERM, exit; signals.hpp): the open step closed now, every pending
   /// line written as it is (gpu.complete false where records are missing) and an end record, within
-  /// kEndWaitMs. Any thread; never takes the lifecycle lock (stop() may hold it).
+  /// end_wait_ms. Any thread; never takes the lifecycle lock (stop() may hold it).
   /// Returns whether the ending was served (its end record written) within its wait.
   bool end_now(const char* reason) {
     if (!running_flag().load(std::memory_order_acquire)) return false;
     const auto now = std::chrono::steady_clock::now();
-    if (auto last = recorder_.try_close_open(now + std::chrono::milliseconds(kEndWaitMs / 5)))
+    const int wait_ms = end_signals().wait_ms.load(std::memory_order_relaxed);
+    if (auto last = recorder_.try_close_open(now + std::chrono::milliseconds(wait_ms / 5)))
       queue_.push(std::move(*last), /*last=*/true);
     const uint64_t id = queue_.request_flush(reason);
-    if (queue_.wait_flushed(id, now + std::chrono::milliseconds(kEndWaitMs * 9 / 10))) return true;
+    if (queue_.wait_flushed(id, now + std::chrono::milliseconds(wait_ms * 9 / 10))) return true;
     warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
-                                 std::to_string(kEndWaitMs) + " ms");
+                                 std::to_string(wait_ms) + " ms (end_wait_ms)");
     return false;
   }
   static void end_hook(const char* reason) {

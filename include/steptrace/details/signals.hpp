@@ -6,7 +6,7 @@
 // write) and training goes on.
 //
 // Endings (flush_on_exit): SIGTERM (what Slurm and Kubernetes send before a kill) and exit without
-// stop() write the pending lines and an end record within kEndWaitMs. The SIGTERM handler only
+// stop() write the pending lines and an end record within end_wait_ms (1 s). The SIGTERM handler only
 // does async-signal-safe work (signal-safety(7): write, read, poll, getpid, sigaction, raise): it
 // wakes a watcher thread through a pipe, waits for its answer with poll, then hands the signal on
 // to the handler that was installed before (its function, or the default action by raising the
@@ -28,7 +28,8 @@
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
-/// The longest an ending (SIGTERM, exit) waits for the pending lines to be written.
+/// The longest an ending (SIGTERM, exit) waits for the pending lines to be written, by default
+/// (`end_wait_ms`, STEPTRACE_END_WAIT_MS).
 inline constexpr int kEndWaitMs = 1000;
 
 /// Called first thing in each thread steptrace starts (the mask is per thread, signal(7)). SIGTERM
@@ -51,6 +52,7 @@ struct EndSignals {
   pid_t pid = 0;           // the process the watcher runs in (a fork's child has none)
   struct sigaction previous {};
   std::atomic<bool> armed{false};  // a run is on: endings write its lines
+  std::atomic<int> wait_ms{kEndWaitMs};  // that run's end_wait_ms (a lock-free load in the handler)
   EndFunction on_end = nullptr;
   bool installed = false;  // once per process (under install_mutex)
 };
@@ -71,7 +73,7 @@ inline void on_sigterm(int sig, siginfo_t* info, void* context) {
     b = 1;
     if (::write(s.wake[1], &b, 1) == 1) {
       pollfd p{s.done[0], POLLIN, 0};
-      if (::poll(&p, 1, kEndWaitMs) > 0) (void)!::read(s.done[0], &b, 1);
+      if (::poll(&p, 1, s.wait_ms.load(std::memory_order_relaxed)) > 0) (void)!::read(s.done[0], &b, 1);
     }
   }
   const struct sigaction& prev = s.previous;

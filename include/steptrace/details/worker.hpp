@@ -124,9 +124,9 @@ class Worker {
       std::deque<StepRecord> queued;
       std::chrono::steady_clock::time_point asked_at{};
       const std::string flush_reason = s_.queue->take_flush(flush_id, queued, &asked_at);
-      // An ending (SIGTERM, exit) allows kEndWaitMs in all: the waiting lines get kEndLinesMs of it,
+      // An ending (SIGTERM, exit) allows end_wait_ms in all: the waiting lines get 6/10 of it,
       // those left then are cut (counted in the end record), so that the end record always comes.
-      if (!flush_reason.empty()) end_deadline_ = asked_at + std::chrono::milliseconds(kEndLinesMs);
+      if (!flush_reason.empty()) end_deadline_ = asked_at + std::chrono::milliseconds(lines_.context().cfg.end_wait_ms * 6 / 10);
       take_in(queued);
       emit_ready(stopping || !flush_reason.empty());  // an ending: every waiting line now, as it is
       if (!flush_reason.empty()) {
@@ -489,7 +489,6 @@ class Worker {
     int64_t scope_end_ns = 0;
   } last_taken_;                    // the last step whose line was made (the end record's after_last_step)
   bool prev_traced_ = false;       // the last step taken in was traced (records on until the next began)
-  static constexpr int kEndLinesMs = kEndWaitMs * 6 / 10;  // of an ending's time, for the waiting lines
   std::optional<std::chrono::steady_clock::time_point> end_deadline_;  // an ending's, while it is served
   uint64_t lines_cut_at_end_ = 0;  // waiting lines an ending had no time left for
   GpuTail gpu_tail_;                // traced steps' GPU work after their host end (counters' pause)
