@@ -46,9 +46,10 @@ TEST_CASE("compiled mode: the program and a shared object record into one sessio
     INFO(l.dump());
     CHECK(l["global_step"] == i);
     CHECK(double(l["loss"]) == 3.0 - double(i));
-    CHECK(double(l["forward_time_ms"]) >= 3.0);  // the plugin's phase runs inside forward
+    // Scopes read on the tick clock, calibrated against the steady_clock the spins use: 1 % allowed.
+    CHECK(double(l["forward_time_ms"]) >= 3.0 * 0.99);  // the plugin's phase runs inside forward
     REQUIRE(l["phases"].contains("plugin"));     // registered by the shared object, in the same table
-    CHECK(double(l["phases"]["plugin"]["host_ms"]) >= 2.0);
+    CHECK(double(l["phases"]["plugin"]["host_ms"]) >= 2.0 * 0.99);
     CHECK(double(l["phases"]["plugin"]["host_ms"]) <= double(l["forward_time_ms"]));
     CHECK(l["phases"].contains("compiled_custom"));
     CHECK(l["device"].is_null());

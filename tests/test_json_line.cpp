@@ -105,9 +105,12 @@ TEST_CASE("a full session writes one valid line per step with the minimal log se
     CHECK(l["overflow_count"].is_null());
     CHECK(l["scalars"]["lr"] == 1e-4);
     CHECK(l["scalars"].contains("weird_name_"));
-    CHECK(double(l["dataloader_wait_ms"]) >= 0.3);
-    CHECK(double(l["h2d_time_ms"]) >= 0.1);
-    CHECK(double(l["backward_time_ms"]) >= 0.8);
+    // Each phase spun at least this long by steady_clock; steptrace reads the scopes on its tick clock,
+    // calibrated against steady_clock to within a fraction of a percent (0.799938 ms seen for an
+    // 800 us spin on a loaded machine): 1 % allowed.
+    CHECK(double(l["dataloader_wait_ms"]) >= 0.3 * 0.99);
+    CHECK(double(l["h2d_time_ms"]) >= 0.1 * 0.99);
+    CHECK(double(l["backward_time_ms"]) >= 0.8 * 0.99);
     CHECK(double(l["tokens_per_second"]) > 0);
     CHECK(double(l["samples_per_second"]) > 0);
     // No GPU measured here: every GPU field is null and says why.

@@ -25,7 +25,7 @@ TEST_CASE("without a GPU: host timings, GPU fields null with the reason", "[nogp
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == 3);
   for (const auto& l : lines) {
-    CHECK(double(l["forward_time_ms"]) >= 1.0);
+    CHECK(double(l["forward_time_ms"]) >= 1.0 * 0.99);  // tick clock vs the spin's steady_clock: 1 % allowed
     CHECK(l["device"].is_null());
     const std::string reason = l["null_reasons"]["device"];
     CHECK(reason.find("no usable GPU") == 0);
