@@ -186,7 +186,7 @@ if sc:
     print("|---|" + "---|" * len(cols))
     for key, what in [("phase_scope_not_running_ns", "TRACE_PHASE, no session"),
                       ("phase_scope_ns", "TRACE_PHASE, running (steps of 1000 scopes)"),
-                      ("phase_scope_one_step_ns", "TRACE_PHASE, running, all in one step (span list grows to 2M)"),
+                      ("phase_scope_in_step_ns", "TRACE_PHASE, running, timed inside its steps (without the step boundary)"),
                       ("nested_phase_scope_ns", "nested TRACE_PHASE (per scope)"),
                       ("step_scope_ns", "TRACE_STEP"),
                       ("clock_read_ns", "its parts: one steady_clock::now()"),

@@ -16,12 +16,14 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 inline constexpr uint16_t kMaxPhaseDepth = 32;
 
 struct ThreadSlot;  // details/thread_slots.hpp: the stack as other threads may read it
+class SpanRing;     // details/span_ring.hpp: the thread's closed scopes, waiting to be gathered
 
 /// Per-thread phase stack.
 struct ThreadState {
   uint16_t depth = 0;
   PhaseId stack[kMaxPhaseDepth] = {};  // all members initialised: constant-initialised TLS, no guard per access
   ThreadSlot* slot = nullptr;          // taken at the thread's first scope
+  SpanRing* ring = nullptr;            // that slot's ring (null: the slot is shared or has none)
   PhaseId innermost() const { return depth ? stack[depth - 1] : kNoPhase; }
 };
 inline ThreadState& thread_state() {

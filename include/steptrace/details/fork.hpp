@@ -83,6 +83,7 @@ inline void fork_child() {
   ThreadSlot* slots = thread_slot_table();  // every slot names a thread of the parent's
   for (int i = 0; i < kMaxThreadSlots; ++i) slots[i].owner.store(0, std::memory_order_relaxed);
   thread_state().slot = nullptr;  // a new start() claims this thread's own
+  thread_state().ring = nullptr;
   thread_id_cache() = static_cast<int32_t>(::syscall(SYS_gettid));
   logger_forked().store(true, std::memory_order_release);
   if (cuda_touched().load(std::memory_order_relaxed)) forked_after_cuda().store(true, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // steptrace/details/step_recorder.hpp - the training-thread side of a run: the open step, its phase
-// spans and scalars, under one uncontended mutex (an append per scope), and the clock phase scopes
-// read. The recorder never formats or writes: a closed step is handed back to the caller, which
+// spans and scalars, under one uncontended mutex (taken at a step's begin and end, not per scope: the
+// scopes wait in their threads' rings, details/span_ring.hpp, until gathered here, at the latest when
+// the step's scope ends), and the clock phase scopes read. The recorder never formats or writes: a closed step is handed back to the caller, which
 // queues it for the background thread.
 #pragma once
 #include "../version.hpp"
@@ -43,6 +44,7 @@ class StepRecorder {
     std::lock_guard<std::mutex> lock(mutex_);
     cfg_ = cfg;
     open_ = OpenStep{};
+    gather_locked();  // scopes a previous run left in the rings: not this run's (no step open: not counted)
     next_index_ = 0;
     spans_outside_step_ = 0;
     tracing_failed_ = false;
@@ -63,6 +65,7 @@ class StepRecorder {
                                              "(steps are process-wide and sequential)");
       return out;
     }
+    gather_locked();  // the closing step's scopes, and those ended since its scope ended
     const int64_t now = monotonic_ns();
     int64_t prev_scope_end = 0;
     std::vector<PhaseSpan> gap_spans;
@@ -119,6 +122,9 @@ class StepRecorder {
   void end(std::optional<AllocatorStats> stats) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!open_.exists || !open_.scope_open) return;
+    // Scopes closed before this point belong to the step whatever their readings say (the tick clock's
+    // conversion may put the end of the last one a little after the scope's steady_clock end).
+    gather_locked();
     open_.scope_open = false;
     open_.record.scope_end_ns = monotonic_ns();
     // GPU work launched from now until the next step begins is work between steps.
@@ -134,34 +140,19 @@ class StepRecorder {
     if (samples) open_.record.samples = samples;
   }
 
-  /// A closed phase scope. `ticks`: begin and end are read_ticks() readings, converted here;
-  /// otherwise they are monotonic_ns().
+  /// A closed phase scope from a thread without a ring of its own (the thread-slot table was full).
+  /// `ticks`: begin and end are read_ticks() readings, converted here; otherwise monotonic_ns().
   void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ticks && !tick_clock_.calibrated()) {  // opened in an earlier session; this one reads steady_clock
-      ++spans_outside_step_;
-      return;
-    }
-    span.begin_ns = ticks ? tick_clock_.to_ns(begin) : static_cast<int64_t>(begin);
-    span.end_ns = ticks ? tick_clock_.to_ns(end) : static_cast<int64_t>(end);
-    if (!open_.exists) {
-      ++spans_outside_step_;  // reported in the first step's phase_scopes_outside_step
-      return;
-    }
-    StepRecord& r = open_.record;
-    if (!open_.scope_open && span.end_ns > r.scope_end_ns) {  // ended between steps: the next line's between_steps
-      if (open_.gap_spans.size() < cfg_.max_spans_per_step) open_.gap_spans.push_back(span);
-      else ++r.spans_dropped;
-      return;
-    }
-    // Other threads (a busy loader) may fill three quarters of the budget; the rest is the step
-    // thread's, so its phases (forward_time_ms, ...) are not crowded out.
-    const std::size_t limit = span.on_step_thread ? cfg_.max_spans_per_step : cfg_.max_spans_per_step - cfg_.max_spans_per_step / 4;
-    if (r.spans.size() >= limit) {
-      ++r.spans_dropped;
-      return;
-    }
-    r.spans.push_back(span);  // span.on_step_thread: set by the scope
+    if (to_ns(span, ticks, begin, end)) place_span(span);
+  }
+
+  /// Background thread, each wake: the scopes the threads' rings hold go into the open step now, so
+  /// that a ring holds only what its thread closes between two wakes. Never waits for the lock (the
+  /// training thread holds it at a step's begin and end; a signal may have stopped it there).
+  void gather_spans() {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (lock.owns_lock()) gather_locked();
   }
 
   void record_scalar(std::string name, double value) {
@@ -191,6 +182,7 @@ class StepRecorder {
   /// stop(): the open step, closed now (its line is the last).
   std::optional<StepRecord> close_last() {
     std::lock_guard<std::mutex> lock(mutex_);
+    gather_locked();
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
     open_.record.end_is_next_step = false;
@@ -209,6 +201,7 @@ class StepRecorder {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::lock_guard<std::mutex> lock(mutex_, std::adopt_lock);
+    gather_locked();
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
     open_.record.end_is_next_step = false;
@@ -342,6 +335,72 @@ class StepRecorder {
     std::vector<PhaseSpan> gap_spans;  // ended after its scope: the next step's between_spans
   };
 
+  /// Under mutex_: a scope's clock readings as monotonic_ns (false: read on a tick clock this run has
+  /// not calibrated, i.e. opened in an earlier session; counted outside any step).
+  bool to_ns(PhaseSpan& span, bool ticks, uint64_t begin, uint64_t end) {
+    if (ticks && !tick_clock_.calibrated()) {
+      ++spans_outside_step_;
+      return false;
+    }
+    span.begin_ns = ticks ? tick_clock_.to_ns(begin) : static_cast<int64_t>(begin);
+    span.end_ns = ticks ? tick_clock_.to_ns(end) : static_cast<int64_t>(end);
+    return true;
+  }
+
+  /// Under mutex_: one closed scope into the open step, the gap after its scope, or outside any step.
+  void place_span(const PhaseSpan& span) {
+    if (!open_.exists) {
+      ++spans_outside_step_;  // reported in the first step's phase_scopes_outside_step
+      return;
+    }
+    StepRecord& r = open_.record;
+    if (!open_.scope_open && span.end_ns > r.scope_end_ns) {  // ended between steps: the next line's between_steps
+      if (open_.gap_spans.size() < cfg_.max_spans_per_step) open_.gap_spans.push_back(span);
+      else ++r.spans_dropped;
+      return;
+    }
+    // Other threads (a busy loader) may fill three quarters of the budget; the rest is the step
+    // thread's, so its phases (forward_time_ms, ...) are not crowded out.
+    const std::size_t limit = span.on_step_thread ? cfg_.max_spans_per_step : cfg_.max_spans_per_step - cfg_.max_spans_per_step / 4;
+    if (r.spans.size() >= limit) {
+      ++r.spans_dropped;
+      return;
+    }
+    r.spans.push_back(span);  // span.on_step_thread: set by the scope
+  }
+
+  /// Under mutex_: every thread's ring (span_ring.hpp), in the order the scopes ended (each ring is;
+  /// several are merged), into place_span: the step's span limits see them in the order a lock per
+  /// scope once did.
+  void gather_locked() {
+    ThreadSlot* table = thread_slot_table();
+    const int used = thread_slots_used().load(std::memory_order_acquire);
+    gathered_.clear();
+    int rings = 0;
+    for (int i = 0; i < used; ++i) {
+      SpanRing* ring = table[i].ring.load(std::memory_order_acquire);
+      if (!ring || ring->empty()) continue;
+      ++rings;
+      const uint64_t dropped = ring->drain([this](const SpanRing::Entry& e) {
+        PhaseSpan span;
+        span.phase = e.phase;
+        span.depth = e.depth;
+        span.tid = e.tid;
+        span.on_step_thread = (e.flags & SpanRing::kOnStepThread) != 0;
+        span.nested_in_same = (e.flags & SpanRing::kNestedInSame) != 0;
+        if (to_ns(span, (e.flags & SpanRing::kTicks) != 0, e.begin, e.end)) gathered_.push_back(span);
+      });
+      if (dropped) {  // the ring was full: counted where its scopes would have gone
+        if (open_.exists) open_.record.spans_dropped += static_cast<uint32_t>(dropped);
+        else spans_outside_step_ += dropped;
+      }
+    }
+    if (rings > 1)
+      std::stable_sort(gathered_.begin(), gathered_.end(), [](const PhaseSpan& x, const PhaseSpan& y) { return x.end_ns < y.end_ns; });
+    for (const PhaseSpan& span : gathered_) place_span(span);
+    if (gathered_.capacity() > 4 * SpanRing::kCapacity) gathered_ = {};  // a burst's buffer is not kept
+  }
+
   /// Under mutex_ (one writer): the three values inside a sequence count, odd while they change.
   void publish_begun(const BegunStep& b) {
     const uint32_t s = begun_seq_.load(std::memory_order_relaxed);
@@ -383,7 +442,8 @@ class StepRecorder {
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
-  TickClock tick_clock_;  // anchored by the worker, read by add_span
+  TickClock tick_clock_;  // anchored by the worker, read by to_ns
+  std::vector<PhaseSpan> gathered_;  // gather_locked()'s buffer, kept between calls
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

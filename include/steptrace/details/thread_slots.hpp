@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "../core/launch_context.hpp"
 #include "../core/phase.hpp"
+#include "span_ring.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -30,6 +32,7 @@ struct ThreadSlot {
   std::atomic<uint16_t> depth{0};
   std::atomic<uint32_t> entry[kMaxPhaseDepth] = {};  // phase id | 1 << 16 when `begin` is a tick reading
   std::atomic<uint64_t> begin[kMaxPhaseDepth] = {};  // the scope's opening clock reading
+  std::atomic<SpanRing*> ring{nullptr};  // its closed scopes (span_ring.hpp); made at the first claim, kept
 
   /// The owner: phase `phase` opened at depth `d` (the scope's clock reading `at`).
   void push(uint16_t d, PhaseId phase, uint64_t at, bool ticks) {
@@ -66,6 +69,13 @@ inline std::atomic<uint64_t>& thread_slots_refused() {
   return n;
 }
 
+/// How many slots of the table were ever claimed (a claim takes the lowest free one): gatherers
+/// look at that many.
+inline std::atomic<int>& thread_slots_used() {
+  static std::atomic<int> n{0};
+  return n;
+}
+
 /// Gives the slot back when its thread exits (a thread_local's destructor).
 struct ThreadSlotRelease {
   ThreadSlot* slot = nullptr;
@@ -80,6 +90,7 @@ struct ThreadSlotRelease {
 inline ThreadSlot* claim_thread_slot(ThreadState& ts) {
   if (ts.slot) return ts.slot;
   static thread_local ThreadSlotRelease release;
+  ts.ring = nullptr;  // the overflow slot is shared: no ring
   const int pid = static_cast<int>(::getpid());
   ThreadSlot* table = thread_slot_table();
   ThreadSlot* mine = &overflow_thread_slot();
@@ -91,9 +102,18 @@ inline ThreadSlot* claim_thread_slot(ThreadState& ts) {
     if (table[i].owner.compare_exchange_strong(expected, -1, std::memory_order_acq_rel)) {
       table[i].tid = details::this_thread_id();
       table[i].depth.store(0, std::memory_order_relaxed);
+      SpanRing* ring = table[i].ring.load(std::memory_order_relaxed);
+      if (!ring) {  // a slot's ring outlives its threads: the next owner writes on where the last stopped
+        ring = new (std::nothrow) SpanRing;
+        table[i].ring.store(ring, std::memory_order_release);
+      }
+      int used = thread_slots_used().load(std::memory_order_relaxed);
+      while (used < i + 1 && !thread_slots_used().compare_exchange_weak(used, i + 1, std::memory_order_release)) {
+      }
       table[i].owner.store(pid, std::memory_order_release);
       mine = &table[i];
       release.slot = mine;
+      ts.ring = ring;  // null when it could not be made: this thread's scopes take the recorder's lock
       break;
     }
   }

@@ -104,6 +104,7 @@ class Worker {
       // before the readings below, which can wait for the training thread's CUDA calls).
       if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters(/*resume_only=*/true);
       s_.recorder->refresh_clock_anchor();
+      s_.recorder->gather_spans();  // the threads' closed scopes, so that their rings never fill within a step
       if (sample_memory) take_memory_sample(sample_memory);
       take_device_state();
       take_in(batch);

@@ -1,0 +1,69 @@
+// steptrace/details/span_ring.hpp - where a thread's closed phase scopes wait until the step recorder
+// gathers them: one single-producer ring per thread slot (thread_slots.hpp). The scope's exit writes
+// one entry and publishes it with a release store: no lock, no allocation, no call into the session.
+// The recorder (details/step_recorder.hpp) gathers every ring under its own lock when a step begins or
+// ends, and the background thread does so at each wake (every memory_sample_ms), so a ring holds what
+// one thread closed between two gatherings. A full ring drops the scope and counts it.
+#pragma once
+#include "../version.hpp"
+#include <atomic>
+#include <cstdint>
+
+#include "../core/phase.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+class SpanRing {
+ public:
+  static constexpr uint32_t kCapacity = 4096;  // entries (32 bytes each): as many as max_spans_per_step's default
+
+  struct Entry {     // trivial: a new ring's entries are not written until used
+    uint64_t begin, end;  // the scope's clock readings (ticks or monotonic_ns, per `flags`)
+    int32_t tid;
+    PhaseId phase;
+    uint16_t depth;
+    uint8_t flags;
+  };
+  static constexpr uint8_t kTicks = 1, kOnStepThread = 2, kNestedInSame = 4;
+
+  /// The slot's owner (one thread at a time; a slot passes to another thread only through its
+  /// owner word's release and acquire, thread_slots.hpp).
+  void push(const Entry& e) {
+    const uint64_t h = head_.load(std::memory_order_relaxed);
+    if (h - tail_seen_ >= kCapacity) {
+      tail_seen_ = tail_.load(std::memory_order_acquire);
+      if (h - tail_seen_ >= kCapacity) {
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+    entries_[h & (kCapacity - 1)] = e;
+    head_.store(h + 1, std::memory_order_release);
+  }
+
+  /// The gatherer (under the step recorder's lock: one at a time): `fn(entry)` for each entry
+  /// published so far, oldest first; returns how many the owner dropped since the last call.
+  template <class F>
+  uint64_t drain(F&& fn) {
+    const uint64_t h = head_.load(std::memory_order_acquire);
+    uint64_t t = tail_.load(std::memory_order_relaxed);
+    for (; t != h; ++t) fn(entries_[t & (kCapacity - 1)]);
+    tail_.store(h, std::memory_order_release);
+    return dropped_.exchange(0, std::memory_order_relaxed);
+  }
+
+  /// Whether anything waits (a relaxed look; the gatherer skips empty rings without a write).
+  bool empty() const {
+    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_relaxed) &&
+           dropped_.load(std::memory_order_relaxed) == 0;
+  }
+
+ private:
+  alignas(64) std::atomic<uint64_t> head_{0};  // written by the owner
+  uint64_t tail_seen_ = 0;                     // the owner's last look at tail_
+  alignas(64) std::atomic<uint64_t> tail_{0};  // written by the gatherer
+  std::atomic<uint64_t> dropped_{0};
+  Entry entries_[kCapacity];  // default-initialised (left as they are): pages are touched as the ring is used
+};
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details
