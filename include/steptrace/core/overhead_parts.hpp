@@ -50,7 +50,7 @@ struct OverheadParts {
 /// What the background thread and the training thread's scopes spent over the recent steps.
 class OverheadLedger {
  public:
-  static constexpr double kScopeNs = 120;         // C++ scope, GPU hosts (benchmarks/README.md, scope_cost)
+  static constexpr double kScopeNs = 120;         // C++ scope, GPU hosts, upper end (benchmarks/README.md, scope_cost: 76-98 ns)
   static constexpr double kPythonScopeNs = 720;   // a scope or call from Python (README, "Python")
   static constexpr std::size_t kWindow = 512;     // steps the fractions are over
 
