@@ -15,7 +15,7 @@
 
 #include <steptrace/backend/gpu_backend.hpp>
 #include <steptrace/core/clock.hpp>
-#include <steptrace/core/launch_context.hpp>
+#include <steptrace/details/launch_context.hpp>
 
 namespace steptrace_test {
 
@@ -121,8 +121,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     ++calls_.synchronizes;
   }
-  std::string start_attribution(bool detach) override {
+  std::string start_attribution(bool detach, const steptrace::backend::LaunchContextSource& launches) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    launch_context_ = launches;  // as the CUDA backend: launches are placed only through what the session hands over
     ++calls_.attribution_starts;
     calls_.detach_mode = detach;
     traced_begun_ = 0;
@@ -144,7 +145,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     if (!on && tracing_ && pending_detach_) {  // as the collector: in force when records go off
       pending_detach_ = false;
       calls_.detach_mode = true;
-      calls_.detach_in_force_at = steptrace::last_step_of_key(steptrace::details::current_step().load());
+      calls_.detach_in_force_at = steptrace::last_step_of_key(launch_context_.step_key());
     }
     tracing_ = on;
     return {};
@@ -274,14 +275,15 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   std::vector<steptrace::KernelRecord> kernels_, held_;
   std::vector<steptrace::CopyRecord> copies_;
   std::map<uint32_t, int64_t> stream_end_;  // when each stream's last record ends
+  steptrace::backend::LaunchContextSource launch_context_;  // start_attribution's
 
   steptrace::LaunchRecord launch_record() {  // under mutex_
     steptrace::LaunchRecord l;
     l.correlation = ++next_correlation_;
-    l.step = steptrace::details::current_step().load();
-    l.phase = steptrace::details::launch_phase();
+    l.step = launch_context_.step_key();
+    l.phase = launch_context_.phase();
     l.enter_ns = steptrace::monotonic_ns();
-    l.tid = steptrace::details::this_thread_id();
+    l.tid = launch_context_.thread_id();
     launches_.push_back(l);
     return l;
   }

@@ -11,7 +11,7 @@
 namespace steptrace_test {
 // Four ranks in one process: rank 0 is this program; ranks 1-3 are made up from rank 0's own summary,
 // rank 2 with 20 ms more input. Completes at once (no GPU, no NCCL).
-class FakeExchange : public steptrace::details::CrossRankExchange {
+class FakeExchange : public steptrace::CrossRankExchange {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 4; }

@@ -166,7 +166,7 @@ struct Hub {
     return true;
   }
 };
-class HubMember : public details::CrossRankExchange {
+class HubMember : public steptrace::CrossRankExchange {
  public:
   HubMember(std::shared_ptr<Hub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
   int rank() const override { return rank_; }

@@ -14,7 +14,7 @@
 #include "core/phase.hpp"
 #include "core/records.hpp"
 #include "core/summary_result.hpp"
-#include "details/exchange.hpp"
+#include "exchange.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 

@@ -6,8 +6,8 @@
 //   cfg.counters = steptrace::Mode::off;        // enums for settings with a few spellings
 //   steptrace::start(cfg);                      // STEPTRACE_* variables override these fields
 //
-// Every field is a row of one table (settings.hpp: name, variable, range, default, one line of
-// documentation) that parses the environment, validates, and is checked against the README's table.
+// Every field is a row of one table (settings.hpp, which includes this file and not the other way
+// round: name, variable, range, default, one line of documentation) that parses the environment, validates, and is checked against the README's table.
 // Validation never throws: a bad value yields one message naming the setting, and the setting keeps
 // its default (or is disabled, for an unusable log path).
 #pragma once
@@ -100,5 +100,3 @@ inline std::string expand_log_path(std::string path, int rank) {
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace
-
-#include "settings.hpp"

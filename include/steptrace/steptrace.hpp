@@ -33,6 +33,7 @@
 // after an earlier include of this header still gets the runtime.
 
 #include "config.hpp"
+#include "settings.hpp"  // the settings table: validate(), apply_environment(), settings()
 #include "core/metrics.hpp"
 #include "macros.hpp"
 

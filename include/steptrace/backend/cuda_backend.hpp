@@ -33,8 +33,8 @@ class CudaBackend final : public GpuBackend {
     (void)cudaGetLastError();
   }
 
-  std::string start_attribution(bool detach_between_traces) override {
-    return cupti::Collector::instance().start(device_table(), detach_between_traces);
+  std::string start_attribution(bool detach_between_traces, const LaunchContextSource& launches) override {
+    return cupti::Collector::instance().start(device_table(), launches, detach_between_traces);
   }
   std::string set_tracing(bool on) override { return cupti::Collector::instance().set_tracing(on); }
   bool request_detach(uint64_t traced) override { return cupti::Collector::instance().request_detach(traced); }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../core/counters.hpp"
+#include "../core/phase.hpp"
 #include "../core/device_state.hpp"
 #include "../core/gpu_records.hpp"
 #include "../core/records.hpp"
@@ -27,6 +28,14 @@ struct DeviceProbe {
   std::string null_reason;
 };
 
+/// Where a launch belongs, as the runtime knows it (details/launch_context.hpp): the session hands
+/// this to start_attribution; the backend's launch callback calls it on the launching thread.
+struct LaunchContextSource {
+  int64_t (*step_key)() = nullptr;   // the launch key now (core/step_keys.hpp): a step, or between steps
+  PhaseId (*phase)() = nullptr;      // the phase a launch on the calling thread belongs to
+  int32_t (*thread_id)() = nullptr;  // the calling thread's id (gettid)
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -38,8 +47,8 @@ class GpuBackend {
   virtual void synchronize(int device) = 0;
 
   // ---- attribution: launch callbacks and GPU records ----
-  /// Starts collecting. `detach_between_traces`: untraced_cupti=detach.
-  virtual std::string start_attribution(bool detach_between_traces) = 0;
+  /// Starts collecting. `detach_between_traces`: untraced_cupti=detach. `launches`: every function set.
+  virtual std::string start_attribution(bool detach_between_traces, const LaunchContextSource& launches) = 0;
   /// Sampled attribution, training thread at a step boundary: records on for traced steps.
   virtual std::string set_tracing(bool on) = 0;
   /// Detach mode, background thread: the first `traced` traced steps (set_tracing(true) calls since

@@ -1,5 +1,5 @@
 // steptrace/backend/nccl_exchange.hpp - the cross-rank exchange over the job's own NCCL communicator
-// (details/exchange.hpp is the interface). Compiled in the program's translation unit that includes
+// (steptrace/exchange.hpp is the interface). Compiled in the program's translation unit that includes
 // steptrace/nccl.hpp, which has nccl.h and links libnccl anyway; the library itself never needs NCCL.
 #pragma once
 #include "../version.hpp"
@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "../core/cross_rank.hpp"
-#include "../details/exchange.hpp"
+#include "../exchange.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace backend {
 
 /// ncclAllGather of RankSummary floats on steptrace's own stream, a ring of pinned slots.
-class NcclExchange final : public details::CrossRankExchange {
+class NcclExchange final : public CrossRankExchange {
  public:
   static constexpr int kSlots = 8;
 

@@ -1,5 +1,5 @@
 // steptrace/core/step_keys.hpp - the key GPU work is filed under when it is launched
-// (details/launch_context's current_step()): a step's index (>= 0), -1 before the first step, and
+// (details/launch_context.hpp's current_step()): a step's index (>= 0), -1 before the first step, and
 // between_steps_key(N) from step N's scope end until the next step begins. Pure.
 #pragma once
 #include "../version.hpp"

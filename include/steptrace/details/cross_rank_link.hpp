@@ -16,7 +16,7 @@
 #include "../core/cross_rank.hpp"
 #include "../core/records.hpp"
 #include "../core/step_line.hpp"
-#include "exchange.hpp"
+#include "../exchange.hpp"
 #include "log.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {

@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../core/launch_context.hpp"
+#include "launch_context.hpp"
 #include "../core/phase_table.hpp"
 #include "host_clock.hpp"
 #include "log.hpp"

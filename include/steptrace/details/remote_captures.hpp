@@ -36,7 +36,7 @@
 #include "../core/capture_request.hpp"
 #include "../core/clock.hpp"
 #include "../core/json_writer.hpp"
-#include "../core/launch_context.hpp"
+#include "launch_context.hpp"
 #include "../core/printable.hpp"
 #include "../core/step_keys.hpp"
 #include "../sink/prometheus_textfile.hpp"

@@ -22,14 +22,15 @@
 
 #include "../backend/gpu_backend.hpp"
 #include "../config.hpp"
-#include "../core/launch_context.hpp"
+#include "../settings.hpp"
+#include "launch_context.hpp"
 #include "../core/metrics.hpp"
 #include "../core/summary.hpp"
 #include "../sink/jsonl_file.hpp"
 #include "../sink/prometheus.hpp"
 #include "cross_rank_link.hpp"
 #include "environment.hpp"
-#include "exchange.hpp"
+#include "../exchange.hpp"
 #include "fork.hpp"
 #include "host_clock.hpp"
 #include "line_assembler.hpp"
@@ -440,7 +441,11 @@ class Session {
     if (cfg.untraced_cupti == UntracedCupti::detach && !detach_)
       warn_once("untraced_cupti", "untraced_cupti=detach applies when steps go untraced (trace_every > 1, or "
                                   "trace_every 0 with overhead_budget > 0); every step is traced, CUPTI stays attached");
-    const std::string err = gpu_->start_attribution(detach_);
+    backend::LaunchContextSource launches;  // the launch context this runtime owns (launch_context.hpp)
+    launches.step_key = [] { return current_step().load(std::memory_order_relaxed); };
+    launches.phase = [] { return launch_phase(); };
+    launches.thread_id = [] { return this_thread_id(); };
+    const std::string err = gpu_->start_attribution(detach_, launches);
     if (!err.empty()) {
       ctx.gpu_null_reason = "CUPTI unavailable: " + err;
       warn_once("cupti", ctx.gpu_null_reason + "; falling back to host timings");

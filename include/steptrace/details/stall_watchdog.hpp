@@ -15,7 +15,7 @@
 #include "../core/clock.hpp"
 #include "../core/counters.hpp"
 #include "../core/gpu_records.hpp"
-#include "../core/launch_context.hpp"
+#include "launch_context.hpp"
 #include "../core/stall.hpp"
 #include "demangle.hpp"
 #include "step_recorder.hpp"

@@ -16,7 +16,7 @@
 
 #include "../config.hpp"
 #include "../core/clock.hpp"
-#include "../core/launch_context.hpp"
+#include "launch_context.hpp"
 #include "../core/records.hpp"
 #include "host_clock.hpp"
 #include "line_policy.hpp"

@@ -17,7 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../core/launch_context.hpp"
+#include "launch_context.hpp"
 #include "../core/phase.hpp"
 #include "span_ring.hpp"
 

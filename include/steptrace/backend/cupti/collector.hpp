@@ -42,7 +42,8 @@
 #include <cupti.h>
 
 #include "../../core/gpu_records.hpp"
-#include "../../core/launch_context.hpp"
+#include "../../core/step_keys.hpp"
+#include "../gpu_backend.hpp"
 #include "convert.hpp"
 #include "result.hpp"
 
@@ -69,9 +70,10 @@ class Collector {
   /// (another CUPTI client such as Nsight Systems, compute-sanitizer, ncu or Kineto; no driver...).
   /// `detach_between_traces`: sampled attribution detaches CUPTI (cuptiFinalize) between traced
   /// steps instead of only switching its records off (Config::untraced_cupti = detach).
-  std::string start(const DeviceTable& devices, bool detach_between_traces = false) {
+  std::string start(const DeviceTable& devices, const LaunchContextSource& launches, bool detach_between_traces = false) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
     devices_ = devices;
+    launch_context_ = launches;  // before the callbacks are subscribed below
     detach_since_ = detach_between_traces ? 0 : -1;
     detach_pending_ = false;
     traced_begun_ = 0;
@@ -147,7 +149,7 @@ class Collector {
     // Keep mode turns into detach mode as records go off after a traced step (its graphs settled):
     // the callbacks then stay on, so that an API exit can detach once its line is out.
     if (!on && detach_pending_.exchange(false, std::memory_order_relaxed)) {
-      detach_since_.store(std::max<int64_t>(0, last_step_of_key(details::current_step().load(std::memory_order_relaxed))),
+      detach_since_.store(std::max<int64_t>(0, last_step_of_key(launch_context_.step_key())),
                           std::memory_order_relaxed);
     }
     const bool detach_mode = this->detach_mode();
@@ -159,7 +161,7 @@ class Collector {
     // On: a new period first, so that a call entering during the switch starts from a clean launch
     // state (not a runtime call left open in the previous period).
     if (on) periods_.fetch_add(1, std::memory_order_relaxed);
-    switch_tid_.store(details::this_thread_id(), std::memory_order_relaxed);
+    switch_tid_.store(launch_context_.thread_id(), std::memory_order_relaxed);
     // The CUPTI calls below must not become visible before the flag: a read-modify-write (acquire as well
     // as release; a store alone orders only what precedes it, and ThreadSanitizer does not model a fence).
     // Best effort: what a launching thread sees of them is decided inside CUPTI.
@@ -423,11 +425,11 @@ class Collector {
     LaunchTls& tls = self->thread_launch_state();
     LaunchRecord l;
     l.correlation = cb->correlationId;
-    l.step = details::current_step().load(std::memory_order_relaxed);
-    l.phase = details::launch_phase();
+    l.step = self->launch_context_.step_key();
+    l.phase = self->launch_context_.phase();
     l.graph = sites[cbid] == kGraphLaunch;
     l.discard = self->settling_.load(std::memory_order_relaxed);
-    l.tid = details::this_thread_id();  // a trace draws the launch on its thread (flight recorder)
+    l.tid = self->launch_context_.thread_id();  // a trace draws the launch on its thread (flight recorder)
     l.window = switching;
     if (cb->callbackSite == CUPTI_API_ENTER) {
       if (runtime) {
@@ -592,6 +594,7 @@ class Collector {
   bool correlations_restarted_ = false;  // guarded by mutex_
   std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> enabled_callbacks_;
   DeviceTable devices_;
+  LaunchContextSource launch_context_;  // the runtime's (start()): where a launch belongs
   std::vector<uint8_t> runtime_sites_, driver_sites_;
 
   std::mutex mutex_;  // staging, shared by the launching threads, CUPTI's thread and the background thread

@@ -1,12 +1,12 @@
-// steptrace/details/exchange.hpp - how the session talks to other ranks, whatever carries it: the
-// NCCL implementation is in steptrace/nccl.hpp (the program includes it and hands over its
-// communicator), tests use an in-process one.
+// steptrace/exchange.hpp - how the session talks to other ranks, whatever carries it: the interface a
+// program (or steptrace/nccl.hpp, which builds the NCCL one from the program's communicator) hands to
+// details::use_cross_rank_exchange. Tests use an in-process one.
 #pragma once
-#include "../version.hpp"
+#include "version.hpp"
 #include <string>
 #include <vector>
 
-STEPTRACE_BEGIN_NAMESPACE namespace details {
+STEPTRACE_BEGIN_NAMESPACE
 
 class CrossRankExchange {
  public:
@@ -29,4 +29,4 @@ class CrossRankExchange {
   }
 };
 
-} STEPTRACE_END_NAMESPACE  // steptrace::details
+STEPTRACE_END_NAMESPACE  // steptrace

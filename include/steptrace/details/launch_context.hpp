@@ -1,5 +1,6 @@
-// steptrace/core/launch_context.hpp - the launch context every thread carries: which phases are open on
-// it, and which step is open in the process. Scopes write it; the CUPTI callback reads it.
+// steptrace/details/launch_context.hpp - the launch context every thread carries: which phases are open
+// on it, and which step is open in the process. The runtime owns it: scopes write it, and the backend
+// reads it only through the LaunchContextSource the session hands it (backend/gpu_backend.hpp).
 #pragma once
 #include "../version.hpp"
 #include <atomic>
@@ -8,8 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "phase.hpp"
-#include "step_keys.hpp"
+#include "../core/phase.hpp"
+#include "../core/step_keys.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
