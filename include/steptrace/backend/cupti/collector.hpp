@@ -3,7 +3,8 @@
 // - Launch sites: CUPTI callbacks on the runtime and driver APIs that put work on the GPU (kernel
 //   launches incl. cudaLaunchKernelEx and cuLaunchKernel from cuBLAS/NCCL, graph launches, memcpy,
 //   memset). On API entry the callback stores (correlation id, current step, innermost phase of the
-//   calling thread): a thread-local read and an append under an uncontended mutex.
+//   calling thread, read through the runtime's LaunchContextSource) and appends it under an
+//   uncontended mutex.
 // - GPU records: CUPTI activity kinds CONCURRENT_KERNEL, MEMCPY, MEMSET (never KERNEL, which
 //   serializes kernels) into a bounded pool of buffers; CUPTI hands full buffers to its own thread,
 //   where they are converted to core records and staged for steptrace's background thread.
@@ -25,6 +26,8 @@
 //   records stay on (settling) until each of those graphs has been launched again, at
 //   most kMaxSettleSteps steps; those launches are marked discard. A graph not relaunched by then is
 //   handed over as unsettled: its records delivered after the switch-off are excluded as impossible.
+// The class and its training/background-thread calls are here; attaching and detaching in
+// collector_attach.hpp, what CUPTI calls (launch callback, activity buffers) in collector_callbacks.hpp.
 #pragma once
 #include "../../version.hpp"
 #include <algorithm>
@@ -255,141 +258,29 @@ class Collector {
   /// Keep mode, switching off: whether the graphs launched while tracing have been launched again
   /// (their records are then read out whole). If not, records stay on for this step (settling), up to
   /// kMaxSettleSteps; past that the graphs still waiting are handed over as unsettled.
-  bool settled() {
-    std::lock_guard<std::mutex> staging(mutex_);
-    if (pending_graphs_.empty()) {
-      settle_steps_ = 0;
-      settling_.store(false, std::memory_order_relaxed);
-      return true;
-    }
-    if (settle_steps_ < kMaxSettleSteps) {
-      ++settle_steps_;
-      settling_.store(true, std::memory_order_relaxed);
-      return false;
-    }
-    UnsettledGraphs u;
-    uint64_t now = 0;
-    cuptiGetTimestamp(&now);
-    u.after_ns = static_cast<int64_t>(now);
-    for (const auto& [exec, corr] : pending_graphs_) u.correlations.push_back(corr);
-    unsettled_.push_back(std::move(u));
-    pending_graphs_.clear();
-    settle_steps_ = 0;
-    settling_.store(false, std::memory_order_relaxed);
-    return true;
-  }
+  bool settled();
 
-  void set_tracing_off_quietly() {
-    if (attached_) {
-      for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
-      // Tracing never comes back after this: the next API exit detaches CUPTI (try_detach), so that
-      // the callbacks, which stay on, cost nothing for the rest of the run.
-      detach_requested_.store(true, std::memory_order_relaxed);
-    }
-    tracing_ = false;
-  }
+  void set_tracing_off_quietly();
 
   /// Subscribes, enables the launch-site callbacks and registers the buffers; `records`: also
   /// enables the record kinds. Caller holds cupti_mutex_. On failure nothing stays attached.
-  std::string attach(bool records) {
-    CUptiResult r = cuptiSubscribe(&subscriber_, reinterpret_cast<CUpti_CallbackFunc>(&Collector::on_api), this);
-    if (r != CUPTI_SUCCESS) {
-      subscriber_ = nullptr;
-      if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
-        return "CUPTI is held by another client in this process (Nsight Systems, compute-sanitizer, ncu or "
-               "torch.profiler/Kineto): " + result_text("cuptiSubscribe", r);
-      return result_text("cuptiSubscribe", r);
-    }
-    attached_ = true;
-    std::string err;
-    if (enabled_callbacks_.empty()) {  // the first time: find the sites by name
-      err = enable_callbacks(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, "cuda");
-      if (err.empty()) err = enable_callbacks(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, "cu");
-      if (!err.empty()) enabled_callbacks_.clear();
-    } else {
-      for (const auto& [domain, cbid] : enabled_callbacks_) {
-        if ((r = cuptiEnableCallback(1, subscriber_, domain, cbid)) != CUPTI_SUCCESS) {
-          err = result_text("cuptiEnableCallback", r);
-          break;
-        }
-      }
-    }
-    if (err.empty()) {
-      if ((r = cuptiActivityRegisterCallbacks(&Collector::buffer_requested, &Collector::buffer_completed)) != CUPTI_SUCCESS)
-        err = result_text("cuptiActivityRegisterCallbacks", r);
-    }
-    if (err.empty()) enable_hardware_timestamps();
-    for (CUpti_ActivityKind kind : kRecordKinds) {
-      if (!err.empty() || !records) break;
-      if ((r = cuptiActivityEnable(kind)) != CUPTI_SUCCESS) err = result_text("cuptiActivityEnable", r);
-    }
-    if (err.empty()) cuptiActivityFlushPeriod(100);  // CUPTI's own thread hands over buffers every 100 ms
-    if (!err.empty()) {
-      for (CUpti_ActivityKind kind : kRecordKinds) cuptiActivityDisable(kind);
-      cuptiEnableAllDomains(0, subscriber_);
-      cuptiUnsubscribe(subscriber_);
-      subscriber_ = nullptr;
-      cuptiFinalize();
-      attached_ = false;
-    }
-    return err;
-  }
+  std::string attach(bool records);
 
   /// Kernel timestamps from the GPU's hardware event system instead of CUPTI's instrumentation, where
   /// CUPTI supports it (cupti_activity.h, cuptiActivityEnableHWTrace: Blackwell only, after the driver
   /// is initialized; CUPTI_ERROR_NOT_SUPPORTED elsewhere). Asked at every attach (after cuptiFinalize
   /// nothing of the earlier session is assumed to hold); each line reads the latest answer.
-  void enable_hardware_timestamps() {
-#if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
-    const CUptiResult r = cuptiActivityEnableHWTrace(1);
-    kernel_timestamps_ = r == CUPTI_SUCCESS ? "hardware_events" : "instrumented (" + result_text("cuptiActivityEnableHWTrace", r) + ")";
-#else
-    kernel_timestamps_ = "instrumented (built against CUPTI headers before CUDA 13.0: steptrace asks for hardware "
-                         "timestamps with CUDA 13 only)";
-#endif
-  }
+  void enable_hardware_timestamps();
 
   /// Detach mode: on an API exit of any thread once requested. Never waits for the lock: if the
   /// background thread is flushing, a later API exit detaches.
-  void try_detach() {
-    std::unique_lock<std::mutex> lock(cupti_mutex_, std::try_to_lock);
-    if (!lock || !attached_ || tracing_.load(std::memory_order_relaxed) ||
-        !detach_requested_.load(std::memory_order_relaxed))
-      return;
-    detach_requested_.store(false, std::memory_order_relaxed);
-    // Records are off and every traced step's records are in. cuptiFinalize waits for the device's
-    // work to finish and removes CUPTI's hooks: launches cost what they cost without CUPTI.
-    cuptiFinalize();
-    subscriber_ = nullptr;
-    attached_ = false;
-    detaches_.fetch_add(1, std::memory_order_relaxed);
-  }
+  void try_detach();
 
   Collector() = default;
 
   /// Enables the callbacks whose API names put work on the GPU, found by name so that new versions
   /// of a call (…_v2, _ptsz, Ex) are covered without a list to maintain.
-  std::string enable_callbacks(CUpti_CallbackDomain domain, uint32_t count, const char* prefix) {
-    auto& kinds = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_sites_ : driver_sites_;
-    kinds.assign(count, kNone);
-    const std::string p(prefix);
-    for (uint32_t cbid = 1; cbid < count; ++cbid) {
-      const char* name = nullptr;
-      if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
-      const std::string n(name);
-      if (n.find("HostFunc") != std::string::npos) continue;  // runs on the host: no GPU record
-      SiteKind kind = kNone;
-      if (n.rfind(p + "GraphLaunch", 0) == 0) kind = kGraphLaunch;
-      else if (n.rfind(p + "Memset", 0) == 0) kind = kMemset;
-      else if (n.rfind(p + "Launch", 0) == 0 || n.rfind(p + "Memcpy", 0) == 0) kind = kLaunch;
-      if (kind == kNone) continue;
-      const CUptiResult r = cuptiEnableCallback(1, subscriber_, domain, cbid);
-      if (r != CUPTI_SUCCESS) return result_text("cuptiEnableCallback", r);
-      kinds[cbid] = kind;
-      enabled_callbacks_.emplace_back(domain, cbid);
-    }
-    return {};
-  }
+  std::string enable_callbacks(CUpti_CallbackDomain domain, uint32_t count, const char* prefix);
 
   struct LaunchTls {
     uint32_t runtime_correlation = 0;  // the runtime call in progress on this thread, if any
@@ -410,171 +301,18 @@ class Collector {
     return tls;
   }
 
-  static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-    auto* self = static_cast<Collector*>(userdata);
-    const auto* cb = static_cast<const CUpti_CallbackData*>(data);
-    const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-    const bool switching = self->switching_.load(std::memory_order_acquire);  // see set_tracing
-    if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // between traced steps (either mode)
-      if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
-      return;
-    }
-    if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-    const auto& sites = runtime ? self->runtime_sites_ : self->driver_sites_;
-    if (cbid >= sites.size() || sites[cbid] == kNone) return;
-    LaunchTls& tls = self->thread_launch_state();
-    LaunchRecord l;
-    l.correlation = cb->correlationId;
-    l.step = self->launch_context_.step_key();
-    l.phase = self->launch_context_.phase();
-    l.graph = sites[cbid] == kGraphLaunch;
-    l.discard = self->settling_.load(std::memory_order_relaxed);
-    l.tid = self->launch_context_.thread_id();  // a trace draws the launch on its thread (flight recorder)
-    l.window = switching;
-    if (cb->callbackSite == CUPTI_API_ENTER) {
-      if (runtime) {
-        tls.runtime_correlation = cb->correlationId;
-        tls.runtime_kind = sites[cbid];
-      } else if (tls.runtime_correlation != 0) {
-        // Inside a runtime call. Kernel records carry the runtime call's id and memcpy records carry
-        // it as runtimeCorrelationId; only memset records carry the driver call's id alone, so only
-        // then is the nested id worth an alias.
-        if (tls.runtime_kind != kMemset) return;
-        l.outer_correlation = tls.runtime_correlation;
-      }
-      if (l.outer_correlation == 0) {  // the record cannot start before this (core/plausibility.hpp)
-        uint64_t now = 0;
-        if (cuptiGetTimestamp(&now) == CUPTI_SUCCESS) l.enter_ns = static_cast<int64_t>(now);
-      }
-      // cudaGraphLaunch{,_ptsz}_v10000_params and cuGraphLaunch{,_ptsz}_params both begin with the
-      // executable graph's handle (CUPTI's generated_cuda_runtime_api_meta.h, generated_cuda_meta.h).
-      const void* exec = l.graph && cb->functionParams ? *static_cast<void* const*>(cb->functionParams) : nullptr;
-      if (self->stage(l, exec)) tls.staged = l.correlation;
-      return;
-    }
-    // API exit: a failed call produces no GPU record; say so, so its step does not wait for one.
-    bool failed = false;
-    if (cb->functionReturnValue) {
-      failed = runtime ? *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess
-                       : *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
-    }
-    const bool outermost = runtime || tls.runtime_correlation == 0;
-    if (runtime) tls.runtime_correlation = 0, tls.runtime_kind = kNone;
-    l.failed = failed && outermost;
-    const bool staged = tls.staged == cb->correlationId;
-    if (staged) tls.staged = 0;
-    if (staged || l.failed) self->returned(l, staged);
-  }
+  static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data);
 
   /// Returns whether the call is followed until it returns (returned()).
-  bool stage(LaunchRecord l, const void* graph_exec = nullptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Read again under the lock that set_tracing() takes after raising the flag: a call is either in
-    // flight when records go off (and becomes the switch's there) or sees the switch here. Flag
-    // first: it is lowered only after tracing_ has its new value.
-    if (switching_.load(std::memory_order_acquire) || !tracing_.load(std::memory_order_acquire)) l.window = true;
-    // Followed: another thread's outermost calls (the thread that switches records is never inside
-    // one when it does, so its calls - most of them - cost no second lock at their exit). Past the
-    // bound a call is the switch's from the start: never waited for.
-    bool followed = false;
-    if (!l.window && l.outer_correlation == 0 && l.tid != switch_tid_.load(std::memory_order_relaxed)) {
-      if (in_flight_.size() < kMaxInFlight) in_flight_.push_back(l.correlation), followed = true;
-      else l.window = true;
-    }
-    if (graph_exec && !detach_mode()) {  // keep mode: which graphs wait for a relaunch (settled())
-      if (l.discard) pending_graphs_.erase(graph_exec);
-      else pending_graphs_[graph_exec] = l.correlation;
-    }
-    if (launches_.size() >= kMaxStagedLaunches) {
-      ++dropped_launches_;
-      return followed;
-    }
-    launches_.push_back(l);
-    return followed;
-  }
+  bool stage(LaunchRecord l, const void* graph_exec = nullptr);
 
   /// A staged call returned (API exit): its work is with the driver, so its record comes even if
   /// records go off now. A failed call produces none: staged as failed, its step does not wait.
-  void returned(const LaunchRecord& l, bool staged) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = staged ? std::find(in_flight_.begin(), in_flight_.end(), l.correlation) : in_flight_.end();
-    if (it != in_flight_.end()) {
-      *it = in_flight_.back();
-      in_flight_.pop_back();
-    }
-    if (!l.failed) return;
-    if (launches_.size() >= kMaxStagedLaunches) {
-      ++dropped_launches_;
-      return;
-    }
-    launches_.push_back(l);
-  }
+  void returned(const LaunchRecord& l, bool staged);
 
-  static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-    Collector& self = instance();
-    *max_records = 0;
-    std::lock_guard<std::mutex> lock(self.pool_mutex_);
-    if (self.free_buffers_.empty() && self.buffers_allocated_ < kMaxBuffers) {
-      void* p = std::aligned_alloc(8, kBufferBytes);
-      if (p) {
-        self.free_buffers_.push_back(static_cast<uint8_t*>(p));
-        ++self.buffers_allocated_;
-      }
-    }
-    if (self.free_buffers_.empty()) {  // bounded: CUPTI drops what does not fit, and counts it
-      *buffer = nullptr;
-      *size = 0;
-      return;
-    }
-    *buffer = self.free_buffers_.back();
-    self.free_buffers_.pop_back();
-    *size = kBufferBytes;
-  }
+  static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
 
-  static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
-    Collector& self = instance();
-    uint64_t handed = 0;  // no record in this buffer can end after this (core/plausibility.hpp)
-    if (cuptiGetTimestamp(&handed) != CUPTI_SUCCESS) handed = 0;
-    std::vector<KernelRecord> kernels;
-    std::vector<CopyRecord> copies;
-    CUpti_Activity* record = nullptr;
-    while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-      switch (record->kind) {
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-          kernels.push_back(convert_kernel(*reinterpret_cast<const KernelActivity*>(record), self.devices_));
-          kernels.back().delivered_ns = static_cast<int64_t>(handed);
-          break;
-        case CUPTI_ACTIVITY_KIND_MEMCPY:
-          copies.push_back(convert_memcpy(*reinterpret_cast<const MemcpyActivity*>(record)));
-          copies.back().delivered_ns = static_cast<int64_t>(handed);
-          break;
-        case CUPTI_ACTIVITY_KIND_MEMSET:
-          copies.push_back(convert_memset(*reinterpret_cast<const MemsetActivity*>(record)));
-          copies.back().delivered_ns = static_cast<int64_t>(handed);
-          break;
-        default:
-          break;
-      }
-    }
-    size_t dropped = 0;
-    cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped);
-    {
-      std::lock_guard<std::mutex> lock(self.mutex_);
-      self.dropped_records_ += dropped;
-      for (auto& k : kernels) {
-        if (self.kernels_.size() < kMaxStagedRecords) self.kernels_.push_back(k);
-        else ++self.dropped_records_;
-      }
-      for (auto& c : copies) {
-        if (self.copies_.size() < kMaxStagedRecords) self.copies_.push_back(c);
-        else ++self.dropped_records_;
-      }
-    }
-    if (buffer) {
-      std::lock_guard<std::mutex> lock(self.pool_mutex_);
-      self.free_buffers_.push_back(buffer);
-    }
-  }
+  static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid);
 
   // CUPTI calls that must not overlap a detach: attach, flush, detach, stop (never waited for in a callback).
   mutable std::mutex cupti_mutex_;
@@ -616,3 +354,6 @@ class Collector {
 };
 
 }} STEPTRACE_END_NAMESPACE  // steptrace::backend::cupti
+
+#include "collector_attach.hpp"
+#include "collector_callbacks.hpp"

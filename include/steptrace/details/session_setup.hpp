@@ -1,0 +1,163 @@
+// steptrace/details/session_setup.hpp - what start() sets up beside the training thread's state: the
+// device probe, CUPTI attribution (handing the backend the launch context), PM-sampling counters, the
+// Prometheus exporter, the flight recorder's settings; and the GPU's release at stop() (Session's
+// members; included at the end of session.hpp).
+#pragma once
+#include "session.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+inline FlightRecorder::Settings Session::flight_settings(const Config& cfg, const LineContext& ctx) const {
+  FlightRecorder::Settings f;
+  f.keep_steps = cfg.trace_keep_steps;
+  f.max_bytes = static_cast<std::size_t>(cfg.trace_ring_mib) << 20;
+  f.max_files = cfg.trace_max_files;
+  f.dir = expand_log_path(cfg.trace_dir, ctx.run.rank);
+  if (f.dir.empty()) {
+    const auto slash = log_path_.rfind('/');
+    f.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log_path_.substr(0, slash);
+  }
+  f.rank = ctx.run.rank;
+  f.device = ctx.run.device ? ctx.run.device->index : 0;
+  f.device_name = ctx.run.device ? ctx.run.device->name : std::string();
+  f.trigger.trigger = cfg.trace_trigger;
+  f.budget = budget_decides(cfg) ? cfg.overhead_budget : 0;  // as the line's overhead.budget
+  parse_step_ranges(cfg.capture_steps, f.trigger.ranges);  // validated at start()
+  return f;
+}
+
+inline void Session::open_prometheus(const Config& cfg, const RunInfo& run) {
+  sink::PrometheusSink::Options o;
+  o.textfile = expand_log_path(cfg.prometheus_textfile, run.rank);
+  // Advice, under keys of their own (a failure to write is still said under the setting's).
+  if (!o.textfile.empty() && (o.textfile.size() < 5 || o.textfile.compare(o.textfile.size() - 5, 5, ".prom") != 0))
+    warn_once("config.prometheus_textfile.suffix", "configuration: prometheus_textfile '" + o.textfile +
+                                                       "' does not end in .prom: node_exporter's textfile collector reads only "
+                                                       "*.prom files (written anyway)");
+  if (!o.textfile.empty() && run.local_rank > 0 && cfg.prometheus_textfile.find("{rank}") == std::string::npos)
+    warn_once("config.prometheus_textfile.rank", "configuration: prometheus_textfile '" + o.textfile +
+                                                     "' has no {rank} and this host runs several ranks (local_rank " +
+                                                     std::to_string(run.local_rank) + "): they overwrite each other's file");
+  o.listen = cfg.prometheus_listen;
+  const auto colon = o.listen.rfind(':');
+  const std::string port_text = colon == std::string::npos ? "" : o.listen.substr(colon + 1);
+  long long port = -1;
+  if (!o.listen.empty() && (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
+                            !parse_int(port_text, port) || port + run.local_rank > 65535)) {
+    report_config_error({"prometheus_listen", "'" + o.listen + "' is not host:port (port 0 - 65535 after adding the "
+                                              "local rank); no scrape endpoint, training continues"});
+    o.listen.clear();
+  } else if (port > 0) {
+    o.listen = o.listen.substr(0, colon + 1) + std::to_string(port + run.local_rank);  // one port per rank of a host
+  }
+  o.job = cfg.job_name;
+  for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"})
+    if (o.job.empty() && std::getenv(var)) o.job = std::string(std::getenv(var)).substr(0, 128);  // as the line's job_id
+  if (o.job.empty()) o.job = program_invocation_short_name;
+  o.every_ms = cfg.prometheus_every_ms;
+  o.window_lines = cfg.prometheus_window_lines;
+  o.labels = {{"rank", std::to_string(run.rank)}, {"local_rank", std::to_string(run.local_rank)},
+              {"world_size", std::to_string(run.world_size)}, {"Hostname", run.hostname}};
+  // dcgm-exporter's names for the GPU's identity, so its series join steptrace's (docs/prometheus.md).
+  if (run.device) o.labels.emplace_back("cuda_device", std::to_string(run.device->index));
+  if (run.device && !run.device->uuid.empty()) o.labels.emplace_back("UUID", run.device->uuid);
+  if (run.device && !run.device->pci_bus_id.empty()) o.labels.emplace_back("pci_bus_id", run.device->pci_bus_id);
+  auto p = std::make_unique<sink::PrometheusSink>();
+  for (const auto& problem : p->open(std::move(o))) report_config_error({problem.setting, problem.message});
+  if (p->both_ways())
+    logger()->info("prometheus_textfile and prometheus_listen are both on: a Prometheus that scrapes both sees every "
+                   "series twice, told apart by the `sink` label (textfile, endpoint); select one (docs/prometheus.md)");
+  if (p->active()) {
+    if (p->port()) logger()->info("Prometheus metrics at http://{}/metrics", cfg.prometheus_listen.substr(0, colon + 1) + std::to_string(p->port()));
+    prometheus_ = std::move(p);
+  }
+}
+
+inline void Session::probe_device(LineContext& ctx) {
+  if (ctx.cfg.gpu == Mode::off) {
+    ctx.run.device_null_reason = "GPU measurement switched off (gpu=off / STEPTRACE_GPU=off)";
+    return;
+  }
+  if (forked_after_cuda().load(std::memory_order_relaxed)) {  // details/fork.hpp
+    ctx.run.device_null_reason = "a child made by fork() after its parent's steptrace used CUDA (CUDA cannot be used "
+                                 "in such a child; start steptrace in a process made by spawn or exec)";
+    warn_once("no_gpu.fork", ctx.run.device_null_reason + "; host timings only, GPU fields are null");
+    return;
+  }
+  cuda_touched().store(true, std::memory_order_relaxed);
+  auto probe = gpu_->probe(ctx.cfg.device);
+  ctx.run.device = probe.device;
+  ctx.run.device_null_reason = probe.null_reason;
+  if (!probe.device) warn_once("no_gpu", probe.null_reason + "; host timings only, GPU fields are null");
+}
+
+inline void Session::start_attribution(LineContext& ctx) {
+  attribution_ = detach_ = false;
+  const Config& cfg = ctx.cfg;
+  if (!ctx.run.device) {
+    ctx.gpu_null_reason = "no GPU measured: " + ctx.run.device_null_reason;
+    return;
+  }
+  if (cfg.cupti == Mode::off) {
+    ctx.gpu_null_reason = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
+    return;
+  }
+  // Detach from the start when asked and some steps may go untraced (an interval > 1, or the
+  // budget's); untraced_cupti=auto starts attached and the budget may detach later (Worker).
+  detach_ = cfg.untraced_cupti == UntracedCupti::detach && sampling_possible(cfg);
+  if (cfg.untraced_cupti == UntracedCupti::detach && !detach_)
+    warn_once("untraced_cupti", "untraced_cupti=detach applies when steps go untraced (trace_every > 1, or "
+                                "trace_every 0 with overhead_budget > 0); every step is traced, CUPTI stays attached");
+  backend::LaunchContextSource launches;  // the launch context this runtime owns (launch_context.hpp)
+  launches.step_key = [] { return current_step().load(std::memory_order_relaxed); };
+  launches.phase = [] { return launch_phase(); };
+  launches.thread_id = [] { return this_thread_id(); };
+  const std::string err = gpu_->start_attribution(detach_, launches);
+  if (!err.empty()) {
+    ctx.gpu_null_reason = "CUPTI unavailable: " + err;
+    warn_once("cupti", ctx.gpu_null_reason + "; falling back to host timings");
+    detach_ = false;
+    return;
+  }
+  attribution_ = true;
+}
+
+inline void Session::start_counters(LineContext& ctx) {
+  counters_on_ = false;
+  const Config& cfg = ctx.cfg;
+  std::string& why = ctx.counters_null_reason;
+  if (!ctx.run.device) {
+    why = "no GPU measured: " + ctx.run.device_null_reason;
+  } else if (cfg.counters == Mode::off) {
+    why = "hardware counters switched off (counters=off / STEPTRACE_COUNTERS=off)";
+  } else if (cfg.cupti == Mode::off) {
+    why = "hardware counters are read through CUPTI, switched off (cupti=off / STEPTRACE_CUPTI=off)";
+  } else if (detach_) {
+    why = "hardware counters are not read with untraced_cupti=detach: detaching CUPTI between traced steps would "
+          "end PM sampling";
+  } else {
+    const std::string err = gpu_->start_counters(ctx.run.device->index, counters_interval_ns(cfg),
+                                                 counters_buffer_bytes(cfg));
+    if (err.empty()) {
+      counters_on_ = true;
+      logger()->info("hardware counters: CUPTI PM sampling every {} us on {}", cfg.counters_interval_us,
+                     gpu_->counters_description());
+    } else {
+      why = "hardware counters unavailable: " + err + "; gpu.sm_efficiency is the launch-geometry estimate";
+      warn_once("counters", why);
+    }
+  }
+  ctx.counters_on = counters_on_;
+  // Under the budget the counters run around traced steps only, so that their cost is the traced
+  // steps' and the budget sees it; with a fixed trace_every (or budget 0) they run on every step.
+  ctx.counters_traced_only = counters_on_ && attribution_ && budget_decides(cfg);
+}
+
+inline void Session::release_gpu() {
+  if (counters_on_) gpu_->stop_counters();
+  counters_on_ = false;
+  if (attribution_) gpu_->stop_attribution();
+  attribution_ = detach_ = false;
+}
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -1,0 +1,181 @@
+// steptrace/details/worker_lines.hpp - the background thread's lines: which waiting lines are ready
+// (line_policy.hpp), each one assembled and handed to the sinks, the GPU work after a step, and the
+// end record (Worker's members; included at the end of worker.hpp).
+#pragma once
+#include "worker.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+inline void Worker::emit_ready(bool stopping) {
+  const Config& cfg = lines_.context().cfg;
+  while (!waiting_.empty()) {
+    if (end_deadline_ && std::chrono::steady_clock::now() >= *end_deadline_) {  // the end record first
+      for (const StepRecord& r : waiting_)
+        if (s_.attribution) attributor_.skip(static_cast<int64_t>(r.index));
+      lines_cut_at_end_ += waiting_.size();
+      warn_once("end.cut", "an ending (SIGTERM or exit) left no time for " + std::to_string(waiting_.size()) +
+                               " waiting lines: cut, counted in the end record's dropped.lines_cut_at_end");
+      waiting_.clear();
+      return;
+    }
+    if (!stopping && !end_deadline_ && s_.queue->flush_pending()) return;  // an ending was asked: it goes first
+    const StepRecord& r = waiting_.front();
+    std::optional<StepGpu> gpu;
+    std::string untraced;
+    StepActivity activity;  // the step's records, for the flight recorder
+    const int64_t before = static_cast<int64_t>(r.index) - 1;  // the step the work between belongs after
+    // Work launched between the previous step and this one is in this line: an untraced line waits
+    // for it as a traced one waits for its own records.
+    const bool between_in = before < 0 || attributor_.between_complete(before, stopping);
+    if (s_.attribution && !r.traced && !between_in) {
+      LineWait w;
+      w.records_complete = false;
+      w.counters_in = true;
+      w.lines_waiting = waiting_.size();
+      w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+      w.stopping = stopping;
+      if (!line_due(w, cfg)) return;
+    }
+    std::string between_reason;
+    std::optional<BetweenGpu> between = before >= 0 ? gpu_after(before, between_reason) : std::nullopt;
+    prev_traced_ = r.traced;
+    last_taken_ = LastTaken{static_cast<int64_t>(r.index), r.scope_end_ns};
+    if (s_.attribution && !r.traced) {
+      attributor_.skip(static_cast<int64_t>(r.index));
+      untraced = untraced_reason(r, cfg, detached(r));
+    } else if (s_.attribution) {
+      LineWait w;
+      w.records_complete = attributor_.is_complete(static_cast<int64_t>(r.index)) && between_in;
+      w.counters_in = lines_.counters_cover(r.end_ns);
+      w.lines_waiting = waiting_.size();
+      w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+      w.stopping = stopping;
+      if (!line_due(w, cfg)) return;
+      gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping, flight_.on() ? &activity : nullptr);
+      ++traced_done_;
+      if (gpu->complete)
+        if (const std::optional<Interval> work = gpu_work_interval(*gpu))
+          gpu_tail_.saw(work->second - (r.end_ns + lines_.gpu_clock_offset_ns()));
+      for (const auto& [key, text] : excluded_record_notes(gpu->excluded, gpu->implausible_phases, r.index))
+        warn_once(key, text);  // impossible records are left out of the line's sums and counted there
+      for (auto& [id, pg] : gpu->phases)
+        for (auto& t : pg.top_kernels) t.name = demangle_(t.name);
+    }
+    const bool traced = gpu.has_value(), complete = gpu && gpu->complete;
+    process(r, std::move(gpu), untraced, std::move(between), between_reason);
+    try {
+      flight_.keep(r, traced ? &activity : nullptr, complete,
+                   traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
+                   demangle_);
+      if (flight_.has_due()) flight_.write_due(trace_env());
+    } catch (const std::exception& e) {
+      warn_once("trace.keep", std::string("flight recorder: ") + e.what() + " (this step is not kept; training continues)");
+    }
+    waiting_.pop_front();
+  }
+}
+
+inline std::optional<BetweenGpu> Worker::gpu_after(int64_t step, std::string& why) {
+  if (!s_.attribution) {
+    why = lines_.context().gpu_null_reason;
+    return std::nullopt;
+  }
+  std::optional<BetweenGpu> g = attributor_.take_between(step);
+  if (g) {
+    for (auto& t : g->top_kernels) t.name = demangle_(t.name);
+    return g;
+  }
+  if (prev_traced_) return BetweenGpu{};  // records were on and nothing was launched
+  why = "step " + std::to_string(step) + " was not traced: GPU records run from a traced step's begin to the next step's begin";
+  return std::nullopt;
+}
+
+inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
+                            std::optional<BetweenGpu> between, const std::string& between_reason) {
+  try {
+    for (const auto& [name, v] : r.scalars)
+      if (!std::isfinite(v))
+        warn_once("scalar.nonfinite", "step " + std::to_string(r.index) + ": record(\"" + name.substr(0, 64) + "\", " +
+                                          (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") +
+                                          "): a non-finite value is written as null, with the reason in null_reasons "
+                                          "(said once; every such line says it)");
+    LineAssembler::Extra x;
+    x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
+    x.steps_dropped_total = s_.queue->dropped();
+    x.lines_unwritten_total = lines_failed_;
+    OverheadLine overhead = observe_overhead(r, gpu);
+    StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
+    in.overhead = std::move(overhead);
+    in.between_gpu = std::move(between);
+    in.between_gpu_null_reason = between_reason;
+    in.trace = flight_.decide(r.index, ns_to_ms(in.host.step_time_ns),
+                              in.gpu ? std::optional<Bottleneck>(in.diagnosis.label) : std::nullopt,
+                              s_.captures && s_.captures->covers(r.index), lines_.context().run.run_id);
+    if (!lines_.written(r)) return;  // a line never written takes no cross-rank view (it would be lost)
+    const LineContext& ctx = lines_.context();
+    s_.link->fill_line(r.index, ctx.run.rank, in);
+    lines_.close_window(in);
+    if (s_.sinks.empty()) return;
+    const std::string line = make_step_line(in);
+    last_line_step_ = static_cast<int64_t>(r.index);
+    if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
+    for (sink::LineSink* sink : s_.sinks) {
+      const std::string err = sink->write_line(line);
+      if (sink->counts_lines()) ++(err.empty() ? lines_written_ : lines_failed_);
+      if (!err.empty())
+        warn_once("write." + sink->describe(), "cannot write to " + sink->describe() + ": " + err +
+                                                   (sink->counts_lines() ? " (failures are counted; training continues)"
+                                                                         : " (training continues)"));
+    }
+  } catch (const std::exception& e) {
+    warn_once("process", std::string("step line not produced: ") + e.what());
+  }
+}
+
+inline void Worker::write_end(const std::string& reason) {
+  try {
+    // At stop() the captures still open are written with what the ring holds. SIGTERM and exit allow
+    // 1 s for everything: the end record goes first, unwritten captures stay counted (captures - written).
+    if (reason == "stop") {
+      try {
+        flight_.finish(trace_env());
+      } catch (const std::exception& e) {
+        warn_once("trace.finish", std::string("flight recorder: ") + e.what());
+      }
+    }
+    remote_.stop();
+    EndRecord e;
+    e.traces = flight_.stats();
+    const RemoteCaptures::Stats& asked = remote_.stats();
+    e.traces.requests = asked.requests;
+    e.traces.requests_refused = asked.refused;
+    e.traces.requests_planned = asked.planned;
+    e.traces.requests_late = asked.late;
+    e.reason = reason;
+    e.unix_ns = unix_ns();
+    e.last_global_step = last_line_step_;
+    e.lines_written = lines_written_;
+    e.lines_unwritten_total = lines_failed_;
+    e.steps_dropped_total = s_.queue->dropped();
+    e.lines_incomplete = lines_incomplete_;
+    e.lines_cut_at_end = lines_cut_at_end_;
+    if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
+      e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);
+      e.after_last_step_gpu = gpu_after(last_taken_.index, e.after_last_step_gpu_null_reason);
+    }
+    const std::string line = make_end_line(e, lines_.context().run);
+    for (sink::LineSink* sink : s_.sinks)
+      if (sink->counts_lines()) sink->write_line(line);
+  } catch (...) {
+  }
+}
+
+inline TraceEnv Worker::trace_env() {
+  TraceEnv env;
+  env.run_id = lines_.context().run.run_id;
+  env.gpu_clock_offset_ns = s_.attribution ? s_.gpu->gpu_clock_offset_ns() : 0;
+  env.unix_minus_monotonic_ns = unix_ns() - monotonic_ns();
+  return env;
+}
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details

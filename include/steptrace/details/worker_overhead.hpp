@@ -1,0 +1,88 @@
+// steptrace/details/worker_overhead.hpp - the background thread's part in the overhead budget: each
+// line's overhead section from the step series (TraceController decides the interval and keep or
+// detach), and switching CUPTI to detach mode (Worker's members; included at the end of worker.hpp).
+#pragma once
+#include "worker.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::optional<StepGpu>& gpu) {
+  const Config& cfg = lines_.context().cfg;
+  OverheadLine o;
+  o.trace_every = static_cast<int>(r.trace_every);
+  o.untraced_cupti = untraced_cupti_of(r);
+  if (s_.attribution) o.kernel_timestamps = s_.gpu->kernel_timestamps();  // asked again at every attach
+  if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
+  else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
+                                                 : "overhead_budget=0: every step is traced";
+  ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps);
+  if (!s_.attribution) {
+    o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
+                    "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
+    return o;
+  }
+  ControllerStep step;
+  step.index = r.index;
+  step.records_on = r.traced;
+  step.traced = r.traced && gpu.has_value();
+  step.scheduled = schedule_of(r, cfg).traced(r.index);
+  step.detached = detached(r);
+  step.every = o.trace_every;
+  step.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
+  if (step.traced) {
+    uint32_t launches = gpu->kernels;
+    for (const auto& [id, pg] : gpu->phases)
+      for (const CopyTotals& c : pg.copies) launches += c.count;
+    step.launches = launches;
+    if (gpu->launch_timed) step.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
+  }
+  step.host_api_fraction = ledger_.host_api_fraction().value_or(0);
+  const ControllerDecision d = controller_.observe(step);
+  if (d.stopped) {
+    o.null_reason = "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)";
+    return o;
+  }
+  // The step-time estimate: tracing (its measurement holds what the counters and the background
+  // thread's work around traced steps cost the steps), CUPTI attached, the scopes. What the
+  // background thread spends beside them (readings, decodes, captures) is its CPU time, paced by
+  // governors of its own (ReadingPace, counters around traced steps, CaptureBudget): the high end of the interval.
+  o.estimate = *d.estimate;
+  const LineContext& ctx = lines_.context();
+  o.parts = make_overhead_parts(o.estimate, ledger_,
+                                !ctx.counters_on           ? CountersRun::off
+                                : ctx.counters_traced_only ? CountersRun::around_traced_steps
+                                                           : CountersRun::every_step,
+                                flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt);
+  if (d.detach) switch_to_detach(r, o.estimate);
+  if (d.next_every) s_.recorder->set_trace_every(*d.next_every);
+  return o;
+}
+
+inline std::string Worker::untraced_cupti_of(const StepRecord& r) const {
+  if (!s_.attribution) return {};
+  return detached(r) ? "detach" : "keep";
+}
+
+inline void Worker::switch_to_detach(const StepRecord& r, const OverheadEstimate& keep) {
+  const Config& cfg = lines_.context().cfg;
+  char share[32];
+  std::snprintf(share, sizeof share, "%.1f", 100 * *keep.residual_ms / *keep.clean_step_ms);
+  switch_why_ = std::string("CUPTI kept attached costs ~") + share +
+                " % of step time at any interval (> 80 % of overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
+  s_.gpu->switch_to_detach();
+  warn_once("overhead.detach", switch_why_ + ": after step " + std::to_string(r.index) +
+                                   ", CUPTI is detached between traced steps (untraced_cupti=auto; "
+                                   "hardware counters stop; untraced_cupti=keep prevents it)");
+}
+
+inline void Worker::stop_counters_for_detach() {
+  LineContext& ctx = lines_.context();
+  if (!ctx.counters_on) return;
+  ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
+  s_.gpu->stop_counters();
+  ctx.counters_null_reason = "hardware counters stopped from step " + std::to_string(*detach_since_) +
+                             " on: overhead_budget detaches CUPTI between traced steps (" + switch_why_ +
+                             "), which ends PM sampling; set untraced_cupti=keep to keep them";
+}
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details
