@@ -1,5 +1,8 @@
-// docs/schema.md against the code: every key a line can carry is documented there. A line with every
-// section present (hand-made input) and a line with every section absent are walked key by key.
+// docs/schema.md against the code, both ways: every key path a line can carry (nested too) is documented
+// in its section of the document, and every name the section's tables document is a key some line
+// carries. Walked: a step line with every section present (hand-made input), one with every section
+// absent, the committed H100 lines (tests/data), and the end record filled and empty.
+#include <steptrace/core/end_line.hpp>
 #include <steptrace/core/step_line.hpp>
 
 #include <fstream>
@@ -41,31 +44,93 @@ void collect(const nlohmann::json& j, const std::string& path, std::set<std::str
   }
 }
 
-// The first cells of docs/schema.md's table rows: the field names they document.
-std::vector<std::string> first_cells(const std::string& schema) {
+// The part of docs/schema.md from heading `from` to the next heading of the same level ("" = the end).
+std::string section(const std::string& schema, const std::string& from, const std::string& to) {
+  const auto a = schema.find(from);
+  REQUIRE(a != std::string::npos);
+  const auto b = to.empty() ? std::string::npos : schema.find(to, a);
+  return schema.substr(a, b == std::string::npos ? std::string::npos : b - a);
+}
+
+// The table rows of a text (lines that start with "| `").
+std::vector<std::string> rows(const std::string& text) {
   std::vector<std::string> out;
-  std::istringstream lines(schema);
+  std::istringstream lines(text);
   for (std::string l; std::getline(lines, l);)
-    if (l.rfind("| `", 0) == 0) out.push_back(l.substr(0, l.find(" | ", 2)));
+    if (l.rfind("| `", 0) == 0) out.push_back(l);
+  return out;
+}
+
+// The first cells of the table rows: the field names they document.
+std::vector<std::string> first_cells(const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& r : rows(text)) out.push_back(r.substr(0, r.find(" | ", 2)));
+  return out;
+}
+
+// Every name in backticks in the first cells (`rank`, `local_rank`, ...).
+std::set<std::string> documented_names(const std::string& text) {
+  std::set<std::string> out;
+  for (const auto& cell : first_cells(text))
+    for (auto a = cell.find('`'); a != std::string::npos; a = cell.find('`', a)) {
+      const auto b = cell.find('`', a + 1);
+      if (b == std::string::npos) break;
+      out.insert(cell.substr(a + 1, b - a - 1));
+      a = b + 1;
+    }
   return out;
 }
 
 // A top-level key is documented by a row naming it (`rank`, `local_rank`, ...) or rows of its fields
-// (`memory.samples`). A nested key by its full path or its own name in backticks, the way the tables
-// name them (`gpu.busy_ms`; `busy_ms` in the per-phase table; `{bytes, ms, ...}` in an object's row).
-bool documented(const std::string& schema, const std::string& path) {
+// (`memory.samples`). A nested key by its full path or its own name in backticks in a table row of the
+// section, the way the tables name them (`gpu.busy_ms`; `busy_ms` in the per-phase table; `{bytes, ms,
+// ...}` in an object's row).
+bool documented(const std::string& text, const std::string& path) {
   const auto dot = path.find_last_of('.');
   if (dot == std::string::npos) {
-    for (const auto& cell : first_cells(schema))
+    for (const auto& cell : first_cells(text))
       if (cell.find("`" + path + "`") != std::string::npos || cell.find("`" + path + ".") != std::string::npos)
         return true;
     return false;
   }
   const std::string leaf = path.substr(dot + 1);
   if (leaf == "<name>" || leaf.find("[]") != std::string::npos) return true;  // the container is documented
-  for (const std::string& form : {"`" + path + "`", "`" + leaf + "`", "{" + leaf + ",", " " + leaf + ",", " " + leaf + "}"})
-    if (schema.find(form) != std::string::npos) return true;
+  for (const auto& cell : first_cells(text))  // an object documented by rows of its fields
+    if (cell.find("`" + path + ".") != std::string::npos) return true;
+  for (const auto& row : rows(text))
+    for (const std::string& form : {"`" + path + "`", "`" + leaf + "`", "{" + leaf + ",", " " + leaf + ",", " " + leaf + "}"})
+      if (row.find(form) != std::string::npos) return true;
   return false;
+}
+
+// Whether some line carries the documented name: as a whole path, or as one key anywhere in one.
+bool carried(const std::set<std::string>& paths, const std::string& name) {
+  if (paths.count(name)) return true;
+  for (const auto& p : paths) {
+    std::size_t from = 0;
+    for (;;) {
+      const auto dot = p.find('.', from);
+      if (p.compare(from, dot == std::string::npos ? std::string::npos : dot - from, name) == 0 &&
+          (dot == std::string::npos ? p.size() - from : dot - from) == name.size())
+        return true;
+      if (dot == std::string::npos) break;
+      from = dot + 1;
+    }
+    // a dotted name under a container of run-time names (`phases.<name>.self_ms` is documented as
+    // `self_ms`; `memory.allocator` as itself)
+    if (name.find('.') != std::string::npos && p.size() > name.size() &&
+        p.compare(p.size() - name.size(), name.size(), name) == 0 && p[p.size() - name.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+std::vector<nlohmann::json> committed_lines(const char* file) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(std::string(STEPTRACE_SOURCE_DIR "/tests/data/") + file);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(nlohmann::json::parse(l));
+  return out;
 }
 
 }  // namespace
@@ -142,6 +207,10 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   bg.kernels = 1;
   bg.top_kernels = {TopKernel{"k", 1000, 1, 1.0}};
   in.between_gpu = bg;
+  in.trace.captured = true;  // captured and written
+  in.trace.file = "trace-0-r0-s1.json";
+  in.trace.reasons = {"slow_step"};
+  in.trace.capture_first = 1;
 
   StepRecord bare;
   bare.end_ns = 1'000'000;
@@ -153,17 +222,75 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   empty.host = compute_host_metrics(bare);
   empty.gpu_null_reason = empty.counters_null_reason = empty.cross_rank_null_reason = "off";
   empty.device_state_null_reason = "off";
+  empty.trace.captured = true;  // captured, not written
+  empty.trace.reasons = {"capture_steps"};
+  empty.trace.not_written = "over trace_max_files";
 
   const std::string schema = schema_text();
   REQUIRE(schema.size() > 1000);
+  const std::string step_doc = section(schema, "# The step line", "## The end record");
   std::set<std::string> paths;
   for (const auto* input : {&in, &empty}) collect(nlohmann::json::parse(make_step_line(*input)), "", paths);
   CHECK(paths.size() > 100);
   for (const auto& p : paths) {
-    INFO("key " << p << " is not in docs/schema.md");
-    CHECK(documented(schema, p));
+    INFO("key " << p << " is not in docs/schema.md's step-line section");
+    CHECK(documented(step_doc, p));
   }
-  // The rule can fail: a key nobody documented.
-  CHECK_FALSE(documented(schema, "gpu.no_such_key"));
-  CHECK_FALSE(documented(schema, "no_such_top_level_key"));
+  // The rule can fail: a key nobody documented, a key documented only for another record.
+  CHECK_FALSE(documented(step_doc, "gpu.no_such_key"));
+  CHECK_FALSE(documented(step_doc, "no_such_top_level_key"));
+  CHECK_FALSE(documented(step_doc, "last_global_step"));  // the end record's
+
+  // The other way: every name the step-line tables document is carried by a line — the two made here
+  // or one of the H100 lines committed in tests/data (the overhead and trace sections need a run).
+  for (const char* file : {"h100_mlp_lines.jsonl", "h100_transformer_budget_lines.jsonl"})
+    for (const auto& line : committed_lines(file))
+      if (!line.contains("event")) collect(line, "", paths);
+  const std::set<std::string> names = documented_names(step_doc);
+  CHECK(names.size() > 100);
+  for (const auto& name : names) {
+    INFO("docs/schema.md documents `" << name << "` for the step line; no line carries it");
+    CHECK(carried(paths, name));
+  }
+  CHECK_FALSE(carried(paths, "no_such_documented_key"));
+}
+
+TEST_CASE("docs/schema.md's end-record section and the end record agree, both ways", "[schema]") {
+  EndRecord full;
+  full.reason = "stop";
+  full.unix_ns = 1'700'000'000'000'000'000;
+  full.last_global_step = 9;
+  full.lines_written = 10;
+  full.traces.on = true;
+  full.after_last_step_ns = 1'000'000;
+  BetweenGpu bg;
+  bg.kernels = 1;
+  bg.top_kernels = {TopKernel{"k", 1000, 1, 1.0}};
+  full.after_last_step_gpu = bg;
+  RunInfo run;
+  DeviceInfo dev;
+  dev.uuid = "GPU-0";
+  run.device = dev;
+  run.job_id = "j";
+  EndRecord bare;  // flight recorder off, nothing after the last step, no GPU
+  bare.reason = "SIGTERM";
+  RunInfo nothing;
+  nothing.device_null_reason = "no GPU";
+
+  const std::string end_doc = section(schema_text(), "## The end record", "## Traces of the steps");
+  std::set<std::string> paths;
+  collect(nlohmann::json::parse(make_end_line(full, run)), "", paths);
+  collect(nlohmann::json::parse(make_end_line(bare, nothing)), "", paths);
+  const std::string step_doc = section(schema_text(), "# The step line", "## The end record");
+  const std::string gpu_after = "after_last_step.gpu.";  // documented as the step lines' between_steps.gpu
+  for (const auto& p : paths) {
+    INFO("end-record key " << p << " is not in docs/schema.md's end-record section");
+    if (p.rfind(gpu_after, 0) == 0) CHECK(documented(step_doc, "between_steps.gpu." + p.substr(gpu_after.size())));
+    else CHECK(documented(end_doc, p));
+  }
+  for (const auto& name : documented_names(end_doc)) {
+    INFO("docs/schema.md documents `" << name << "` for the end record; the end record does not carry it");
+    CHECK(carried(paths, name));
+  }
+  CHECK_FALSE(documented(end_doc, "step_time_ms"));  // the step line's
 }
