@@ -4,8 +4,10 @@
 // absent, the committed H100 lines (tests/data), and the end record filled and empty.
 #include <steptrace/core/end_line.hpp>
 #include <steptrace/core/step_line.hpp>
+#include <steptrace/sink/prometheus_metrics.hpp>
 
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -225,6 +227,35 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   empty.trace.captured = true;  // captured, not written
   empty.trace.reasons = {"capture_steps"};
   empty.trace.not_written = "over trace_max_files";
+
+  // The fields a sink reads are the line's: the leaves the writer recorded equal those read back from
+  // the text (names with '/', '~', a byte that is not UTF-8, a non-finite scalar among them).
+  r.scalars.push_back({"a/b~c", 1.5});
+  r.scalars.push_back({std::string("bad\xff", 4), 2.0});
+  r.scalars.push_back({"diverged", std::numeric_limits<double>::infinity()});
+  for (const auto* input : {&in, &empty}) {
+    FlatJson recorded, read_back;
+    const std::string text = make_step_line(*input, &recorded);
+    REQUIRE(flatten_json(text, read_back).empty());
+    CHECK(text == make_step_line(*input));  // recording changes nothing in the text
+    CHECK(recorded.size() == read_back.size());
+    CHECK(recorded.size() > 50);
+    for (const auto& [pointer, leaf] : read_back) {
+      INFO(pointer);
+      const auto it = recorded.find(pointer);
+      REQUIRE(it != recorded.end());
+      CHECK(int(it->second.kind) == int(leaf.kind));
+      CHECK(it->second.text == leaf.text);
+      CHECK((it->second.number == leaf.number));  // exactly: the text is the shortest round trip
+    }
+    // The exporter reads the fields as it read the text.
+    sink::PrometheusModel from_fields("j", 64, {}), from_text("j", 64, {});
+    CHECK(from_fields.add_fields(recorded).empty());
+    CHECK(from_text.add_line(text).empty());
+    CHECK(from_fields.render(true) == from_text.render(true));
+    CHECK(from_fields.render(true).find("steptrace_step_time_seconds{") != std::string::npos);
+  }
+  CHECK(nlohmann::json::parse(make_step_line(in))["scalars"].contains("a/b~c"));
 
   const std::string schema = schema_text();
   REQUIRE(schema.size() > 1000);

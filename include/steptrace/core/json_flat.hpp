@@ -1,6 +1,7 @@
 // steptrace/core/json_flat.hpp - reads one JSON text into its leaves, each named by its JSON pointer
-// (RFC 6901: "/phases/forward/host_ms", "/warnings/0"). Enough for a sink that consumes the step line
-// the way an outside reader would (sink/prometheus_metrics.hpp), without a JSON library in the runtime.
+// (RFC 6901: "/phases/forward/host_ms", "/warnings/0"). Enough to read a request file
+// (core/capture_request.hpp) or a line given as text, without a JSON library in the runtime. The step
+// lines' own fields come from the writer (core/json_writer.hpp records the same leaves as it writes).
 // Numbers are read with std::from_chars (the program's locale cannot change them); strings are
 // unescaped (\uXXXX to UTF-8, surrogate pairs joined). Nesting deeper than kMaxDepth is refused.
 #pragma once

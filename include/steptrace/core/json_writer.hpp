@@ -1,5 +1,7 @@
 // steptrace/core/json_writer.hpp - a minimal streaming JSON writer for one line. Non-finite
-// numbers are written as null (JSON has no NaN), strings are escaped per RFC 8259.
+// numbers are written as null (JSON has no NaN), strings are escaped per RFC 8259. On request it also
+// records every leaf it writes under its JSON pointer (core/json_flat.hpp's FlatJson, what reading
+// the text back would give): the line's fields for a sink, without parsing the text.
 #pragma once
 #include "../version.hpp"
 #include <charconv>
@@ -9,11 +11,17 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "json_flat.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class JsonWriter {
  public:
+  /// From now on, every leaf written also goes into `leaves` (null: stop recording).
+  void record_leaves(FlatJson* leaves) { leaves_ = leaves; }
+
   JsonWriter& begin_object() { return open('{'); }
   JsonWriter& end_object() { return close('}'); }
   JsonWriter& begin_array() { return open('['); }
@@ -21,28 +29,43 @@ class JsonWriter {
 
   JsonWriter& key(std::string_view k) {
     comma();
+    if (leaves_) key_ = valid_utf8(k);
     string_literal(k);
     out_ += ':';
     after_key_ = true;
     return *this;
   }
-  JsonWriter& null() { return raw("null"); }
-  JsonWriter& value(bool b) { return raw(b ? "true" : "false"); }
+  JsonWriter& null() {
+    leaf(JsonLeaf{});
+    return raw("null");
+  }
+  JsonWriter& value(bool b) {
+    leaf(JsonLeaf{JsonLeaf::Kind::boolean, b ? 1.0 : 0.0, {}});
+    return raw(b ? "true" : "false");
+  }
   JsonWriter& value(std::string_view s) {
     comma();
+    if (leaves_) leaf(JsonLeaf{JsonLeaf::Kind::string, 0, valid_utf8(s)});
     string_literal(s);
     return *this;
   }
   JsonWriter& value(const char* s) { return value(std::string_view(s)); }
   JsonWriter& value(const std::string& s) { return value(std::string_view(s)); }
-  JsonWriter& value(int64_t v) { return raw(std::to_string(v)); }
-  JsonWriter& value(uint64_t v) { return raw(std::to_string(v)); }
+  JsonWriter& value(int64_t v) {
+    leaf(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}});
+    return raw(std::to_string(v));
+  }
+  JsonWriter& value(uint64_t v) {
+    leaf(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}});
+    return raw(std::to_string(v));
+  }
   JsonWriter& value(int v) { return value(static_cast<int64_t>(v)); }
   JsonWriter& value(unsigned v) { return value(static_cast<uint64_t>(v)); }
   JsonWriter& value(double v) {
     if (!std::isfinite(v)) return null();
     char buf[32];  // shortest text that reads back as the same double
     const auto result = std::to_chars(buf, buf + sizeof buf, v);
+    leaf(JsonLeaf{JsonLeaf::Kind::number, v, {}});
     return raw(std::string_view(buf, static_cast<std::size_t>(result.ptr - buf)));
   }
   template <class T>
@@ -61,14 +84,68 @@ class JsonWriter {
  private:
   JsonWriter& open(char c) {
     comma();
+    if (leaves_) {
+      const std::size_t parent = path_.size();
+      element_pointer(path_);
+      levels_.push_back({parent, c == '[', 0});
+    }
     out_ += c;
     first_ = true;
     return *this;
   }
   JsonWriter& close(char c) {
+    if (leaves_ && !levels_.empty()) {
+      path_.resize(levels_.back().parent);
+      levels_.pop_back();
+    }
     out_ += c;
     first_ = false;
     return *this;
+  }
+
+  // ---- leaf recording (record_leaves) ----
+  struct Level {
+    std::size_t parent;  // path_'s length outside this container
+    bool array;
+    std::size_t next_index;
+  };
+  /// Appends the pointer of the element being written now (the last key's, or the array's next index).
+  void element_pointer(std::string& path) {
+    if (levels_.empty()) return;  // the top-level value: ""
+    path += '/';
+    if (levels_.back().array) {
+      path += std::to_string(levels_.back().next_index++);
+      return;
+    }
+    for (char c : key_) {  // RFC 6901, as json_flat.hpp names leaves
+      if (c == '~') path += "~0";
+      else if (c == '/') path += "~1";
+      else path += c;
+    }
+  }
+  void leaf(JsonLeaf l) {
+    if (!leaves_) return;
+    std::string pointer = path_;
+    element_pointer(pointer);
+    (*leaves_)[std::move(pointer)] = std::move(l);
+  }
+  /// A string as the text carries it once read back: bytes that start no well-formed UTF-8 sequence
+  /// become U+FFFD (string_literal's rule).
+  static std::string valid_utf8(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const auto u = static_cast<unsigned char>(s[i]);
+      if (u < 0x80) {
+        out += s[i];
+      } else if (const std::size_t n = utf8_sequence(s, i)) {
+        out.append(s.data() + i, n);
+        i += n - 1;
+      } else {
+        out += "\xEF\xBF\xBD";
+      }
+    }
+    return out;
   }
   JsonWriter& raw(std::string_view s) {
     comma();
@@ -133,6 +210,10 @@ class JsonWriter {
   std::string out_;
   bool first_ = true;
   bool after_key_ = false;
+  FlatJson* leaves_ = nullptr;  // record_leaves()
+  std::vector<Level> levels_;
+  std::string path_;  // the pointer of the innermost open container
+  std::string key_;   // the last key written (as read back)
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -34,9 +34,11 @@ inline void write_trace(LineOut& out, const StepLineInput& in) {
   w.end_array().end_object();
 }
 
-/// Renders one step as a single JSON object without a trailing newline.
-inline std::string make_step_line(const StepLineInput& in) {
+/// Renders one step as a single JSON object without a trailing newline. `fields` (optional): every
+/// leaf of it by JSON pointer, as reading the text back would give them (a sink's typed view).
+inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nullptr) {
   LineOut out;
+  out.w.record_leaves(fields);
   out.w.begin_object();
   write_identity(out, in);
   write_time(out, in);

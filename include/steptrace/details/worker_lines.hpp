@@ -116,11 +116,14 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     s_.link->fill_line(r.index, ctx.run.rank, in);
     lines_.close_window(in);
     if (s_.sinks.empty()) return;
-    const std::string line = make_step_line(in);
+    bool fields_read = false;
+    for (const sink::LineSink* sink : s_.sinks) fields_read = fields_read || sink->reads_fields();
+    FlatJson fields;  // the line's leaves, for a sink that reads fields (the Prometheus exporter)
+    const std::string line = make_step_line(in, fields_read ? &fields : nullptr);
     last_line_step_ = static_cast<int64_t>(r.index);
     if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
     for (sink::LineSink* sink : s_.sinks) {
-      const std::string err = sink->write_line(line);
+      const std::string err = sink->write_step_line(line, fields_read ? &fields : nullptr);
       if (sink->counts_lines()) ++(err.empty() ? lines_written_ : lines_failed_);
       if (!err.empty())
         warn_once("write." + sink->describe(), "cannot write to " + sink->describe() + ": " + err +

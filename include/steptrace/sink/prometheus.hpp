@@ -70,11 +70,15 @@ class PrometheusSink final : public LineSink {
                                      : "the Prometheus textfile '" + options_.textfile + "'";
   }
 
-  std::string write_line(std::string line) override {
+  bool reads_fields() const override { return true; }
+  std::string write_line(std::string line) override { return write_step_line(std::move(line), nullptr); }
+  /// The exposition reads the line's fields as the writer recorded them; a line without them (a caller
+  /// outside the runtime) is read from its text.
+  std::string write_step_line(std::string line, const FlatJson* fields) override {
     std::string text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      const std::string err = model_.add_line(line);
+      const std::string err = fields ? model_.add_fields(*fields) : model_.add_line(line);
       if (!err.empty()) return err;
       if (!textfile_ok_) return {};
       const auto now = std::chrono::steady_clock::now();

@@ -202,6 +202,10 @@ class PrometheusModel {
     FlatJson f;
     std::string err = flatten_json(line, f);
     if (!err.empty()) return "line not read: " + err;
+    return add_fields(f);
+  }
+  /// One written line's fields by JSON pointer (make_step_line's, or read from the text above).
+  std::string add_fields(const FlatJson& f) {
     if (!number(f, "/global_step")) return "line not read: no global_step";
     const bool traced = number(f, "/traced").value_or(0) != 0;
     ++lines_;
