@@ -29,4 +29,8 @@ class CrossRankExchange {
   }
 };
 
+namespace details {
+using CrossRankExchange = steptrace::CrossRankExchange;  // its earlier name (details/exchange.hpp)
+}  // namespace details
+
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -168,13 +168,12 @@ PhaseScope::~PhaseScope() {
   span_.tid = ts.slot ? ts.slot->tid : 0;
   if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
   if (!is_running()) return;  // stopped meanwhile, or a fork's child (details/fork.hpp)
-  if (ts.ring) {  // the usual path: one entry in this thread's ring, gathered at the step's end
+  if (ts.ring) {  // the usual path: one entry in this thread's ring, gathered by the recorder
     const uint8_t flags = static_cast<uint8_t>((ticks_ ? details::SpanRing::kTicks : 0) |
                                                (span_.on_step_thread ? details::SpanRing::kOnStepThread : 0) |
                                                (span_.nested_in_same ? details::SpanRing::kNestedInSame : 0));
-    ts.ring->push({begin_, end, span_.tid, span_.phase, span_.depth, flags});
-    return;
-  }
+    if (ts.ring->push({begin_, end, span_.tid, span_.phase, span_.depth, flags})) return;
+  }  // full ring (or none): the recorder's lock, after it gathered the rings
   try {
     details::Session::current().add_span(span_, ticks_, begin_, end);
   } catch (...) {

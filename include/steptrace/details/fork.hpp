@@ -49,14 +49,17 @@ inline std::atomic<bool>& forked_after_cuda() {
 }
 
 // Lock order (no path holds one of these while taking an earlier one): the watcher's install lock,
-// warn-once's, the phase table's, spdlog's console lock (warn_once logs after releasing its own).
+// warn-once's, the phase table's, spdlog's console lock (warn_once logs after releasing its own), the
+// span rings' drain lock (its holder takes none of the others).
 inline void fork_prepare() {
   end_install_mutex().lock();
   warn_once_mutex().lock();
   phase_table().mutex.lock();
   spdlog::details::console_mutex::mutex().lock();
+  span_ring_drain_mutex().lock();
 }
 inline void fork_parent() {
+  span_ring_drain_mutex().unlock();
   spdlog::details::console_mutex::mutex().unlock();
   phase_table().mutex.unlock();
   warn_once_mutex().unlock();
@@ -64,6 +67,7 @@ inline void fork_parent() {
 }
 /// In the child, on its one thread, before fork() returns: stores, unlocks and close(2) only.
 inline void fork_child() {
+  span_ring_drain_mutex().unlock();
   spdlog::details::console_mutex::mutex().unlock();
   phase_table().mutex.unlock();
   warn_once_mutex().unlock();
@@ -84,6 +88,7 @@ inline void fork_child() {
   for (int i = 0; i < kMaxThreadSlots; ++i) slots[i].owner.store(0, std::memory_order_relaxed);
   thread_state().slot = nullptr;  // a new start() claims this thread's own
   thread_state().ring = nullptr;
+  thread_slot_release().slot = nullptr;  // the parent's slot: never given back from here
   thread_id_cache() = static_cast<int32_t>(::syscall(SYS_gettid));
   logger_forked().store(true, std::memory_order_release);
   if (cuda_touched().load(std::memory_order_relaxed)) forked_after_cuda().store(true, std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include "../version.hpp"
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "../core/phase.hpp"
 
@@ -27,43 +28,43 @@ class SpanRing {
   static constexpr uint8_t kTicks = 1, kOnStepThread = 2, kNestedInSame = 4;
 
   /// The slot's owner (one thread at a time; a slot passes to another thread only through its
-  /// owner word's release and acquire, thread_slots.hpp).
-  void push(const Entry& e) {
+  /// owner word's release and acquire, thread_slots.hpp). False: the ring is full, nothing written.
+  bool push(const Entry& e) {
     const uint64_t h = head_.load(std::memory_order_relaxed);
     if (h - tail_seen_ >= kCapacity) {
       tail_seen_ = tail_.load(std::memory_order_acquire);
-      if (h - tail_seen_ >= kCapacity) {
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
+      if (h - tail_seen_ >= kCapacity) return false;
     }
     entries_[h & (kCapacity - 1)] = e;
     head_.store(h + 1, std::memory_order_release);
+    return true;
   }
 
-  /// The gatherer (under the step recorder's lock: one at a time): `fn(entry)` for each entry
-  /// published so far, oldest first; returns how many the owner dropped since the last call.
+  /// The gatherer, holding span_ring_drain_mutex() (one at a time, whichever session): `fn(entry)`
+  /// for each entry published so far, oldest first.
   template <class F>
-  uint64_t drain(F&& fn) {
+  void drain(F&& fn) {
     const uint64_t h = head_.load(std::memory_order_acquire);
     uint64_t t = tail_.load(std::memory_order_relaxed);
     for (; t != h; ++t) fn(entries_[t & (kCapacity - 1)]);
     tail_.store(h, std::memory_order_release);
-    return dropped_.exchange(0, std::memory_order_relaxed);
   }
 
   /// Whether anything waits (a relaxed look; the gatherer skips empty rings without a write).
-  bool empty() const {
-    return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_relaxed) &&
-           dropped_.load(std::memory_order_relaxed) == 0;
-  }
+  bool empty() const { return head_.load(std::memory_order_relaxed) == tail_.load(std::memory_order_relaxed); }
 
  private:
   alignas(64) std::atomic<uint64_t> head_{0};  // written by the owner
   uint64_t tail_seen_ = 0;                     // the owner's last look at tail_
   alignas(64) std::atomic<uint64_t> tail_{0};  // written by the gatherer
-  std::atomic<uint64_t> dropped_{0};
   Entry entries_[kCapacity];  // default-initialised (left as they are): pages are touched as the ring is used
 };
+
+/// The rings are the process's, the recorders each session's: a session winding down and the next one
+/// starting must not drain one ring at once. Taken inside a recorder's lock, never the other way round.
+inline std::mutex& span_ring_drain_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -65,8 +65,8 @@ class StepRecorder {
                                              "(steps are process-wide and sequential)");
       return out;
     }
+    const int64_t now = monotonic_ns();  // before gathering, as in end()
     gather_locked();  // the closing step's scopes, and those ended since its scope ended
-    const int64_t now = monotonic_ns();
     int64_t prev_scope_end = 0;
     std::vector<PhaseSpan> gap_spans;
     if (open_.exists) {
@@ -122,11 +122,12 @@ class StepRecorder {
   void end(std::optional<AllocatorStats> stats) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!open_.exists || !open_.scope_open) return;
+    const int64_t now = monotonic_ns();  // before gathering: the step's time does not hold steptrace's work
     // Scopes closed before this point belong to the step whatever their readings say (the tick clock's
     // conversion may put the end of the last one a little after the scope's steady_clock end).
     gather_locked();
     open_.scope_open = false;
-    open_.record.scope_end_ns = monotonic_ns();
+    open_.record.scope_end_ns = now;
     // GPU work launched from now until the next step begins is work between steps.
     current_step().store(between_steps_key(static_cast<int64_t>(open_.record.index)), std::memory_order_relaxed);
     publish_open(open_.record.begin_ns, open_.record.scope_end_ns, open_.record.traced);
@@ -140,10 +141,12 @@ class StepRecorder {
     if (samples) open_.record.samples = samples;
   }
 
-  /// A closed phase scope from a thread without a ring of its own (the thread-slot table was full).
+  /// A closed phase scope from a thread without a ring of its own (the thread-slot table was full), or
+  /// whose ring was full.
   /// `ticks`: begin and end are read_ticks() readings, converted here; otherwise monotonic_ns().
   void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) {
     std::lock_guard<std::mutex> lock(mutex_);
+    gather_locked();  // the scopes waiting in rings ended before this one: placed first
     if (to_ns(span, ticks, begin, end)) place_span(span);
   }
 
@@ -377,11 +380,12 @@ class StepRecorder {
     const int used = thread_slots_used().load(std::memory_order_acquire);
     gathered_.clear();
     int rings = 0;
+    std::lock_guard<std::mutex> drain_lock(span_ring_drain_mutex());
     for (int i = 0; i < used; ++i) {
       SpanRing* ring = table[i].ring.load(std::memory_order_acquire);
       if (!ring || ring->empty()) continue;
       ++rings;
-      const uint64_t dropped = ring->drain([this](const SpanRing::Entry& e) {
+      ring->drain([this](const SpanRing::Entry& e) {
         PhaseSpan span;
         span.phase = e.phase;
         span.depth = e.depth;
@@ -390,10 +394,6 @@ class StepRecorder {
         span.nested_in_same = (e.flags & SpanRing::kNestedInSame) != 0;
         if (to_ns(span, (e.flags & SpanRing::kTicks) != 0, e.begin, e.end)) gathered_.push_back(span);
       });
-      if (dropped) {  // the ring was full: counted where its scopes would have gone
-        if (open_.exists) open_.record.spans_dropped += static_cast<uint32_t>(dropped);
-        else spans_outside_step_ += dropped;
-      }
     }
     if (rings > 1)
       std::stable_sort(gathered_.begin(), gathered_.end(), [](const PhaseSpan& x, const PhaseSpan& y) { return x.end_ns < y.end_ns; });

@@ -76,20 +76,30 @@ inline std::atomic<int>& thread_slots_used() {
   return n;
 }
 
-/// Gives the slot back when its thread exits (a thread_local's destructor).
+/// Gives the slot back when its thread exits (a thread_local's destructor). A scope that runs later in
+/// the thread's exit (another thread_local's destructor) takes the overflow slot and no ring: the slot
+/// and its ring may already be another thread's.
 struct ThreadSlotRelease {
   ThreadSlot* slot = nullptr;
   ~ThreadSlotRelease() {
     if (!slot) return;
+    ThreadState& ts = thread_state();  // trivially destructible: still there while the thread exits
+    ts.slot = &overflow_thread_slot();
+    ts.ring = nullptr;
     slot->depth.store(0, std::memory_order_relaxed);
     slot->owner.store(0, std::memory_order_release);
   }
 };
+/// The calling thread's release (a fork's child forgets it: the slot it names is the parent's).
+inline ThreadSlotRelease& thread_slot_release() {
+  static thread_local ThreadSlotRelease release;
+  return release;
+}
 
 /// The calling thread's slot, taken on first use (the overflow slot when the table is full).
 inline ThreadSlot* claim_thread_slot(ThreadState& ts) {
   if (ts.slot) return ts.slot;
-  static thread_local ThreadSlotRelease release;
+  ThreadSlotRelease& release = thread_slot_release();
   ts.ring = nullptr;  // the overflow slot is shared: no ring
   const int pid = static_cast<int>(::getpid());
   ThreadSlot* table = thread_slot_table();
