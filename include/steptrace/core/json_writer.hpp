@@ -135,15 +135,8 @@ class JsonWriter {
     std::string out;
     out.reserve(s.size());
     for (std::size_t i = 0; i < s.size(); ++i) {
-      const auto u = static_cast<unsigned char>(s[i]);
-      if (u < 0x80) {
-        out += s[i];
-      } else if (const std::size_t n = utf8_sequence(s, i)) {
-        out.append(s.data() + i, n);
-        i += n - 1;
-      } else {
-        out += "\xEF\xBF\xBD";
-      }
+      if (static_cast<unsigned char>(s[i]) < 0x80) out += s[i];
+      else i += append_non_ascii(s, i, out) - 1;
     }
     return out;
   }
@@ -176,6 +169,17 @@ class JsonWriter {
     return 0;
   }
 
+  /// The non-ASCII byte at s[i] and what follows it: its well-formed UTF-8 sequence as it is, else
+  /// U+FFFD for that byte. Returns the bytes of `s` consumed.
+  static std::size_t append_non_ascii(std::string_view s, std::size_t i, std::string& out) {
+    if (const std::size_t n = utf8_sequence(s, i)) {
+      out.append(s.data() + i, n);
+      return n;
+    }
+    out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    return 1;
+  }
+
   // Names (kernels, host, device, phases, scalars) come from outside: a byte that does not start a
   // well-formed UTF-8 sequence is written as U+FFFD, so every line is valid JSON text.
   void string_literal(std::string_view s) {
@@ -196,11 +200,8 @@ class JsonWriter {
             out_ += buf;
           } else if (u < 0x80) {
             out_ += c;
-          } else if (const std::size_t n = utf8_sequence(s, i)) {
-            out_.append(s.data() + i, n);
-            i += n - 1;
           } else {
-            out_ += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+            i += append_non_ascii(s, i, out_) - 1;
           }
       }
     }
