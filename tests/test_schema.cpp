@@ -3,11 +3,14 @@
 // carries. Walked: a step line with every section present (hand-made input), one with every section
 // absent, the committed H100 lines (tests/data), and the end record filled and empty.
 #include <steptrace/core/end_line.hpp>
+#include <steptrace/core/line_invariants.hpp>
 #include <steptrace/core/step_line.hpp>
 #include <steptrace/sink/prometheus_metrics.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -125,6 +128,34 @@ bool carried(const std::set<std::string>& paths, const std::string& name) {
       return true;
   }
   return false;
+}
+
+// Every null of a record (its path, array elements by index: `a.0.b`), null_reasons left aside.
+void null_paths(const nlohmann::json& j, const std::string& path, std::vector<std::string>& out) {
+  if (j.is_null()) out.push_back(path);
+  const auto child = [&](const std::string& k) { return path.empty() ? k : path + "." + k; };
+  if (j.is_array())
+    for (std::size_t i = 0; i < j.size(); ++i) null_paths(j[i], child(std::to_string(i)), out);
+  if (j.is_object())
+    for (const auto& [k, v] : j.items())
+      if (!(path.empty() && k == "null_reasons")) null_paths(v, child(k), out);
+}
+
+// The rule `null_reasons` states (docs/schema.md): every null has its reason, and every reason names a
+// null of the record, or a value a check left out.
+void check_null_reasons(const std::string& text, const std::map<std::string, std::string>& left_out = {}) {
+  const auto j = nlohmann::json::parse(text);
+  REQUIRE(j.contains("null_reasons"));
+  std::vector<std::string> nulls;
+  null_paths(j, "", nulls);
+  for (const auto& path : nulls) {
+    INFO("null without a reason: " << path << " in " << text.substr(0, 200));
+    CHECK(j["null_reasons"].contains(path));  // (its text is the producer's: hand-made inputs leave some empty)
+  }
+  for (const auto& [path, why] : j["null_reasons"].items()) {
+    INFO("a reason for a value that is not null: " << path);
+    CHECK((std::find(nulls.begin(), nulls.end(), path) != nulls.end() || left_out.count(path)));
+  }
 }
 
 std::vector<nlohmann::json> committed_lines(const char* file) {
@@ -257,6 +288,25 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   }
   CHECK(nlohmann::json::parse(make_step_line(in))["scalars"].contains("a/b~c"));
 
+  // Every null with its reason: the two lines, and the full one after the checks left values out.
+  for (const auto* input : {&in, &empty}) check_null_reasons(make_step_line(*input));
+  StepLineInput odd = in;
+  odd.gpu->busy_ns = 50'000'000;  // busier than its window: gpu_utilization, gpu.idle_ms left out
+  odd.gpu->sm_efficiency = 1.5;
+  odd.gpu->phases[phase_tag::forward].occupancy = 3;
+  odd.gpu->phases[phase_tag::forward].busy_ns = 60'000'000;  // busier than its step: the phase's gpu left out
+  odd.counters->sm_active = 1.2;
+  odd.shares.comm_exposed = 4;
+  odd.cross_rank->step_skew = std::numeric_limits<double>::quiet_NaN();
+  check_line_invariants(odd);
+  CHECK(odd.excluded.size() >= 6);
+  const std::string odd_text = make_step_line(odd);
+  check_null_reasons(odd_text, odd.excluded);
+  const auto odd_line = nlohmann::json::parse(odd_text);
+  CHECK(odd_line["phases"]["forward"]["gpu"].is_null());
+  CHECK(odd_line["null_reasons"]["phases.forward.gpu"].get<std::string>().find("more than its step's") != std::string::npos);
+  CHECK(odd_line["null_reasons"]["cross_rank.step_skew"] == "not a finite number (NaN)");
+
   const std::string schema = schema_text();
   REQUIRE(schema.size() > 1000);
   const std::string step_doc = section(schema, "# The step line", "## The end record");
@@ -307,6 +357,9 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
   bare.reason = "SIGTERM";
   RunInfo nothing;
   nothing.device_null_reason = "no GPU";
+
+  check_null_reasons(make_end_line(full, run));
+  check_null_reasons(make_end_line(bare, nothing));
 
   const std::string end_doc = section(schema_text(), "## The end record", "## Traces of the steps");
   std::set<std::string> paths;

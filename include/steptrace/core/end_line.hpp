@@ -23,6 +23,7 @@ struct EndRecord {
   uint64_t lines_written = 0, lines_unwritten_total = 0, steps_dropped_total = 0;
   uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
   uint64_t lines_cut_at_end = 0;  // lines an ending (SIGTERM, exit) had no time left for
+  uint64_t steps_cut_at_end = 0;  // steps begun before an ending whose line could never reach the writer
   TraceStats traces;              // the flight recorder's
   // What ran after the last step's scope ended (evaluation, a checkpoint before stop()): its time and
   // the GPU work launched in it (known when the last step was traced).
@@ -33,78 +34,58 @@ struct EndRecord {
 
 /// The flight recorder's counts: traces written, refused, failed; what its ring held.
 inline void write_trace_stats(LineOut& out, const TraceStats& t) {
-  details::JsonWriter& w = out.w;
-  w.key("traces");
   if (!t.on) {
-    w.null();
-    out.nulls.emplace_back("traces", "flight recorder off (trace_keep_steps=0)");
+    out.null("traces", "flight recorder off (trace_keep_steps=0)");
     return;
   }
-  w.begin_object();
-  w.field("captures", t.captures).field("written", t.written).field("failed", t.failed);
-  w.field("refused_max_files", t.refused_max_files);
-  w.field("refused_budget", t.refused_budget);
-  w.field("slow_suppressed", t.slow_suppressed);
-  w.field("capture_cpu_ms", t.capture_cpu_ms);
-  w.key("requests").begin_object().field("read", t.requests).field("refused", t.requests_refused);
-  w.field("planned", t.requests_planned).field("late", t.requests_late).end_object();
-  w.key("ring").begin_object();
-  w.field("keep_steps", static_cast<int64_t>(t.keep_steps)).field("bytes_max", t.max_bytes);
-  w.field("bytes", t.bytes).field("bytes_peak", t.bytes_peak).field("step_bytes_max", t.step_bytes_max);
-  w.field("steps_kept", t.steps_kept).field("steps_evicted_for_bytes", t.steps_evicted_for_bytes);
-  w.field("records_left_out", t.records_left_out);
-  w.end_object().end_object();
+  out.begin_object("traces");
+  out.field("captures", t.captures).field("written", t.written).field("failed", t.failed);
+  out.field("refused_max_files", t.refused_max_files);
+  out.field("refused_budget", t.refused_budget);
+  out.field("slow_suppressed", t.slow_suppressed);
+  out.field("capture_cpu_ms", t.capture_cpu_ms);
+  out.begin_object("requests").field("read", t.requests).field("refused", t.requests_refused);
+  out.field("planned", t.requests_planned).field("late", t.requests_late).end_object();
+  out.begin_object("ring");
+  out.field("keep_steps", static_cast<int64_t>(t.keep_steps)).field("bytes_max", t.max_bytes);
+  out.field("bytes", t.bytes).field("bytes_peak", t.bytes_peak).field("step_bytes_max", t.step_bytes_max);
+  out.field("steps_kept", t.steps_kept).field("steps_evicted_for_bytes", t.steps_evicted_for_bytes);
+  out.field("records_left_out", t.records_left_out);
+  out.end_object().end_object();
 }
 
 /// The identity fields event records share with step lines (rank, host, run and job, the GPU).
 inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_ns) {
-  details::JsonWriter& w = out.w;
-  w.field("timestamp", details::iso8601_utc(unix_ns));
-  w.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
-  w.field("hostname", run.hostname).field("pid", run.pid);
-  w.field("run_id", run.run_id);
+  out.field("timestamp", details::iso8601_utc(unix_ns));
+  out.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
+  out.field("hostname", run.hostname).field("pid", run.pid);
+  out.field("run_id", run.run_id);
   out.optional_text("job_id", run.job_id, run.job_id_source);
   out.optional_text("device_uuid", run.device ? run.device->uuid : std::string(),
                     run.device ? "the GPU reported no UUID" : run.device_null_reason);
 }
 
-inline void write_null_reasons(LineOut& out) {
-  out.w.key("null_reasons").begin_object();
-  for (const auto& [k, why] : out.nulls) out.w.field(k, why);
-  out.w.end_object();
-}
-
 inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
   LineOut out;
-  details::JsonWriter& w = out.w;
-  w.begin_object();
-  w.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
+  out.begin();
+  out.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
   write_event_identity(out, run, e.unix_ns);
-  w.key("last_global_step");
-  if (e.last_global_step >= 0) {
-    w.value(e.last_global_step);
-  } else {
-    w.null();
-    out.nulls.emplace_back("last_global_step", "no step had a line");
-  }
-  w.field("lines_written", e.lines_written).field("lines_incomplete", e.lines_incomplete);
-  w.key("dropped").begin_object();
-  w.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
-  w.field("lines_cut_at_end", e.lines_cut_at_end);
-  w.end_object();
+  out.field("last_global_step", e.last_global_step >= 0 ? std::optional<int64_t>(e.last_global_step) : std::nullopt,
+            "no step had a line");
+  out.field("lines_written", e.lines_written).field("lines_incomplete", e.lines_incomplete);
+  out.begin_object("dropped");
+  out.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
+  out.field("lines_cut_at_end", e.lines_cut_at_end).field("steps_cut_at_end", e.steps_cut_at_end);
+  out.end_object();
   write_trace_stats(out, e.traces);
-  w.key("after_last_step");
   if (e.after_last_step_ns) {
-    w.begin_object().field("host_ms", ns_to_ms(*e.after_last_step_ns));
-    write_between_gpu(out, "after_last_step.gpu", e.after_last_step_gpu, e.after_last_step_gpu_null_reason);
-    w.end_object();
+    out.begin_object("after_last_step").field("host_ms", ns_to_ms(*e.after_last_step_ns));
+    write_between_gpu(out, e.after_last_step_gpu, e.after_last_step_gpu_null_reason);
+    out.end_object();
   } else {
-    w.null();
-    out.nulls.emplace_back("after_last_step", "no step, or the last step's scope was still open at the end");
+    out.null("after_last_step", "no step, or the last step's scope was still open at the end");
   }
-  write_null_reasons(out);
-  w.end_object();
-  return w.str();
+  return out.finish();
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,13 +1,16 @@
-// steptrace/core/line_out.hpp - a step line being written: the JSON and the reason of every null
-// written so far (LineOut), and the small helpers the section writers share.
+// steptrace/core/line_out.hpp - a record being written (a step line, the end record, a stall record):
+// LineOut, the only way the section writers reach the JSON, and the small helpers they share.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,39 +31,175 @@ inline std::string iso8601_utc(int64_t unix_ns) {
   return buf;
 }
 
+/// Why a number is written null although it was given: JSON has no NaN or infinity.
+inline std::string not_finite_reason(double v) {
+  return std::string("not a finite number (") + (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + ")";
+}
+
 }  // namespace details
 
-/// A line being written: the JSON, and the reason for every null written so far. Every section
-/// writes its nulls through here, so that a null never goes out without its reason.
-struct LineOut {
-  details::JsonWriter w;
-  std::vector<std::pair<std::string, std::string>> nulls;
+/// A record being written. The section writers reach the JSON only through it, and every value goes
+/// through a call that knows what to do with null:
+///   field(name, v)             a value that is never null: a count, a flag, a text, a number (a number
+///                              that is not finite is written null, its reason says so);
+///   field(name, opt, reason)   an optional: null, with `reason`, when empty;
+///   null(name, reason)         a null, with its reason.
+/// LineOut keeps the path of the open objects and arrays, so a null's reason is filed under its path
+/// (`phases.forward.gpu.occupancy`; an array element by its index) without a section naming it, and
+/// finish() writes them as `null_reasons`. A value a check left out (`excluded`: path -> why, from
+/// core/line_invariants.hpp) is written null with the check's reason wherever its path comes.
+class LineOut {
+ public:
+  explicit LineOut(const std::map<std::string, std::string>* excluded = nullptr, FlatJson* leaves = nullptr)
+      : excluded_(excluded) {
+    w_.record_leaves(leaves);
+  }
 
-  void optional_field(const char* name, const std::optional<double>& v, const std::string& reason) {
-    w.field(name, v);
-    if (!v) nulls.emplace_back(name, reason);
+  // ---- the record, objects and arrays ----
+  LineOut& begin() {
+    w_.begin_object();
+    levels_.push_back({0, false, 0});
+    return *this;
   }
-  void optional_text(const char* name, const std::string& v, const std::string& reason) {
-    if (v.empty()) {
-      w.key(name).null();
-      nulls.emplace_back(name, reason);
-    } else {
-      w.field(name, v);
+  /// `null_reasons` (every null filed, then what a check left out that no section wrote), closes the
+  /// record and returns its text.
+  std::string finish() {
+    if (excluded_)
+      for (const auto& [path, why] : *excluded_)
+        if (std::none_of(nulls_.begin(), nulls_.end(), [&](const auto& n) { return n.first == path; }))
+          nulls_.emplace_back(path, why);
+    w_.key("null_reasons").begin_object();
+    for (const auto& [path, why] : nulls_) w_.field(path, why);
+    w_.end_object().end_object();
+    levels_.clear();
+    return w_.release();
+  }
+  LineOut& begin_object(std::string_view name) { return open(name, false); }
+  LineOut& begin_array(std::string_view name) { return open(name, true); }
+  LineOut& end_object() { return close(); }
+  LineOut& end_array() { return close(); }
+  /// An object as the next element of the open array.
+  LineOut& begin_element() {
+    const std::size_t parent = path_.size();
+    path_ += path_.empty() ? "" : ".";
+    path_ += std::to_string(levels_.back().next_index++);
+    w_.begin_object();
+    levels_.push_back({parent, false, 0});
+    return *this;
+  }
+
+  // ---- members of the open object ----
+  LineOut& field(std::string_view name, bool v) { return put(name, v); }
+  LineOut& field(std::string_view name, std::string_view v) { return put(name, v); }
+  LineOut& field(std::string_view name, const char* v) { return put(name, std::string_view(v)); }
+  LineOut& field(std::string_view name, const std::string& v) { return put(name, std::string_view(v)); }
+  template <class Int, std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>, int> = 0>
+  LineOut& field(std::string_view name, Int v) {
+    if constexpr (std::is_signed_v<Int>) return put(name, static_cast<int64_t>(v));
+    else return put(name, static_cast<uint64_t>(v));
+  }
+  LineOut& field(std::string_view name, double v) {
+    if (!std::isfinite(v)) return null(name, details::not_finite_reason(v));
+    return put(name, v);
+  }
+  /// An optional value: when empty, null with `reason`.
+  template <class T>
+  LineOut& field(std::string_view name, const std::optional<T>& v, std::string_view reason) {
+    return v ? field(name, *v) : null(name, reason);
+  }
+  /// A text that is empty when unknown: null with `reason` then.
+  LineOut& optional_text(std::string_view name, const std::string& v, std::string_view reason) {
+    return v.empty() ? null(name, reason) : field(name, v);
+  }
+  LineOut& null(std::string_view name, std::string_view reason) {
+    std::string path = member_path(name);
+    const std::string* left = excluded(path);
+    w_.key(name).null();
+    nulls_.emplace_back(std::move(path), left ? *left : std::string(reason));
+    return *this;
+  }
+  /// Whether a check left the member `name` out; if it did, it is written null with the check's reason
+  /// (the caller writes nothing more of it).
+  bool left_out(std::string_view name) {
+    if (!excluded(member_path(name))) return false;
+    null(name, {});
+    return true;
+  }
+
+  // ---- elements of the open array (never null) ----
+  LineOut& element(std::string_view v) {
+    ++levels_.back().next_index;
+    w_.value(v);
+    return *this;
+  }
+  LineOut& element(const std::string& v) { return element(std::string_view(v)); }
+  LineOut& element(const char* v) { return element(std::string_view(v)); }
+  LineOut& element(int64_t v) {
+    ++levels_.back().next_index;
+    w_.value(v);
+    return *this;
+  }
+
+ private:
+  struct Level {
+    std::size_t parent;  // path_'s length outside this container
+    bool array;
+    std::size_t next_index;
+  };
+  std::string member_path(std::string_view name) const {
+    std::string p = path_;
+    if (!p.empty()) p += '.';
+    p += name;
+    return p;
+  }
+  const std::string* excluded(const std::string& path) const {
+    if (!excluded_) return nullptr;
+    auto it = excluded_->find(path);
+    return it == excluded_->end() ? nullptr : &it->second;
+  }
+  template <class V>
+  LineOut& put(std::string_view name, const V& v) {
+    if (excluded_ && !excluded_->empty()) {
+      if (const std::string* why = excluded(member_path(name))) return null(name, *why);
     }
+    w_.field(name, v);
+    return *this;
   }
-  /// A built-in phase that was never opened has no time: null, and say so.
-  void phase_field(const StepLineInput& in, const char* name, PhaseId id) {
-    auto it = in.host.phases.find(id);
-    const auto v = it == in.host.phases.end() || in.excluded.count(name) ? std::nullopt
-                                                                          : std::optional<double>(ns_to_ms(it->second.total_ns));
-    w.field(name, v);
-    if (!v)
-      nulls.emplace_back(name, "no '" + phase_name(id) + "' phase scope in this step" +
-                                   (in.step->spans_dropped ? " (" + std::to_string(in.step->spans_dropped) +
-                                                                 " phase scopes were dropped: max_spans_per_step)"
-                                                           : std::string()));
+  LineOut& open(std::string_view name, bool array) {
+    const std::size_t parent = path_.size();
+    if (!path_.empty()) path_ += '.';
+    path_ += name;
+    w_.key(name);
+    if (array) w_.begin_array();
+    else w_.begin_object();
+    levels_.push_back({parent, array, 0});
+    return *this;
   }
+  LineOut& close() {
+    if (levels_.back().array) w_.end_array();
+    else w_.end_object();
+    path_.resize(levels_.back().parent);
+    levels_.pop_back();
+    return *this;
+  }
+
+  details::JsonWriter w_;
+  const std::map<std::string, std::string>* excluded_;
+  std::vector<std::pair<std::string, std::string>> nulls_;
+  std::vector<Level> levels_;
+  std::string path_;  // the open container's path ("" at the record's top level)
 };
+
+/// A built-in phase's host time (`forward_time_ms`, …): null, and why, when the phase never opened.
+inline void write_phase_field(LineOut& out, const StepLineInput& in, const char* name, PhaseId id) {
+  auto it = in.host.phases.find(id);
+  const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
+  out.field(name, v,
+            "no '" + phase_name(id) + "' phase scope in this step" +
+                (in.step->spans_dropped
+                     ? " (" + std::to_string(in.step->spans_dropped) + " phase scopes were dropped: max_spans_per_step)"
+                     : std::string()));
+}
 
 /// The last value recorded under `name` in the step.
 inline std::optional<double> scalar(const StepRecord& step, const std::string& name) {

@@ -161,61 +161,48 @@ struct StallReport {
 
 inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
   LineOut out;
-  details::JsonWriter& w = out.w;
-  w.begin_object();
-  w.field("event", "stall").field("schema", kStallSchemaVersion);
+  out.begin();
+  out.field("event", "stall").field("schema", kStallSchemaVersion);
   write_event_identity(out, run, r.unix_ns);
-  w.field("open_step", r.open_step).field("stalled_s", r.stalled_s);
-  w.field("threshold_s", r.threshold_s);
-  out.optional_field("median_step_ms", r.median_step_ms, "no step has closed yet");
-  w.field("report", r.report).field("next_report_s", r.next_report_s);
-  w.field("step_scope_open", r.step_scope_open);
-  w.key("step_scope_closed_s");
-  if (r.step_scope_closed_s) w.value(*r.step_scope_closed_s);
-  else w.null();
-  w.key("threads").begin_array();
+  out.field("open_step", r.open_step).field("stalled_s", r.stalled_s);
+  out.field("threshold_s", r.threshold_s);
+  out.field("median_step_ms", r.median_step_ms, "no step has closed yet");
+  out.field("report", r.report).field("next_report_s", r.next_report_s);
+  out.field("step_scope_open", r.step_scope_open);
+  out.field("step_scope_closed_s", r.step_scope_closed_s, "the step's TRACE_STEP scope is still open");
+  out.begin_array("threads");
   for (const auto& t : r.threads) {
-    w.begin_object().field("tid", t.tid).field("name", t.name).field("step_thread", t.step_thread);
-    w.key("open_phases").begin_array();
-    for (const auto& p : t.phases) w.begin_object().field("phase", p.name).field("open_s", p.open_s).end_object();
-    w.end_array().end_object();
+    out.begin_element().field("tid", t.tid).field("name", t.name).field("step_thread", t.step_thread);
+    out.begin_array("open_phases");
+    for (const auto& p : t.phases) out.begin_element().field("phase", p.name).field("open_s", p.open_s, "its clock reading could not be converted").end_object();
+    out.end_array().end_object();
   }
-  w.end_array();
-  w.field("threads_untracked", r.threads_untracked);
-  w.key("gpu").begin_object();
-  w.field("last_activity_s", r.last_gpu_activity_s);
-  w.key("last_activity");
-  if (r.last_gpu_activity_name.empty()) w.null();
-  else w.value(r.last_gpu_activity_name);
-  w.field("open_step_launches", r.open_step_launches).field("open_step_outstanding", r.open_step_outstanding);
-  w.key("outstanding_by_phase").begin_object();
-  for (const auto& [phase, n] : r.outstanding_by_phase) w.field(phase, n);
-  w.end_object();
-  w.field("sm_active_recent", r.sm_active_recent).field("sm_active_sample_age_s", r.sm_active_sample_age_s);
-  w.end_object();
-  if (!r.sm_active_recent) out.nulls.emplace_back("gpu.sm_active_recent", r.sm_active_reason);
-  if (!r.sm_active_sample_age_s) out.nulls.emplace_back("gpu.sm_active_sample_age_s", r.sm_active_reason);
-  if (!r.last_gpu_activity_s) out.nulls.emplace_back("gpu.last_activity_s", r.last_gpu_activity_reason);
-  if (!r.open_step_outstanding) out.nulls.emplace_back("gpu.open_step_outstanding", r.outstanding_reason);
-  if (!r.step_scope_closed_s) out.nulls.emplace_back("step_scope_closed_s", "the step's TRACE_STEP scope is still open");
-  write_null_reasons(out);
-  w.end_object();
-  return w.str();
+  out.end_array();
+  out.field("threads_untracked", r.threads_untracked);
+  out.begin_object("gpu");
+  out.field("last_activity_s", r.last_gpu_activity_s, r.last_gpu_activity_reason);
+  out.optional_text("last_activity", r.last_gpu_activity_name, r.last_gpu_activity_reason);
+  out.field("open_step_launches", r.open_step_launches, r.outstanding_reason);
+  out.field("open_step_outstanding", r.open_step_outstanding, r.outstanding_reason);
+  out.begin_object("outstanding_by_phase");
+  for (const auto& [phase, n] : r.outstanding_by_phase) out.field(phase, n);
+  out.end_object();
+  out.field("sm_active_recent", r.sm_active_recent, r.sm_active_reason);
+  out.field("sm_active_sample_age_s", r.sm_active_sample_age_s, r.sm_active_reason);
+  out.end_object();
+  return out.finish();
 }
 
 /// The record that ends a reported stall: a step began.
 inline std::string make_resumed_line(int64_t unix_ns, int64_t stalled_step, double stalled_s, int reports,
                                      int64_t step_now, const RunInfo& run) {
   LineOut out;
-  details::JsonWriter& w = out.w;
-  w.begin_object();
-  w.field("event", "resumed").field("schema", kStallSchemaVersion);
+  out.begin();
+  out.field("event", "resumed").field("schema", kStallSchemaVersion);
   write_event_identity(out, run, unix_ns);
-  w.field("stalled_step", stalled_step).field("stalled_s", stalled_s).field("reports", reports);
-  w.field("open_step", step_now);
-  write_null_reasons(out);
-  w.end_object();
-  return w.str();
+  out.field("stalled_step", stalled_step).field("stalled_s", stalled_s).field("reports", reports);
+  out.field("open_step", step_now);
+  return out.finish();
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

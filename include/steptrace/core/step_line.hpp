@@ -14,32 +14,27 @@ STEPTRACE_BEGIN_NAMESPACE
 
 /// The flight recorder's capture of the step: the trace file it is written to, and why.
 inline void write_trace(LineOut& out, const StepLineInput& in) {
-  details::JsonWriter& w = out.w;
   const StepTrace& t = in.trace;
-  w.key("trace");
   if (!t.captured) {
-    w.null();
-    out.nulls.emplace_back("trace", t.null_reason.empty() ? "step not captured" : t.null_reason);
+    out.null("trace", t.null_reason.empty() ? "step not captured" : t.null_reason);
     return;
   }
-  w.begin_object();
+  out.begin_object("trace");
   if (t.file.empty()) {
-    w.key("file").null().field("not_written", t.not_written);
-    out.nulls.emplace_back("trace.file", t.not_written);
+    out.null("file", t.not_written).field("not_written", t.not_written);
   } else {
-    w.field("file", t.file).field("capture_first_step", t.capture_first);
+    out.field("file", t.file).field("capture_first_step", t.capture_first);
   }
-  w.key("reasons").begin_array();
-  for (const std::string& r : t.reasons) w.value(r);
-  w.end_array().end_object();
+  out.begin_array("reasons");
+  for (const std::string& r : t.reasons) out.element(r);
+  out.end_array().end_object();
 }
 
 /// Renders one step as a single JSON object without a trailing newline. `fields` (optional): every
 /// leaf of it by JSON pointer, as reading the text back would give them (a sink's typed view).
 inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nullptr) {
-  LineOut out;
-  out.w.record_leaves(fields);
-  out.w.begin_object();
+  LineOut out(&in.excluded, fields);
+  out.begin();
   write_identity(out, in);
   write_time(out, in);
   write_gpu_summary(out, in);
@@ -57,21 +52,7 @@ inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nu
   write_overhead(out, in);
   write_trace(out, in);
   write_bookkeeping(out, in);
-  // A value left out by a check (core/line_invariants.hpp) says why, in place of a section's reason.
-  for (auto& [field, reason] : out.nulls) {
-    auto it = in.excluded.find(field);
-    if (it != in.excluded.end()) reason = it->second;
-  }
-  for (const auto& excluded : in.excluded) {  // (no structured binding captured: C++17)
-    const auto& field = excluded.first;
-    if (std::none_of(out.nulls.begin(), out.nulls.end(), [&](const auto& n) { return n.first == field; }))
-      out.nulls.emplace_back(field, excluded.second);
-  }
-  out.w.key("null_reasons").begin_object();
-  for (const auto& [field, reason] : out.nulls) out.w.field(field, reason);
-  out.w.end_object();
-  out.w.end_object();
-  return out.w.str();
+  return out.finish();
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -223,16 +223,17 @@ class Session {
     const int wait_ms = end_signals().wait_ms.load(std::memory_order_relaxed);
     if (auto last = recorder_.try_close_open(now + std::chrono::milliseconds(wait_ms / 5)))
       queue_.push(std::move(*last), /*last=*/true);
-    const uint64_t id = queue_.request_flush(reason);
+    const uint64_t id = queue_.request_flush(reason, recorder_.steps_begun());
     if (queue_.wait_flushed(id, now + std::chrono::milliseconds(wait_ms * 9 / 10))) return true;
     warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
                                  std::to_string(wait_ms) + " ms (end_wait_ms)");
     return false;
   }
-  static void end_hook(const char* reason) {
+  static bool end_hook(const char* reason) {
     try {
-      current().end_now(reason);
+      return current().end_now(reason);
     } catch (...) {
+      return false;
     }
   }
 

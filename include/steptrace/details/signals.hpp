@@ -6,9 +6,10 @@
 // write) and training goes on.
 //
 // Endings (flush_on_exit): SIGTERM (what Slurm and Kubernetes send before a kill) and exit without
-// stop() write the pending lines and an end record within end_wait_ms (1 s). The SIGTERM handler only
-// does async-signal-safe work (signal-safety(7): write, read, poll, getpid, sigaction, raise): it
-// wakes a watcher thread through a pipe, waits for its answer with poll, then hands the signal on
+// stop() write the pending lines and an end record within end_wait_ms (1 s). Both are served by a
+// watcher thread: the SIGTERM handler and the exit hook only do async-signal-safe work
+// (signal-safety(7): write, read, poll, clock_gettime, getpid, sigaction, raise): they wake the
+// watcher through a pipe and wait for its answer with poll. Then the handler hands the signal on
 // to the handler that was installed before (its function, or the default action by raising the
 // signal again, or nothing if it was ignored): chained, never replaced.
 #pragma once
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -23,6 +25,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <time.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -43,8 +46,9 @@ inline void block_write_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-/// What an ending does (Session::end_now): bounded, called on the watcher thread or at exit.
-using EndFunction = void (*)(const char* reason);
+/// What an ending does (Session::end_now): bounded, called on the watcher thread or at exit; returns
+/// whether its end record was written in time.
+using EndFunction = bool (*)(const char* reason);
 
 struct EndSignals {
   int wake[2] = {-1, -1};  // handler -> watcher
@@ -63,18 +67,48 @@ inline EndSignals& end_signals() {
   return *s;
 }
 
+/// What a byte on the watcher's wake pipe asks for.
+inline constexpr char kWakeSigterm = 1, kWakeExit = 2;
+
+/// The ending's words when its wait ran out: write(2) only (the thread may be inside malloc).
+inline void say_not_served(const char* text, std::size_t n) { (void)!::write(STDERR_FILENO, text, n); }
+
+/// Wakes the watcher for an ending and waits up to the run's end_wait_ms for its answer. Only
+/// read, write, poll and clock_gettime (async-signal-safe). Returns false when no watcher runs in
+/// this process (nothing was asked), true otherwise, whether or not the answer came in time.
+inline bool hand_to_watcher(EndSignals& s, char what, bool* served) {
+  *served = false;
+  if (s.pid != ::getpid() || s.wake[1] < 0 || s.done[0] < 0) return false;
+  char b = 0;
+  while (::read(s.done[0], &b, 1) > 0) {
+  }  // an answer to an earlier wake that came after its wait ended
+  if (::write(s.wake[1], &what, 1) != 1) return errno == EAGAIN;  // a full pipe: the watcher is stuck
+  const int wait_ms = s.wait_ms.load(std::memory_order_relaxed);
+  timespec t0{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    const long long spent_ms = (t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_nsec - t0.tv_nsec) / 1000000;
+    if (spent_ms >= wait_ms) return true;
+    pollfd p{s.done[0], POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(wait_ms - spent_ms));
+    if (r > 0) {
+      *served = ::read(s.done[0], &b, 1) == 1 && b == 1;
+      return true;
+    }
+    if (r == 0 || errno != EINTR) return true;
+  }
+}
+
 inline void on_sigterm(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   EndSignals& s = end_signals();
-  if (s.armed.load(std::memory_order_acquire) && s.pid == ::getpid()) {
-    char b = 0;
-    while (::read(s.done[0], &b, 1) > 0) {
-    }  // an answer to an earlier wake that came after its wait ended
-    b = 1;
-    if (::write(s.wake[1], &b, 1) == 1) {
-      pollfd p{s.done[0], POLLIN, 0};
-      if (::poll(&p, 1, s.wait_ms.load(std::memory_order_relaxed)) > 0) (void)!::read(s.done[0], &b, 1);
-    }
+  bool served = false;
+  if (s.armed.load(std::memory_order_acquire) && hand_to_watcher(s, kWakeSigterm, &served) && !served) {
+    static const char text[] = "steptrace: at SIGTERM: the ending was not served within end_wait_ms; "
+                               "the last lines and the end record may be missing\n";
+    say_not_served(text, sizeof text - 1);
   }
   const struct sigaction& prev = s.previous;
   if (prev.sa_flags & SA_SIGINFO) {
@@ -98,14 +132,30 @@ inline void end_watcher(EndSignals* s) {
     const ssize_t n = ::read(s->wake[0], &b, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
-    if (s->on_end) s->on_end("SIGTERM");
+    const bool served = s->on_end && s->on_end(b == kWakeExit ? "exit" : "SIGTERM");
+    b = served ? 1 : 0;
     (void)!::write(s->done[1], &b, 1);
   }
 }
 
+/// exit() without stop(). The ending runs on the watcher thread, not here: a program's signal handler
+/// may call exit() (not async-signal-safe, but common), and the thread it stopped may be inside malloc
+/// or hold a lock the ending needs. Waiting for the watcher is bounded by end_wait_ms; an ending not
+/// served in that time is said on stderr. Where no watcher runs (the program ignores SIGTERM), the
+/// ending runs here.
 inline void at_exit_hook() {
   EndSignals& s = end_signals();
-  if (s.armed.load(std::memory_order_acquire) && s.on_end) s.on_end("exit");
+  if (!s.armed.load(std::memory_order_acquire) || !s.on_end) return;
+  bool served = false;
+  if (hand_to_watcher(s, kWakeExit, &served)) {
+    if (!served) {
+      static const char text[] = "steptrace: at exit: the ending was not served within end_wait_ms; "
+                                 "the last lines and the end record may be missing\n";
+      say_not_served(text, sizeof text - 1);
+    }
+    return;
+  }
+  (void)s.on_end("exit");
 }
 
 /// Once per process, at the first start() with flush_on_exit: the exit hook, the watcher thread

@@ -23,6 +23,7 @@ class StepQueue {
     queue_.clear();
     stopping_ = false;
     dropped_ = dropped_traced_ = 0;
+    received_ = 0;
   }
 
   /// Training thread. False: dropped (counted). `last`: stop()'s final step, which the bound does not
@@ -30,6 +31,7 @@ class StepQueue {
   bool push(StepRecord&& record, bool last = false) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      ++received_;
       if (queue_.size() >= bound_ && !last) {
         ++dropped_;
         if (record.traced) ++dropped_traced_;
@@ -62,11 +64,15 @@ class StepQueue {
   // ---- an ending without stop() (SIGTERM, exit): write what is pending now ----
 
   /// Any thread: asks the background thread to write every pending line and an end record now.
-  /// Returns the request's number, for wait_flushed().
-  uint64_t request_flush(std::string reason) {
+  /// `steps_begun`: the recorder's count, read before; those of them that never reached this queue
+  /// (a step the training thread closed but had not pushed when a signal stopped it, an open step
+  /// the ending could not close) are the end record's `steps_cut_at_end`. Returns the request's
+  /// number, for wait_flushed().
+  uint64_t request_flush(std::string reason, uint64_t steps_begun) {
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      flush_cut_ = steps_begun > received_ ? steps_begun - received_ : 0;
       flush_reason_ = std::move(reason);
       flush_asked_at_ = std::chrono::steady_clock::now();
       id = ++flush_asked_;
@@ -77,10 +83,13 @@ class StepQueue {
   /// Background thread: the reason of a request not yet served ("" = none), marking it taken.
   /// A flush asked for: its id and reason, and in `more` every step queued before it was asked
   /// (the asking thread queued the open step first: its line must precede the end record).
-  std::string take_flush(uint64_t& id, std::deque<StepRecord>& more, std::chrono::steady_clock::time_point* asked_at = nullptr) {
+  /// `cut`: request_flush()'s count of steps that never reached the queue.
+  std::string take_flush(uint64_t& id, std::deque<StepRecord>& more, std::chrono::steady_clock::time_point* asked_at = nullptr,
+                         uint64_t* cut = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (flush_asked_ == flush_taken_) return {};
     flush_taken_ = id = flush_asked_;
+    if (cut) *cut = flush_cut_;
     if (asked_at) *asked_at = flush_asked_at_;
     for (auto& r : queue_) more.push_back(std::move(r));
     queue_.clear();
@@ -128,6 +137,8 @@ class StepQueue {
   std::size_t bound_ = 256;
   bool stopping_ = false;
   uint64_t dropped_ = 0, dropped_traced_ = 0;
+  uint64_t received_ = 0;   // pushes since reset(), queued or dropped
+  uint64_t flush_cut_ = 0;  // request_flush()
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -46,6 +46,7 @@ class StepRecorder {
     open_ = OpenStep{};
     gather_locked();  // scopes a previous run left in the rings: not this run's (no step open: not counted)
     next_index_ = 0;
+    steps_begun_.store(0, std::memory_order_release);
     spans_outside_step_ = 0;
     tracing_failed_ = false;
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
@@ -84,6 +85,7 @@ class StepRecorder {
     r.prev_scope_end_ns = prev_scope_end;
     r.between_spans = std::move(gap_spans);
     r.index = next_index_++;
+    steps_begun_.store(next_index_, std::memory_order_release);
     // Before the step's key, which releases it: a reader that sees the key sees this step's begin.
     publish_begun(BegunStep{static_cast<int64_t>(r.index), now, thread_state().depth});
     current_step().store(static_cast<int64_t>(r.index), std::memory_order_release);
@@ -181,6 +183,10 @@ class StepRecorder {
     }
     scalars.emplace_back(std::move(name), value);
   }
+
+  /// Steps begun since reset(): any thread, without the lock (an ending counts the ones the writer
+  /// never got).
+  uint64_t steps_begun() const { return steps_begun_.load(std::memory_order_acquire); }
 
   /// stop(): the open step, closed now (its line is the last).
   std::optional<StepRecord> close_last() {
@@ -438,6 +444,7 @@ class StepRecorder {
   Config cfg_;
   OpenStep open_;
   uint64_t next_index_ = 0;
+  std::atomic<uint64_t> steps_begun_{0};  // next_index_, for an ending that cannot take the lock
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)

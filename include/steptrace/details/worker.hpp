@@ -126,14 +126,15 @@ class Worker {
       uint64_t flush_id = 0;
       std::deque<StepRecord> queued;
       std::chrono::steady_clock::time_point asked_at{};
-      const std::string flush_reason = s_.queue->take_flush(flush_id, queued, &asked_at);
+      uint64_t cut = 0;
+      const std::string flush_reason = s_.queue->take_flush(flush_id, queued, &asked_at, &cut);
       // An ending (SIGTERM, exit) allows end_wait_ms in all: the waiting lines get 6/10 of it,
       // those left then are cut (counted in the end record), so that the end record always comes.
       if (!flush_reason.empty()) end_deadline_ = asked_at + std::chrono::milliseconds(lines_.context().cfg.end_wait_ms * 6 / 10);
       take_in(queued);
       emit_ready(stopping || !flush_reason.empty());  // an ending: every waiting line now, as it is
       if (!flush_reason.empty()) {
-        write_end(flush_reason);
+        write_end(flush_reason, cut);
         end_deadline_.reset();
         s_.queue->flush_done(flush_id);
       }
@@ -327,7 +328,7 @@ class Worker {
 
   /// The end record (core/end_line.hpp), to the sinks that hold the lines (not a view of them, such as
   /// the Prometheus exporter); not counted as a line.
-  void write_end(const std::string& reason);
+  void write_end(const std::string& reason, uint64_t steps_cut = 0);
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -135,7 +135,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
   }
 }
 
-inline void Worker::write_end(const std::string& reason) {
+inline void Worker::write_end(const std::string& reason, uint64_t steps_cut) {
   try {
     // At stop() the captures still open are written with what the ring holds. SIGTERM and exit allow
     // 1 s for everything: the end record goes first, unwritten captures stay counted (captures - written).
@@ -162,6 +162,7 @@ inline void Worker::write_end(const std::string& reason) {
     e.steps_dropped_total = s_.queue->dropped();
     e.lines_incomplete = lines_incomplete_;
     e.lines_cut_at_end = lines_cut_at_end_;
+    e.steps_cut_at_end = steps_cut;
     if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
       e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);
       e.after_last_step_gpu = gpu_after(last_taken_.index, e.after_last_step_gpu_null_reason);
