@@ -231,9 +231,10 @@ void check_ended(const std::vector<nlohmann::json>& records, const char* reason,
   CHECK(end["lines_written"] == lines);
   const auto dropped = end["dropped"]["steps_total"].get<std::size_t>();
   // A step the training thread held when the signal stopped it (closed, not yet handed over) has no
-  // line before this record, and is counted so.
+  // line before this record, and is counted so; stopped inside the recorder's begin(), the thread also
+  // holds the lock the ending needs to close the step just opened: two (seen once in 124 loaded runs).
   const auto cut = end["dropped"]["steps_cut_at_end"].get<std::size_t>();
-  CHECK(cut <= 1);
+  CHECK(cut <= 2);
   const auto steps = end["last_global_step"].get<std::size_t>() + 1;  // up to the last step with a line
   if (!gaps_counted) CHECK(dropped == 0);
   // The cut lines come after the last one produced; before it, a step has its line or was dropped.
