@@ -765,7 +765,7 @@ TEST_CASE("an ending with thousands of lines waiting still writes its end record
     }
   }
   // What the SIGTERM handler's thread does; true when the ending was served within its wait.
-  const bool served = steptrace::details::Session::current().end_now("SIGTERM");
+  const bool served = steptrace::details::Session::current().end_now("SIGTERM", 0);
   const auto early = steptrace_test::read_events(log);
   const auto written = read_lines(log).size();
   steptrace::stop();

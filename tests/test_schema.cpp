@@ -4,6 +4,7 @@
 // absent, the committed H100 lines (tests/data), and the end record filled and empty.
 #include <steptrace/core/end_line.hpp>
 #include <steptrace/core/line_invariants.hpp>
+#include <steptrace/core/stall.hpp>
 #include <steptrace/core/step_line.hpp>
 #include <steptrace/sink/prometheus_metrics.hpp>
 
@@ -155,6 +156,25 @@ void check_null_reasons(const std::string& text, const std::map<std::string, std
   for (const auto& [path, why] : j["null_reasons"].items()) {
     INFO("a reason for a value that is not null: " << path);
     CHECK((std::find(nulls.begin(), nulls.end(), path) != nulls.end() || left_out.count(path)));
+  }
+  // A value a check left out is null, with the check's reason, or lies inside something left out.
+  for (const auto& [path, why] : left_out) {
+    INFO("left out by a check: " << path);
+    const nlohmann::json* v = &j;
+    std::size_t from = 0;
+    bool under_null = false;
+    while (v && from <= path.size()) {
+      const auto dot = path.find('.', from);
+      const std::string key = path.substr(from, dot == std::string::npos ? std::string::npos : dot - from);
+      if (v->is_null()) under_null = true;
+      v = v->is_object() && v->contains(key) ? &(*v)[key] : nullptr;
+      if (dot == std::string::npos) break;
+      from = dot + 1;
+    }
+    if (under_null) continue;
+    REQUIRE(v);
+    CHECK(v->is_null());
+    CHECK(j["null_reasons"][path] == why);
   }
 }
 
@@ -360,6 +380,18 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
 
   check_null_reasons(make_end_line(full, run));
   check_null_reasons(make_end_line(bare, nothing));
+  // The stall and resumed records follow the same rule (a stall with nothing known, and one whose last
+  // GPU record carried no name).
+  StallReport stall;
+  stall.threads.emplace_back();
+  stall.threads.back().phases.emplace_back();
+  check_null_reasons(make_stall_line(stall, nothing));
+  stall.last_gpu_activity_s = 0.5;
+  stall.open_step_launches = stall.open_step_outstanding = 1;
+  const std::string named_nothing = make_stall_line(stall, run);
+  check_null_reasons(named_nothing);
+  CHECK_FALSE(nlohmann::json::parse(named_nothing)["null_reasons"]["gpu.last_activity"].get<std::string>().empty());
+  check_null_reasons(make_resumed_line(1, 2, 3.0, 1, 3, run));
 
   const std::string end_doc = section(schema_text(), "## The end record", "## Traces of the steps");
   std::set<std::string> paths;

@@ -93,7 +93,11 @@ class LineOut {
   LineOut& field(std::string_view name, std::string_view v) { return put(name, v); }
   LineOut& field(std::string_view name, const char* v) { return put(name, std::string_view(v)); }
   LineOut& field(std::string_view name, const std::string& v) { return put(name, std::string_view(v)); }
-  template <class Int, std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>, int> = 0>
+  template <class T>
+  LineOut& field(std::string_view name, T* v) = delete;  // a pointer is not a flag (const char*: above)
+  template <class Int, std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool> && !std::is_same_v<Int, char> &&
+                                            !std::is_same_v<Int, signed char>,
+                                        int> = 0>
   LineOut& field(std::string_view name, Int v) {
     if constexpr (std::is_signed_v<Int>) return put(name, static_cast<int64_t>(v));
     else return put(name, static_cast<uint64_t>(v));
@@ -118,6 +122,8 @@ class LineOut {
     nulls_.emplace_back(std::move(path), left ? *left : std::string(reason));
     return *this;
   }
+  /// Why a check left the member `name` of the open object out; null when it did not.
+  const std::string* left_out_reason(std::string_view name) const { return excluded(member_path(name)); }
   /// Whether a check left the member `name` out; if it did, it is written null with the check's reason
   /// (the caller writes nothing more of it).
   bool left_out(std::string_view name) {
@@ -134,6 +140,8 @@ class LineOut {
   }
   LineOut& element(const std::string& v) { return element(std::string_view(v)); }
   LineOut& element(const char* v) { return element(std::string_view(v)); }
+  template <class T>
+  LineOut& element(T) = delete;  // elements are texts and counts (int64_t) only
   LineOut& element(int64_t v) {
     ++levels_.back().next_index;
     w_.value(v);

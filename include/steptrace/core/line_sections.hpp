@@ -168,7 +168,7 @@ inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, c
     out.begin_element().field("name", t.name).field("ms", ns_to_ms(t.total_ns)).field("calls", t.calls).field("sm_efficiency", t.sm_efficiency).end_object();
   out.end_array();
   auto pc = in.phase_counters.find(id);
-  if (pc != in.phase_counters.end()) write_phase_counters(out, pc->second);
+  if (pc != in.phase_counters.end()) write_phase_counters(out, pc->second, in.counter_values_excluded);
   out.end_object();
 }
 
@@ -186,9 +186,9 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
     auto hp = host.phases.find(id);
     if (hp != host.phases.end()) {
       out.field("host_ms", ns_to_ms(hp->second.total_ns));  // null where a check left it out
-      auto left = in.excluded.find("phases." + line_phase_key(id) + ".host_ms");
-      out.field("self_ms", left == in.excluded.end() ? std::optional<double>(ns_to_ms(hp->second.self_ns)) : std::nullopt,
-                left == in.excluded.end() ? std::string() : "host_ms was left out: " + left->second);
+      const std::string* left = out.left_out_reason("host_ms");
+      out.field("self_ms", left ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.self_ns)),
+                left ? "host_ms was left out: " + *left : std::string());
       out.field("count", hp->second.count);
       if (hp->second.other_thread_count) out.field("other_thread_count", hp->second.other_thread_count);
     }

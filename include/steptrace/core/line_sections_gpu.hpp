@@ -38,12 +38,13 @@ inline constexpr CounterValueField kCounterTensor{"tensor_core_or_pipe_utilizati
 inline constexpr CounterValueField kCounterDram{"memory_bandwidth_utilization", &CounterSummary::dram};
 inline constexpr CounterValueField kCounterOccupancy{"occupancy", &CounterSummary::occupancy};
 
-/// Why a counter value over a span (the step, a phase) is null though counters ran.
-inline std::string counter_null_reason(const CounterSummary& c, bool values_excluded) {
-  return !c.samples ? "no PM sample covered this step"
+/// Why a counter value over a span ("step", "phase") is null though counters ran.
+inline std::string counter_null_reason(const CounterSummary& c, bool values_excluded, const char* span) {
+  return !c.samples ? std::string("no PM sample covered this ") + span
          : values_excluded
-             ? "no value in [0, 1] over this step: PM sample values outside it are left out (counters.excluded_values), "
-               "or the metric is not available from PM sampling on this GPU"
+             ? std::string("no value in [0, 1] over this ") + span +
+                   ": PM sample values outside it are left out (counters.excluded_values), "
+                   "or the metric is not available from PM sampling on this GPU"
              : "this metric is not available from PM sampling on this GPU";
 }
 /// The samples behind the values: how many, their time inside the span, coverage, edge-only.
@@ -56,7 +57,7 @@ inline void write_counter_samples(LineOut& out, const CounterSummary& c) {
 /// chip offers no such metric, or when no sample covered the step.
 inline void write_counters(LineOut& out, const StepLineInput& in) {
   const CounterSummary* c = in.counters ? &*in.counters : nullptr;
-  const std::string why = c ? counter_null_reason(*c, in.counter_values_excluded) : in.counters_null_reason;
+  const std::string why = c ? counter_null_reason(*c, in.counter_values_excluded, "step") : in.counters_null_reason;
   for (const CounterValueField& f : {kCounterSm, kCounterDram, kCounterTensor})
     out.field(f.name, c ? c->*f.value : std::nullopt, why);
   if (!c) {
@@ -72,8 +73,8 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
 
 /// A phase's `counters`: the values over its GPU busy intervals, the samples behind them, and the
 /// share of those samples' GPU time that was other phases'.
-inline void write_phase_counters(LineOut& out, const CounterSummary& c) {
-  const std::string why = counter_null_reason(c, false);
+inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool values_excluded) {
+  const std::string why = counter_null_reason(c, values_excluded, "phase");
   out.begin_object("counters");
   for (const CounterValueField& f : {kCounterSm, kCounterTensor, kCounterDram, kCounterOccupancy})
     out.field(f.name, c.*f.value, why);

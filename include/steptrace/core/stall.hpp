@@ -181,7 +181,8 @@ inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
   out.field("threads_untracked", r.threads_untracked);
   out.begin_object("gpu");
   out.field("last_activity_s", r.last_gpu_activity_s, r.last_gpu_activity_reason);
-  out.optional_text("last_activity", r.last_gpu_activity_name, r.last_gpu_activity_reason);
+  out.optional_text("last_activity", r.last_gpu_activity_name,
+                    r.last_gpu_activity_s ? "the last GPU record carried no name" : r.last_gpu_activity_reason);
   out.field("open_step_launches", r.open_step_launches, r.outstanding_reason);
   out.field("open_step_outstanding", r.open_step_outstanding, r.outstanding_reason);
   out.begin_object("outstanding_by_phase");

@@ -216,22 +216,27 @@ class Session {
   /// An ending without stop() (SIGTERM, exit; signals.hpp): the open step closed now, every pending
   /// line written as it is (gpu.complete false where records are missing) and an end record, within
   /// end_wait_ms. Any thread; never takes the lifecycle lock (stop() may hold it).
+  /// The wait counts from `asked_ns` (CLOCK_MONOTONIC: steady_clock's on Linux), when the handler or
+  /// the exit hook asked, not from when this thread woke: the asker waits end_wait_ms from there.
   /// Returns whether the ending was served (its end record written) within its wait.
-  bool end_now(const char* reason) {
+  bool end_now(const char* reason, int64_t asked_ns) {
     if (!running_flag().load(std::memory_order_acquire)) return false;
     const auto now = std::chrono::steady_clock::now();
+    const auto asked = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(asked_ns));
+    const auto from = asked_ns > 0 && asked <= now ? asked : now;
     const int wait_ms = end_signals().wait_ms.load(std::memory_order_relaxed);
-    if (auto last = recorder_.try_close_open(now + std::chrono::milliseconds(wait_ms / 5)))
+    uint64_t begun = 0;
+    if (auto last = recorder_.try_close_open(from + std::chrono::milliseconds(wait_ms / 5), &begun))
       queue_.push(std::move(*last), /*last=*/true);
-    const uint64_t id = queue_.request_flush(reason, recorder_.steps_begun());
-    if (queue_.wait_flushed(id, now + std::chrono::milliseconds(wait_ms * 9 / 10))) return true;
+    const uint64_t id = queue_.request_flush(reason, begun, from);
+    if (queue_.wait_flushed(id, from + std::chrono::milliseconds(wait_ms * 9 / 10))) return true;
     warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
                                  std::to_string(wait_ms) + " ms (end_wait_ms)");
     return false;
   }
-  static bool end_hook(const char* reason) {
+  static bool end_hook(const char* reason, int64_t asked_ns) {
     try {
-      return current().end_now(reason);
+      return current().end_now(reason, asked_ns);
     } catch (...) {
       return false;
     }

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -46,9 +47,10 @@ inline void block_write_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-/// What an ending does (Session::end_now): bounded, called on the watcher thread or at exit; returns
-/// whether its end record was written in time.
-using EndFunction = bool (*)(const char* reason);
+/// What an ending does (Session::end_now): bounded by end_wait_ms from `asked_ns` (CLOCK_MONOTONIC,
+/// when the handler or the exit hook asked), called on the watcher thread or at exit; returns whether
+/// its end record was written in time.
+using EndFunction = bool (*)(const char* reason, int64_t asked_ns);
 
 struct EndSignals {
   int wake[2] = {-1, -1};  // handler -> watcher
@@ -57,6 +59,8 @@ struct EndSignals {
   struct sigaction previous {};
   std::atomic<bool> armed{false};  // a run is on: endings write its lines
   std::atomic<int> wait_ms{kEndWaitMs};  // that run's end_wait_ms (a lock-free load in the handler)
+  std::atomic<unsigned> asks{0};         // numbers each ask, so that an answer is matched to its ask
+  std::atomic<int64_t> asked_ns{0};      // when the latest ending was asked (CLOCK_MONOTONIC)
   EndFunction on_end = nullptr;
   bool installed = false;  // once per process (under install_mutex)
 };
@@ -67,37 +71,43 @@ inline EndSignals& end_signals() {
   return *s;
 }
 
-/// What a byte on the watcher's wake pipe asks for.
-inline constexpr char kWakeSigterm = 1, kWakeExit = 2;
+/// A byte on the watcher's wake pipe: the ask's number (1..127) above bit 0, which is set for exit;
+/// the watcher's answer: the same number above bit 0, which is set when the ending was served.
+inline constexpr unsigned char kWakeExit = 1;
+inline int64_t monotonic_now_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+}
 
 /// The ending's words when its wait ran out: write(2) only (the thread may be inside malloc).
 inline void say_not_served(const char* text, std::size_t n) { (void)!::write(STDERR_FILENO, text, n); }
 
-/// Wakes the watcher for an ending and waits up to the run's end_wait_ms for its answer. Only
-/// read, write, poll and clock_gettime (async-signal-safe). Returns false when no watcher runs in
-/// this process (nothing was asked), true otherwise, whether or not the answer came in time.
-inline bool hand_to_watcher(EndSignals& s, char what, bool* served) {
+/// Wakes the watcher for an ending and waits up to the run's end_wait_ms for the answer to this ask
+/// (an answer to an earlier one, come late, is passed over). Only read, write, poll and clock_gettime
+/// (async-signal-safe). Returns false when no watcher runs in this process (nothing was asked), true
+/// otherwise, whether or not the answer came in time.
+inline bool hand_to_watcher(EndSignals& s, bool exit, bool* served) {
   *served = false;
   if (s.pid != ::getpid() || s.wake[1] < 0 || s.done[0] < 0) return false;
-  char b = 0;
-  while (::read(s.done[0], &b, 1) > 0) {
-  }  // an answer to an earlier wake that came after its wait ended
+  const unsigned char id = static_cast<unsigned char>(s.asks.fetch_add(1, std::memory_order_relaxed) % 127 + 1);
+  const int64_t t0 = monotonic_now_ns();
+  s.asked_ns.store(t0, std::memory_order_release);
+  const unsigned char what = static_cast<unsigned char>(id << 1 | (exit ? kWakeExit : 0));
   if (::write(s.wake[1], &what, 1) != 1) return errno == EAGAIN;  // a full pipe: the watcher is stuck
-  const int wait_ms = s.wait_ms.load(std::memory_order_relaxed);
-  timespec t0{};
-  ::clock_gettime(CLOCK_MONOTONIC, &t0);
+  const int64_t wait_ns = static_cast<int64_t>(s.wait_ms.load(std::memory_order_relaxed)) * 1000000;
   for (;;) {
-    timespec t{};
-    ::clock_gettime(CLOCK_MONOTONIC, &t);
-    const long long spent_ms = (t.tv_sec - t0.tv_sec) * 1000LL + (t.tv_nsec - t0.tv_nsec) / 1000000;
-    if (spent_ms >= wait_ms) return true;
+    const int64_t left_ns = wait_ns - (monotonic_now_ns() - t0);
+    if (left_ns <= 0) return true;
     pollfd p{s.done[0], POLLIN, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(wait_ms - spent_ms));
-    if (r > 0) {
-      *served = ::read(s.done[0], &b, 1) == 1 && b == 1;
-      return true;
-    }
-    if (r == 0 || errno != EINTR) return true;
+    const int r = ::poll(&p, 1, static_cast<int>((left_ns + 999999) / 1000000));
+    if (r < 0 && errno != EINTR) return true;
+    unsigned char b = 0;
+    while (r > 0 && ::read(s.done[0], &b, 1) == 1)
+      if ((b >> 1) == id) {
+        *served = (b & 1) != 0;
+        return true;
+      }
   }
 }
 
@@ -105,7 +115,7 @@ inline void on_sigterm(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   EndSignals& s = end_signals();
   bool served = false;
-  if (s.armed.load(std::memory_order_acquire) && hand_to_watcher(s, kWakeSigterm, &served) && !served) {
+  if (s.armed.load(std::memory_order_acquire) && hand_to_watcher(s, false, &served) && !served) {
     static const char text[] = "steptrace: at SIGTERM: the ending was not served within end_wait_ms; "
                                "the last lines and the end record may be missing\n";
     say_not_served(text, sizeof text - 1);
@@ -128,12 +138,13 @@ inline void on_sigterm(int sig, siginfo_t* info, void* context) {
 inline void end_watcher(EndSignals* s) {
   block_write_signals();
   for (;;) {
-    char b = 0;
+    unsigned char b = 0;
     const ssize_t n = ::read(s->wake[0], &b, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
-    const bool served = s->on_end && s->on_end(b == kWakeExit ? "exit" : "SIGTERM");
-    b = served ? 1 : 0;
+    const bool served =
+        s->on_end && s->on_end(b & kWakeExit ? "exit" : "SIGTERM", s->asked_ns.load(std::memory_order_acquire));
+    b = static_cast<unsigned char>((b & ~kWakeExit) | (served ? 1 : 0));  // the ask's number, and served
     (void)!::write(s->done[1], &b, 1);
   }
 }
@@ -147,7 +158,7 @@ inline void at_exit_hook() {
   EndSignals& s = end_signals();
   if (!s.armed.load(std::memory_order_acquire) || !s.on_end) return;
   bool served = false;
-  if (hand_to_watcher(s, kWakeExit, &served)) {
+  if (hand_to_watcher(s, true, &served)) {
     if (!served) {
       static const char text[] = "steptrace: at exit: the ending was not served within end_wait_ms; "
                                  "the last lines and the end record may be missing\n";
@@ -155,7 +166,7 @@ inline void at_exit_hook() {
     }
     return;
   }
-  (void)s.on_end("exit");
+  (void)s.on_end("exit", monotonic_now_ns());
 }
 
 /// Once per process, at the first start() with flush_on_exit: the exit hook, the watcher thread

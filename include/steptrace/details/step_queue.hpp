@@ -32,6 +32,7 @@ class StepQueue {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++received_;
+      if (flush_asked_ != flush_taken_ && record.index < flush_begun_) ++flush_late_;  // not cut after all
       if (queue_.size() >= bound_ && !last) {
         ++dropped_;
         if (record.traced) ++dropped_traced_;
@@ -64,17 +65,21 @@ class StepQueue {
   // ---- an ending without stop() (SIGTERM, exit): write what is pending now ----
 
   /// Any thread: asks the background thread to write every pending line and an end record now.
-  /// `steps_begun`: the recorder's count, read before; those of them that never reached this queue
-  /// (a step the training thread closed but had not pushed when a signal stopped it, an open step
-  /// the ending could not close) are the end record's `steps_cut_at_end`. Returns the request's
-  /// number, for wait_flushed().
-  uint64_t request_flush(std::string reason, uint64_t steps_begun) {
+  /// `steps_begun`: the steps begun up to the ending (StepRecorder::try_close_open); those of them
+  /// that have not reached this queue when the background thread takes the request (a step the
+  /// training thread closed but had not pushed when a signal stopped it, an open step the ending
+  /// could not close) are the end record's `steps_cut_at_end`. `asked_at`: when the ending was asked
+  /// (its wait counts from there). Returns the request's number, for wait_flushed().
+  uint64_t request_flush(std::string reason, uint64_t steps_begun,
+                         std::chrono::steady_clock::time_point asked_at = std::chrono::steady_clock::now()) {
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      flush_begun_ = steps_begun;
       flush_cut_ = steps_begun > received_ ? steps_begun - received_ : 0;
+      flush_late_ = 0;
       flush_reason_ = std::move(reason);
-      flush_asked_at_ = std::chrono::steady_clock::now();
+      flush_asked_at_ = asked_at;
       id = ++flush_asked_;
     }
     cv_.notify_all();
@@ -89,7 +94,7 @@ class StepQueue {
     std::lock_guard<std::mutex> lock(mutex_);
     if (flush_asked_ == flush_taken_) return {};
     flush_taken_ = id = flush_asked_;
-    if (cut) *cut = flush_cut_;
+    if (cut) *cut = flush_cut_ - std::min(flush_cut_, flush_late_);
     if (asked_at) *asked_at = flush_asked_at_;
     for (auto& r : queue_) more.push_back(std::move(r));
     queue_.clear();
@@ -138,7 +143,8 @@ class StepQueue {
   bool stopping_ = false;
   uint64_t dropped_ = 0, dropped_traced_ = 0;
   uint64_t received_ = 0;   // pushes since reset(), queued or dropped
-  uint64_t flush_cut_ = 0;  // request_flush()
+  uint64_t flush_begun_ = 0, flush_cut_ = 0;  // request_flush()
+  uint64_t flush_late_ = 0;  // steps begun before the ending, queued after it asked (their lines come)
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

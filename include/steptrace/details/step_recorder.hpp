@@ -45,8 +45,7 @@ class StepRecorder {
     cfg_ = cfg;
     open_ = OpenStep{};
     gather_locked();  // scopes a previous run left in the rings: not this run's (no step open: not counted)
-    next_index_ = 0;
-    steps_begun_.store(0, std::memory_order_release);
+    next_index_.store(0, std::memory_order_release);
     spans_outside_step_ = 0;
     tracing_failed_ = false;
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
@@ -84,8 +83,8 @@ class StepRecorder {
     StepRecord& r = open_.record;
     r.prev_scope_end_ns = prev_scope_end;
     r.between_spans = std::move(gap_spans);
-    r.index = next_index_++;
-    steps_begun_.store(next_index_, std::memory_order_release);
+    r.index = next_index_.load(std::memory_order_relaxed);
+    next_index_.store(r.index + 1, std::memory_order_release);  // written under the lock; read without it
     // Before the step's key, which releases it: a reader that sees the key sees this step's begin.
     publish_begun(BegunStep{static_cast<int64_t>(r.index), now, thread_state().depth});
     current_step().store(static_cast<int64_t>(r.index), std::memory_order_release);
@@ -186,7 +185,7 @@ class StepRecorder {
 
   /// Steps begun since reset(): any thread, without the lock (an ending counts the ones the writer
   /// never got).
-  uint64_t steps_begun() const { return steps_begun_.load(std::memory_order_acquire); }
+  uint64_t steps_begun() const { return next_index_.load(std::memory_order_acquire); }
 
   /// stop(): the open step, closed now (its line is the last).
   std::optional<StepRecord> close_last() {
@@ -204,12 +203,18 @@ class StepRecorder {
 
   /// An ending without stop() (SIGTERM, exit): the open step, closed now, if the recorder's lock can
   /// be had by `deadline` (the thread a signal interrupted may hold it: then the open step is lost).
-  std::optional<StepRecord> try_close_open(std::chrono::steady_clock::time_point deadline) {
+  /// `begun`: the steps begun up to this ending (read under the lock when it was had: a step the
+  /// program begins after it is not this ending's).
+  std::optional<StepRecord> try_close_open(std::chrono::steady_clock::time_point deadline, uint64_t* begun) {
     while (!mutex_.try_lock()) {
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        *begun = steps_begun();
+        return std::nullopt;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::lock_guard<std::mutex> lock(mutex_, std::adopt_lock);
+    *begun = next_index_.load(std::memory_order_relaxed);
     gather_locked();
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
@@ -443,8 +448,7 @@ class StepRecorder {
   std::atomic<uint16_t> begun_depth_{0};
   Config cfg_;
   OpenStep open_;
-  uint64_t next_index_ = 0;
-  std::atomic<uint64_t> steps_begun_{0};  // next_index_, for an ending that cannot take the lock
+  std::atomic<uint64_t> next_index_{0};  // steps begun; an ending reads it without the lock
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
