@@ -64,7 +64,12 @@ TEST_CASE("attribution of known GPU work", "[gpu]") {
       INFO("step " << l["global_step"]);
       REQUIRE(l["counters"].is_object());
       CHECK(int(l["counters"]["samples"]) >= 1);
-      CHECK(l["sm_activity"].is_number());
+      // A step whose only sample read outside [0, 1] has no value, and says so (seen on H200: an
+      // edge-only sample of a 0.7 ms step, excluded_values 3-4); otherwise a number.
+      if (l["sm_activity"].is_null())
+        CHECK(std::string(l["null_reasons"]["sm_activity"]).find("excluded_values") != std::string::npos);
+      else
+        CHECK(l["sm_activity"].is_number());
       // NVML: power and SM clock where the driver gives them (device_state null says why otherwise)
       if (l["device_state"].is_object()) CHECK(double(l["device_state"]["sm_clock_mhz_mean"]) > 0);
       else CHECK(std::string(l["null_reasons"]["device_state"]).size() > 0);
