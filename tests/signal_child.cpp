@@ -4,7 +4,11 @@
 // many: the default action, with fast steps of 20 phases;
 // after: the program installs its handler after start() (over steptrace's; steptrace then sees no
 // signal, the exit hook writes the lines when the handler calls exit()).
+// held: after 5 steps the program sends itself SIGTERM (sigqueue, value 7) from inside steptrace's
+// bookkeeping (DeferEndings); its own SA_SIGINFO handler, installed before start(), says what it got
+// and exits with 44.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/details/signals.hpp>  // DeferEndings, for the held mode
 
 #include <chrono>
 #include <csignal>
@@ -21,12 +25,26 @@ void own_handler(int) {
   _exit(42);
 }
 void exiting_handler(int) { std::exit(43); }  // not async-signal-safe; a program's choice, as many make it
+void info_handler(int, siginfo_t* info, void*) {
+  const bool queued = info && info->si_code == SI_QUEUE && info->si_value.sival_int == 7 && info->si_pid == ::getpid();
+  const char yes[] = "program handler: the sender's siginfo\n", no[] = "program handler: another siginfo\n";
+  if (queued) (void)!::write(STDOUT_FILENO, yes, sizeof yes - 1);
+  else (void)!::write(STDOUT_FILENO, no, sizeof no - 1);
+  _exit(44);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   const std::string mode = argv[2];
   if (mode == "chain") std::signal(SIGTERM, own_handler);
+  if (mode == "held") {
+    struct sigaction sa {};
+    sa.sa_sigaction = info_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, nullptr);
+  }
   steptrace::Config cfg;
   cfg.log_path = argv[1];
   cfg.gpu = steptrace::Mode::off;
@@ -50,6 +68,24 @@ int main(int argc, char** argv) {
       }
       steptrace::record("loss", 1.0 / (i + 1));
     }
+  }
+  if (mode == "held") {
+    for (int i = 0; i < 5; ++i) {
+      TRACE_STEP(512.0);
+      TRACE_PHASE(forward);
+    }
+    TRACE_STEP(512.0);
+    {
+      steptrace::details::DeferEndings held;  // as the training thread inside the recorder's lock
+      sigval value{};
+      value.sival_int = 7;
+      ::sigqueue(::getpid(), SIGTERM, value);  // this thread takes it: the others block SIGTERM
+      const char text[] = "inside steptrace: the signal waits\n";
+      (void)!::write(STDOUT_FILENO, text, sizeof text - 1);
+    }
+    const char text[] = "the program went on\n";  // never: the handler ends it
+    (void)!::write(STDOUT_FILENO, text, sizeof text - 1);
+    return 3;
   }
   for (long i = 0;; ++i) {
     TRACE_STEP(512.0);

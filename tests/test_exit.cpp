@@ -288,6 +288,25 @@ TEST_CASE("SIGTERM with the program's own handler: steptrace writes its lines, t
   said << std::ifstream(out).rdbuf();
   CHECK(said.str() == "program handler ran\n");
   check_ended(strict_records(log), "SIGTERM");
+  std::remove(out.c_str());
+}
+
+TEST_CASE("SIGTERM inside steptrace's bookkeeping waits until the thread leaves it, then is handed on as sent", "[exit]") {
+  const std::string log = steptrace_test::fresh_log("sigterm_held");
+  const std::string out = "sigterm_held.out";
+  const pid_t pid = start_child(log, "held", 0, out);
+  const int status = wait_child(pid);
+  std::stringstream said;
+  said << std::ifstream(out).rdbuf();
+  // Held: the program's words from inside come first; the program's handler then gets the sender's
+  // siginfo (sigqueue's value), not the re-raise's, and nothing after the held section runs.
+  CHECK(said.str() == "inside steptrace: the signal waits\nprogram handler: the sender's siginfo\n");
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 44);
+  const auto records = strict_records(log);
+  check_ended(records, "SIGTERM");
+  CHECK(records.size() == 7);  // 6 steps (the open one closed by the ending) and the end record
+  std::remove(out.c_str());
 }
 
 TEST_CASE("a handler installed over steptrace's that calls exit(): the exit hook writes the lines", "[exit]") {

@@ -40,6 +40,7 @@ bool is_running() noexcept { return details::running_flag().load(std::memory_ord
 void record(std::string_view name, double value) noexcept {
   if (!is_running()) return;
   try {
+    details::DeferEndings held;  // the name's copy may call malloc (details/signals.hpp)
     std::string clean(name.substr(0, 64));
     for (char& c : clean)
       if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '_';

@@ -246,8 +246,10 @@ class Session {
 
   /// Opens a step and returns its index; nullopt (counted) if a step scope is already open.
   std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
+    std::optional<DeferEndings> hold(std::in_place);  // the recorder's lock and the queue's (signals.hpp)
     StepRecorder::Begun b = recorder_.begin(tokens, samples);
     if (!b.index) return std::nullopt;
+    hold.reset();
     if (attribution_ && sampling_possible(cfg_) && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
       // Sampled attribution: CUPTI on for traced steps only (a no-op when it already is as wanted).
       // A failure leaves it off for good.
@@ -260,7 +262,9 @@ class Session {
     }
     if (b.closed) {
       link_.post(*b.closed);
+      DeferEndings held;
       queue_.push(std::move(*b.closed));
+      b.closed.reset();  // its memory is freed inside, too
     }
     return b.index;
   }
@@ -281,12 +285,25 @@ class Session {
     return false;
   }
 
-  void end_step() { recorder_.end(call_allocator_hook()); }
+  // The training thread's calls that take a lock an ending needs hold a SIGTERM until they return
+  // (DeferEndings, signals.hpp); the allocator hook is the program's code and runs outside.
+  void end_step() {
+    const auto stats = call_allocator_hook();
+    DeferEndings held;
+    recorder_.end(stats);
+  }
   void set_step_counts(std::optional<double> tokens, std::optional<double> samples) {
+    DeferEndings held;
     recorder_.set_counts(tokens, samples);
   }
-  void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) { recorder_.add_span(span, ticks, begin, end); }
-  void record_scalar(std::string name, double value) { recorder_.record_scalar(std::move(name), value); }
+  void add_span(PhaseSpan span, bool ticks, uint64_t begin, uint64_t end) {
+    DeferEndings held;
+    recorder_.add_span(span, ticks, begin, end);
+  }
+  void record_scalar(std::string name, double value) {
+    DeferEndings held;
+    recorder_.record_scalar(std::move(name), value);
+  }
 
   /// Hands over a way to reach the other ranks (steptrace/nccl.hpp). Training thread, while running.
   bool set_exchange(std::unique_ptr<CrossRankExchange> exchange, int every) {

@@ -12,6 +12,10 @@
 // watcher through a pipe and wait for its answer with poll. Then the handler hands the signal on
 // to the handler that was installed before (its function, or the default action by raising the
 // signal again, or nothing if it was ignored): chained, never replaced.
+//
+// A SIGTERM that lands on a thread inside steptrace's own step bookkeeping (the recorder's or the
+// queue's lock held, or malloc called from there) waits until the thread leaves it (DeferEndings):
+// the ending needs those locks, and a thread stopped inside them would hold them for the whole wait.
 #pragma once
 #include "../version.hpp"
 #include <atomic>
@@ -47,6 +51,44 @@ inline void block_write_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+/// A thread's place in steptrace's bookkeeping, as its SIGTERM handler reads it. Initial-exec TLS: the
+/// handler's read never allocates (a dynamic TLS block may be allocated on first touch, in malloc).
+struct EndDeferral {
+  int depth = 0;                        // DeferEndings open on this thread
+  volatile std::sig_atomic_t held = 0;  // a SIGTERM came meanwhile: raised again when depth is 0
+};
+#if defined(__GNUC__)
+#define STEPTRACE_TLS_INITIAL_EXEC __attribute__((tls_model("initial-exec")))
+#else
+#define STEPTRACE_TLS_INITIAL_EXEC
+#endif
+inline EndDeferral& end_deferral() noexcept {
+  static thread_local EndDeferral d STEPTRACE_TLS_INITIAL_EXEC;
+  return d;
+}
+
+/// Around the training thread's calls that take a lock an ending needs (the recorder's, the queue's):
+/// a SIGTERM landing inside is held (its siginfo kept) and raised again when the outermost one closes,
+/// so the ending never waits for a lock its own thread holds. Two relaxed thread-local writes when no
+/// signal comes; a few per step, none per phase scope.
+class DeferEndings {
+ public:
+  DeferEndings() noexcept {
+    ++end_deferral().depth;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  ~DeferEndings() {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    EndDeferral& d = end_deferral();
+    if (--d.depth == 0 && d.held) {
+      d.held = 0;
+      ::raise(SIGTERM);  // the handler runs now, before raise returns (the signal is not blocked here)
+    }
+  }
+  DeferEndings(const DeferEndings&) = delete;
+  DeferEndings& operator=(const DeferEndings&) = delete;
+};
+
 /// What an ending does (Session::end_now): bounded by end_wait_ms from `asked_ns` (CLOCK_MONOTONIC,
 /// when the handler or the exit hook asked), called on the watcher thread or at exit; returns whether
 /// its end record was written in time.
@@ -61,6 +103,8 @@ struct EndSignals {
   std::atomic<int> wait_ms{kEndWaitMs};  // that run's end_wait_ms (a lock-free load in the handler)
   std::atomic<unsigned> asks{0};         // numbers each ask, so that an answer is matched to its ask
   std::atomic<int64_t> asked_ns{0};      // when the latest ending was asked (CLOCK_MONOTONIC)
+  siginfo_t held_info{};                 // the first held SIGTERM's, handed on when it is raised again
+  std::atomic<bool> has_held_info{false};
   EndFunction on_end = nullptr;
   bool installed = false;  // once per process (under install_mutex)
 };
@@ -114,6 +158,19 @@ inline bool hand_to_watcher(EndSignals& s, bool exit, bool* served) {
 inline void on_sigterm(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   EndSignals& s = end_signals();
+  EndDeferral& d = end_deferral();
+  if (d.depth > 0) {  // inside steptrace's bookkeeping: held until DeferEndings closes
+    if (info && !s.has_held_info.exchange(true, std::memory_order_acq_rel)) s.held_info = *info;
+    d.held = 1;
+    errno = saved_errno;
+    return;
+  }
+  siginfo_t sender{};
+  if (info && info->si_code == SI_TKILL && info->si_pid == ::getpid() && s.has_held_info.load(std::memory_order_acquire)) {
+    sender = s.held_info;  // raised again by DeferEndings: the chained handler sees who sent it
+    s.has_held_info.store(false, std::memory_order_release);
+    info = &sender;
+  }
   bool served = false;
   if (s.armed.load(std::memory_order_acquire) && hand_to_watcher(s, false, &served) && !served) {
     static const char text[] = "steptrace: at SIGTERM: the ending was not served within end_wait_ms; "
