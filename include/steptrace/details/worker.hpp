@@ -2,8 +2,8 @@
 // memory, device state and hardware counters, moves GPU records from the backend into the
 // attribution, decides when to ask for records and when a line stops waiting (line_policy.hpp),
 // assembles each line and hands it to the sinks. Nothing here runs on the training thread. The loop and
-// the intake are here; the lines in worker_lines.hpp, the overhead budget's part in worker_overhead.hpp,
-// the readings in worker_readings.hpp.
+// the intake are here; the lines in worker_lines.hpp, the overhead budget's part in worker_overhead.hpp;
+// memory, NVML and counter readings are a ReadingsPoller's (readings_poller.hpp).
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -23,7 +23,6 @@
 #include "../core/attribution.hpp"
 #include "../core/clock.hpp"
 #include "../core/end_line.hpp"
-#include "../core/gpu_tail.hpp"
 #include "../core/overhead_parts.hpp"
 #include "../core/plausibility.hpp"
 #include "../sink/sink.hpp"
@@ -33,7 +32,7 @@
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
-#include "reading_pace.hpp"
+#include "readings_poller.hpp"
 #include "remote_captures.hpp"
 #include "signals.hpp"
 #include "stall_watchdog.hpp"
@@ -42,8 +41,6 @@
 #include "trace_controller.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
-
-inline constexpr int kMaxCounterRestarts = 3;  // PM sampling started again after a failed decode, per run
 
 /// What the worker is given at start(); it owns the rest.
 struct WorkerSetup {
@@ -72,26 +69,13 @@ class Worker {
         controller_(TraceController::Settings{s_.context.cfg.overhead_budget, budget_decides(s_.context.cfg), s_.detach,
                                               s_.may_detach}),
         ledger_(host_call_ns().load(std::memory_order_relaxed)),
-        memory_pace_(s_.context.cfg.memory_sample_ms, budget_decides(s_.context.cfg) ? s_.context.cfg.overhead_budget : 0),
-        device_state_pace_(s_.context.cfg.memory_sample_ms,
-                           budget_decides(s_.context.cfg) ? s_.context.cfg.overhead_budget : 0),
+        readings_(*s_.gpu, lines_, ledger_, watchdog_, *s_.recorder),
         detach_since_(s_.detach ? std::optional<uint64_t>(0) : std::nullopt) {}
 
   /// The thread's body; returns once stop() was asked and every step has its line.
   void run() {
     const LineContext& ctx = lines_.context();
-    bool sample_memory = ctx.run.device.has_value();
-    if (sample_memory) {
-      const std::string err = s_.gpu->bind_thread(ctx.run.device->index);
-      if (!err.empty()) {
-        lines_.context().memory_null_reason = err;
-        sample_memory = false;
-      }
-    } else {
-      lines_.context().memory_null_reason = ctx.run.device_null_reason.empty() ? "no GPU" : ctx.run.device_null_reason;
-    }
-    if (sample_memory) take_memory_sample(sample_memory);  // a first reading before any step ends
-    open_device_state();
+    readings_.start();
     const auto period = std::chrono::microseconds(static_cast<int64_t>(ctx.cfg.memory_sample_ms * 1000));
     // While a line waits for its GPU records, look more often than the memory period.
     const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
@@ -102,20 +86,13 @@ class Worker {
     for (;;) {
       std::deque<StepRecord> batch;
       const bool stopping = s_.queue->take(batch, waiting_.empty() ? idle_period : waiting_period);
-      // First: a step that begins now may be traced or come before a traced one (counters resumed
-      // before the readings below, which can wait for the training thread's CUDA calls).
-      if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters(/*resume_only=*/true);
+      readings_.resume_counters_if_wanted(waiting_, attributor_);  // first: before reads that may wait
       s_.recorder->refresh_clock_anchor();
       s_.recorder->gather_spans();  // the threads' closed scopes, so that their rings never fill within a step
-      if (sample_memory) take_memory_sample(sample_memory);
-      take_device_state();
+      readings_.read();
       take_in(batch);
       if (s_.attribution) collect_gpu_records();
-      if (counters_poll_due()) {
-        collect_counter_samples();
-        polled_since_pause_ = counters_paused_;
-      }
-      if (lines_.context().counters_on && lines_.context().counters_traced_only) steer_counters();
+      readings_.poll_counters(waiting_, attributor_);
       s_.link->collect(last_step_of_key(current_step().load(std::memory_order_relaxed)));
       if (std::string id = s_.link->take_agreed_run_id(); !id.empty()) lines_.context().run.run_id = std::move(id);
       remote_.poll(lines_.context().run.run_id);
@@ -150,13 +127,7 @@ class Worker {
       const std::string abandoned = sink->finish_lines();
       if (!abandoned.empty()) warn_once("finish." + sink->describe(), "at stop(): " + abandoned);
     }
-    if (lines_.context().device_state_on) s_.gpu->close_device_state();
-    if (const std::string cost = s_.gpu->counters_cost(); !cost.empty()) {
-      try {
-        logger()->info("hardware counters: {}", cost);
-      } catch (...) {
-      }
-    }
+    readings_.finish();
   }
 
   // After run() returned (stop()).
@@ -166,25 +137,6 @@ class Worker {
   uint64_t lines_failed() const { return lines_failed_; }
 
  private:
-  // Readings beside the steps: device memory, NVML, PM samples and the counters' duty cycle
-  // (details/worker_readings.hpp).
-  void take_memory_sample(bool& enabled);
-  /// NVML for power, clocks, temperature and clock-event reasons.
-  void open_device_state();
-  void take_device_state();
-  /// Decodes the PM sampler's hardware buffer and keeps the samples (bounded). Also refreshes the
-  /// offset between the host clock and the GPU clock the samples are stamped with.
-  void collect_counter_samples();
-  /// Whether to decode PM samples now: at every wake while sampling runs (a decode every 50 ms lost
-  /// samples of busy phases on H100 and saved no CPU: the cost is per sample), once after a pause.
-  bool counters_poll_due() const;
-  /// Counters on traced steps only (overhead_budget decides): sampling runs while the open step or
-  /// the next one is traced, and until the samples of every traced step waiting for its line are in;
-  /// paused otherwise. A resume that fails ends the counters for the run (said once, in every line).
-  /// `resume_only`: at the top of a wake, before the closed steps are taken in (a traced step that
-  /// just closed is not in waiting_ yet: no pause may be decided then).
-  void steer_counters(bool resume_only = false);
-
   /// Moves what the backend has handed over into the attributor (launch sites first: records join
   /// them). Asks for completed records when should_flush_records says so. Never a forced flush while
   /// the program runs: that returns records of kernels still running, with no end time.
@@ -246,7 +198,7 @@ class Worker {
         g.attributor = &attributor_;
         g.clock_offset_ns = s_.gpu->gpu_clock_offset_ns();
         if (!ctx.counters_on) g.counters_off_reason = ctx.counters_null_reason.empty() ? "hardware counters are off" : ctx.counters_null_reason;
-        else if (counters_paused_)  // the samples held are from the last traced step, not from now
+        else if (readings_.counters_paused())  // the samples held are from the last traced step, not from now
           g.counters_off_reason = "PM sampling paused between traced steps (overhead_budget decides): no recent sample";
         if (!s_.recorder->open_view().traced)
           g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(controller_.current_every()) +
@@ -306,18 +258,14 @@ class Worker {
   bool prev_traced_ = false;       // the last step taken in was traced (records on until the next began)
   std::optional<std::chrono::steady_clock::time_point> end_deadline_;  // an ending's, while it is served
   uint64_t lines_cut_at_end_ = 0;  // waiting lines an ending had no time left for
-  GpuTail gpu_tail_;                // traced steps' GPU work after their host end (counters' pause)
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
   uint64_t launches_since_flush_ = 0;
   uint64_t traced_done_ = 0;       // traced steps whose line was taken: detach after
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
-  int counter_restarts_ = 0;
   TraceController controller_;    // the trace interval and keep or detach (trace_controller.hpp)
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
-  bool counters_paused_ = false;   // PM sampling paused between traced steps (steer_counters)
-  bool polled_since_pause_ = false;  // what was sampled before the pause has been decoded
-  ReadingPace memory_pace_, device_state_pace_;  // when device memory and NVML are read next
+  ReadingsPoller readings_;        // memory, NVML, PM samples (after the members it is handed)
   std::string switch_why_;         // what staying attached was estimated to cost then
   std::optional<uint64_t> detach_since_;  // first step in detach mode, once in force
   uint64_t lines_written_ = 0, lines_failed_ = 0;
@@ -335,4 +283,3 @@ class Worker {
 
 #include "worker_lines.hpp"
 #include "worker_overhead.hpp"
-#include "worker_readings.hpp"

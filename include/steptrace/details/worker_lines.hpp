@@ -55,7 +55,7 @@ inline void Worker::emit_ready(bool stopping) {
       ++traced_done_;
       if (gpu->complete)
         if (const std::optional<Interval> work = gpu_work_interval(*gpu))
-          gpu_tail_.saw(work->second - (r.end_ns + lines_.gpu_clock_offset_ns()));
+          readings_.saw_gpu_tail(work->second - (r.end_ns + lines_.gpu_clock_offset_ns()));
       for (const auto& [key, text] : excluded_record_notes(gpu->excluded, gpu->implausible_phases, r.index))
         warn_once(key, text);  // impossible records are left out of the line's sums and counted there
       for (auto& [id, pg] : gpu->phases)

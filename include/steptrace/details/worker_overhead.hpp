@@ -76,13 +76,9 @@ inline void Worker::switch_to_detach(const StepRecord& r, const OverheadEstimate
 }
 
 inline void Worker::stop_counters_for_detach() {
-  LineContext& ctx = lines_.context();
-  if (!ctx.counters_on) return;
-  ctx.counters_on = false;  // the worker owns it from here on; stop() sees it off
-  s_.gpu->stop_counters();
-  ctx.counters_null_reason = "hardware counters stopped from step " + std::to_string(*detach_since_) +
-                             " on: overhead_budget detaches CUPTI between traced steps (" + switch_why_ +
-                             "), which ends PM sampling; set untraced_cupti=keep to keep them";
+  readings_.stop_counters("hardware counters stopped from step " + std::to_string(*detach_since_) +
+                          " on: overhead_budget detaches CUPTI between traced steps (" + switch_why_ +
+                          "), which ends PM sampling; set untraced_cupti=keep to keep them");
 }
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details
