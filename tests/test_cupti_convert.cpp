@@ -10,28 +10,29 @@ using namespace steptrace;
 using namespace steptrace::backend::cupti;
 
 namespace {
-// H100 SXM limits (cudaDeviceProp on the device): 132 SMs, 2048 threads/SM, 64K regs/SM and /block,
-// 228 KiB shared memory/SM, 227 KiB opt-in per block, 1 KiB reserved per block.
-DeviceInfo h100() {
-  DeviceInfo d;
-  d.sm_count = 132;
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.max_threads_per_block = 1024;
-  d.max_threads_per_sm = 2048;
-  d.regs_per_block = 65536;
-  d.regs_per_sm = 65536;
-  d.warp_size = 32;
-  d.smem_per_block = 48 * 1024;
-  d.smem_per_sm = 228 * 1024;
-  d.smem_per_block_optin = 227 * 1024;
-  d.reserved_smem_per_block = 1024;
-  return d;
+// H100 SXM limits as the occupancy calculator takes them (cudaDeviceProp on the device): 132 SMs, 2048
+// threads/SM, 64K regs/SM and /block, 228 KiB shared memory/SM, 227 KiB opt-in per block, 1 KiB reserved
+// per block. The runtime fills the same struct from cudaGetDeviceProperties (backend/cuda_backend.hpp).
+cudaOccDeviceProp h100() {
+  cudaOccDeviceProp p;
+  p.computeMajor = 9;
+  p.computeMinor = 0;
+  p.maxThreadsPerBlock = 1024;
+  p.maxThreadsPerMultiprocessor = 2048;
+  p.regsPerBlock = 65536;
+  p.regsPerMultiprocessor = 65536;
+  p.warpSize = 32;
+  p.sharedMemPerBlock = 48 * 1024;
+  p.sharedMemPerMultiprocessor = 228 * 1024;
+  p.numSms = 132;
+  p.sharedMemPerBlockOptin = 227 * 1024;
+  p.reservedSharedMemPerBlock = 1024;
+  return p;
 }
 DeviceTable table() {
   DeviceTable t;
   t.sm_count = {132};
-  t.occupancy = {occupancy_properties(h100())};
+  t.occupancy = {h100()};
   return t;
 }
 }  // namespace
@@ -74,7 +75,7 @@ TEST_CASE("kernel record: grid, correlation, one-block SM efficiency = 1/SMs", "
 }
 
 TEST_CASE("occupancy estimate: registers and block size limit resident warps", "[convert]") {
-  const auto prop = occupancy_properties(h100());
+  const auto prop = h100();
   // 1024 threads x 64 regs = 64K regs: one block per SM, 32 of 64 warps
   CHECK(estimate_occupancy(prop, 1024, 64, 0, 0, 132 * 100) == Approx(0.5));
   // 128 threads x 255 regs: 65536 / (256 regs x 128) = 2 blocks -> 8 of 64 warps

@@ -43,7 +43,7 @@ struct KernelRecord {
   uint64_t blocks = 0;               // grid x*y*z
   uint32_t threads_per_block = 0;
   double sm_efficiency = 0;          // estimate: min(1, blocks / SMs)
-  double occupancy = 0;              // estimate, see backend/cupti/occupancy.hpp; 0 if unknown
+  double occupancy = 0;              // estimate, see backend/cupti/convert.hpp; 0 if unknown
   const char* name = "";             // mangled; owned by CUPTI, stable while it runs
   int64_t delivered_ns = 0;          // CUPTI handed over the buffer holding it (CUPTI clock); 0 = unknown
 };

@@ -9,7 +9,6 @@
 #include <cupti_activity.h>
 
 #include "../../core/gpu_records.hpp"
-#include "../../core/run_info.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
@@ -17,23 +16,6 @@ STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 using KernelActivity = CUpti_ActivityKernel10;
 using MemcpyActivity = CUpti_ActivityMemcpy6;
 using MemsetActivity = CUpti_ActivityMemset4;
-
-inline cudaOccDeviceProp occupancy_properties(const DeviceInfo& d) {
-  cudaOccDeviceProp p;
-  p.computeMajor = d.cc_major;
-  p.computeMinor = d.cc_minor;
-  p.maxThreadsPerBlock = d.max_threads_per_block;
-  p.maxThreadsPerMultiprocessor = d.max_threads_per_sm;
-  p.regsPerBlock = d.regs_per_block;
-  p.regsPerMultiprocessor = d.regs_per_sm;
-  p.warpSize = d.warp_size;
-  p.sharedMemPerBlock = static_cast<size_t>(d.smem_per_block);
-  p.sharedMemPerMultiprocessor = static_cast<size_t>(d.smem_per_sm);
-  p.numSms = d.sm_count;
-  p.sharedMemPerBlockOptin = static_cast<size_t>(d.smem_per_block_optin);
-  p.reservedSharedMemPerBlock = static_cast<size_t>(d.reserved_smem_per_block);
-  return p;
-}
 
 /// Estimated achieved occupancy of a kernel: the theoretical occupancy from the CUDA occupancy
 /// calculator (resident warps per SM / max warps per SM, limited by block size, registers and
