@@ -25,7 +25,7 @@
 #include "../core/capture_budget.hpp"
 #include "../core/phase.hpp"
 #include "../core/records.hpp"
-#include "../core/trace_events.hpp"
+#include "../core/chrome_trace.hpp"
 #include "../core/trace_trigger.hpp"
 #include "../sink/prometheus_textfile.hpp"
 #include "demangle.hpp"
