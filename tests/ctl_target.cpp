@@ -4,6 +4,8 @@
 //   ctl_target LOG STOP_FILE SLOW_RANK
 #include <steptrace/steptrace.hpp>
 
+#include "host_config.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,10 +26,8 @@ int main(int argc, char** argv) {
   const char* rank_env = std::getenv("STEPTRACE_RANK");
   const int rank = rank_env ? std::atoi(rank_env) : 0;
   const bool slow = rank == std::atoi(argv[3]);
-  steptrace::Config cfg;
-  cfg.log_path = argv[1];
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
+  auto cfg = steptrace_test::host_config(argv[1]);
+  cfg.max_lag_steps = steptrace::Config{}.max_lag_steps;  // lines lag as a program's that sets nothing
   cfg.trace_trigger = 0;  // captures only when asked
   if (!steptrace::start(cfg)) return 1;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);

@@ -2,16 +2,16 @@
 // stop()): the background thread is still writing lines while static destructors run.
 #include <steptrace/steptrace.hpp>
 
+#include "host_config.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
 
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
-  steptrace::Config cfg;
-  cfg.log_path = argv[1];
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
+  auto cfg = steptrace_test::host_config(argv[1]);
+  cfg.max_lag_steps = steptrace::Config{}.max_lag_steps;  // the default lag: exit finds lines still waiting
   // The test asks whether exit loses what is pending, not whether the queue's bound holds on a loaded
   // machine (tests/test_limits.cpp covers that): room for every step.
   cfg.max_pending_steps = 65536;

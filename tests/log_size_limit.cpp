@@ -2,6 +2,8 @@
 // would) and then takes them again: the file must hold whole lines only, and say how many were lost.
 #include <steptrace/steptrace.hpp>
 
+#include "host_config.hpp"
+
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -24,12 +26,7 @@ int main(int argc, char** argv) {
   if (argc != 2) return 2;
   // SIGXFSZ keeps its default action (end the process): steptrace's writes must not raise it where it
   // would end the program (issue #17).
-  steptrace::Config cfg;
-  cfg.log_path = argv[1];
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  cfg.max_lag_steps = 0;
-  steptrace::start(cfg);
+  steptrace::start(steptrace_test::host_config(argv[1]));
   rlimit limit{};
   getrlimit(RLIMIT_FSIZE, &limit);
   const rlim_t unlimited = limit.rlim_cur;

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "fake_exchange.hpp"
+#include "host_config.hpp"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
@@ -51,12 +52,9 @@ int main(int argc, char** argv) {
     return err.empty() && n > 0 ? 0 : 1;
   }
   if (mode == "cross_rank" && argc == 6) {
-    steptrace::Config cfg;
-    cfg.log_path = argv[2];
+    auto cfg = steptrace_test::host_config(argv[2]);
     cfg.prometheus_textfile = argv[3];
     cfg.job_name = argv[4];
-    cfg.gpu = steptrace::Mode::off;
-    cfg.summary = false;
     cfg.rank = 0;
     cfg.world_size = 4;
     cfg.prometheus_every_ms = 100;

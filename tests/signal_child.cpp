@@ -10,6 +10,8 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/signals.hpp>  // DeferEndings, for the held mode
 
+#include "host_config.hpp"
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -45,11 +47,7 @@ int main(int argc, char** argv) {
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGTERM, &sa, nullptr);
   }
-  steptrace::Config cfg;
-  cfg.log_path = argv[1];
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
-  cfg.max_lag_steps = 0;
+  auto cfg = steptrace_test::host_config(argv[1]);
   // Steps of 300 us: a writer held up ~80 ms on a loaded machine would fill the default 256 and drop
   // steps, which these modes check never happens; "many" is the backlog case and keeps the default.
   if (mode != "many") cfg.max_pending_steps = 65536;

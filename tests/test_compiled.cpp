@@ -7,6 +7,7 @@
 #error "built in compiled mode"
 #endif
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 extern "C" double steptrace_test_plugin_work(int microseconds);  // compiled_plugin.cpp, another shared object
@@ -17,10 +18,7 @@ using steptrace_test::spin_for_us;
 
 TEST_CASE("compiled mode: the program and a shared object record into one session", "[compiled]") {
   const auto log = fresh_log("compiled");
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.tokens_per_step = 512;
   REQUIRE(steptrace::start(cfg));
   CHECK(steptrace::is_running());

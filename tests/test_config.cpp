@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "capture_log.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -156,10 +157,7 @@ TEST_CASE("hostile environment text: ids bounded, control characters and leading
 TEST_CASE("bad config at start(): one message naming the setting, training goes on", "[config]") {
   auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("config_bad");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.tokens_per_step = -1;
   REQUIRE(start(cfg));
   for (int i = 0; i < 3; ++i) TRACE_STEP();
@@ -173,10 +171,7 @@ TEST_CASE("bad config at start(): one message naming the setting, training goes 
 
 TEST_CASE("an unwritable log path disables lines but not the session", "[config]") {
   auto& out = steptrace_test::captured_log();
-  Config cfg;
-  cfg.log_path = "/nonexistent-dir/steps.jsonl";
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config("/nonexistent-dir/steps.jsonl");
   REQUIRE(start(cfg));
   for (int i = 0; i < 3; ++i) {
     TRACE_STEP();
@@ -282,10 +277,7 @@ TEST_CASE("the launcher's rank and world size: out of range or not an integer is
   const Var vars[] = {{"RANK", "99999999999"}, {"LOCAL_RANK", "x1"}, {"WORLD_SIZE", "-3"}};
   for (const auto& v : vars) ::setenv(v.name, v.value, 1);
   const auto log = fresh_log("config_launcher");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   REQUIRE(start(cfg));
   for (int i = 0; i < 2; ++i) TRACE_STEP();
   stop();
@@ -306,10 +298,7 @@ TEST_CASE("the launcher's rank and world size: out of range or not an integer is
 TEST_CASE("job_id from the setting or the scheduler, run_id new at every start()", "[config]") {
   for (const char* v : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST", "STEPTRACE_JOB_ID"}) ::unsetenv(v);
   const auto log = fresh_log("config_job_id");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   auto one_step = [&] {
     REQUIRE(start(cfg));
     { TRACE_STEP(); }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "fake_exchange.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -165,10 +166,7 @@ TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
 namespace {
 /// A host-only session as rank 0 of the simulated four-rank exchange (tests/fake_exchange.hpp).
 steptrace::Config four_ranks_config(const std::string& log) {
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = steptrace::Mode::off;
-  cfg.summary = false;
+  auto cfg = steptrace_test::host_config(log);
   cfg.rank = 0;
   cfg.world_size = 4;
   return cfg;

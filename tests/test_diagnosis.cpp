@@ -2,6 +2,7 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/core/diagnosis.hpp>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -86,9 +87,8 @@ TEST_CASE("shares from host and GPU metrics", "[diagnosis]") {
 
 TEST_CASE("the line carries the label and its evidence; the summary the dominant label", "[diagnosis]") {
   const auto log = steptrace_test::fresh_log("diagnosis");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
+  cfg.summary = true;  // the default: stop() prints the summary table
   REQUIRE(start(cfg));
   for (int i = 0; i < 4; ++i) {
     TRACE_STEP();

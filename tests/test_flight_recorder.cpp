@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <steptrace/core/capture_budget.hpp>
-#include <steptrace/core/trace_events.hpp>
+#include <steptrace/core/chrome_trace.hpp>
 #include <steptrace/core/trace_trigger.hpp>
 #include <steptrace/details/flight_recorder.hpp>
 #include <steptrace/details/session.hpp>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fake_backend.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using steptrace::Bottleneck;
@@ -344,10 +345,7 @@ TEST_CASE("a run with a fake GPU: captured lines name their trace; its kernels s
 
 TEST_CASE("off: trace_keep_steps=0 writes nothing, every line says why, capture_steps() refuses", "[flight]") {
   const std::string dir = steptrace_test::fresh_dir("flight_off");
-  steptrace::Config cfg;
-  cfg.log_path = dir + "/steps.jsonl";
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(dir + "/steps.jsonl");
   cfg.trace_keep_steps = 0;
   REQUIRE(steptrace::start(cfg));
   CHECK_FALSE(steptrace::capture_steps(2));
@@ -368,10 +366,7 @@ TEST_CASE("off: trace_keep_steps=0 writes nothing, every line says why, capture_
 
 TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "[flight]") {
   const std::string dir = steptrace_test::fresh_dir("flight_host");
-  steptrace::Config cfg;
-  cfg.log_path = dir + "/steps.jsonl";
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(dir + "/steps.jsonl");
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 4; ++i) {
     TRACE_STEP();

@@ -68,10 +68,7 @@ TEST_CASE("JsonWriter writes names with invalid UTF-8 as valid JSON (U+FFFD per 
 
 TEST_CASE("a full session writes one valid line per step with the minimal log set", "[json]") {
   const auto log = fresh_log("json_line");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.tokens_per_step = 512;
   cfg.samples_per_step = 4;
   REQUIRE(start(cfg));
@@ -128,10 +125,7 @@ TEST_CASE("a full session writes one valid line per step with the minimal log se
 
 TEST_CASE("a non-finite scalar is null with the reason, never as if not recorded", "[json]") {
   const auto log = fresh_log("json_line_nonfinite");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   REQUIRE(start(cfg));
   for (int i = 0; i < 2; ++i) {
     TRACE_STEP();
@@ -212,10 +206,7 @@ TEST_CASE("make_step_line counts excluded GPU records by reason and gives phase 
 
 TEST_CASE("log_every writes every N-th step with a window summary", "[json]") {
   const auto log = fresh_log("log_every");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.log_every = 4;
   REQUIRE(start(cfg));
   for (int i = 0; i < 10; ++i) {

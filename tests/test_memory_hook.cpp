@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -11,10 +12,7 @@ using steptrace_test::read_lines;
 
 TEST_CASE("allocator hook numbers appear in the line and drive peak_memory_allocated", "[memory]") {
   const auto log = fresh_log("memory_hook");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   int calls = 0;
   set_allocator_stats_hook([&] {
     ++calls;
@@ -43,10 +41,7 @@ TEST_CASE("allocator hook numbers appear in the line and drive peak_memory_alloc
 
 TEST_CASE("a hook that throws is removed and the steps go on", "[memory]") {
   const auto log = fresh_log("memory_hook_throws");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   int calls = 0;
   set_allocator_stats_hook([&]() -> AllocatorStats {
     ++calls;

@@ -2,6 +2,7 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/core/step_metrics.hpp>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -103,11 +104,7 @@ TEST_CASE("MFU under model parallelism: tokens per GPU are the replica's tokens 
 
 TEST_CASE("model_parallel from the environment reaches the line's mfu_inputs", "[mfu]") {
   const auto log = steptrace_test::fresh_log("mfu_model_parallel");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = Mode::off;
-  cfg.summary = false;
-  cfg.max_lag_steps = 0;
+  auto cfg = steptrace_test::host_config(log);
   cfg.flops_per_token = 6e6;  // with ~4e6 tokens/s per rank: an MFU well below 1
   cfg.peak_flops = 1e15;
   cfg.tokens_per_step = 8192;

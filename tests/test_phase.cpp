@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using steptrace_test::fresh_log;
@@ -47,10 +48,7 @@ TEST_CASE("the phase table is bounded", "[phase]") {
 
 TEST_CASE("nested phases: inclusive times, same-phase nesting counted once", "[phase]") {
   const auto log = fresh_log("phase_nesting");
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   REQUIRE(steptrace::start(cfg));
   // The outer forward's time outside attention, as this thread saw it (t0..t1 and t2..t3 hold it).
   std::chrono::steady_clock::time_point t0, t1, t2, t3;

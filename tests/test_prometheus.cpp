@@ -23,6 +23,7 @@
 
 #include "capture_log.hpp"
 #include "fake_backend.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -102,10 +103,7 @@ int free_port() {
 /// Starts a CPU session serving the endpoint on a free port and runs `steps` steps of `step_us`.
 int start_listening(const std::string& log, int steps, int step_us) {
   const int port = free_port();
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.prometheus_listen = "127.0.0.1:" + std::to_string(port);
   REQUIRE(start(cfg));
   for (int i = 0; i < steps; ++i) {
@@ -276,10 +274,7 @@ TEST_CASE("the run writes the textfile atomically and ends it with steptrace_up 
   const std::string dir = fresh_log("prom_dir");
   ::mkdir(dir.c_str(), 0755);
   const std::string log = fresh_log("prom_run");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.prometheus_textfile = dir + "/steptrace-{rank}.prom";
   cfg.prometheus_every_ms = 100;
   cfg.job_name = "unit";
@@ -338,10 +333,7 @@ TEST_CASE("with a GPU every series carries dcgm-exporter's UUID and pci_bus_id l
 
 TEST_CASE("an unusable textfile or address warns once and training goes on", "[prometheus]") {
   const std::string log = fresh_log("prom_bad");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.prometheus_textfile = "/nonexistent-dir/steptrace.prom";
   cfg.prometheus_listen = "no-port-here";
   REQUIRE(start(cfg));

@@ -19,6 +19,7 @@
 #include <dirent.h>
 
 #include "fake_exchange.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -279,10 +280,8 @@ void write_file(const std::string& path, const std::string& text) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 Config host_run(const std::string& dir) {
-  Config cfg;
-  cfg.log_path = dir + "/steps.jsonl";
-  cfg.gpu = Mode::off;
-  cfg.summary = false;
+  auto cfg = steptrace_test::host_config(dir + "/steps.jsonl");
+  cfg.max_lag_steps = steptrace::Config{}.max_lag_steps;  // lines lag as a program's that sets nothing
   cfg.trace_trigger = 0;  // no slow-step captures: only what is asked for
   return cfg;
 }

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "fake_backend.hpp"
+#include "host_config.hpp"
 #include "support.hpp"
 
 using steptrace::Config;
@@ -750,10 +751,7 @@ TEST_CASE("invariants on a live run: a phase opened before its step, counter sam
 TEST_CASE("an ending with thousands of lines waiting still writes its end record in time, the rest counted",
           "[runtime]") {
   const auto log = fresh_log("runtime_end_backlog");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.max_pending_steps = 65536;
   cfg.max_lag_steps = 100000;
   REQUIRE(steptrace::start(cfg));

@@ -4,6 +4,7 @@
 #include <steptrace/details/line_policy.hpp>
 #include <steptrace/core/step_metrics.hpp>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -120,10 +121,7 @@ TEST_CASE("union_length merges overlaps and ignores empty intervals", "[timing]"
 
 TEST_CASE("live steps: step time ends at the scope; what runs between steps is the next line's", "[timing]") {
   const auto log = fresh_log("step_timing");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   REQUIRE(start(cfg));
   for (int i = 0; i < 3; ++i) {
     {
@@ -168,10 +166,7 @@ TEST_CASE("live steps: step time ends at the scope; what runs between steps is t
 
 TEST_CASE("tokens from TRACE_STEP arguments override the config", "[timing]") {
   const auto log = fresh_log("step_tokens");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   cfg.tokens_per_step = 100;
   REQUIRE(start(cfg));
   {
@@ -249,10 +244,7 @@ TEST_CASE("phase times are the same with the tick clock and with steady_clock", 
     INFO("clock=" << clock);
     const bool steady = std::string(clock) == "steady";
     const auto log = fresh_log(std::string("clock_") + clock);
-    Config cfg;
-    cfg.log_path = log;
-    cfg.summary = false;
-    cfg.gpu = steptrace::Mode::off;
+    auto cfg = steptrace_test::host_config(log);
     cfg.clock = steady ? steptrace::ClockSource::steady : steptrace::ClockSource::automatic;
     REQUIRE(start(cfg));
     // clock=steady never reads ticks; auto reads them where start() found them usable (the log says).

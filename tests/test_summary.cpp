@@ -3,6 +3,7 @@
 #include <steptrace/core/step_metrics.hpp>
 #include <steptrace/core/summary.hpp>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
@@ -39,9 +40,8 @@ TEST_CASE("SummaryBuilder: mean, median, p90, phase shares", "[summary]") {
 
 TEST_CASE("stop() returns the run's summary with the table", "[summary]") {
   const auto log = steptrace_test::fresh_log("summary_run");
-  Config cfg;
-  cfg.log_path = log;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
+  cfg.summary = true;  // the default: stop() prints the summary table
   REQUIRE(start(cfg));
   for (int i = 0; i < 4; ++i) {
     TRACE_STEP();

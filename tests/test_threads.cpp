@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "host_config.hpp"
 #include "support.hpp"
 
 using steptrace_test::fresh_log;
@@ -17,10 +18,7 @@ using steptrace_test::spin_for_us;
 
 namespace {
 steptrace::Config quiet(const std::string& log) {
-  steptrace::Config cfg;
-  cfg.log_path = log;
-  cfg.summary = false;
-  cfg.gpu = steptrace::Mode::off;
+  auto cfg = steptrace_test::host_config(log);
   return cfg;
 }
 }  // namespace
