@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -51,42 +52,61 @@ inline void block_write_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-/// A thread's place in steptrace's bookkeeping, as its SIGTERM handler reads it. Initial-exec TLS: the
-/// handler's read never allocates (a dynamic TLS block may be allocated on first touch, in malloc).
-struct EndDeferral {
-  int depth = 0;                        // DeferEndings open on this thread
-  volatile std::sig_atomic_t held = 0;  // a SIGTERM came meanwhile: raised again when depth is 0
+/// The threads inside steptrace's step bookkeeping, as the SIGTERM handler finds them: a table of
+/// pthread_self() values, constant-initialized, read with atomic loads only. Not thread-local storage:
+/// a module loaded with dlopen (the Python extension, after torch) may find no static TLS left, and
+/// reading dynamic TLS in a handler may allocate. More threads inside at once than slots: the others'
+/// SIGTERMs are not held.
+struct EndDeferralSlot {
+  std::atomic<unsigned long> thread{0};  // pthread_self() of the thread inside; 0: free
+  std::atomic<int> held{0};              // a SIGTERM came meanwhile: raised again on the way out
 };
-#if defined(__GNUC__)
-#define STEPTRACE_TLS_INITIAL_EXEC __attribute__((tls_model("initial-exec")))
-#else
-#define STEPTRACE_TLS_INITIAL_EXEC
-#endif
-inline EndDeferral& end_deferral() noexcept {
-  static thread_local EndDeferral d STEPTRACE_TLS_INITIAL_EXEC;
-  return d;
+inline constexpr int kEndDeferralSlots = 8;
+inline EndDeferralSlot* end_deferral_slots() noexcept {
+  static EndDeferralSlot slots[kEndDeferralSlots];
+  return slots;
 }
+inline unsigned long end_deferral_self() noexcept { return static_cast<unsigned long>(::pthread_self()); }
 
 /// Around the training thread's calls that take a lock an ending needs (the recorder's, the queue's):
 /// a SIGTERM landing inside is held (its siginfo kept) and raised again when the outermost one closes,
-/// so the ending never waits for a lock its own thread holds. Two relaxed thread-local writes when no
-/// signal comes; a few per step, none per phase scope.
+/// so the ending never waits for a lock its own thread holds. An uncontended compare-exchange on the
+/// way in and two atomic writes on the way out; a few per step, none per phase scope.
 class DeferEndings {
  public:
   DeferEndings() noexcept {
-    ++end_deferral().depth;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
+    State& t = state();
+    if (t.depth++ > 0) return;
+    const unsigned long self = end_deferral_self();
+    EndDeferralSlot* slots = end_deferral_slots();
+    for (int i = 0; i < kEndDeferralSlots; ++i) {
+      unsigned long free = 0;
+      if (slots[i].thread.compare_exchange_strong(free, self, std::memory_order_seq_cst)) {
+        t.slot = &slots[i];
+        return;
+      }
+    }
   }
   ~DeferEndings() {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    EndDeferral& d = end_deferral();
-    if (--d.depth == 0 && d.held) {
-      d.held = 0;
+    State& t = state();
+    if (--t.depth > 0 || !t.slot) return;
+    EndDeferralSlot* slot = std::exchange(t.slot, nullptr);
+    slot->thread.store(0, std::memory_order_seq_cst);  // from here a SIGTERM is handled where it lands
+    if (slot->held.exchange(0, std::memory_order_seq_cst))
       ::raise(SIGTERM);  // the handler runs now, before raise returns (the signal is not blocked here)
-    }
   }
   DeferEndings(const DeferEndings&) = delete;
   DeferEndings& operator=(const DeferEndings&) = delete;
+
+ private:
+  struct State {
+    int depth = 0;
+    EndDeferralSlot* slot = nullptr;
+  };
+  static State& state() noexcept {  // read on the thread itself, never in the handler
+    static thread_local State s;
+    return s;
+  }
 };
 
 /// What an ending does (Session::end_now): bounded by end_wait_ms from `asked_ns` (CLOCK_MONOTONIC,
@@ -158,13 +178,15 @@ inline bool hand_to_watcher(EndSignals& s, bool exit, bool* served) {
 inline void on_sigterm(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   EndSignals& s = end_signals();
-  EndDeferral& d = end_deferral();
-  if (d.depth > 0) {  // inside steptrace's bookkeeping: held until DeferEndings closes
-    if (info && !s.has_held_info.exchange(true, std::memory_order_acq_rel)) s.held_info = *info;
-    d.held = 1;
-    errno = saved_errno;
-    return;
-  }
+  const unsigned long self = end_deferral_self();
+  EndDeferralSlot* slots = end_deferral_slots();
+  for (int i = 0; i < kEndDeferralSlots; ++i)
+    if (slots[i].thread.load(std::memory_order_seq_cst) == self) {  // inside steptrace's bookkeeping
+      if (info && !s.has_held_info.exchange(true, std::memory_order_acq_rel)) s.held_info = *info;
+      slots[i].held.store(1, std::memory_order_seq_cst);  // raised again when DeferEndings closes
+      errno = saved_errno;
+      return;
+    }
   siginfo_t sender{};
   if (info && info->si_code == SI_TKILL && info->si_pid == ::getpid() && s.has_held_info.load(std::memory_order_acquire)) {
     sender = s.held_info;  // raised again by DeferEndings: the chained handler sees who sent it
