@@ -218,6 +218,8 @@ int switches(const char* log, const char* truth_path, int sms, long long ms, int
       CHECK_CUDA(cudaStreamSynchronize(help));
     }
   });
+  // The first step too must meet the helper launching (on a loaded machine its thread may start late).
+  while (helper_kernels.load() == 0) std::this_thread::yield();
   constexpr int kSteps = 40;
   for (int step = 0; step < kSteps; ++step) {
     TRACE_STEP();
