@@ -572,15 +572,17 @@ TEST_CASE("trace switches under a second launching thread lose nothing (trace_ev
       CHECK(g["complete"] == true);
       CHECK(g["missing_launches"] == 0);
       CHECK(phase_gpu(l, "forward")["kernels"] == truth["forward_kernels"]);
-      // The helper launched all through the step: some of its work is this step's backward.
-      const int64_t backward = phase_gpu(l, "backward")["kernels"];
-      CHECK(backward >= 1);
+      // The helper launches all through the run, but on a busy host its thread may not run within a
+      // given 4 ms step (seen twice on the device with the suite on 2 cores): what it launched in a
+      // traced step is that step's backward; over the run it must have some (below).
+      const int64_t backward = l["phases"].contains("backward") ? phase_gpu(l, "backward")["kernels"].get<int64_t>() : 0;
       CHECK(g["kernels"].get<int64_t>() == int64_t(truth["forward_kernels"]) + backward);
       CHECK(g["busy_ms"].get<double>() <= l["step_time_ms"].get<double>());
       attributed += backward;
       left_out += g["launched_untraced_records"].get<int64_t>();
     }
     CHECK(traced == 8);
+    CHECK(attributed >= 1);  // the helper's work was seen in traced steps' backward
     // Never more of the helper's work than it launched.
     CHECK(attributed + left_out <= truth["helper_kernels"].get<int64_t>());
     REQUIRE(run.events.size() == 1);
