@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   auto cfg = steptrace_test::host_config(argv[1]);
-  cfg.max_lag_steps = steptrace::Config{}.max_lag_steps;  // the default lag: exit finds lines still waiting
+  cfg.max_lag_steps = steptrace::Config{}.max_lag_steps;  // as a program that sets nothing
   // The test asks whether exit loses what is pending, not whether the queue's bound holds on a loaded
   // machine (tests/test_limits.cpp covers that): room for every step.
   cfg.max_pending_steps = 65536;

@@ -79,6 +79,7 @@ inline void fork_child() {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
+  forget_held_endings();  // the parent's threads inside its bookkeeping, and a SIGTERM one of them held
   scopes_read_ticks().store(false, std::memory_order_relaxed);
   current_step().store(-1, std::memory_order_relaxed);
   step_thread().store(nullptr, std::memory_order_relaxed);

@@ -246,10 +246,11 @@ class Session {
 
   /// Opens a step and returns its index; nullopt (counted) if a step scope is already open.
   std::optional<uint64_t> begin_step(std::optional<double> tokens, std::optional<double> samples) {
-    std::optional<DeferEndings> hold(std::in_place);  // the recorder's lock and the queue's (signals.hpp)
+    // From the recorder's lock until the closed step is in the queue, a SIGTERM waits (signals.hpp):
+    // an ending run between the two would find that step in no one's hands and count it cut.
+    DeferEndings held;
     StepRecorder::Begun b = recorder_.begin(tokens, samples);
     if (!b.index) return std::nullopt;
-    hold.reset();
     if (attribution_ && sampling_possible(cfg_) && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
       // Sampled attribution: CUPTI on for traced steps only (a no-op when it already is as wanted).
       // A failure leaves it off for good.
@@ -262,7 +263,6 @@ class Session {
     }
     if (b.closed) {
       link_.post(*b.closed);
-      DeferEndings held;
       queue_.push(std::move(*b.closed));
       b.closed.reset();  // its memory is freed inside, too
     }

@@ -66,12 +66,16 @@ inline EndDeferralSlot* end_deferral_slots() noexcept {
   static EndDeferralSlot slots[kEndDeferralSlots];
   return slots;
 }
+// pthread_self() reads the thread pointer (glibc: an integer, no call into the C library's state); it
+// is not on signal-safety(7)'s list, but nothing it does can block or allocate.
 inline unsigned long end_deferral_self() noexcept { return static_cast<unsigned long>(::pthread_self()); }
 
 /// Around the training thread's calls that take a lock an ending needs (the recorder's, the queue's):
 /// a SIGTERM landing inside is held (its siginfo kept) and raised again when the outermost one closes,
 /// so the ending never waits for a lock its own thread holds. An uncontended compare-exchange on the
-/// way in and two atomic writes on the way out; a few per step, none per phase scope.
+/// way in and two atomic writes on the way out; a few per step (a phase scope only when its thread's
+/// ring is full). The signal waits as long as the call inside: microseconds, unless a warning it writes
+/// waits on the program's own log sink.
 class DeferEndings {
  public:
   DeferEndings() noexcept {
@@ -123,8 +127,12 @@ struct EndSignals {
   std::atomic<int> wait_ms{kEndWaitMs};  // that run's end_wait_ms (a lock-free load in the handler)
   std::atomic<unsigned> asks{0};         // numbers each ask, so that an answer is matched to its ask
   std::atomic<int64_t> asked_ns{0};      // when the latest ending was asked (CLOCK_MONOTONIC)
-  siginfo_t held_info{};                 // the first held SIGTERM's, handed on when it is raised again
+  // The first held SIGTERM's siginfo, handed on when its thread raises it again: claimed, written,
+  // then published (a handler on another thread reads it only once published, and only its holder's).
+  siginfo_t held_info{};
+  std::atomic<bool> held_info_claimed{false};
   std::atomic<bool> has_held_info{false};
+  std::atomic<unsigned long> held_info_thread{0};
   EndFunction on_end = nullptr;
   bool installed = false;  // once per process (under install_mutex)
 };
@@ -133,6 +141,19 @@ struct EndSignals {
 inline EndSignals& end_signals() {
   static EndSignals* s = new EndSignals;
   return *s;
+}
+
+/// fork()'s child (details/fork.hpp): the slots name the parent's threads (a thread the child starts may
+/// get one of their pthread_self() values), and a SIGTERM one of them held is not the child's.
+inline void forget_held_endings() noexcept {
+  EndDeferralSlot* slots = end_deferral_slots();
+  for (int i = 0; i < kEndDeferralSlots; ++i) {
+    slots[i].thread.store(0, std::memory_order_relaxed);
+    slots[i].held.store(0, std::memory_order_relaxed);
+  }
+  EndSignals& s = end_signals();
+  s.has_held_info.store(false, std::memory_order_relaxed);
+  s.held_info_claimed.store(false, std::memory_order_relaxed);
 }
 
 /// A byte on the watcher's wake pipe: the ask's number (1..127) above bit 0, which is set for exit;
@@ -182,15 +203,21 @@ inline void on_sigterm(int sig, siginfo_t* info, void* context) {
   EndDeferralSlot* slots = end_deferral_slots();
   for (int i = 0; i < kEndDeferralSlots; ++i)
     if (slots[i].thread.load(std::memory_order_seq_cst) == self) {  // inside steptrace's bookkeeping
-      if (info && !s.has_held_info.exchange(true, std::memory_order_acq_rel)) s.held_info = *info;
+      if (info && !s.held_info_claimed.exchange(true, std::memory_order_acq_rel)) {
+        s.held_info = *info;
+        s.held_info_thread.store(self, std::memory_order_relaxed);
+        s.has_held_info.store(true, std::memory_order_release);
+      }
       slots[i].held.store(1, std::memory_order_seq_cst);  // raised again when DeferEndings closes
       errno = saved_errno;
       return;
     }
   siginfo_t sender{};
-  if (info && info->si_code == SI_TKILL && info->si_pid == ::getpid() && s.has_held_info.load(std::memory_order_acquire)) {
-    sender = s.held_info;  // raised again by DeferEndings: the chained handler sees who sent it
-    s.has_held_info.store(false, std::memory_order_release);
+  if (info && info->si_code == SI_TKILL && info->si_pid == ::getpid() && s.has_held_info.load(std::memory_order_acquire) &&
+      s.held_info_thread.load(std::memory_order_relaxed) == self) {
+    sender = s.held_info;  // raised again by DeferEndings on the thread that held it: who sent it
+    s.has_held_info.store(false, std::memory_order_relaxed);
+    s.held_info_claimed.store(false, std::memory_order_release);
     info = &sender;
   }
   bool served = false;
