@@ -41,6 +41,16 @@ else
   run=("$py")
 fi
 rm -rf "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
+# The extension exports Python's entry point only (python/src/exports.map): anything more, such as a
+# statically linked libstdc++, would be bound in place of the process's own by libraries loaded later.
+so=$("${run[@]}" -c 'import steptrace._steptrace as m; print(m.__file__)')
+exported=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -vx 'PyInit__steptrace' || true)
+if [[ -n $exported ]]; then
+  echo "python_check: $so exports $(wc -l <<<"$exported") symbols besides PyInit__steptrace, e.g.:" >&2
+  head -5 <<<"$exported" >&2
+  exit 1
+fi
+echo "python_check: $so exports PyInit__steptrace only"
 cd "$build"
 case $what in
   cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" ;;

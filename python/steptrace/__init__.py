@@ -1,6 +1,6 @@
 """steptrace for Python programs: where each training step's GPU time goes, one JSON line per step.
 
-    import torch                                       # before steptrace (README: Python)
+    import torch
     import steptrace
     steptrace.start(log_path="steps-{rank}.jsonl", tokens_per_step=batch * seq)
     for batch in steptrace.loader(dataloader):        # each iteration is a step; the wait is `input`

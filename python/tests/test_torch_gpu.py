@@ -16,10 +16,10 @@ import subprocess
 import sys
 import time
 
+import steptrace  # before torch: the order that once aborted (python/CMakeLists.txt, exported symbols)
+
 import torch
 import torch.nn as nn
-
-import steptrace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 B, S, V, D, LAYERS = 16, 256, 4096, 512, 4
