@@ -12,8 +12,12 @@
 
 STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace nvtx {
 
+/// The "steptrace" domain; null when no NVTX tool is attached. NVTX loads a tool (NVTX_INJECTION64_PATH,
+/// as Nsight Systems sets it) at the process's first NVTX call and never later, and with none
+/// nvtxDomainCreateA returns NULL (nvtx3/nvtxDetail/nvtxImplCore.h): a null domain means every push
+/// and pop of this process would be a no-op, so the scopes skip them (a phase scope's hot path).
 inline nvtxDomainHandle_t domain() {
-  static nvtxDomainHandle_t handle = nvtxDomainCreateA("steptrace");
+  static const nvtxDomainHandle_t handle = nvtxDomainCreateA("steptrace");
   return handle;
 }
 
@@ -29,6 +33,8 @@ inline nvtxStringHandle_t phase_string(PhaseId id) {
 }
 
 inline void push_phase(PhaseId id) noexcept {
+  const nvtxDomainHandle_t d = domain();
+  if (!d) return;
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
   a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
@@ -36,11 +42,13 @@ inline void push_phase(PhaseId id) noexcept {
   a.color = 0xFF76B900u ^ (static_cast<uint32_t>(id) * 0x00253A5Fu);
   a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   a.message.registered = phase_string(id);
-  nvtxDomainRangePushEx(domain(), &a);
+  nvtxDomainRangePushEx(d, &a);
 }
 
 inline void push_step(uint64_t index) noexcept {
-  static nvtxStringHandle_t step_string = nvtxDomainRegisterStringA(domain(), "step");
+  const nvtxDomainHandle_t d = domain();
+  if (!d) return;
+  static nvtxStringHandle_t step_string = nvtxDomainRegisterStringA(d, "step");
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
   a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
@@ -48,9 +56,11 @@ inline void push_step(uint64_t index) noexcept {
   a.message.registered = step_string;
   a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
   a.payload.ullValue = index;
-  nvtxDomainRangePushEx(domain(), &a);
+  nvtxDomainRangePushEx(d, &a);
 }
 
-inline void pop() noexcept { nvtxDomainRangePop(domain()); }
+inline void pop() noexcept {
+  if (const nvtxDomainHandle_t d = domain()) nvtxDomainRangePop(d);
+}
 
 }} STEPTRACE_END_NAMESPACE  // steptrace::backend::nvtx
