@@ -2,10 +2,12 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/core/line_invariants.hpp>
 #include <steptrace/core/json_writer.hpp>
+#include <steptrace/core/line_out.hpp>
 #include <steptrace/core/step_line.hpp>
 
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "host_config.hpp"
 #include "support.hpp"
@@ -44,6 +46,37 @@ TEST_CASE("JsonWriter escapes strings and writes non-finite numbers as null", "[
   CHECK(j["opt"].is_null());
   CHECK(j["n"] == -5);
   CHECK(j["arr"].size() == 3);
+}
+
+TEST_CASE("LineOut: a container a check left out is null with its reason, nothing of it written", "[json]") {
+  const std::map<std::string, std::string> excluded{{"a.b", "b left out"}, {"a.list", "list left out"}};
+  const auto before = details::line_out_unbalanced().load();
+  LineOut out(&excluded);
+  out.begin().begin_object("a").begin_object("b").field("x", 1.0).null("y", "why y");
+  out.begin_object("c").field("z", 2).end_object().end_object();
+  out.begin_array("list").element("t").begin_element().field("k", 1).null("n", "why n").end_object().end_array();
+  out.field("after", 3).end_object();
+  const auto j = nlohmann::json::parse(out.finish());
+  CHECK(details::line_out_unbalanced().load() == before);
+  CHECK(j["a"]["b"].is_null());
+  CHECK(j["a"]["list"].is_null());
+  CHECK(j["a"]["after"] == 3);
+  CHECK(j["null_reasons"] == nlohmann::json{{"a.b", "b left out"}, {"a.list", "list left out"}});
+}
+
+TEST_CASE("LineOut: an extra close is ignored and finish() closes what is open, both counted", "[json]") {
+  const auto before = details::line_out_unbalanced().load();
+  LineOut extra;
+  extra.begin().begin_object("o").field("v", 1).end_object().end_object().end_array();
+  const auto e = nlohmann::json::parse(extra.finish());
+  CHECK(e["o"]["v"] == 1);
+  CHECK(details::line_out_unbalanced().load() == before + 2);
+  LineOut open;
+  open.begin().begin_object("o").begin_array("list").element("t");
+  const auto o = nlohmann::json::parse(open.finish());
+  CHECK(o["o"]["list"] == nlohmann::json::array({"t"}));
+  CHECK(o["null_reasons"].empty());
+  CHECK(details::line_out_unbalanced().load() == before + 4);
 }
 
 TEST_CASE("JsonWriter writes names with invalid UTF-8 as valid JSON (U+FFFD per bad byte)", "[json]") {

@@ -131,10 +131,31 @@ bool carried(const std::set<std::string>& paths, const std::string& name) {
   return false;
 }
 
+// A name as one step of a null_reasons path (docs/schema.md): `\` and `.` escaped with `\`.
+std::string path_step(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '\\' || c == '.') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// A null_reasons path's steps, the escapes undone.
+std::vector<std::string> path_steps(const std::string& path) {
+  std::vector<std::string> steps(1);
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '\\' && i + 1 < path.size()) steps.back() += path[++i];
+    else if (path[i] == '.') steps.emplace_back();
+    else steps.back() += path[i];
+  }
+  return steps;
+}
+
 // Every null of a record (its path, array elements by index: `a.0.b`), null_reasons left aside.
 void null_paths(const nlohmann::json& j, const std::string& path, std::vector<std::string>& out) {
   if (j.is_null()) out.push_back(path);
-  const auto child = [&](const std::string& k) { return path.empty() ? k : path + "." + k; };
+  const auto child = [&](const std::string& k) { return path.empty() ? path_step(k) : path + "." + path_step(k); };
   if (j.is_array())
     for (std::size_t i = 0; i < j.size(); ++i) null_paths(j[i], child(std::to_string(i)), out);
   if (j.is_object())
@@ -161,15 +182,11 @@ void check_null_reasons(const std::string& text, const std::map<std::string, std
   for (const auto& [path, why] : left_out) {
     INFO("left out by a check: " << path);
     const nlohmann::json* v = &j;
-    std::size_t from = 0;
     bool under_null = false;
-    while (v && from <= path.size()) {
-      const auto dot = path.find('.', from);
-      const std::string key = path.substr(from, dot == std::string::npos ? std::string::npos : dot - from);
+    for (const std::string& key : path_steps(path)) {
+      if (!v) break;
       if (v->is_null()) under_null = true;
       v = v->is_object() && v->contains(key) ? &(*v)[key] : nullptr;
-      if (dot == std::string::npos) break;
-      from = dot + 1;
     }
     if (under_null) continue;
     REQUIRE(v);
@@ -326,6 +343,29 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   CHECK(odd_line["phases"]["forward"]["gpu"].is_null());
   CHECK(odd_line["null_reasons"]["phases.forward.gpu"].get<std::string>().find("more than its step's") != std::string::npos);
   CHECK(odd_line["null_reasons"]["cross_rank.step_skew"] == "not a finite number (NaN)");
+
+  // Names with a dot stay one step of a path: a phase `attn.qkv` busier than its step on the GPU (its
+  // gpu object left out by the check, written null by LineOut itself), a scalar `loss.train` not finite.
+  const PhaseId dotted = register_phase_checked("attn.qkv").id;
+  StepRecord dotted_record = r;
+  dotted_record.scalars.push_back({"loss.train", std::numeric_limits<double>::quiet_NaN()});
+  StepLineInput dots = in;
+  dots.step = &dotted_record;
+  dots.host.phases[dotted] = dots.host.phases[phase_tag::forward];
+  dots.gpu->phases[dotted] = dots.gpu->phases[phase_tag::forward];
+  dots.gpu->phases[dotted].busy_ns = dots.gpu->busy_ns + 1;
+  check_line_invariants(dots);
+  REQUIRE(dots.excluded.count("phases.attn\\.qkv.gpu"));
+  const auto before = details::line_out_unbalanced().load();
+  const std::string dots_text = make_step_line(dots);
+  CHECK(details::line_out_unbalanced().load() == before);
+  check_null_reasons(dots_text, dots.excluded);
+  const auto dots_line = nlohmann::json::parse(dots_text);
+  CHECK(dots_line["phases"]["attn.qkv"]["gpu"].is_null());
+  CHECK(dots_line["phases"]["attn.qkv"]["host_ms"].is_number());
+  CHECK(dots_line["null_reasons"]["phases.attn\\.qkv.gpu"].get<std::string>().find("more than its step's") != std::string::npos);
+  CHECK(dots_line["null_reasons"]["scalars.loss\\.train"].get<std::string>().find("NaN") != std::string::npos);
+  CHECK_FALSE(dots_line["null_reasons"].contains("scalars.loss.train"));
 
   const std::string schema = schema_text();
   REQUIRE(schema.size() > 1000);

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "line_input.hpp"
+#include "line_out.hpp"  // details::path_segment: the paths LineOut files reasons under
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -68,7 +69,7 @@ inline void check_line_invariants(StepLineInput& in) {
       const std::string why = "phase '" + line_phase_key(id) + "' scopes on the step's thread took " +
                               invariant_ms(p.step_thread_ns) + " in a " + invariant_ms(step_ns) +
                               " step, which they cannot (a scope opened before the step began?): left out";
-      in.excluded["phases." + line_phase_key(id) + ".host_ms"] = why;
+      in.excluded["phases." + path_segment(line_phase_key(id)) + ".host_ms"] = why;
       if (const char* f = builtin_phase_field(id)) in.excluded[f] = why;
     }
 
@@ -91,7 +92,7 @@ inline void check_line_invariants(StepLineInput& in) {
       in.excluded["diagnosis.evidence.sm_efficiency"] = in.excluded["gpu.sm_efficiency"];
     }
     for (const auto& [id, pg] : g.phases) {
-      const std::string at = "phases." + line_phase_key(id) + ".gpu";
+      const std::string at = "phases." + path_segment(line_phase_key(id)) + ".gpu";
       if (pg.busy_ns > g.busy_ns)
         in.excluded[at] = "phase '" + line_phase_key(id) + "' was busy " + invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
                           invariant_ms(g.busy_ns) + " (its work is part of the step's): left out";

@@ -3,6 +3,7 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -36,6 +37,26 @@ inline std::string not_finite_reason(double v) {
   return std::string("not a finite number (") + (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + ")";
 }
 
+/// One step of a `null_reasons` path: a member's name as it is, with `\` and `.` escaped (`\\`, `\.`),
+/// so that a name with a dot in it (a phase `attn.qkv`, a scalar `loss.train`) stays one step:
+/// `phases.attn\.qkv.gpu`. Names without either (every built-in one) read as they are.
+inline std::string path_segment(std::string_view name) {
+  if (name.find_first_of("\\.") == std::string_view::npos) return std::string(name);
+  std::string out;
+  for (char c : name) {
+    if (c == '\\' || c == '.') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+/// Writers that closed more than they opened, or left something open at finish() (a bug in a section
+/// writer; LineOut keeps the record well formed regardless). Tests hold it at 0.
+inline std::atomic<uint64_t>& line_out_unbalanced() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
+
 }  // namespace details
 
 /// A record being written. The section writers reach the JSON only through it, and every value goes
@@ -45,9 +66,12 @@ inline std::string not_finite_reason(double v) {
 ///   field(name, opt, reason)   an optional: null, with `reason`, when empty;
 ///   null(name, reason)         a null, with its reason.
 /// LineOut keeps the path of the open objects and arrays, so a null's reason is filed under its path
-/// (`phases.forward.gpu.occupancy`; an array element by its index) without a section naming it, and
-/// finish() writes them as `null_reasons`. A value a check left out (`excluded`: path -> why, from
-/// core/line_invariants.hpp) is written null with the check's reason wherever its path comes.
+/// (`phases.forward.gpu.occupancy`; an array element by its index; details::path_segment) without a
+/// section naming it, and finish() writes them as `null_reasons`. A value a check left out (`excluded`:
+/// path -> why, from core/line_invariants.hpp) is written null with the check's reason wherever its path
+/// comes; an object or array a check left out is written null the same way, and whatever a section then
+/// writes into it is dropped. Containers close in the order they opened; an extra close is ignored and
+/// finish() closes what is still open (both counted in details::line_out_unbalanced()).
 class LineOut {
  public:
   explicit LineOut(const std::map<std::string, std::string>* excluded = nullptr, FlatJson* leaves = nullptr)
@@ -58,12 +82,17 @@ class LineOut {
   // ---- the record, objects and arrays ----
   LineOut& begin() {
     w_.begin_object();
-    levels_.push_back({0, false, 0});
+    levels_.push_back({0, false, 0, false});
     return *this;
   }
   /// `null_reasons` (every null filed, then what a check left out that no section wrote), closes the
   /// record and returns its text.
   std::string finish() {
+    if (levels_.empty()) begin();
+    while (levels_.size() > 1) {
+      details::line_out_unbalanced().fetch_add(1, std::memory_order_relaxed);
+      close();
+    }
     if (excluded_)
       for (const auto& [path, why] : *excluded_)
         if (std::none_of(nulls_.begin(), nulls_.end(), [&](const auto& n) { return n.first == path; }))
@@ -81,10 +110,11 @@ class LineOut {
   /// An object as the next element of the open array.
   LineOut& begin_element() {
     const std::size_t parent = path_.size();
+    if (dropped_ || levels_.empty()) return drop_level(false);
     path_ += path_.empty() ? "" : ".";
     path_ += std::to_string(levels_.back().next_index++);
     w_.begin_object();
-    levels_.push_back({parent, false, 0});
+    levels_.push_back({parent, false, 0, false});
     return *this;
   }
 
@@ -116,6 +146,7 @@ class LineOut {
     return v.empty() ? null(name, reason) : field(name, v);
   }
   LineOut& null(std::string_view name, std::string_view reason) {
+    if (dropped_) return *this;
     std::string path = member_path(name);
     const std::string* left = excluded(path);
     w_.key(name).null();
@@ -124,16 +155,10 @@ class LineOut {
   }
   /// Why a check left the member `name` of the open object out; null when it did not.
   const std::string* left_out_reason(std::string_view name) const { return excluded(member_path(name)); }
-  /// Whether a check left the member `name` out; if it did, it is written null with the check's reason
-  /// (the caller writes nothing more of it).
-  bool left_out(std::string_view name) {
-    if (!excluded(member_path(name))) return false;
-    null(name, {});
-    return true;
-  }
 
   // ---- elements of the open array (never null) ----
   LineOut& element(std::string_view v) {
+    if (dropped_) return *this;
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -143,6 +168,7 @@ class LineOut {
   template <class T>
   LineOut& element(T) = delete;  // elements are texts and counts (int64_t) only
   LineOut& element(int64_t v) {
+    if (dropped_) return *this;
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -153,12 +179,19 @@ class LineOut {
     std::size_t parent;  // path_'s length outside this container
     bool array;
     std::size_t next_index;
+    bool dropped;  // left out by a check (or inside one that was): nothing of it is written
   };
   std::string member_path(std::string_view name) const {
     std::string p = path_;
     if (!p.empty()) p += '.';
-    p += name;
+    p += details::path_segment(name);
     return p;
+  }
+  /// A container whose contents are not written (it was written null, or it lies inside one that was).
+  LineOut& drop_level(bool array) {
+    levels_.push_back({path_.size(), array, 0, true});
+    ++dropped_;
+    return *this;
   }
   const std::string* excluded(const std::string& path) const {
     if (!excluded_) return nullptr;
@@ -167,6 +200,7 @@ class LineOut {
   }
   template <class V>
   LineOut& put(std::string_view name, const V& v) {
+    if (dropped_) return *this;
     if (excluded_ && !excluded_->empty()) {
       if (const std::string* why = excluded(member_path(name))) return null(name, *why);
     }
@@ -174,18 +208,31 @@ class LineOut {
     return *this;
   }
   LineOut& open(std::string_view name, bool array) {
+    if (dropped_ || levels_.empty()) return drop_level(array);
+    if (excluded_ && !excluded_->empty() && excluded(member_path(name))) {
+      null(name, {});  // the check's reason
+      return drop_level(array);
+    }
     const std::size_t parent = path_.size();
-    if (!path_.empty()) path_ += '.';
-    path_ += name;
+    path_ = member_path(name);
     w_.key(name);
     if (array) w_.begin_array();
     else w_.begin_object();
-    levels_.push_back({parent, array, 0});
+    levels_.push_back({parent, array, 0, false});
     return *this;
   }
   LineOut& close() {
-    if (levels_.back().array) w_.end_array();
-    else w_.end_object();
+    if (levels_.size() <= 1) {  // the record's own level closes in finish() only
+      details::line_out_unbalanced().fetch_add(1, std::memory_order_relaxed);
+      return *this;
+    }
+    if (levels_.back().dropped) {
+      --dropped_;
+    } else if (levels_.back().array) {
+      w_.end_array();
+    } else {
+      w_.end_object();
+    }
     path_.resize(levels_.back().parent);
     levels_.pop_back();
     return *this;
@@ -195,6 +242,7 @@ class LineOut {
   const std::map<std::string, std::string>* excluded_;
   std::vector<std::pair<std::string, std::string>> nulls_;
   std::vector<Level> levels_;
+  std::size_t dropped_ = 0;  // open levels whose contents are not written
   std::string path_;  // the open container's path ("" at the record's top level)
 };
 
