@@ -32,8 +32,23 @@ inline nvtxStringHandle_t phase_string(PhaseId id) {
   return h;
 }
 
-inline void push_phase(PhaseId id) noexcept {
+/// Set at the first scope that finds no tool: from then on a scope reads this one flag (constant-
+/// initialized, no guard) instead of the domain. A push it skips has its pop skipped too (both no-ops).
+inline std::atomic<bool>& nvtx_off() {
+  static std::atomic<bool> off{false};
+  return off;
+}
+
+/// The domain where a tool is attached, else null (and nvtx_off() set).
+inline nvtxDomainHandle_t active_domain() noexcept {
+  if (nvtx_off().load(std::memory_order_relaxed)) return nullptr;
   const nvtxDomainHandle_t d = domain();
+  if (!d) nvtx_off().store(true, std::memory_order_relaxed);
+  return d;
+}
+
+inline void push_phase(PhaseId id) noexcept {
+  const nvtxDomainHandle_t d = active_domain();
   if (!d) return;
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
@@ -46,7 +61,7 @@ inline void push_phase(PhaseId id) noexcept {
 }
 
 inline void push_step(uint64_t index) noexcept {
-  const nvtxDomainHandle_t d = domain();
+  const nvtxDomainHandle_t d = active_domain();
   if (!d) return;
   static nvtxStringHandle_t step_string = nvtxDomainRegisterStringA(d, "step");
   nvtxEventAttributes_t a{};
@@ -60,7 +75,7 @@ inline void push_step(uint64_t index) noexcept {
 }
 
 inline void pop() noexcept {
-  if (const nvtxDomainHandle_t d = domain()) nvtxDomainRangePop(d);
+  if (const nvtxDomainHandle_t d = active_domain()) nvtxDomainRangePop(d);
 }
 
 }} STEPTRACE_END_NAMESPACE  // steptrace::backend::nvtx
