@@ -43,8 +43,16 @@ fi
 rm -rf "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
 # The extension exports Python's entry point only (python/src/exports.map): anything more, such as a
 # statically linked libstdc++, would be bound in place of the process's own by libraries loaded later.
-so=$("${run[@]}" -c 'import steptrace._steptrace as m; print(m.__file__)')
-exported=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -vx 'PyInit__steptrace' || true)
+so=$("${run[@]}" -c 'import steptrace._steptrace as m; print(m.__file__)' | tail -n 1)
+command -v nm >/dev/null || { echo "python_check: nm (binutils) is needed to check the extension's exports" >&2; exit 1; }
+symbols=$(nm -D --defined-only "$so")  # a failing nm ends the script (set -e)
+# Symbol names without a version suffix, version nodes (type A) left aside.
+names=$(awk '$2 != "A" {sub(/@.*/, "", $NF); print $NF}' <<<"$symbols")
+if ! grep -qx 'PyInit__steptrace' <<<"$names"; then
+  echo "python_check: $so does not export PyInit__steptrace" >&2
+  exit 1
+fi
+exported=$(grep -vx 'PyInit__steptrace' <<<"$names" || true)
 if [[ -n $exported ]]; then
   echo "python_check: $so exports $(wc -l <<<"$exported") symbols besides PyInit__steptrace, e.g.:" >&2
   head -5 <<<"$exported" >&2

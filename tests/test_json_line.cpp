@@ -77,6 +77,12 @@ TEST_CASE("LineOut: an extra close is ignored and finish() closes what is open, 
   CHECK(o["o"]["list"] == nlohmann::json::array({"t"}));
   CHECK(o["null_reasons"].empty());
   CHECK(details::line_out_unbalanced().load() == before + 4);
+  LineOut unopened;  // a writer that forgot begin(): still one object
+  unopened.field("v", 1).begin_object("o").end_object();
+  const auto u = nlohmann::json::parse(unopened.finish());
+  CHECK(u["v"] == 1);
+  CHECK(u["o"].is_object());
+  CHECK(details::line_out_unbalanced().load() == before + 5);
 }
 
 TEST_CASE("JsonWriter writes names with invalid UTF-8 as valid JSON (U+FFFD per bad byte)", "[json]") {

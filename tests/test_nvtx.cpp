@@ -3,6 +3,7 @@
 // CTest runs the [tool] case with NVTX_INJECTION64_PATH naming nvtx_tool.cpp's library, which NVTX
 // loads itself, as it loads Nsight Systems; [no_tool] runs with none (scopes skip NVTX then).
 #include <steptrace/steptrace.hpp>
+#include <steptrace/backend/nvtx.hpp>
 
 #include <dlfcn.h>
 
@@ -54,4 +55,5 @@ TEST_CASE("without a tool the scopes still make their lines", "[no_tool]") {
   const auto lines = steptrace_test::read_lines(log);
   REQUIRE(lines.size() == 3);
   for (const auto& line : lines) CHECK(line["phases"].contains("attention"));
+  CHECK(steptrace::backend::nvtx::nvtx_off().load());  // the scopes found no tool and stopped asking
 }

@@ -343,6 +343,9 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   CHECK(odd_line["phases"]["forward"]["gpu"].is_null());
   CHECK(odd_line["null_reasons"]["phases.forward.gpu"].get<std::string>().find("more than its step's") != std::string::npos);
   CHECK(odd_line["null_reasons"]["cross_rank.step_skew"] == "not a finite number (NaN)");
+  // Inside the phase's gpu object, left out whole, nothing is in the line: no reason names its occupancy.
+  REQUIRE(odd.excluded.count("phases.forward.gpu.occupancy"));
+  CHECK_FALSE(odd_line["null_reasons"].contains("phases.forward.gpu.occupancy"));
 
   // Names with a dot stay one step of a path: a phase `attn.qkv` busier than its step on the GPU (its
   // gpu object left out by the check, written null by LineOut itself), a scalar `loss.train` not finite.
@@ -418,6 +421,7 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
   RunInfo nothing;
   nothing.device_null_reason = "no GPU";
 
+  const auto unbalanced_before = details::line_out_unbalanced().load();
   check_null_reasons(make_end_line(full, run));
   check_null_reasons(make_end_line(bare, nothing));
   // The stall and resumed records follow the same rule (a stall with nothing known, and one whose last
@@ -432,6 +436,7 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
   check_null_reasons(named_nothing);
   CHECK_FALSE(nlohmann::json::parse(named_nothing)["null_reasons"]["gpu.last_activity"].get<std::string>().empty());
   check_null_reasons(make_resumed_line(1, 2, 3.0, 1, 3, run));
+  CHECK(details::line_out_unbalanced().load() == unbalanced_before);  // every writer closed what it opened
 
   const std::string end_doc = section(schema_text(), "## The end record", "## Traces of the steps");
   std::set<std::string> paths;

@@ -12,10 +12,13 @@
 
 STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace nvtx {
 
-/// The "steptrace" domain; null when no NVTX tool is attached. NVTX loads a tool (NVTX_INJECTION64_PATH,
-/// as Nsight Systems sets it) at the process's first NVTX call and never later, and with none
-/// nvtxDomainCreateA returns NULL (nvtx3/nvtxDetail/nvtxImplCore.h): a null domain means every push
-/// and pop of this process would be a no-op, so the scopes skip them (a phase scope's hot path).
+/// The "steptrace" domain; null when no NVTX tool is attached. NVTX's state is per binary that
+/// includes it (this library's copy, nvtx3/nvtxDetail/nvtxLinkOnce.h): it loads a tool
+/// (NVTX_INJECTION64_PATH, as Nsight Systems sets it) at that copy's first call, once, and with none
+/// nvtxDomainCreateA returns NULL (nvtxInit.h, nvtxImplCore.h): every later push and pop through it would
+/// be a no-op, so the scopes skip them (a phase scope's hot path). A tool that handles ranges but not
+/// domain creation (NULL for the default domain) gets no steptrace ranges; Nsight Systems and CUPTI
+/// create domains.
 inline nvtxDomainHandle_t domain() {
   static const nvtxDomainHandle_t handle = nvtxDomainCreateA("steptrace");
   return handle;

@@ -39,7 +39,8 @@ inline std::string not_finite_reason(double v) {
 
 /// One step of a `null_reasons` path: a member's name as it is, with `\` and `.` escaped (`\\`, `\.`),
 /// so that a name with a dot in it (a phase `attn.qkv`, a scalar `loss.train`) stays one step:
-/// `phases.attn\.qkv.gpu`. Names without either (every built-in one) read as they are.
+/// `phases.attn\.qkv.gpu` (and an unregistered id's key `unknown.7`: `phases.unknown\.7.gpu`). Names
+/// without either read as they are.
 inline std::string path_segment(std::string_view name) {
   if (name.find_first_of("\\.") == std::string_view::npos) return std::string(name);
   std::string out;
@@ -88,14 +89,16 @@ class LineOut {
   /// `null_reasons` (every null filed, then what a check left out that no section wrote), closes the
   /// record and returns its text.
   std::string finish() {
-    if (levels_.empty()) begin();
+    ensure_record();
     while (levels_.size() > 1) {
       details::line_out_unbalanced().fetch_add(1, std::memory_order_relaxed);
       close();
     }
+    // What a check left out that no section wrote, unless it lies inside a null already filed (an
+    // object left out whole: nothing inside it is in the line).
     if (excluded_)
       for (const auto& [path, why] : *excluded_)
-        if (std::none_of(nulls_.begin(), nulls_.end(), [&](const auto& n) { return n.first == path; }))
+        if (std::none_of(nulls_.begin(), nulls_.end(), [&](const auto& n) { return covers(n.first, path); }))
           nulls_.emplace_back(path, why);
     w_.key("null_reasons").begin_object();
     for (const auto& [path, why] : nulls_) w_.field(path, why);
@@ -109,8 +112,9 @@ class LineOut {
   LineOut& end_array() { return close(); }
   /// An object as the next element of the open array.
   LineOut& begin_element() {
+    ensure_record();
     const std::size_t parent = path_.size();
-    if (dropped_ || levels_.empty()) return drop_level(false);
+    if (dropped_) return drop_level(false);
     path_ += path_.empty() ? "" : ".";
     path_ += std::to_string(levels_.back().next_index++);
     w_.begin_object();
@@ -146,6 +150,7 @@ class LineOut {
     return v.empty() ? null(name, reason) : field(name, v);
   }
   LineOut& null(std::string_view name, std::string_view reason) {
+    ensure_record();
     if (dropped_) return *this;
     std::string path = member_path(name);
     const std::string* left = excluded(path);
@@ -158,6 +163,7 @@ class LineOut {
 
   // ---- elements of the open array (never null) ----
   LineOut& element(std::string_view v) {
+    ensure_record();
     if (dropped_) return *this;
     ++levels_.back().next_index;
     w_.value(v);
@@ -168,6 +174,7 @@ class LineOut {
   template <class T>
   LineOut& element(T) = delete;  // elements are texts and counts (int64_t) only
   LineOut& element(int64_t v) {
+    ensure_record();
     if (dropped_) return *this;
     ++levels_.back().next_index;
     w_.value(v);
@@ -187,6 +194,16 @@ class LineOut {
     p += details::path_segment(name);
     return p;
   }
+  /// A writer that forgot begin(): the record is opened for it (counted), so the text stays an object.
+  void ensure_record() {
+    if (!levels_.empty()) return;
+    details::line_out_unbalanced().fetch_add(1, std::memory_order_relaxed);
+    begin();
+  }
+  /// Whether the filed null at `filed` is `path` or contains it (`a.b` covers `a.b.c`, not `a.bc`).
+  static bool covers(const std::string& filed, const std::string& path) {
+    return path.compare(0, filed.size(), filed) == 0 && (path.size() == filed.size() || path[filed.size()] == '.');
+  }
   /// A container whose contents are not written (it was written null, or it lies inside one that was).
   LineOut& drop_level(bool array) {
     levels_.push_back({path_.size(), array, 0, true});
@@ -200,6 +217,7 @@ class LineOut {
   }
   template <class V>
   LineOut& put(std::string_view name, const V& v) {
+    ensure_record();
     if (dropped_) return *this;
     if (excluded_ && !excluded_->empty()) {
       if (const std::string* why = excluded(member_path(name))) return null(name, *why);
@@ -208,7 +226,8 @@ class LineOut {
     return *this;
   }
   LineOut& open(std::string_view name, bool array) {
-    if (dropped_ || levels_.empty()) return drop_level(array);
+    ensure_record();
+    if (dropped_) return drop_level(array);
     if (excluded_ && !excluded_->empty() && excluded(member_path(name))) {
       null(name, {});  // the check's reason
       return drop_level(array);

@@ -120,6 +120,9 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     for (const sink::LineSink* sink : s_.sinks) fields_read = fields_read || sink->reads_fields();
     FlatJson fields;  // the line's leaves, for a sink that reads fields (the Prometheus exporter)
     const std::string line = make_step_line(in, fields_read ? &fields : nullptr);
+    if (details::line_out_unbalanced().load(std::memory_order_relaxed))
+      warn_once("line_out", "a line's writer closed an object it had not opened or left one open (a steptrace bug; "
+                            "the lines are kept well formed): please report it");
     last_line_step_ = static_cast<int64_t>(r.index);
     if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
     for (sink::LineSink* sink : s_.sinks) {
