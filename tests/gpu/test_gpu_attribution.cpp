@@ -520,7 +520,11 @@ TEST_CASE("work between steps and after the last one: its own fields; a short ph
         hi = std::max(hi, v);
       }
       if (lo <= hi) {
-        CHECK(sa >= lo - 0.05);  // the step's window holds a little idle time around its phases
+        // The step's window holds idle time around its phases (the host's launch gaps: 5.2 % of it once
+        // on an H100), in which no SM is active: at least the phases' lowest activity over the busy
+        // share of the window, less a sample's rounding.
+        const double busy_share = l["gpu_utilization"].is_number() ? l["gpu_utilization"].get<double>() : 0.95;
+        CHECK(sa >= lo * busy_share - 0.02);
         CHECK(sa <= hi + 1e-9);
       }
     }
