@@ -760,7 +760,10 @@ def standard_checks(build, h100, keep, work):
     links = re.findall(r'href=\\"([^"\\]+\.json)\\"|"href":"([^"]+\.json)"', page)
     linked = {a or b for a, b in links}
     traces = {f for f in os.listdir(feed_dir) if f.startswith("trace-")}
-    if {os.path.basename(l) for l in linked} != traces or len(traces) < 3:
+    # The captures the program asked for (STEPTRACE_CAPTURE_STEPS=30-31, capture_steps(1) in step 50)
+    # always go out; the slow step's automatic one may be refused by the capture budget or held back by
+    # the rate limit on a loaded machine (trace_check.py tells those apart): every one written is linked.
+    if {os.path.basename(l) for l in linked} != traces or len(traces) < 2:
         problems.append(f"traces: the report links {sorted(linked)}, the run wrote {sorted(traces)}")
     for ranks in (4, 16):
         d = os.path.join(work, f"ranks{ranks}")
