@@ -114,7 +114,7 @@ class LineOut {
   LineOut& begin_element() {
     ensure_record();
     const std::size_t parent = path_.size();
-    if (dropped_) return drop_level(false);
+    if (dropped()) return drop_level(false);
     path_ += path_.empty() ? "" : ".";
     path_ += std::to_string(levels_.back().next_index++);
     w_.begin_object();
@@ -151,7 +151,7 @@ class LineOut {
   }
   LineOut& null(std::string_view name, std::string_view reason) {
     ensure_record();
-    if (dropped_) return *this;
+    if (dropped()) return *this;
     std::string path = member_path(name);
     const std::string* left = excluded(path);
     w_.key(name).null();
@@ -159,12 +159,14 @@ class LineOut {
     return *this;
   }
   /// Why a check left the member `name` of the open object out; null when it did not.
-  const std::string* left_out_reason(std::string_view name) const { return excluded(member_path(name)); }
+  const std::string* left_out_reason(std::string_view name) const {
+    return excluded_ && !excluded_->empty() ? excluded(member_path(name)) : nullptr;
+  }
 
   // ---- elements of the open array (never null) ----
   LineOut& element(std::string_view v) {
     ensure_record();
-    if (dropped_) return *this;
+    if (dropped()) return *this;
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -175,7 +177,7 @@ class LineOut {
   LineOut& element(T) = delete;  // elements are texts and counts (int64_t) only
   LineOut& element(int64_t v) {
     ensure_record();
-    if (dropped_) return *this;
+    if (dropped()) return *this;
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -207,9 +209,11 @@ class LineOut {
   /// A container whose contents are not written (it was written null, or it lies inside one that was).
   LineOut& drop_level(bool array) {
     levels_.push_back({path_.size(), array, 0, true});
-    ++dropped_;
     return *this;
   }
+  /// Whether the open container is one whose contents are not written (a level inside a dropped one is
+  /// dropped too, so the innermost says it).
+  bool dropped() const { return !levels_.empty() && levels_.back().dropped; }
   const std::string* excluded(const std::string& path) const {
     if (!excluded_) return nullptr;
     auto it = excluded_->find(path);
@@ -218,17 +222,15 @@ class LineOut {
   template <class V>
   LineOut& put(std::string_view name, const V& v) {
     ensure_record();
-    if (dropped_) return *this;
-    if (excluded_ && !excluded_->empty()) {
-      if (const std::string* why = excluded(member_path(name))) return null(name, *why);
-    }
+    if (dropped()) return *this;
+    if (const std::string* why = left_out_reason(name)) return null(name, *why);
     w_.field(name, v);
     return *this;
   }
   LineOut& open(std::string_view name, bool array) {
     ensure_record();
-    if (dropped_) return drop_level(array);
-    if (excluded_ && !excluded_->empty() && excluded(member_path(name))) {
+    if (dropped()) return drop_level(array);
+    if (left_out_reason(name)) {
       null(name, {});  // the check's reason
       return drop_level(array);
     }
@@ -245,12 +247,9 @@ class LineOut {
       details::line_out_unbalanced().fetch_add(1, std::memory_order_relaxed);
       return *this;
     }
-    if (levels_.back().dropped) {
-      --dropped_;
-    } else if (levels_.back().array) {
-      w_.end_array();
-    } else {
-      w_.end_object();
+    if (!levels_.back().dropped) {
+      if (levels_.back().array) w_.end_array();
+      else w_.end_object();
     }
     path_.resize(levels_.back().parent);
     levels_.pop_back();
@@ -261,7 +260,6 @@ class LineOut {
   const std::map<std::string, std::string>* excluded_;
   std::vector<std::pair<std::string, std::string>> nulls_;
   std::vector<Level> levels_;
-  std::size_t dropped_ = 0;  // open levels whose contents are not written
   std::string path_;  // the open container's path ("" at the record's top level)
 };
 
