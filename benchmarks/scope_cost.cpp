@@ -6,6 +6,10 @@
 // says which clock the scopes read ("scope_clock"). Built twice: header-only (scope_cost) and against
 // the compiled library (scope_cost_compiled, "mode":"compiled"), where the scopes are calls into the
 // library and the runtime's internals (NVTX alone, the scope clock chosen) are not visible: null.
+// The scopes timed inside their steps are also measured batch by batch (one step of 1000 scopes a
+// batch), beside a batch of two bare tick reads (a scope's floor), with the thread's user-space
+// cycles and instructions from perf_event_open(2) where the machine exposes them ("batches"): a
+// machine whose clock rate or neighbours move between runs still shows what one scope executes.
 #include <steptrace/core/clock.hpp>  // the clocks alone, to compare with
 #include <steptrace/steptrace.hpp>
 #ifndef STEPTRACE_COMPILED_LIB
@@ -13,11 +17,23 @@
 #include <steptrace/details/host_clock.hpp>  // which clock the scopes read (likewise)
 #endif
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#if defined(__linux__)
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace {
 template <class F>
@@ -27,6 +43,115 @@ double ns_per_call(long n, F&& body) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n);
 }
 volatile long sink = 0;
+
+// The calling thread's user-space cycles and instructions, one perf_event_open(2) group read at once.
+// Unavailable (no virtual PMU, perf_event_paranoid, seccomp, not Linux): ok() is false, why() says so.
+class ThreadCounters {
+ public:
+  ThreadCounters() {
+#if defined(__linux__)
+    leader_ = open_one(PERF_COUNT_HW_CPU_CYCLES, -1);
+    if (leader_ >= 0) member_ = open_one(PERF_COUNT_HW_INSTRUCTIONS, leader_);
+    if (leader_ < 0 || member_ < 0) {
+      why_ = std::string("perf_event_open: ") + std::strerror(errno);
+      return;
+    }
+    ioctl(leader_, PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP);
+    ioctl(leader_, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP);
+#else
+    why_ = "not Linux";
+#endif
+  }
+  ~ThreadCounters() {
+#if defined(__linux__)
+    if (member_ >= 0) close(member_);
+    if (leader_ >= 0) close(leader_);
+#endif
+  }
+  bool ok() const { return why_.empty(); }
+  const std::string& why() const { return why_; }
+  // Cumulative counts; false when the group was not counting the whole time (multiplexed with other
+  // events: the counts would be estimates).
+  bool read(uint64_t& cycles, uint64_t& instructions) const {
+#if defined(__linux__)
+    uint64_t v[5] = {};  // nr, time_enabled, time_running, cycles, instructions
+    if (!ok() || ::read(leader_, v, sizeof v) != static_cast<ssize_t>(sizeof v) || v[0] != 2 || v[1] != v[2]) return false;
+    cycles = v[3];
+    instructions = v[4];
+    return true;
+#else
+    (void)cycles;
+    (void)instructions;
+    return false;
+#endif
+  }
+
+ private:
+#if defined(__linux__)
+  static int open_one(uint64_t config, int group) {
+    perf_event_attr a;
+    std::memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = config;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    a.disabled = group < 0;  // the leader starts disabled and enables the group
+    a.read_format = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+    return static_cast<int>(syscall(SYS_perf_event_open, &a, 0, -1, group, 0));
+  }
+  int leader_ = -1, member_ = -1;
+#endif
+  std::string why_;
+};
+
+// Per-batch readings of one measurement, each divided by the batch's operation count.
+struct Batches {
+  std::vector<double> ns, cycles, instructions;
+  long without_counters = 0;  // batches whose counters could not be read whole
+
+  template <class F>
+  void run(const ThreadCounters& pmu, long ops, F&& body) {
+    uint64_t c0 = 0, i0 = 0, c1 = 0, i1 = 0;
+    const bool have0 = pmu.read(c0, i0);
+    const auto t0 = std::chrono::steady_clock::now();
+    body();
+    const auto t1 = std::chrono::steady_clock::now();
+    const bool have1 = have0 && pmu.read(c1, i1);
+    ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / double(ops));
+    if (have1) {
+      cycles.push_back(double(c1 - c0) / double(ops));
+      instructions.push_back(double(i1 - i0) / double(ops));
+    } else {
+      ++without_counters;
+    }
+  }
+
+  static double quantile(std::vector<double> v, double q) {
+    if (v.empty()) return -1;
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * double(v.size() - 1) + 0.5)];
+  }
+  static std::string number(double x) {
+    if (x < 0) return "null";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", x);
+    return b;
+  }
+  std::string json() const {
+    std::string ghz = "null";
+    if (!cycles.empty()) {  // each batch's cycles per ns, then the median: the clock rate it ran at
+      std::vector<double> rate;
+      for (std::size_t k = 0; k < ns.size() && k < cycles.size(); ++k) rate.push_back(cycles[k] / ns[k]);
+      ghz = number(quantile(rate, 0.5));
+    }
+    return "{\"batches\":" + std::to_string(ns.size()) + ",\"ns_min\":" + number(quantile(ns, 0)) +
+           ",\"ns_p10\":" + number(quantile(ns, 0.1)) + ",\"ns_median\":" + number(quantile(ns, 0.5)) +
+           ",\"cycles_min\":" + number(quantile(cycles, 0)) + ",\"cycles_median\":" + number(quantile(cycles, 0.5)) +
+           ",\"instructions_median\":" + number(quantile(instructions, 0.5)) + ",\"ghz_median\":" + ghz +
+           ",\"batches_without_counters\":" + std::to_string(without_counters) + "}";
+  }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,14 +202,27 @@ int main(int argc, char** argv) {
                  sink = i + k;
                }
              }) / 1000;
-  {  // The same scopes timed inside their steps only: what the scope itself costs where it runs.
+  const ThreadCounters pmu;
+  Batches in_step, two_ticks;
+  {  // The same scopes timed inside their steps only: what the scope itself costs where it runs;
+     // alternating with batches of its floor, two tick reads.
     double inside = 0;
     const long steps = n / 1000;
     for (long i = 0; i < steps; ++i) {
-      TRACE_STEP();
-      inside += ns_per_call(1000, [i](long k) {
-        TRACE_PHASE(forward);
-        sink = i + k;
+      {
+        TRACE_STEP();
+        in_step.run(pmu, 1000, [i, &inside] {
+          inside += ns_per_call(1000, [i](long k) {
+            TRACE_PHASE(forward);
+            sink = i + k;
+          });
+        });
+      }
+      two_ticks.run(pmu, 1000, [] {
+        ns_per_call(1000, [](long) {
+          sink = static_cast<long>(steptrace::read_ticks());
+          sink = static_cast<long>(steptrace::read_ticks());
+        });
       });
     }
     phase_in_step = inside / double(steps);
@@ -104,10 +242,12 @@ int main(int argc, char** argv) {
   steptrace::stop();
   char nvtx_ns[32] = "null";
   if (nvtx >= 0) std::snprintf(nvtx_ns, sizeof nvtx_ns, "%.1f", nvtx);
+  const std::string counters_why = pmu.ok() ? "null" : "\"" + pmu.why() + "\"";
   std::printf("{\"mode\":\"%s\",\"scope_clock\":%s,\"iterations\":%ld,\"empty_loop_ns\":%.1f,\"phase_scope_not_running_ns\":%.1f,"
               "\"phase_scope_ns\":%.1f,\"phase_scope_in_step_ns\":%.1f,\"nested_phase_scope_ns\":%.1f,\"step_scope_ns\":%.1f,"
-              "\"clock_read_ns\":%.1f,\"ticks_read_ns\":%.1f,\"nvtx_push_pop_ns\":%s,\"mutex_lock_unlock_ns\":%.1f}\n",
+              "\"clock_read_ns\":%.1f,\"ticks_read_ns\":%.1f,\"nvtx_push_pop_ns\":%s,\"mutex_lock_unlock_ns\":%.1f,"
+              "\"batches\":{\"phase_scope_in_step\":%s,\"two_tick_reads\":%s,\"counters_null_reason\":%s}}\n",
               mode, scope_clock, n, empty, phase_off, phase_on, phase_in_step, nested_on, step_on, clock, ticks, nvtx_ns,
-              mutex);
+              mutex, in_step.json().c_str(), two_ticks.json().c_str(), counters_why.c_str());
   return 0;
 }

@@ -93,11 +93,11 @@ class STEPTRACE_API PhaseScope {
   ~PhaseScope();
 
  private:
-  PhaseSpan span_;  // times filled in by the session from begin_/end
-  details::ThreadState* ts_ = nullptr;
-  uint64_t begin_ = 0;
-  bool ticks_ = false;  // begin_ (and the end) are read_ticks() readings, else monotonic_ns()
-  bool active_ = false;
+  details::ThreadState* ts_ = nullptr;  // the opening thread's state; null: not recorded
+  uint64_t begin_ = 0;                  // the opening clock reading (ticks or monotonic_ns(), per flags_)
+  PhaseId phase_ = kNoPhase;
+  uint16_t depth_ = 0;                  // 0 = outermost scope on its thread
+  uint8_t flags_ = 0;                   // details::SpanRing's kTicks and kNestedInSame
 };
 
 #else  // STEPTRACE_DISABLE: the same API, doing nothing, in a namespace of its own (version.hpp).

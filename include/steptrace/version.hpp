@@ -48,3 +48,11 @@
 #else
 #define STEPTRACE_API
 #endif
+
+// A function off a scope's hot path (a tool attached, a full ring): kept out of line, so that the hot
+// path's caller needs no stack frame or saved registers for it.
+#if defined(__GNUC__)
+#define STEPTRACE_COLD __attribute__((noinline, cold))
+#else
+#define STEPTRACE_COLD
+#endif

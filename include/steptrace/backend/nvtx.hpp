@@ -50,7 +50,8 @@ inline nvtxDomainHandle_t active_domain() noexcept {
   return d;
 }
 
-inline void push_phase(PhaseId id) noexcept {
+/// A phase range, where a tool is attached (out of line: the scope's hot path only reads the flag).
+STEPTRACE_COLD inline void push_phase_attached(PhaseId id) noexcept {
   const nvtxDomainHandle_t d = active_domain();
   if (!d) return;
   nvtxEventAttributes_t a{};
@@ -62,7 +63,9 @@ inline void push_phase(PhaseId id) noexcept {
   a.message.registered = phase_string(id);
   nvtxDomainRangePushEx(d, &a);
 }
-
+inline void push_phase(PhaseId id) noexcept {
+  if (!nvtx_off().load(std::memory_order_relaxed)) push_phase_attached(id);
+}
 inline void push_step(uint64_t index) noexcept {
   const nvtxDomainHandle_t d = active_domain();
   if (!d) return;
@@ -77,8 +80,11 @@ inline void push_step(uint64_t index) noexcept {
   nvtxDomainRangePushEx(d, &a);
 }
 
-inline void pop() noexcept {
+STEPTRACE_COLD inline void pop_attached() noexcept {
   if (const nvtxDomainHandle_t d = active_domain()) nvtxDomainRangePop(d);
+}
+inline void pop() noexcept {
+  if (!nvtx_off().load(std::memory_order_relaxed)) pop_attached();
 }
 
 }} STEPTRACE_END_NAMESPACE  // steptrace::backend::nvtx

@@ -139,46 +139,61 @@ StepScope::~StepScope() {
   }
 }
 
+namespace details {
+/// A closed scope whose thread's ring is full (or that has none): the recorder's lock, after it
+/// gathered the rings.
+STEPTRACE_COLD inline void add_span_locked(const SpanRing::Entry& e) noexcept {
+  PhaseSpan span;
+  span.phase = e.phase;
+  span.depth = e.depth;
+  span.on_step_thread = (e.flags & SpanRing::kOnStepThread) != 0;
+  span.nested_in_same = (e.flags & SpanRing::kNestedInSame) != 0;
+  span.tid = e.tid;
+  try {
+    Session::current().add_span(span, (e.flags & SpanRing::kTicks) != 0, e.begin, e.end);
+  } catch (...) {
+  }
+}
+}  // namespace details
+
+// The scopes' hot path reads running_flag() itself (is_running() is an exported call in compiled mode)
+// and keeps what the closing needs in five fields; anything rare is out of line (STEPTRACE_COLD).
 PhaseScope::PhaseScope(PhaseId phase) noexcept {
-  if (!is_running() || phase == kNoPhase) return;
+  if (!details::running_flag().load(std::memory_order_acquire) || phase == kNoPhase) return;
   auto& ts = details::thread_state();
   if (ts.depth >= details::kMaxPhaseDepth) return;  // absurdly deep nesting: not recorded
-  ts_ = &ts;  // a scope ends on the thread that opened it: one thread-local lookup, not two
-  span_.phase = phase;
-  span_.depth = ts.depth;
+  uint8_t flags = 0;
   for (uint16_t i = 0; i < ts.depth; ++i)
-    if (ts.stack[i] == phase) span_.nested_in_same = true;
+    if (ts.stack[i] == phase) flags = details::SpanRing::kNestedInSame;
+  phase_ = phase;
+  depth_ = ts.depth;
   ts.stack[ts.depth++] = phase;
   if (&ts == details::step_thread().load(std::memory_order_relaxed))
     details::step_thread_phase().store(phase, std::memory_order_relaxed);
-  active_ = true;
   backend::nvtx::push_phase(phase);
-  ticks_ = details::scopes_read_ticks().load(std::memory_order_relaxed);
-  begin_ = details::scope_clock_reading(ticks_);
-  details::claim_thread_slot(ts)->push(span_.depth, phase, begin_, ticks_);  // for the stall watchdog
+  const bool ticks = details::scopes_read_ticks().load(std::memory_order_relaxed);
+  if (ticks) flags |= details::SpanRing::kTicks;
+  flags_ = flags;
+  begin_ = details::scope_clock_reading(ticks);
+  details::claim_thread_slot(ts)->push(depth_, phase, begin_, ticks);  // for the stall watchdog
+  ts_ = &ts;  // a scope ends on the thread that opened it: one thread-local lookup, not two
 }
 
 PhaseScope::~PhaseScope() {
-  if (!active_) return;
-  const uint64_t end = details::scope_clock_reading(ticks_);
+  if (!ts_) return;
+  const uint64_t end = details::scope_clock_reading((flags_ & details::SpanRing::kTicks) != 0);
   backend::nvtx::pop();
   auto& ts = *ts_;
   --ts.depth;
   if (ts.slot) ts.slot->pop(ts.depth);
-  span_.on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
-  span_.tid = ts.slot ? ts.slot->tid : 0;
-  if (span_.on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
-  if (!is_running()) return;  // stopped meanwhile, or a fork's child (details/fork.hpp)
-  if (ts.ring) {  // the usual path: one entry in this thread's ring, gathered by the recorder
-    const uint8_t flags = static_cast<uint8_t>((ticks_ ? details::SpanRing::kTicks : 0) |
-                                               (span_.on_step_thread ? details::SpanRing::kOnStepThread : 0) |
-                                               (span_.nested_in_same ? details::SpanRing::kNestedInSame : 0));
-    if (ts.ring->push({begin_, end, span_.tid, span_.phase, span_.depth, flags})) return;
-  }  // full ring (or none): the recorder's lock, after it gathered the rings
-  try {
-    details::Session::current().add_span(span_, ticks_, begin_, end);
-  } catch (...) {
-  }
+  const bool on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
+  if (on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
+  // Stopped meanwhile, or a fork's child (details/fork.hpp): nothing to record.
+  if (!details::running_flag().load(std::memory_order_acquire)) return;
+  const details::SpanRing::Entry e{begin_, end, ts.slot ? ts.slot->tid : 0, phase_, depth_,
+                                   static_cast<uint8_t>(flags_ | (on_step_thread ? details::SpanRing::kOnStepThread : 0))};
+  if (ts.ring && ts.ring->push(e)) return;  // the usual path: one entry in this thread's ring
+  details::add_span_locked(e);
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -96,9 +96,8 @@ inline ThreadSlotRelease& thread_slot_release() {
   return release;
 }
 
-/// The calling thread's slot, taken on first use (the overflow slot when the table is full).
-inline ThreadSlot* claim_thread_slot(ThreadState& ts) {
-  if (ts.slot) return ts.slot;
+/// Takes the calling thread's slot, at its first scope (the overflow slot when the table is full).
+STEPTRACE_COLD inline ThreadSlot* claim_new_thread_slot(ThreadState& ts) {
   ThreadSlotRelease& release = thread_slot_release();
   ts.ring = nullptr;  // the overflow slot is shared: no ring
   const int pid = static_cast<int>(::getpid());
@@ -131,6 +130,9 @@ inline ThreadSlot* claim_thread_slot(ThreadState& ts) {
   ts.slot = mine;
   return mine;
 }
+
+/// The calling thread's slot, taken on first use.
+inline ThreadSlot* claim_thread_slot(ThreadState& ts) { return ts.slot ? ts.slot : claim_new_thread_slot(ts); }
 
 /// One thread's open phases as the background thread reads them.
 struct OpenThread {

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The table of benchmarks/scope_ab.sh's runs: scope_cost before and after, ns per open + close.
+
+   scope_ab_summary.py OUT_DIR
+
+Per run, the scope's cost is the median over its batches (one step of 1000 scopes each: a batch that
+the host or the background thread interrupted does not move it), beside the median of its floor (two
+bare tick reads, measured in alternating batches). The host's state moves the floor between runs; the
+runs whose floor is within 5 % of the lowest seen are listed apart ("quiet")."""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+
+
+def runs(name):
+    path = out / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def cell(values):
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.1f} ({min(values):.1f} - {max(values):.1f}, n={len(values)})"
+
+
+series = {name: runs(name) for name in ("before", "after", "before_1core", "after_1core")}
+floors = [r["batches"]["two_tick_reads"]["ns_median"] for rows in series.values() for r in rows]
+quiet = min(floors) * 1.05 if floors else 0
+rows = [
+    ("TRACE_PHASE in its steps, median of batches", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"], False),
+    ("the same, runs with a quiet floor", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"], True),
+    ("two tick reads (the floor), median of batches", lambda r: r["batches"]["two_tick_reads"]["ns_median"], False),
+    ("scope minus floor, per run", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"] - r["batches"]["two_tick_reads"]["ns_median"], False),
+    ("TRACE_PHASE in its steps, mean of the run", lambda r: r["phase_scope_in_step_ns"], False),
+    ("TRACE_PHASE with the step boundary's share", lambda r: r["phase_scope_ns"], False),
+    ("nested TRACE_PHASE, per scope", lambda r: r["nested_phase_scope_ns"], False),
+    ("TRACE_PHASE, no session", lambda r: r["phase_scope_not_running_ns"], False),
+]
+print(f"quiet floor: two tick reads <= {quiet:.1f} ns (5 % over the lowest run's)\n")
+print("| what | " + " | ".join(series) + " |")
+print("|---" * (len(series) + 1) + "|")
+for label, get, only_quiet in rows:
+    cells = []
+    for name, data in series.items():
+        picked = [r for r in data if not only_quiet or r["batches"]["two_tick_reads"]["ns_median"] <= quiet]
+        cells.append(cell([get(r) for r in picked]))
+    print(f"| {label} | " + " | ".join(cells) + " |")
+reasons = {r["batches"].get("counters_null_reason") for rows_ in series.values() for r in rows_}
+print(f"\nhardware counters: {', '.join(sorted(str(x) for x in reasons))}")
