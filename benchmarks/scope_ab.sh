@@ -5,8 +5,12 @@
 # (for a copy of the tree without .git). Both builds use this tree's benchmarks/scope_cost.cpp, the
 # bench preset (Release) and target scope_cost only. ROUNDS (default 9) rounds, the order alternating;
 # each build runs twice a round: on two CPUs (taskset -c 2,3: the background thread beside the
-# scopes) and on one (taskset -c 4: it shares the core). Writes OUT_DIR/{before,after}{,_1core}.jsonl
-# and machine.txt; benchmarks/scope_ab_summary.py OUT_DIR prints the table.
+# scopes) and on one (taskset -c 4: it shares the core); 0,1 and 1 on a machine of fewer than 5 CPUs. Writes OUT_DIR/{before,after}{,_1core}.jsonl
+# and machine.txt; benchmarks/scope_ab_summary.py OUT_DIR prints the table. Where valgrind is
+# installed, also the instructions one scope executes (open + close, everything they call) in each
+# build, which no neighbour or clock rate moves: callgrind counting only inside PhaseScope's
+# functions, over 20 + 20 and 20 + 40 steps of 1000 scopes (`scope_cost --steps K`); the difference
+# over 20 000 scopes is the steady state (OUT_DIR/instructions.txt).
 source "$(dirname "$0")/../scripts/common.sh"
 out=${1:?out dir}; before=${2:?git revision or include .tgz}; rounds=${3:-9}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
@@ -31,13 +35,35 @@ build "$tree" before & b1=$!
 build "$ROOT" after & b2=$!
 wait $b1 && wait $b2 || exit 1
 
+two_cpus=2,3 one_cpu=4
+(($(nproc) < 5)) && two_cpus=0,1 one_cpu=1
 for r in $(seq 1 "$rounds"); do
   order=(before after); ((r % 2 == 0)) && order=(after before)
   for w in "${order[@]}"; do
     bin=$ROOT/build-bench/benchmarks/scope_cost
     [[ $w == before ]] && bin=$tree/build-bench/benchmarks/scope_cost
-    taskset -c 2,3 "$bin" 2000000 2>/dev/null >>"$out/$w.jsonl"
-    taskset -c 4 "$bin" 2000000 2>/dev/null >>"$out/${w}_1core.jsonl"
+    taskset -c "$two_cpus" "$bin" 2000000 2>/dev/null >>"$out/$w.jsonl"
+    taskset -c "$one_cpu" "$bin" 2000000 2>/dev/null >>"$out/${w}_1core.jsonl"
   done
 done
+
+count_instructions() {  # BINARY -> instructions per scope, steady state
+  local k total=()
+  for k in 20 40; do
+    valgrind --tool=callgrind --collect-atstart=no '--toggle-collect=*PhaseScope*' \
+      --callgrind-out-file="$out/callgrind.$k" "$1" --steps $k >/dev/null 2>&1 || return 1
+    total+=("$(awk '/^totals:/ {print $2}' "$out/callgrind.$k")")
+    rm -f "$out/callgrind.$k"
+  done
+  echo $(((total[1] - total[0]) / 20000))
+}
+if command -v valgrind >/dev/null; then
+  for w in before after; do
+    bin=$ROOT/build-bench/benchmarks/scope_cost
+    [[ $w == before ]] && bin=$tree/build-bench/benchmarks/scope_cost
+    echo "$w: $(count_instructions "$bin" || echo failed) instructions per scope (open + close)"
+  done >"$out/instructions.txt"
+else
+  echo "valgrind not installed: no instruction counts" >"$out/instructions.txt"
+fi
 python3 "$ROOT/benchmarks/scope_ab_summary.py" "$out"

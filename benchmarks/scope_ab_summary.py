@@ -50,3 +50,5 @@ for label, get, only_quiet in rows:
     print(f"| {label} | " + " | ".join(cells) + " |")
 reasons = {r["batches"].get("counters_null_reason") for rows_ in series.values() for r in rows_}
 print(f"\nhardware counters: {', '.join(sorted(str(x) for x in reasons))}")
+if (out / "instructions.txt").exists():
+    print((out / "instructions.txt").read_text().rstrip())

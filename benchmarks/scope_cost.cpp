@@ -1,5 +1,7 @@
 // scope_cost - host cost of steptrace's scopes, per open+close, on the calling thread.
 //   scope_cost [iterations]
+//   scope_cost --steps K   (only 20 + K steps of 1000 phase scopes, no output: for counting the
+//                           instructions of K x 1000 scopes under callgrind, benchmarks/scope_ab.sh)
 // Modes, measured in one run: no session (scopes see steptrace is off), a running session without
 // GPU (gpu=off), and STEPTRACE_DISABLE is the compiled-out baseline (an empty loop, see below).
 // STEPTRACE_CLOCK=steady makes scopes read steady_clock instead of the CPU tick counter; the line
@@ -155,6 +157,22 @@ struct Batches {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--steps") {
+    steptrace::Config cfg;
+    cfg.log_path = "";
+    cfg.summary = false;
+    cfg.gpu = steptrace::Mode::off;
+    steptrace::start(cfg);
+    for (long s = 0, k = std::atol(argv[2]); s < 20 + k; ++s) {
+      TRACE_STEP();
+      for (int i = 0; i < 1000; ++i) {
+        TRACE_PHASE(forward);
+        sink = i;
+      }
+    }
+    steptrace::stop();
+    return 0;
+  }
   const long n = argc > 1 ? std::atol(argv[1]) : 2000000;
   const double empty = ns_per_call(n, [](long i) { sink = i; });
   // What a scope is made of, each alone: a clock read, an NVTX push+pop, an uncontended mutex.
