@@ -34,6 +34,9 @@ rows = [
     ("the same, runs with a quiet floor", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"], True),
     ("two tick reads (the floor), median of batches", lambda r: r["batches"]["two_tick_reads"]["ns_median"], False),
     ("scope minus floor, per run", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"] - r["batches"]["two_tick_reads"]["ns_median"], False),
+    ("what a TRACE_PHASE adds around ~100 ns of work", lambda r: r["batches"].get("scope_added_to_work_ns"), False),
+    ("the same, runs with a quiet floor", lambda r: r["batches"].get("scope_added_to_work_ns"), True),
+    ("the work alone, median of batches", lambda r: (r["batches"].get("work_alone") or {}).get("ns_median"), False),
     ("TRACE_PHASE in its steps, mean of the run", lambda r: r["phase_scope_in_step_ns"], False),
     ("TRACE_PHASE with the step boundary's share", lambda r: r["phase_scope_ns"], False),
     ("nested TRACE_PHASE, per scope", lambda r: r["nested_phase_scope_ns"], False),
@@ -46,7 +49,7 @@ for label, get, only_quiet in rows:
     cells = []
     for name, data in series.items():
         picked = [r for r in data if not only_quiet or r["batches"]["two_tick_reads"]["ns_median"] <= quiet]
-        cells.append(cell([get(r) for r in picked]))
+        cells.append(cell([v for v in (get(r) for r in picked) if v is not None]))
     print(f"| {label} | " + " | ".join(cells) + " |")
 reasons = {r["batches"].get("counters_null_reason") for rows_ in series.values() for r in rows_}
 print(f"\nhardware counters: {', '.join(sorted(str(x) for x in reasons))}")

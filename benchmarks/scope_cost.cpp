@@ -46,6 +46,14 @@ double ns_per_call(long n, F&& body) {
 }
 volatile long sink = 0;
 
+// About 100 ns of work the compiler cannot drop or reorder across iterations: a dependent chain of
+// multiply-adds (an LCG step each, Knuth's MMIX constants), the state kept in `sink`.
+inline void chain_work() {
+  uint64_t x = static_cast<uint64_t>(sink);
+  for (int i = 0; i < 64; ++i) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+  sink = static_cast<long>(x);
+}
+
 // The calling thread's user-space cycles and instructions, one perf_event_open(2) group read at once.
 // Unavailable (no virtual PMU, perf_event_paranoid, seccomp, not Linux): ok() is false, why() says so.
 class ThreadCounters {
@@ -221,7 +229,7 @@ int main(int argc, char** argv) {
                }
              }) / 1000;
   const ThreadCounters pmu;
-  Batches in_step, two_ticks;
+  Batches in_step, two_ticks, work_alone, work_in_scope;
   {  // The same scopes timed inside their steps only: what the scope itself costs where it runs;
      // alternating with batches of its floor, two tick reads.
     double inside = 0;
@@ -242,6 +250,22 @@ int main(int argc, char** argv) {
           sink = static_cast<long>(steptrace::read_ticks());
         });
       });
+      // What a scope adds around ~100 ns of work, where the processor can overlap the scope's own
+      // instructions with the work (scopes back to back above cannot): the same work with and
+      // without a scope, in alternating batches inside steps.
+      {
+        TRACE_STEP();
+        work_alone.run(pmu, 1000, [] { ns_per_call(1000, [](long) { chain_work(); }); });
+      }
+      {
+        TRACE_STEP();
+        work_in_scope.run(pmu, 1000, [] {
+          ns_per_call(1000, [](long) {
+            TRACE_PHASE(forward);
+            chain_work();
+          });
+        });
+      }
     }
     phase_in_step = inside / double(steps);
   }
@@ -261,11 +285,14 @@ int main(int argc, char** argv) {
   char nvtx_ns[32] = "null";
   if (nvtx >= 0) std::snprintf(nvtx_ns, sizeof nvtx_ns, "%.1f", nvtx);
   const std::string counters_why = pmu.ok() ? "null" : "\"" + pmu.why() + "\"";
+  const double added = Batches::quantile(work_in_scope.ns, 0.5) - Batches::quantile(work_alone.ns, 0.5);
   std::printf("{\"mode\":\"%s\",\"scope_clock\":%s,\"iterations\":%ld,\"empty_loop_ns\":%.1f,\"phase_scope_not_running_ns\":%.1f,"
               "\"phase_scope_ns\":%.1f,\"phase_scope_in_step_ns\":%.1f,\"nested_phase_scope_ns\":%.1f,\"step_scope_ns\":%.1f,"
               "\"clock_read_ns\":%.1f,\"ticks_read_ns\":%.1f,\"nvtx_push_pop_ns\":%s,\"mutex_lock_unlock_ns\":%.1f,"
-              "\"batches\":{\"phase_scope_in_step\":%s,\"two_tick_reads\":%s,\"counters_null_reason\":%s}}\n",
+              "\"batches\":{\"phase_scope_in_step\":%s,\"two_tick_reads\":%s,\"work_alone\":%s,\"work_in_scope\":%s,"
+              "\"scope_added_to_work_ns\":%.2f,\"counters_null_reason\":%s}}\n",
               mode, scope_clock, n, empty, phase_off, phase_on, phase_in_step, nested_on, step_on, clock, ticks, nvtx_ns,
-              mutex, in_step.json().c_str(), two_ticks.json().c_str(), counters_why.c_str());
+              mutex, in_step.json().c_str(), two_ticks.json().c_str(), work_alone.json().c_str(), work_in_scope.json().c_str(),
+              added, counters_why.c_str());
   return 0;
 }
