@@ -17,7 +17,10 @@ out = Path(sys.argv[1])
 
 def runs(name):
     path = out / f"{name}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if "batches" in r]  # lines of a scope_cost without batches are left out
 
 
 def cell(values):
@@ -28,7 +31,9 @@ def cell(values):
 
 series = {name: runs(name) for name in ("before", "after", "before_1core", "after_1core")}
 floors = [r["batches"]["two_tick_reads"]["ns_median"] for rows in series.values() for r in rows]
-quiet = min(floors) * 1.05 if floors else 0
+if not floors:
+    sys.exit(f"no scope_cost lines with batches in {out}")
+quiet = min(floors) * 1.05
 rows = [
     ("TRACE_PHASE in its steps, median of batches", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"], False),
     ("the same, runs with a quiet floor", lambda r: r["batches"]["phase_scope_in_step"]["ns_median"], True),
@@ -51,7 +56,7 @@ for label, get, only_quiet in rows:
         picked = [r for r in data if not only_quiet or r["batches"]["two_tick_reads"]["ns_median"] <= quiet]
         cells.append(cell([v for v in (get(r) for r in picked) if v is not None]))
     print(f"| {label} | " + " | ".join(cells) + " |")
-reasons = {r["batches"].get("counters_null_reason") for rows_ in series.values() for r in rows_}
-print(f"\nhardware counters: {', '.join(sorted(str(x) for x in reasons))}")
+reasons = {r["batches"].get("counters_null_reason") or "counted" for rows_ in series.values() for r in rows_}
+print(f"\nhardware counters: {', '.join(sorted(reasons))}")
 if (out / "instructions.txt").exists():
     print((out / "instructions.txt").read_text().rstrip())

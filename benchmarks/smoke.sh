@@ -4,7 +4,11 @@
 set -euo pipefail
 b=${1:?build dir}/benchmarks
 fail() { echo "smoke: $*" >&2; exit 1; }
-"$b/scope_cost" 20000 | grep -q "\"phase_scope_ns\"" || fail "scope_cost printed no result"
+"$b/scope_cost" 20000 | python3 -c 'import json, sys
+b = json.load(sys.stdin)["batches"]
+assert b["phase_scope_in_step"]["batches"] == 20 and b["two_tick_reads"]["batches"] == 20, b
+assert b["scope_added_to_work_ns"] is not None and b["work_alone"]["ns_median"] > 0, b' || fail "scope_cost printed no whole result"
+"$b/scope_cost" --steps 1 | grep -q "\"scope_clock\"" || fail "scope_cost --steps printed no clock"
 [[ ! -x "$b/scope_cost_compiled" ]] || "$b/scope_cost_compiled" 20000 | grep -q "\"mode\":\"compiled\"" || fail "scope_cost_compiled printed no result"
 for mode in none activity activity_api activity_callbacks steptrace_host steptrace steptrace_untraced context_disabled; do
   "$b/launch_cost" "$mode" 2000 | grep -q '"host_ns_per_launch"' || fail "launch_cost $mode"
