@@ -190,10 +190,12 @@ PhaseScope::~PhaseScope() {
   if (on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
   // Stopped meanwhile, or a fork's child (details/fork.hpp): nothing to record.
   if (!details::running_flag().load(std::memory_order_acquire)) return;
-  const details::SpanRing::Entry e{begin_, end, ts.slot ? ts.slot->tid : 0, phase_, depth_,
-                                   static_cast<uint8_t>(flags_ | (on_step_thread ? details::SpanRing::kOnStepThread : 0))};
-  if (ts.ring && ts.ring->push(e)) return;  // the usual path: one entry in this thread's ring
-  details::add_span_locked(e);
+  const int32_t tid = ts.slot ? ts.slot->tid : 0;
+  const auto flags = static_cast<uint8_t>(flags_ | (on_step_thread ? details::SpanRing::kOnStepThread : 0));
+  // The entry is built in the call (a named one went through the stack, and the ring's 16-byte copy
+  // of it could not forward from its narrower stores: a few ns).
+  if (ts.ring && ts.ring->push({begin_, end, tid, phase_, depth_, flags})) return;  // the usual path
+  details::add_span_locked({begin_, end, tid, phase_, depth_, flags});
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace
