@@ -40,7 +40,11 @@ fi
 {
   echo "host: $(hostname) $(cat /etc/machine-id 2>/dev/null)"
   echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
-  echo "before: $before; after: $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo "this tree (no .git)")"
+  # Content hashes, not revisions: a copy of the tree may carry an older .git than its files.
+  for w in before after; do
+    echo "$w: include/ sha256 $(cd "$tmp/$w" && find include -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
+  done
+  echo "before from: $before"
   echo "cpus: two $two_cpus, one $one_cpu (of ${cpus[*]})"
   echo "compiler: $(c++ --version | head -n 1)"
   uname -r
