@@ -63,7 +63,8 @@ wait $b2 || ok=0
 ((ok)) || exit 1
 
 run() {  # WHICH CPUS OUTFILE
-  taskset -c "$2" "$tmp/$1/build-bench/benchmarks/scope_cost" 2000000 >>"$3" 2>>"$out/stderr_$1.txt" ||
+  # From the temporary folder: a slow step's automatic trace (trace-*.json) lands there.
+  (cd "$tmp" && taskset -c "$2" "$tmp/$1/build-bench/benchmarks/scope_cost" 2000000) >>"$3" 2>>"$out/stderr_$1.txt" ||
     { echo "scope_ab: scope_cost ($1, CPUs $2) failed; see $out/stderr_$1.txt" >&2; exit 1; }
 }
 for r in $(seq 1 "$rounds"); do
