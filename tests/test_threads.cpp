@@ -7,6 +7,7 @@
 #include <steptrace/details/span_ring.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "host_config.hpp"
@@ -231,12 +232,22 @@ TEST_CASE("a thread closing more scopes than its ring holds before they are gath
   const auto log = fresh_log("ring_overflow");
   auto cfg = quiet(log);
   cfg.max_spans_per_step = 1 << 20;  // the step's bound keeps them all
+  cfg.memory_sample_ms = 60000;      // no background gathering while the loop runs: its ring fills
   REQUIRE(steptrace::start(cfg));
   const int scopes = 3 * static_cast<int>(steptrace::details::SpanRing::kCapacity);
+  double loop_ms = 0;
   {
     TRACE_STEP();
     std::thread loader([&] {
-      for (int i = 0; i < scopes; ++i) TRACE_PHASE(input);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < scopes; ++i) {
+        TRACE_PHASE(input);
+        TRACE_PHASE(input);  // nested in the same phase: counted, its time not twice
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      loop_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     });
     loader.join();
     TRACE_PHASE(forward);
@@ -245,8 +256,17 @@ TEST_CASE("a thread closing more scopes than its ring holds before they are gath
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == 1);
   const auto& l = lines[0];
-  CHECK(l["phases"]["input"]["count"] == scopes);  // past a full ring, the locked path kept them
+  // Past a full ring the locked path kept every scope (it gathers the ring, then adds its own scope:
+  // one in each 4 097 takes it), with what the ring entry carries: the thread, not the step's (exact,
+  // so a locked-path scope that lost it fails), and the nesting (the phase's time holds the outer
+  // scopes only: within the loop's; counted twice it would be about twice the loop's).
+  CHECK(l["phases"]["input"]["count"] == 2 * scopes);
+  CHECK(l["phases"]["input"]["other_thread_count"] == 2 * scopes);
+  const double input_ms = l["phases"]["input"]["host_ms"].get<double>();
+  CHECK(input_ms <= loop_ms * 1.02 + 0.05);  // the tick clock's 1 % calibration
+  CHECK(input_ms >= loop_ms * 0.5);           // the outer scopes hold the 1 us waits
   CHECK(l["dropped"]["phase_scopes"] == 0);
   CHECK(l["phases"]["forward"]["count"] == 1);
+  CHECK_FALSE(l["phases"]["forward"].contains("other_thread_count"));
   CHECK(l["phase_scopes_outside_step"] == 0);
 }

@@ -143,14 +143,8 @@ namespace details {
 /// A closed scope whose thread's ring is full (or that has none): the recorder's lock, after it
 /// gathered the rings.
 STEPTRACE_COLD inline void add_span_locked(const SpanRing::Entry& e) noexcept {
-  PhaseSpan span;
-  span.phase = e.phase;
-  span.depth = e.depth;
-  span.on_step_thread = (e.flags & SpanRing::kOnStepThread) != 0;
-  span.nested_in_same = (e.flags & SpanRing::kNestedInSame) != 0;
-  span.tid = e.tid;
   try {
-    Session::current().add_span(span, (e.flags & SpanRing::kTicks) != 0, e.begin, e.end);
+    Session::current().add_span(span_of(e), (e.flags & SpanRing::kTicks) != 0, e.begin, e.end);
   } catch (...) {
   }
 }

@@ -3,7 +3,8 @@
 // one entry and publishes it with a release store: no lock, no allocation, no call into the session.
 // The recorder (details/step_recorder.hpp) gathers every ring under its own lock when a step begins or
 // ends, and the background thread does so at each wake (every memory_sample_ms), so a ring holds what
-// one thread closed between two gatherings. A full ring drops the scope and counts it.
+// one thread closed between two gatherings. A scope that finds its ring full goes through the
+// recorder's lock instead (details/api_impl.hpp), after the rings are gathered: none is lost.
 #pragma once
 #include "../version.hpp"
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <mutex>
 
 #include "../core/phase.hpp"
+#include "../core/records.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -59,6 +61,18 @@ class SpanRing {
   alignas(64) std::atomic<uint64_t> tail_{0};  // written by the gatherer
   Entry entries_[kCapacity];  // default-initialised (left as they are): pages are touched as the ring is used
 };
+
+/// The span an entry stands for; its times stay unset (the entry's are clock readings, ticks when
+/// `flags` has kTicks: the recorder converts them).
+inline PhaseSpan span_of(const SpanRing::Entry& e) {
+  PhaseSpan span;
+  span.phase = e.phase;
+  span.depth = e.depth;
+  span.tid = e.tid;
+  span.on_step_thread = (e.flags & SpanRing::kOnStepThread) != 0;
+  span.nested_in_same = (e.flags & SpanRing::kNestedInSame) != 0;
+  return span;
+}
 
 /// The rings are the process's, the recorders each session's: a session winding down and the next one
 /// starting must not drain one ring at once. Taken inside a recorder's lock, never the other way round.

@@ -397,12 +397,7 @@ class StepRecorder {
       if (!ring || ring->empty()) continue;
       ++rings;
       ring->drain([this](const SpanRing::Entry& e) {
-        PhaseSpan span;
-        span.phase = e.phase;
-        span.depth = e.depth;
-        span.tid = e.tid;
-        span.on_step_thread = (e.flags & SpanRing::kOnStepThread) != 0;
-        span.nested_in_same = (e.flags & SpanRing::kNestedInSame) != 0;
+        PhaseSpan span = span_of(e);
         if (to_ns(span, (e.flags & SpanRing::kTicks) != 0, e.begin, e.end)) gathered_.push_back(span);
       });
     }
