@@ -7,10 +7,12 @@ Per run, the scope's cost is the median over its batches (one step of 1000 scope
 the host or the background thread interrupted does not move it), beside the median of its floor (two
 bare tick reads, measured in alternating batches). The host's state moves the floor between runs; the
 runs whose floor is within 5 % of the lowest seen are listed apart ("quiet")."""
-import json
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from steptrace_lines import read_records  # noqa: E402  (the project's JSONL reader)
 
 out = Path(sys.argv[1])
 
@@ -19,8 +21,7 @@ def runs(name):
     path = out / f"{name}.jsonl"
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if "batches" in r]  # lines of a scope_cost without batches are left out
+    return [r for r in read_records(path) if "batches" in r]  # lines of a scope_cost without batches are left out
 
 
 def cell(values):
