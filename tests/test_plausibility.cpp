@@ -166,3 +166,45 @@ TEST_CASE("plausibility: a graph launch left unsettled when records go off is ex
   CHECK(g.excluded_records == 5);
   CHECK(excluded(g, Implausible::graph_replayed_untraced) == 5);
 }
+
+TEST_CASE("plausibility: a stream whose records add up to more than its span is left out, other streams kept",
+          "[plausibility]") {
+  // What a graph replayed with records off between a traced launch and its read-out leaves: each of
+  // its 50 kernels starts where it did and "ends" at the replay ~13.6 ms later. No timestamp check
+  // sees it (each starts after its launch and ends before its buffer); together they claim 50 x the
+  // stream's span. A forward kernel on another stream is kept whole.
+  const int64_t us = 1000;
+  const auto on = [](KernelRecord k, uint32_t stream) {
+    k.stream = stream;
+    return k;
+  };
+  Attributor a;
+  a.add_launch(launch(40, 0, phase_tag::optimizer, 100 * us, /*graph=*/true));
+  a.add_launch(launch(41, 0, phase_tag::forward, 50 * us));
+  a.add_kernel(on(kernel(41, 60 * us, 90 * us, 20000 * us), 3));
+  for (int i = 0; i < 50; ++i) a.add_kernel(on(kernel(40, (110 + 2 * i) * us, 13700 * us, 20000 * us), 9));
+  const StepGpu g = a.take(0, /*drained=*/true);
+  CHECK(g.kernels == 1);
+  CHECK(g.phases.count(phase_tag::optimizer) == 0);
+  CHECK(g.phases.at(phase_tag::forward).kernel_ns == 30 * us);
+  CHECK(g.busy_ns == 30 * us);
+  CHECK(g.excluded_records == 50);
+  CHECK(excluded(g, Implausible::stream_overcommitted) == 50);
+
+  // Controls on one stream: 50 kernels one after another, and pairs overlapping as programmatic
+  // dependent launch lets them (the next one waiting while the previous finishes), are kept.
+  Attributor b;
+  b.add_launch(launch(50, 0, phase_tag::optimizer, 100 * us, /*graph=*/true));
+  for (int i = 0; i < 50; ++i) b.add_kernel(on(kernel(50, (110 + 10 * i) * us, (118 + 10 * i) * us, 20000 * us), 9));
+  b.add_launch(launch(51, 0, phase_tag::backward, 600 * us));
+  b.add_launch(launch(52, 0, phase_tag::backward, 601 * us));
+  b.add_kernel(on(kernel(51, 700 * us, 900 * us, 20000 * us), 4));
+  b.add_kernel(on(kernel(52, 701 * us, 1000 * us, 20000 * us), 4));
+  const StepGpu h = b.take(0, /*drained=*/true);
+  CHECK(h.kernels == 52);
+  CHECK(h.excluded_records == 0);
+  CHECK(h.phases.at(phase_tag::optimizer).kernel_ns == 50 * 8 * us);
+  CHECK(h.phases.at(phase_tag::backward).kernel_ns == 499 * us);
+  CHECK(stream_records_plausible(2 * 100 * us, 0, 100 * us, 2));
+  CHECK_FALSE(stream_records_plausible(3 * 100 * us, 0, 100 * us, 3));
+}

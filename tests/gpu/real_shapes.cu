@@ -7,6 +7,8 @@
 //                                        the GPU, which never waits between steps
 //   real_shapes LOG TRUTH graph_sampled  29 steps, trace_every = 4, untraced_cupti = keep: a forward
 //                                        kernel, then a graph of 50 tiny kernels in `optimizer`
+//   real_shapes LOG TRUTH graph_sampled_detach  the same, 41 steps, trace_every = 5, untraced_cupti =
+//                                        detach, the host never waiting for the GPU
 // Writes the steptrace log and a small JSON of what the program knows independently.
 #include <steptrace/steptrace.hpp>
 
@@ -100,7 +102,7 @@ int phases(const char* log, const char* truth_path, int sms) {
   return write_truth(truth_path, truth) ? 0 : 1;
 }
 
-int graph_sampled(const char* log, const char* truth_path, int sms, long long ms, int* sink, float* buf) {
+int graph_sampled(const char* log, const char* truth_path, int sms, long long ms, int* sink, float* buf, bool detach) {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -109,20 +111,23 @@ int graph_sampled(const char* log, const char* truth_path, int sms, long long ms
   for (int i = 0; i < kGraphKernels; ++i) tiny<<<1, 32, 0, s>>>(buf);
   CHECK_CUDA(cudaStreamEndCapture(s, &graph));
   CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t ev0, ev1;
-  CHECK_CUDA(cudaEventCreate(&ev0));
-  CHECK_CUDA(cudaEventCreate(&ev1));
+  // keep: 29 steps, every 4th traced, the host waits for each step's graph. detach: 41 steps, every
+  // 5th traced, the host never waits (the GPU runs behind it, so an untraced replay can come before
+  // CUPTI detaches) - the loop whose first traced steps after a re-attach published 680 ms.
+  const int steps = detach ? 41 : 29, every = detach ? 5 : 4;
+  std::vector<cudaEvent_t> ev(2 * steps);
+  for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
   CHECK_CUDA(cudaGraphLaunch(exec, s));  // warm-up
   CHECK_CUDA(cudaStreamSynchronize(s));
 
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
-  cfg.trace_every = 4;
-  cfg.untraced_cupti = steptrace::UntracedCupti::keep;
+  cfg.trace_every = every;
+  cfg.untraced_cupti = detach ? steptrace::UntracedCupti::detach : steptrace::UntracedCupti::keep;
   steptrace::start(cfg);
   std::vector<float> graph_ms;
-  for (int step = 0; step < 29; ++step) {  // the last step (28) is traced: its graph is read out at stop()
+  for (int step = 0; step < steps; ++step) {  // the last step is traced: its graph is read out at stop()
     TRACE_STEP();
     {
       TRACE_PHASE(forward);
@@ -130,17 +135,21 @@ int graph_sampled(const char* log, const char* truth_path, int sms, long long ms
     }
     {
       TRACE_PHASE(optimizer);
-      CHECK_CUDA(cudaEventRecord(ev0, s));
+      CHECK_CUDA(cudaEventRecord(ev[2 * step], s));
       CHECK_CUDA(cudaGraphLaunch(exec, s));
-      CHECK_CUDA(cudaEventRecord(ev1, s));
+      CHECK_CUDA(cudaEventRecord(ev[2 * step + 1], s));
     }
-    CHECK_CUDA(cudaEventSynchronize(ev1));
+    if (!detach) CHECK_CUDA(cudaEventSynchronize(ev[2 * step + 1]));
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  steptrace::stop();
+  for (int step = 0; step < steps; ++step) {
     float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, ev0, ev1));
+    CHECK_CUDA(cudaEventElapsedTime(&t, ev[2 * step], ev[2 * step + 1]));
     graph_ms.push_back(t);
   }
-  steptrace::stop();
   std::string truth = "{\"sm_count\": " + std::to_string(sms) + ", \"graph_kernels\": " + std::to_string(kGraphKernels) +
+                      ", \"steps\": " + std::to_string(steps) + ", \"every\": " + std::to_string(every) +
                       ", \"graph_event_ms\": [";
   for (std::size_t i = 0; i < graph_ms.size(); ++i) truth += (i ? ", " : "") + std::to_string(graph_ms[i]);
   truth += "]}\n";
@@ -151,11 +160,11 @@ int graph_sampled(const char* log, const char* truth_path, int sms, long long ms
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
-  if (mode != "phases" && mode != "graph_sampled") {
-    std::fprintf(stderr, "usage: real_shapes LOG TRUTH phases|graph_sampled\n");
+  if (mode != "phases" && mode != "graph_sampled" && mode != "graph_sampled_detach") {
+    std::fprintf(stderr, "usage: real_shapes LOG TRUTH phases|graph_sampled|graph_sampled_detach\n");
     return 2;
   }
   const TestDevice d = open_test_device();
   if (mode == "phases") return phases(argv[1], argv[2], d.sms);
-  return graph_sampled(argv[1], argv[2], d.sms, d.cycles_per_ms, d.sink, d.buf);
+  return graph_sampled(argv[1], argv[2], d.sms, d.cycles_per_ms, d.sink, d.buf, mode == "graph_sampled_detach");
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -333,7 +334,13 @@ class Attributor {
     std::map<PhaseId, double> occupancy_weighted;
     std::map<PhaseId, std::map<std::string_view, TopKernel>> by_name;
     std::map<PhaseId, std::map<std::string_view, double>> name_eff_weighted;
+    const std::set<uint64_t> broken = overcommitted_streams(p);
+    uint64_t& broken_records = g.excluded[static_cast<int>(Implausible::stream_overcommitted) - 1];
     for (const auto& [k, phase, launch_ns, launch_tid] : p.kernels) {
+      if (broken.count(stream_key(k.device, k.stream))) {
+        ++broken_records;
+        continue;
+      }
       const int64_t d = k.end_ns - k.start_ns;
       PhaseGpu& pg = g.phases[phase];
       pg.kernel_ns += d;
@@ -360,6 +367,10 @@ class Attributor {
       name_eff_weighted[phase][k.name] += k.sm_efficiency * static_cast<double>(d);
     }
     for (const auto& [c, phase, launch_ns, launch_tid] : p.copies) {
+      if (broken.count(stream_key(c.device, c.stream))) {
+        ++broken_records;
+        continue;
+      }
       PhaseGpu& pg = g.phases[phase];
       CopyTotals& t = pg.copies[static_cast<int>(c.kind)];
       t.bytes += c.bytes;
@@ -372,8 +383,8 @@ class Attributor {
     g.sm_efficiency = time_weighted_sm_efficiency(weighted_all);
     g.nccl_exposed_ns = exposed_time(comm, compute);
     for (int i = 0; i < kImplausibleKinds; ++i) {
-      g.excluded[i] = p.excluded[i];
-      g.excluded_records += p.excluded[i];
+      g.excluded[i] += p.excluded[i];
+      g.excluded_records += g.excluded[i];
     }
     g.launch_timed = p.launch_timed;
     g.launch_waited = p.launch_waited;
@@ -404,6 +415,31 @@ class Attributor {
       ++it;
     }
     if (p.dropped) g.complete = false;
+  }
+
+  /// The streams whose records in this step cannot all be right (stream_records_plausible): every
+  /// record on them is left out of the step's sums and counted as stream_overcommitted.
+  /// A stream is named by its device and CUPTI's stream id (ids are per context).
+  static uint64_t stream_key(uint32_t device, uint32_t stream) { return uint64_t{device} << 32 | stream; }
+  static std::set<uint64_t> overcommitted_streams(const Pending& p) {
+    struct Extent {
+      int64_t first = 0, last = 0, sum = 0;
+      std::size_t records = 0;
+    };
+    std::map<uint64_t, Extent> by_stream;
+    const auto add = [&](uint64_t stream, int64_t b, int64_t e) {
+      Extent& x = by_stream[stream];
+      x.first = x.records ? std::min(x.first, b) : b;
+      x.last = x.records ? std::max(x.last, e) : e;
+      x.sum += e - b;
+      ++x.records;
+    };
+    for (const auto& k : p.kernels) add(stream_key(k.record.device, k.record.stream), k.record.start_ns, k.record.end_ns);
+    for (const auto& c : p.copies) add(stream_key(c.record.device, c.record.stream), c.record.start_ns, c.record.end_ns);
+    std::set<uint64_t> broken;
+    for (const auto& [stream, x] : by_stream)
+      if (!stream_records_plausible(x.sum, x.first, x.last, x.records)) broken.insert(stream);
+    return broken;
   }
 
   std::size_t top_n_;

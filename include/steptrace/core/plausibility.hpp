@@ -7,6 +7,7 @@
 // moment its launch call was entered and the moment its buffer was handed over.
 #pragma once
 #include "../version.hpp"
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -22,12 +23,14 @@ enum class Implausible : uint8_t {
   ends_after_delivery,      // ended after CUPTI handed over the buffer that carried it
   graph_replayed_untraced,  // a graph kernel read out after records were switched off: a replay with
                             // records off may have written its end time (sampled attribution)
+  stream_overcommitted,     // the step's records on one stream add up to more than that stream's span
+                            // can hold (stream_records_plausible): their times are broken
 };
-inline constexpr int kImplausibleKinds = 5;  // the reasons after `none`
+inline constexpr int kImplausibleKinds = 6;  // the reasons after `none`
 
 inline const char* implausible_name(Implausible why) {
   static const char* names[] = {"none", "no_timestamps", "ends_before_start", "starts_before_launch",
-                                "ends_after_delivery", "graph_replayed_untraced"};
+                                "ends_after_delivery", "graph_replayed_untraced", "stream_overcommitted"};
   return names[static_cast<int>(why)];
 }
 
@@ -40,6 +43,9 @@ inline const char* implausible_text(Implausible why) {
     case Implausible::graph_replayed_untraced:
       return "a CUDA graph's kernel record was read out after records were switched off between traced steps: "
              "a replay of the graph with records off may have written its end time";
+    case Implausible::stream_overcommitted:
+      return "the step's records on one CUDA stream add up to more than twice the time from the first one's start "
+             "to the last one's end: work on one stream runs one item after another, so their times are broken";
     default: return "";
   }
 }
@@ -67,6 +73,20 @@ inline Implausible check_record(int64_t start_ns, int64_t end_ns, int64_t launch
 /// durations. False means the sums are broken and must not be published.
 inline bool busy_time_plausible(int64_t busy_ns, int64_t first_start_ns, int64_t last_end_ns, int64_t duration_sum_ns) {
   return busy_ns >= 0 && busy_ns <= last_end_ns - first_start_ns && busy_ns <= duration_sum_ns;
+}
+
+/// Work on one CUDA stream runs one item after another (CUDA programming guide, "Streams"), so the
+/// durations of a step's records on one stream add up to at most the span from the first one's start
+/// to the last one's end. Programmatic dependent launch (Hopper on) lets the next kernel start while the
+/// previous one finishes, two at a time at most, hence the factor of two, and kRecordClockSlackNs per
+/// record for the clocks. A broken record set - a CUDA graph's kernels whose end times an untraced replay
+/// overwrote (each "lasting" until that replay) - sums to many times its span. False: the stream's
+/// records must not be published.
+inline constexpr double kStreamConcurrencyLimit = 2.0;
+inline bool stream_records_plausible(int64_t duration_sum_ns, int64_t first_start_ns, int64_t last_end_ns, std::size_t records) {
+  const double span = static_cast<double>(last_end_ns - first_start_ns);
+  return static_cast<double>(duration_sum_ns) <=
+         kStreamConcurrencyLimit * span + static_cast<double>(kRecordClockSlackNs) * static_cast<double>(records);
 }
 
 /// What to say once about a step's impossible records (left out of every sum, counted in the line):

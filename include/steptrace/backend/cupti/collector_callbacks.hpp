@@ -76,7 +76,7 @@ inline bool Collector::stage(LaunchRecord l, const void* graph_exec) {
     if (in_flight_.size() < kMaxInFlight) in_flight_.push_back(l.correlation), followed = true;
     else l.window = true;
   }
-  if (graph_exec && !detach_mode()) {  // keep mode: which graphs wait for a relaunch (settled())
+  if (graph_exec) {  // which graphs wait for a relaunch (settled())
     if (l.discard) pending_graphs_.erase(graph_exec);
     else pending_graphs_[graph_exec] = l.correlation;
   }
