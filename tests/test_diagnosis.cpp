@@ -160,6 +160,19 @@ TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view
   // A carried view that says the GPU waited names that.
   const CarriedGpuView idle{100, 50.0, gpu_shares(0.30, 0.90)};
   CHECK(diagnose_untraced(host, 101, 50.0, idle, rule).label == Bottleneck::host_launch_bound);
+  // The reference is the untraced steps' median, never the traced step's own (tracing-inflated) time:
+  // an eager loop's traced step ran 29.9 ms against 20.2 ms untraced, and a 19.6 ms step then fell
+  // outside 1.5x of the traced one (UNKNOWN on 690 of 1 000 lines).
+  CarriedGpuView inflated{100, 29.9, gpu_shares(0.40, 0.90)};
+  CHECK(diagnose_untraced(host, 101, 19.6, inflated, rule).basis == DiagnosisBasis::none);  // no reference yet
+  inflated.untraced_median_ms = 20.2;
+  d = diagnose_untraced(host, 101, 19.6, inflated, rule);
+  CHECK(d.basis == DiagnosisBasis::carried);
+  CHECK(d.label == Bottleneck::host_launch_bound);
+  CHECK(d.reason.find("untraced steps' median 20.2 ms") != std::string::npos);
+  d = diagnose_untraced(host, 101, 31.0, inflated, rule);  // 1.53x the untraced steps: something else ran
+  CHECK(d.basis == DiagnosisBasis::none);
+  CHECK(d.reason.find("last untraced steps' median (20.2 ms") != std::string::npos);
   // The carry window follows the trace interval: two intervals, at least 16 steps.
   CHECK(carry_max_age(1) == 16);
   CHECK(carry_max_age(100) == 200);

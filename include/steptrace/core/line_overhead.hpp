@@ -47,9 +47,16 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   out.field("budget", o.budget, o.no_budget_reason);
   out.field("within_budget", o.budget && e.fraction ? std::optional<bool>(e.within_budget) : std::nullopt,
             o.budget ? why : o.no_budget_reason);
+  const char* no_range = "no estimate yet";
+  out.field("estimated_fraction_ci_low", e.fraction_low, e.fraction ? no_range : why);
+  out.field("estimated_fraction_ci_high", e.fraction_high, e.fraction ? no_range : why);
   out.field("traced_step_extra_ms", e.traced_extra_ms, why);
+  out.field("traced_step_extra_se_ms", e.traced_extra_se_ms,
+            e.fraction ? "method launch_model: the extra is modelled, it has no spread" : why);
+  out.field("polluted_steps", e.fraction ? std::optional<uint64_t>(e.polluted_steps) : std::nullopt, why);
   out.field("clean_step_ms", e.clean_step_ms, why);
   out.field("untraced_residual_ms", e.residual_ms, why);
+  out.field("untraced_residual_low_ms", e.residual_low_ms, why);
   out.field("launches_per_step", e.launches_per_step, why);
   out.optional_text("untraced_cupti", o.untraced_cupti, why);
   out.optional_text("kernel_timestamps", o.kernel_timestamps, why);

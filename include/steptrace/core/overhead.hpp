@@ -2,29 +2,41 @@
 // keeps that cost inside Config::overhead_budget. Pure: fed one observation per step, in step order.
 //
 // The cost of tracing shows in the program's own step times: a traced step (CUPTI records and launch
-// callbacks on) and the steps right after it (records handed over, graph settling) run longer than the
-// steps far from a trace. Over the last steps observed:
-//   clean    = median step time of untraced steps at least kCleanDistance steps after a traced one
-//   extra    = sum over d < kCleanDistance of (median step time d steps after a trace - clean)
+// callbacks on; detached, the attach too) and the steps right after it (records handed over, graph
+// settling, the detach) run longer than the steps far from a trace. Each step is observed with its own
+// time (its TRACE_STEP scope: what runs between two steps - an evaluation, a checkpoint, logging - is
+// never in it), and a step that follows an unusually long gap between steps is not compared (the work
+// in the gap may have cooled caches or recompiled: "polluted"). Over the last steps observed:
+//   clean    = median own time of untraced steps at least kCleanDistance steps after a traced one
+//   extra    = sum over d < kCleanDistance of (median own time d steps after a trace - clean)
 //              (what one trace costs, the steps after it included; d = 0 is the traced step)
 //   fraction = extra / (every x clean) + residual / clean
-// over the last max(128, 4 x every) steps, each median over at least 3 steps (5 clean ones), where
-// `residual` is what CUPTI costs every step while it stays attached
-// (untraced_cupti=keep): ~0.6 us per launch on the host with records and callbacks off (measured:
-// benchmarks/README.md, third session, run I: untraced steps ran +17 % on 10 001 launches of 34 ms),
-// ~0.8 us with the callbacks left on (kKeepNsPerLaunch). That cost delays the GPU only where the host is what the step waits for,
-// so it is weighted by the share of the traced steps' launches whose work started right after the
-// launch call (the GPU waiting for the host: StepGpu::launch_waited). It cannot be seen in the
-// step times (every step pays it), hence a model. Until untraced steps exist to compare with, `extra`
-// is a model too: launches x kModelTracedNsPerLaunch, a traced step against no CUPTI at all, so then
+// over the last max(128, 4 x every) steps, each median over at least 3 steps (5 clean ones). Each
+// median's standard error is estimated from its spread (1.2533 x sigma / sqrt(n) for the median of a
+// normal sample, Kendall & Stuart, "The Advanced Theory of Statistics" vol. 1, 10.10; sigma from the
+// median absolute deviation x 1.4826, Rousseeuw & Croux 1993), and `extra` carries a 95 % interval
+// (+- 1.96 standard errors): the line's fraction_low / fraction_high. The interval the budget asks
+// for is chosen on the interval's high end, so that a noisy "0" never sends it to 1, and never below
+// kMinMeasuringEvery while a measurement speaks (shorter, no step is clean and nothing is measured).
+// `residual` is what CUPTI costs every untraced step while it stays attached (untraced_cupti=keep):
+// its callbacks' ~0.79 us per launch on the launching thread (kKeepNsPerLaunch). No step shows it
+// (every step pays it), so it is a model, and a range: it delays the step by the whole amount where
+// the launching thread is what the step waits for, and at least by the share of launches the GPU
+// waited for (StepGpu::launch_waited). On a torch.compile GPT-2 step with the GPU busy 96 % of the
+// time it cost the whole amount (2 700 launches x 0.79 us ~ 1.5 %, measured side by side on an H100:
+// issue #48), so `fraction` charges the whole amount and fraction_low the weighted one. Until untraced
+// steps exist to compare with, `extra` is a model too: launches x kModelTracedNsPerLaunch, a traced
+// step against no CUPTI at all, so then
 //   fraction = (extra + (every - 1) x residual) / (every x clean).
 // The interval asked for is the shortest whose fraction is at most kAim x the budget (headroom for the
 // costs the estimate cannot see); `within_budget` compares the fraction with the budget itself.
-// With CUPTI detached between traced steps (untraced_cupti=detach) there is no residual, and the model
-// adds what one attach and detach cost (kModelAttachDetachMs).
-// Keep or detach (untraced_cupti=auto): staying attached costs at least residual / clean whatever the
-// interval; when that alone exceeds the budget and detaching is modelled cheaper at the longest interval,
-// detach_pays() says so and the runtime detaches from then on (never back: detaching ends PM sampling).
+// With CUPTI detached between traced steps (untraced_cupti=detach) there is no residual: everything
+// steptrace's CUPTI use costs lands in the traced step and the ones after it (the attach in the
+// traced step, the detach after its line), and is measured; the model adds one attach and detach
+// (kModelAttachDetachMs) until then.
+// Keep or detach (untraced_cupti=auto): staying attached costs residual / clean whatever the interval;
+// when that alone exceeds the aim and detaching is modelled cheaper, detach_pays() says so and the
+// runtime detaches from then on (never back: detaching ends PM sampling).
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -41,7 +53,8 @@ STEPTRACE_BEGIN_NAMESPACE
 struct OverheadObservation {
   uint64_t index = 0;
   bool traced = false;     // CUPTI records were on for this step and its line has them
-  double step_ms = 0;      // begin to the next step's begin
+  double step_ms = 0;      // the step's own time: its scope (never what runs between two steps)
+  double between_ms = 0;   // the gap before it: the previous step's scope end to its begin (0: none)
   std::optional<uint32_t> launches;      // traced steps: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;  // traced steps: share of launches the GPU waited for (0-1)
 };
@@ -52,7 +65,11 @@ struct OverheadEstimate {
   std::string method;                  // "measured" | "launch_model" | "" (nothing to estimate yet)
   std::optional<double> traced_extra_ms;  // what one traced step (and its aftermath) costs
   std::optional<double> clean_step_ms;    // step time far from a trace
-  std::optional<double> residual_ms;      // per untraced step, keep mode (model)
+  std::optional<double> residual_ms;      // per untraced step, keep mode (model, the whole amount)
+  std::optional<double> residual_low_ms;  // ... weighted by the share of launches the GPU waited for
+  std::optional<double> fraction_low, fraction_high;  // the 95 % interval (measurement spread, residual's range)
+  std::optional<double> traced_extra_se_ms;  // the standard error of traced_extra_ms (method measured)
+  uint64_t polluted_steps = 0;            // steps not compared: they followed an unusually long gap
   std::optional<double> launches_per_step;
   int every = 1;                       // the trace interval the budget asks for
   bool within_budget = true;           // fraction (at the interval in force) <= the budget
@@ -71,6 +88,12 @@ class OverheadEstimator {
   static constexpr double kKeepNsPerLaunch = 790;
   static constexpr double kModelAttachDetachMs = 8.3;      // benchmarks/README.md, third session: cupti_cycle, attach 6.8 + detach 1.5 ms
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
+  static constexpr int kMinMeasuringEvery = kCleanDistance + 1;  // shorter: no step is clean, nothing is measured
+  static constexpr double kZ95 = 1.96;                     // two-sided 95 % of a normal distribution
+  // A gap between steps longer than this many times the recent median gap, plus kGapStepShare of the
+  // median step, pollutes the step after it (an evaluation, a checkpoint, torch.compile recompiling).
+  static constexpr double kGapFactor = 3.0, kGapStepShare = 0.05;
+  static constexpr std::size_t kGapHistory = 64;
   static constexpr std::size_t kWindow = 512;              // steps remembered, at least (window())
   static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
   static constexpr int kMinTraced = 3;                     // steps at each distance from a trace, likewise
@@ -126,9 +149,26 @@ class OverheadEstimator {
     }
     if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
     st.compared = o.index >= s_.warmup_steps;
+    const double gap = std::isfinite(o.between_ms) ? std::max(0.0, o.between_ms) : 0.0;
+    if (st.compared && gaps_.size() >= 8) {
+      const double limit = kGapFactor * median(std::vector<double>(gaps_.begin(), gaps_.end())) +
+                           kGapStepShare * median(std::vector<double>(recent_ms_.begin(), recent_ms_.end()));
+      if (gap > limit) {
+        st.compared = false;
+        ++polluted_;
+      }
+    }
+    if (o.index >= s_.warmup_steps) {
+      gaps_.push_back(gap);
+      recent_ms_.push_back(o.step_ms);
+      trim(gaps_, kGapHistory);
+      trim(recent_ms_, kGapHistory);
+    }
     steps_.push_back(st);
     if (steps_.size() > window()) steps_.pop_front();
   }
+  /// Steps not compared because an unusually long gap came before them.
+  uint64_t polluted_steps() const { return polluted_; }
   /// Steps remembered: enough for the comparison at the longest interval (4 intervals, kMinTraced
   /// traced steps among them), never fewer than kWindow.
   std::size_t window() const {
@@ -162,15 +202,27 @@ class OverheadEstimator {
     bool enough = static_cast<int>(clean.size()) >= kMinClean && static_cast<int>(near[0].size()) >= kMinTraced;
     for (const auto& d : near) enough = enough && (d.empty() || static_cast<int>(d.size()) >= kMinTraced);
     bool measured = false;
+    double extra_high = 0, extra_low = 0;
     if (enough) {
       // Per distance from the last trace, the median step time over the clean one: robust to the odd
-      // slow step (a checkpoint, an evaluation) that a plain sum would charge to tracing.
+      // slow step (a checkpoint inside the step) that a plain sum would charge to tracing.
       const double c = median(clean);
-      double extra = 0;
+      const double se_c = median_se(clean);
+      double extra = 0, var = 0;
+      int distances = 0;
       for (const auto& d : near)
-        if (!d.empty()) extra += median(d) - c;
+        if (!d.empty()) {
+          extra += median(d) - c;
+          var += median_se(d) * median_se(d);
+          ++distances;
+        }
+      var += (distances * se_c) * (distances * se_c);  // the clean median is subtracted at each distance
+      const double se = std::sqrt(var);
       e.clean_step_ms = c;
       e.traced_extra_ms = std::max(0.0, extra);
+      e.traced_extra_se_ms = se;
+      extra_high = std::max(0.0, extra + kZ95 * se);
+      extra_low = std::max(0.0, extra - kZ95 * se);
       e.method = "measured";
       measured = true;
     } else if (e.launches_per_step && !all.empty()) {
@@ -182,35 +234,44 @@ class OverheadEstimator {
     } else {
       return e;  // nothing traced yet, or no launch count
     }
-    double residual = 0;
-    if (s_.keep_attached && e.launches_per_step && !host_bound_.empty()) {
-      const double waited = median(std::vector<double>(host_bound_.begin(), host_bound_.end()));
-      residual = *e.launches_per_step * kKeepNsPerLaunch * 1e-6 * waited;
+    e.polluted_steps = polluted_;
+    double residual = 0, residual_low = 0;
+    if (s_.keep_attached && e.launches_per_step) {
+      residual = *e.launches_per_step * kKeepNsPerLaunch * 1e-6;
+      const double waited = host_bound_.empty() ? 1.0 : median(std::vector<double>(host_bound_.begin(), host_bound_.end()));
+      residual_low = residual * waited;
     }
     e.residual_ms = residual;
+    e.residual_low_ms = residual_low;
     const double clean_ms = *e.clean_step_ms;
     if (!(clean_ms > 0)) return e;
     // cost(n) = a / n + b. Every step pays the residual while CUPTI stays attached. Measured: `extra`
     // is the traced step against untraced steps that pay the residual too, so a = extra. Model: the
     // 1.1 us per launch is a traced step against no CUPTI at all, so a = extra - residual.
-    const double b = residual / clean_ms;
+    const double b = residual / clean_ms, b_low = residual_low / clean_ms;
     const double attach = measured || s_.keep_attached ? 0 : kModelAttachDetachMs / clean_ms;
-    const double a = (measured ? *e.traced_extra_ms : *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 - residual) / clean_ms;
-    const auto cost = [&](int n) { return (a + (n > 1 ? attach : 0)) / n + b; };
-    e.tracing_fraction = cost(e.every) - b;
+    const double model_a = std::max(0.0, *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 - residual) / clean_ms;
+    const double a = measured ? *e.traced_extra_ms / clean_ms : model_a;
+    const double a_high = measured ? extra_high / clean_ms : model_a, a_low = measured ? extra_low / clean_ms : model_a;
+    const auto cost = [&](double a_, int n) { return (a_ + (n > 1 ? attach : 0)) / n + b; };
+    e.tracing_fraction = cost(a, e.every) - b;
     e.attached_fraction = b;
-    e.fraction = cost(e.every) + e.other_fraction;
+    e.fraction = cost(a, e.every) + e.other_fraction;
+    e.fraction_high = cost(a_high, e.every) + e.other_fraction;
+    e.fraction_low = cost(a_low, e.every) - b + b_low + e.other_fraction;
     e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
-    // The shortest interval whose cost fits kAim of the budget, less the other parts (the longest
-    // allowed if none does).
+    // The shortest interval whose cost, at the high end of the measurement, fits kAim of the budget
+    // less the other parts (the longest allowed if none does).
     const double aim = s_.budget * kAim - e.other_fraction;
     const double whole_aim = s_.budget * kAim;
-    e.within_aim = *e.fraction <= whole_aim * (1 + 1e-9);
+    e.within_aim = *e.fraction_high <= whole_aim * (1 + 1e-9);
     int want = 1;
-    if (cost(1) > aim) {
-      const double n = b < aim ? std::ceil((a + attach) / (aim - b)) : static_cast<double>(s_.max_every);
+    if (cost(a_high, 1) > aim) {
+      const double n = b < aim ? std::ceil((a_high + attach) / (aim - b)) : static_cast<double>(s_.max_every);
       want = static_cast<int>(std::clamp(n, 2.0, static_cast<double>(s_.max_every)));
     }
+    // A measurement needs clean steps: never shorter than kMinMeasuringEvery once one speaks.
+    if (measured) want = std::max(want, std::min(kMinMeasuringEvery, s_.max_every));
     e.every = want;
     return e;
   }
@@ -226,6 +287,16 @@ class OverheadEstimator {
   static void trim(std::deque<T>& d, std::size_t n) {
     while (d.size() > n) d.pop_front();
   }
+  /// The standard error of a sample's median: 1.2533 x sigma / sqrt(n), sigma = 1.4826 x the median
+  /// absolute deviation (see the top of this file).
+  static double median_se(const std::vector<double>& v) {
+    if (v.size() < 2) return 0;
+    const double m = median(v);
+    std::vector<double> dev;
+    dev.reserve(v.size());
+    for (double x : v) dev.push_back(std::abs(x - m));
+    return 1.2533 * 1.4826 * median(std::move(dev)) / std::sqrt(static_cast<double>(v.size()));
+  }
   static double median(std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     const double hi = v[v.size() / 2];
@@ -238,6 +309,8 @@ class OverheadEstimator {
   std::deque<uint32_t> launches_;
   std::deque<double> host_bound_;
   std::optional<uint64_t> last_traced_;
+  std::deque<double> gaps_, recent_ms_;  // the last kGapHistory gaps and own times past the warm-up
+  uint64_t polluted_ = 0;
 };
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -43,7 +43,8 @@ struct ControllerStep {
   bool scheduled = false;          // the schedule in force said to trace it
   bool detached = false;           // it ran with CUPTI detached between traced steps
   int every = 1;                   // the interval it ran under (its estimate is at that interval)
-  double step_ms = 0;              // begin to the next step's begin
+  double step_ms = 0;              // the step's own time (its scope)
+  double between_ms = 0;           // the gap before it (the previous step's scope end to its begin)
   std::optional<uint32_t> launches;          // traced: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;    // traced: share of launches the GPU waited for
   double host_api_fraction = 0;    // steptrace's calls on the training thread, share of the step (modelled)
@@ -83,6 +84,7 @@ class TraceController {
     ob.index = step.index;
     ob.traced = step.traced;
     ob.step_ms = step.step_ms;
+    ob.between_ms = step.between_ms;
     if (step.traced) ob.launches = step.launches, ob.host_bound_share = step.host_bound_share;
     estimator_.observe(ob);
     // The step-time estimate at the interval in force: tracing, CUPTI attached, the scopes.

@@ -28,7 +28,10 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   step.scheduled = schedule_of(r, cfg).traced(r.index);
   step.detached = detached(r);
   step.every = o.trace_every;
-  step.step_ms = ns_to_ms(r.end_ns - r.begin_ns);
+  // The step's own time (its scope), never what ran between steps (evaluation, checkpoints, logging);
+  // the gap before it tells the estimator whether such work may have slowed it.
+  step.step_ms = ns_to_ms(r.own_end_ns() - r.begin_ns);
+  step.between_ms = ns_to_ms(r.between_ns());
   if (step.traced) {
     uint32_t launches = gpu->kernels;
     for (const auto& [id, pg] : gpu->phases)
