@@ -15,6 +15,7 @@
 
 #include <steptrace/backend/gpu_backend.hpp>
 #include <steptrace/core/clock.hpp>
+#include <steptrace/core/clock.hpp>
 #include <steptrace/details/launch_context.hpp>
 
 namespace steptrace_test {
@@ -156,6 +157,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     if (!calls_.detach_mode || traced != traced_begun_) return true;
     if (tracing_) return false;
     ++calls_.detaches;
+    detached_at_.push_back(steptrace::monotonic_ns());  // the fake detaches at once (the collector: at the next API exit)
     return true;
   }
   void switch_to_detach() override {
@@ -181,6 +183,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     d.launches.swap(launches_);
     d.kernels.swap(kernels_);
     d.copies.swap(copies_);
+    d.detached_at_ns.swap(detached_at_);
     return d;
   }
   void stop_attribution() override {
@@ -272,6 +275,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   int64_t paused_at_ = 0;
   std::vector<std::pair<int64_t, double>> sample_values_;  // (since, value), in time order
   std::vector<steptrace::LaunchRecord> launches_;
+  std::vector<int64_t> detached_at_;
   std::vector<steptrace::KernelRecord> kernels_, held_;
   std::vector<steptrace::CopyRecord> copies_;
   std::map<uint32_t, int64_t> stream_end_;  // when each stream's last record ends

@@ -306,10 +306,12 @@ struct InvariantCase {
     s.end_ns = 6'000'000;
     r.spans.push_back(s);
     g.kernels = 2;
+    g.streams = 1;
     g.kernel_ns = g.busy_ns = 4'000'000;
     g.sm_efficiency = 0.5;
     PhaseGpu pg;
     pg.kernels = 2;
+    pg.streams = 1;
     pg.kernel_ns = pg.busy_ns = 4'000'000;
     pg.sm_efficiency = 0.5;
     pg.busy = {{1'000'000, 5'000'000}};
@@ -365,6 +367,34 @@ TEST_CASE("invariants: a phase busier on the GPU than its step is left out", "[j
   CHECK(std::string(j["null_reasons"]["phases.forward.gpu"]).find("more than its step") != std::string::npos);
   CHECK(j["gpu"]["invariant_exclusions"] == 1);
   CHECK(double(j["gpu_utilization"]) == Approx(0.4));
+}
+
+TEST_CASE("invariants: kernels that cannot fit their streams within the window are left out", "[json][invariants]") {
+  // The line issue #48 saw: 50 graph kernels of one stream claiming 680 ms in a 13.7 ms step.
+  InvariantCase t;
+  t.r.end_ns = 13'700'000;
+  PhaseGpu opt;
+  opt.kernels = 50;
+  opt.streams = 1;
+  opt.kernel_ns = 680'000'000;
+  opt.busy_ns = 13'600'000;
+  opt.busy = {{100'000, 13'700'000}};
+  t.g.phases[phase_tag::optimizer] = opt;
+  t.g.kernels += 50;
+  t.g.kernel_ns += 680'000'000;
+  t.g.busy_ns = 13'650'000;
+  const auto j = t.line();
+  CHECK(j["phases"]["optimizer"]["gpu"].is_null());
+  CHECK(std::string(j["null_reasons"]["phases.optimizer.gpu"]).find("on 1 stream(s) in a window of 13.700 ms") != std::string::npos);
+  CHECK(j["gpu"]["kernel_ms"].is_null());
+  CHECK(j["gpu"]["sm_efficiency"].is_null());
+  CHECK(j["phases"]["forward"]["gpu"].is_object());  // 4 ms on its stream: possible
+  // The same kernel time spread over 50 streams (concurrent kernels) is possible: kept.
+  t.g.phases[phase_tag::optimizer].streams = 50;
+  t.g.streams = 51;
+  const auto k = t.line();
+  CHECK(k["phases"]["optimizer"]["gpu"].is_object());
+  CHECK(double(k["gpu"]["kernel_ms"]) == Approx(684.0));
 }
 
 TEST_CASE("invariants: counters and efficiencies outside [0, 1] are left out", "[json][invariants]") {

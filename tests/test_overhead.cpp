@@ -153,6 +153,33 @@ TEST_CASE("real loops: evaluation between steps, noise, a noisy zero", "[overhea
   CHECK(*r.traced_extra_ms < 5.0);
 }
 
+TEST_CASE("detach mode: the step that paid for a detach is measured, also when it ran between steps", "[overhead]") {
+  // One step in 10 traced (the attach inside it: +3 ms); CUPTI detaches 4 steps later, in the gap
+  // before that step (cuptiFinalize waiting for the device: 5 ms). Without the detach marked, that
+  // step would count as clean (its own time is 50 ms) and the gap as pollution: the detach unseen.
+  const auto run = [](bool marked) {
+    OverheadEstimator e({0.003, 1000, /*keep_attached=*/false});
+    for (uint64_t i = 0; i < 400; ++i) {
+      const bool traced = i % 10 == 0;
+      const bool detach = i % 10 == 4;
+      OverheadObservation o = step(i, traced, traced ? 53.0 : 50.0, 500);
+      o.between_ms = detach ? 5.05 : 0.05;
+      o.detached_in = marked && detach;
+      e.observe(o);
+    }
+    return e;
+  };
+  const auto marked = run(true);
+  const auto r = marked.estimate(10);
+  REQUIRE(r.method == "measured");
+  CHECK(*r.traced_extra_ms == Approx(3.0 + 5.0));  // the gap's excess over the usual 0.05 ms counted once
+  CHECK(marked.polluted_steps() == 0);
+  CHECK(*r.fraction == Approx(8.0 / (10 * 50.0)).epsilon(0.01));
+  const auto unmarked = run(false);
+  CHECK(*unmarked.estimate(10).traced_extra_ms == Approx(3.0));
+  CHECK(unmarked.polluted_steps() > 0);
+}
+
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {
   // Launch-bound: 10 000 launches, the GPU idle 80 % of the step. Kept attached, untraced steps still
   // pay 10 000 x 0.79 us = 7.9 ms of a 45 ms step (at least x 0.8 = 6.32 ms): 18 %, above any interval's reach.

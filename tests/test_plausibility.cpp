@@ -207,4 +207,23 @@ TEST_CASE("plausibility: a stream whose records add up to more than its span is 
   CHECK(h.phases.at(phase_tag::backward).kernel_ns == 499 * us);
   CHECK(stream_records_plausible(2 * 100 * us, 0, 100 * us, 2));
   CHECK_FALSE(stream_records_plausible(3 * 100 * us, 0, 100 * us, 3));
+  CHECK(h.streams == 2);
+  CHECK(h.phases.at(phase_tag::optimizer).streams == 1);
+
+  // Records of plain launches on an overcommitted stream are not what a replay leaves: kept here (the
+  // line's invariants judge the phase: core/line_invariants.hpp), and the flight recorder keeps what
+  // the sums were made of.
+  Attributor c;
+  for (uint32_t i = 0; i < 3; ++i) {
+    c.add_launch(launch(60 + i, 0, phase_tag::forward, 100 * us));
+    c.add_kernel(on(kernel(60 + i, 110 * us, 500 * us, 20000 * us), 2));
+  }
+  c.add_launch(launch(70, 0, phase_tag::optimizer, 100 * us, /*graph=*/true));
+  for (int i = 0; i < 4; ++i) c.add_kernel(on(kernel(70, (110 + i) * us, 500 * us, 20000 * us), 2));
+  StepActivity kept;
+  const StepGpu k = c.take(0, /*drained=*/true, &kept);
+  CHECK(excluded(k, Implausible::stream_overcommitted) == 4);
+  CHECK(k.kernels == 3);
+  CHECK(kept.kernels.size() == 3);
+  CHECK(k.phases.count(phase_tag::optimizer) == 0);
 }

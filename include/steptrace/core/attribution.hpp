@@ -39,7 +39,7 @@ class Attributor {
     }
     if (l.discard) {  // its records are read only to settle an earlier graph launch: dropped quietly
       if (l.failed) return;
-      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true, l.tid, false};
+      launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, true, l.tid, false, l.graph};
       // A settling graph launch's own records come out at the graph's next launch with records on,
       // possibly many steps later, after its step's ids are forgotten: remembered apart (bounded).
       if (l.graph && discard_graphs_.insert(l.correlation).second) {
@@ -58,7 +58,7 @@ class Attributor {
     }
     if (reporting_step_of_key(l.step) < emitted_below_) return;  // the line that reports it is already out
     if (l.step < 0 && launches_.size() >= max_records_) return;  // no step ever opened: stay bounded
-    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid, l.window};
+    launches_[l.correlation] = Where{l.step, l.phase, l.enter_ns, 0, false, l.tid, l.window, l.graph};
     max_launch_id_ = std::max(max_launch_id_, l.correlation);
     Pending& p = pending_[l.step];
     if (!l.window) p.expected.insert(l.correlation);  // a switch's launch: its record may not come
@@ -144,10 +144,13 @@ class Attributor {
     first_take_ = false;
     auto it = pending_.find(step);
     if (it != pending_.end()) {
-      fill(it->second, g);
-      if (keep) {
-        keep->kernels = std::move(it->second.kernels);
-        keep->copies = std::move(it->second.copies);
+      const std::set<uint64_t> broken = overcommitted_streams(it->second);
+      fill(it->second, g, broken);
+      if (keep) {  // what the sums were made of: without the records left out as overcommitted
+        for (auto& r : it->second.kernels)
+          if (!excluded_as_overcommitted(r, broken)) keep->kernels.push_back(std::move(r));
+        for (auto& r : it->second.copies)
+          if (!excluded_as_overcommitted(r, broken)) keep->copies.push_back(std::move(r));
       }
       pending_.erase(it);
     }
@@ -182,7 +185,7 @@ class Attributor {
     auto it = pending_.find(between_steps_key(after_step));
     if (it == pending_.end()) return std::nullopt;
     StepGpu g;
-    fill(it->second, g);
+    fill(it->second, g, overcommitted_streams(it->second));
     BetweenGpu b;
     b.busy_ns = g.busy_ns;
     b.kernel_ns = g.kernel_ns;
@@ -240,6 +243,7 @@ class Attributor {
     bool discard;
     int32_t tid;               // the launching thread, 0 = unknown
     bool window;               // launched at a trace switch: not expected (see LaunchRecord::window)
+    bool graph;                // a CUDA graph launch
   };
   struct Pending {
     std::unordered_set<uint32_t> expected, seen;
@@ -272,7 +276,7 @@ class Attributor {
       ++p->launch_timed;
       p->launch_waited += record.start_ns - where->enter_ns < kHostBoundStartNs;
     }
-    (p->*list).push_back({record, where->phase, where->enter_ns, where->tid});
+    (p->*list).push_back({record, where->phase, where->enter_ns, where->tid, where->graph});
   }
 
   uint32_t resolve(uint32_t corr) const {
@@ -326,7 +330,7 @@ class Attributor {
       it = launches_.count(it->second) ? std::next(it) : alias_.erase(it);
   }
 
-  void fill(const Pending& p, StepGpu& g) const {
+  void fill(const Pending& p, StepGpu& g, const std::set<uint64_t>& broken) const {
     std::vector<Interval> all, comm, compute;
     std::vector<WeightedInterval> weighted_all;
     std::map<PhaseId, std::vector<Interval>> phase_busy;
@@ -334,13 +338,17 @@ class Attributor {
     std::map<PhaseId, double> occupancy_weighted;
     std::map<PhaseId, std::map<std::string_view, TopKernel>> by_name;
     std::map<PhaseId, std::map<std::string_view, double>> name_eff_weighted;
-    const std::set<uint64_t> broken = overcommitted_streams(p);
     uint64_t& broken_records = g.excluded[static_cast<int>(Implausible::stream_overcommitted) - 1];
-    for (const auto& [k, phase, launch_ns, launch_tid] : p.kernels) {
-      if (broken.count(stream_key(k.device, k.stream))) {
+    std::set<uint64_t> streams;
+    std::map<PhaseId, std::set<uint64_t>> phase_streams;
+    for (const auto& placed : p.kernels) {
+      if (excluded_as_overcommitted(placed, broken)) {
         ++broken_records;
         continue;
       }
+      const auto& [k, phase, launch_ns, launch_tid, from_graph] = placed;
+      streams.insert(stream_key(k.device, k.stream));
+      phase_streams[phase].insert(stream_key(k.device, k.stream));
       const int64_t d = k.end_ns - k.start_ns;
       PhaseGpu& pg = g.phases[phase];
       pg.kernel_ns += d;
@@ -366,11 +374,12 @@ class Attributor {
       ++t.calls;
       name_eff_weighted[phase][k.name] += k.sm_efficiency * static_cast<double>(d);
     }
-    for (const auto& [c, phase, launch_ns, launch_tid] : p.copies) {
-      if (broken.count(stream_key(c.device, c.stream))) {
+    for (const auto& placed : p.copies) {
+      if (excluded_as_overcommitted(placed, broken)) {
         ++broken_records;
         continue;
       }
+      const auto& [c, phase, launch_ns, launch_tid, from_graph] = placed;
       PhaseGpu& pg = g.phases[phase];
       CopyTotals& t = pg.copies[static_cast<int>(c.kind)];
       t.bytes += c.bytes;
@@ -380,6 +389,7 @@ class Attributor {
       phase_busy[phase].emplace_back(c.start_ns, c.end_ns);
     }
     g.busy_ns = union_length(all);
+    g.streams = static_cast<uint32_t>(streams.size());
     g.sm_efficiency = time_weighted_sm_efficiency(weighted_all);
     g.nccl_exposed_ns = exposed_time(comm, compute);
     for (int i = 0; i < kImplausibleKinds; ++i) {
@@ -401,6 +411,7 @@ class Attributor {
         it = g.phases.erase(it);
         continue;
       }
+      pg.streams = static_cast<uint32_t>(phase_streams[phase].size());
       pg.sm_efficiency = time_weighted_sm_efficiency(phase_weighted[phase]);
       pg.occupancy = pg.kernel_ns > 0 ? occupancy_weighted[phase] / static_cast<double>(pg.kernel_ns) : 0;
       std::vector<TopKernel> top;
@@ -417,8 +428,11 @@ class Attributor {
     if (p.dropped) g.complete = false;
   }
 
-  /// The streams whose records in this step cannot all be right (stream_records_plausible): every
-  /// record on them is left out of the step's sums and counted as stream_overcommitted.
+  /// The streams whose records in this step cannot all be right (stream_records_plausible). The
+  /// records on them that a CUDA graph launch produced are left out of the step's sums and counted as
+  /// stream_overcommitted: what a graph replayed with records off leaves (each kernel "lasting" until
+  /// the replay). Other records there are kept (no known failure produces them); a phase whose kernel
+  /// time still cannot fit its streams is left out by the line's invariants (core/line_invariants.hpp).
   /// A stream is named by its device and CUPTI's stream id (ids are per context).
   static uint64_t stream_key(uint32_t device, uint32_t stream) { return uint64_t{device} << 32 | stream; }
   static std::set<uint64_t> overcommitted_streams(const Pending& p) {
@@ -440,6 +454,11 @@ class Attributor {
     for (const auto& [stream, x] : by_stream)
       if (!stream_records_plausible(x.sum, x.first, x.last, x.records)) broken.insert(stream);
     return broken;
+  }
+
+  template <class R>
+  static bool excluded_as_overcommitted(const Placed<R>& r, const std::set<uint64_t>& broken) {
+    return r.from_graph && !broken.empty() && broken.count(stream_key(r.record.device, r.record.stream));
   }
 
   std::size_t top_n_;

@@ -157,14 +157,15 @@ struct CarriedGpuView {
   uint64_t step = 0;
   double step_ms = 0;
   StepShares shares;  // its GPU shares (gpu_utilization, sm_efficiency, comm_exposed)
-  // The median time of the last untraced steps (the caller keeps it current); 0: none yet. A traced
-  // step runs longer than its neighbours by what tracing costs it (29.9 against 20.2 ms on an eager
-  // PyTorch loop, detached between traces), so an untraced step is compared with these, never with it.
+  // The median time of the untraced steps before it (up to 31), or of the first ones after it when
+  // none came before; 0: none yet. A traced step runs longer than its neighbours by what tracing costs
+  // it (29.9 against 20.2 ms on an eager PyTorch loop, detached between traces), so an untraced step is
+  // compared with these, never with it.
   double untraced_median_ms = 0;
 };
 
 /// When a traced step's GPU view still describes an untraced one: it is at most max_age_steps older
-/// and the step's time differs from the median of the last untraced steps by at most
+/// and the step's time differs from the untraced steps' median around that trace by at most
 /// max_step_ratio (a step that took much longer or shorter did something else: an evaluation, a
 /// checkpoint, a different batch shape).
 struct CarryRule {
@@ -206,8 +207,8 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
   }
   if (!(ratio > 0) || ratio > rule.max_step_ratio || ratio < 1 / rule.max_step_ratio) {
     if (have_reference)
-      std::snprintf(buf, sizeof buf, "this step's time (%.3g ms) is not within %.2gx of the last untraced steps' median (%.3g ms; traced step %llu)",
-                    step_ms, rule.max_step_ratio, reference_ms, static_cast<unsigned long long>(last->step));
+      std::snprintf(buf, sizeof buf, "this step's time (%.3g ms) is not within %.2gx of the untraced steps' median around traced step %llu (%.3g ms)",
+                    step_ms, rule.max_step_ratio, static_cast<unsigned long long>(last->step), reference_ms);
     else
       std::snprintf(buf, sizeof buf, "this step's time (%.3g ms) is not within %.2gx of the last traced step's (%llu: %.3g ms)",
                     step_ms, rule.max_step_ratio, static_cast<unsigned long long>(last->step), reference_ms);

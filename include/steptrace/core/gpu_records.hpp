@@ -80,6 +80,9 @@ struct GpuDrain {
   // Launches staged earlier (in this drain or before) whose calls had not returned when records went
   // off: their records may not come. They become the switch's (LaunchRecord::window).
   std::vector<uint32_t> windowed;
+  // When CUPTI was detached between traced steps (monotonic_ns(), core/clock.hpp), since the last
+  // drain: the step or gap that paid for each detach (core/overhead.hpp measures it).
+  std::vector<int64_t> detached_at_ns;
 };
 
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves

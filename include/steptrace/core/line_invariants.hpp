@@ -5,6 +5,10 @@
 //   - the step's GPU busy time (the union of the intervals of the work it launched) fits its window
 //     (core/attribution.hpp, gpu_window_ns), and each phase's busy time fits the step's (a phase's
 //     intervals are a subset of the step's);
+//   - the kernels of the step, and of each phase, run on their streams one after another (two at a
+//     time at most, with programmatic dependent launch): their summed time fits twice the window
+//     times the streams they ran on (a graph replayed with records off between a traced launch and its
+//     read-out once published 680 ms of optimizer kernels in a 13.7 ms step);
 //   - every utilization, efficiency, share and counter is a fraction of something: [0, 1].
 // A value that fails is never published and never clamped: it is written null with the reason, and
 // counted (gpu.invariant_exclusions). Records that start before their launch are left out earlier,
@@ -12,6 +16,7 @@
 // values removed and `excluded` filled.
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +25,7 @@
 
 #include "line_input.hpp"
 #include "line_out.hpp"  // details::path_segment: the paths LineOut files reasons under
+#include "plausibility.hpp"  // kStreamConcurrencyLimit
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -86,6 +92,22 @@ inline void check_line_invariants(StepLineInput& in) {
       in.excluded["diagnosis.evidence.gpu_utilization"] = why;
       in.shares.gpu_utilization.reset();
     }
+    const auto fits_streams = [&](int64_t kernel_ns, uint32_t streams) {
+      return static_cast<double>(kernel_ns) <=
+             kStreamConcurrencyLimit * std::max<uint32_t>(1, streams) * static_cast<double>(window_ns) + kInvariantHostSlackNs;
+    };
+    const auto overcommitted = [&](const std::string& who, int64_t kernel_ns, uint32_t streams) {
+      return who + " kernels add up to " + invariant_ms(kernel_ns) + " on " + std::to_string(std::max<uint32_t>(1, streams)) +
+             " stream(s) in a window of " + invariant_ms(window_ns) + ": kernels on one stream run one after another (two " +
+             "at a time at most), so more than twice the window per stream cannot be: left out";
+    };
+    if (g.kernels && !fits_streams(g.kernel_ns, g.streams)) {
+      const std::string why = overcommitted("the step's", g.kernel_ns, g.streams);
+      in.excluded["gpu.kernel_ms"] = why;
+      in.excluded["gpu.sm_efficiency"] = why;
+      in.excluded["diagnosis.evidence.sm_efficiency"] = why;
+      in.shares.sm_efficiency.reset();
+    }
     if (g.kernels && !is_fraction(g.sm_efficiency)) {
       in.excluded["gpu.sm_efficiency"] = "gpu.sm_efficiency = " + invariant_value(g.sm_efficiency) + " lies outside [0, 1]: left out";
       in.shares.sm_efficiency.reset();
@@ -96,6 +118,8 @@ inline void check_line_invariants(StepLineInput& in) {
       if (pg.busy_ns > g.busy_ns)
         in.excluded[at] = "phase '" + line_phase_key(id) + "' was busy " + invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
                           invariant_ms(g.busy_ns) + " (its work is part of the step's): left out";
+      else if (pg.kernels && !fits_streams(pg.kernel_ns, pg.streams))
+        in.excluded[at] = overcommitted("phase '" + line_phase_key(id) + "'", pg.kernel_ns, pg.streams);
       if (pg.kernels && !is_fraction(pg.sm_efficiency))
         in.excluded[at + ".sm_efficiency"] = at + ".sm_efficiency = " + invariant_value(pg.sm_efficiency) + " lies outside [0, 1]: left out";
       if (pg.kernels && pg.occupancy > 0 && !is_fraction(pg.occupancy))

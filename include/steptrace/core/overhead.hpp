@@ -11,11 +11,14 @@
 //   extra    = sum over d < kCleanDistance of (median own time d steps after a trace - clean)
 //              (what one trace costs, the steps after it included; d = 0 is the traced step)
 //   fraction = extra / (every x clean) + residual / clean
-// over the last max(128, 4 x every) steps, each median over at least 3 steps (5 clean ones). Each
-// median's standard error is estimated from its spread (1.2533 x sigma / sqrt(n) for the median of a
-// normal sample, Kendall & Stuart, "The Advanced Theory of Statistics" vol. 1, 10.10; sigma from the
-// median absolute deviation x 1.4826, Rousseeuw & Croux 1993), and `extra` carries a 95 % interval
-// (+- 1.96 standard errors): the line's fraction_low / fraction_high. The interval the budget asks
+// over the last max(128, 8 x every) steps, each median over at least 3 steps (5 clean ones); in detach
+// mode the steps that paid for a detach (cuptiFinalize, which waits for the device, in the step or the
+// gap before it: its time counted with the step's) are a class of their own, added to `extra` the same
+// way. Each median's standard error is estimated from its spread (1.2533 x sigma / sqrt(n) for the
+// median of a normal sample, Kendall & Stuart, "The Advanced Theory of Statistics" vol. 1, 10.10;
+// sigma from the median absolute deviation x 1.4826, Rousseeuw & Croux 1993, never less than the clean
+// steps'; widened by Student's t for small n), and `extra` carries a 95 % interval (+- 1.96 standard
+// errors): the line's fraction_low / fraction_high. The interval the budget asks
 // for is chosen on the interval's high end, so that a noisy "0" never sends it to 1, and never below
 // kMinMeasuringEvery while a measurement speaks (shorter, no step is clean and nothing is measured).
 // `residual` is what CUPTI costs every untraced step while it stays attached (untraced_cupti=keep):
@@ -55,6 +58,7 @@ struct OverheadObservation {
   bool traced = false;     // CUPTI records were on for this step and its line has them
   double step_ms = 0;      // the step's own time: its scope (never what runs between two steps)
   double between_ms = 0;   // the gap before it: the previous step's scope end to its begin (0: none)
+  bool detached_in = false;  // CUPTI was detached (cuptiFinalize) in it or in the gap before it
   std::optional<uint32_t> launches;      // traced steps: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;  // traced steps: share of launches the GPU waited for (0-1)
 };
@@ -73,7 +77,7 @@ struct OverheadEstimate {
   std::optional<double> launches_per_step;
   int every = 1;                       // the trace interval the budget asks for
   bool within_budget = true;           // fraction (at the interval in force) <= the budget
-  bool within_aim = true;              // fraction <= kAim x the budget: no reason to trace less often
+  bool within_aim = true;              // fraction_high <= kAim x the budget: no reason to trace less often
   std::optional<double> tracing_fraction;   // the traced steps' share of `fraction` at the interval in force
   std::optional<double> attached_fraction;  // CUPTI attached on untraced steps (keep mode)
   double other_fraction = 0;                // the parts the caller added (core/overhead_parts.hpp)
@@ -97,7 +101,8 @@ class OverheadEstimator {
   static constexpr std::size_t kWindow = 512;              // steps remembered, at least (window())
   static constexpr int kMinClean = 5;                      // clean steps needed for a measurement
   static constexpr int kMinTraced = 3;                     // steps at each distance from a trace, likewise
-  static constexpr std::size_t kRecentSteps = 128;         // steps compared (at least 4 intervals)
+  static constexpr std::size_t kRecentSteps = 128;         // steps compared, at least kRecentIntervals intervals
+  static constexpr std::size_t kRecentIntervals = 8;       // ~8 traced steps in each comparison
   // The interval is chosen for an estimate of at most kAim x the budget; the rest is headroom for what
   // the estimate cannot see - steptrace's host side (scopes, samplers, lines: +0.09 % in `host` mode on
   // the GPU-bound transformer step, H100, benchmarks/README.md) and its own spread (0.39 - 0.48 % between
@@ -139,6 +144,7 @@ class OverheadEstimator {
     Step st;
     st.ms = o.step_ms;
     st.traced = o.traced;
+    st.detach = o.detached_in && !o.traced;
     st.since_traced = o.traced ? 0 : (last_traced_ ? static_cast<int64_t>(o.index - *last_traced_) : -1);
     if (o.traced) {
       last_traced_ = o.index;
@@ -150,7 +156,9 @@ class OverheadEstimator {
     if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
     st.compared = o.index >= s_.warmup_steps;
     const double gap = std::isfinite(o.between_ms) ? std::max(0.0, o.between_ms) : 0.0;
-    if (st.compared && gaps_.size() >= 8) {
+    // The detach may have run in the gap before the step: the gap's excess over the usual one is its cost.
+    if (st.detach) st.ms += std::max(0.0, gap - (gaps_.empty() ? 0.0 : median(std::vector<double>(gaps_.begin(), gaps_.end()))));
+    if (st.compared && !st.detach && gaps_.size() >= 8) {
       const double limit = kGapFactor * median(std::vector<double>(gaps_.begin(), gaps_.end())) +
                            kGapStepShare * median(std::vector<double>(recent_ms_.begin(), recent_ms_.end()));
       if (gap > limit) {
@@ -169,10 +177,10 @@ class OverheadEstimator {
   }
   /// Steps not compared because an unusually long gap came before them.
   uint64_t polluted_steps() const { return polluted_; }
-  /// Steps remembered: enough for the comparison at the longest interval (4 intervals, kMinTraced
+  /// Steps remembered: enough for the comparison at the longest interval (kRecentIntervals intervals, kMinTraced
   /// traced steps among them), never fewer than kWindow.
   std::size_t window() const {
-    return std::max(kWindow, 4 * static_cast<std::size_t>(std::max(1, s_.max_every)) + 2 * kCleanDistance);
+    return std::max(kWindow, kRecentIntervals * static_cast<std::size_t>(std::max(1, s_.max_every)) + 2 * kCleanDistance);
   }
 
   /// The current estimate for a trace interval of `every` (the one in force), and the interval the
@@ -188,15 +196,16 @@ class OverheadEstimator {
     // Only recent steps are compared, so that the clean baseline is as current as the traced steps
     // (with an interval of 3 or less no step is clean: the estimate falls back to the model and the
     // runtime probes with a longer interval).
-    const std::size_t recent = std::max<std::size_t>(kRecentSteps, 4 * static_cast<std::size_t>(e.every));
+    const std::size_t recent = std::max<std::size_t>(kRecentSteps, kRecentIntervals * static_cast<std::size_t>(e.every));
     const std::size_t from = steps_.size() > recent ? steps_.size() - recent : 0;
-    std::vector<double> clean, all, near[kCleanDistance];
+    std::vector<double> clean, all, near[kCleanDistance], detach;
     const std::size_t last = steps_.size() > kWindow ? steps_.size() - kWindow : 0;
     for (std::size_t i = std::min(from, last); i < steps_.size(); ++i) {
       const Step& st = steps_[i];
       if (i >= last) all.push_back(st.ms);  // the launch model's step time: the last kWindow steps
       if (!st.compared || i < from) continue;
-      if (st.since_traced >= kCleanDistance && !st.traced) clean.push_back(st.ms);
+      if (st.detach) detach.push_back(st.ms);
+      else if (st.since_traced >= kCleanDistance && !st.traced) clean.push_back(st.ms);
       else if (st.since_traced >= 0 && st.since_traced < kCleanDistance) near[st.since_traced].push_back(st.ms);
     }
     bool enough = static_cast<int>(clean.size()) >= kMinClean && static_cast<int>(near[0].size()) >= kMinTraced;
@@ -207,15 +216,22 @@ class OverheadEstimator {
       // Per distance from the last trace, the median step time over the clean one: robust to the odd
       // slow step (a checkpoint inside the step) that a plain sum would charge to tracing.
       const double c = median(clean);
-      const double se_c = median_se(clean);
+      const double sigma_c = robust_sigma(clean);
+      const double se_c = median_se(sigma_c, clean.size());
       double extra = 0, var = 0;
       int distances = 0;
+      const auto add = [&](const std::vector<double>& d) {
+        // A class of a few steps says little about its own spread: never less than the clean steps'.
+        const double se = median_se(std::max(robust_sigma(d), sigma_c), d.size());
+        extra += median(d) - c;
+        var += se * se;
+        ++distances;
+      };
       for (const auto& d : near)
-        if (!d.empty()) {
-          extra += median(d) - c;
-          var += median_se(d) * median_se(d);
-          ++distances;
-        }
+        if (!d.empty()) add(d);
+      // The steps that paid for a detach (detach mode: cuptiFinalize waits for the device), wherever
+      // they fell after the trace: a class of their own.
+      if (static_cast<int>(detach.size()) >= kMinTraced) add(detach);
       var += (distances * se_c) * (distances * se_c);  // the clean median is subtracted at each distance
       const double se = std::sqrt(var);
       e.clean_step_ms = c;
@@ -282,20 +298,37 @@ class OverheadEstimator {
     bool traced = false;
     int64_t since_traced = -1;  // steps since the last traced one (-1: none yet)
     bool compared = false;      // past the warm-up: its time takes part in the measurement
+    bool detach = false;        // paid for a detach (its time includes the gap before it)
   };
   template <class T>
   static void trim(std::deque<T>& d, std::size_t n) {
     while (d.size() > n) d.pop_front();
   }
-  /// The standard error of a sample's median: 1.2533 x sigma / sqrt(n), sigma = 1.4826 x the median
-  /// absolute deviation (see the top of this file).
-  static double median_se(const std::vector<double>& v) {
+  /// A sample's spread: 1.4826 x its median absolute deviation (sigma for a normal sample; Rousseeuw &
+  /// Croux 1993). 0 for fewer than 2 values.
+  static double robust_sigma(const std::vector<double>& v) {
     if (v.size() < 2) return 0;
     const double m = median(v);
     std::vector<double> dev;
     dev.reserve(v.size());
     for (double x : v) dev.push_back(std::abs(x - m));
-    return 1.2533 * 1.4826 * median(std::move(dev)) / std::sqrt(static_cast<double>(v.size()));
+    return 1.4826 * median(std::move(dev));
+  }
+  /// The standard error of the median of n values of spread sigma: 1.2533 x sigma / sqrt(n) (Kendall &
+  /// Stuart, vol. 1, 10.10), widened for small n by Student's t: t(0.975, n - 1) / 1.96.
+  static double median_se(double sigma, std::size_t n) {
+    if (n < 2) return 0;
+    return 1.2533 * sigma / std::sqrt(static_cast<double>(n)) * student_t975(static_cast<int>(n) - 1) / kZ95;
+  }
+  /// Student's t, two-sided 95 %, df degrees of freedom (NIST/SEMATECH e-Handbook of Statistical
+  /// Methods, 1.3.6.7.2, "Critical values of the Student's t distribution"); 1.96 in the limit.
+  static double student_t975(int df) {
+    static constexpr double t[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                   2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                   2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+    if (df < 1) return t[0];
+    if (df <= 30) return t[df - 1];
+    return kZ95 + (t[29] - kZ95) * 30.0 / df;
   }
   static double median(std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());

@@ -100,6 +100,7 @@ struct PhaseGpu {
   int64_t kernel_ns = 0;   // sum of kernel durations
   int64_t busy_ns = 0;     // union of kernel, copy and memset intervals
   uint32_t kernels = 0;
+  uint32_t streams = 0;      // distinct (device, stream) its kernels ran on
   double sm_efficiency = 0;  // time_weighted_sm_efficiency of the phase's kernels
   double occupancy = 0;      // kernel-time-weighted estimate; 0 if unknown
   CopyTotals copies[kCopyKindCount];
@@ -112,6 +113,7 @@ struct StepGpu {
   int64_t busy_ns = 0;                 // union over everything the step launched
   int64_t kernel_ns = 0;
   uint32_t kernels = 0;
+  uint32_t streams = 0;          // distinct (device, stream) its kernels ran on
   double sm_efficiency = 0;
   int64_t nccl_ns = 0;           // NCCL kernels' durations, whatever phase launched them
   int64_t nccl_exposed_ns = 0;   // NCCL time not overlapped by the step's other kernels
@@ -167,6 +169,7 @@ struct Placed {
   PhaseId phase = kNoPhase;
   int64_t launch_ns = 0;
   int32_t launch_tid = 0;
+  bool from_graph = false;  // launched by a CUDA graph launch (its records share the launch's id)
 };
 
 /// GPU work launched between two steps (after a step's scope ended, before the next began: evaluation,

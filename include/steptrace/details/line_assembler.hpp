@@ -152,16 +152,13 @@ class LineAssembler {
     const double step_ms = ns_to_ms(in.host.step_time_ns);
     if (in.gpu) {
       in.diagnosis = diagnose(in.shares);
-      last_gpu_view_ = CarriedGpuView{r.index, step_ms, in.shares};
+      // The untraced steps around this trace are the carry's reference (never this step's own,
+      // tracing-inflated time): those before it, or the first ones after it.
+      last_gpu_view_ = CarriedGpuView{r.index, step_ms, in.shares, untraced_median()};
     } else {
-      // The last untraced steps (this one included): the carry's reference, never a traced step's time.
       if (step_ms > 0) untraced_ms_.push_back(step_ms);
       while (untraced_ms_.size() > kCarryReferenceSteps) untraced_ms_.pop_front();
-      if (last_gpu_view_ && !untraced_ms_.empty()) {
-        std::vector<double> v(untraced_ms_.begin(), untraced_ms_.end());
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        last_gpu_view_->untraced_median_ms = v[v.size() / 2];
-      }
+      if (last_gpu_view_ && !(last_gpu_view_->untraced_median_ms > 0)) last_gpu_view_->untraced_median_ms = untraced_median();
       in.diagnosis = diagnose_untraced(in.shares, r.index, step_ms, last_gpu_view_,
                                        CarryRule{carry_max_age(r.trace_every), CarryRule{}.max_step_ratio});
     }
@@ -285,8 +282,14 @@ class LineAssembler {
   std::optional<int64_t> counters_paused_at_ns_;  // host clock
   int64_t gpu_clock_offset_ns_ = 0;  // GPU record clock - monotonic_ns()
   std::deque<DeviceStateSample> device_states_;
-  static constexpr std::size_t kCarryReferenceSteps = 31;  // the untraced steps the carry compares with
+  static constexpr std::size_t kCarryReferenceSteps = 31;  // the untraced steps the carry's reference is taken from
   std::deque<double> untraced_ms_;                // their times
+  double untraced_median() const {
+    if (untraced_ms_.empty()) return 0;
+    std::vector<double> v(untraced_ms_.begin(), untraced_ms_.end());
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  }
   std::optional<CarriedGpuView> last_gpu_view_;  // the last traced step's GPU shares (diagnosis.basis carried)
 };
 

@@ -45,6 +45,7 @@ struct ControllerStep {
   int every = 1;                   // the interval it ran under (its estimate is at that interval)
   double step_ms = 0;              // the step's own time (its scope)
   double between_ms = 0;           // the gap before it (the previous step's scope end to its begin)
+  bool detached_in = false;        // CUPTI was detached in it or in the gap before it
   std::optional<uint32_t> launches;          // traced: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;    // traced: share of launches the GPU waited for
   double host_api_fraction = 0;    // steptrace's calls on the training thread, share of the step (modelled)
@@ -85,6 +86,7 @@ class TraceController {
     ob.traced = step.traced;
     ob.step_ms = step.step_ms;
     ob.between_ms = step.between_ms;
+    ob.detached_in = step.detached_in;
     if (step.traced) ob.launches = step.launches, ob.host_bound_share = step.host_bound_share;
     estimator_.observe(ob);
     // The step-time estimate at the interval in force: tracing, CUPTI attached, the scopes.
@@ -98,7 +100,7 @@ class TraceController {
     if (deciding && e.fraction) {
       // Tracing every step leaves nothing to compare with: the model decides, and the model cannot see
       // every cost. Once the warm-up is over, leave some steps untraced (kProbeEvery) to measure; the
-      // estimator keeps 4 intervals of the longest (OverheadEstimator::window()), so a measurement
+      // estimator keeps 8 intervals of the longest (OverheadEstimator::window()), so a measurement
       // holds at any interval the budget picks, and once it is forgotten the probe repeats.
       int wanted = e.every;
       if (e.method == "launch_model" && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;

@@ -162,6 +162,8 @@ class Worker {
     for (const auto& l : d.launches) attributor_.add_launch(l);
     for (const auto& u : d.unsettled) attributor_.add_unsettled(u);
     for (uint32_t corr : d.windowed) attributor_.make_window(corr);
+    for (int64_t t : d.detached_at_ns)
+      if (detach_times_.size() < 1024) detach_times_.push_back(t);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
@@ -264,6 +266,7 @@ class Worker {
   uint64_t traced_done_ = 0;       // traced steps whose line was taken: detach after
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
   TraceController controller_;    // the trace interval and keep or detach (trace_controller.hpp)
+  std::deque<int64_t> detach_times_;  // CUPTI's detaches not yet charged to a step (GpuDrain::detached_at_ns)
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   ReadingsPoller readings_;        // memory, NVML, PM samples (after the members it is handed)
   std::string switch_why_;         // what staying attached was estimated to cost then

@@ -32,6 +32,12 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   // the gap before it tells the estimator whether such work may have slowed it.
   step.step_ms = ns_to_ms(r.own_end_ns() - r.begin_ns);
   step.between_ms = ns_to_ms(r.between_ns());
+  // A detach (cuptiFinalize: it waits for the device) in this step or the gap before it, or one the
+  // background thread heard of late: charged here.
+  while (!detach_times_.empty() && detach_times_.front() <= r.own_end_ns()) {
+    detach_times_.pop_front();
+    step.detached_in = true;
+  }
   if (step.traced) {
     uint32_t launches = gpu->kernels;
     for (const auto& [id, pg] : gpu->phases)

@@ -44,6 +44,7 @@
 #include <cuda_runtime_api.h>
 #include <cupti.h>
 
+#include "../../core/clock.hpp"
 #include "../../core/gpu_records.hpp"
 #include "../../core/step_keys.hpp"
 #include "../gpu_backend.hpp"
@@ -85,7 +86,7 @@ class Collector {
     {
       std::lock_guard<std::mutex> staging(mutex_);
       pending_graphs_.clear();
-      settle_steps_ = 0;
+      detached_at_ns_.clear();
       in_flight_.clear();
       windowed_.clear();
     }
@@ -140,11 +141,10 @@ class Collector {
   /// exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
     if (!active_) return {};
+    boundaries_.fetch_add(1, std::memory_order_relaxed);  // a step begins: settling graphs age by one
     if (on) traced_begun_.fetch_add(1, std::memory_order_relaxed);  // request_detach() counts against it
     if (on && settling_.load(std::memory_order_relaxed)) {  // records are still on: trace again
-      settling_.store(false, std::memory_order_relaxed);
-      std::lock_guard<std::mutex> staging(mutex_);
-      settle_steps_ = 0;
+      settling_.store(false, std::memory_order_relaxed);  // (graphs still waiting keep their age)
       return {};
     }
     if (on == tracing_.load(std::memory_order_relaxed)) return {};
@@ -190,6 +190,8 @@ class Collector {
         std::lock_guard<std::mutex> staging(mutex_);
         correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
         windowed_.clear();               // ids of the previous attach: they would name new launches
+        pending_graphs_.clear();         // likewise (their records were read out at the detach)
+        unsettled_.clear();
       }
     }
     if (err.empty()) {
@@ -248,6 +250,7 @@ class Collector {
     d.correlations_restarted = std::exchange(correlations_restarted_, false);
     d.unsettled.swap(unsettled_);
     d.windowed.swap(windowed_);
+    d.detached_at_ns.swap(detached_at_ns_);
     return d;
   }
 
@@ -259,8 +262,10 @@ class Collector {
                                                         CUPTI_ACTIVITY_KIND_MEMSET};
 
   /// Switching off (either mode): whether the graphs launched while tracing have been launched again
-  /// (their records are then read out whole). If not, records stay on for this step (settling), up to
-  /// kMaxSettleSteps; past that the graphs still waiting are handed over as unsettled.
+  /// (their records are then read out whole). If not, records stay on for this step (settling); a
+  /// graph still waiting kMaxSettleSteps step boundaries after its launch is handed over as unsettled,
+  /// whatever traced steps came between (an interval of 2 or 3 would otherwise keep a graph that is
+  /// not launched every step waiting, and records on, for ever).
   bool settled();
 
   void set_tracing_off_quietly();
@@ -343,8 +348,13 @@ class Collector {
   std::vector<KernelRecord> kernels_;
   std::vector<CopyRecord> copies_;
   uint64_t dropped_records_ = 0, dropped_launches_ = 0;
-  std::unordered_map<const void*, uint32_t> pending_graphs_;  // graph exec -> its latest traced launch
-  int settle_steps_ = 0;
+  struct PendingGraph {
+    uint32_t correlation = 0;  // its latest traced launch
+    uint64_t boundary = 0;     // boundaries_ when it was launched
+  };
+  std::unordered_map<const void*, PendingGraph> pending_graphs_;  // graph exec -> its latest traced launch
+  std::atomic<uint64_t> boundaries_{0};  // step boundaries seen (set_tracing calls): a pending graph's age
+  std::vector<int64_t> detached_at_ns_;  // monotonic_ns() of each detach not yet drained (GpuDrain::detached_at_ns)
   std::vector<UnsettledGraphs> unsettled_;
   std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)

@@ -8,26 +8,25 @@ STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
 inline bool Collector::settled() {
   std::lock_guard<std::mutex> staging(mutex_);
-  if (pending_graphs_.empty()) {
-    settle_steps_ = 0;
-    settling_.store(false, std::memory_order_relaxed);
-    return true;
-  }
-  if (settle_steps_ < kMaxSettleSteps) {
-    ++settle_steps_;
-    settling_.store(true, std::memory_order_relaxed);
-    return false;
-  }
+  const uint64_t now_boundary = boundaries_.load(std::memory_order_relaxed);
   UnsettledGraphs u;
-  uint64_t now = 0;
-  cuptiGetTimestamp(&now);
-  u.after_ns = static_cast<int64_t>(now);
-  for (const auto& [exec, corr] : pending_graphs_) u.correlations.push_back(corr);
-  unsettled_.push_back(std::move(u));
-  pending_graphs_.clear();
-  settle_steps_ = 0;
-  settling_.store(false, std::memory_order_relaxed);
-  return true;
+  for (auto it = pending_graphs_.begin(); it != pending_graphs_.end();) {
+    if (now_boundary - it->second.boundary > static_cast<uint64_t>(kMaxSettleSteps)) {
+      u.correlations.push_back(it->second.correlation);
+      it = pending_graphs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!u.correlations.empty()) {
+    uint64_t now = 0;
+    cuptiGetTimestamp(&now);
+    u.after_ns = static_cast<int64_t>(now);
+    unsettled_.push_back(std::move(u));
+  }
+  const bool done = pending_graphs_.empty();
+  settling_.store(!done, std::memory_order_relaxed);  // records stay on for this step while not done
+  return done;
 }
 
 inline void Collector::set_tracing_off_quietly() {
@@ -100,6 +99,12 @@ inline void Collector::try_detach() {
       !detach_requested_.load(std::memory_order_relaxed))
     return;
   detach_requested_.store(false, std::memory_order_relaxed);
+  {
+    // When: the step (or the gap between steps) that pays for the detach, measured by the overhead
+    // estimate (core/overhead.hpp).
+    std::lock_guard<std::mutex> staging(mutex_);
+    if (detached_at_ns_.size() < 1024) detached_at_ns_.push_back(monotonic_ns());
+  }
   // Records are off and every traced step's records are in. cuptiFinalize waits for the device's
   // work to finish and removes CUPTI's hooks: launches cost what they cost without CUPTI.
   cuptiFinalize();

@@ -78,7 +78,7 @@ inline bool Collector::stage(LaunchRecord l, const void* graph_exec) {
   }
   if (graph_exec) {  // which graphs wait for a relaunch (settled())
     if (l.discard) pending_graphs_.erase(graph_exec);
-    else pending_graphs_[graph_exec] = l.correlation;
+    else pending_graphs_[graph_exec] = PendingGraph{l.correlation, boundaries_.load(std::memory_order_relaxed)};
   }
   if (launches_.size() >= kMaxStagedLaunches) {
     ++dropped_launches_;

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""A torch.compile GPT-2 training script, timed with and without steptrace in one process.
+
+    gpt_compile.py [--rounds 3] [--warmup 40] [--steps 200] [--layers 12] [--lines-dir DIR]
+                   [--modes off,default,full] [--eval-every 100] [--eval-batches 10] [--device cuda]
+
+The shape of the program issue #48 measured: GPT-2 124M (12 layers, 12 heads, d_model 768, vocab 50 304,
+1 024 tokens of context; causal attention through scaled_dot_product_attention), torch.compile, bf16
+autocast, fused AdamW, gradient accumulation of 4 micro-batches of 16 x 1 024 tokens per optimizer step
+(65 536 tokens), loss.item() at the end of each step (as a loop that logs its loss), and an evaluation of
+10 batches under no_grad every 100 steps, between steps. Batches come from a pinned pool, copied
+non_blocking (the `input` phase).
+
+The model is compiled once; then --rounds rounds run one block per mode (in an order shuffled per round,
+seeded by the round), each block --warmup steps then --steps timed ones (each block counts its evaluations
+from its own step 0). Modes:
+  off      steptrace is imported but not started; the scopes are no-op stand-ins (the same `with`s)
+  default  steptrace.start(log_path=...) only: what a user gets without a setting
+  full     trace_every=1 (every step traced)
+  detach   untraced_cupti=detach (the budget decides the interval, CUPTI detached between traces)
+  keep     untraced_cupti=keep (the budget decides the interval, CUPTI attached between traces)
+steptrace is started before a block and stopped after it. A step's time is time.perf_counter() around
+the step (the evaluation is outside it: it runs between steps).
+
+Prints per block:
+  block workload=gpt_compile round=R mode=M steps=S mean_ms=.. median_ms=.. p10_ms=.. p90_ms=.. lines=PATH|- wall_s=..
+benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
+costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
+"""
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+
+MODES = {  # each block's start() settings; None: not started
+    "off": None,
+    "default": {},
+    "full": {"trace_every": 1},
+    "detach": {"untraced_cupti": "detach"},
+    "keep": {"untraced_cupti": "keep"},
+}
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--dmodel", type=int, default=768)
+    p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument("--accumulate", type=int, default=4)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-batches", type=int, default=10)
+    p.add_argument("--modes", default="off,default,full")
+    p.add_argument("--lines-dir", default=".")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--no-compile", action="store_true", help="eager (checks the script where compiling cannot run)")
+    a = p.parse_args(argv)
+    a.modes = [m for m in a.modes.split(",") if m]
+    bad = [m for m in a.modes if m not in MODES]
+    if bad or not a.modes:
+        p.error(f"--modes: choose from {', '.join(MODES)} (got {a.modes})")
+    if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.accumulate < 1:
+        p.error("--rounds >= 1, --steps >= 1, --warmup >= 0, --accumulate >= 1")
+    return a
+
+
+def build(a, torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(a.dmodel)
+            self.qkv = nn.Linear(a.dmodel, 3 * a.dmodel)
+            self.proj = nn.Linear(a.dmodel, a.dmodel)
+            self.ln2 = nn.LayerNorm(a.dmodel)
+            self.fc = nn.Linear(a.dmodel, 4 * a.dmodel)
+            self.out = nn.Linear(4 * a.dmodel, a.dmodel)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+            q, k, v = (z.view(b, t, a.heads, c // a.heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(a.vocab, a.dmodel)
+            self.pos = nn.Embedding(a.seq, a.dmodel)
+            self.blocks = nn.ModuleList(Block() for _ in range(a.layers))
+            self.ln = nn.LayerNorm(a.dmodel)
+            self.head = nn.Linear(a.dmodel, a.vocab, bias=False)
+            self.head.weight = self.tok.weight  # tied, as GPT-2
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.tok(idx) + self.pos(pos)
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.head(self.ln(x))
+            return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+    torch.manual_seed(0)
+    model = GPT().to(a.device)
+    cuda = a.device.startswith("cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, **({"fused": True} if cuda else {}))
+    compiled = model if a.no_compile else torch.compile(model)
+    g = torch.Generator().manual_seed(0)
+    pool = [torch.randint(0, a.vocab, (a.micro_batch, a.seq + 1), generator=g) for _ in range(8)]
+    if cuda:
+        pool = [b.pin_memory() for b in pool]
+    params = sum(p.numel() for p in model.parameters())
+    # PaLM's model FLOPs per token (Chowdhery et al. 2022, appendix B): 6 N + 12 L H Q T.
+    flops_per_token = 6 * params + 12 * a.layers * a.heads * (a.dmodel // a.heads) * a.seq
+    return model, compiled, opt, pool, flops_per_token
+
+
+class _NoScope:
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_block(a, torch, model, compiled, opt, pool, scopes):
+    """warmup + steps steps; returns the timed steps' times (ms) and their wall time (s)."""
+    step_scope, phases = scopes
+    tokens = a.micro_batch * a.seq * a.accumulate
+    autocast = torch.autocast("cuda" if a.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    times = []
+    wall0 = time.perf_counter()
+    n = 0
+    for s in range(a.warmup + a.steps):
+        if s == a.warmup:
+            wall0 = time.perf_counter()
+        t0 = time.perf_counter()
+        with step_scope(tokens=tokens):
+            for _ in range(a.accumulate):
+                with phases["input"]:
+                    batch = pool[n % len(pool)].to(a.device, non_blocking=True)
+                    n += 1
+                with phases["forward"]:
+                    with autocast:
+                        loss = compiled(batch[:, :-1], batch[:, 1:]) / a.accumulate
+                with phases["backward"]:
+                    loss.backward()
+            with phases["optimizer"]:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            loss.item()
+        if s >= a.warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+        if a.eval_every and (s + 1) % a.eval_every == 0:  # between steps: no step scope is open
+            compiled.eval()
+            with torch.no_grad(), autocast:
+                for i in range(a.eval_batches):
+                    batch = pool[i % len(pool)].to(a.device, non_blocking=True)
+                    compiled(batch[:, :-1], batch[:, 1:]).item()
+            compiled.train()
+    return times, time.perf_counter() - wall0
+
+
+def quantile(values, q):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
+
+
+def main(argv):
+    a = parse(argv)
+    have = sorted(k for k in os.environ if k.startswith("STEPTRACE_"))
+    if have:
+        print(f"gpt_compile: each block sets its own settings; the environment has {have}", file=sys.stderr)
+        return 2
+    import torch
+    import steptrace
+
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        print("gpt_compile: no CUDA device (--device cpu only checks the script)", file=sys.stderr)
+        return 1
+    model, compiled, opt, pool, flops_per_token = build(a, torch)
+    none = _NoScope()
+    off = (lambda tokens=None: none, {k: none for k in ("input", "forward", "backward", "optimizer")})
+    # Compile (train and eval graphs) before any block: torch.compile's first steps are not timed.
+    t0 = time.perf_counter()
+    saved = (a.warmup, a.steps)
+    a.warmup, a.steps = 3, 1
+    run_block(a, torch, model, compiled, opt, pool, off)
+    if a.eval_every:
+        compiled.eval()
+        with torch.no_grad(), torch.autocast("cuda" if a.device.startswith("cuda") else "cpu", dtype=torch.bfloat16):
+            compiled(pool[0][:, :-1].to(a.device), pool[0][:, 1:].to(a.device)).item()
+        compiled.train()
+    a.warmup, a.steps = saved
+    print(f"compiled in {time.perf_counter() - t0:.1f} s; flops_per_token {flops_per_token:.4g}", flush=True)
+    os.makedirs(a.lines_dir, exist_ok=True)
+    for r in range(a.rounds):
+        order = list(a.modes)
+        random.Random(r + 48).shuffle(order)
+        for mode in order:
+            settings = MODES[mode]
+            lines = "-"
+            scopes = off
+            if settings is not None:
+                lines = os.path.abspath(os.path.join(a.lines_dir, f"gpt_compile_{r}_{mode}.jsonl"))
+                if os.path.exists(lines):
+                    os.remove(lines)
+                if not steptrace.start(log_path=lines, summary=False, flops_per_token=flops_per_token, **settings):
+                    print(f"gpt_compile: steptrace.start() returned False ({mode}, round {r})", file=sys.stderr)
+                    return 3
+                scopes = (steptrace.step, {k: steptrace.phase(k) for k in ("input", "forward", "backward", "optimizer")})
+            times, wall_s = run_block(a, torch, model, compiled, opt, pool, scopes)
+            if a.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if settings is not None:
+                steptrace.stop()
+            print(f"block workload=gpt_compile round={r} mode={mode} steps={len(times)} "
+                  f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
+                  f"p10_ms={quantile(times, 0.1):.4f} p90_ms={quantile(times, 0.9):.4f} lines={lines} "
+                  f"wall_s={wall_s:.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
