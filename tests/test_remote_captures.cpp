@@ -36,6 +36,45 @@ std::string request_text(const std::string& id, const std::string& run_id, int s
 constexpr double kNow = 1.8e9;
 }  // namespace
 
+TEST_CASE("remote captures: a hostile request file costs bounded memory whatever its shape", "[remote_captures]") {
+  // A valid request padded with one field: a 64 000-byte key over an array of zeros, 128 KiB in all.
+  // Every leaf used to be stored under its full path (~2 GB for this file, cost growing with the
+  // square of the size, 8-15 s of the background thread): now the key is refused by its length.
+  const std::string base = request_text("0123456789abcdef", "feedfacecafebeef", 5, kNow - 10);
+  const auto padded = [&](std::size_t key_bytes) {
+    std::string t = base.substr(0, base.size() - 1) + ", \"" + std::string(key_bytes, 'k') + "\": [";
+    while (t.size() + 8 < kMaxRequestBytes) t += "0, ";
+    return t + "0]}";
+  };
+  CaptureRequest r;
+  const std::string hostile = padded(64000);
+  REQUIRE(hostile.size() <= kMaxRequestBytes);
+  const std::string why = parse_capture_request(hostile, kNow, r);
+  CHECK(why.find("not a request (a key of 64000 bytes (at most 64)") == 0);
+  // A short key over ~30 000 zeros: the request is read, its own leaves alone stored.
+  const std::string wide = padded(5);
+  REQUIRE(wide.size() <= kMaxRequestBytes);
+  CHECK(parse_capture_request(wide, kNow, r) == "");
+  CHECK(r.steps == 5);
+  FlatJson j;
+  JsonFlattenLimits limits;
+  limits.keep = &request_leaf;
+  REQUIRE(details::JsonFlattener(wide, j, limits).run() == "");
+  CHECK(j.size() == 6);  // schema, id, run_ids/0, steps, created_unix_s, by
+  CHECK(j.count("/run_ids/0") == 1);
+  FlatJson all;
+  REQUIRE(flatten_json(wide, all) == "");
+  CHECK(all.size() > 20000);  // the same text unbounded: every zero kept
+  // More leaves than a reader keeps: refused with that reason, not read on.
+  FlatJson few;
+  JsonFlattenLimits two;
+  two.max_leaves = 2;
+  details::JsonFlattener reader("[1, 2, 3]", few, two);
+  CHECK(reader.run().find("more values than the reader keeps") == 0);
+  CHECK(reader.limited());
+  CHECK(few.size() == 2);
+}
+
 TEST_CASE("remote captures: a request file is read, or refused with the reason", "[remote_captures]") {
   CaptureRequest r;
   REQUIRE(parse_capture_request(request_text("0123456789abcdef", "feedfacecafebeef", 5, kNow - 10), kNow, r) == "");

@@ -40,6 +40,14 @@ inline constexpr double kRequestStaleS = 300;              // older requests are
 inline constexpr double kRequestFutureS = 60;              // dated this far ahead: refused (a wrong clock)
 inline constexpr std::size_t kMaxRequestBytes = 128 * 1024;  // a request file larger than this is refused (4096 run_ids fit)
 inline constexpr std::size_t kMaxRequestRunIds = 4096;
+inline constexpr std::size_t kMaxRequestKeyBytes = 64;    // the request's keys are short words
+
+/// The leaves a request is read for; any other field is checked as JSON and dropped unstored.
+inline bool request_leaf(std::string_view p) {
+  if (p == "/schema" || p == "/id" || p == "/steps" || p == "/created_unix_s" || p == "/by") return true;
+  constexpr std::string_view runs = "/run_ids/";
+  return p.substr(0, runs.size()) == runs && p.find('/', runs.size()) == std::string_view::npos;
+}
 inline constexpr int64_t kMinCaptureMargin = 8;
 inline constexpr int64_t kMaxCaptureMargin = 1000;
 
@@ -79,7 +87,15 @@ inline std::string tag_hex(uint32_t tag) {
 inline std::string parse_capture_request(const std::string& text, double now_unix_s, CaptureRequest& out) {
   if (text.size() > kMaxRequestBytes) return "larger than " + std::to_string(kMaxRequestBytes) + " bytes";
   FlatJson j;
-  if (std::string err = details::JsonFlattener(text, j).run(); !err.empty()) return "not JSON (" + err + ")";
+  // Bounded whatever the text's shape: keys of kMaxRequestKeyBytes at most, only the request's own
+  // leaves stored, at most twice as many run_ids as allowed (the count is refused below with its reason).
+  JsonFlattenLimits limits;
+  limits.max_key_bytes = kMaxRequestKeyBytes;
+  limits.max_leaves = 2 * kMaxRequestRunIds + 8;
+  limits.keep = &request_leaf;
+  details::JsonFlattener reader(text, j, limits);
+  if (std::string err = reader.run(); !err.empty())
+    return (reader.limited() ? "not a request (" : "not JSON (") + err + ")";
   auto str = [&](const char* key) -> const JsonLeaf* {
     auto it = j.find(key);
     return it != j.end() && it->second.kind == JsonLeaf::Kind::string ? &it->second : nullptr;

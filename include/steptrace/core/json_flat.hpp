@@ -4,6 +4,10 @@
 // lines' own fields come from the writer (core/json_writer.hpp records the same leaves as it writes).
 // Numbers are read with std::from_chars (the program's locale cannot change them); strings are
 // unescaped (\uXXXX to UTF-8, surrogate pairs joined). Nesting deeper than kMaxDepth is refused.
+// A reader of text it does not trust bounds what is kept (JsonFlattenLimits): keys longer than a bound
+// refused, only the leaves it asks for stored, at most so many. Without them one 128 KiB file (a
+// 64 000-byte key over an array of 33 532 zeros) made ~2 GB of pointers: every leaf stored under its
+// full path, cost growing with the square of the size.
 #pragma once
 #include "../version.hpp"
 #include <cctype>
@@ -24,12 +28,20 @@ struct JsonLeaf {
 /// Leaves by JSON pointer. Empty objects and arrays leave nothing.
 using FlatJson = std::unordered_map<std::string, JsonLeaf>;
 
+/// What a reader keeps of a text it does not trust. The defaults keep everything.
+struct JsonFlattenLimits {
+  std::size_t max_key_bytes = static_cast<std::size_t>(-1);  // a longer object key refuses the text
+  std::size_t max_leaves = static_cast<std::size_t>(-1);     // more leaves kept than this refuses it
+  bool (*keep)(std::string_view pointer) = nullptr;          // the leaves stored (null: all); others are checked and dropped
+};
+
 namespace details {
 
 class JsonFlattener {
  public:
   static constexpr int kMaxDepth = 32;
-  JsonFlattener(std::string_view text, FlatJson& out) : s_(text), out_(out) {}
+  JsonFlattener(std::string_view text, FlatJson& out, JsonFlattenLimits limits = {})
+      : s_(text), out_(out), limits_(limits) {}
 
   /// "" or what is wrong (and where).
   std::string run() {
@@ -39,6 +51,8 @@ class JsonFlattener {
     if (i_ != s_.size()) return fail("text after the JSON value");
     return {};
   }
+  /// The text was refused by a limit (JsonFlattenLimits), not for its syntax.
+  bool limited() const { return limited_; }
 
  private:
   std::string fail(const char* what) {
@@ -88,6 +102,9 @@ class JsonFlattener {
       if (r.ec != std::errc() || r.ptr != s_.data() + end || end == i_) return fail("bad number"), false;
       i_ = end;
     }
+    if (limits_.keep && !limits_.keep(path)) return true;  // read and checked, not kept
+    if (out_.size() >= limits_.max_leaves && !out_.count(path))
+      return limited_ = true, fail("more values than the reader keeps"), false;
     out_[path] = std::move(leaf);
     return true;
   }
@@ -100,6 +117,9 @@ class JsonFlattener {
       skip_space();
       std::string key;
       if (i_ >= s_.size() || s_[i_] != '"' || !string(key)) return fail("expected a key"), false;
+      if (key.size() > limits_.max_key_bytes)
+        return limited_ = true, fail(("a key of " + std::to_string(key.size()) + " bytes (at most " +
+                                      std::to_string(limits_.max_key_bytes) + ")").c_str()), false;
       skip_space();
       if (i_ >= s_.size() || s_[i_] != ':') return fail("expected ':'"), false;
       ++i_;
@@ -205,6 +225,8 @@ class JsonFlattener {
 
   std::string_view s_;
   FlatJson& out_;
+  JsonFlattenLimits limits_;
+  bool limited_ = false;
   std::size_t i_ = 0;
   std::string error_;
 };
