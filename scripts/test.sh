@@ -36,36 +36,59 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 run_sanitized() {
   local only=(-LE gpu) targets=""
   if ((fast)); then only=(-L sanitize); targets=sanitize_tests; fi
+  # Chained: inside a stage (an `if` condition) `set -e` does not stop a failed step.
   echo "steptrace: configuring the $1 build"
-  configure_only "$1"
+  configure_only "$1" || return 1
   echo "steptrace: building ${targets:-every CPU test} with the $1 preset in $BUILD_DIR"
-  cmake --build "$BUILD_DIR" -j"$(nproc)" ${targets:+--target $targets}
+  cmake --build "$BUILD_DIR" -j"$(nproc)" ${targets:+--target $targets} || return 1
   echo "steptrace: running ${targets:+the tests labelled sanitize }under $1"
   ctest --test-dir "$BUILD_DIR" "${only[@]}" --output-on-failure -j"$(nproc)"
 }
 
+# Every stage runs, whatever the one before it gave; the last lines say, stage by stage, what passed,
+# failed or was skipped and why, and the exit status is non-zero if any failed.
+stages=()
+failed=0
+stage() {  # stage NAME COMMAND...: runs it, records passed or failed
+  local name=$1; shift
+  if ("$@"); then stages+=("$name: passed"); else stages+=("$name: FAILED (exit $?)"); failed=1; fi
+}
+skip() { stages+=("$1: skipped ($2)"); }
+summary() {
+  echo "steptrace: stages"
+  for line in "${stages[@]}"; do echo "  $line"; done
+  exit "$failed"
+}
+
 install_dependencies
 if [[ -n $host_sanitizer ]]; then
-  run_sanitized "$host_sanitizer"
-  exit
+  stage "$host_sanitizer build and tests" run_sanitized "$host_sanitizer"
+  summary
 fi
 find_nccl
 echo "steptrace: configuring and building the $preset preset"
-configure_and_build "$preset" "${NCCL_ARGS[@]}"
+if ! (configure_and_build "$preset" "${NCCL_ARGS[@]}"); then
+  stages+=("$preset build: FAILED"); failed=1
+  skip "tests (${labels[*]})" "the build failed"
+  [[ $preset == ci ]] && skip "AddressSanitizer (label sanitize)" "the build failed"
+  summary
+fi
+stages+=("$preset build: passed")
 echo "steptrace: running the tests (${labels[*]})"
-ctest --test-dir "$BUILD_DIR" "${labels[@]}" --output-on-failure -j"$(nproc)"
+stage "tests (${labels[*]})" ctest --test-dir "$BUILD_DIR" "${labels[@]}" --output-on-failure -j"$(nproc)"
 if [[ $preset == ci ]]; then
   fast=1
-  run_sanitized asan
+  stage "AddressSanitizer + UBSan (label sanitize)" run_sanitized asan
 fi
 if ((sanitize)); then
   # Every GPU program under each compute-sanitizer tool. compute-sanitizer is itself a CUPTI client:
   # steptrace must notice, fall back to host timings and say why in the line.
   for tool in memcheck racecheck synccheck; do
     echo "steptrace: compute-sanitizer --tool $tool"
-    (cd "$BUILD_DIR" &&
-      compute-sanitizer --tool "$tool" --error-exitcode 1 examples/mlp_train --steps 5 --log sanitizer_example.jsonl &&
-      compute-sanitizer --tool "$tool" --error-exitcode 1 tests/gpu_workloads sanitizer_workloads.jsonl sanitizer_truth.json)
-    echo "steptrace: under $tool the line says: $(grep -o '"gpu_utilization":"[^"]*"' "$BUILD_DIR/sanitizer_workloads.jsonl" | head -n 1)"
+    stage "compute-sanitizer $tool" bash -c "cd '$BUILD_DIR' &&
+      compute-sanitizer --tool $tool --error-exitcode 1 examples/mlp_train --steps 5 --log sanitizer_example.jsonl &&
+      compute-sanitizer --tool $tool --error-exitcode 1 tests/gpu_workloads sanitizer_workloads.jsonl sanitizer_truth.json"
+    echo "steptrace: under $tool the line says: $(grep -o '"gpu_utilization":"[^"]*"' "$BUILD_DIR/sanitizer_workloads.jsonl" 2>/dev/null | head -n 1)"
   done
 fi
+summary
