@@ -188,6 +188,7 @@ def main(argv):
         return 2
     import torch
     import steptrace
+    from python_gpt import start_block  # beside this file: one way to start a block
 
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpt_compile: no CUDA device (--device cpu only checks the script)", file=sys.stderr)
@@ -213,15 +214,9 @@ def main(argv):
         random.Random(r + 48).shuffle(order)
         for mode in order:
             settings = MODES[mode]
-            lines = "-"
+            lines = start_block(steptrace, a.lines_dir, f"gpt_compile_{r}_{mode}", settings, flops_per_token=flops_per_token)
             scopes = off
             if settings is not None:
-                lines = os.path.abspath(os.path.join(a.lines_dir, f"gpt_compile_{r}_{mode}.jsonl"))
-                if os.path.exists(lines):
-                    os.remove(lines)
-                if not steptrace.start(log_path=lines, summary=False, flops_per_token=flops_per_token, **settings):
-                    print(f"gpt_compile: steptrace.start() returned False ({mode}, round {r})", file=sys.stderr)
-                    return 3
                 scopes = (steptrace.step, {k: steptrace.phase(k) for k in ("input", "forward", "backward", "optimizer")})
             times, wall_s = run_block(a, torch, model, compiled, opt, pool, scopes)
             if a.device.startswith("cuda"):

@@ -226,6 +226,19 @@ def run_steps(a, torch, model, opt, pool, step_scope, phases, record):
     return times, time.perf_counter() - wall0
 
 
+def start_block(steptrace, lines_dir, name, settings, **extra):
+    """Starts steptrace for one block of an in-process alternation with `settings` (None: not started);
+    returns the block's lines path (replaced: steptrace appends), or "-"."""
+    if settings is None:
+        return "-"
+    lines = os.path.abspath(os.path.join(lines_dir, name + ".jsonl"))
+    if os.path.exists(lines):
+        os.remove(lines)
+    if not steptrace.start(log_path=lines, summary=False, **extra, **settings):
+        die(3, f"steptrace.start() returned False for block {name}")
+    return lines
+
+
 def alternate(a, torch, model, opt, pool):
     """--mode alternate: one block per mode per round, in one process (see the docstring)."""
     import random
@@ -237,14 +250,9 @@ def alternate(a, torch, model, opt, pool):
         random.Random(r + 31).shuffle(order)
         for mode in order:
             settings = ALTERNATE[mode]
-            lines = "-"
+            lines = start_block(steptrace, a.lines_dir, f"alternate_python_gpt_{r}_{mode}", settings)
             scopes = off_scopes
             if settings is not None:
-                lines = os.path.abspath(os.path.join(a.lines_dir, f"alternate_python_gpt_{r}_{mode}.jsonl"))
-                if os.path.exists(lines):
-                    os.remove(lines)
-                if not steptrace.start(log_path=lines, summary=False, **settings):
-                    die(3, f"alternate: steptrace.start() returned False in round {r} ({mode})")
                 scopes = (steptrace.step, {name: steptrace.phase(name) for name in ("input", "forward", "backward", "optimizer")},
                           steptrace.record)
             times, wall_s = run_steps(a, torch, model, opt, pool, *scopes)
