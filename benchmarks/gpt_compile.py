@@ -126,16 +126,6 @@ def build(a, torch):
     return model, compiled, opt, pool, flops_per_token
 
 
-class _NoScope:
-    __slots__ = ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def run_block(a, torch, model, compiled, opt, pool, scopes):
     """warmup + steps steps; returns the timed steps' times (ms) and their wall time (s)."""
     step_scope, phases = scopes
@@ -175,11 +165,6 @@ def run_block(a, torch, model, compiled, opt, pool, scopes):
     return times, time.perf_counter() - wall0
 
 
-def quantile(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
-
-
 def main(argv):
     a = parse(argv)
     have = sorted(k for k in os.environ if k.startswith("STEPTRACE_"))
@@ -188,7 +173,7 @@ def main(argv):
         return 2
     import torch
     import steptrace
-    from python_gpt import start_block  # beside this file: one way to start a block
+    from python_gpt import _NoScope, quantile, start_block  # beside this file: one way to time and start a block
 
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpt_compile: no CUDA device (--device cpu only checks the script)", file=sys.stderr)
@@ -225,7 +210,7 @@ def main(argv):
                 steptrace.stop()
             print(f"block workload=gpt_compile round={r} mode={mode} steps={len(times)} "
                   f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
-                  f"p10_ms={quantile(times, 0.1):.4f} p90_ms={quantile(times, 0.9):.4f} lines={lines} "
+                  f"p10_ms={quantile(sorted(times), 0.1):.4f} p90_ms={quantile(sorted(times), 0.9):.4f} lines={lines} "
                   f"wall_s={wall_s:.3f}", flush=True)
     return 0
 
