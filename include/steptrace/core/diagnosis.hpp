@@ -220,8 +220,9 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
   merged.sm_efficiency = last->shares.sm_efficiency;
   merged.comm_exposed = last->shares.comm_exposed;
   Diagnosis c = diagnose(merged, t);
-  std::snprintf(buf, sizeof buf, "carried from traced step %llu (untraced steps' median %.3g ms, this step %.3g ms): ",
-                static_cast<unsigned long long>(last->step), reference_ms, step_ms);
+  std::snprintf(buf, sizeof buf, "carried from traced step %llu (%s %.3g ms, this step %.3g ms): ",
+                static_cast<unsigned long long>(last->step), have_reference ? "untraced steps' median" : "its time",
+                reference_ms, step_ms);
   c.reason = buf + c.reason;
   c.basis = DiagnosisBasis::carried;
   c.carried_from_step = last->step;

@@ -156,11 +156,11 @@ class OverheadEstimator {
     if (!(o.step_ms > 0) || !std::isfinite(o.step_ms)) return;
     st.compared = o.index >= s_.warmup_steps;
     const double gap = std::isfinite(o.between_ms) ? std::max(0.0, o.between_ms) : 0.0;
+    const double usual_gap = gaps_.empty() ? 0.0 : median(std::vector<double>(gaps_.begin(), gaps_.end()));
     // The detach may have run in the gap before the step: the gap's excess over the usual one is its cost.
-    if (st.detach) st.ms += std::max(0.0, gap - (gaps_.empty() ? 0.0 : median(std::vector<double>(gaps_.begin(), gaps_.end()))));
+    if (st.detach) st.ms += std::max(0.0, gap - usual_gap);
     if (st.compared && !st.detach && gaps_.size() >= 8) {
-      const double limit = kGapFactor * median(std::vector<double>(gaps_.begin(), gaps_.end())) +
-                           kGapStepShare * median(std::vector<double>(recent_ms_.begin(), recent_ms_.end()));
+      const double limit = kGapFactor * usual_gap + kGapStepShare * median(std::vector<double>(recent_ms_.begin(), recent_ms_.end()));
       if (gap > limit) {
         st.compared = false;
         ++polluted_;
@@ -175,8 +175,6 @@ class OverheadEstimator {
     steps_.push_back(st);
     if (steps_.size() > window()) steps_.pop_front();
   }
-  /// Steps not compared because an unusually long gap came before them.
-  uint64_t polluted_steps() const { return polluted_; }
   /// Steps remembered: enough for the comparison at the longest interval (kRecentIntervals intervals, kMinTraced
   /// traced steps among them), never fewer than kWindow.
   std::size_t window() const {

@@ -16,6 +16,7 @@
 
 #include "../config.hpp"
 #include "../core/counters.hpp"
+#include "../core/cross_rank.hpp"  // details::median_of
 #include "../core/device_state.hpp"
 #include "../core/metrics.hpp"
 #include "../core/records.hpp"
@@ -284,12 +285,7 @@ class LineAssembler {
   std::deque<DeviceStateSample> device_states_;
   static constexpr std::size_t kCarryReferenceSteps = 31;  // the untraced steps the carry's reference is taken from
   std::deque<double> untraced_ms_;                // their times
-  double untraced_median() const {
-    if (untraced_ms_.empty()) return 0;
-    std::vector<double> v(untraced_ms_.begin(), untraced_ms_.end());
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  }
+  double untraced_median() const { return median_of(std::vector<double>(untraced_ms_.begin(), untraced_ms_.end())); }
   std::optional<CarriedGpuView> last_gpu_view_;  // the last traced step's GPU shares (diagnosis.basis carried)
 };
 

@@ -141,7 +141,8 @@ class Collector {
   /// exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
     if (!active_) return {};
-    boundaries_.fetch_add(1, std::memory_order_relaxed);  // a step begins: settling graphs age by one
+    // A step begins: settling graphs age by one (one writer, the step's thread: no read-modify-write).
+    boundaries_.store(boundaries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (on) traced_begun_.fetch_add(1, std::memory_order_relaxed);  // request_detach() counts against it
     if (on && settling_.load(std::memory_order_relaxed)) {  // records are still on: trace again
       settling_.store(false, std::memory_order_relaxed);  // (graphs still waiting keep their age)
