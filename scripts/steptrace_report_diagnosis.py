@@ -9,7 +9,7 @@ line whose basis is not `none`, so a run traced one step in N is not called UNKN
 """
 from collections import Counter
 
-BASES = ("traced", "carried", "host_only", "none")
+BASES = ("traced", "carried", "carried_scaled", "host_only", "none")
 
 # What a label asks of the person reading it (our advice; the labels are the line's diagnosis.label).
 ADVICE = {
@@ -90,7 +90,7 @@ def label_table(pairs):
 
 def shade(basis):
     """How the strip colours a basis: the label's colour, its lighter shade, or grey."""
-    return "none" if basis == "none" else "carried" if basis == "carried" else "own"
+    return "none" if basis == "none" else "carried" if basis in ("carried", "carried_scaled") else "own"
 
 
 def strip(labels, bases, buckets):

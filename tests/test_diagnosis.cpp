@@ -153,7 +153,26 @@ TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view
   CHECK(d.basis == DiagnosisBasis::none);
   CHECK(d.reason.find("not within 1.5x") != std::string::npos);
   CHECK(diagnose_untraced(host, 101, 34.0, compute, rule).basis == DiagnosisBasis::carried);  // 1/1.47x
+  // No untraced reference yet (the traced step's own time): beyond 1.5x nothing is scaled.
   CHECK(diagnose_untraced(host, 101, 33.0, compute, rule).basis == DiagnosisBasis::none);
+  CarriedGpuView busy = compute;
+  busy.untraced_median_ms = 50.0;
+  // Shorter with the same GPU work: busier still, COMPUTE-BOUND holds (scaled).
+  d = diagnose_untraced(host, 101, 33.0, busy, rule);
+  CHECK(d.basis == DiagnosisBasis::carried_scaled);
+  CHECK(d.label == Bottleneck::compute_bound);
+  REQUIRE(d.carried_from_step);
+  CHECK(*d.carried_from_step == 100);
+  CHECK(d.reason.find("carried from traced step 100, scaled by its GPU work") == 0);
+  // Longer: 0.95 / 1.6 = 0.59 busy would say HOST/LAUNCH-BOUND, unlike the view: more GPU work or a
+  // host stall cannot be told apart, so UNKNOWN.
+  d = diagnose_untraced(host, 101, 80.0, busy, rule);
+  CHECK(d.basis == DiagnosisBasis::none);
+  CHECK(d.label == Bottleneck::unknown);
+  // Up to 4x, and no further.
+  CHECK(diagnose_untraced(host, 101, 12.6, busy, rule).basis == DiagnosisBasis::carried_scaled);  // 1/3.97x
+  CHECK(diagnose_untraced(host, 101, 12.4, busy, rule).basis == DiagnosisBasis::none);            // 1/4.03x
+
   d = diagnose_untraced(host, 3, 50.0, std::nullopt, rule);
   CHECK(d.basis == DiagnosisBasis::none);
   CHECK(d.reason.find("no traced step before it") != std::string::npos);
@@ -171,6 +190,11 @@ TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view
   CHECK(d.label == Bottleneck::host_launch_bound);
   CHECK(d.reason.find("untraced steps' median 20.2 ms") != std::string::npos);
   d = diagnose_untraced(host, 101, 31.0, inflated, rule);  // 1.53x the untraced steps: something else ran
+  CHECK(d.basis == DiagnosisBasis::carried_scaled);  // the GPU waited 60 %; with the same work, 74 % in a longer step
+  CHECK(d.label == Bottleneck::host_launch_bound);
+  CHECK(d.reason.find("untraced steps' median 20.2 ms, this step 31 ms: 1.5x") != std::string::npos);
+  // Much shorter: 0.40 x 20.2 / 8.0 = 1.0 busy would be COMPUTE-BOUND, unlike the view: UNKNOWN.
+  d = diagnose_untraced(host, 101, 8.0, inflated, rule);
   CHECK(d.basis == DiagnosisBasis::none);
   CHECK(d.reason.find("untraced steps' median around traced step 100 (20.2 ms)") != std::string::npos);
   // The carry window follows the trace interval: two intervals, at least 16 steps.

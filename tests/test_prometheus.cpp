@@ -214,8 +214,8 @@ TEST_CASE("between traced steps the GPU attribution stays the last traced step's
 
 TEST_CASE("the diagnosis basis: the last line's, carried_from_step only when carried, old lines by rule", "[prometheus]") {
   sink::PrometheusModel m("", 4, {});
-  const char* bases[] = {"traced", "carried", "host_only", "none"};
-  // The four series, 1 for `want` and 0 for the others; carried_from_step's value or absence.
+  const char* bases[] = {"traced", "carried", "carried_scaled", "host_only", "none"};
+  // The five series, 1 for `want` and 0 for the others; carried_from_step's value or absence.
   auto holds = [&](const std::string& want, std::optional<double> carried_from) {
     const std::string t = m.render(true);
     INFO(t);
@@ -229,6 +229,10 @@ TEST_CASE("the diagnosis basis: the last line's, carried_from_step only when car
   CHECK_FALSE(series(m.render(true), "steptrace_diagnosis_basis", "traced"));  // no line yet: nothing to say
   REQUIRE(m.add_line(with_diagnosis(line_json(10, "50"), R"({"label":"COMPUTE-BOUND","basis":"traced","carried_from_step":null})")) == "");
   holds("traced", std::nullopt);
+  REQUIRE(m.add_line(untraced(11, R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":10})")) == "");
+  holds("carried", 10.0);
+  REQUIRE(m.add_line(untraced(11, R"({"label":"COMPUTE-BOUND","basis":"carried_scaled","carried_from_step":9})")) == "");
+  holds("carried_scaled", 9.0);
   REQUIRE(m.add_line(untraced(11, R"({"label":"COMPUTE-BOUND","basis":"carried","carried_from_step":10})")) == "");
   holds("carried", 10.0);
   const std::string t = m.render(true);

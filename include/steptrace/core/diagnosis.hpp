@@ -76,12 +76,13 @@ struct DiagnosisThresholds {
 };
 
 /// What a label was decided from (docs/schema.md, `diagnosis.basis`).
-enum class DiagnosisBasis { traced, carried, host_only, none };
+enum class DiagnosisBasis { traced, carried, carried_scaled, host_only, none };
 
 inline const char* diagnosis_basis_name(DiagnosisBasis b) {
   switch (b) {
     case DiagnosisBasis::traced: return "traced";
     case DiagnosisBasis::carried: return "carried";
+    case DiagnosisBasis::carried_scaled: return "carried_scaled";
     case DiagnosisBasis::host_only: return "host_only";
     case DiagnosisBasis::none: return "none";
   }
@@ -171,6 +172,14 @@ struct CarriedGpuView {
 struct CarryRule {
   uint64_t max_age_steps = 16;
   double max_step_ratio = 1.5;
+  // Beyond max_step_ratio and up to this, the view is scaled instead (basis carried_scaled): with the
+  // traced step's GPU work, a step that took r times the reference had 1/r of its GPU utilization and
+  // exposed-NCCL share (SM efficiency is the kernels' own). The label is kept only when the scaled
+  // view gives the same one as the unscaled: a host-launch-bound view stays so in a longer step, a
+  // compute-bound one in a shorter step; a compute-bound view in a much longer step (more GPU work,
+  // or the host stalled: nothing tells which without a trace) stays UNKNOWN. Only against the untraced
+  // steps' median (the traced step's own time is lengthened by tracing).
+  double max_scaled_ratio = 4.0;
 };
 
 /// The carry window for a trace interval: two intervals (one traced step may be lost or late), at
@@ -205,7 +214,29 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
     d.reason = std::string("no GPU attribution for this step; host-side waits are below their thresholds and ") + buf;
     return d;
   }
-  if (!(ratio > 0) || ratio > rule.max_step_ratio || ratio < 1 / rule.max_step_ratio) {
+  const bool alike = ratio > 0 && ratio <= rule.max_step_ratio && ratio >= 1 / rule.max_step_ratio;
+  if (!alike && have_reference && ratio > 0 && ratio <= rule.max_scaled_ratio && ratio >= 1 / rule.max_scaled_ratio) {
+    StepShares as_traced = own, scaled = own;
+    as_traced.gpu_utilization = last->shares.gpu_utilization;
+    as_traced.sm_efficiency = last->shares.sm_efficiency;
+    as_traced.comm_exposed = last->shares.comm_exposed;
+    scaled.sm_efficiency = last->shares.sm_efficiency;
+    if (last->shares.gpu_utilization) scaled.gpu_utilization = std::min(1.0, *last->shares.gpu_utilization / ratio);
+    if (last->shares.comm_exposed) scaled.comm_exposed = std::min(1.0, *last->shares.comm_exposed / ratio);
+    const Diagnosis reference = diagnose(as_traced, t);
+    Diagnosis c = diagnose(scaled, t);
+    if (c.label == reference.label && c.label != Bottleneck::unknown) {
+      std::snprintf(buf, sizeof buf,
+                    "carried from traced step %llu, scaled by its GPU work (%s %.3g ms, this step %.3g ms: %.2gx): ",
+                    static_cast<unsigned long long>(last->step), have_reference ? "untraced steps' median" : "its time",
+                    reference_ms, step_ms, ratio);
+      c.reason = buf + c.reason;
+      c.basis = DiagnosisBasis::carried_scaled;
+      c.carried_from_step = last->step;
+      return c;
+    }
+  }
+  if (!alike) {
     if (have_reference)
       std::snprintf(buf, sizeof buf, "this step's time (%.3g ms) is not within %.2gx of the untraced steps' median around traced step %llu (%.3g ms)",
                     step_ms, rule.max_step_ratio, static_cast<unsigned long long>(last->step), reference_ms);
