@@ -22,6 +22,11 @@ from its own step 0). Modes:
 steptrace is started before a block and stopped after it. A step's time is time.perf_counter() around
 the step (the evaluation is outside it: it runs between steps).
 
+Under torchrun (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel (NCCL) before compiling,
+each rank on cuda:LOCAL_RANK, the first accumulate-1 micro-batches under no_sync() (gradients all-reduced
+once per optimizer step, in the last backward), and every rank runs the same blocks in the same order;
+blocks and lines are named per rank (workload gpt_compile_ddp_rank<R>).
+
 Prints per block:
   block workload=gpt_compile round=R mode=M steps=S mean_ms=.. median_ms=.. p10_ms=.. p90_ms=.. lines=PATH|- wall_s=..
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
@@ -115,7 +120,10 @@ def build(a, torch):
     model = GPT().to(a.device)
     cuda = a.device.startswith("cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, **({"fused": True} if cuda else {}))
-    compiled = model if a.no_compile else torch.compile(model)
+    wrapped = model
+    if a.world_size > 1:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[a.local_rank])
+    compiled = wrapped if a.no_compile else torch.compile(wrapped)
     g = torch.Generator().manual_seed(0)
     pool = [torch.randint(0, a.vocab, (a.micro_batch, a.seq + 1), generator=g) for _ in range(8)]
     if cuda:
@@ -134,20 +142,25 @@ def run_block(a, torch, model, compiled, opt, pool, scopes):
     times = []
     wall0 = time.perf_counter()
     n = 0
+    import contextlib
+    ddp = a.world_size > 1
     for s in range(a.warmup + a.steps):
         if s == a.warmup:
             wall0 = time.perf_counter()
         t0 = time.perf_counter()
         with step_scope(tokens=tokens):
-            for _ in range(a.accumulate):
+            for micro in range(a.accumulate):
+                # DDP: gradients all-reduced once per optimizer step, in the last micro-batch's backward.
+                sync = contextlib.nullcontext() if not ddp or micro == a.accumulate - 1 else getattr(compiled, "_orig_mod", compiled).no_sync()
                 with phases["input"]:
                     batch = pool[n % len(pool)].to(a.device, non_blocking=True)
                     n += 1
-                with phases["forward"]:
-                    with autocast:
-                        loss = compiled(batch[:, :-1], batch[:, 1:]) / a.accumulate
-                with phases["backward"]:
-                    loss.backward()
+                with sync:
+                    with phases["forward"]:
+                        with autocast:
+                            loss = compiled(batch[:, :-1], batch[:, 1:]) / a.accumulate
+                    with phases["backward"]:
+                        loss.backward()
             with phases["optimizer"]:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
@@ -172,6 +185,16 @@ def main(argv):
         print(f"gpt_compile: each block sets its own settings; the environment has {have}", file=sys.stderr)
         return 2
     import torch
+    a.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    a.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    a.rank = int(os.environ.get("RANK", "0"))
+    if a.world_size > 1:
+        if not a.device.startswith("cuda"):
+            print("gpt_compile: DDP (WORLD_SIZE > 1) needs --device cuda", file=sys.stderr)
+            return 1
+        a.device = f"cuda:{a.local_rank}"
+        torch.cuda.set_device(a.local_rank)
+        torch.distributed.init_process_group("nccl", device_id=torch.device(a.device))
     import steptrace
     from python_gpt import _NoScope, quantile, start_block  # beside this file: one way to time and start a block
 
@@ -194,12 +217,13 @@ def main(argv):
     a.warmup, a.steps = saved
     print(f"compiled in {time.perf_counter() - t0:.1f} s; flops_per_token {flops_per_token:.4g}", flush=True)
     os.makedirs(a.lines_dir, exist_ok=True)
+    workload = f"gpt_compile_ddp_rank{a.rank}" if a.world_size > 1 else "gpt_compile"
     for r in range(a.rounds):
         order = list(a.modes)
         random.Random(r + 48).shuffle(order)
         for mode in order:
             settings = MODES[mode]
-            lines = start_block(steptrace, a.lines_dir, f"gpt_compile_{r}_{mode}", settings, flops_per_token=flops_per_token)
+            lines = start_block(steptrace, a.lines_dir, f"{workload}_{r}_{mode}", settings, flops_per_token=flops_per_token)
             scopes = off
             if settings is not None:
                 scopes = (steptrace.step, {k: steptrace.phase(k) for k in ("input", "forward", "backward", "optimizer")})
@@ -208,10 +232,12 @@ def main(argv):
                 torch.cuda.synchronize()
             if settings is not None:
                 steptrace.stop()
-            print(f"block workload=gpt_compile round={r} mode={mode} steps={len(times)} "
+            print(f"block workload={workload} round={r} mode={mode} steps={len(times)} "
                   f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
                   f"p10_ms={quantile(sorted(times), 0.1):.4f} p90_ms={quantile(sorted(times), 0.9):.4f} lines={lines} "
                   f"wall_s={wall_s:.3f}", flush=True)
+    if a.world_size > 1:
+        torch.distributed.destroy_process_group()
     return 0
 
 
