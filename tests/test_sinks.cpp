@@ -5,13 +5,16 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <vector>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "capture_log.hpp"
@@ -159,4 +162,77 @@ TEST_CASE("a log that ends in a killed run's fragment: the fragment is ended, th
   CHECK(lines[1] == "{\"schema\":\"steptrace.st");
   for (std::size_t i = 2; i < lines.size(); ++i) CHECK_NOTHROW(nlohmann::json::parse(lines[i]));
   CHECK(nlohmann::json::parse(lines[2])["global_step"] == 0);
+}
+
+TEST_CASE("one writer per log: a second process writes beside it and says so; every file holds whole lines", "[sinks]") {
+  const std::string log = steptrace_test::fresh_log("sinks_shared");
+  // A process that holds the log (its lock): this one's lines go to <stem>.pid<PID>.jsonl.
+  const std::string mine = steptrace::per_process_log_path(log, ::getpid());
+  std::remove(mine.c_str());
+  CHECK(mine == "sinks_shared.pid" + std::to_string(::getpid()) + ".jsonl");
+  const int holder = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  REQUIRE(holder >= 0);
+  REQUIRE(::flock(holder, LOCK_EX | LOCK_NB) == 0);
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
+  steps(3);
+  steptrace::stop();
+  ::close(holder);
+  CHECK(logged("the log 'sinks_shared.jsonl' is being written by another process"));
+  CHECK(logged("this process writes '" + mine + "'"));
+  std::ifstream in(mine);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string tail;
+  CHECK(parse_whole_lines(content, tail) == 4);  // 3 steps and the end record
+  CHECK(tail.empty());
+  struct stat st {};
+  REQUIRE(::stat(log.c_str(), &st) == 0);
+  CHECK(st.st_size == 0);  // the holder's file: nothing of this process's
+  // The lock goes with the writer: the log is this process's again once the holder has closed it.
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
+  steps(1);
+  steptrace::stop();
+  std::ifstream again(log);
+  std::string own((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  CHECK(parse_whole_lines(own, tail) == 2);
+  std::remove(mine.c_str());
+}
+
+TEST_CASE("one writer per log: three processes started on one log write three files of whole lines", "[sinks]") {
+  const std::string log = steptrace_test::fresh_log("sinks_three");
+  std::vector<pid_t> children;
+  for (int c = 0; c < 3; ++c) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const bool ok = steptrace::start(steptrace_test::host_config(log));
+      steps(30);
+      steptrace::stop();
+      ::_exit(ok ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  // Each child's lines are in the log or in its own file beside it, never torn, each with its end record.
+  std::size_t files = 0, ends = 0, lines = 0;
+  std::vector<std::string> paths{log};
+  for (pid_t pid : children) paths.push_back(steptrace::per_process_log_path(log, pid));
+  for (const auto& path : paths) {
+    std::ifstream in(path);
+    if (!in) continue;
+    ++files;
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string tail;
+    lines += parse_whole_lines(content, tail);
+    CHECK(tail.empty());
+    for (std::size_t at = content.find("\"event\":\"end\""); at != std::string::npos; at = content.find("\"event\":\"end\"", at + 1)) ++ends;
+    std::remove(path.c_str());
+  }
+  CHECK(lines == 3 * 31);
+  CHECK(ends == 3);
+  CHECK(files >= 1);
+  CHECK(files <= 3);
 }

@@ -40,7 +40,7 @@ struct ModelParallel {
 
 struct Config {
   bool enabled = true;                       // STEPTRACE_ENABLED
-  std::string log_path = "steptrace.jsonl";  // STEPTRACE_LOG; "" = no file; "{rank}" is replaced by the rank
+  std::string log_path = "steptrace-{rank}.jsonl";  // STEPTRACE_LOG; "" = no file; "{rank}" is replaced by the rank
   int log_every = 1;                         // STEPTRACE_LOG_EVERY
   double tokens_per_step = 0;                // STEPTRACE_TOKENS_PER_STEP (0 = unknown)
   double samples_per_step = 0;               // STEPTRACE_SAMPLES_PER_STEP
@@ -97,6 +97,16 @@ inline std::string expand_log_path(std::string path, int rank) {
   for (auto pos = path.find(token); pos != std::string::npos; pos = path.find(token, pos))
     path.replace(pos, token.size(), std::to_string(rank < 0 ? 0 : rank));
   return path;
+}
+
+/// The log a process writes when another process holds `path`: "<stem>.pid<PID><.jsonl>" beside it
+/// ("steptrace-0.jsonl" -> "steptrace-0.pid4242.jsonl"; a path without an extension gets the suffix).
+inline std::string per_process_log_path(const std::string& path, long pid) {
+  const auto slash = path.rfind('/');
+  const auto dot = path.rfind('.');
+  const bool has_ext = dot != std::string::npos && dot > (slash == std::string::npos ? 0 : slash + 1);
+  const std::string suffix = ".pid" + std::to_string(pid);
+  return has_ext ? path.substr(0, dot) + suffix + path.substr(dot) : path + suffix;
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

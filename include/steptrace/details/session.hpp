@@ -108,7 +108,16 @@ class Session {
     log_path_ = expand_log_path(cfg.log_path, ctx.run.rank);
     file_.close();
     if (!log_path_.empty()) {
-      const std::string err = file_.open(log_path_);
+      std::string err = file_.open(log_path_);
+      if (!err.empty() && file_.held_by_another_writer()) {
+        // Two processes in one file tear each other's lines on a full disk: this one writes beside it.
+        const std::string shared = log_path_;
+        log_path_ = per_process_log_path(shared, ::getpid());
+        err = file_.open(log_path_);
+        if (err.empty())
+          warn_once("log.shared", "the log '" + shared + "' is being written by another process (put {rank} in log_path "
+                                  "for one log per rank); this process writes '" + log_path_ + "'");
+      }
       if (!err.empty()) {
         report_config_error({"log_path", err + "; JSON lines disabled, training continues"});
         log_path_.clear();

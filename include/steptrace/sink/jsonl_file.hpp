@@ -1,5 +1,8 @@
 // steptrace/sink/jsonl_file.hpp - appends lines to a file, one write(2) per line with O_APPEND,
 // so a line is never torn by another writer and a `tail -f` sees it as soon as it is written.
+// A regular file is held with an advisory lock (flock): a second steptrace process that opens the
+// same log is told so (held_by_another_writer()) and writes elsewhere; one writer per file is what
+// lets a failed write be cut back without cutting anyone else's bytes.
 // The log may also be a FIFO, a pipe or a terminal: it is opened non-blocking, so neither start()
 // (open) nor the background thread (write) nor stop() waits on a reader that is absent or stuck.
 #pragma once
@@ -11,6 +14,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +39,7 @@ class JsonlFile final : public LineSink {
   std::string open(const std::string& path) {
     close();
     fragment_ended_ = false;
+    held_by_other_ = false;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd_ < 0) {
       if (errno == ENXIO)  // O_NONBLOCK on a FIFO without a reader (fifo(7))
@@ -44,6 +49,16 @@ class JsonlFile final : public LineSink {
     struct stat st {};
     stream_ = ::fstat(fd_, &st) == 0 && !S_ISREG(st.st_mode);
     if (!stream_) {  // a regular file never blocks a write; keep its status flags plain
+      int locked;
+      do {
+        locked = ::flock(fd_, LOCK_EX | LOCK_NB);
+      } while (locked != 0 && errno == EINTR);
+      if (locked != 0 && errno == EWOULDBLOCK) {
+        close();
+        held_by_other_ = true;
+        return "the log '" + path + "' is being written by another process (it holds the file's lock)";
+      }
+      // Another error (a file system without locks): written unlocked, as before.
       const int flags = ::fcntl(fd_, F_GETFL);
       if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
       end_fragment(path, st.st_size);
@@ -55,6 +70,8 @@ class JsonlFile final : public LineSink {
   }
 
   bool is_open() const { return fd_ >= 0; }
+  /// The last open() failed because another process holds the file (its lock).
+  bool held_by_another_writer() const { return held_by_other_; }
   std::string describe() const override { return "the log '" + path_ + "'"; }
 
   /// Writes `line` plus a newline. Returns "" or the error (the caller counts the line as lost).
@@ -90,9 +107,10 @@ class JsonlFile final : public LineSink {
  private:
   /// A regular file: a write that fails part way (disk full, file size limit) is undone: the file is
   /// cut back to where the line began, so it stays a sequence of whole lines and the next line does
-  /// not glue onto a fragment.
+  /// not glue onto a fragment, but only when the file ends with this line's part (another process
+  /// that writes to it without the lock may have appended after it: its bytes are never cut).
   std::string write_file(const std::string& line) {
-    const off_t begin = ::lseek(fd_, 0, SEEK_END);  // where O_APPEND puts this line (one writer per file)
+    const off_t begin = ::lseek(fd_, 0, SEEK_END);  // where O_APPEND puts this line (we hold the lock)
     const char* p = line.data();
     std::size_t left = line.size();
     while (left > 0) {  // one call for a normal line; a loop only for interrupted or short writes
@@ -100,8 +118,12 @@ class JsonlFile final : public LineSink {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         const std::string err = std::string("write failed: ") + (n < 0 ? std::strerror(errno) : "no progress");
-        if (left < line.size() && begin >= 0 && ::ftruncate(fd_, begin) != 0)
-          return err + "; the partial line could not be cut off: " + std::strerror(errno);
+        if (left == line.size() || begin < 0) return err;
+        struct stat st {};
+        const off_t written = static_cast<off_t>(line.size() - left);
+        if (::fstat(fd_, &st) != 0 || st.st_size != begin + written)
+          return err + "; the partial line was left in place: the file does not end with it (another writer)";
+        if (::ftruncate(fd_, begin) != 0) return err + "; the partial line could not be cut off: " + std::strerror(errno);
         return err;
       }
       p += n;
@@ -178,6 +200,7 @@ class JsonlFile final : public LineSink {
   bool stream_ = false;   // not a regular file: writes may block, and cannot be undone
   bool stalled_ = false;  // the last line waited in vain: do not wait again until one is taken
   bool fragment_ended_ = false;
+  bool held_by_other_ = false;  // open() found the file locked by another process
   std::string rest_;      // a stream line's part not yet taken by the reader
 };
 
