@@ -16,7 +16,7 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(os.path.dirname(HERE), "scripts")
 REPORT_MODULES = ["steptrace_report", "steptrace_report_diagnosis", "steptrace_report_guard", "steptrace_report_page",
-                  "steptrace_report_runs", "steptrace_ctl", "steptrace_merge"]
+                  "steptrace_report_runs", "steptrace_ctl", "steptrace_merge", "steptrace_files"]
 
 
 class BuildPyWithReport(build_py):

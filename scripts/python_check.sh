@@ -34,6 +34,7 @@ else
   mkdir -p "$build/python-pkg/steptrace"
   cp "$ROOT"/python/steptrace/*.py "$build/python-pkg/steptrace/"
   cp "$ROOT"/scripts/steptrace_report*.py "$ROOT"/scripts/steptrace_ctl.py "$ROOT"/scripts/steptrace_merge.py \
+     "$ROOT"/scripts/steptrace_files.py \
      "$build/python-pkg/"  # as setup.py installs them
   cp "$build"/python-cmake/_steptrace*.so "$build/python-pkg/steptrace/"
   export STEPTRACE_PY_INSTALLED=cmake

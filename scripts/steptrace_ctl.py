@@ -29,6 +29,8 @@ import socket
 import sys
 import time
 
+from steptrace_files import MAX_RANKS, FileRefused, printable, read_json_or_none
+
 try:
     import steptrace_merge
 except ImportError:  # run from another directory: the module sits beside this file
@@ -50,11 +52,8 @@ def default_dir():
 
 
 def read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    """A small file of the trace directory, read by the runtime's rules (steptrace_files); None if refused."""
+    return read_json_or_none(path)
 
 
 def alive(entry):
@@ -86,8 +85,9 @@ def live_processes(directory):
         entry = read_json(os.path.join(directory, name))
         if (not isinstance(entry, dict) or entry.get("schema") != "steptrace.live/1" or not is_hex16(entry.get("run_id"))
                 or not all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
-                           for k in ("rank", "world_size", "pid"))):
-            print(f"steptrace-ctl: {name}: not a presence file steptrace wrote; skipped", file=sys.stderr)
+                           for k in ("rank", "world_size", "pid"))
+                or not 0 <= entry["rank"] < entry["world_size"] <= MAX_RANKS):
+            print(f"steptrace-ctl: {printable(name)}: not a presence file steptrace wrote; skipped", file=sys.stderr)
             continue
         entry["alive"] = alive(entry)
         out.append(entry)
@@ -113,7 +113,7 @@ def cmd_list(args):
         state = ("running" if p["host"] == socket.gethostname() else "running (another host: by its heartbeat)") \
             if p["alive"] else "gone (stale presence file)"
         print(f"{p.get('run_id', '?'):16}  {p.get('rank', '?'):>4}/{p.get('world_size', '?'):<5}  "
-              f"{str(p.get('host', '?'))[:20]:20}  {p.get('pid', '?'):>8}  {str(p.get('exchange', '?')):8}  {state}")
+              f"{printable(p.get('host', '?'), 20):20}  {p.get('pid', '?'):>8}  {printable(p.get('exchange', '?'), 8):8}  {state}")
     return 0
 
 
@@ -242,14 +242,19 @@ def write_merge(args, run_ids, first, last, expected, ranges=None):
     except steptrace_merge.MergeError as e:
         print(f"steptrace-ctl: {e}", file=sys.stderr)
         return 1
-    steptrace_merge.write_merged(doc, args.output)
+    try:
+        steptrace_merge.write_merged(doc, args.output)
+    except FileRefused as e:
+        print(f"steptrace-ctl: {e}", file=sys.stderr)
+        return 1
     o = doc["otherData"]
     which = (f"steps {o['steps'][0]}-{o['steps'][-1]}" if o["same_steps"] else
              "each rank's own steps, laid side by side in order")
     print(f"merged {o['ranks']} ranks, {which} into {args.output}: slowest rank "
           f"{o['slowest_rank']}" + (f" (culprit phase {o['culprit_phase']}, +{o['culprit_gap_ms']:.3g} ms over the "
                                     f"others' median)" if o["culprit_phase"] else "") +
-          (f"; no trace from ranks {o['ranks_missing']}" if o["ranks_missing"] else ""))
+          (f"; no trace from {o['ranks_missing_count']} rank(s): {o['ranks_missing']}"
+           + (" ..." if o["ranks_missing_count"] > len(o["ranks_missing"]) else "") if o["ranks_missing"] else ""))
     return 0
 
 
@@ -262,7 +267,8 @@ def cmd_merge(args):
         run_ids = sorted({a["run_id"] for a in planned if is_hex16(a.get("run_id"))})
         first = min(a["first_step"] for a in planned)
         last = max(a["last_step"] for a in planned)
-        world = max(a["world_size"] if isinstance(a.get("world_size"), int) else 1 for a in planned)
+        world = max(a["world_size"] if isinstance(a.get("world_size"), int) and 0 < a["world_size"] <= MAX_RANKS else 1
+                    for a in planned)
         ranges = {a["rank"]: (a["first_step"], a["last_step"]) for a in planned}
     else:
         if not args.run or not args.steps:

@@ -21,6 +21,10 @@ import re
 import statistics
 import sys
 
+from steptrace_files import MAX_TRACE_FILE, FileRefused, read_json, replace_file
+
+MAX_MISSING_LISTED = 64  # ranks_missing lists this many; ranks_missing_count counts them all
+
 TRACE_NAME = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")
 COMM_PHASE = "nccl"
 DEFAULT_FULL_RANKS = 3
@@ -45,10 +49,9 @@ def find_traces(directory, run_ids, first, last):
             continue
         path = os.path.join(directory, name)
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue  # a file being written or cut short: not a capture to merge
+            doc = read_json(path, MAX_TRACE_FILE)
+        except FileRefused:
+            continue  # being written, cut short, too large, not a regular file: not a capture to merge
         other = doc.get("otherData") if isinstance(doc, dict) else None
         if (not isinstance(other, dict) or other.get("schema") != "steptrace.trace/1" or other.get("run_id") not in run_ids
                 or not isinstance(other.get("captured"), list) or not isinstance(doc.get("traceEvents"), list)
@@ -276,9 +279,16 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
                 vals = [v.step_ms[s] if p == "step" else v.phase_ms.get(s, {}).get(p, 0.0) for v, s in at_step]
                 out.append({"ph": "C", "name": f"{p} ms", "pid": summary_pid, "ts": ts,
                             "args": {"min": min(vals), "median": statistics.median(vals), "max": max(vals)}})
-    missing = sorted(set(expected_ranks or []) - {v.rank for v in views})
+    present = {v.rank for v in views}
+    missing, missing_count = [], 0
+    for r in expected_ranks or []:  # a range of up to MAX_RANKS: counted, the first MAX_MISSING_LISTED listed
+        if r not in present:
+            missing_count += 1
+            if len(missing) < MAX_MISSING_LISTED:
+                missing.append(r)
     other = {
         "schema": "steptrace.merged/1",
+        "ranks_missing_count": missing_count,
         "run_ids": sorted(run_ids),
         "steps": steps,
         "alignment": align,
@@ -304,7 +314,5 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
 
 
 def write_merged(doc, path):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    """Replaces `path` whole (steptrace_files.replace_file: regular files only, an O_EXCL temporary)."""
+    replace_file(path, json.dumps(doc, separators=(",", ":")))

@@ -24,6 +24,7 @@ import time
 from collections import Counter, defaultdict
 from multiprocessing import Pool
 
+from steptrace_files import FileRefused, replace_file
 from steptrace_report_diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, strip, verdict
 from steptrace_report_guard import MAX_NAME, OTHER, TOP_KERNELS, TOP_N, embed, fold, resolve_traces, skipped_note
 from steptrace_report_page import PAGE
@@ -484,7 +485,8 @@ def main(argv=None):
     ap.add_argument("lines", nargs="+", metavar="LINES.jsonl",
                     help="steptrace JSON lines files (one per rank, any order; a file named twice is read once)")
     ap.add_argument("-o", "--output", default="steptrace-report.html", metavar="FILE",
-                    help="the HTML page to write (replaced whole, through FILE.tmp). Default: %(default)s")
+                    help="the HTML page to write (replaced whole, through a temporary beside it; only a regular file is "
+                         "replaced). Default: %(default)s")
     ap.add_argument("--title", default=None, metavar="TEXT",
                     help="the page's title. Default: 'steptrace report: ' and the first three files' names")
     ap.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
@@ -509,10 +511,11 @@ def main(argv=None):
         return 2
     resolve_traces(data, a.output)
     page = render(data)
-    tmp = a.output + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, a.output)
+    try:
+        replace_file(a.output, page)
+    except FileRefused as e:
+        print(f"steptrace-report: {e}", file=sys.stderr)
+        return 2
     print(f"steptrace-report: {a.output} ({len(page) / 1e6:.2f} MB) from {data['header']['lines']} lines "
           f"of {data['header']['ranks']} rank(s) in {data['build_s']:.2f} s")
     if data["header"]["run_count"] > 1:
