@@ -32,6 +32,11 @@ class BuildPyWithReport(build_py):
             self.copy_file(src, os.path.join(self.build_lib, name + ".py"))
 
 
+# The commands pip runs to build: its metadata step (dist_info, through setuptools' build_meta) comes
+# first and already needs bdist_wheel on setuptools before 70.1, so the tools are checked there.
+BUILD_COMMANDS = ("dist_info", "egg_info", "bdist_wheel", "editable_wheel", "build_ext", "install", "develop")
+
+
 def require_build_tools():
     """What the build needs, each said by name when missing (pip's own message would be "invalid command
     'bdist_wheel'" or a CMake error)."""
@@ -39,7 +44,7 @@ def require_build_tools():
     missing = []
     if shutil.which("cmake") is None:
         missing.append("CMake (apt-get install cmake, or pip install cmake)")
-    if "bdist_wheel" in sys.argv:
+    if any(c in sys.argv for c in ("dist_info", "bdist_wheel", "editable_wheel")):
         try:
             import wheel  # noqa: F401  setuptools before 70.1 builds wheels through it
         except ImportError:
@@ -66,7 +71,7 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", tmp, "--target", "_steptrace", "-j", str(os.cpu_count() or 1)], check=True)
 
 
-if "bdist_wheel" in sys.argv:
+if any(c in sys.argv for c in BUILD_COMMANDS):
     require_build_tools()
 
 setup(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python package as a user installs it: `pip install --no-build-isolation ./python` into a fresh
-# virtual environment (system site-packages visible: setuptools, pybind11, torch where installed), then
-# the tests with that interpreter.
+# The Python package as README's "Python (PyTorch scripts)" says to install it: `python3 -m venv
+# --system-site-packages V && V/bin/pip install --no-build-isolation ./python` (the interpreter's
+# setuptools, wheel, pybind11 and torch visible), then the tests with that interpreter. With cpu, also
+# the check that a build missing a tool names it at pip's metadata step (a plain venv without `wheel`).
 #   scripts/python_check.sh BUILD_DIR cpu    python/tests/test_steptrace.py (CTest python_cpu)
 #   scripts/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py (CTest python_gpu; torch, a GPU)
 # PYTHON picks the interpreter (default: python3 on PATH). Where pip cannot build (no setuptools, as on
@@ -18,11 +19,15 @@ if [[ -d $ROOT/.deps/usr ]]; then
   export STEPTRACE_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH ${STEPTRACE_CMAKE_ARGS:-}"
 fi
 rm -rf "$venv" "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
-# The interpreter's own packages stay visible (a venv made from a venv sees only the base's: the
-# parent's site-packages go in through a .pth file): torch, setuptools, pybind11.
-if "$py" -m venv --system-site-packages "$venv" 2>/dev/null &&
-   "$py" -c 'import site; print("\n".join(site.getsitepackages()))' > "$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/_parent.pth" &&
-   "$venv/bin/python" -m pip install --no-build-isolation --no-index --no-deps -q "$ROOT/python"; then
+# The interpreter's own packages stay visible. Where the interpreter is itself a venv (the GPU machine's
+# torch venv), a venv made from it sees only the base's packages: the parent venv's site-packages go in
+# through a .pth file; a user would install into that venv directly.
+parent_pth() {
+  "$py" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' || return 0
+  "$py" -c 'import site; print("\n".join(site.getsitepackages()))' > "$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/_parent.pth"
+}
+if "$py" -m venv --system-site-packages "$venv" 2>/dev/null && parent_pth &&
+   "$venv/bin/pip" install --no-build-isolation -q "$ROOT/python"; then
   echo "python_check: installed with pip into $venv"
   run=("$venv/bin/python")
   export STEPTRACE_PY_INSTALLED=pip
@@ -60,6 +65,27 @@ if [[ -n $exported ]]; then
   exit 1
 fi
 echo "python_check: $so exports PyInit__steptrace only"
+# A plain venv (no system packages) whose setuptools predates 70.1 and has no `wheel`: the build must say
+# so at pip's metadata step, not fail with "invalid command 'bdist_wheel'".
+if [[ $what == cpu ]]; then
+  plain=$build/python-venv-plain
+  rm -rf "$plain"
+  if "$py" -m venv "$plain" 2>/dev/null &&
+     "$plain/bin/python" -c 'import setuptools, sys; v = tuple(int(x) for x in setuptools.__version__.split(".")[:2]); sys.exit(0 if v < (70, 1) else 1)' 2>/dev/null &&
+     ! "$plain/bin/python" -c 'import wheel' 2>/dev/null; then
+    if out=$("$plain/bin/pip" install --no-build-isolation "$ROOT/python" 2>&1); then
+      echo "python_check: a build without wheel succeeded in $plain" >&2; exit 1
+    fi
+    if ! grep -q "Preparing metadata" <<<"$out" || ! grep -q "needs the wheel package" <<<"$out"; then
+      echo "python_check: a build without wheel did not name it at the metadata step:" >&2
+      tail -15 <<<"$out" >&2; exit 1
+    fi
+    echo "python_check: a plain venv without wheel is told so at pip's metadata step"
+  else
+    echo "python_check: skipped the missing-wheel check (this interpreter's plain venv has no setuptools < 70.1 without wheel)"
+  fi
+  rm -rf "$plain" "$ROOT/python/build" "$ROOT/python/steptrace.egg-info"
+fi
 cd "$build"
 case $what in
   cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" ;;
