@@ -395,7 +395,9 @@ int main(int argc, char** argv) {
   // Training FLOPs per sample: 6 x (matmul parameters), the same convention as the transformer helper.
   cfg.flops_per_token = 6.0 * (double(hidden) * input + double(classes) * hidden);
   cfg.dtype = steptrace::Dtype::fp32;  // cuBLAS SGEMM without TF32: the FP32 peak applies
-  if (!gpu) cfg.gpu = steptrace::Mode::off;
+  // --cpu: the user's choice, said in the lines. Without a GPU, steptrace finds that out itself and
+  // says why (no driver, no device) in the lines and one warning.
+  if (o.cpu) cfg.gpu = steptrace::Mode::off;
   steptrace::start(cfg);
 
   Loader loader(input, classes, batch, o.slow_loader_ms);

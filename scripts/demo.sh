@@ -5,7 +5,7 @@
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   cat <<'EOF_HELP'
 scripts/demo.sh - builds the example trainer (examples/mlp_train), trains it with steptrace and shows
-the summary, the last step's JSON line and the run's end record.
+the summary, three fields of the last step's JSON line, and the command that makes the report.
 usage: scripts/demo.sh [example options]
   example options     passed to mlp_train (see: build/examples/mlp_train --help), e.g.
                       --steps 100  --slow-loader-ms 5  --cpu
@@ -35,12 +35,27 @@ fi
 stdbuf -oL -eL "$BUILD_DIR/examples/mlp_train" --steps 50 "$@"
 echo
 log0=${STEPTRACE_LOG//\{rank\}/0}
-echo "JSON lines: $STEPTRACE_LOG ($(grep -vc '^{"event"' "$log0") step lines). The last step's line:"
-grep -v '^{"event"' "$log0" | tail -n 1
-echo "and the record that ends the run:"
-tail -n 1 "$log0"
 # This run's traces only (their names carry the first 8 characters of its run_id).
 run_id=$(tail -n 1 "$log0" | grep -o '"run_id":"[^"]*"' | cut -d'"' -f4)
 trace_dir=${STEPTRACE_TRACE_DIR//\{rank\}/0}
 traces=$(find "$trace_dir" -maxdepth 1 -name "trace-${run_id:0:8}-*.json" 2>/dev/null | wc -l)
+# Three fields of the last step's line (the whole line: `tail -n 2 LOG | head -n 1`; docs/schema.md).
+python3 - "$log0" <<'EOF_FIELDS'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and '"event"' not in l[:12]]
+if not lines:
+    sys.exit("steptrace: no step line in " + sys.argv[1])
+l = lines[-1]
+d = l.get("diagnosis") or {}
+print(f"{len(lines)} step lines in {sys.argv[1]}; the last step ({l['global_step']}):")
+print(f"  step_time_ms       {l['step_time_ms']:.3f}")
+tps = l.get("tokens_per_second")
+print(f"  tokens_per_second  {tps:.0f}" if tps is not None else "  tokens_per_second  null")
+print(f"  diagnosis          {d.get('label')} (basis {d.get('basis')}): {d.get('reason')}")
+gpu = (l.get("null_reasons") or {}).get("device")
+if gpu:
+    print(f"  no GPU measured:   {gpu}")
+EOF_FIELDS
 echo "Traces of the steps that matter (open in ui.perfetto.dev): $traces file(s) of this run in $trace_dir"
+echo "Next, the report of this run (one HTML page, open it in a browser):"
+echo "  python3 scripts/steptrace_report.py $log0 -o steptrace-demo.html"

@@ -21,7 +21,9 @@ TEST_CASE("SummaryBuilder: mean, median, p90, phase shares", "[summary]") {
   const Summary s = b.build();
   CHECK(s.steps == 10);
   CHECK(s.step_time_ms_mean == Approx(5.5));
-  CHECK(s.step_time_ms_median == Approx(6.0));
+  CHECK(s.step_time_ms_median == Approx(5.5));  // as statistics.median and the report take it
+  CHECK(s.median_steps == 10);
+  CHECK(render_summary_table(s).find("last") == std::string::npos);  // all steps: nothing to label
   CHECK(s.step_time_ms_p90 == Approx(10.0));
   // tokens over time: step i has i ms at 1000 i tokens/s, i*i tokens; 385 tokens in 55 ms (a mean of
   // the rates would say 5500)
@@ -36,6 +38,22 @@ TEST_CASE("SummaryBuilder: mean, median, p90, phase shares", "[summary]") {
   CHECK(table.find("10 steps") != std::string::npos);
   CHECK(table.find("forward") != std::string::npos);
   CHECK(table.find("50.0 %") != std::string::npos);
+}
+
+TEST_CASE("past the recent window, the table says which steps its median and p90 are over", "[summary]") {
+  SummaryBuilder b;
+  HostStepMetrics m;
+  const std::size_t n = SummaryBuilder::kRecentSteps + 5;
+  for (std::size_t i = 0; i < n; ++i) {
+    m.step_time_ns = i < 5 ? 100'000'000 : 1'000'000;  // five slow steps first, then 1 ms ones
+    b.add(m, std::nullopt);
+  }
+  const Summary s = b.build();
+  CHECK(s.median_steps == SummaryBuilder::kRecentSteps);
+  CHECK(s.step_time_ms_median == Approx(1.0));
+  CHECK(s.step_time_ms_mean > 1.0);  // the whole run's
+  CHECK(render_summary_table(s).find("(mean of all " + std::to_string(n) + " steps; median and p90 of the last 10000)") !=
+        std::string::npos);
 }
 
 TEST_CASE("stop() returns the run's summary with the table", "[summary]") {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include "../core/records.hpp"
 #include "../core/run_info.hpp"
@@ -17,6 +18,22 @@ inline std::string cuda_error_text(const char* call, cudaError_t e) {
   return std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
 
+/// Why cudaGetDeviceCount failed, in the words a user needs: the runtime says "CUDA driver version is
+/// insufficient" (cudaErrorInsufficientDriver) also where no driver is installed at all, so the
+/// driver's library is looked for first.
+inline std::string no_gpu_reason(cudaError_t e) {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver) {
+    const char* why = dlerror();
+    return std::string("no NVIDIA driver found (libcuda.so.1 cannot be loaded") + (why ? std::string(": ") + why : "") + ")";
+  }
+  dlclose(driver);
+  if (e == cudaErrorInsufficientDriver)
+    return "the NVIDIA driver is older than this program's CUDA runtime needs: " + cuda_error_text("cudaGetDeviceCount", e);
+  if (e == cudaErrorNoDevice) return "no NVIDIA GPU found (the driver sees none): " + cuda_error_text("cudaGetDeviceCount", e);
+  return "no usable GPU: " + cuda_error_text("cudaGetDeviceCount", e);
+}
+
 /// Finds the device to measure: `requested`, or the calling thread's current device if -1.
 /// Does not create a CUDA context.
 inline DeviceProbe probe_device(int requested) {
@@ -25,7 +42,7 @@ inline DeviceProbe probe_device(int requested) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    p.null_reason = "no usable GPU: " + cuda_error_text("cudaGetDeviceCount", e);
+    p.null_reason = no_gpu_reason(e);
     return p;
   }
   if (count == 0) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "clock.hpp"
+#include "cross_rank.hpp"  // details::median_of
 #include "diagnosis.hpp"
 #include "phase.hpp"
 #include "step_metrics.hpp"
@@ -49,8 +50,11 @@ class SummaryBuilder {
     if (steps_ == 0) return s;
     s.step_time_ms_mean = ns_to_ms(step_ns_total_) / static_cast<double>(steps_);
     std::vector<double> sorted(recent_ms_.begin(), recent_ms_.end());
+    // The median as the report and Python's statistics.median take it (the mean of the two middle
+    // values of an even count), over the last kRecentSteps steps (the table says so when that is fewer).
+    s.step_time_ms_median = details::median_of(sorted);
+    s.median_steps = sorted.size();
     std::sort(sorted.begin(), sorted.end());
-    s.step_time_ms_median = sorted[sorted.size() / 2];
     s.step_time_ms_p90 = sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)];
     if (tokens_ns_ > 0) s.tokens_per_second_mean = tokens_ / (static_cast<double>(tokens_ns_) * 1e-9);
     if (mfu_n_) s.estimated_mfu_mean = mfu_sum_ / static_cast<double>(mfu_n_);
@@ -89,9 +93,15 @@ inline std::string render_summary_table(const Summary& s) {
                 s.log_path.empty() ? "" : " to ", s.log_path.c_str());
   out += buf;
   if (s.steps == 0) return out;
-  std::snprintf(buf, sizeof buf, "  step time ms: mean %.3f  median %.3f  p90 %.3f\n", s.step_time_ms_mean,
+  std::snprintf(buf, sizeof buf, "  step time ms: mean %.3f  median %.3f  p90 %.3f", s.step_time_ms_mean,
                 s.step_time_ms_median, s.step_time_ms_p90);
   out += buf;
+  if (s.median_steps < s.steps) {  // the median and p90 cover the last steps only; the mean, all
+    std::snprintf(buf, sizeof buf, " (mean of all %llu steps; median and p90 of the last %llu)",
+                  static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.median_steps));
+    out += buf;
+  }
+  out += "\n";
   if (s.tokens_per_second_mean) {
     std::snprintf(buf, sizeof buf, "  tokens/s: %.1f (tokens over time)\n", *s.tokens_per_second_mean);
     out += buf;

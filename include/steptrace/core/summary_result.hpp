@@ -16,6 +16,7 @@ struct Summary {
   uint64_t steps_dropped = 0; // never reached the writer (queue full)
   std::string log_path;       // "" when no file was written
   double step_time_ms_mean = 0, step_time_ms_median = 0, step_time_ms_p90 = 0;
+  uint64_t median_steps = 0;  // the steps the median and p90 are over: the last SummaryBuilder::kRecentSteps
   std::optional<double> tokens_per_second_mean;
   std::optional<double> estimated_mfu_mean;
   struct Phase {

@@ -74,8 +74,11 @@ inline void Session::open_prometheus(const Config& cfg, const RunInfo& run) {
 }
 
 inline void Session::probe_device(LineContext& ctx) {
-  if (ctx.cfg.gpu == Mode::off) {
-    ctx.run.device_null_reason = "GPU measurement switched off (gpu=off / STEPTRACE_GPU=off)";
+  if (ctx.cfg.gpu == Mode::off) {  // who switched it off: the environment, or the program's own setting
+    const char* env = std::getenv("STEPTRACE_GPU");
+    ctx.run.device_null_reason = env && std::string(env) == "off"
+                                     ? "GPU measurement switched off by STEPTRACE_GPU=off in the environment"
+                                     : "GPU measurement switched off by the program (its setting gpu=off)";
     return;
   }
   if (forked_after_cuda().load(std::memory_order_relaxed)) {  // details/fork.hpp
