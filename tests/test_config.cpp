@@ -121,6 +121,15 @@ TEST_CASE("environment values outside their range or spelling are refused, namin
   CHECK(c.memory_sample_ms == 10);
   CHECK(c.world_size == -1);
   CHECK(c.max_pending_steps == 256);
+  // Decimal only: strtod alone would read '0x10' as 16 and take 'nan'.
+  Config d;
+  const auto hex = apply_environment(d, {{"STEPTRACE_TOKENS_PER_STEP", "0x10"}, {"STEPTRACE_PEAK_FLOPS", "nan"},
+                                         {"STEPTRACE_MEMORY_SAMPLE_MS", "0x1p4"}});
+  REQUIRE(hex.size() == 3);
+  CHECK(d.memory_sample_ms == defaults.memory_sample_ms);
+  CHECK(d.tokens_per_step == defaults.tokens_per_step);
+  CHECK(apply_environment(d, {{"STEPTRACE_TOKENS_PER_STEP", "1.5e3"}}).empty());
+  CHECK(d.tokens_per_step == 1500);
   // The knobs that were compile-time macros are settings now.
   CHECK(apply_environment(c, {{"STEPTRACE_FLUSH_AFTER_MS", "50"}, {"STEPTRACE_COUNTERS_BUFFER_MIB", "8"}}).empty());
   CHECK(c.flush_after_ms == 50);

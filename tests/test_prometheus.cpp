@@ -353,6 +353,21 @@ TEST_CASE("an unusable textfile or address warns once and training goes on", "[p
   CHECK(w.find("'no-port-here' is not host:port") != std::string::npos);
 }
 
+TEST_CASE("listening on every interface is a warning, a local address is not", "[prometheus]") {
+  const std::string log = fresh_log("prom_every");
+  for (const char* address : {"127.0.0.1:0", "0.0.0.0:0"}) {
+    steptrace_test::captured_log().str("");
+    auto cfg = steptrace_test::host_config(log);
+    cfg.prometheus_listen = address;
+    REQUIRE(start(cfg));
+    { TRACE_STEP(); }
+    stop();
+    const bool warned = steptrace_test::captured_log().str().find("serves /metrics on every network interface") != std::string::npos;
+    INFO(address);
+    CHECK(warned == (std::string(address) == "0.0.0.0:0"));
+  }
+}
+
 namespace {
 std::string file_text(const std::string& path) {
   std::ifstream in(path);

@@ -30,9 +30,10 @@ inline bool parse_bool(const std::string& v, bool& out) {
   return false;
 }
 
-// Leading blanks are refused too (strtod and strtoll would skip them): ' 5' is a typo, not 5.
+// Leading blanks are refused too (strtod and strtoll would skip them): ' 5' is a typo, not 5. So are
+// what strtod alone would take: hexadecimal ('0x10' is 16 to strtod), 'inf', 'nan': decimal only.
 inline bool parse_double(const std::string& v, double& out) {
-  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0]))) return false;
+  if (v.empty() || v.find_first_not_of("0123456789+-.eE") != std::string::npos) return false;
   errno = 0;
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);

@@ -19,6 +19,7 @@ Phases are host scopes (and NVTX ranges); GPU time per phase comes from CUPTI, w
 kernel under the phase open on the thread that launched it, or, for threads with no phase of their own
 (autograd's backward threads), under the phase open on the step's thread.
 """
+import difflib
 import numbers
 import atexit
 import os
@@ -40,6 +41,7 @@ _atexit_registered = False
 _pending = []        # (name, host tensor, event): values recorded from CUDA tensors, read at the step's end
 _staging = {}        # (name, dtype) -> (pinned host tensor, event), made once and reused every step
 _loader_step = threading.local()
+_step_state = threading.local()  # current: the step() open on this thread; owed: exits of steps closed early
 
 
 def _after_fork_in_child():
@@ -63,6 +65,13 @@ def start(**settings_):
     Returns False when steptrace stays off (disabled, already running). stop() runs at exit if the
     program does not call it."""
     global _atexit_registered
+    names = [s[0] for s in _steptrace.settings]
+    groups = {n.split(".")[0] for n in names if "." in n}  # model_parallel={"tensor": 4, ...}
+    for name in settings_:
+        if name not in names and name not in groups:
+            close = difflib.get_close_matches(name, names, n=1)
+            raise TypeError(f"steptrace.start(): unknown setting {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
+                            " (the settings: steptrace.settings, README \"Configuration\")")
     ok = _steptrace.start(**settings_)
     if ok and not _atexit_registered:
         atexit.register(_stop_at_exit)
@@ -136,8 +145,16 @@ def phase(name):
             id_ = _steptrace.builtin_phase(name)
             if id_ < 0:
                 id_ = _steptrace.register_phase(name)  # ValueError for a bad name
+                close = difflib.get_close_matches(name, BUILTIN_PHASES, n=1, cutoff=0.75)
+                if close:  # C++ refuses TRACE_PHASE(forwrd) at compile time; here it would pass unnoticed
+                    _steptrace.warn_once("phase.spelling." + name,
+                                         f"steptrace.phase({name!r}) is a custom phase, not the built-in {close[0]!r} "
+                                         "(did you mean it?); its time is reported under its own name")
             p = _phases[name] = _Phase(name, id_)
     return p
+
+
+BUILTIN_PHASES = ("input", "h2d", "forward", "backward", "optimizer", "nccl")
 
 
 def _number(what, v):
@@ -165,10 +182,26 @@ class step(_Scope):
     def __enter__(self):
         if getattr(_loader_step, "open", False):
             raise RuntimeError("steptrace.step() inside a steptrace.loader() loop: the loader makes the steps")
+        state = _step_state
+        if getattr(state, "current", None) is not None:
+            # A step is open on this thread: one entered and never exited (an exception path that skipped
+            # __exit__, a generator left half-way) or a step inside a step. Left so, every later step would
+            # be ignored; instead it is closed here, and the __exit__ it may still owe does nothing.
+            _steptrace.warn_once("step.nested", "steptrace.step() entered while another step is open on this thread "
+                                                "(entered and never exited, or nested): the open step is closed here")
+            state.owed = getattr(state, "owed", 0) + 1
+            state.current = None
+            _end_step()
         _steptrace.step_enter(self.tokens, self.samples)
+        state.current = self
         return self
 
     def __exit__(self, *exc):
+        state = _step_state
+        if getattr(state, "current", None) is not self and getattr(state, "owed", 0):
+            state.owed -= 1
+            return False  # a step closed when the next one began: its exit has nothing left to close
+        state.current = None
         _end_step()
         return False
 

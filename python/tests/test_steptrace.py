@@ -373,6 +373,43 @@ def test_ctl_asks_a_running_python_loop():
         assert r.returncode == 0 and "--steps" in r.stdout, (r.returncode, r.stderr)
 
 
+def test_near_misses_are_named():
+    try:
+        steptrace.start(log_pth="x.jsonl")
+    except TypeError as e:
+        assert "unknown setting 'log_pth'; did you mean 'log_path'?" in str(e), str(e)
+    else:
+        raise AssertionError("start(log_pth=...) was accepted")
+    # phase('forwrd') is a custom phase (a valid name), said once on the steptrace logger (stderr).
+    code = ("import steptrace; steptrace.start(log_path=%r, summary=False, gpu='off')\n"
+            "for _ in range(2):\n    with steptrace.step():\n        with steptrace.phase('forwrd'): pass\n"
+            "steptrace.stop()") % fresh("spelling")
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("is a custom phase, not the built-in 'forward'") == 1, r.stderr
+
+
+def test_a_step_never_exited_does_not_swallow_the_later_ones():
+    log = fresh("never_exited")
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    steptrace.step().__enter__()  # entered, never exited (an exception path that skipped __exit__)
+    for _ in range(5):
+        with steptrace.step():
+            with steptrace.phase("forward"):
+                time.sleep(0.001)
+    outer = steptrace.step()  # a step inside a step: the inner closes the outer, every exit is harmless
+    with outer:
+        with steptrace.step():
+            pass
+    with steptrace.step():
+        pass
+    s = steptrace.stop()
+    steps, _ = lines_of(log)
+    assert s["steps"] == 9 and len(steps) == 9, (s, len(steps))
+    assert all(l["phases"]["forward"]["host_ms"] >= 1.0 for l in steps[1:6])
+
+
 def test_stop_without_start_and_scopes_when_off():
     assert not steptrace.is_running()
     with steptrace.step():

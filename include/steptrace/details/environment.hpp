@@ -50,6 +50,15 @@ inline int launcher_int(std::initializer_list<const char*> names, long long lo, 
   return fallback;
 }
 
+/// A job id from the environment, at most kMaxJobIdBytes (a longer one is cut, and a warning says so).
+inline constexpr std::size_t kMaxJobIdBytes = 128;
+inline std::string job_id_from(const char* var, const std::string& v) {
+  if (v.size() > kMaxJobIdBytes)
+    warn_once(std::string("job_id.cut.") + var, std::string(var) + " is " + std::to_string(v.size()) + " bytes: job_id keeps its first " +
+                                                std::to_string(kMaxJobIdBytes) + " (set job_id / STEPTRACE_JOB_ID for another)");
+  return v.substr(0, kMaxJobIdBytes);
+}
+
 /// The scheduler's job: job_id, else Slurm's, torchelastic's, or the Kubernetes pod's name (a pod's
 /// HOSTNAME is its name, and KUBERNETES_SERVICE_HOST is set in every pod).
 inline void find_job_id(const Config& cfg, RunInfo& run) {
@@ -61,13 +70,13 @@ inline void find_job_id(const Config& cfg, RunInfo& run) {
   for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
     const char* v = std::getenv(var);
     if (v && *v) {
-      run.job_id = std::string(v).substr(0, 128);
+      run.job_id = job_id_from(var, v);
       return;
     }
   }
   const char* pod = std::getenv("HOSTNAME");
   if (std::getenv("KUBERNETES_SERVICE_HOST") && pod && *pod) {
-    run.job_id = std::string(pod).substr(0, 128);
+    run.job_id = job_id_from("HOSTNAME", pod);
     return;
   }
   run.job_id_source = "no job id: set job_id (STEPTRACE_JOB_ID), or run under Slurm (SLURM_JOB_ID), torchrun "

@@ -69,6 +69,12 @@ inline void Session::open_prometheus(const Config& cfg, const RunInfo& run) {
                    "series twice, told apart by the `sink` label (textfile, endpoint); select one (docs/prometheus.md)");
   if (p->active()) {
     if (p->port()) logger()->info("Prometheus metrics at http://{}/metrics", cfg.prometheus_listen.substr(0, colon + 1) + std::to_string(p->port()));
+    const std::string host = cfg.prometheus_listen.substr(0, colon == std::string::npos ? 0 : colon);
+    if (p->port() && (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]"))
+      warn_once("prometheus.every_interface",
+                "prometheus_listen=" + cfg.prometheus_listen + " serves /metrics on every network interface: whoever can "
+                "reach this host reads the run's metrics and identity (hostname, job id, run_id); 127.0.0.1:PORT keeps it "
+                "local (the endpoint has no authentication: docs/prometheus.md)");
     prometheus_ = std::move(p);
   }
 }
