@@ -17,6 +17,8 @@
 #include <thread>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "fake_exchange.hpp"
 #include "host_config.hpp"
@@ -351,6 +353,12 @@ TEST_CASE("remote captures: a host-only run finds a request in its trace directo
   write_file(dir + "/steptrace-request-00bb000000000002.json", "{\"schema\": \"steptrace.request/1\"");
   write_file(dir + "/steptrace-request-00cc000000000003.json", request_text("00cc000000000003", run_id, 3, now - 3600));
   write_file(dir + "/steptrace-request-00dd000000000004.json", request_text("00dd000000000004", "0000000000000000", 3, now));
+  // One written an hour in the future (a clock ahead, or planted): read as it stands (refused here: not
+  // JSON), not left "still being written" with the directory re-listed at every scan for good.
+  const std::string future = dir + "/steptrace-request-00ee000000000005.json";
+  write_file(future, "{\"schema\":");
+  const timespec times[2] = {{static_cast<time_t>(now) + 3600, 0}, {static_cast<time_t>(now) + 3600, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, future.c_str(), times, 0) == 0);
   const std::string answer = dir + "/steptrace-answer-00aa000000000001-r0.json";
   steps_until([&] { return files_in(dir, "steptrace-answer-00aa000000000001").size() == 1; }, 5000, steps);
   const auto a = read_json(answer);
@@ -374,6 +382,8 @@ TEST_CASE("remote captures: a host-only run finds a request in its trace directo
   CHECK(std::string(refused["reason"]).find("not JSON") == 0);
   CHECK(files_in(dir, "steptrace-answer-00cc00").empty());  // stale: refused with a warning, not answered
   CHECK(files_in(dir, "steptrace-answer-00dd00").empty());  // not this run's: no answer
+  const auto ahead = read_json(dir + "/steptrace-answer-00ee000000000005-r0.json");
+  CHECK(ahead["status"] == "refused");
   // The asked steps are in one trace, captured.
   std::set<int64_t> captured;
   for (const auto& t : files_in(dir, "trace-")) {
@@ -383,7 +393,7 @@ TEST_CASE("remote captures: a host-only run finds a request in its trace directo
   CHECK(captured == std::set<int64_t>{first, first + 1, first + 2});
   const auto end = steptrace_test::read_events(dir + "/steps.jsonl").back();
   CHECK(end["traces"]["requests"]["read"] == 2);
-  CHECK(end["traces"]["requests"]["refused"] == 3);
+  CHECK(end["traces"]["requests"]["refused"] == 4);  // not JSON (2: one written in the future), stale, the tag
   CHECK(end["traces"]["requests"]["planned"] == 1);
 }
 

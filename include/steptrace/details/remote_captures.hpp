@@ -173,8 +173,11 @@ class RemoteCaptures {
         remember(name);  // an old request (an earlier run's): never read, never answered
         continue;
       }
-      if (now_unix - mtime < kSettleNs) {
-        rescan_ = true;  // may still be being written
+      // Written within the settling time: may still be being written. A time in the future beyond it
+      // (a writer whose clock runs ahead, or a planted one) would keep the directory re-listed at every
+      // scan for good: such a file is read as it stands (it is parsed like any other).
+      if (now_unix - mtime < kSettleNs && mtime - now_unix < kSettleNs) {
+        rescan_ = true;
         continue;
       }
       fresh.push_back(name);
