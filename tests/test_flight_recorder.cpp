@@ -9,6 +9,8 @@
 #include <steptrace/details/session.hpp>
 #include <steptrace/steptrace.hpp>
 
+#include "capture_log.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -362,6 +364,29 @@ TEST_CASE("off: trace_keep_steps=0 writes nothing, every line says why, capture_
       CHECK(l["traces"].is_null());
     }
   }
+}
+
+TEST_CASE("an unusable log and no trace_dir: no trace file lands in the working directory, a warning says why",
+          "[flight]") {
+  auto cfg = steptrace_test::host_config("/nonexistent-dir/steps.jsonl");
+  cfg.capture_steps = "0-2";  // would be written to the working directory before
+  const auto traces_here = [] {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("."))
+      if (e.path().filename().string().rfind("trace-", 0) == 0) ++n;
+    return n;
+  };
+  const std::size_t before = traces_here();
+  REQUIRE(steptrace::start(cfg));
+  CHECK_FALSE(steptrace::capture_steps(1));
+  for (int i = 0; i < 4; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+  }
+  steptrace::stop();
+  CHECK(traces_here() == before);
+  CHECK(steptrace_test::captured_log().str().find("no trace files: the log is unusable and trace_dir is not set") !=
+        std::string::npos);
 }
 
 TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "[flight]") {

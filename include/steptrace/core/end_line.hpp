@@ -35,7 +35,7 @@ struct EndRecord {
 /// The flight recorder's counts: traces written, refused, failed; what its ring held.
 inline void write_trace_stats(LineOut& out, const TraceStats& t) {
   if (!t.on) {
-    out.null("traces", "flight recorder off (trace_keep_steps=0)");
+    out.null("traces", t.off_reason);
     return;
   }
   out.begin_object("traces");

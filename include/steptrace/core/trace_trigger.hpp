@@ -32,6 +32,7 @@ struct StepTrace {
 /// Counts for the end record (`traces`).
 struct TraceStats {
   bool on = false;
+  std::string off_reason = "flight recorder off (trace_keep_steps=0)";  // when !on
   int keep_steps = 0;
   uint64_t max_bytes = 0, bytes = 0, bytes_peak = 0, step_bytes_max = 0;
   uint64_t steps_kept = 0, steps_evicted_for_bytes = 0, records_left_out = 0;

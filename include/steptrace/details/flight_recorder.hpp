@@ -89,11 +89,13 @@ class FlightRecorder {
     std::string device_name;
     TraceTrigger::Settings trigger;
     double budget = 0;  // overhead_budget: automatic captures spend at most CaptureBudget::kShare of it
+    std::string off_reason = "flight recorder off (trace_keep_steps=0)";  // keep_steps 0: why
   };
   static constexpr std::size_t kMaxNames = 1 << 16;
 
   explicit FlightRecorder(Settings s) : s_(std::move(s)), trigger_(s_.trigger), budget_(s_.budget) {
     stats_.on = s_.keep_steps > 0;
+    stats_.off_reason = s_.off_reason;
     stats_.keep_steps = s_.keep_steps;
     stats_.max_bytes = s_.max_bytes;
   }
@@ -105,7 +107,7 @@ class FlightRecorder {
                    const std::string& run_id) {
     StepTrace t;
     if (!on()) {
-      t.null_reason = "flight recorder off (trace_keep_steps=0)";
+      t.null_reason = s_.off_reason;
       return t;
     }
     TraceTrigger::Step st;

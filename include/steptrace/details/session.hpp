@@ -139,6 +139,7 @@ class Session {
     captures_.clear();
     setup.captures = &captures_;
     setup.flight = flight_settings(cfg, setup.context);
+    flight_on_ = setup.flight.keep_steps > 0;
     setup.remote.on = cfg.remote_captures && setup.flight.keep_steps > 0;
     setup.remote.dir = setup.flight.dir;
     setup.remote.rank = setup.context.run.rank;
@@ -284,8 +285,9 @@ class Session {
       warn_once("capture_steps.n", "capture_steps(n): n must be >= 1; ignored");
       return false;
     }
-    if (cfg_.trace_keep_steps <= 0) {
-      warn_once("capture_steps.off", "capture_steps(): the flight recorder is off (trace_keep_steps=0); ignored");
+    if (cfg_.trace_keep_steps <= 0 || !flight_on_) {
+      warn_once("capture_steps.off", "capture_steps(): the flight recorder is off (trace_keep_steps=0, or no log and no "
+                                     "trace_dir); ignored");
       return false;
     }
     const uint64_t first = static_cast<uint64_t>(last_step_of_key(current_step().load(std::memory_order_relaxed)) + 1);
@@ -409,6 +411,7 @@ class Session {
   std::mutex lifecycle_;  // start/stop
   StepRecorder recorder_;
   CaptureRequests captures_;
+  bool flight_on_ = false;  // the flight recorder runs (trace_keep_steps > 0 and somewhere to write)
   StepQueue queue_;
   CrossRankLink link_;
   std::mutex hook_mutex_;
