@@ -285,28 +285,36 @@ def cmd_merge(args):
     return write_merge(args, run_ids, first, last, expected=range(world), ranges=ranges)
 
 
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default in --help, where it has one."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default in (None, False) else super()._get_help_string(action)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="steptrace-ctl", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="the steptrace processes with a presence file in DIR")
-    p_cap = sub.add_parser("capture", help="ask a running job for its next N steps as traces")
+    defaults = {"formatter_class": _ShowDefaults}  # --help shows each default
+    p_list = sub.add_parser("list", help="the steptrace processes with a presence file in DIR", **defaults)
+    p_cap = sub.add_parser("capture", help="ask a running job for its next N steps as traces", **defaults)
     p_cap.add_argument("--steps", type=int, required=True, help=f"how many steps (1..{MAX_STEPS})")
     p_cap.add_argument("--run", help="the run_id (steptrace-ctl list), when DIR holds several runs")
     p_cap.add_argument("--wait", type=float, default=60, help="seconds to wait for answers and traces (0: do not wait)")
-    p_merge = sub.add_parser("merge", help="one timeline from every rank's traces of the same steps")
+    p_merge = sub.add_parser("merge", help="one timeline from every rank's traces of the same steps", **defaults)
     p_merge.add_argument("--request", help="the request's id (its answers name the run and steps)")
     p_merge.add_argument("--run", help="the run_id, with --steps")
     p_merge.add_argument("--steps", help="A-B: the steps, with --run")
     for p in (p_list, p_cap, p_merge):
-        p.add_argument("--dir", default=default_dir(), help="the trace directory (default: $STEPTRACE_TRACE_DIR or .)")
+        p.add_argument("--dir", default=default_dir(), help="the trace directory ($STEPTRACE_TRACE_DIR, else the working directory)")
     for p in (p_cap, p_merge):
         p.add_argument("-o", "--output", help="the merged Trace Event file to write (capture: once the traces are in)")
         p.add_argument("--full-ranks", type=int, default=steptrace_merge.DEFAULT_FULL_RANKS,
                        help="ranks shown in full (the slowest, the fastest, the median, ...); the rest as per-phase tracks")
         p.add_argument("--align", choices=("step_start", "wall"), default="step_start",
-                       help="step_start: every rank's step begins together (default); wall: each rank's own clock")
+                       help="step_start: every rank's step begins together; wall: each rank's own clock")
     args = parser.parse_args(argv)
     return {"list": cmd_list, "capture": cmd_capture, "merge": cmd_merge}[args.command](args)
 
