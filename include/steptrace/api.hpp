@@ -100,6 +100,17 @@ class STEPTRACE_API PhaseScope {
   uint8_t flags_ = 0;                   // details::SpanRing's kTicks and kNestedInSame
 };
 
+// A program in which no file defines STEPTRACE_IMPLEMENTATION fails to link with undefined references
+// to the runtime; this variable's initializer adds one whose name says what is missing (the runtime's
+// translation unit defines it: details/api_impl.hpp).
+extern "C" {
+STEPTRACE_API extern const char steptrace_is_not_compiled_define_STEPTRACE_IMPLEMENTATION_in_one_file;
+}
+namespace details {
+[[maybe_unused]] __attribute__((used)) static const char* const kImplementationLinked =
+    &steptrace_is_not_compiled_define_STEPTRACE_IMPLEMENTATION_in_one_file;
+}  // namespace details
+
 #else  // STEPTRACE_DISABLE: the same API, doing nothing, in a namespace of its own (version.hpp).
 
 inline namespace disabled {
