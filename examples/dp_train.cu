@@ -76,7 +76,7 @@ const char kHelp[] =
     "  --dim D               the layers' width (default 4096)\n"
     "  --batch B             samples per rank per step (default 8192)\n"
     "  -h, --help            this text\n"
-    "Every STEPTRACE_* variable applies (README 'Configuration').\n";
+    "Every STEPTRACE_* variable applies (docs/configuration.md).\n";
 
 Options parse(int argc, char** argv) {
   Options o;

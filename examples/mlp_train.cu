@@ -43,7 +43,7 @@ const char kHelp[] =
     "  --lr LR               learning rate (default 0.1)\n"
     "  --log PATH            JSON lines file (default: steptrace's log_path, STEPTRACE_LOG wins)\n"
     "  -h, --help            this text\n"
-    "Every STEPTRACE_* variable applies (README 'Configuration').\n";
+    "Every STEPTRACE_* variable applies (docs/configuration.md).\n";
 
 Options parse(int argc, char** argv) {
   Options o;

@@ -13,7 +13,7 @@ usage: scripts/demo.sh [example options]
 environment:
   STEPTRACE_LOG=PATH  where the JSON lines go (default ./steptrace-demo.jsonl, replaced each run)
   STEPTRACE_TRACE_DIR=DIR  where trace files of captured steps go (default build/demo-traces)
-  STEPTRACE_*         any steptrace setting (README 'Configuration')
+  STEPTRACE_*         any steptrace setting (docs/configuration.md)
 EOF_HELP
   exit 0
 fi

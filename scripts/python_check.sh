@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python package as README's "Python (PyTorch scripts)" says to install it: `python3 -m venv
+# The Python package as docs/python.md says to install it: `python3 -m venv
 # --system-site-packages V && V/bin/pip install --no-build-isolation ./python` (the interpreter's
 # setuptools, wheel, pybind11 and torch visible), then the tests with that interpreter. With cpu, also
 # the check that a build missing a tool names it at pip's metadata step (a plain venv without `wheel`).
@@ -13,7 +13,7 @@ build=$(cd "$1" && pwd)
 what=$2
 py=${PYTHON:-python3}
 venv=$build/python-venv
-# A dependency bundle (machines without package access, see README) is where CMake finds spdlog.
+# A dependency bundle (machines without package access, see docs/build.md) is where CMake finds spdlog.
 if [[ -d $ROOT/.deps/usr ]]; then
   export CMAKE_PREFIX_PATH=$ROOT/.deps/usr${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}
   export STEPTRACE_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH ${STEPTRACE_CMAKE_ARGS:-}"

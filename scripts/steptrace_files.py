@@ -15,7 +15,7 @@ import stat
 import tempfile
 
 MAX_SMALL_FILE = 1 << 20   # presence, request and answer files: the runtime writes < 4 KiB
-MAX_TRACE_FILE = 256 << 20  # a capture's trace file (the runtime bounds a capture's events; see README)
+MAX_TRACE_FILE = 256 << 20  # a capture's trace file (the runtime bounds a capture's events; see docs/build.md)
 MAX_RANKS = 1 << 24         # world_size above this is not a run steptrace wrote (the runtime's bound too)
 MAX_DEPTH = 64              # JSON nesting: the runtime's files nest 5 deep at most
 

@@ -62,7 +62,7 @@ const char kHelp[] =
     "  --torch-profiler      every step under torch.profiler (the overhead benchmark's comparison)\n"
     "  --log PATH            JSON lines file (default: steptrace's log_path, STEPTRACE_LOG wins)\n"
     "  -h, --help            this text\n"
-    "Every STEPTRACE_* variable applies (README 'Configuration').\n";
+    "Every STEPTRACE_* variable applies (docs/configuration.md).\n";
 
 Options parse(int argc, char** argv) {
   Options o;

@@ -7,7 +7,7 @@
 //   steptrace::start(cfg);                      // STEPTRACE_* variables override these fields
 //
 // Every field is a row of one table (settings.hpp, which includes this file and not the other way
-// round: name, variable, range, default, one line of documentation) that parses the environment, validates, and is checked against the README's table.
+// round: name, variable, range, default, one line of documentation) that parses the environment, validates, and is checked against docs/configuration.md's table.
 // Validation never throws: a bad value yields one message naming the setting, and the setting keeps
 // its default (or is disabled, for an unusable log path).
 #pragma once

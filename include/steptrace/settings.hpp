@@ -1,6 +1,6 @@
 // steptrace/settings.hpp - every Config field as one row of a typed table: its name, environment
 // variable, accepted range or spellings, default and one line of documentation. The table drives
-// apply_environment() and validate(), and tests/test_settings.cpp checks the README's table against
+// apply_environment() and validate(), and tests/test_settings.cpp checks docs/configuration.md's table against
 // it, so a setting cannot be spelled one way in code and another in the documentation.
 #pragma once
 #include "version.hpp"
@@ -65,7 +65,7 @@ inline std::string number_text(double v) {
 struct Setting {
   std::string name;      // the Config field
   std::string variable;  // the environment variable
-  std::string range;     // what is accepted, as the README shows it
+  std::string range;     // what is accepted, as docs/configuration.md shows it
   std::string doc;       // one line
   std::function<std::string(Config&, const std::string&)> parse;
   std::function<std::string(const Config&)> check;
@@ -202,7 +202,7 @@ Setting choice(const char* name, const char* var, E Config::*m, std::vector<std:
 
 }  // namespace details
 
-/// Every setting, in the README's order.
+/// Every setting, in docs/configuration.md's order.
 inline const std::vector<Setting>& settings() {
   using namespace details;
   static const std::vector<Setting> table = [] {
@@ -345,7 +345,7 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
     for (const auto& s : settings())
       if (s.variable == name) setting = &s;
     if (!setting) {
-      errors.push_back({details::printable(name), "unknown steptrace setting (ignored); see README 'Configuration'"});
+      errors.push_back({details::printable(name), "unknown steptrace setting (ignored); see docs/configuration.md"});
       continue;
     }
     const std::string why = setting->parse(cfg, value);

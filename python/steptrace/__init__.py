@@ -59,7 +59,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def start(**settings_):
-    """Starts measuring. Keyword arguments are Config fields (README "Configuration"): log_path,
+    """Starts measuring. Keyword arguments are Config fields (docs/configuration.md): log_path,
     tokens_per_step, flops_per_token, trace_every, ... ; model_parallel={"tensor": 4, ...}. A wrong name
     raises TypeError, a wrong value ValueError; STEPTRACE_* variables override what is given here.
     Returns False when steptrace stays off (disabled, already running). stop() runs at exit if the
@@ -71,7 +71,7 @@ def start(**settings_):
         if name not in names and name not in groups:
             close = difflib.get_close_matches(name, names, n=1)
             raise TypeError(f"steptrace.start(): unknown setting {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
-                            " (the settings: steptrace.settings, README \"Configuration\")")
+                            " (the settings: steptrace.settings, docs/configuration.md)")
     ok = _steptrace.start(**settings_)
     if ok and not _atexit_registered:
         atexit.register(_stop_at_exit)

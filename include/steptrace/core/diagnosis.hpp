@@ -1,5 +1,5 @@
 // steptrace/core/diagnosis.hpp - one word for what holds a step back, with the numbers behind it.
-// Pure functions of a step's measured shares; thresholds in DiagnosisThresholds (README "Diagnosis").
+// Pure functions of a step's measured shares; thresholds in DiagnosisThresholds (docs/gpu.md, "Diagnosis").
 #pragma once
 #include "../version.hpp"
 #include <algorithm>

@@ -9,7 +9,7 @@
 //   host_api    steptrace's scopes and calls on the training thread (a TRACE_STEP, each phase scope,
 //               each record()): paid on every step, so no step shows it; modelled as calls x the
 //               measured cost of one (kScopeNs: benchmarks/README.md, `scope_cost`, 104-123 ns per
-//               scope on the GPU hosts; from Python 670-720 ns, README "Python")
+//               scope on the GPU hosts; from Python 670-720 ns, docs/python.md)
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
 //               time in them, measured (not their wall time: a reading may wait for a lock the
 //               training thread's CUDA call holds, which costs neither of them a core)
@@ -51,7 +51,7 @@ struct OverheadParts {
 class OverheadLedger {
  public:
   static constexpr double kScopeNs = 120;         // C++ scope, GPU hosts, upper end (benchmarks/README.md, scope_cost: 76-98 ns)
-  static constexpr double kPythonScopeNs = 720;   // a scope or call from Python (README, "Python")
+  static constexpr double kPythonScopeNs = 720;   // a scope or call from Python (docs/python.md)
   static constexpr std::size_t kWindow = 512;     // steps the fractions are over
 
   enum class Work { memory, device_state, counters };

@@ -255,7 +255,7 @@ class PmSampler {
     return b;
   }
   const std::string& chip() const { return chip_; }
-  /// "field=metric" for each metric in use, for the log and the README.
+  /// "field=metric" for each metric in use, for the log and the docs.
   std::string describe() const {
     std::string s;
     for (const auto& m : metrics_) s += (s.empty() ? "" : ", ") + std::string(field_name(m.field)) + "=" + m.name;
