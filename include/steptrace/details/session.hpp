@@ -279,6 +279,9 @@ class Session {
     return b.index;
   }
 
+  /// Lines the sinks refused so far (a full disk, a size limit): tests wait for this event.
+  uint64_t lines_failed_so_far() const { return worker_ ? worker_->lines_failed() : 0; }
+
   /// capture_steps(n): the next n steps to begin are written as a trace.
   bool capture_steps(int n) {
     if (n <= 0) {

@@ -134,7 +134,7 @@ class Worker {
   bool counters_on() { return lines_.context().counters_on; }
   SummaryBuilder& summary() { return lines_.summary(); }
   uint64_t lines_written() const { return lines_written_; }
-  uint64_t lines_failed() const { return lines_failed_; }
+  uint64_t lines_failed() const { return lines_failed_.load(std::memory_order_relaxed); }
 
  private:
   /// Moves what the backend has handed over into the attributor (launch sites first: records join
@@ -271,7 +271,8 @@ class Worker {
   ReadingsPoller readings_;        // memory, NVML, PM samples (after the members it is handed)
   std::string switch_why_;         // what staying attached was estimated to cost then
   std::optional<uint64_t> detach_since_;  // first step in detach mode, once in force
-  uint64_t lines_written_ = 0, lines_failed_ = 0;
+  uint64_t lines_written_ = 0;
+  std::atomic<uint64_t> lines_failed_{0};  // written by this thread only; read by lines_failed_so_far() too
   uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
   int64_t last_line_step_ = -1;    // the last step whose line was produced
 

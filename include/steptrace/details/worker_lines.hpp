@@ -102,7 +102,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     LineAssembler::Extra x;
     x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
     x.steps_dropped_total = s_.queue->dropped();
-    x.lines_unwritten_total = lines_failed_;
+    x.lines_unwritten_total = lines_failed_.load(std::memory_order_relaxed);
     OverheadLine overhead = observe_overhead(r, gpu);
     StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
     in.overhead = std::move(overhead);
@@ -127,7 +127,10 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
     for (sink::LineSink* sink : s_.sinks) {
       const std::string err = sink->write_step_line(line, fields_read ? &fields : nullptr);
-      if (sink->counts_lines()) ++(err.empty() ? lines_written_ : lines_failed_);
+      if (sink->counts_lines()) {
+        if (err.empty()) ++lines_written_;
+        else lines_failed_.store(lines_failed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      }
       if (!err.empty())
         warn_once("write." + sink->describe(), "cannot write to " + sink->describe() + ": " + err +
                                                    (sink->counts_lines() ? " (failures are counted; training continues)"
@@ -161,7 +164,7 @@ inline void Worker::write_end(const std::string& reason, uint64_t steps_cut) {
     e.unix_ns = unix_ns();
     e.last_global_step = last_line_step_;
     e.lines_written = lines_written_;
-    e.lines_unwritten_total = lines_failed_;
+    e.lines_unwritten_total = lines_failed_.load(std::memory_order_relaxed);
     e.steps_dropped_total = s_.queue->dropped();
     e.lines_incomplete = lines_incomplete_;
     e.lines_cut_at_end = lines_cut_at_end_;
