@@ -272,6 +272,14 @@ def check(name, lines, work, expect_data, must_slowest=None, screenshot_to=None,
     for cid in expect_data:
         if cid not in sc["drawn"]:
             problems.append(f"{name}: no chart {cid}")
+    # A chart with nothing to draw is one line of the "Not measured" card, never a card of its own
+    # holding only a sentence (a run without a GPU had five of those).
+    empties = [d["empty"] for d in sc["drawn"].values() if "empty" in d]
+    card = re.search(r'<div class="card" id="not-measured">(.*?)</div>', dom.stdout, re.S)
+    if empties and (not card or card.group(1).count('<p class="empty">') != len(empties)):
+        problems.append(f"{name}: {len(empties)} empty chart(s), not all in the not-measured card")
+    if re.search(r'<div class="card"><h2>[^<]*</h2><p class="empty">', dom.stdout):
+        problems.append(f"{name}: a card holds only a sentence")
     if must_slowest is not None and f"<td>{must_slowest}</td>" not in dom.stdout:
         problems.append(f"{name}: rank {must_slowest} is not listed among the slowest ranks")
     if verdict is not None:

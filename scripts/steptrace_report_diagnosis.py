@@ -71,7 +71,7 @@ def verdict(pairs):
             known[label] += k
     if not known:
         return {"dominant": "UNKNOWN", "dominant_share": 0.0, "advice": ADVICE["UNKNOWN"],
-                "basis_text": "no line's diagnosis had a basis (every line's is none)"}
+                "basis_text": "every line's diagnosis.basis is none"}
     dominant, n = known.most_common(1)[0]
     parts = [f"{pct(pairs[(dominant, b)] / total)} {b.replace('_', '-')}" for b in BASES
              if b != "none" and pairs[(dominant, b)]]

@@ -24,7 +24,7 @@ main{padding:12px 24px;max-width:1400px}
 .legend span{display:inline-block;margin-right:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 .note{font-size:12px;color:#666}
-.empty{color:#a33;font-size:13px}
+.empty{color:#555;font-size:13px}
 table{border-collapse:collapse;font-size:12px;width:100%}
 td,th{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-align:top}
 td:first-child{word-break:break-all}
@@ -292,19 +292,17 @@ vb.style.borderLeftColor = own((D.charts.find(c => c.kind === "strip") || {color
 vb.innerHTML = `<b>${esc(H.dominant)}</b> (${esc(H.basis_text)}). ${esc(H.advice)}`;
 $("notes").innerHTML = D.notes.map(n => `<p class="note">${esc(n)}</p>`).join("");
 
-const drawn = {}, pending = [];
+const drawn = {}, pending = [], notShown = [];
 for (const c of D.charts) {
+  if (c.empty) {  // nothing to draw: one line in the "not measured" card below, not a card of its own
+    notShown.push(c);
+    drawn[c.id] = {empty: c.empty};
+    continue;
+  }
   const card = document.createElement("div");
   card.className = "card";
   card.innerHTML = `<h2>${esc(c.title)}</h2>`;
   $("charts").appendChild(card);
-  if (c.empty) {
-    const p = document.createElement("p");
-    p.className = "empty"; p.textContent = c.empty;
-    card.appendChild(p);
-    drawn[c.id] = {empty: c.empty};
-    continue;
-  }
   const cv = document.createElement("canvas");
   cv.id = "chart-" + c.id;
   card.appendChild(cv);
@@ -316,6 +314,14 @@ for (const c of D.charts) {
   card.appendChild(lg);
   if (c.note) { const p = document.createElement("p"); p.className = "note"; p.textContent = c.note; card.appendChild(p); }
   pending.push([c, cv, lg]);
+}
+if (notShown.length) {
+  const card = document.createElement("div");
+  card.className = "card";
+  card.id = "not-measured";
+  card.innerHTML = "<h2>Not measured in these lines</h2>" +
+    notShown.map(c => `<p class="empty"><b>${esc(c.title)}</b>: ${esc(c.empty)}</p>`).join("");
+  $("charts").appendChild(card);
 }
 // Drawn once every card is in place: a canvas takes its size from the laid-out page.
 for (const [c, cv, lg] of pending) {
