@@ -29,13 +29,12 @@ import socket
 import sys
 import time
 
-from steptrace_files import MAX_RANKS, FileRefused, printable, read_json_or_none
-
 try:
     import steptrace_merge
-except ImportError:  # run from another directory: the module sits beside this file
+except ImportError:  # run from another directory: the modules sit beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import steptrace_merge
+from steptrace_files import MAX_RANKS, FileRefused, printable, read_json_or_none
 
 MAX_STEPS = 64  # core/capture_request.hpp: kMaxRequestSteps
 MAX_RUN_IDS = 4096  # core/capture_request.hpp: kMaxRequestRunIds

@@ -51,8 +51,9 @@ def _depth_ok(text, limit):
 
 
 def loads(text, max_depth=MAX_DEPTH):
-    """json.loads with NaN/Infinity and nesting deeper than max_depth refused (ValueError)."""
-    if not _depth_ok(text, max_depth):
+    """json.loads with NaN/Infinity and nesting deeper than max_depth refused (ValueError). The depth is
+    scanned on small texts only; a large one (a trace) relies on the parser's recursion bound, caught."""
+    if len(text) <= MAX_SMALL_FILE and not _depth_ok(text, max_depth):
         raise ValueError(f"nested deeper than {max_depth}")
     try:
         return json.loads(text, parse_constant=_reject_constant)
@@ -62,8 +63,10 @@ def loads(text, max_depth=MAX_DEPTH):
 
 def read_bytes(path, max_bytes):
     """The content of a regular file of at most max_bytes; FileRefused otherwise (never blocks)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:  # what it is, before opening (a device may act on open); fstat below checks what was opened
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise FileRefused("not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise FileRefused(f"cannot open: {e.strerror}") from None
     try:
@@ -122,11 +125,12 @@ def replace_file(path, text):
     except OSError as e:
         raise FileRefused(f"cannot create a temporary in {directory}: {e.strerror}") from None
     try:
+        # The replaced file's mode, or 0644 for a new one (mkstemp makes 0600); set on the descriptor.
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # what open() would have given; mkstemp makes 0600
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

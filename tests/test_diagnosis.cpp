@@ -157,21 +157,30 @@ TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view
   CHECK(diagnose_untraced(host, 101, 33.0, compute, rule).basis == DiagnosisBasis::none);
   CarriedGpuView busy = compute;
   busy.untraced_median_ms = 50.0;
-  // Shorter with the same GPU work: busier still, COMPUTE-BOUND holds (scaled).
+  // Shorter: the traced step's 47.5 ms of GPU work cannot fit 33 ms, so the premise fails: UNKNOWN
+  // (never "busy 100 %", which a clamp would say).
   d = diagnose_untraced(host, 101, 33.0, busy, rule);
-  CHECK(d.basis == DiagnosisBasis::carried_scaled);
-  CHECK(d.label == Bottleneck::compute_bound);
-  REQUIRE(d.carried_from_step);
-  CHECK(*d.carried_from_step == 100);
-  CHECK(d.reason.find("carried from traced step 100, scaled by its GPU work") == 0);
-  // Longer: 0.95 / 1.6 = 0.59 busy would say HOST/LAUNCH-BOUND, unlike the view: more GPU work or a
+  CHECK(d.basis == DiagnosisBasis::none);
+  // Longer: 47.5 ms of 80 (59 %) would say HOST/LAUNCH-BOUND, unlike the view: more GPU work or a
   // host stall cannot be told apart, so UNKNOWN.
   d = diagnose_untraced(host, 101, 80.0, busy, rule);
   CHECK(d.basis == DiagnosisBasis::none);
   CHECK(d.label == Bottleneck::unknown);
-  // Up to 4x, and no further.
-  CHECK(diagnose_untraced(host, 101, 12.6, busy, rule).basis == DiagnosisBasis::carried_scaled);  // 1/3.97x
-  CHECK(diagnose_untraced(host, 101, 12.4, busy, rule).basis == DiagnosisBasis::none);            // 1/4.03x
+  // A host-launch-bound view (15 ms busy of a traced 50 ms step): a longer step, a shorter one where the
+  // work still fits, up to 4x the untraced median and no further.
+  CarriedGpuView waiting_gpu{100, 50.0, gpu_shares(0.30, 0.90)};
+  waiting_gpu.untraced_median_ms = 50.0;
+  d = diagnose_untraced(host, 101, 80.0, waiting_gpu, rule);
+  CHECK(d.basis == DiagnosisBasis::carried_scaled);
+  CHECK(d.label == Bottleneck::host_launch_bound);
+  REQUIRE(d.carried_from_step);
+  CHECK(*d.carried_from_step == 100);
+  CHECK(d.reason.find("carried from traced step 100, scaled by its GPU work") == 0);
+  CHECK(d.reason.find("GPU busy 19 %") != std::string::npos);  // 15 ms of 80
+  CHECK(diagnose_untraced(host, 101, 30.0, waiting_gpu, rule).basis == DiagnosisBasis::carried_scaled);  // 50 %
+  CHECK(diagnose_untraced(host, 101, 200.0, waiting_gpu, rule).basis == DiagnosisBasis::carried_scaled);  // 4x
+  CHECK(diagnose_untraced(host, 101, 201.0, waiting_gpu, rule).basis == DiagnosisBasis::none);            // 4.02x
+  CHECK(diagnose_untraced(host, 101, 20.0, waiting_gpu, rule).basis == DiagnosisBasis::none);  // 15/20: busy, unlike
 
   d = diagnose_untraced(host, 3, 50.0, std::nullopt, rule);
   CHECK(d.basis == DiagnosisBasis::none);
@@ -190,10 +199,10 @@ TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view
   CHECK(d.label == Bottleneck::host_launch_bound);
   CHECK(d.reason.find("untraced steps' median 20.2 ms") != std::string::npos);
   d = diagnose_untraced(host, 101, 31.0, inflated, rule);  // 1.53x the untraced steps: something else ran
-  CHECK(d.basis == DiagnosisBasis::carried_scaled);  // the GPU waited 60 %; with the same work, 74 % in a longer step
+  CHECK(d.basis == DiagnosisBasis::carried_scaled);  // 12 ms busy of the traced 29.9: 39 % of 31 ms
   CHECK(d.label == Bottleneck::host_launch_bound);
   CHECK(d.reason.find("untraced steps' median 20.2 ms, this step 31 ms: 1.5x") != std::string::npos);
-  // Much shorter: 0.40 x 20.2 / 8.0 = 1.0 busy would be COMPUTE-BOUND, unlike the view: UNKNOWN.
+  // Much shorter: the traced step's 12 ms of GPU work cannot fit 8 ms: UNKNOWN.
   d = diagnose_untraced(host, 101, 8.0, inflated, rule);
   CHECK(d.basis == DiagnosisBasis::none);
   CHECK(d.reason.find("untraced steps' median around traced step 100 (20.2 ms)") != std::string::npos);

@@ -3,6 +3,7 @@
 // reader does get is whole lines. An alarm turns a hang into a failure instead of a stuck CI job.
 #include <steptrace/steptrace.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -235,4 +236,35 @@ TEST_CASE("one writer per log: three processes started on one log write three fi
   CHECK(ends == 3);
   CHECK(files >= 1);
   CHECK(files <= 3);
+}
+
+TEST_CASE("one writer per log: a forked child does not keep the log's lock past its parent's run", "[sinks]") {
+  const std::string log = steptrace_test::fresh_log("sinks_fork_lock");
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));
+  steps(2);
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  const pid_t child = ::fork();  // a DataLoader worker: outlives the parent's run
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(go[1]);
+    char c;
+    while (::read(go[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  steptrace::stop();
+  steptrace_test::captured_log().str("");
+  REQUIRE(steptrace::start(steptrace_test::host_config(log)));  // the child still runs
+  steps(1);
+  steptrace::stop();
+  ::close(go[1]);  // the child ends
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(steptrace_test::captured_log().str().find("is being written by another process") == std::string::npos);
+  std::ifstream in(log);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string tail;
+  CHECK(parse_whole_lines(content, tail) == 5);  // 2 steps + end, 1 step + end: both runs in the log
 }

@@ -102,10 +102,9 @@ class STEPTRACE_API PhaseScope {
 
 // A program in which no file defines STEPTRACE_IMPLEMENTATION fails to link with undefined references
 // to the runtime; this variable's initializer adds one whose name says what is missing (the runtime's
-// translation unit defines it: details/api_impl.hpp).
-extern "C" {
+// translation unit defines it: details/api_impl.hpp). In the versioned namespace, as the rest of the API:
+// two runtimes of different versions or ABIs linked into one program keep one each.
 STEPTRACE_API extern const char steptrace_is_not_compiled_define_STEPTRACE_IMPLEMENTATION_in_one_file;
-}
 namespace details {
 [[maybe_unused]] __attribute__((used)) static const char* const kImplementationLinked =
     &steptrace_is_not_compiled_define_STEPTRACE_IMPLEMENTATION_in_one_file;

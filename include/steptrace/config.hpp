@@ -100,12 +100,13 @@ inline std::string expand_log_path(std::string path, int rank) {
 }
 
 /// The log a process writes when another process holds `path`: "<stem>.pid<PID><.jsonl>" beside it
-/// ("steptrace-0.jsonl" -> "steptrace-0.pid4242.jsonl"; a path without an extension gets the suffix).
-inline std::string per_process_log_path(const std::string& path, long pid) {
+/// ("steptrace-0.jsonl" -> "steptrace-0.pid4242.jsonl"; a path without an extension gets the suffix);
+/// attempt n > 0 adds "-n" (another namespace's process with the same PID holds the first).
+inline std::string per_process_log_path(const std::string& path, long pid, int attempt = 0) {
   const auto slash = path.rfind('/');
   const auto dot = path.rfind('.');
   const bool has_ext = dot != std::string::npos && dot > (slash == std::string::npos ? 0 : slash + 1);
-  const std::string suffix = ".pid" + std::to_string(pid);
+  const std::string suffix = ".pid" + std::to_string(pid) + (attempt > 0 ? "-" + std::to_string(attempt) : "");
   return has_ext ? path.substr(0, dot) + suffix + path.substr(dot) : path + suffix;
 }
 

@@ -198,9 +198,13 @@ class step(_Scope):
 
     def __exit__(self, *exc):
         state = _step_state
-        if getattr(state, "current", None) is not self and getattr(state, "owed", 0):
-            state.owed -= 1
-            return False  # a step closed when the next one began: its exit has nothing left to close
+        current = getattr(state, "current", None)
+        if current is not self:
+            if getattr(state, "owed", 0):
+                state.owed -= 1
+                return False  # a step closed when the next one began: its exit has nothing left to close
+            if current is not None:
+                return False  # not this thread's open step (a generator finalised elsewhere): left alone
         state.current = None
         _end_step()
         return False

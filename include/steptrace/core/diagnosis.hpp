@@ -172,13 +172,13 @@ struct CarriedGpuView {
 struct CarryRule {
   uint64_t max_age_steps = 16;
   double max_step_ratio = 1.5;
-  // Beyond max_step_ratio and up to this, the view is scaled instead (basis carried_scaled): with the
-  // traced step's GPU work, a step that took r times the reference had 1/r of its GPU utilization and
-  // exposed-NCCL share (SM efficiency is the kernels' own). The label is kept only when the scaled
-  // view gives the same one as the unscaled: a host-launch-bound view stays so in a longer step, a
-  // compute-bound one in a shorter step; a compute-bound view in a much longer step (more GPU work,
-  // or the host stalled: nothing tells which without a trace) stays UNKNOWN. Only against the untraced
-  // steps' median (the traced step's own time is lengthened by tracing).
+  // Beyond max_step_ratio (against the untraced steps' median) and up to this, the view is scaled
+  // instead (basis carried_scaled): the traced step's GPU busy time and exposed NCCL time (its shares
+  // x its own time) are taken as this step's, over this step's time (SM efficiency is the kernels'
+  // own). Where that work cannot fit this step (busy time longer than the step), the premise fails:
+  // UNKNOWN. The label is kept only when the scaled view gives the same one as the unscaled: a
+  // host-launch-bound view stays so in a longer step; a compute-bound view in a much longer step (more
+  // GPU work, or the host stalled: nothing tells which without a trace) stays UNKNOWN.
   double max_scaled_ratio = 4.0;
 };
 
@@ -221,11 +221,17 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
     as_traced.sm_efficiency = last->shares.sm_efficiency;
     as_traced.comm_exposed = last->shares.comm_exposed;
     scaled.sm_efficiency = last->shares.sm_efficiency;
-    if (last->shares.gpu_utilization) scaled.gpu_utilization = std::min(1.0, *last->shares.gpu_utilization / ratio);
-    if (last->shares.comm_exposed) scaled.comm_exposed = std::min(1.0, *last->shares.comm_exposed / ratio);
+    // The traced step's GPU work in ms (its shares are of its own, tracing-lengthened, time).
+    const auto over_this_step = [&](const std::optional<double>& share) -> std::optional<double> {
+      if (!share) return std::nullopt;
+      return *share * last->step_ms / step_ms;
+    };
+    scaled.gpu_utilization = over_this_step(last->shares.gpu_utilization);
+    scaled.comm_exposed = over_this_step(last->shares.comm_exposed);
+    const bool fits = !(scaled.gpu_utilization && *scaled.gpu_utilization > 1) && !(scaled.comm_exposed && *scaled.comm_exposed > 1);
     const Diagnosis reference = diagnose(as_traced, t);
     Diagnosis c = diagnose(scaled, t);
-    if (c.label == reference.label && c.label != Bottleneck::unknown) {
+    if (fits && c.label == reference.label && c.label != Bottleneck::unknown) {
       std::snprintf(buf, sizeof buf,
                     "carried from traced step %llu, scaled by its GPU work (%s %.3g ms, this step %.3g ms: %.2gx): ",
                     static_cast<unsigned long long>(last->step), have_reference ? "untraced steps' median" : "its time",

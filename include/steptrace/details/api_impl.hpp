@@ -15,9 +15,9 @@
 #include "instance.hpp"
 #include "thread_slots.hpp"
 
-extern "C" STEPTRACE_API const char steptrace_is_not_compiled_define_STEPTRACE_IMPLEMENTATION_in_one_file = 1;
-
 STEPTRACE_BEGIN_NAMESPACE
+
+STEPTRACE_API extern const char steptrace_is_not_compiled_define_STEPTRACE_IMPLEMENTATION_in_one_file = 1;
 
 bool start(const Config& cfg) noexcept {
   try {

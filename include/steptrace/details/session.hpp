@@ -112,8 +112,13 @@ class Session {
       if (!err.empty() && file_.held_by_another_writer()) {
         // Two processes in one file tear each other's lines on a full disk: this one writes beside it.
         const std::string shared = log_path_;
-        log_path_ = per_process_log_path(shared, ::getpid());
-        err = file_.open(log_path_);
+        // PID namespaces (containers) may give several writers of one shared volume the same PID: the
+        // next free name of a few.
+        for (int n = 0; n < 8; ++n) {
+          log_path_ = per_process_log_path(shared, ::getpid(), n);
+          err = file_.open(log_path_);
+          if (err.empty() || !file_.held_by_another_writer()) break;
+        }
         if (err.empty())
           warn_once("log.shared", "the log '" + shared + "' is being written by another process (put {rank} in log_path "
                                   "for one log per rank); this process writes '" + log_path_ + "'");
@@ -365,6 +370,10 @@ class Session {
     for (Session* old : {last_started().load(std::memory_order_acquire), instance_slot().load(std::memory_order_acquire)}) {
       if (!old || old->left_next_ || old == left_behind.load(std::memory_order_relaxed)) continue;  // listed already
       if (old->prometheus_) old->prometheus_->close_endpoint_in_child();
+      // The log's descriptor too: a child that outlives its parent's run (a DataLoader worker) would
+      // keep the log's lock (its open file description) and send the parent's next start() beside it.
+      // A plain close: the parent's descriptor keeps the lock.
+      old->file_.close();
       old->left_next_ = left_behind.load(std::memory_order_relaxed);
       if (!old->left_next_) old->left_next_ = old;  // the chain's end points to itself: "listed"
       left_behind.store(old, std::memory_order_relaxed);

@@ -13,14 +13,15 @@ inline FlightRecorder::Settings Session::flight_settings(const Config& cfg, cons
   f.max_bytes = static_cast<std::size_t>(cfg.trace_ring_mib) << 20;
   f.max_files = cfg.trace_max_files;
   f.dir = expand_log_path(cfg.trace_dir, ctx.run.rank);
-  if (f.dir.empty() && log_path_.empty() && f.keep_steps > 0) {
-    // No log (off, or unusable) and no trace_dir: trace files would land in the working directory,
-    // which nobody asked for. The recorder stays off, and says so.
-    warn_once("trace_dir.none", std::string("no trace files: the log is ") + (cfg.log_path.empty() ? "off" : "unusable") +
+  if (f.dir.empty() && (log_path_.empty() || file_.is_stream()) && f.keep_steps > 0) {
+    // No log file (off, unusable, or a stream such as /dev/stdout) and no trace_dir: trace files would
+    // land in the working directory (or /dev), which nobody asked for. The recorder stays off, and says so.
+    warn_once("trace_dir.none", std::string("no trace files: the log is ") +
+                                    (cfg.log_path.empty() ? "off" : file_.is_stream() ? "not a file (a stream)" : "unusable") +
                                     " and trace_dir is not set (trace files go beside the log, or to trace_dir / "
                                     "STEPTRACE_TRACE_DIR); the flight recorder and remote captures are off");
     f.keep_steps = 0;
-    f.off_reason = "flight recorder off: no log to put trace files beside and no trace_dir";
+    f.off_reason = "flight recorder off: no log file to put trace files beside and no trace_dir";
   } else if (f.dir.empty()) {
     const auto slash = log_path_.rfind('/');
     f.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log_path_.substr(0, slash);

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,10 +50,12 @@ class JsonlFile final : public LineSink {
     struct stat st {};
     stream_ = ::fstat(fd_, &st) == 0 && !S_ISREG(st.st_mode);
     if (!stream_) {  // a regular file never blocks a write; keep its status flags plain
-      int locked;
-      do {
-        locked = ::flock(fd_, LOCK_EX | LOCK_NB);
-      } while (locked != 0 && errno == EINTR);
+      int locked = 0;
+      if (lockable(fd_)) {
+        do {
+          locked = ::flock(fd_, LOCK_EX | LOCK_NB);
+        } while (locked != 0 && errno == EINTR);
+      }
       if (locked != 0 && errno == EWOULDBLOCK) {
         close();
         held_by_other_ = true;
@@ -70,6 +73,8 @@ class JsonlFile final : public LineSink {
   }
 
   bool is_open() const { return fd_ >= 0; }
+  /// A FIFO, pipe, socket or terminal (/dev/stdout), not a file.
+  bool is_stream() const { return fd_ >= 0 && stream_; }
   /// The last open() failed because another process holds the file (its lock).
   bool held_by_another_writer() const { return held_by_other_; }
   std::string describe() const override { return "the log '" + path_ + "'"; }
@@ -105,6 +110,21 @@ class JsonlFile final : public LineSink {
   }
 
  private:
+  /// Whether the file may be locked: not on network file systems, where flock goes to a server (an
+  /// unreachable lock manager could stall start(); a lock lost in an outage fails later writes; SMB
+  /// makes it mandatory, refusing readers such as tail or the report). There, writers are not told
+  /// apart (a warning-free shared log, as before).
+  static bool lockable(int fd) {
+    struct statfs fs {};
+    if (::fstatfs(fd, &fs) != 0) return true;
+    const auto type = static_cast<unsigned long>(fs.f_type);
+    // Magic numbers of linux/magic.h and the file systems' own headers: NFS, SMB/CIFS, SMB2, Lustre,
+    // GPFS, FUSE (sshfs, cloud mounts).
+    for (unsigned long network : {0x6969UL, 0x517BUL, 0xFF534D42UL, 0xFE534D42UL, 0x0BD00BD0UL, 0x47504653UL, 0x65735546UL})
+      if (type == network) return false;
+    return true;
+  }
+
   /// A regular file: a write that fails part way (disk full, file size limit) is undone: the file is
   /// cut back to where the line began, so it stays a sequence of whole lines and the next line does
   /// not glue onto a fragment, but only when the file ends with this line's part (another process
