@@ -372,8 +372,8 @@ class Session {
       if (old->prometheus_) old->prometheus_->close_endpoint_in_child();
       // The log's descriptor too: a child that outlives its parent's run (a DataLoader worker) would
       // keep the log's lock (its open file description) and send the parent's next start() beside it.
-      // A plain close: the parent's descriptor keeps the lock.
-      old->file_.close();
+      // Closed without unlocking: the parent's descriptor keeps the lock (its stop() releases it).
+      old->file_.abandon();
       old->left_next_ = left_behind.load(std::memory_order_relaxed);
       if (!old->left_next_) old->left_next_ = old;  // the chain's end points to itself: "listed"
       left_behind.store(old, std::memory_order_relaxed);

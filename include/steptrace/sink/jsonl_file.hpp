@@ -57,10 +57,11 @@ class JsonlFile final : public LineSink {
         } while (locked != 0 && errno == EINTR);
       }
       if (locked != 0 && errno == EWOULDBLOCK) {
-        close();
+        abandon();
         held_by_other_ = true;
         return "the log '" + path + "' is being written by another process (it holds the file's lock)";
       }
+      locked_ = lockable(fd_) && locked == 0;
       // Another error (a file system without locks): written unlocked, as before.
       const int flags = ::fcntl(fd_, F_GETFL);
       if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
@@ -103,9 +104,18 @@ class JsonlFile final : public LineSink {
     return what;
   }
 
+  /// Ends this run's hold: the lock is released explicitly (a forked child may still hold a copy of
+  /// the descriptor, and with it the lock, until it closes it), then the file is closed.
   void close() {
+    if (fd_ >= 0 && locked_) ::flock(fd_, LOCK_UN);
+    abandon();
+  }
+
+  /// In a fork's child: the descriptor is closed without touching the lock, which is the parent's.
+  void abandon() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+    locked_ = false;
     rest_.clear();
   }
 
@@ -221,6 +231,7 @@ class JsonlFile final : public LineSink {
   bool stalled_ = false;  // the last line waited in vain: do not wait again until one is taken
   bool fragment_ended_ = false;
   bool held_by_other_ = false;  // open() found the file locked by another process
+  bool locked_ = false;         // this object holds the file's lock
   std::string rest_;      // a stream line's part not yet taken by the reader
 };
 
