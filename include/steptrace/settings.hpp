@@ -211,7 +211,8 @@ inline const std::vector<Setting>& settings() {
     t.push_back(flag("enabled", "STEPTRACE_ENABLED", &Config::enabled, "`0` keeps steptrace off (`start()` returns false)"));
     t.push_back(text("log_path", "STEPTRACE_LOG", &Config::log_path, "a path; `{rank}` is replaced by the rank",
                      "JSON lines file (appended); `\"\"` = none; one writer per file: a file another process holds "
-                     "is left to it, and this one writes `<stem>.pid<PID>.jsonl` beside it (a warning says so)"));
+                     "is left to it, and this one writes `<stem>.pid<PID>.jsonl` beside it (a warning says so; not told on "
+                     "network file systems, which are not locked)"));
     t.push_back(integer("log_every", "STEPTRACE_LOG_EVERY", &Config::log_every, 1, 1000000,
                         "write every N-th step with a `window` summary of the N steps"));
     t.push_back(real("tokens_per_step", "STEPTRACE_TOKENS_PER_STEP", &Config::tokens_per_step, 0, 1e15,
