@@ -31,7 +31,7 @@ def check(ok, what):
         failures.append(what)
 
 
-def run(args, timeout=30):
+def run(args, timeout=120):  # a hang detector only: the tools answer in well under a second
     t0 = time.time()
     try:
         p = subprocess.run([sys.executable] + args, capture_output=True, text=True, timeout=timeout)

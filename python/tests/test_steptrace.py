@@ -397,7 +397,7 @@ def test_a_step_never_exited_does_not_swallow_the_later_ones():
     for _ in range(5):
         with steptrace.step():
             with steptrace.phase("forward"):
-                time.sleep(0.001)
+                pass
     outer = steptrace.step()  # a step inside a step: the inner closes the outer, every exit is harmless
     with outer:
         with steptrace.step():
@@ -407,7 +407,7 @@ def test_a_step_never_exited_does_not_swallow_the_later_ones():
     s = steptrace.stop()
     steps, _ = lines_of(log)
     assert s["steps"] == 9 and len(steps) == 9, (s, len(steps))
-    assert all(l["phases"]["forward"]["host_ms"] >= 1.0 for l in steps[1:6])
+    assert all(l["phases"]["forward"]["count"] == 1 for l in steps[1:6]), [l["phases"] for l in steps]
 
 
 def test_stop_without_start_and_scopes_when_off():

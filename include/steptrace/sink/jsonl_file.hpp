@@ -51,7 +51,8 @@ class JsonlFile final : public LineSink {
     stream_ = ::fstat(fd_, &st) == 0 && !S_ISREG(st.st_mode);
     if (!stream_) {  // a regular file never blocks a write; keep its status flags plain
       int locked = 0;
-      if (lockable(fd_)) {
+      const bool lock = lockable(fd_);
+      if (lock) {
         do {
           locked = ::flock(fd_, LOCK_EX | LOCK_NB);
         } while (locked != 0 && errno == EINTR);
@@ -61,7 +62,7 @@ class JsonlFile final : public LineSink {
         held_by_other_ = true;
         return "the log '" + path + "' is being written by another process (it holds the file's lock)";
       }
-      locked_ = lockable(fd_) && locked == 0;
+      locked_ = lock && locked == 0;
       // Another error (a file system without locks): written unlocked, as before.
       const int flags = ::fcntl(fd_, F_GETFL);
       if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
