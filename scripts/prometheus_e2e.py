@@ -121,7 +121,7 @@ def basis_of(line):
     return line_basis(line, line["diagnosis"])
 
 
-BASES = ["traced", "carried", "carried_scaled", "host_only", "none"]
+BASES = ["traced", "markers", "carried", "carried_scaled", "host_only", "none"]
 WINDOW = 32
 LABELS = ["INPUT-BOUND", "H2D-BOUND", "COMM-BOUND", "HOST/LAUNCH-BOUND", "LOW-SM-EFFICIENCY", "COMPUTE-BOUND", "UNKNOWN"]
 
@@ -164,7 +164,7 @@ def expected(name, kind, path, scale, lines, step, labels, up):
             return 1.0 if basis_of(line) == labels.get("basis") else 0.0
         if name == "steptrace_diagnosis_carried_from_step":
             at = line["diagnosis"].get("carried_from_step")
-            return float(at) if basis_of(line) in ("carried", "carried_scaled") and at is not None else None
+            return float(at) if basis_of(line) in ("carried", "carried_scaled", "markers") and at is not None else None
         if name == "steptrace_window_diagnosis_share":
             return sum(1 for l in window if l["diagnosis"]["label"] == labels.get("label")) / len(window)
     if kind in ("last", "traced"):

@@ -9,7 +9,7 @@ line whose basis is not `none`, so a run traced one step in N is not called UNKN
 """
 from collections import Counter
 
-BASES = ("traced", "carried", "carried_scaled", "host_only", "none")
+BASES = ("traced", "markers", "carried", "carried_scaled", "host_only", "none")
 
 # What a label asks of the person reading it (our advice; the labels are the line's diagnosis.label).
 ADVICE = {

@@ -341,7 +341,7 @@ const phases = Object.keys(D.top_kernels);
 $("top").innerHTML = phases.length ? phases.map(p => `<h3 style="font-size:13px;margin:8px 0 2px">${esc(p)}</h3><table><tr><th>kernel</th><th>ms</th><th>calls</th></tr>` +
   D.top_kernels[p].map(([n, ms, calls]) => `<tr><td>${esc(n)}</td><td class="n">${esc(fmt(ms, 2))}</td><td class="n">${esc(calls)}</td></tr>`).join("") + "</table>").join("")
   : '<p class="empty">no kernels in these lines (no GPU attribution)</p>';
-const bases = ["traced", "carried", "carried_scaled", "host_only", "none"];
+const bases = ["traced", "markers", "carried", "carried_scaled", "host_only", "none"];
 $("labels").innerHTML = "<table><tr><th>label</th><th>lines</th><th>share</th><th>basis</th></tr>" + H.labels.map(([l, k, by]) =>
   `<tr><td><i style="display:inline-block;width:10px;height:10px;background:${own((D.charts.find(c => c.kind === "strip") || {colors: {}}).colors, l) || "#999"}"></i> ${esc(l)}</td>` +
   `<td class="n">${esc(k)}</td><td class="n">${esc(fmt(k / H.lines * 100, 1))} %</td><td>${esc(bases.filter(b => by[b]).map(b => b + " " + by[b]).join(", "))}</td></tr>`).join("") + "</table>";

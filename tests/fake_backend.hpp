@@ -5,11 +5,13 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,6 +34,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   Delivery delivery = Delivery::at_once;
   int sm_count = 100;
   int64_t start_delay_ns = 1000;  // from a launch call to its kernel's start (a deep queue: milliseconds)
+  bool with_markers = false;       // stream markers (markers()) on the stream of id marker_stream
+  uint32_t marker_stream = 7;
+  bool untraced_work_runs = false;  // launches on untraced steps still occupy their stream (no records)
 
   // ---- what the runtime did ----
   struct Calls {
@@ -56,7 +61,11 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   /// start_delay_ns after the launch, or when the stream's previous record ends.
   void launch(int64_t duration_ns, uint64_t blocks = 100, const char* name = "fake_kernel", uint32_t stream = 7) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!tracing_) return;  // callbacks and records off (sampled attribution, untraced step)
+    if (!tracing_) {  // callbacks and records off (sampled attribution, untraced step)
+      if (untraced_work_runs)
+        stream_end_[stream] = std::max(steptrace::monotonic_ns() + start_delay_ns, stream_end_[stream]) + duration_ns;
+      return;
+    }
     const steptrace::LaunchRecord l = launch_record();
     steptrace::KernelRecord k;
     k.correlation = l.correlation;
@@ -101,7 +110,50 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     copies_.push_back(c);
   }
 
+  /// Waits until the GPU has run what `stream` was given (a synchronizing call of the program).
+  void wait_stream(uint32_t stream = 7) {
+    int64_t end = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      end = stream_end_[stream];
+    }
+    while (steptrace::monotonic_ns() < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  /// Markers on the fake stream: reached when the stream's work launched before them has run.
+  class Markers final : public steptrace::backend::MarkerEvents {
+   public:
+    explicit Markers(FakeBackend& b) : b_(b) {}
+    std::string open(uint32_t slots, std::uintptr_t) override {
+      gpu_.assign(slots, 0);
+      ++opens;
+      return {};
+    }
+    bool record(uint32_t slot, int64_t* host_ns, const char**) override {
+      std::lock_guard<std::mutex> lock(b_.mutex_);
+      *host_ns = steptrace::monotonic_ns();
+      gpu_[slot] = std::max(*host_ns, b_.stream_end_[b_.marker_stream]);
+      ++records;
+      return true;
+    }
+    Read read(uint32_t slot, int64_t* gpu_ns) override {
+      std::lock_guard<std::mutex> lock(b_.mutex_);
+      if (steptrace::monotonic_ns() < gpu_[slot]) return Read::pending;
+      *gpu_ns = gpu_[slot];
+      return Read::done;
+    }
+    std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return b_.marker_stream; }
+    void close() override { ++closes; }
+    std::atomic<int> opens{0}, closes{0}, records{0};
+
+   private:
+    FakeBackend& b_;
+    std::vector<int64_t> gpu_;
+  };
+  Markers fake_markers{*this};
+
   // ---- GpuBackend ----
+  steptrace::backend::MarkerEvents* markers() override { return with_markers ? &fake_markers : nullptr; }
   steptrace::backend::DeviceProbe probe(int requested) override {
     steptrace::backend::DeviceProbe p;
     if (!probe_error.empty()) {

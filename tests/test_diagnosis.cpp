@@ -1,6 +1,7 @@
 // Diagnosis labels: pure rules on synthetic steps, their place in the line, the run's dominant label.
 #include <steptrace/steptrace.hpp>
 #include <steptrace/core/diagnosis.hpp>
+#include <steptrace/core/markers.hpp>
 
 #include "host_config.hpp"
 #include "support.hpp"
@@ -209,4 +210,87 @@ TEST_CASE("an untraced step: its own waits, else the last traced step's GPU view
   // The carry window follows the trace interval: two intervals, at least 16 steps.
   CHECK(carry_max_age(1) == 16);
   CHECK(carry_max_age(100) == 200);
+}
+
+TEST_CASE("stream markers: pending time, spans and lags from known marker times", "[diagnosis][markers]") {
+  using K = MarkerKind;
+  // A step of 10 ms: forward launched in 1 ms runs 4 ms on the GPU; backward launched from 1 to 2 ms
+  // runs until 9 ms; the step's end is marked at 9.5 ms, when the GPU has caught up.
+  const std::vector<MarkerPoint> points = {
+      {K::step_begin, kNoPhase, 0, 0},
+      {K::phase_begin, phase_tag::forward, 0, 0},
+      {K::phase_end, phase_tag::forward, 1'000'000, 4'000'000},
+      {K::phase_begin, phase_tag::backward, 1'000'000, 4'000'000},
+      {K::phase_end, phase_tag::backward, 2'000'000, 9'000'000},
+      {K::step_end, kNoPhase, 9'500'000, 9'500'000},
+  };
+  std::string why;
+  const auto m = summarize_markers(points, 0, 10'000'000, &why);
+  REQUIRE(m);
+  CHECK(m->points == 6);
+  CHECK(m->pending_ns == 8'000'000);  // [1, 4] and [2, 9] ms: 1 to 9
+  CHECK(m->pending_own_ns == 8'000'000);
+  CHECK(*m->span_ns == 9'500'000);
+  CHECK(*m->end_lag_ns == 0);
+  CHECK(m->max_lag_ns == 7'000'000);
+  CHECK(m->phases.at(phase_tag::forward).span_ns == 4'000'000);
+  CHECK(m->phases.at(phase_tag::backward).span_ns == 5'000'000);
+  CHECK(m->phases.at(phase_tag::backward).end_lag_ns == 7'000'000);
+  // Clipped to the step: a marker reached after the step's end counts up to the end only.
+  const auto clipped = summarize_markers(points, 0, 5'000'000, &why);
+  REQUIRE(clipped);
+  CHECK(clipped->pending_ns == 4'000'000);
+  // The previous step's work the GPU still ran when this one began is not the step's own.
+  const std::vector<MarkerPoint> behind = {{K::step_begin, kNoPhase, 0, 3'000'000}, {K::step_end, kNoPhase, 4'000'000, 6'000'000}};
+  const auto b = summarize_markers(behind, 0, 10'000'000, &why);
+  REQUIRE(b);
+  CHECK(b->pending_ns == 5'000'000);      // [0, 3] and [4, 6]
+  CHECK(b->pending_own_ns == 2'000'000);  // from 3 ms, when the GPU reached the step's begin
+  // A GPU time before its host time beyond the slack, or out of the stream's order: left out.
+  CHECK(!summarize_markers({{K::step_begin, kNoPhase, 1'000'000, 800'000}}, 0, 2'000'000, &why));
+  CHECK(why.find("calibration") != std::string::npos);
+  CHECK(!summarize_markers({{K::step_begin, kNoPhase, 0, 5'000'000}, {K::step_end, kNoPhase, 1'000'000, 2'000'000}}, 0,
+                           9'000'000, &why));
+  CHECK(why.find("order") != std::string::npos);
+}
+
+TEST_CASE("stream markers agree with records within 0.5 ms or 3 % of the step", "[diagnosis][markers]") {
+  CHECK(markers_agree(10'000'000, 10'000'000, 20'000'000));
+  CHECK(markers_agree(10'500'000, 10'000'000, 10'000'000));   // 0.5 ms over
+  CHECK(!markers_agree(10'600'000, 10'000'000, 10'000'000));  // 0.6 ms over a 10 ms step
+  CHECK(markers_agree(12'900'000, 10'000'000, 100'000'000));  // 3 % of 100 ms
+  CHECK(!markers_agree(13'100'000, 10'000'000, 100'000'000));
+}
+
+TEST_CASE("an untraced step's own markers decide when the GPU held it back, never otherwise", "[diagnosis][markers]") {
+  StepShares host;  // no host-visible waits
+  CarriedGpuView view;
+  view.step = 10;
+  view.step_ms = 20;
+  view.shares.gpu_utilization = 0.4;  // the traced step looked host-bound
+  view.shares.sm_efficiency = 0.3;
+  view.shares.comm_exposed = 0.0;
+  // Pending 90 % of a step: the GPU held it back, whatever the traced step said.
+  auto d = diagnose_by_markers(host, 0.9, 12, 25, view, 16);
+  REQUIRE(d);
+  CHECK(d->basis == DiagnosisBasis::markers);
+  CHECK(d->label == Bottleneck::low_sm_efficiency);  // the traced step's kernels fill 30 % of the SMs
+  CHECK(d->carried_from_step == 10u);
+  CHECK(d->reason.rfind("stream markers: the GPU had work pending for at least 90 % of this step, with the SM "
+                        "efficiency and NCCL time of traced step 10: ", 0) == 0);
+  // Without a recent traced step: its own share alone (SM efficiency unknown).
+  d = diagnose_by_markers(host, 0.95, 40, 25, view, 16);
+  REQUIRE(d);
+  CHECK(d->label == Bottleneck::compute_bound);
+  CHECK(!d->carried_from_step);
+  // A traced step's exposed NCCL time, over this step's: 6 ms of a 20 ms step in a 25 ms one is 24 %.
+  view.shares.comm_exposed = 0.3;
+  d = diagnose_by_markers(host, 0.9, 12, 25, view, 16);
+  REQUIRE(d);
+  CHECK(d->label == Bottleneck::comm_bound);
+  // Below the GPU-busy threshold markers cannot tell; a host-visible wait decides before them.
+  CHECK(!diagnose_by_markers(host, 0.69, 12, 25, view, 16));
+  StepShares waiting = host;
+  waiting.input = 0.25;
+  CHECK(!diagnose_by_markers(waiting, 0.9, 12, 25, view, 16));
 }

@@ -214,7 +214,7 @@ TEST_CASE("between traced steps the GPU attribution stays the last traced step's
 
 TEST_CASE("the diagnosis basis: the last line's, carried_from_step only when carried, old lines by rule", "[prometheus]") {
   sink::PrometheusModel m("", 4, {});
-  const char* bases[] = {"traced", "carried", "carried_scaled", "host_only", "none"};
+  const char* bases[] = {"traced", "markers", "carried", "carried_scaled", "host_only", "none"};
   // The five series, 1 for `want` and 0 for the others; carried_from_step's value or absence.
   auto holds = [&](const std::string& want, std::optional<double> carried_from) {
     const std::string t = m.render(true);

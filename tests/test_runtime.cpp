@@ -785,3 +785,119 @@ TEST_CASE("an ending with thousands of lines waiting still writes its end record
   if (early.size() == 1) CHECK(end["lines_written"].get<uint64_t>() == written);
   std::remove(log.c_str());  // ~100 MB
 }
+
+namespace {
+/// A step of two phases, each launching one kernel of `kernel_us`, then `host_us` of host work, then a
+/// wait for the stream (the program syncs each step, as on loss.item()).
+void marked_step(FakeBackend& gpu, int kernel_us, int host_us, uint32_t stream = 7) {
+  TRACE_STEP();
+  {
+    TRACE_PHASE(forward);
+    gpu.launch(kernel_us * 1000, 100, "fwd", stream);
+  }
+  {
+    TRACE_PHASE(backward);
+    gpu.launch(kernel_us * 1000, 100, "bwd", stream);
+    if (host_us) steptrace_test::spin_for_us(host_us);
+  }
+  gpu.wait_stream(stream);
+}
+}  // namespace
+
+TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own markers, a host-bound one is not",
+          "[runtime][markers]") {
+  for (const bool gpu_bound : {true, false}) {
+    INFO((gpu_bound ? "GPU-bound" : "host-bound"));
+    const auto log = fresh_log(gpu_bound ? "runtime_markers_gpu" : "runtime_markers_host");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->with_markers = backend->untraced_work_runs = true;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 4;
+    REQUIRE(run.start(cfg));
+    const int kernel_us = gpu_bound ? 3000 : 100, host_us = gpu_bound ? 0 : 3000;
+    marked_step(*run.gpu, kernel_us, host_us);  // step 0, traced: its records arm the markers
+    marked_step(*run.gpu, kernel_us, host_us);
+    REQUIRE(steptrace_test::wait_for([] { return steptrace::details::marker_ring().armed(); }));
+    for (int i = 2; i < 12; ++i) marked_step(*run.gpu, kernel_us, host_us);
+    steptrace::stop();
+    CHECK(run.gpu->fake_markers.opens == 1);
+    CHECK(run.gpu->fake_markers.closes >= 1);  // released at stop()
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 12);
+    for (const auto& l : lines) {
+      const int step = l["global_step"];
+      INFO(l.dump());
+      if (step < 2) continue;  // armed somewhere in these
+      REQUIRE(l["gpu_markers"].is_object());
+      CHECK(l["gpu_markers"]["points"] == 6);  // the step's begin and end, two phases' begins and ends
+      const double share = l["gpu_markers"]["pending_share"];
+      CHECK(l["gpu_markers"]["phases"]["forward"]["scopes"] == 1);
+      const double fwd_span = l["gpu_markers"]["phases"]["forward"]["span_ms"];
+      if (gpu_bound) {
+        CHECK(share > 0.9);
+        CHECK(fwd_span >= 3.0 - 0.01);  // the kernel's 3 ms at least
+      } else {
+        CHECK(share < 0.2);  // 0.2 ms of kernels in a step of 3.2 ms
+      }
+      if (l["traced"] == true) {
+        CHECK(l["gpu_markers"]["agrees_with_records"] == true);
+        CHECK(l["diagnosis"]["basis"] == "traced");
+      } else if (step > 4) {  // after traced step 4, whose markers agreed with its records
+        CHECK(l["gpu_markers"]["agrees_with_records"].is_null());
+        CHECK(l["diagnosis"]["basis"] == (gpu_bound ? "markers" : "carried"));
+        CHECK(l["diagnosis"]["label"] == (gpu_bound ? "COMPUTE-BOUND" : "HOST/LAUNCH-BOUND"));
+        if (gpu_bound) CHECK(l["diagnosis"]["reason"].get<std::string>().rfind("stream markers:", 0) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("stream markers: a traced step whose work runs on another stream keeps them off, and the lines say why",
+          "[runtime][markers]") {
+  const auto log = fresh_log("runtime_markers_elsewhere");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->with_markers = backend->untraced_work_runs = true;
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  REQUIRE(run.start(cfg));
+  marked_step(*run.gpu, 500, 0, /*stream=*/9);
+  marked_step(*run.gpu, 500, 0, 9);
+  REQUIRE(steptrace_test::wait_for(
+      [] { return steptrace::details::marker_ring().why_off().find("other streams") != std::string::npos; }));
+  for (int i = 2; i < 6; ++i) marked_step(*run.gpu, 500, 0, 9);
+  steptrace::stop();
+  CHECK(run.gpu->fake_markers.records == 0);  // never armed: no event recorded on the legacy stream
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 6);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    CHECK(l["gpu_markers"].is_null());
+    if (l["global_step"] >= 2)
+      CHECK(l["null_reasons"]["gpu_markers"].get<std::string>().find("set_marker_stream") != std::string::npos);
+  }
+}
+
+TEST_CASE("stream markers: a backend without them, or stream_markers=false, gives every line the reason",
+          "[runtime][markers]") {
+  for (const bool setting_off : {false, true}) {
+    const auto log = fresh_log("runtime_markers_off");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->with_markers = setting_off;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.stream_markers = !setting_off;
+    REQUIRE(run.start(cfg));
+    run_steps(*run.gpu, 3, 1);
+    steptrace::stop();
+    for (const auto& l : read_lines(log)) {
+      INFO(l.dump());
+      CHECK(l["gpu_markers"].is_null());
+      CHECK(l["null_reasons"]["gpu_markers"] ==
+            (setting_off ? "stream markers switched off (stream_markers=false / STEPTRACE_STREAM_MARKERS=0)"
+                         : "this GPU backend has no stream markers"));
+    }
+    CHECK(run.gpu->fake_markers.records == 0);
+  }
+}

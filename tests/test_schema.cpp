@@ -33,7 +33,8 @@ std::string schema_text() {
 // Objects whose keys are names chosen at run time (phases, scalars, collectives, null reasons): their
 // children are checked by the rule of the entries they hold, under the name "<name>".
 bool keys_are_names(const std::string& path) {
-  return path == "phases" || path == "scalars" || path == "null_reasons" || path == "gpu.nccl_collectives";
+  return path == "phases" || path == "scalars" || path == "null_reasons" || path == "gpu.nccl_collectives" ||
+         path == "gpu_markers.phases";
 }
 
 void collect(const nlohmann::json& j, const std::string& path, std::set<std::string>& out) {
@@ -270,6 +271,14 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   in.device_state = ds;
   in.window = WindowSummary{10, 1, 1, 1, 1.0};
   in.warnings = {"w"};
+  StepMarkers sm;
+  sm.points = 4;
+  sm.pending_ns = sm.pending_own_ns = 500'000;
+  sm.span_ns = 900'000;
+  sm.end_lag_ns = 100'000;
+  sm.phases[phase_tag::forward] = PhaseMarkers{400'000, 50'000, 1};
+  in.markers = sm;
+  in.markers_agree = true;
   r.index = 1;  // a step after another: between_steps, with work launched between
   r.prev_scope_end_ns = -1'000'000;
   r.between_spans = {{phase_tag::forward, 0, true, false, -900'000, -100'000}};

@@ -47,6 +47,11 @@ STEPTRACE_API void set_step_tokens(double tokens, std::optional<double> samples 
 /// when the TRACE_STEP scope ends, on that thread: keep it cheap. A hook that throws is removed.
 STEPTRACE_API void set_allocator_stats_hook(std::function<AllocatorStats()> hook) noexcept;
 
+/// Names the CUDA stream (a cudaStream_t) the program runs its step's work on, for the stream markers
+/// (stream_markers): without it they go on the legacy default stream, and only while traced steps show
+/// the work there. Call it before the first step; the stream must outlive steptrace::stop().
+STEPTRACE_API void set_marker_stream(void* stream) noexcept;
+
 /// Registers a custom phase name (see is_valid_phase_name) and returns its id; a bad name is
 /// rewritten and reported once through the "steptrace" logger.
 STEPTRACE_API PhaseId register_phase(std::string_view name) noexcept;
@@ -120,6 +125,7 @@ inline void record(std::string_view, double) noexcept {}
 inline void set_step_tokens(double, std::optional<double> = std::nullopt) noexcept {}
 inline bool capture_steps(int = 1) noexcept { return false; }
 inline void set_allocator_stats_hook(std::function<AllocatorStats()>) noexcept {}
+inline void set_marker_stream(void*) noexcept {}
 inline PhaseId register_phase(std::string_view) noexcept { return kNoPhase; }
 }  // namespace disabled
 

@@ -15,6 +15,7 @@
 #include "../core/clock.hpp"
 #include "cupti/collector.hpp"
 #include "cupti/pm_sampler.hpp"
+#include "cuda_markers.hpp"
 #include "device.hpp"
 #include "gpu_backend.hpp"
 #include "nvml.hpp"
@@ -78,6 +79,8 @@ class CudaBackend final : public GpuBackend {
   DeviceStateSample read_device_state(int64_t now_ns) override { return nvml_.read(now_ns); }
   void close_device_state() override { nvml_.close(); }
 
+  MarkerEvents* markers() override { return &markers_; }
+
  private:
   /// SM counts and occupancy limits of every visible device (kernels may run on any of them). The
   /// occupancy calculator takes cudaDeviceProp as it comes.
@@ -104,6 +107,7 @@ class CudaBackend final : public GpuBackend {
 
   cupti::PmSampler pm_;
   Nvml nvml_;
+  CudaMarkers markers_;
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::backend

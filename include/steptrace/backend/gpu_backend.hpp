@@ -36,6 +36,26 @@ struct LaunchContextSource {
   int32_t (*thread_id)() = nullptr;  // the calling thread's id (gettid)
 };
 
+/// Stream markers (core/markers.hpp): CUDA events on the program's stream at step and phase
+/// boundaries. Slots are the runtime's (details/marker_ring.hpp): the step's thread records a slot,
+/// the background thread reads it, and a slot is recorded again only after it was read.
+class MarkerEvents {
+ public:
+  virtual ~MarkerEvents() = default;
+  /// Step's thread: events made in its current CUDA context, to be recorded on `stream` (a CUstream;
+  /// 0: the legacy default stream). "" or why not.
+  virtual std::string open(uint32_t slots, std::uintptr_t stream) = 0;
+  /// Step's thread: event `slot` recorded now (`host_ns`: when); false with `why` when it was not.
+  virtual bool record(uint32_t slot, int64_t* host_ns, const char** why) = 0;
+  enum class Read { pending, done, failed };
+  /// Background thread: when the GPU reached `slot`, on the host clock (monotonic_ns()).
+  virtual Read read(uint32_t slot, int64_t* gpu_ns) = 0;
+  /// A stream's id in the GPU records (0: the legacy default stream), in the calling thread's
+  /// context; asked on the step's thread while records are on.
+  virtual std::optional<uint32_t> stream_record_id(std::uintptr_t stream) = 0;
+  virtual void close() = 0;
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -91,6 +111,10 @@ class GpuBackend {
   virtual std::string open_device_state(int device) = 0;
   virtual DeviceStateSample read_device_state(int64_t now_ns) = 0;
   virtual void close_device_state() = 0;
+
+  // ---- stream markers ----
+  /// The markers, or nullptr where there are none (a backend without them).
+  virtual MarkerEvents* markers() { return nullptr; }
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::backend

@@ -341,6 +341,7 @@ class Attributor {
     uint64_t& broken_records = g.excluded[static_cast<int>(Implausible::stream_overcommitted) - 1];
     std::set<uint64_t> streams;
     std::map<PhaseId, std::set<uint64_t>> phase_streams;
+    std::map<uint32_t, std::vector<Interval>> stream_busy;  // not NCCL's: the streams the step's own work ran on
     for (const auto& placed : p.kernels) {
       if (excluded_as_overcommitted(placed, broken)) {
         ++broken_records;
@@ -368,6 +369,7 @@ class Attributor {
         comm.emplace_back(k.start_ns, k.end_ns);
       } else {
         compute.emplace_back(k.start_ns, k.end_ns);
+        stream_busy[k.stream].emplace_back(k.start_ns, k.end_ns);
       }
       TopKernel& t = by_name[phase][k.name];
       t.total_ns += d;
@@ -387,8 +389,10 @@ class Attributor {
       ++t.count;
       all.emplace_back(c.start_ns, c.end_ns);
       phase_busy[phase].emplace_back(c.start_ns, c.end_ns);
+      stream_busy[c.stream].emplace_back(c.start_ns, c.end_ns);
     }
     g.busy_ns = union_length(all);
+    for (auto& [stream, busy] : stream_busy) g.stream_busy_ns[stream] = union_length(std::move(busy));
     g.streams = static_cast<uint32_t>(streams.size());
     g.sm_efficiency = time_weighted_sm_efficiency(weighted_all);
     g.nccl_exposed_ns = exposed_time(comm, compute);

@@ -76,11 +76,12 @@ struct DiagnosisThresholds {
 };
 
 /// What a label was decided from (docs/schema.md, `diagnosis.basis`).
-enum class DiagnosisBasis { traced, carried, carried_scaled, host_only, none };
+enum class DiagnosisBasis { traced, markers, carried, carried_scaled, host_only, none };
 
 inline const char* diagnosis_basis_name(DiagnosisBasis b) {
   switch (b) {
     case DiagnosisBasis::traced: return "traced";
+    case DiagnosisBasis::markers: return "markers";
     case DiagnosisBasis::carried: return "carried";
     case DiagnosisBasis::carried_scaled: return "carried_scaled";
     case DiagnosisBasis::host_only: return "host_only";
@@ -264,6 +265,38 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
   c.basis = DiagnosisBasis::carried;
   c.carried_from_step = last->step;
   return c;
+}
+
+/// An untraced step's diagnosis from its own stream markers (core/markers.hpp): the marker stream had
+/// work pending for `pending_share` of the step at least, a lower bound of the GPU's busy share. At or
+/// above gpu_busy the GPU held the step back, whatever a traced step said: the label is decided with
+/// that share, the SM efficiency of the last traced step's kernels and its exposed NCCL time (ms, over
+/// this step) when that step is at most `max_age` steps older. Below it, markers cannot tell (a marker on
+/// an idle stream completes at once, whatever ran before it): nullopt, and the carried view decides.
+/// Host-visible waits past their thresholds decide first, as on every step.
+inline std::optional<Diagnosis> diagnose_by_markers(const StepShares& host, double pending_share, uint64_t step,
+                                                    double step_ms, const std::optional<CarriedGpuView>& last,
+                                                    uint64_t max_age, const DiagnosisThresholds& t = {}) {
+  if (!(pending_share >= t.gpu_busy) || !(step_ms > 0)) return std::nullopt;
+  StepShares own = host;
+  own.gpu_utilization.reset();
+  own.sm_efficiency.reset();
+  own.comm_exposed.reset();
+  if (diagnose(own, t).label != Bottleneck::unknown) return std::nullopt;  // host_only decides
+  own.gpu_utilization = std::min(1.0, pending_share);
+  const bool recent = last && step >= last->step && step - last->step <= max_age;
+  if (recent) {
+    own.sm_efficiency = last->shares.sm_efficiency;
+    if (last->shares.comm_exposed) own.comm_exposed = *last->shares.comm_exposed * last->step_ms / step_ms;
+  }
+  Diagnosis d = decide_label(own, t);
+  std::string prefix = "stream markers: the GPU had work pending for at least " +
+                       std::to_string(static_cast<int>(pending_share * 100 + 0.5)) + " % of this step";
+  if (recent) prefix += ", with the SM efficiency and NCCL time of traced step " + std::to_string(last->step);
+  d.reason = prefix + ": " + d.reason;
+  d.basis = DiagnosisBasis::markers;
+  if (recent) d.carried_from_step = last->step;
+  return d;
 }
 
 /// The label seen most over a run, and how often.

@@ -16,6 +16,7 @@
 #include "cross_rank.hpp"
 #include "device_state.hpp"
 #include "diagnosis.hpp"
+#include "markers.hpp"
 #include "json_writer.hpp"
 #include "phase.hpp"
 #include "run_info.hpp"
@@ -99,6 +100,9 @@ struct StepLineInput {
   // GPU work launched between the previous step's scope end and this step's begin (records on only
   // when the previous step was traced); the host side is in the step record (between_ns, between_spans).
   std::optional<BetweenGpu> between_gpu;
+  std::optional<StepMarkers> markers;    // the step's stream markers (core/markers.hpp)
+  std::string markers_null_reason;       // why markers is unknown
+  std::optional<bool> markers_agree;     // traced steps with markers: whether they agree with the records
   std::string between_gpu_null_reason;   // why between_gpu is unknown
   // Values that failed a check that needs no ground truth (core/line_invariants.hpp): field path ->
   // why; written null with that reason and counted (gpu.invariant_exclusions).

@@ -235,4 +235,34 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
   out.end_object();
 }
 
+/// The step's stream markers (core/markers.hpp): GPU evidence of its own, traced or not.
+inline void write_markers(LineOut& out, const StepLineInput& in) {
+  if (!in.markers) {
+    out.null("gpu_markers", in.markers_null_reason.empty() ? "no stream markers" : in.markers_null_reason);
+    return;
+  }
+  const StepMarkers& m = *in.markers;
+  const double step_ms = ns_to_ms(in.host.step_time_ns);
+  out.begin_object("gpu_markers");
+  out.field("points", m.points);
+  out.field("pending_ms", ns_to_ms(m.pending_ns));
+  out.field("pending_share", step_ms > 0 ? std::optional<double>(ns_to_ms(m.pending_ns) / step_ms) : std::nullopt,
+            "the step has no time");
+  out.field("span_ms", m.span_ns ? std::optional<double>(ns_to_ms(*m.span_ns)) : std::nullopt,
+            "the step's begin or end was not marked");
+  out.field("end_lag_ms", m.end_lag_ns ? std::optional<double>(ns_to_ms(*m.end_lag_ns)) : std::nullopt,
+            "the step's end was not marked");
+  out.field("max_lag_ms", ns_to_ms(m.max_lag_ns));
+  out.field("agrees_with_records", in.markers_agree,
+            in.gpu ? "the step's GPU records are incomplete" : "the step was not traced: no records to compare with");
+  out.begin_object("phases");
+  for (const auto& [id, p] : m.phases) {
+    out.begin_object(phase_name(id));
+    out.field("span_ms", ns_to_ms(p.span_ns)).field("end_lag_ms", ns_to_ms(p.end_lag_ns)).field("scopes", p.count);
+    out.end_object();
+  }
+  out.end_object();
+  out.end_object();
+}
+
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -114,6 +114,7 @@ struct StepGpu {
   int64_t kernel_ns = 0;
   uint32_t kernels = 0;
   uint32_t streams = 0;          // distinct (device, stream) its kernels ran on
+  std::map<uint32_t, int64_t> stream_busy_ns;  // busy time per stream id of its kernels (NCCL's left out) and copies
   double sm_efficiency = 0;
   int64_t nccl_ns = 0;           // NCCL kernels' durations, whatever phase launched them
   int64_t nccl_exposed_ns = 0;   // NCCL time not overlapped by the step's other kernels

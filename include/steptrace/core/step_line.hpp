@@ -42,6 +42,7 @@ inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nu
   write_cross_rank(out, in);
   write_device_state(out, in);
   write_gpu(out, in);
+  write_markers(out, in);
   write_memory(out, in);
   write_mfu(out, in);
   write_scalars(out, in);

@@ -60,6 +60,15 @@ bool capture_steps(int n) noexcept {
   }
 }
 
+void set_marker_stream(void* stream) noexcept {
+  try {
+    if (!details::marker_ring().name_stream(reinterpret_cast<std::uintptr_t>(stream)))
+      details::warn_once("markers.stream", "set_marker_stream() after the stream markers were set up: ignored (call it "
+                                           "before the first step)");
+  } catch (...) {
+  }
+}
+
 void set_step_tokens(double tokens, std::optional<double> samples) noexcept {
   if (!is_running()) return;
   try {
@@ -164,8 +173,10 @@ PhaseScope::PhaseScope(PhaseId phase) noexcept {
   phase_ = phase;
   depth_ = ts.depth;
   ts.stack[ts.depth++] = phase;
-  if (&ts == details::step_thread().load(std::memory_order_relaxed))
+  if (&ts == details::step_thread().load(std::memory_order_relaxed)) {
     details::step_thread_phase().store(phase, std::memory_order_relaxed);
+    if (depth_ == details::marker_depth().load(std::memory_order_relaxed)) details::mark_phase(phase, MarkerKind::phase_begin);
+  }
   backend::nvtx::push_phase(phase);
   const bool ticks = details::scopes_read_ticks().load(std::memory_order_relaxed);
   if (ticks) flags |= details::SpanRing::kTicks;
@@ -183,7 +194,10 @@ PhaseScope::~PhaseScope() {
   --ts.depth;
   if (ts.slot) ts.slot->pop(ts.depth);
   const bool on_step_thread = &ts == details::step_thread().load(std::memory_order_relaxed);
-  if (on_step_thread) details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
+  if (on_step_thread) {
+    details::step_thread_phase().store(ts.innermost(), std::memory_order_relaxed);
+    if (depth_ == details::marker_depth().load(std::memory_order_relaxed)) details::mark_phase(phase_, MarkerKind::phase_end);
+  }
   // Stopped meanwhile, or a fork's child (details/fork.hpp): nothing to record.
   if (!details::running_flag().load(std::memory_order_acquire)) return;
   const int32_t tid = ts.slot ? ts.slot->tid : 0;

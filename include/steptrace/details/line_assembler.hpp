@@ -108,6 +108,8 @@ class LineAssembler {
     uint64_t gpu_dropped_records = 0;
     uint64_t steps_dropped_total = 0;
     uint64_t lines_unwritten_total = 0;
+    std::optional<StepMarkers> markers;  // the step's stream markers, read back (details/marker_ring.hpp)
+    std::string markers_null_reason;
   };
   StepLineInput assemble(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced, const Extra& x) {
     StepLineInput in;
@@ -142,6 +144,8 @@ class LineAssembler {
     in.gpu_dropped_records = x.gpu_dropped_records;
     in.steps_dropped_total = x.steps_dropped_total;
     in.lines_unwritten_total = x.lines_unwritten_total;
+    in.markers = x.markers;
+    in.markers_null_reason = x.markers_null_reason;
     if (in.mfu.above_one)
       warn_once("mfu.above_one",
                 "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) + "): flops_per_token or peak_flops is wrong");
@@ -156,12 +160,28 @@ class LineAssembler {
       // The untraced steps around this trace are the carry's reference (never this step's own,
       // tracing-inflated time): those before it, or the first ones after it.
       last_gpu_view_ = CarriedGpuView{r.index, step_ms, in.shares, untraced_median()};
+      // Markers are believed on untraced steps once a traced step's agree with its records, and until
+      // one's do not.
+      if (in.markers && in.gpu->complete) {
+        in.markers_agree = markers_agree(in.markers->pending_own_ns, in.gpu->busy_ns, in.host.step_time_ns);
+        markers_trusted_ = *in.markers_agree;
+        if (!markers_trusted_)
+          warn_once("markers.disagree", "step " + std::to_string(r.index) + ": the stream markers saw the GPU pending for " +
+                                            std::to_string(ns_to_ms(in.markers->pending_own_ns)) + " ms, longer than the " +
+                                            std::to_string(ns_to_ms(in.gpu->busy_ns)) +
+                                            " ms the step's GPU records are busy: markers are not used for diagnoses "
+                                            "until a traced step's agree (said once)");
+      }
     } else {
       if (step_ms > 0) untraced_ms_.push_back(step_ms);
       while (untraced_ms_.size() > kCarryReferenceSteps) untraced_ms_.pop_front();
       if (last_gpu_view_ && !(last_gpu_view_->untraced_median_ms > 0)) last_gpu_view_->untraced_median_ms = untraced_median();
       in.diagnosis = diagnose_untraced(in.shares, r.index, step_ms, last_gpu_view_,
                                        CarryRule{carry_max_age(r.trace_every), CarryRule{}.max_step_ratio});
+      if (in.markers && markers_trusted_ && step_ms > 0)
+        if (auto own = diagnose_by_markers(in.shares, ns_to_ms(in.markers->pending_ns) / step_ms, r.index, step_ms,
+                                           last_gpu_view_, carry_max_age(r.trace_every)))
+          in.diagnosis = std::move(*own);
     }
     summary_.add(in.host, in.mfu.value, in.diagnosis.label);
     add_totals(r, in);
@@ -287,6 +307,7 @@ class LineAssembler {
   std::deque<double> untraced_ms_;                // their times
   double untraced_median() const { return median_of(std::vector<double>(untraced_ms_.begin(), untraced_ms_.end())); }
   std::optional<CarriedGpuView> last_gpu_view_;  // the last traced step's GPU shares (diagnosis.basis carried)
+  bool markers_trusted_ = false;  // the last traced step with markers had them agree with its records
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

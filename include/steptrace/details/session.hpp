@@ -37,6 +37,7 @@
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
+#include "marker_ring.hpp"
 #include "signals.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
@@ -266,6 +267,7 @@ class Session {
     DeferEndings held;
     StepRecorder::Begun b = recorder_.begin(tokens, samples);
     if (!b.index) return std::nullopt;
+    MarkerRing& markers = marker_ring();
     if (attribution_ && sampling_possible(cfg_) && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
       // Sampled attribution: CUPTI on for traced steps only (a no-op when it already is as wanted).
       // A failure leaves it off for good.
@@ -276,6 +278,9 @@ class Session {
         recorder_.tracing_failed(*b.index);
       }
     }
+    if (b.traced && attribution_) markers.learn_stream_id();  // records are on: CUPTI names the stream
+    marker_depth().store(thread_state().depth, std::memory_order_relaxed);
+    markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
     if (b.closed) {
       link_.post(*b.closed);
       queue_.push(std::move(*b.closed));
@@ -307,6 +312,8 @@ class Session {
   // The training thread's calls that take a lock an ending needs hold a SIGTERM until they return
   // (DeferEndings, signals.hpp); the allocator hook is the program's code and runs outside.
   void end_step() {
+    const int64_t key = current_step().load(std::memory_order_relaxed);
+    if (key >= 0) marker_ring().mark(static_cast<uint64_t>(key), MarkerKind::step_end, kNoPhase);
     const auto stats = call_allocator_hook();
     DeferEndings held;
     recorder_.end(stats);

@@ -112,6 +112,8 @@ inline void Session::probe_device(LineContext& ctx) {
 inline void Session::start_attribution(LineContext& ctx) {
   attribution_ = detach_ = false;
   const Config& cfg = ctx.cfg;
+  // A traced step shows which stream to mark, and checks the markers.
+  marker_ring().attach(nullptr, "stream markers need GPU attribution");
   if (!ctx.run.device) {
     ctx.gpu_null_reason = "no GPU measured: " + ctx.run.device_null_reason;
     return;
@@ -138,6 +140,8 @@ inline void Session::start_attribution(LineContext& ctx) {
     return;
   }
   attribution_ = true;
+  if (cfg.stream_markers) marker_ring().attach(gpu_->markers(), "this GPU backend has no stream markers");
+  else marker_ring().attach(nullptr, "stream markers switched off (stream_markers=false / STEPTRACE_STREAM_MARKERS=0)");
 }
 
 inline void Session::start_counters(LineContext& ctx) {
@@ -172,6 +176,7 @@ inline void Session::start_counters(LineContext& ctx) {
 }
 
 inline void Session::release_gpu() {
+  marker_ring().detach();
   if (counters_on_) gpu_->stop_counters();
   counters_on_ = false;
   if (attribution_) gpu_->stop_attribution();

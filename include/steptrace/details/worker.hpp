@@ -32,6 +32,7 @@
 #include "line_assembler.hpp"
 #include "line_policy.hpp"
 #include "log.hpp"
+#include "marker_ring.hpp"
 #include "readings_poller.hpp"
 #include "remote_captures.hpp"
 #include "signals.hpp"
@@ -228,6 +229,13 @@ class Worker {
   void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
                std::optional<BetweenGpu> between = std::nullopt, const std::string& between_reason = {});
 
+  /// The step's stream markers (marker_ring.hpp), read back once all are reached; false: not yet, and
+  /// the line may still wait for them (line_due).
+  bool take_markers(const StepRecord& r, bool stopping);
+  /// A traced step's records show where its GPU work ran: markers on the legacy default stream are armed
+  /// only while that is where it runs (an event there would order the program's other blocking streams).
+  void gate_markers(const StepGpu& gpu, uint64_t step);
+
   /// Feeds the step to the controller (trace_controller.hpp) and applies what it decides: a new trace
   /// interval for the recorder, the switch to detach. Returns the line's `overhead` section.
   OverheadLine observe_overhead(const StepRecord& r, const std::optional<StepGpu>& gpu);
@@ -275,6 +283,11 @@ class Worker {
   std::atomic<uint64_t> lines_failed_{0};  // written by this thread only; read by lines_failed_so_far() too
   uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
   int64_t last_line_step_ = -1;    // the last step whose line was produced
+  struct TakenMarkers {
+    int64_t step = -1;
+    std::optional<StepMarkers> markers;
+    std::string why;  // when markers is empty
+  } markers_;                       // the markers of the step whose line is being made
 
   TraceEnv trace_env();
 

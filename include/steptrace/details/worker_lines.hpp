@@ -36,6 +36,7 @@ inline void Worker::emit_ready(bool stopping) {
       w.stopping = stopping;
       if (!line_due(w, cfg)) return;
     }
+    if (!take_markers(r, stopping)) return;
     std::string between_reason;
     std::optional<BetweenGpu> between = before >= 0 ? gpu_after(before, between_reason) : std::nullopt;
     prev_traced_ = r.traced;
@@ -53,6 +54,7 @@ inline void Worker::emit_ready(bool stopping) {
       if (!line_due(w, cfg)) return;
       gpu = attributor_.take(static_cast<int64_t>(r.index), /*drained=*/stopping, flight_.on() ? &activity : nullptr);
       ++traced_done_;
+      if (gpu->complete) gate_markers(*gpu, r.index);
       if (gpu->complete)
         if (const std::optional<Interval> work = gpu_work_interval(*gpu))
           readings_.saw_gpu_tail(work->second - (r.end_ns + lines_.gpu_clock_offset_ns()));
@@ -73,6 +75,66 @@ inline void Worker::emit_ready(bool stopping) {
     }
     waiting_.pop_front();
   }
+}
+
+inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
+  if (markers_.step == static_cast<int64_t>(r.index)) return true;  // taken on an earlier pass
+  MarkerRing& ring = marker_ring();
+  TakenMarkers t;
+  t.step = static_cast<int64_t>(r.index);
+  if (!ring.has_events()) {
+    t.why = s_.attribution ? ring.why_off() : "stream markers need GPU attribution: " + lines_.context().gpu_null_reason;
+  } else {
+    std::vector<MarkerPoint> points;
+    switch (ring.collect(r.index, points, &t.why)) {
+      case MarkerRing::Collect::pending: {
+        LineWait w;
+        w.records_complete = false;
+        w.counters_in = true;
+        w.lines_waiting = waiting_.size();
+        w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+        w.stopping = stopping;
+        if (!line_due(w, lines_.context().cfg)) return false;
+        t.why = "the GPU had not reached the step's last marker when its line was due (max_lag_steps, max_lag_ms)";
+        break;
+      }
+      case MarkerRing::Collect::none:
+        t.why = ring.armed() ? "no marker was recorded in this step" : ring.why_off();
+        break;
+      case MarkerRing::Collect::ready:
+        t.markers = summarize_markers(points, r.begin_ns, r.own_end_ns(), &t.why);
+        if (!t.markers) warn_once("markers.check", "step " + std::to_string(r.index) + ": stream markers left out: " + t.why + " (said once)");
+        break;
+      case MarkerRing::Collect::left_out:
+        break;
+    }
+  }
+  markers_ = std::move(t);
+  return true;
+}
+
+inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
+  MarkerRing& ring = marker_ring();
+  if (!ring.has_events()) return;
+  int64_t total = 0;
+  for (const auto& [stream, busy] : gpu.stream_busy_ns) total += busy;
+  if (total <= 0) return;  // no GPU work: nothing learned
+  const int64_t id = ring.stream_id();
+  if (id < 0) {
+    ring.arm(false, "the marker stream's id in the GPU records is not known (CUPTI did not give it)");
+    return;
+  }
+  auto it = gpu.stream_busy_ns.find(static_cast<uint32_t>(id));
+  const double share = it == gpu.stream_busy_ns.end() ? 0.0 : static_cast<double>(it->second) / static_cast<double>(total);
+  if (ring.stream_named() || share >= 0.9) {
+    ring.arm(true, {});
+    return;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f %%", (1 - share) * 100);
+  ring.arm(false, "traced step " + std::to_string(step) + " ran " + buf +
+                      " of its GPU work on other streams than the legacy default stream (a marker there would order "
+                      "them): name the program's stream with steptrace::set_marker_stream");
 }
 
 inline std::optional<BetweenGpu> Worker::gpu_after(int64_t step, std::string& why) {
@@ -100,6 +162,12 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
                                           "): a non-finite value is written as null, with the reason in null_reasons "
                                           "(said once; every such line says it)");
     LineAssembler::Extra x;
+    if (markers_.step == static_cast<int64_t>(r.index)) {
+      x.markers = std::move(markers_.markers);
+      x.markers_null_reason = std::move(markers_.why);
+    } else {
+      x.markers_null_reason = "stream markers not read for this step";
+    }
     x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
     x.steps_dropped_total = s_.queue->dropped();
     x.lines_unwritten_total = lines_failed_.load(std::memory_order_relaxed);

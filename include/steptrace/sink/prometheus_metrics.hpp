@@ -168,7 +168,7 @@ inline std::string number_text(double v) {
 inline DiagnosisBasis prom_line_basis(const FlatJson& f) {
   const auto b = f.find("/diagnosis/basis");
   if (b != f.end() && b->second.kind == JsonLeaf::Kind::string)
-    for (DiagnosisBasis d : {DiagnosisBasis::traced, DiagnosisBasis::carried, DiagnosisBasis::carried_scaled, DiagnosisBasis::host_only,
+    for (DiagnosisBasis d : {DiagnosisBasis::traced, DiagnosisBasis::markers, DiagnosisBasis::carried, DiagnosisBasis::carried_scaled, DiagnosisBasis::host_only,
                            DiagnosisBasis::none})
       if (b->second.text == diagnosis_basis_name(d)) return d;
   for (const auto& [path, leaf] : f)  // a non-null `gpu` object leaves /gpu/... leaves
@@ -247,7 +247,7 @@ class PrometheusModel {
     const auto d = f.find("/diagnosis/label");
     diagnoses_.push_back(d != f.end() && d->second.kind == JsonLeaf::Kind::string ? d->second.text : "");
     basis_ = prom_line_basis(f);
-    carried_from_step_ = basis_ == DiagnosisBasis::carried || basis_ == DiagnosisBasis::carried_scaled ? number(f, "/diagnosis/carried_from_step") : std::nullopt;
+    carried_from_step_ = basis_ == DiagnosisBasis::carried || basis_ == DiagnosisBasis::carried_scaled || basis_ == DiagnosisBasis::markers ? number(f, "/diagnosis/carried_from_step") : std::nullopt;
     while (diagnoses_.size() > static_cast<std::size_t>(window_)) diagnoses_.pop_front();
     for (const auto& c : prom_counters()) {
       const auto v = number(f, c.pointer);
@@ -293,11 +293,11 @@ class PrometheusModel {
         "or GPU busy time of the work it launched (gpu)", phases);
     add(out, "steptrace_diagnosis", "gauge", "1 for what holds the last step back, 0 for the other labels", diagnosis_states(false));
     std::vector<PromSample> bases;
-    for (DiagnosisBasis b : {DiagnosisBasis::traced, DiagnosisBasis::carried, DiagnosisBasis::carried_scaled, DiagnosisBasis::host_only,
+    for (DiagnosisBasis b : {DiagnosisBasis::traced, DiagnosisBasis::markers, DiagnosisBasis::carried, DiagnosisBasis::carried_scaled, DiagnosisBasis::host_only,
                            DiagnosisBasis::none})
       bases.push_back({{{"basis", diagnosis_basis_name(b)}}, b == basis_ ? 1.0 : 0.0});
     add(out, "steptrace_diagnosis_basis", "gauge", "1 for what the last step's diagnosis was decided from, 0 for the other bases", bases);
-    add(out, "steptrace_diagnosis_carried_from_step", "gauge", "Traced step whose GPU view the last step's diagnosis carried (basis carried or carried_scaled)",
+    add(out, "steptrace_diagnosis_carried_from_step", "gauge", "Traced step whose GPU view the last step's diagnosis carried (basis carried, carried_scaled, or markers)",
         carried_from_step_ ? std::vector<PromSample>{{{}, *carried_from_step_}} : std::vector<PromSample>{});
     add(out, "steptrace_window_lines", "gauge", "Lines in the window the steptrace_window_* means are over (steps, or log_every windows)",
         {{{}, static_cast<double>(std::min<uint64_t>(lines_, static_cast<uint64_t>(window_)))}});

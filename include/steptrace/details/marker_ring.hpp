@@ -1,0 +1,223 @@
+// steptrace/details/marker_ring.hpp - the stream markers' runtime side: the step's thread marks the
+// step's begin and end and its top-level phases' begins and ends (one CUDA event each, on the marker
+// stream, backend/cuda_markers.hpp); the background thread reads them back, step by step, without a
+// wait. One producer, one consumer, a fixed number of slots: a mark that finds no free slot is not
+// recorded (the step's markers are then left out, counted).
+//
+// Off until armed: the background thread arms the markers once a traced step shows the step's GPU
+// work on the marker stream (the legacy default stream, unless the program named one): an event on
+// the legacy stream waits for every blocking stream, so marking it in a program that runs its work on
+// other streams would add dependencies its streams do not have.
+#pragma once
+#include "../version.hpp"
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../backend/gpu_backend.hpp"
+#include "../core/clock.hpp"
+#include "../core/markers.hpp"
+#include "launch_context.hpp"
+#include "log.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE namespace details {
+
+class MarkerRing {
+ public:
+  static constexpr uint32_t kSlots = 512;
+
+  // ---- lifecycle (start/stop) ----
+  /// `events` null: none this run, `why_none` says why.
+  void attach(backend::MarkerEvents* events, const std::string& why_none) {
+    armed_.store(false, std::memory_order_relaxed);
+    events_ = events;
+    stream_id_.store(-1, std::memory_order_relaxed);
+    id_attempts_ = 0;
+    head_.store(0, std::memory_order_relaxed);
+    tail_.store(0, std::memory_order_relaxed);
+    opened_.store(false, std::memory_order_relaxed);
+    open_failed_.store(false, std::memory_order_relaxed);
+    skipped_in_step_ = 0;
+    recorded_ns_.store(0, std::memory_order_relaxed);
+    recorded_.store(0, std::memory_order_relaxed);
+    steps_left_out_ = 0;
+    why_off_ = events ? "no traced step has shown where the program's GPU work runs yet" : why_none;
+  }
+  /// stop(): off, the last mark finished, the events released.
+  void detach() {
+    armed_.store(false, std::memory_order_seq_cst);
+    while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();  // one event record at most
+    if (events_) events_->close();
+    events_ = nullptr;
+  }
+  /// Before the markers are set up: the program's stream (0: the legacy default stream). false: too late.
+  bool name_stream(std::uintptr_t stream) {
+    if (opened_.load(std::memory_order_acquire)) return false;
+    stream_.store(stream, std::memory_order_relaxed);
+    named_.store(true, std::memory_order_release);
+    return true;
+  }
+  bool stream_named() const { return named_.load(std::memory_order_relaxed); }
+  std::uintptr_t stream() const { return stream_.load(std::memory_order_relaxed); }
+
+  /// Step's thread, at a traced step's begin (records on): the marker stream's id in the GPU records.
+  void learn_stream_id() {
+    if (!events_ || stream_id_.load(std::memory_order_relaxed) >= 0 || id_attempts_ >= 3) return;
+    ++id_attempts_;
+    if (const auto id = events_->stream_record_id(stream())) stream_id_.store(*id, std::memory_order_release);
+  }
+  /// The marker stream's id in the GPU records; -1 while unknown.
+  int64_t stream_id() const { return stream_id_.load(std::memory_order_acquire); }
+  bool has_events() const { return events_ != nullptr; }
+
+  // ---- background thread ----
+  void arm(bool on, const std::string& why_off) {
+    std::lock_guard<std::mutex> lock(why_mutex_);
+    if (!on) why_off_ = why_off;
+    if (!open_failed_.load(std::memory_order_relaxed)) armed_.store(on, std::memory_order_release);
+  }
+  bool armed() const { return armed_.load(std::memory_order_acquire); }
+  std::string why_off() const {
+    std::lock_guard<std::mutex> lock(why_mutex_);
+    return why_off_;
+  }
+  /// Time the step's thread spent marking, and marks made, since start.
+  int64_t recorded_ns() const { return recorded_ns_.load(std::memory_order_relaxed); }
+  uint64_t recorded() const { return recorded_.load(std::memory_order_relaxed); }
+  uint64_t steps_left_out() const { return steps_left_out_; }
+
+  enum class Collect { none, pending, ready, left_out };
+  /// The markers of `step`, once the GPU has reached them all (older steps' markers are dropped). none:
+  /// the step has none; pending: not all reached yet (nothing consumed, ask again); left_out: some were
+  /// not recorded or could not be read (`why`).
+  Collect collect(uint64_t step, std::vector<MarkerPoint>& out, std::string* why) {
+    out.clear();
+    uint64_t t = tail_.load(std::memory_order_relaxed);
+    const uint64_t h = head_.load(std::memory_order_acquire);
+    while (t < h && entries_[t % kSlots].step < step) ++t;  // steps whose lines were never made
+    tail_.store(t, std::memory_order_release);
+    uint64_t end = t;
+    while (end < h && entries_[end % kSlots].step == step) ++end;
+    if (end == t) return Collect::none;
+    // One stream runs its events in order: the last one reached means all were.
+    int64_t gpu = 0;
+    const Entry& last = entries_[(end - 1) % kSlots];
+    auto state = events_->read(static_cast<uint32_t>((end - 1) % kSlots), &gpu);
+    if (state == backend::MarkerEvents::Read::pending) return Collect::pending;
+    bool ended = last.kind == MarkerKind::step_end, failed = state == backend::MarkerEvents::Read::failed;
+    const uint16_t skipped = ended ? last.skipped : 0;
+    for (uint64_t i = t; i < end && !failed; ++i) {
+      const Entry& e = entries_[i % kSlots];
+      if (events_->read(static_cast<uint32_t>(i % kSlots), &gpu) != backend::MarkerEvents::Read::done) failed = true;
+      else out.push_back(MarkerPoint{e.kind, e.phase, e.host_ns, gpu});
+    }
+    tail_.store(end, std::memory_order_release);
+    if (!ended || skipped || failed) {
+      ++steps_left_out_;
+      out.clear();
+      if (why)
+        *why = failed    ? "a marker's GPU time could not be read"
+               : !ended  ? "the step's end was not marked (its scope did not end, or no free marker slot was left)"
+                         : std::to_string(skipped) + " of the step's markers were not recorded (no free slot, a CUDA graph "
+                                                     "capture, or another CUDA context current)";
+      return Collect::left_out;
+    }
+    return Collect::ready;
+  }
+
+  // ---- the step's thread ----
+  void mark(uint64_t step, MarkerKind kind, PhaseId phase) noexcept {
+    if (!armed_.load(std::memory_order_acquire)) return;
+    in_mark_.store(true, std::memory_order_seq_cst);
+    if (armed_.load(std::memory_order_seq_cst)) mark_armed(step, kind, phase);
+    in_mark_.store(false, std::memory_order_release);
+  }
+
+ private:
+  struct Entry {
+    uint64_t step = 0;
+    int64_t host_ns = 0;
+    PhaseId phase = kNoPhase;
+    MarkerKind kind = MarkerKind::step_begin;
+    uint16_t skipped = 0;  // step_end: marks of the step that were not recorded
+  };
+
+  STEPTRACE_COLD void mark_armed(uint64_t step, MarkerKind kind, PhaseId phase) noexcept {
+    try {
+      const int64_t t0 = monotonic_ns();
+      if (!opened_.load(std::memory_order_relaxed)) {
+        const std::string err = events_->open(kSlots, stream());
+        if (!err.empty()) {
+          open_failed_.store(true, std::memory_order_relaxed);
+          armed_.store(false, std::memory_order_relaxed);
+          {
+            std::lock_guard<std::mutex> lock(why_mutex_);
+            why_off_ = "stream markers could not be set up: " + err;
+          }
+          warn_once("markers.open", "stream markers off: " + err + " (lines keep their other evidence)");
+          return;
+        }
+        opened_.store(true, std::memory_order_release);
+      }
+      if (kind == MarkerKind::step_begin) skipped_in_step_ = 0;
+      const uint64_t h = head_.load(std::memory_order_relaxed);
+      const char* why = nullptr;
+      int64_t host_ns = 0;
+      if (h - tail_.load(std::memory_order_acquire) >= kSlots ||
+          !events_->record(static_cast<uint32_t>(h % kSlots), &host_ns, &why)) {
+        if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
+      } else {
+        Entry& e = entries_[h % kSlots];
+        e.step = step, e.host_ns = host_ns, e.phase = phase, e.kind = kind;
+        e.skipped = kind == MarkerKind::step_end ? skipped_in_step_ : 0;
+        head_.store(h + 1, std::memory_order_release);
+        recorded_.fetch_add(1, std::memory_order_relaxed);
+      }
+      recorded_ns_.fetch_add(monotonic_ns() - t0, std::memory_order_relaxed);
+    } catch (...) {
+    }
+  }
+
+  backend::MarkerEvents* events_ = nullptr;
+  std::atomic<std::uintptr_t> stream_{0};
+  std::atomic<bool> named_{false};
+  std::atomic<int64_t> stream_id_{-1};
+  int id_attempts_ = 0;  // step's thread
+  std::atomic<bool> armed_{false};
+  std::atomic<bool> in_mark_{false};
+  std::atomic<bool> opened_{false};
+  std::atomic<bool> open_failed_{false};
+  uint16_t skipped_in_step_ = 0;
+  Entry entries_[kSlots];
+  std::atomic<uint64_t> head_{0}, tail_{0};
+  std::atomic<int64_t> recorded_ns_{0};
+  std::atomic<uint64_t> recorded_{0};
+  uint64_t steps_left_out_ = 0;  // background thread
+  mutable std::mutex why_mutex_;
+  std::string why_off_;
+};
+
+/// The process's markers (a scope reaches them without the session).
+inline MarkerRing& marker_ring() {
+  static MarkerRing* ring = new MarkerRing();  // never destroyed: a scope may end after static destruction began
+  return *ring;
+}
+
+/// The step thread's phase depth when the step began: its phases at this depth are marked.
+inline std::atomic<uint16_t>& marker_depth() {
+  static std::atomic<uint16_t> depth{0};
+  return depth;
+}
+
+/// A top-level phase scope of the step's thread, inside a step: marked when the markers are armed.
+inline void mark_phase(PhaseId phase, MarkerKind kind) noexcept {
+  MarkerRing& ring = marker_ring();
+  if (!ring.armed()) return;
+  const int64_t key = current_step().load(std::memory_order_relaxed);
+  if (key >= 0) ring.mark(static_cast<uint64_t>(key), kind, phase);
+}
+
+} STEPTRACE_END_NAMESPACE  // steptrace::details
