@@ -8,6 +8,9 @@
 //                       gpu_workloads LOG TRUTH between  (evaluation between steps and after the last)
 //                       gpu_workloads LOG TRUTH switch_keep|switch_detach  (a second thread launching
 //                                                    across every switch of trace_every = 5)
+//                       gpu_workloads LOG TRUTH markers_named  (stream markers on a stream the program names)
+//                       gpu_workloads LOG TRUTH markers_capture  (a CUDA graph captured inside steps while
+//                                                    the markers are armed on the legacy stream)
 #include <steptrace/steptrace.hpp>
 #include <steptrace/backend/cupti/collector.hpp>  // how many detaches the run made
 
@@ -240,15 +243,99 @@ int switches(const char* log, const char* truth_path, int sms, long long ms, int
   return 0;
 }
 
+// Stream markers on a stream the program names (set_marker_stream): 40 GPU-bound steps of a 3 ms
+// forward and a 2 ms backward on a non-blocking stream, one traced in 4, each step waiting for its work.
+int markers_named(const char* log, const char* truth_path, int sms, long long ms, int* sink) {
+  cudaStream_t own;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+  steptrace::set_marker_stream(own);
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.trace_every = 4;
+  steptrace::start(cfg);
+  constexpr int kSteps = 40;
+  for (int step = 0; step < kSteps; ++step) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(forward);
+      spin<<<sms, 128, 0, own>>>(3 * ms, sink);
+    }
+    {
+      TRACE_PHASE(backward);
+      spin<<<sms, 128, 0, own>>>(2 * ms, sink);
+    }
+    CHECK_CUDA(cudaStreamSynchronize(own));
+  }
+  steptrace::stop();
+  CHECK_CUDA(cudaStreamDestroy(own));
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"steps\": %d}\n", sms, kSteps);
+  std::fclose(truth);
+  return 0;
+}
+
+// A CUDA graph captured inside steps (global mode, on a blocking stream, with a top-level phase scope
+// opened and closed during the capture) while the stream markers are armed on the legacy stream: the
+// captures must succeed and replay; the steps that held a capture have no markers, and say why.
+int markers_capture(const char* log, const char* truth_path, int sms, long long ms, int* sink) {
+  cudaStream_t cap;
+  CHECK_CUDA(cudaStreamCreate(&cap));  // blocking: the legacy stream waits for it, and cannot be used while it captures
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  cfg.trace_every = 4;
+  steptrace::start(cfg);
+  constexpr int kSteps = 24;
+  int captures = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    TRACE_STEP();
+    {
+      TRACE_PHASE(forward);
+      spin<<<sms, 128>>>(2 * ms, sink);
+    }
+    if (step % 6 == 5) {  // never a traced step (trace_every 4 from step 0): the markers are armed by then
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CHECK_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal));
+      {
+        TRACE_PHASE(backward);  // marked at its begin and end if the markers did not check for the capture
+        for (int i = 0; i < 4; ++i) spin<<<sms, 128, 0, cap>>>(ms / 4, sink);
+      }
+      CHECK_CUDA(cudaStreamEndCapture(cap, &graph));  // fails (invalidated) if the legacy stream was used
+      CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      CHECK_CUDA(cudaGraphLaunch(exec, cap));
+      CHECK_CUDA(cudaStreamSynchronize(cap));
+      CHECK_CUDA(cudaGraphExecDestroy(exec));
+      CHECK_CUDA(cudaGraphDestroy(graph));
+      ++captures;
+    } else {
+      TRACE_PHASE(backward);
+      spin<<<sms, 128>>>(ms, sink);
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  steptrace::stop();
+  CHECK_CUDA(cudaStreamDestroy(cap));
+  FILE* truth = std::fopen(truth_path, "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"sm_count\": %d, \"steps\": %d, \"captures\": %d}\n", sms, kSteps, captures);
+  std::fclose(truth);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
   const bool sampled_mode = mode == "sampled", detached_mode = mode == "detached", budget_mode = mode == "budget_detach";
   const bool counters_mode = mode == "budget_counters", between_mode = mode == "between";
   const bool switch_mode = mode == "switch_keep" || mode == "switch_detach";
-  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode && !between_mode && !switch_mode) {
+  const bool markers_mode = mode == "markers_named" || mode == "markers_capture";
+  if (argc != 3 && !sampled_mode && !detached_mode && !budget_mode && !counters_mode && !between_mode && !switch_mode &&
+      !markers_mode) {
     std::fprintf(stderr,
                  "usage: gpu_workloads LOG TRUTH [sampled|detached|budget_detach|budget_counters|between|"
-                 "switch_keep|switch_detach]\n");
+                 "switch_keep|switch_detach|markers_named|markers_capture]\n");
     return 2;
   }
   const TestDevice d = open_test_device();
@@ -262,6 +349,8 @@ int main(int argc, char** argv) {
   if (counters_mode) return budget_counters(argv[1], argv[2], sms, ms, sink);
   if (between_mode) return between(argv[1], argv[2], sms, ms, sink);
   if (switch_mode) return switches(argv[1], argv[2], sms, ms, sink, buf, mode == "switch_detach");
+  if (mode == "markers_named") return markers_named(argv[1], argv[2], sms, ms, sink);
+  if (mode == "markers_capture") return markers_capture(argv[1], argv[2], sms, ms, sink);
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));

@@ -266,6 +266,7 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
   REQUIRE(lines.size() == size_t(run.truth["steps"]));
   int traced = 0, traced_with_counters = 0, untraced = 0, carried = 0, late_traced = 0;
   std::vector<double> early_coverage, late_coverage;  // sampling on every step (warm-up) / resumed for the step
+  std::vector<double> traced_forward_busy, untraced_forward_span;
   for (const auto& l : lines) {
     const int64_t step = l["global_step"];
     INFO("step " << step << ": " << l["diagnosis"].dump() << " " << l["overhead"].dump() << " " << l["counters"].dump());
@@ -305,17 +306,41 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
           CHECK(double(fwd) <= 1.0);
         }
       }
+      if (step >= 10) {  // the markers armed by the first traced steps: each traced step checks them
+        REQUIRE(l["gpu_markers"].is_object());
+        CHECK(l["gpu_markers"]["agrees_with_records"] == true);
+        traced_forward_busy.push_back(double(phase_gpu(l, "forward")["busy_ms"]));
+      }
     } else {
       ++untraced;
       CHECK(l["counters"].is_null());
       CHECK(std::string(l["null_reasons"]["counters"]).find("traced steps only") != std::string::npos);
-      if (l["diagnosis"]["basis"] == "carried") {
+      // The GPU-bound step's own markers decide (the kernels run on the legacy default stream); the
+      // carried view where they cannot yet (before the first traced step's markers agreed).
+      if (l["diagnosis"]["basis"] == "carried" || l["diagnosis"]["basis"] == "markers") {
         ++carried;
         CHECK(l["diagnosis"]["label"] == "COMPUTE-BOUND");
         CHECK(l["diagnosis"]["carried_from_step"].is_number());
       }
+      if (step >= 20) {
+        CHECK(l["diagnosis"]["basis"] == "markers");
+        REQUIRE(l["gpu_markers"].is_object());
+        CHECK(double(l["gpu_markers"]["pending_share"]) > 0.9);
+        untraced_forward_span.push_back(double(l["gpu_markers"]["phases"]["forward"]["span_ms"]));
+      }
     }
   }
+  // Per-phase GPU time on untraced lines from markers: the forward kernel's time as the traced steps'
+  // records measure it (its span holds the launch latency too: within 10 % + 0.1 ms).
+  REQUIRE(traced_forward_busy.size() >= 2);
+  REQUIRE(untraced_forward_span.size() >= 5);
+  std::sort(traced_forward_busy.begin(), traced_forward_busy.end());
+  std::sort(untraced_forward_span.begin(), untraced_forward_span.end());
+  const double busy = traced_forward_busy[traced_forward_busy.size() / 2];
+  const double span = untraced_forward_span[untraced_forward_span.size() / 2];
+  std::printf("budget_counters: forward busy %.3f ms (traced, records), span %.3f ms (untraced, markers)\n", busy, span);
+  CHECK(span >= busy * 0.98);
+  CHECK(span <= busy * 1.1 + 0.1);
   // Enough untraced lines to hold the claim. How many is the budget's, i.e. the card's and the
   // moment's: tracing this 5 ms step of 2 kernels costs next to nothing, so the interval is short:
   // 78 of 159 untraced on one H200 run, 18 on another (1e5dd90), >= 80 on H100.
@@ -565,6 +590,11 @@ TEST_CASE("trace switches under a second launching thread lose nothing (trace_ev
     for (const auto& l : lines) {
       const int step = l["global_step"];
       INFO("step " << step << ": " << l.dump());
+      // The work runs on non-blocking streams the program did not name: no markers on the legacy stream.
+      if (step >= 10) {
+        CHECK(l["gpu_markers"].is_null());
+        CHECK(std::string(l["null_reasons"]["gpu_markers"]).find("set_marker_stream") != std::string::npos);
+      }
       if (step % 5 != 0) {
         CHECK(l["traced"] == false);
         CHECK(l["gpu"].is_null());
@@ -603,4 +633,45 @@ TEST_CASE("trace switches under a second launching thread lose nothing (trace_ev
                 mode.c_str(), static_cast<long long>(truth["helper_kernels"]), static_cast<long long>(attributed),
                 static_cast<long long>(left_out));
   }
+}
+
+TEST_CASE("stream markers on a stream the program names: untraced GPU-bound lines diagnosed from their own", "[gpu]") {
+  const auto run = run_workloads("markers_named");
+  REQUIRE(run.lines.size() == size_t(run.truth["steps"]));
+  int own = 0;
+  for (const auto& l : run.lines) {
+    const int step = l["global_step"];
+    INFO("step " << step << ": " << l["gpu_markers"].dump() << " " << l["diagnosis"].dump());
+    if (step < 12) continue;  // armed at once (named), believed from the first traced step whose markers agreed
+    REQUIRE(l["gpu_markers"].is_object());
+    CHECK(double(l["gpu_markers"]["pending_share"]) > 0.9);
+    if (l["traced"] == true) {
+      CHECK(l["gpu_markers"]["agrees_with_records"] == true);
+    } else {
+      CHECK(l["diagnosis"]["basis"] == "markers");
+      CHECK(l["diagnosis"]["label"] == "COMPUTE-BOUND");
+      ++own;
+    }
+  }
+  CHECK(own >= 18);  // 28 steps from 12, one in 4 traced: 21 untraced
+}
+
+TEST_CASE("stream markers never touch a CUDA graph capture inside a step; those steps say why", "[gpu]") {
+  const auto run = run_workloads("markers_capture");  // exits non-zero if a capture was invalidated
+  REQUIRE(run.lines.size() == size_t(run.truth["steps"]));
+  CHECK(run.truth["captures"] == 4);
+  int marked = 0;
+  for (const auto& l : run.lines) {
+    const int step = l["global_step"];
+    INFO("step " << step << ": " << l["gpu_markers"].dump() << " " << l["null_reasons"].dump());
+    if (step < 8) continue;
+    if (step % 6 == 5) {
+      CHECK(l["gpu_markers"].is_null());
+      CHECK(std::string(l["null_reasons"]["gpu_markers"]).find("capture") != std::string::npos);
+    } else {
+      REQUIRE(l["gpu_markers"].is_object());
+      ++marked;
+    }
+  }
+  CHECK(marked >= 12);
 }

@@ -9,7 +9,8 @@
 //   host_api    steptrace's scopes and calls on the training thread (a TRACE_STEP, each phase scope,
 //               each record()): paid on every step, so no step shows it; modelled as calls x the
 //               measured cost of one (kScopeNs: benchmarks/README.md, `scope_cost`, 104-123 ns per
-//               scope on the GPU hosts; from Python 670-720 ns, docs/python.md)
+//               scope on the GPU hosts; from Python 670-720 ns, docs/python.md), plus the stream
+//               markers' CUDA event records, measured on the training thread as they are made
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
 //               time in them, measured (not their wall time: a reading may wait for a lock the
 //               training thread's CUDA call holds, which costs neither of them a core)
@@ -67,7 +68,9 @@ class OverheadLedger {
   /// One step's line: its time and steptrace calls on the training thread (scopes, records, the step).
   /// `warm_up`: the start-up steps, whose one-off costs (first readings, CUDA on a new thread) would
   /// stay in the window for hundreds of steps, are not counted.
-  void step(double step_ms, uint64_t calls, bool warm_up = false) {
+  /// `measured_ms`: the training thread's own measured time in steptrace's work since the last step
+  /// (the stream markers' event records).
+  void step(double step_ms, uint64_t calls, bool warm_up = false, double measured_ms = 0) {
     if (warm_up) {
       pending_background_ms_ = 0;
       for (double& w : by_work_) w = 0;
@@ -75,22 +78,25 @@ class OverheadLedger {
     }
     if (!(step_ms > 0)) return;
     total_step_ms_ += step_ms;
-    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls)});
+    measured_ms = std::max(0.0, measured_ms);
+    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms});
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
     sum_.calls += static_cast<double>(calls);
+    sum_.measured_ms += measured_ms;
     pending_background_ms_ = 0;
     if (steps_.size() > kWindow) {
       sum_.step_ms -= steps_.front().step_ms;
       sum_.background_ms -= steps_.front().background_ms;
       sum_.calls -= steps_.front().calls;
+      sum_.measured_ms -= steps_.front().measured_ms;
       steps_.pop_front();
     }
   }
 
   std::optional<double> host_api_fraction() const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
-    return std::max(0.0, sum_.calls * ns_per_call_ * 1e-6 / sum_.step_ms);
+    return std::max(0.0, (sum_.calls * ns_per_call_ * 1e-6 + sum_.measured_ms) / sum_.step_ms);
   }
   std::optional<double> background_fraction() const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
@@ -104,7 +110,7 @@ class OverheadLedger {
 
  private:
   struct Entry {
-    double step_ms = 0, background_ms = 0, calls = 0;
+    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0;
   };
   double ns_per_call_;
   std::deque<Entry> steps_;

@@ -15,7 +15,9 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
   else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                  : "overhead_budget=0: every step is traced";
-  ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps);
+  const int64_t marked_ns = marker_ring().recorded_ns();  // the stream markers' records, as measured
+  ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
+               ns_to_ms(marked_ns - std::exchange(marked_ns_seen_, marked_ns)));
   if (!s_.attribution) {
     o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
                     "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
