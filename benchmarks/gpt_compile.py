@@ -45,6 +45,7 @@ MODES = {  # each block's start() settings; None: not started
     "full": {"trace_every": 1},
     "detach": {"untraced_cupti": "detach"},
     "keep": {"untraced_cupti": "keep"},
+    "nomarkers": {"stream_markers": False},
 }
 
 

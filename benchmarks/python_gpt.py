@@ -59,6 +59,7 @@ ALTERNATE = {  # --mode alternate: each block's start() settings (None: steptrac
     "default": {},
     "full": {"trace_every": 1},
     "full_nocounters": {"trace_every": 1, "counters": "off"},
+    "nomarkers": {"stream_markers": False},
 }
 MODE_ENV = {  # what each steptrace mode sets, and nothing else (STEPTRACE_LOG aside)
     "default": {},

@@ -15,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -196,6 +197,7 @@ PYBIND11_MODULE(_steptrace, m) {
     else s.push();
   });
   m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
+  m.def("set_marker_stream", [](std::uintptr_t stream) { steptrace::set_marker_stream(reinterpret_cast<void*>(stream)); });
   m.def("set_allocator_hook", [](py::object fn) {
     if (fn.is_none()) {
       steptrace::set_allocator_stats_hook(nullptr);

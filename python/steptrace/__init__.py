@@ -30,7 +30,7 @@ import threading
 from . import _steptrace
 
 __all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
-           "loader", "use_torch_memory", "settings"]
+           "set_marker_stream", "loader", "use_torch_memory", "settings"]
 
 BUILTIN_PHASES = ("input", "h2d", "forward", "backward", "optimizer", "nccl")
 settings = {name: {"variable": var, "accepted": rng, "doc": doc} for name, var, rng, doc in _steptrace.settings}
@@ -278,6 +278,16 @@ def set_step_tokens(tokens, samples=None):
 def capture_steps(n=1):
     """Writes the next n steps to begin as a trace (phase scopes, kernels, copies; Perfetto opens it)."""
     return _steptrace.capture_steps(int(n))
+
+
+def set_marker_stream(stream):
+    """Names the CUDA stream the step's work runs on, for the stream markers (docs/gpu.md): a
+    torch.cuda.Stream or a cudaStream_t as an int. Not needed for PyTorch's default stream. Call it
+    before the first step; the stream must outlive stop()."""
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+        raise TypeError("steptrace.set_marker_stream(stream): a torch.cuda.Stream or a cudaStream_t (int), not %r" % (stream,))
+    _steptrace.set_marker_stream(handle)
 
 
 def loader(iterable, tokens=None, samples=None):

@@ -206,6 +206,10 @@ class Session {
     if (thread_.joinable()) thread_.join();
     link_.reset();
     counters_on_ = worker_->counters_on();
+    if (const uint64_t marks = marker_ring().recorded())
+      logger()->info("stream markers: {} recorded, {:.2f} us each on the training thread, {} steps' left out",
+                     marks, static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(marks),
+                     marker_ring().steps_left_out());
     release_gpu();
     file_.close();
     if (prometheus_) {  // the textfile's last values (steptrace_up 0) were written by the background thread
