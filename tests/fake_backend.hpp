@@ -129,7 +129,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       ++opens;
       return {};
     }
-    bool record(uint32_t slot, int64_t* host_ns, const char**) override {
+    bool record(uint32_t slot, int64_t* host_ns, std::string*) override {
       std::lock_guard<std::mutex> lock(b_.mutex_);
       *host_ns = steptrace::monotonic_ns();
       gpu_[slot] = std::max(*host_ns, b_.stream_end_[b_.marker_stream]);

@@ -58,18 +58,22 @@ class CudaMarkers final : public MarkerEvents {
     return {};
   }
 
-  bool record(uint32_t slot, int64_t* host_ns, const char** why) override {
+  bool record(uint32_t slot, int64_t* host_ns, std::string* why) override {
     if (!opened_ || slot >= events_.size()) return *why = "markers not open", false;
     CUcontext current = nullptr;
     if (api_.ctx_get_current(&current) != CUDA_SUCCESS || current != ctx_)
       return *why = "the step's thread has another CUDA context current than the markers'", false;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (api_.stream_is_capturing(stream_, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE)
+    const CUresult captured = api_.stream_is_capturing(stream_, &status);
+    if (captured == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (captured == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE))
       return *why = "a CUDA graph capture was in progress", false;
+    if (captured != CUDA_SUCCESS) return *why = "cuStreamIsCapturing failed: CUresult " + std::to_string(captured), false;
     const int64_t now = monotonic_ns();
-    if (calibrated_ < 0 || now - calib_[calibrated_].host_ns.load(std::memory_order_relaxed) > kCalibrationPeriodNs) calibrate();
-    if (calibrated_ < 0) return *why = "the clock calibration event could not be recorded", false;
-    if (api_.event_record(events_[slot], stream_) != CUDA_SUCCESS) return *why = "cuEventRecord failed", false;
+    if (calibrated_ < 0 || now - calib_[calibrated_].host_ns.load(std::memory_order_relaxed) > kCalibrationPeriodNs)
+      calibrate(why);
+    if (calibrated_ < 0) return false;
+    if (const CUresult e = api_.event_record(events_[slot], stream_); e != CUDA_SUCCESS)
+      return *why = "cuEventRecord failed: CUresult " + std::to_string(e), false;
     *host_ns = now;
     slot_calib_[slot] = SlotCalib{calibrated_, calib_[calibrated_].generation.load(std::memory_order_relaxed)};
     return true;
@@ -172,12 +176,13 @@ class CudaMarkers final : public MarkerEvents {
   }
 
   /// An event on the private stream completes as soon as the GPU sees it: its GPU time is "now".
-  void calibrate() {
+  void calibrate(std::string* why) {
     const int next = (calibrated_ + 1) % kCalibrations;
     Calib& c = calib_[next];
     c.generation.fetch_add(1, std::memory_order_acq_rel);  // readers holding the old one drop it
     const int64_t before = monotonic_ns();
-    if (api_.event_record(c.event, calib_stream_) != CUDA_SUCCESS) {
+    if (const CUresult e = api_.event_record(c.event, calib_stream_); e != CUDA_SUCCESS) {
+      *why = "the clock calibration event could not be recorded: CUresult " + std::to_string(e);
       c.generation.fetch_add(1, std::memory_order_release);
       calibrated_ = -1;
       return;

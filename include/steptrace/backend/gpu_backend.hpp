@@ -46,7 +46,7 @@ class MarkerEvents {
   /// 0: the legacy default stream). "" or why not.
   virtual std::string open(uint32_t slots, std::uintptr_t stream) = 0;
   /// Step's thread: event `slot` recorded now (`host_ns`: when); false with `why` when it was not.
-  virtual bool record(uint32_t slot, int64_t* host_ns, const char** why) = 0;
+  virtual bool record(uint32_t slot, int64_t* host_ns, std::string* why) = 0;
   enum class Read { pending, done, failed };
   /// Background thread: when the GPU reached `slot`, on the host clock (monotonic_ns()).
   virtual Read read(uint32_t slot, int64_t* gpu_ns) = 0;
