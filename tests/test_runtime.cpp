@@ -901,3 +901,26 @@ TEST_CASE("stream markers: a backend without them, or stream_markers=false, give
     CHECK(run.gpu->fake_markers.records == 0);
   }
 }
+
+TEST_CASE("stream markers: a stream the program names is marked from the first step", "[runtime][markers]") {
+  const auto log = fresh_log("runtime_markers_named");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->with_markers = backend->untraced_work_runs = true;
+  backend->marker_stream = 9;
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  steptrace::set_marker_stream(reinterpret_cast<void*>(0x9));
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 6; ++i) marked_step(*run.gpu, 500, 0, 9);
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 6);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    REQUIRE(l["gpu_markers"].is_object());  // no traced step needed to arm them
+    CHECK(l["gpu_markers"]["points"] == 6);
+  }
+  CHECK(lines[0]["gpu_markers"]["agrees_with_records"] == true);
+  CHECK(lines[1]["diagnosis"]["basis"] == "markers");  // believed from traced step 0's agreement on
+}

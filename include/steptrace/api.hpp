@@ -49,7 +49,8 @@ STEPTRACE_API void set_allocator_stats_hook(std::function<AllocatorStats()> hook
 
 /// Names the CUDA stream (a cudaStream_t) the program runs its step's work on, for the stream markers
 /// (stream_markers): without it they go on the legacy default stream, and only while traced steps show
-/// the work there. Call it before the first step; the stream must outlive steptrace::stop().
+/// the work there. Call it before the run's first step (before or after start()); the stream must
+/// outlive steptrace::stop(), which forgets it (a next run is told again).
 STEPTRACE_API void set_marker_stream(void* stream) noexcept;
 
 /// Registers a custom phase name (see is_valid_phase_name) and returns its id; a bad name is

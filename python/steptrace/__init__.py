@@ -283,7 +283,7 @@ def capture_steps(n=1):
 def set_marker_stream(stream):
     """Names the CUDA stream the step's work runs on, for the stream markers (docs/gpu.md): a
     torch.cuda.Stream or a cudaStream_t as an int. Not needed for PyTorch's default stream. Call it
-    before the first step; the stream must outlive stop()."""
+    before the run's first step; the stream must outlive stop(), which forgets it."""
     handle = getattr(stream, "cuda_stream", stream)
     if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
         raise TypeError("steptrace.set_marker_stream(stream): a torch.cuda.Stream or a cudaStream_t (int), not %r" % (stream,))

@@ -282,6 +282,7 @@ int markers_named(const char* log, const char* truth_path, int sms, long long ms
 int markers_capture(const char* log, const char* truth_path, int sms, long long ms, int* sink) {
   cudaStream_t cap;
   CHECK_CUDA(cudaStreamCreate(&cap));  // blocking: the legacy stream waits for it, and cannot be used while it captures
+  steptrace::set_marker_stream(nullptr);  // the legacy stream, named: marked from the first step
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;

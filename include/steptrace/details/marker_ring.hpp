@@ -4,10 +4,12 @@
 // wait. One producer, one consumer, a fixed number of slots: a mark that finds no free slot is not
 // recorded (the step's markers are then left out, counted).
 //
-// Off until armed: the background thread arms the markers once a traced step shows the step's GPU
-// work on the marker stream (the legacy default stream, unless the program named one): an event on
-// the legacy stream waits for every blocking stream, so marking it in a program that runs its work on
-// other streams would add dependencies its streams do not have.
+// Off until armed. A stream the program named is marked from the start (an event on the program's own
+// stream adds no dependency). The legacy default stream is marked once a traced step's line shows the
+// step's GPU work there (the background thread arms it; at the start of a run that line can come some
+// tens of steps later, when CUPTI hands over its first records): an event on the legacy stream waits
+// for every blocking stream, so marking it in a program that runs its work on other streams would add
+// dependencies its streams do not have.
 #pragma once
 #include "../version.hpp"
 #include <atomic>
@@ -43,8 +45,11 @@ class MarkerRing {
     skipped_in_step_ = 0;
     recorded_ns_.store(0, std::memory_order_relaxed);
     recorded_.store(0, std::memory_order_relaxed);
+    failed_.store(0, std::memory_order_relaxed);
     steps_left_out_ = 0;
+    first_marked_.store(-1, std::memory_order_relaxed);
     why_off_ = events ? "no traced step has shown where the program's GPU work runs yet" : why_none;
+    armed_.store(events && named_.load(std::memory_order_relaxed), std::memory_order_release);
   }
   /// stop(): off, the last mark finished, the events released.
   void detach() {
@@ -52,12 +57,16 @@ class MarkerRing {
     while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();  // one event record at most
     if (events_) events_->close();
     events_ = nullptr;
+    // The program may destroy its stream once steptrace stopped: a next run is told again.
+    named_.store(false, std::memory_order_relaxed);
+    stream_.store(0, std::memory_order_relaxed);
   }
   /// Before the markers are set up: the program's stream (0: the legacy default stream). false: too late.
   bool name_stream(std::uintptr_t stream) {
     if (opened_.load(std::memory_order_acquire)) return false;
     stream_.store(stream, std::memory_order_relaxed);
     named_.store(true, std::memory_order_release);
+    if (events_) armed_.store(true, std::memory_order_release);  // running: marked from the next step
     return true;
   }
   bool stream_named() const { return named_.load(std::memory_order_relaxed); }
@@ -87,6 +96,9 @@ class MarkerRing {
   /// Time the step's thread spent marking, and marks made, since start.
   int64_t recorded_ns() const { return recorded_ns_.load(std::memory_order_relaxed); }
   uint64_t recorded() const { return recorded_.load(std::memory_order_relaxed); }
+  uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
+  /// The first step a marker was recorded in since start (-1: none yet).
+  int64_t first_marked_step() const { return first_marked_.load(std::memory_order_acquire); }
   uint64_t steps_left_out() const { return steps_left_out_; }
 
   enum class Collect { none, pending, ready, left_out };
@@ -170,14 +182,14 @@ class MarkerRing {
         if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
       } else if (!events_->record(static_cast<uint32_t>(h % kSlots), &host_ns, &why)) {
         if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
-        // A capture is expected and said in the step's line; anything else once in the log.
-        if (why.find("capture") == std::string::npos)
-          warn_once("markers.record", "stream markers: a marker was not recorded: " + why + " (said once; the steps "
-                                      "concerned have no markers)");
+        failed_.fetch_add(1, std::memory_order_relaxed);
+        warn_once("markers.record." + why.substr(0, 24), "stream markers: a marker was not recorded: " + why +
+                                                             " (said once; the steps concerned have no markers)");
       } else {
         Entry& e = entries_[h % kSlots];
         e.step = step, e.host_ns = host_ns, e.phase = phase, e.kind = kind;
         e.skipped = kind == MarkerKind::step_end ? skipped_in_step_ : 0;
+        if (first_marked_.load(std::memory_order_relaxed) < 0) first_marked_.store(static_cast<int64_t>(step), std::memory_order_release);
         head_.store(h + 1, std::memory_order_release);
         recorded_.fetch_add(1, std::memory_order_relaxed);
       }
@@ -199,7 +211,8 @@ class MarkerRing {
   Entry entries_[kSlots];
   std::atomic<uint64_t> head_{0}, tail_{0};
   std::atomic<int64_t> recorded_ns_{0};
-  std::atomic<uint64_t> recorded_{0};
+  std::atomic<uint64_t> recorded_{0}, failed_{0};
+  std::atomic<int64_t> first_marked_{-1};
   uint64_t steps_left_out_ = 0;  // background thread
   mutable std::mutex why_mutex_;
   std::string why_off_;

@@ -206,9 +206,10 @@ class Session {
     if (thread_.joinable()) thread_.join();
     link_.reset();
     counters_on_ = worker_->counters_on();
-    if (const uint64_t marks = marker_ring().recorded())
-      logger()->info("stream markers: {} recorded, {:.2f} us each on the training thread, {} steps' left out",
-                     marks, static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(marks),
+    if (const uint64_t marks = marker_ring().recorded(), failed = marker_ring().failed(); marks + failed)
+      logger()->info("stream markers: {} recorded ({:.2f} us each on the training thread, trying included), {} not "
+                     "recorded, {} steps' left out", marks,
+                     static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(marks + failed), failed,
                      marker_ring().steps_left_out());
     release_gpu();
     file_.close();

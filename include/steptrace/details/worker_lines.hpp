@@ -98,9 +98,14 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
         t.why = "the GPU had not reached the step's last marker when its line was due (max_lag_steps, max_lag_ms)";
         break;
       }
-      case MarkerRing::Collect::none:
-        t.why = ring.armed() ? "no marker was recorded in this step" : ring.why_off();
+      case MarkerRing::Collect::none: {
+        const int64_t first = ring.first_marked_step();
+        t.why = !ring.armed() ? ring.why_off()
+                : first < 0 || static_cast<int64_t>(r.index) < first
+                    ? "the stream markers were armed after this step ran (by the first traced step's line)"
+                    : "no marker was recorded in this step";
         break;
+      }
       case MarkerRing::Collect::ready:
         t.markers = summarize_markers(points, r.begin_ns, r.own_end_ns(), &t.why);
         if (!t.markers) warn_once("markers.check", "step " + std::to_string(r.index) + ": stream markers left out: " + t.why + " (said once)");
@@ -119,6 +124,7 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
   int64_t total = 0;
   for (const auto& [stream, busy] : gpu.stream_busy_ns) total += busy;
   if (total <= 0) return;  // no GPU work: nothing learned
+  if (ring.stream_named()) return;  // armed from the start: the program's own stream
   const int64_t id = ring.stream_id();
   if (id < 0) {
     ring.arm(false, "the marker stream's id in the GPU records is not known (CUPTI did not give it)");
@@ -126,7 +132,7 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
   }
   auto it = gpu.stream_busy_ns.find(static_cast<uint32_t>(id));
   const double share = it == gpu.stream_busy_ns.end() ? 0.0 : static_cast<double>(it->second) / static_cast<double>(total);
-  if (ring.stream_named() || share >= 0.9) {
+  if (share >= 0.9) {
     ring.arm(true, {});
     return;
   }
