@@ -321,17 +321,21 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
       ++untraced;
       CHECK(l["counters"].is_null());
       CHECK(std::string(l["null_reasons"]["counters"]).find("traced steps only") != std::string::npos);
-      // The GPU-bound step's own markers decide (the kernels run on the legacy default stream); the
-      // carried view where they cannot yet (before the first traced step's markers agreed).
+      // The carried view decides: the step's own markers see only a lower bound of its GPU time (below).
       if (l["diagnosis"]["basis"] == "carried" || l["diagnosis"]["basis"] == "markers") {
         ++carried;
         CHECK(l["diagnosis"]["label"] == "COMPUTE-BOUND");
         CHECK(l["diagnosis"]["carried_from_step"].is_number());
       }
       if (believed) {  // after a traced step whose markers agreed with its records
-        CHECK(l["diagnosis"]["basis"] == "markers");
         REQUIRE(l["gpu_markers"].is_object());
-        CHECK(double(l["gpu_markers"]["pending_share"]) > 0.9);
+        // A lower bound: the 3 ms forward is seen pending (the host ran ahead of it); the 2 ms backward
+        // ran while the host waited in cudaDeviceSynchronize inside the backward scope, where no
+        // marker is recorded. So about 60 %, below the 70 % at which markers decide: carried.
+        const double pending = l["gpu_markers"]["pending_share"];
+        CHECK(pending > 0.5);
+        CHECK(pending < 0.7);
+        CHECK(l["diagnosis"]["basis"] == "carried");
         untraced_forward_span.push_back(double(l["gpu_markers"]["phases"]["forward"]["span_ms"]));
       }
     }
