@@ -7,7 +7,8 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 export PATH=/usr/local/cuda/bin:$PATH
 
 DEBIAN_PACKAGES=(cmake g++ catch2 libspdlog-dev nlohmann-json3-dev prometheus prometheus-node-exporter python3 sqlite3
-                 chromium python3-dev python3-venv python3-pip python3-setuptools pybind11-dev python3-pybind11)
+                 chromium python3-dev python3-venv python3-pip python3-setuptools pybind11-dev python3-pybind11
+                 python3-torch)  # CPU-only torch 1.13: python/tests/test_watch.py
 
 install_dependencies() {
   # A bundle made by ../shared/tools/bundle-deps (machines without package access) wins.

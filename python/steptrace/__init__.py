@@ -30,7 +30,7 @@ import threading
 from . import _steptrace
 
 __all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
-           "set_marker_stream", "loader", "use_torch_memory", "settings"]
+           "set_marker_stream", "loader", "watch", "unwatch", "use_torch_memory", "settings"]
 
 BUILTIN_PHASES = ("input", "h2d", "forward", "backward", "optimizer", "nccl")
 settings = {name: {"variable": var, "accepted": rng, "doc": doc} for name, var, rng, doc in _steptrace.settings}
@@ -362,3 +362,6 @@ def use_torch_memory(device=None):
 
     _steptrace.set_allocator_hook(hook)
     return True
+
+
+from .watch import watch, unwatch  # noqa: E402  (imports torch only when called)

@@ -1,0 +1,270 @@
+"""steptrace.watch: the phases of a PyTorch training loop from hooks, without a scope in the loop.
+
+    train_loader = steptrace.watch(model, optimizer, train_loader)
+
+- the step ends when ``optimizer.step()`` returns, and begins with the next training work (the wait for
+  a batch, a forward in training mode with gradients on, a backward): gradient accumulation (several
+  forward and backward passes per step) is one step, and an evaluation between steps (``model.eval()``
+  or ``torch.no_grad()``) is in no step (the next line's ``between_steps``);
+- ``input``: the wait for the next batch of the loader handed in (the returned iterable);
+- ``forward``: the outermost module's forward (hooks on the module as given: the DDP or FSDP wrapper, or
+  the compiled module), training forwards only;
+- ``backward``: each ``Tensor.backward()`` / ``torch.autograd.backward()`` call, on the calling thread
+  (the kernels autograd launches from its own threads go to the phase open on this one);
+- ``optimizer``: ``optimizer.step()`` (its step hooks where torch has them, else a wrapper of the method).
+
+A step whose ``optimizer.step()`` never ran (a GradScaler that found inf and skipped it) ends at the
+next ``optimizer.zero_grad()`` after a backward. Manual phases (``steptrace.phase``) still work and nest
+inside these. A loop that opens its own steps (``steptrace.step``, ``steptrace.loader``) keeps them:
+watch then adds phases only. Nothing here is traced by torch.compile: each hook returns at once while
+dynamo traces (``torch.compiler.is_compiling()``), so a hook inside a compiled region adds no graph break
+(and no phase). ``steptrace.unwatch()`` removes every hook."""
+import threading
+
+from . import _steptrace
+
+_PHASE_IDS = {"input": 0, "forward": 2, "backward": 3, "optimizer": 4}  # core/phase.hpp's built-in ids
+
+
+class _State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.handles = []        # hook handles to remove
+        self.restore = []        # (object, attribute, original) to put back
+        self.step_open = False   # a step opened by watch and not yet closed
+        self.backward_seen = False
+        self.thread = None       # the thread the step was opened on
+        self.tokens = None       # number or callable(batch)
+        self.samples = None
+        self.step_tokens = 0.0   # the open step's batches' tokens so far (tokens callable)
+        self.step_samples = None
+        self.active = False
+
+
+_state = _State()
+
+
+def _is_compiling(torch):
+    compiler = getattr(torch, "compiler", None)
+    fn = getattr(compiler, "is_compiling", None)
+    if fn is None:
+        dynamo = getattr(torch, "_dynamo", None)
+        fn = getattr(dynamo, "is_compiling", None) if dynamo is not None else None
+    return fn() if fn is not None else False
+
+
+def _user_step_open():
+    from . import _step_state, _loader_step
+    return getattr(_step_state, "current", None) is not None or getattr(_loader_step, "open", False)
+
+
+def _open_step():
+    """The step watch keeps: opened by the first training work after the previous one closed."""
+    s = _state
+    if s.step_open or not _steptrace.is_running() or _user_step_open():
+        return
+    tokens = None if callable(s.tokens) else s.tokens
+    samples = None if callable(s.samples) else s.samples
+    _steptrace.step_enter(tokens, samples)
+    s.step_open = True
+    s.backward_seen = False
+    s.step_tokens, s.step_samples = 0.0, None
+    s.thread = threading.get_ident()
+
+
+def _close_step():
+    s = _state
+    if not s.step_open:
+        return
+    s.step_open = False
+    if not _steptrace.is_running():
+        return  # stopped meanwhile: stop() closed it
+    if s.thread != threading.get_ident():
+        _steptrace.warn_once("watch.thread", "steptrace.watch: the optimizer step ran on another thread than the step's "
+                                             "first work; the step is closed there")
+    from . import _end_step
+    _end_step()
+
+
+class _Loader:
+    """The loader handed to watch(), iterated with each wait for a batch as the `input` phase."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __getattr__(self, name):  # sampler, dataset, batch_size ... as the loader has them
+        return getattr(self._loader, name)
+
+    def __iter__(self):
+        it = iter(self._loader)
+        while True:
+            if not _state.active:
+                yield from it  # unwatched meanwhile
+                return
+            _open_step()
+            _steptrace.phase_enter(_PHASE_IDS["input"])
+            try:
+                batch = next(it)
+            except StopIteration:
+                _steptrace.phase_exit()
+                if _state.step_open and not _state.backward_seen:
+                    # The wait that finds the loader exhausted: no batch, no work (as steptrace.loader()).
+                    _steptrace.set_step_tokens(0.0, 0.0)
+                return
+            except BaseException:
+                _steptrace.phase_exit()
+                raise
+            _steptrace.phase_exit()
+            s = _state
+            if s.step_open and callable(s.tokens):
+                # A step of several micro-batches holds all their tokens (and samples).
+                from . import _number
+                s.step_tokens += _number("tokens", s.tokens(batch))
+                if callable(s.samples):
+                    s.step_samples = (s.step_samples or 0.0) + _number("samples", s.samples(batch))
+                _steptrace.set_step_tokens(s.step_tokens, s.step_samples)
+            yield batch
+
+
+def watch(model, optimizer, loader=None, tokens=None, samples=None):
+    """Derives the step and its phases from hooks on `model` (the outermost module: DDP, FSDP or the
+    compiled one), `optimizer` and, when given, `loader` (then returned, wrapped: iterate the returned
+    object). tokens/samples: per step a number, or a function of a batch (with a loader: a step's batches'
+    counts are summed). samples needs tokens. Returns the
+    wrapped loader, or None without one. A second call replaces the first's hooks."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"steptrace.watch(model, ...): a torch.nn.Module is wanted, got {type(model).__name__}")
+    if not callable(getattr(optimizer, "step", None)):
+        raise TypeError(f"steptrace.watch(..., optimizer): an optimizer with step() is wanted, got {type(optimizer).__name__}")
+    from . import _number
+    if samples is not None and tokens is None:
+        raise ValueError("steptrace.watch(samples=...): give tokens too")
+    if callable(samples) != callable(tokens) and samples is not None:
+        raise TypeError("steptrace.watch(tokens=, samples=): both numbers or both functions of the batch")
+    for what, v in (("tokens", tokens), ("samples", samples)):
+        if v is not None and not callable(v):
+            _number(what, v)
+    unwatch()
+    s = _state
+    s.tokens, s.samples = tokens, samples
+    forward_id, backward_id, optimizer_id = _PHASE_IDS["forward"], _PHASE_IDS["backward"], _PHASE_IDS["optimizer"]
+    depth = threading.local()  # forward re-entered (a module called inside itself): one phase
+
+    def forward_pre(module, args):
+        if _is_compiling(torch) or not (module.training and torch.is_grad_enabled()):
+            return None
+        n = getattr(depth, "n", 0)
+        depth.n = n + 1
+        if n == 0:
+            _open_step()
+            _steptrace.phase_enter(forward_id)
+        return None
+
+    def forward_post(module, args, output):
+        if _is_compiling(torch) or not (module.training and torch.is_grad_enabled()):
+            return None
+        n = getattr(depth, "n", 0)
+        if n <= 0:
+            return None
+        depth.n = n - 1
+        if n == 1:
+            _steptrace.phase_exit()
+        return None
+
+    s.handles.append(model.register_forward_pre_hook(forward_pre))
+    s.handles.append(model.register_forward_hook(forward_post))
+
+    inside = threading.local()  # Tensor.backward calls torch.autograd.backward: one phase
+
+    def wrap_backward(original):
+        def backward(*args, **kwargs):
+            if not _state.active or getattr(inside, "on", False) or _is_compiling(torch):
+                return original(*args, **kwargs)
+            _open_step()
+            _state.backward_seen = True
+            inside.on = True
+            _steptrace.phase_enter(backward_id)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                _steptrace.phase_exit()
+                inside.on = False
+        backward.__wrapped__ = original
+        backward.__doc__ = original.__doc__
+        return backward
+
+    for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward")):
+        original = getattr(owner, name)
+        setattr(owner, name, wrap_backward(original))
+        s.restore.append((owner, name, original))
+
+    def step_pre(*_):
+        if not _state.active:
+            return None
+        _open_step()
+        _steptrace.phase_enter(optimizer_id)
+        return None
+
+    def step_post(*_):
+        if not _state.active:
+            return None
+        _steptrace.phase_exit()
+        _close_step()
+        return None
+
+    def zero_grad_pre(*_):
+        # A step whose optimizer step was skipped (GradScaler found inf): it ends here.
+        if _state.active and _state.step_open and _state.backward_seen:
+            _close_step()
+
+    if hasattr(optimizer, "register_step_pre_hook"):  # torch >= 2.0
+        s.handles.append(optimizer.register_step_pre_hook(step_pre))
+        s.handles.append(optimizer.register_step_post_hook(step_post))
+    else:
+        original_step = optimizer.step
+
+        def step(*args, **kwargs):
+            step_pre()
+            try:
+                return original_step(*args, **kwargs)
+            finally:
+                step_post()
+        optimizer.step = step
+        s.restore.append((optimizer, "step", None))  # the instance attribute goes; the class method shows again
+    original_zero = optimizer.zero_grad
+
+    def zero_grad(*args, **kwargs):
+        zero_grad_pre()
+        return original_zero(*args, **kwargs)
+    optimizer.zero_grad = zero_grad
+    s.restore.append((optimizer, "zero_grad", None))
+    s.active = True
+    return _Loader(loader) if loader is not None else None
+
+
+def unwatch():
+    """Removes watch()'s hooks; a step it opened is closed."""
+    s = _state
+    s.active = False
+    for h in s.handles:
+        h.remove()
+    s.handles.clear()
+    for owner, name, original in reversed(s.restore):
+        if original is None:
+            try:
+                delattr(owner, name)
+            except AttributeError:
+                pass
+        else:
+            setattr(owner, name, original)
+    s.restore.clear()
+    if s.step_open:
+        try:
+            _close_step()
+        except Exception:
+            s.step_open = False

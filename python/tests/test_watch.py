@@ -1,0 +1,216 @@
+"""steptrace.watch on the CPU with a real torch (Debian's python3-torch 1.13 on the CI machine; any later
+one too): run directly (`python tests/test_watch.py`), every test_* function in a fresh log directory.
+Without torch it says so and passes nothing off as tested (exit 0 with "skipped" on stdout).
+
+What 1.13 covers: the forward hooks, the backward wrapper, the optimizer-step wrapper (1.13 has no
+optimizer step hooks: the method is wrapped), the loader, gradient accumulation, an evaluation between
+steps, a step skipped by a GradScaler-like loop, unwatch. What it cannot: the step hooks of torch >= 2.0,
+torch.compile's graph-break counters, DDP/FSDP on GPUs (python/tests/test_torch_gpu.py on the device)."""
+import json
+import os
+import sys
+import tempfile
+
+import steptrace
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def step_lines(path):
+    return [j for j in map(json.loads, open(path)) if "global_step" in j]
+
+
+def fresh(name):
+    return os.path.join(tempfile.mkdtemp(prefix="steptrace-watch-"), name + ".jsonl")
+
+
+def model_and_data(batches=6):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(batches)]
+    return model, opt, data
+
+
+def train(model, opt, loader, accumulate, evaluate_every=0):
+    """A loop shaped like our users': gradient accumulation, an evaluation between steps, no scope."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    micro, steps = 0, 0
+    for x, y in loader:
+        loss = loss_fn(model(x), y) / accumulate
+        loss.backward()
+        micro += 1
+        if micro % accumulate:
+            continue
+        opt.step()
+        opt.zero_grad()
+        steps += 1
+        if evaluate_every and steps % evaluate_every == 0:
+            model.eval()
+            with torch.no_grad():
+                model(x)
+            model.train()
+    return steps
+
+
+def train_by_hand(model, opt, data, accumulate):
+    """The same loop instrumented by hand: one steptrace.step per optimizer step, a phase per part."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    ph = steptrace.phase
+    it = iter(data)
+    for _ in range(len(data) // accumulate):
+        with steptrace.step():
+            for _ in range(accumulate):
+                with ph("input"):
+                    x, y = next(it)
+                with ph("forward"):
+                    loss = loss_fn(model(x), y) / accumulate
+                with ph("backward"):
+                    loss.backward()
+            with ph("optimizer"):
+                opt.step()
+            opt.zero_grad()
+
+
+def test_phases_from_hooks_with_accumulation_and_evaluation():
+    log = fresh("watch")
+    model, opt, data = model_and_data(8)
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    loader = steptrace.watch(model, opt, data, tokens=lambda b: float(b[0].shape[0] * 16))
+    steps = train(model, opt, loader, accumulate=2, evaluate_every=2)
+    steptrace.stop()
+    steptrace.unwatch()
+    lines = step_lines(log)
+    assert steps == 4
+    # Each optimizer step ends a step; the wait that found the loader exhausted is one more (0 tokens).
+    assert len(lines) == steps + 1, [l["phases"].keys() for l in lines]
+    for l in lines[:-1]:
+        p = l["phases"]
+        assert p["input"]["count"] == 2, p           # two micro-batches, one wait each
+        assert p["forward"]["count"] == 2, p
+        assert p["backward"]["count"] == 2, p
+        assert p["optimizer"]["count"] == 1, p
+        assert l["tokens"] == 2 * 8 * 16, l["tokens"]  # both micro-batches' tokens
+    last = lines[-1]
+    assert set(last["phases"]) == {"input"} and last["tokens"] == 0
+    # The evaluations after steps 1 and 3 ran between steps: in no step's forward.
+    assert lines[2]["between_steps"]["host_ms"] > 0
+
+
+def test_same_steps_and_phases_as_by_hand():
+    counts = {}
+    for manual in (False, True):
+        log = fresh("manual" if manual else "watched")
+        model, opt, data = model_and_data(6)
+        assert steptrace.start(log_path=log, summary=False, gpu="off")
+        if manual:
+            train_by_hand(model, opt, data, accumulate=3)
+        else:
+            train(model, opt, steptrace.watch(model, opt, data), accumulate=3)
+        steptrace.stop()
+        steptrace.unwatch()
+        counts[manual] = [{k: v["count"] for k, v in l["phases"].items()} for l in step_lines(log)]
+    # The same steps with the same phases; watch's one more line is the wait that found the loader exhausted.
+    assert len(counts[True]) == 2 and counts[False][:2] == counts[True], counts
+    assert counts[False][2:] == [{"input": 1}], counts
+
+
+def test_a_skipped_optimizer_step_ends_at_zero_grad():
+    log = fresh("skipped")
+    model, opt, data = model_and_data(4)
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    steptrace.watch(model, opt)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(data):
+        loss_fn(model(x), y).backward()
+        if i != 1:  # step 1's optimizer step skipped, as a GradScaler does on inf
+            opt.step()
+        opt.zero_grad()
+    steptrace.stop()
+    steptrace.unwatch()
+    lines = step_lines(log)
+    assert len(lines) == 4, len(lines)
+    assert "optimizer" not in lines[1]["phases"] and lines[1]["phases"]["backward"]["count"] == 1
+
+
+def test_manual_phases_nest_and_user_steps_are_kept():
+    log = fresh("nested")
+    model, opt, data = model_and_data(3)
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    steptrace.watch(model, opt)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for x, y in data:
+        with steptrace.step():  # the program's own steps: watch adds phases only
+            with steptrace.phase("attention"):
+                out = model(x)
+            loss_fn(out, y).backward()
+            opt.step()
+            opt.zero_grad()
+    steptrace.stop()
+    steptrace.unwatch()
+    lines = step_lines(log)
+    assert len(lines) == 3
+    for l in lines:
+        assert {"attention", "forward", "backward", "optimizer"} <= set(l["phases"]), l["phases"].keys()
+
+
+def test_unwatch_removes_everything():
+    model, opt, data = model_and_data(2)
+    backward, autograd_backward = torch.Tensor.backward, torch.autograd.backward
+    steptrace.watch(model, opt)
+    assert torch.Tensor.backward is not backward
+    steptrace.unwatch()
+    assert torch.Tensor.backward is backward and torch.autograd.backward is autograd_backward
+    assert not model._forward_pre_hooks and not model._forward_hooks
+    assert "step" not in vars(opt) and "zero_grad" not in vars(opt)
+    log = fresh("after")
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    x, y = data[0]
+    torch.nn.CrossEntropyLoss()(model(x), y).backward()
+    opt.step()
+    steptrace.stop()
+    assert step_lines(log) == []  # nothing opened a step
+
+
+def test_bad_arguments():
+    model, opt, _ = model_and_data(1)
+    for args, exc in (((object(), opt), TypeError), ((model, object()), TypeError)):
+        try:
+            steptrace.watch(*args)
+        except exc:
+            pass
+        else:
+            raise AssertionError(f"watch{args} did not raise {exc.__name__}")
+    try:
+        steptrace.watch(model, opt, tokens=-1)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("tokens=-1 accepted")
+
+
+def main():
+    if torch is None:
+        print("test_watch: skipped: torch cannot be imported here (Debian: apt-get install python3-torch)")
+        return 0
+    failed = 0
+    for name, fn in sorted((n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)):
+        try:
+            fn()
+            print(f"ok   {name}")
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+        finally:
+            steptrace.unwatch()
+            if steptrace.is_running():
+                steptrace.stop()
+    print(f"test_watch: {failed} failed (torch {torch.__version__})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
