@@ -3,8 +3,9 @@
 # --system-site-packages V && V/bin/pip install --no-build-isolation ./python` (the interpreter's
 # setuptools, wheel, pybind11 and torch visible), then the tests with that interpreter. With cpu, also
 # the check that a build missing a tool names it at pip's metadata step (a plain venv without `wheel`).
-#   scripts/python_check.sh BUILD_DIR cpu    python/tests/test_steptrace.py, test_watch.py (CTest python_cpu;
-#                                            test_watch needs torch: Debian's CPU-only python3-torch)
+#   scripts/python_check.sh BUILD_DIR cpu    python/tests/test_steptrace.py, test_watch.py, test_cross_rank.py
+#                                            (CTest python_cpu; the last two need torch: Debian's CPU-only
+#                                            python3-torch, gloo for the two ranks of test_cross_rank)
 #   scripts/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py (CTest python_gpu; torch, a GPU)
 # PYTHON picks the interpreter (default: python3 on PATH). Where pip cannot build (no setuptools, as on
 # a bare torch venv), the extension is built with CMake alone and put on PYTHONPATH; the output says which.
@@ -89,7 +90,8 @@ if [[ $what == cpu ]]; then
 fi
 cd "$build"
 case $what in
-  cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" && "${run[@]}" "$ROOT/python/tests/test_watch.py" ;;
+  cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" && "${run[@]}" "$ROOT/python/tests/test_watch.py" &&
+       "${run[@]}" "$ROOT/python/tests/test_cross_rank.py" ;;
   gpu) "${run[@]}" "$ROOT/python/tests/test_torch_gpu.py" "$build" ;;
   *) echo "usage: scripts/python_check.sh BUILD_DIR cpu|gpu" >&2; exit 2 ;;
 esac

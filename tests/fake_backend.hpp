@@ -124,13 +124,18 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   class Markers final : public steptrace::backend::MarkerEvents {
    public:
     explicit Markers(FakeBackend& b) : b_(b) {}
-    std::string open(uint32_t slots, std::uintptr_t) override {
+    std::string open(uint32_t slots, std::uintptr_t, bool*) override {
       gpu_.assign(slots, 0);
       ++opens;
       return {};
     }
-    bool record(uint32_t slot, int64_t* host_ns, std::string*) override {
+    bool record(uint32_t slot, bool, int64_t* host_ns, std::string* why) override {
       std::lock_guard<std::mutex> lock(b_.mutex_);
+      const int n = calls_++;
+      if (n >= refuse_from_record && n < refuse_from_record + refuse_count) {
+        *why = "a CUDA graph capture was in progress";  // as the real one says
+        return false;
+      }
       *host_ns = steptrace::monotonic_ns();
       gpu_[slot] = std::max(*host_ns, b_.stream_end_[b_.marker_stream]);
       ++records;
@@ -145,10 +150,12 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return b_.marker_stream; }
     void close() override { ++closes; }
     std::atomic<int> opens{0}, closes{0}, records{0};
+    int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail
 
    private:
     FakeBackend& b_;
     std::vector<int64_t> gpu_;
+    int calls_ = 0;
   };
   Markers fake_markers{*this};
 

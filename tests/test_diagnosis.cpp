@@ -283,7 +283,7 @@ TEST_CASE("an untraced step's own markers decide when the GPU held it back, neve
   REQUIRE(d);
   CHECK(d->label == Bottleneck::compute_bound);
   CHECK(!d->carried_from_step);
-  // A traced step's exposed NCCL time, over this step's: 6 ms of a 20 ms step in a 25 ms one is 24 %.
+  // A traced step's exposed NCCL share, as carried (its milliseconds are lengthened by tracing).
   view.shares.comm_exposed = 0.3;
   d = diagnose_by_markers(host, 0.9, 12, 25, view, 16);
   REQUIRE(d);

@@ -11,8 +11,11 @@
 #include <steptrace/core/overhead_parts.hpp>
 #include <steptrace/details/log.hpp>
 #include <steptrace/details/reading_pace.hpp>
+#include <steptrace/exchange.hpp>
 
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <cstdint>
@@ -142,6 +145,63 @@ std::shared_ptr<py::object> keep_callable(py::object fn) {
   });
 }
 
+/// The gathered summaries the Python side hands back (steptrace/cross_rank.py), in the order posted.
+struct CrossRankInbox {
+  std::mutex mutex;
+  std::deque<std::vector<float>> gathered;
+};
+std::shared_ptr<CrossRankInbox>& current_inbox() {
+  static auto* inbox = new std::shared_ptr<CrossRankInbox>();  // never destroyed: read at any exit
+  return *inbox;
+}
+
+/// The cross-rank exchange over torch.distributed: post() hands each rank's summary to a Python function
+/// that starts an asynchronous all_gather on a gloo group (CPU tensors: never the program's GPU
+/// stream); the Python side hands what was gathered back through cross_rank_deliver(), on the training
+/// thread at step boundaries; poll() (the background thread) reads that, never touching Python.
+class PyTorchExchange final : public steptrace::CrossRankExchange {
+ public:
+  PyTorchExchange(int rank, int world, std::shared_ptr<py::object> post, std::shared_ptr<py::object> agree,
+                  std::shared_ptr<CrossRankInbox> inbox)
+      : rank_(rank), world_(world), post_(std::move(post)), agree_(std::move(agree)), inbox_(std::move(inbox)) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string post(const std::vector<float>& summary) override {
+    if (!Py_IsInitialized()) return "the Python interpreter is gone";
+    py::gil_scoped_acquire gil;
+    try {
+      (*post_)(summary);
+      return {};
+    } catch (py::error_already_set& e) {
+      return std::string("torch.distributed all_gather: ") + e.what();
+    }
+  }
+  bool poll(std::vector<float>& out) override {
+    std::lock_guard<std::mutex> lock(inbox_->mutex);
+    if (inbox_->gathered.empty()) return false;
+    out = std::move(inbox_->gathered.front());
+    inbox_->gathered.pop_front();
+    return true;
+  }
+  std::string agree_run_id(const std::string& mine, std::string& agreed) override {
+    if (!Py_IsInitialized()) return "the Python interpreter is gone";
+    py::gil_scoped_acquire gil;
+    try {
+      agreed = (*agree_)(mine).cast<std::string>();
+      return {};
+    } catch (py::error_already_set& e) {
+      return std::string("torch.distributed broadcast: ") + e.what();
+    } catch (const py::cast_error& e) {
+      return std::string("torch.distributed broadcast: ") + e.what();
+    }
+  }
+
+ private:
+  int rank_, world_;
+  std::shared_ptr<py::object> post_, agree_;
+  std::shared_ptr<CrossRankInbox> inbox_;
+};
+
 std::optional<int64_t> int_field(const py::dict& d, const char* k) {
   if (!d.contains(k) || d[k].is_none()) return std::nullopt;
   return d[k].cast<int64_t>();
@@ -198,6 +258,23 @@ PYBIND11_MODULE(_steptrace, m) {
   });
   m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
   m.def("set_marker_stream", [](std::uintptr_t stream) { steptrace::set_marker_stream(reinterpret_cast<void*>(stream)); });
+  // steptrace/cross_rank.py: the exchange over torch.distributed, and what it gathered.
+  m.def("use_cross_rank", [](int rank, int world, py::object post, py::object agree, int every) {
+    auto inbox = std::make_shared<CrossRankInbox>();
+    current_inbox() = inbox;
+    auto exchange = std::make_unique<PyTorchExchange>(rank, world, keep_callable(std::move(post)),
+                                                      keep_callable(std::move(agree)), inbox);
+    return steptrace::details::use_cross_rank_exchange(std::move(exchange), steptrace::is_running() ? "" : "steptrace is not running",
+                                                       every);
+  });
+  m.def("cross_rank_deliver", [](std::vector<float> gathered) {
+    std::shared_ptr<CrossRankInbox> inbox = current_inbox();
+    if (!inbox) return false;
+    std::lock_guard<std::mutex> lock(inbox->mutex);
+    if (inbox->gathered.size() >= 64) return false;  // the background thread is not reading: dropped
+    inbox->gathered.push_back(std::move(gathered));
+    return true;
+  });
   m.def("set_allocator_hook", [](py::object fn) {
     if (fn.is_none()) {
       steptrace::set_allocator_stats_hook(nullptr);

@@ -30,7 +30,7 @@ import threading
 from . import _steptrace
 
 __all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
-           "set_marker_stream", "loader", "watch", "unwatch", "use_torch_memory", "settings"]
+           "set_marker_stream", "loader", "watch", "unwatch", "cross_rank", "use_torch_memory", "settings"]
 
 BUILTIN_PHASES = ("input", "h2d", "forward", "backward", "optimizer", "nccl")
 settings = {name: {"variable": var, "accepted": rng, "doc": doc} for name, var, rng, doc in _steptrace.settings}
@@ -91,6 +91,7 @@ def stop():
     """Closes the last step, writes the remaining lines and releases CUPTI (a profiler started after
     this can use it). Returns the run's summary as a dict."""
     _resolve_pending()
+    _ranks._gather = None  # the cross-rank exchange ends with the run (a next one sets it up again)
     return _steptrace.stop()
 
 
@@ -216,6 +217,7 @@ def _end_step():
         _resolve_pending()
     finally:
         _steptrace.step_exit()
+        _ranks._pump()  # gathers of the cross-rank view that completed: handed back
 
 
 def _resolve_pending():
@@ -364,4 +366,6 @@ def use_torch_memory(device=None):
     return True
 
 
-from .watch import watch, unwatch  # noqa: E402  (imports torch only when called)
+from . import ranks as _ranks  # noqa: E402  (imports torch only when called)
+from .ranks import cross_rank  # noqa: E402
+from .watch import watch, unwatch  # noqa: E402

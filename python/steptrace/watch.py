@@ -18,7 +18,8 @@ next ``optimizer.zero_grad()`` after a backward. Manual phases (``steptrace.phas
 inside these. A loop that opens its own steps (``steptrace.step``, ``steptrace.loader``) keeps them:
 watch then adds phases only. Nothing here is traced by torch.compile: each hook returns at once while
 dynamo traces (``torch.compiler.is_compiling()``), so a hook inside a compiled region adds no graph break
-(and no phase). ``steptrace.unwatch()`` removes every hook."""
+(and no phase). ``steptrace.unwatch()`` removes every hook. Under torch.distributed with more than one rank it also sets up the
+cross-rank view (``steptrace.cross_rank()``), as every rank calls watch()."""
 import threading
 
 from . import _steptrace
@@ -244,6 +245,12 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
     optimizer.zero_grad = zero_grad
     s.restore.append((optimizer, "zero_grad", None))
     s.active = True
+    # A job under torch.distributed gets the cross-rank view without asking (docs/python.md).
+    from . import ranks as cr
+    dist = getattr(torch, "distributed", None)
+    if cr._gather is None and dist is not None and dist.is_available() and dist.is_initialized() and \
+            dist.get_world_size() > 1 and _steptrace.is_running():
+        cr.cross_rank()
     return _Loader(loader) if loader is not None else None
 
 

@@ -32,11 +32,15 @@ class CudaMarkers final : public MarkerEvents {
  public:
   ~CudaMarkers() override { close(); }
 
-  std::string open(uint32_t slots, std::uintptr_t stream) override {
+  std::string open(uint32_t slots, std::uintptr_t stream, bool* transient) override {
+    *transient = false;
     if (opened_) return {};
     if (!resolve()) return why_;
     CUcontext ctx = nullptr;
-    if (api_.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return "no CUDA context is current on the step's thread yet";
+    if (api_.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) {
+      *transient = true;
+      return "no CUDA context is current on the step's thread yet";
+    }
     ctx_ = ctx;
     stream_ = reinterpret_cast<CUstream>(stream);
     if (api_.stream_create(&calib_stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return "cuStreamCreate failed";
@@ -58,7 +62,7 @@ class CudaMarkers final : public MarkerEvents {
     return {};
   }
 
-  bool record(uint32_t slot, int64_t* host_ns, std::string* why) override {
+  bool record(uint32_t slot, bool recalibrate, int64_t* host_ns, std::string* why) override {
     if (!opened_ || slot >= events_.size()) return *why = "markers not open", false;
     CUcontext current = nullptr;
     if (api_.ctx_get_current(&current) != CUDA_SUCCESS || current != ctx_)
@@ -69,7 +73,7 @@ class CudaMarkers final : public MarkerEvents {
       return *why = "a CUDA graph capture was in progress", false;
     if (captured != CUDA_SUCCESS) return *why = "cuStreamIsCapturing failed: CUresult " + std::to_string(captured), false;
     const int64_t now = monotonic_ns();
-    if (calibrated_ < 0 || now - calib_[calibrated_].host_ns.load(std::memory_order_relaxed) > kCalibrationPeriodNs)
+    if (recalibrate || calibrated_ < 0 || now - calib_[calibrated_].host_ns.load(std::memory_order_relaxed) > kCalibrationPeriodNs)
       calibrate(why);
     if (calibrated_ < 0) return false;
     if (const CUresult e = api_.event_record(events_[slot], stream_); e != CUDA_SUCCESS)
@@ -81,6 +85,28 @@ class CudaMarkers final : public MarkerEvents {
 
   Read read(uint32_t slot, int64_t* gpu_ns) override {
     if (!opened_ || slot >= events_.size()) return Read::failed;
+    // A query from this thread while the step's thread captures a graph in global mode (torch.cuda.graph's
+    // default) would invalidate that capture: this thread's calls are relaxed for the read (CUDA Driver
+    // API, cuThreadExchangeStreamCaptureMode; PyTorch's NCCL watchdog does the same).
+    RelaxedCaptureMode relaxed(api_.exchange_capture_mode);
+    return read_relaxed(slot, gpu_ns);
+  }
+
+ private:
+  /// cuThreadExchangeStreamCaptureMode around a scope: relaxed inside, the thread's own mode after.
+  struct RelaxedCaptureMode {
+    using Fn = CUresult (*)(CUstreamCaptureMode*);
+    explicit RelaxedCaptureMode(Fn fn) : fn_(fn) {
+      if (fn_ && fn_(&mode_) != CUDA_SUCCESS) fn_ = nullptr;
+    }
+    ~RelaxedCaptureMode() {
+      if (fn_) fn_(&mode_);
+    }
+    Fn fn_;
+    CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  };
+
+  Read read_relaxed(uint32_t slot, int64_t* gpu_ns) {
     const CUresult q = api_.event_query(events_[slot]);
     if (q == CUDA_ERROR_NOT_READY) return Read::pending;
     if (q != CUDA_SUCCESS) return Read::failed;
@@ -97,6 +123,8 @@ class CudaMarkers final : public MarkerEvents {
     *gpu_ns = base + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
     return Read::done;
   }
+
+ public:
 
   std::optional<uint32_t> stream_record_id(std::uintptr_t stream) override {
     if (!resolve()) return std::nullopt;
@@ -134,6 +162,7 @@ class CudaMarkers final : public MarkerEvents {
     CUresult (*event_record)(CUevent, CUstream) = nullptr;
     CUresult (*event_query)(CUevent) = nullptr;
     CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
+    CUresult (*exchange_capture_mode)(CUstreamCaptureMode*) = nullptr;
   };
   struct Calib {
     CUevent event = nullptr;
@@ -167,6 +196,7 @@ class CudaMarkers final : public MarkerEvents {
     sym(api_.event_record, "cuEventRecord");
     sym(api_.event_query, "cuEventQuery");
     sym(api_.event_elapsed, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+    sym(api_.exchange_capture_mode, "cuThreadExchangeStreamCaptureMode");
     if (!ok) {
       dlclose(lib_);
       lib_ = nullptr;
@@ -180,6 +210,7 @@ class CudaMarkers final : public MarkerEvents {
     const int next = (calibrated_ + 1) % kCalibrations;
     Calib& c = calib_[next];
     c.generation.fetch_add(1, std::memory_order_acq_rel);  // readers holding the old one drop it
+    std::atomic_thread_fence(std::memory_order_release);  // the odd generation before the new values
     const int64_t before = monotonic_ns();
     if (const CUresult e = api_.event_record(c.event, calib_stream_); e != CUDA_SUCCESS) {
       *why = "the clock calibration event could not be recorded: CUresult " + std::to_string(e);

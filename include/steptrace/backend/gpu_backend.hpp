@@ -43,10 +43,11 @@ class MarkerEvents {
  public:
   virtual ~MarkerEvents() = default;
   /// Step's thread: events made in its current CUDA context, to be recorded on `stream` (a CUstream;
-  /// 0: the legacy default stream). "" or why not.
-  virtual std::string open(uint32_t slots, std::uintptr_t stream) = 0;
+  /// 0: the legacy default stream). "" or why not; `transient`: worth asking again later (no context yet).
+  virtual std::string open(uint32_t slots, std::uintptr_t stream, bool* transient) = 0;
   /// Step's thread: event `slot` recorded now (`host_ns`: when); false with `why` when it was not.
-  virtual bool record(uint32_t slot, int64_t* host_ns, std::string* why) = 0;
+  /// `recalibrate`: the host-clock calibration is taken again first.
+  virtual bool record(uint32_t slot, bool recalibrate, int64_t* host_ns, std::string* why) = 0;
   enum class Read { pending, done, failed };
   /// Background thread: when the GPU reached `slot`, on the host clock (monotonic_ns()).
   virtual Read read(uint32_t slot, int64_t* gpu_ns) = 0;

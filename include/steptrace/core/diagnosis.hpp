@@ -270,8 +270,9 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
 /// An untraced step's diagnosis from its own stream markers (core/markers.hpp): the marker stream had
 /// work pending for `pending_share` of the step at least, a lower bound of the GPU's busy share. At or
 /// above gpu_busy the GPU held the step back, whatever a traced step said: the label is decided with
-/// that share, the SM efficiency of the last traced step's kernels and its exposed NCCL time (ms, over
-/// this step) when that step is at most `max_age` steps older. Below it, markers cannot tell (a marker on
+/// that share, the SM efficiency of the last traced step's kernels and its exposed NCCL share when that
+/// step is at most `max_age` steps older (shares as carried: a traced step's time is lengthened by
+/// tracing, so its NCCL milliseconds are not taken over another step's time). Below it, markers cannot tell (a marker on
 /// an idle stream completes at once, whatever ran before it): nullopt, and the carried view decides.
 /// Host-visible waits past their thresholds decide first, as on every step.
 inline std::optional<Diagnosis> diagnose_by_markers(const StepShares& host, double pending_share, uint64_t step,
@@ -287,7 +288,7 @@ inline std::optional<Diagnosis> diagnose_by_markers(const StepShares& host, doub
   const bool recent = last && step >= last->step && step - last->step <= max_age;
   if (recent) {
     own.sm_efficiency = last->shares.sm_efficiency;
-    if (last->shares.comm_exposed) own.comm_exposed = *last->shares.comm_exposed * last->step_ms / step_ms;
+    own.comm_exposed = last->shares.comm_exposed;
   }
   Diagnosis d = decide_label(own, t);
   std::string prefix = "stream markers: the GPU had work pending for at least " +

@@ -1,6 +1,6 @@
 // steptrace/core/markers.hpp - a step's stream markers (CUDA events recorded on the program's stream at
 // the step's and its top-level phases' boundaries, backend/cuda_markers.hpp) turned into GPU evidence
-// of the step's own, without CUPTI. Pure: tested on the CPU (tests/test_markers.cpp).
+// of the step's own, without CUPTI. Pure: tested on the CPU (tests/test_diagnosis.cpp, "[markers]").
 //
 // A marker recorded at host time h completes on the GPU at g >= h, once the stream has run everything
 // launched on it before. If g > h, the stream had work pending (running, or waiting on another stream

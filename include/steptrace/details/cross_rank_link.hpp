@@ -155,7 +155,8 @@ class CrossRankLink {
     std::lock_guard<std::mutex> lock(mutex_);
     in.cross_rank_every = every_;  // the cadence the views were gathered at, also after the exchange stopped
     if (!exchange_ && null_reason_.empty())
-      in.cross_rank_null_reason = "no communicator handed to steptrace (steptrace::enable_cross_rank, steptrace/nccl.hpp); "
+      in.cross_rank_null_reason = "no communicator handed to steptrace (C++: steptrace::enable_cross_rank, steptrace/nccl.hpp; "
+                                  "Python: steptrace.cross_rank(), or steptrace.watch() under torch.distributed); "
                                   "aggregate the ranks' lines by rank in the dashboard instead";
     else if (!exchange_)
       in.cross_rank_null_reason = null_reason_;

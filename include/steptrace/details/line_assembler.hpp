@@ -160,9 +160,10 @@ class LineAssembler {
       // The untraced steps around this trace are the carry's reference (never this step's own,
       // tracing-inflated time): those before it, or the first ones after it.
       last_gpu_view_ = CarriedGpuView{r.index, step_ms, in.shares, untraced_median()};
-      // Markers are believed on untraced steps once a traced step's agree with its records, and until
-      // one's do not.
-      if (in.markers && in.gpu->complete) {
+      // Markers are believed on untraced steps while the last traced step's agreed with its records:
+      // marked whole (its begin and end), and its pending time within its GPU records' busy time.
+      if (in.gpu->complete) markers_trusted_ = false;
+      if (in.markers && in.markers->span_ns && in.gpu->complete) {
         in.markers_agree = markers_agree(in.markers->pending_own_ns, in.gpu->busy_ns, in.host.step_time_ns);
         markers_trusted_ = *in.markers_agree;
         if (!markers_trusted_)

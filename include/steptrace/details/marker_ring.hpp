@@ -29,13 +29,17 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class MarkerRing {
  public:
-  static constexpr uint32_t kSlots = 512;
+  // Events made once per run when the markers are first armed (~1.5 us each on H100, on the step's
+  // thread): 2 048 hold ~70 steps of 28 markers, the background thread's lag before a named stream's
+  // first traced line at the start of a run.
+  static constexpr uint32_t kSlots = 2048;
 
   // ---- lifecycle (start/stop) ----
   /// `events` null: none this run, `why_none` says why.
   void attach(backend::MarkerEvents* events, const std::string& why_none) {
     armed_.store(false, std::memory_order_relaxed);
-    events_ = events;
+    in_mark_.store(false, std::memory_order_relaxed);  // a fork's child may inherit it set
+    events_.store(events, std::memory_order_release);
     stream_id_.store(-1, std::memory_order_relaxed);
     id_attempts_ = 0;
     head_.store(0, std::memory_order_relaxed);
@@ -43,6 +47,8 @@ class MarkerRing {
     opened_.store(false, std::memory_order_relaxed);
     open_failed_.store(false, std::memory_order_relaxed);
     skipped_in_step_ = 0;
+    skip_step_ = UINT64_MAX;
+    recalibrate_.store(false, std::memory_order_relaxed);
     recorded_ns_.store(0, std::memory_order_relaxed);
     recorded_.store(0, std::memory_order_relaxed);
     failed_.store(0, std::memory_order_relaxed);
@@ -55,8 +61,8 @@ class MarkerRing {
   void detach() {
     armed_.store(false, std::memory_order_seq_cst);
     while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();  // one event record at most
-    if (events_) events_->close();
-    events_ = nullptr;
+    if (backend::MarkerEvents* e = events_.exchange(nullptr)) e->close();
+    opened_.store(false, std::memory_order_release);
     // The program may destroy its stream once steptrace stopped: a next run is told again.
     named_.store(false, std::memory_order_relaxed);
     stream_.store(0, std::memory_order_relaxed);
@@ -66,7 +72,7 @@ class MarkerRing {
     if (opened_.load(std::memory_order_acquire)) return false;
     stream_.store(stream, std::memory_order_relaxed);
     named_.store(true, std::memory_order_release);
-    if (events_) armed_.store(true, std::memory_order_release);  // running: marked from the next step
+    if (events_.load(std::memory_order_acquire)) armed_.store(true, std::memory_order_release);  // running: from the next step
     return true;
   }
   bool stream_named() const { return named_.load(std::memory_order_relaxed); }
@@ -74,13 +80,17 @@ class MarkerRing {
 
   /// Step's thread, at a traced step's begin (records on): the marker stream's id in the GPU records.
   void learn_stream_id() {
-    if (!events_ || stream_id_.load(std::memory_order_relaxed) >= 0 || id_attempts_ >= 3) return;
+    backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
+    if (!events || stream_id_.load(std::memory_order_relaxed) >= 0 || id_attempts_ >= 3) return;
     ++id_attempts_;
-    if (const auto id = events_->stream_record_id(stream())) stream_id_.store(*id, std::memory_order_release);
+    if (const auto id = events->stream_record_id(stream())) stream_id_.store(*id, std::memory_order_release);
   }
   /// The marker stream's id in the GPU records; -1 while unknown.
   int64_t stream_id() const { return stream_id_.load(std::memory_order_acquire); }
-  bool has_events() const { return events_ != nullptr; }
+  bool has_events() const { return events_.load(std::memory_order_acquire) != nullptr; }
+  /// Background thread: a step's markers read before their host times (a calibration event that queued
+  /// behind the program's work: CUDA_DEVICE_MAX_CONNECTIONS=1): the next mark calibrates again.
+  void ask_recalibration() { recalibrate_.store(true, std::memory_order_relaxed); }
 
   // ---- background thread ----
   void arm(bool on, const std::string& why_off) {
@@ -117,13 +127,15 @@ class MarkerRing {
     // One stream runs its events in order: the last one reached means all were.
     int64_t gpu = 0;
     const Entry& last = entries_[(end - 1) % kSlots];
-    auto state = events_->read(static_cast<uint32_t>((end - 1) % kSlots), &gpu);
+    backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
+    if (!events) return Collect::none;
+    auto state = events->read(static_cast<uint32_t>((end - 1) % kSlots), &gpu);
     if (state == backend::MarkerEvents::Read::pending) return Collect::pending;
     bool ended = last.kind == MarkerKind::step_end, failed = state == backend::MarkerEvents::Read::failed;
     const uint16_t skipped = ended ? last.skipped : 0;
     for (uint64_t i = t; i < end && !failed; ++i) {
       const Entry& e = entries_[i % kSlots];
-      if (events_->read(static_cast<uint32_t>(i % kSlots), &gpu) != backend::MarkerEvents::Read::done) failed = true;
+      if (events->read(static_cast<uint32_t>(i % kSlots), &gpu) != backend::MarkerEvents::Read::done) failed = true;
       else out.push_back(MarkerPoint{e.kind, e.phase, e.host_ns, gpu});
     }
     tail_.store(end, std::memory_order_release);
@@ -132,7 +144,8 @@ class MarkerRing {
       out.clear();
       if (why)
         *why = failed    ? "a marker's GPU time could not be read"
-               : !ended  ? "the step's end was not marked (its scope did not end, or no free marker slot was left)"
+               : !ended  ? "the step's end was not marked (its scope did not end, no free marker slot, a CUDA graph "
+                           "capture, or another CUDA context current)"
                          : std::to_string(skipped) + " of the step's markers were not recorded (no free slot, a CUDA graph "
                                                      "capture, or another CUDA context current)";
       return Collect::left_out;
@@ -160,8 +173,16 @@ class MarkerRing {
   STEPTRACE_COLD void mark_armed(uint64_t step, MarkerKind kind, PhaseId phase) noexcept {
     try {
       const int64_t t0 = monotonic_ns();
+      backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
+      if (!events || open_failed_.load(std::memory_order_relaxed)) return;
+      if (step != skip_step_) skipped_in_step_ = 0, skip_step_ = step;  // a count is the step's own
       if (!opened_.load(std::memory_order_relaxed)) {
-        const std::string err = events_->open(kSlots, stream());
+        bool transient = false;
+        const std::string err = events->open(kSlots, stream(), &transient);
+        if (!err.empty() && transient) {  // no CUDA context yet (PyTorch makes it at its first CUDA call)
+          if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
+          return;
+        }
         if (!err.empty()) {
           open_failed_.store(true, std::memory_order_relaxed);
           armed_.store(false, std::memory_order_relaxed);
@@ -174,13 +195,13 @@ class MarkerRing {
         }
         opened_.store(true, std::memory_order_release);
       }
-      if (kind == MarkerKind::step_begin) skipped_in_step_ = 0;
       const uint64_t h = head_.load(std::memory_order_relaxed);
       std::string why;
       int64_t host_ns = 0;
       if (h - tail_.load(std::memory_order_acquire) >= kSlots) {
         if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
-      } else if (!events_->record(static_cast<uint32_t>(h % kSlots), &host_ns, &why)) {
+      } else if (!events->record(static_cast<uint32_t>(h % kSlots), recalibrate_.exchange(false, std::memory_order_relaxed),
+                                 &host_ns, &why)) {
         if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
         failed_.fetch_add(1, std::memory_order_relaxed);
         warn_once("markers.record." + why.substr(0, 24), "stream markers: a marker was not recorded: " + why +
@@ -198,7 +219,7 @@ class MarkerRing {
     }
   }
 
-  backend::MarkerEvents* events_ = nullptr;
+  std::atomic<backend::MarkerEvents*> events_{nullptr};
   std::atomic<std::uintptr_t> stream_{0};
   std::atomic<bool> named_{false};
   std::atomic<int64_t> stream_id_{-1};
@@ -207,7 +228,9 @@ class MarkerRing {
   std::atomic<bool> in_mark_{false};
   std::atomic<bool> opened_{false};
   std::atomic<bool> open_failed_{false};
-  uint16_t skipped_in_step_ = 0;
+  uint16_t skipped_in_step_ = 0;  // step's thread: marks of step skip_step_ not recorded
+  uint64_t skip_step_ = UINT64_MAX;
+  std::atomic<bool> recalibrate_{false};
   Entry entries_[kSlots];
   std::atomic<uint64_t> head_{0}, tail_{0};
   std::atomic<int64_t> recorded_ns_{0};

@@ -108,7 +108,10 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
       }
       case MarkerRing::Collect::ready:
         t.markers = summarize_markers(points, r.begin_ns, r.own_end_ns(), &t.why);
-        if (!t.markers) warn_once("markers.check", "step " + std::to_string(r.index) + ": stream markers left out: " + t.why + " (said once)");
+        if (!t.markers) {
+          warn_once("markers.check", "step " + std::to_string(r.index) + ": stream markers left out: " + t.why + " (said once)");
+          ring.ask_recalibration();
+        }
         break;
       case MarkerRing::Collect::left_out:
         break;
