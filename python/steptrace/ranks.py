@@ -23,20 +23,26 @@ class _Gather:
     def __init__(self, dist, torch, group, world):
         self.dist, self.torch, self.group, self.world = dist, torch, group, world
         self.pending = collections.deque()
+        self.free = []  # (buffer, its per-rank views): made once, reused once handed back
 
     def post(self, summary):
         self.pump()
         t = self.torch.tensor(summary, dtype=self.torch.float32)
-        outs = [self.torch.empty_like(t) for _ in range(self.world)]
+        if self.free and self.free[-1][0].shape[1] == t.numel():
+            buf, outs = self.free.pop()
+        else:  # one buffer of world x floats, one view per rank (allocating them per gather costs ~1 ms at 1 024 ranks)
+            buf = self.torch.empty(self.world, t.numel(), dtype=self.torch.float32)
+            outs = list(buf.unbind(0))
         work = self.dist.all_gather(outs, t, group=self.group, async_op=True)
-        self.pending.append((work, outs))
+        self.pending.append((work, buf, outs))
 
     def pump(self):
         """Training thread, at step boundaries: hands each completed gather back, in order."""
         while self.pending and self.pending[0][0].is_completed():
-            work, outs = self.pending.popleft()
+            work, buf, outs = self.pending.popleft()
             work.wait()  # completed: returns at once (and raises what the gather failed with)
-            _steptrace.cross_rank_deliver(self.torch.cat(outs).tolist())
+            _steptrace.cross_rank_deliver(buf.flatten().tolist())
+            self.free.append((buf, outs))
 
     def agree(self, mine):
         box = [mine]
