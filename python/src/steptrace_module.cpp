@@ -261,11 +261,12 @@ PYBIND11_MODULE(_steptrace, m) {
   // steptrace/cross_rank.py: the exchange over torch.distributed, and what it gathered.
   m.def("use_cross_rank", [](int rank, int world, py::object post, py::object agree, int every) {
     auto inbox = std::make_shared<CrossRankInbox>();
-    current_inbox() = inbox;
     auto exchange = std::make_unique<PyTorchExchange>(rank, world, keep_callable(std::move(post)),
                                                       keep_callable(std::move(agree)), inbox);
-    return steptrace::details::use_cross_rank_exchange(std::move(exchange), steptrace::is_running() ? "" : "steptrace is not running",
-                                                       every);
+    const bool taken = steptrace::details::use_cross_rank_exchange(
+        std::move(exchange), steptrace::is_running() ? "" : "steptrace is not running", every);
+    if (taken) current_inbox() = inbox;  // a refused exchange (one is already set) leaves the one in use fed
+    return taken;
   });
   m.def("cross_rank_deliver", [](std::vector<float> gathered) {
     std::shared_ptr<CrossRankInbox> inbox = current_inbox();

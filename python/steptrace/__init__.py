@@ -90,6 +90,8 @@ def _stop_at_exit():
 def stop():
     """Closes the last step, writes the remaining lines and releases CUPTI (a profiler started after
     this can use it). Returns the run's summary as a dict."""
+    from .watch import _close_step
+    _close_step()  # a step watch() holds open ends here, as the last line
     _resolve_pending()
     _ranks._gather = None  # the cross-rank exchange ends with the run (a next one sets it up again)
     return _steptrace.stop()

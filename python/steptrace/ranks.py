@@ -23,9 +23,12 @@ class _Gather:
     def __init__(self, dist, torch, group, world):
         self.dist, self.torch, self.group, self.world = dist, torch, group, world
         self.pending = collections.deque()
+        self.failed = None  # why a gather failed: the exchange stops (the runtime says so in the lines)
         self.free = []  # (buffer, its per-rank views): made once, reused once handed back
 
     def post(self, summary):
+        if self.failed:
+            raise RuntimeError(self.failed)  # the runtime switches the exchange off, with this reason
         self.pump()
         t = self.torch.tensor(summary, dtype=self.torch.float32)
         if self.free and self.free[-1][0].shape[1] == t.numel():
@@ -68,7 +71,7 @@ def _pump():
         try:
             g.pump()
         except Exception as e:  # noqa: BLE001 - a failed gather switches the view off, never the training
-            _steptrace.warn_once("cross_rank.gather", f"cross-rank view off: the gather failed: {e}")
+            g.failed = f"a gather failed: {e}"
             g.pending.clear()
 
 

@@ -18,8 +18,10 @@ next ``optimizer.zero_grad()`` after a backward. Manual phases (``steptrace.phas
 inside these. A loop that opens its own steps (``steptrace.step``, ``steptrace.loader``) keeps them:
 watch then adds phases only. Nothing here is traced by torch.compile: each hook returns at once while
 dynamo traces (``torch.compiler.is_compiling()``), so a hook inside a compiled region adds no graph break
-(and no phase). ``steptrace.unwatch()`` removes every hook. Under torch.distributed with more than one rank it also sets up the
-cross-rank view (``steptrace.cross_rank()``), as every rank calls watch()."""
+(and no phase). ``steptrace.unwatch()`` removes every hook. Steps and phases are the training thread's (the one that called watch()):
+a loader iterated, or a backward run, on another thread passes through. The cross-rank view is one more
+call on every rank (``steptrace.cross_rank()``): a collective, so it is never made behind the program's
+back."""
 import threading
 
 from . import _steptrace
@@ -35,6 +37,8 @@ class _State:
         self.step_open = False   # a step opened by watch and not yet closed
         self.backward_seen = False
         self.thread = None       # the thread the step was opened on
+        self.owner = None        # the thread that called watch(): the training thread
+        self.in_optimizer = False  # an optimizer phase open (a step that raised leaves it so: closed at the next)
         self.tokens = None       # number or callable(batch)
         self.samples = None
         self.step_tokens = 0.0   # the open step's batches' tokens so far (tokens callable)
@@ -59,18 +63,24 @@ def _user_step_open():
     return getattr(_step_state, "current", None) is not None or getattr(_loader_step, "open", False)
 
 
+def _on_owner():
+    """Steps and phases are the training thread's (the one that called watch()): work on other threads
+    (a prefetching loader, autograd's threads re-running a checkpointed forward) passes through."""
+    return threading.get_ident() == _state.owner
+
+
 def _open_step():
     """The step watch keeps: opened by the first training work after the previous one closed."""
     s = _state
     if s.step_open or not _steptrace.is_running() or _user_step_open():
-        return
+        return False
     tokens = None if callable(s.tokens) else s.tokens
     samples = None if callable(s.samples) else s.samples
     _steptrace.step_enter(tokens, samples)
     s.step_open = True
     s.backward_seen = False
     s.step_tokens, s.step_samples = 0.0, None
-    s.thread = threading.get_ident()
+    return True
 
 
 def _close_step():
@@ -80,9 +90,6 @@ def _close_step():
     s.step_open = False
     if not _steptrace.is_running():
         return  # stopped meanwhile: stop() closed it
-    if s.thread != threading.get_ident():
-        _steptrace.warn_once("watch.thread", "steptrace.watch: the optimizer step ran on another thread than the step's "
-                                             "first work; the step is closed there")
     from . import _end_step
     _end_step()
 
@@ -102,18 +109,21 @@ class _Loader:
     def __iter__(self):
         it = iter(self._loader)
         while True:
-            if not _state.active:
-                yield from it  # unwatched meanwhile
+            if not _state.active or not _on_owner():
+                yield from it  # unwatched meanwhile, or iterated on another thread
                 return
-            _open_step()
+            opened = _open_step()
             _steptrace.phase_enter(_PHASE_IDS["input"])
             try:
                 batch = next(it)
             except StopIteration:
                 _steptrace.phase_exit()
-                if _state.step_open and not _state.backward_seen:
-                    # The wait that finds the loader exhausted: no batch, no work (as steptrace.loader()).
+                if opened:
+                    # The wait that finds the loader exhausted opened a step of its own: no batch, no work
+                    # (as steptrace.loader()). It ends here, so that what follows (an evaluation, the next
+                    # epoch) is not in it.
                     _steptrace.set_step_tokens(0.0, 0.0)
+                    _close_step()
                 return
             except BaseException:
                 _steptrace.phase_exit()
@@ -153,13 +163,23 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
     unwatch()
     s = _state
     s.tokens, s.samples = tokens, samples
+    s.owner = threading.get_ident()
+    s.in_optimizer = False
     forward_id, backward_id, optimizer_id = _PHASE_IDS["forward"], _PHASE_IDS["backward"], _PHASE_IDS["optimizer"]
     depth = threading.local()  # forward re-entered (a module called inside itself): one phase
 
+    import inspect
+    always = "always_call" in inspect.signature(model.register_forward_hook).parameters  # torch >= 2.1
+
     def forward_pre(module, args):
-        if _is_compiling(torch) or not (module.training and torch.is_grad_enabled()):
+        if _is_compiling(torch) or not _on_owner() or not (module.training and torch.is_grad_enabled()):
             return None
         n = getattr(depth, "n", 0)
+        if n and not always:
+            # A forward that raised left its phase open (torch < 2.1 has no hook that runs on an
+            # exception): closed here. (The outermost module calling itself would be counted once per call.)
+            _steptrace.phase_exit()
+            n = 0
         depth.n = n + 1
         if n == 0:
             _open_step()
@@ -167,24 +187,25 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
         return None
 
     def forward_post(module, args, output):
-        if _is_compiling(torch) or not (module.training and torch.is_grad_enabled()):
+        if _is_compiling(torch) or not _on_owner():
             return None
         n = getattr(depth, "n", 0)
         if n <= 0:
-            return None
+            return None  # its pre-hook did not open a phase (evaluation, no_grad)
         depth.n = n - 1
         if n == 1:
             _steptrace.phase_exit()
         return None
 
     s.handles.append(model.register_forward_pre_hook(forward_pre))
-    s.handles.append(model.register_forward_hook(forward_post))
+    s.handles.append(model.register_forward_hook(forward_post, always_call=True) if always
+                     else model.register_forward_hook(forward_post))
 
     inside = threading.local()  # Tensor.backward calls torch.autograd.backward: one phase
 
     def wrap_backward(original):
         def backward(*args, **kwargs):
-            if not _state.active or getattr(inside, "on", False) or _is_compiling(torch):
+            if not _state.active or getattr(inside, "on", False) or not _on_owner() or _is_compiling(torch):
                 return original(*args, **kwargs)
             _open_step()
             _state.backward_seen = True
@@ -201,26 +222,33 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
 
     for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward")):
         original = getattr(owner, name)
-        setattr(owner, name, wrap_backward(original))
-        s.restore.append((owner, name, original))
+        wrapper = wrap_backward(original)
+        setattr(owner, name, wrapper)
+        s.restore.append((owner, name, original, wrapper))
 
     def step_pre(*_):
-        if not _state.active:
+        s2 = _state
+        if not s2.active or not _on_owner() or _is_compiling(torch):
             return None
+        if s2.in_optimizer:  # the last optimizer step raised: its phase closes now
+            _steptrace.phase_exit()
         _open_step()
         _steptrace.phase_enter(optimizer_id)
+        s2.in_optimizer = True
         return None
 
     def step_post(*_):
-        if not _state.active:
+        s2 = _state
+        if not s2.active or not _on_owner() or _is_compiling(torch) or not s2.in_optimizer:
             return None
+        s2.in_optimizer = False
         _steptrace.phase_exit()
         _close_step()
         return None
 
     def zero_grad_pre(*_):
         # A step whose optimizer step was skipped (GradScaler found inf): it ends here.
-        if _state.active and _state.step_open and _state.backward_seen:
+        if _state.active and _on_owner() and _state.step_open and _state.backward_seen:
             _close_step()
 
     if hasattr(optimizer, "register_step_pre_hook"):  # torch >= 2.0
@@ -235,22 +263,18 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
                 return original_step(*args, **kwargs)
             finally:
                 step_post()
+        had = "step" in vars(optimizer)
         optimizer.step = step
-        s.restore.append((optimizer, "step", None))  # the instance attribute goes; the class method shows again
+        s.restore.append((optimizer, "step", original_step if had else None, step))
     original_zero = optimizer.zero_grad
+    had_zero = "zero_grad" in vars(optimizer)
 
     def zero_grad(*args, **kwargs):
         zero_grad_pre()
         return original_zero(*args, **kwargs)
     optimizer.zero_grad = zero_grad
-    s.restore.append((optimizer, "zero_grad", None))
+    s.restore.append((optimizer, "zero_grad", original_zero if had_zero else None, zero_grad))
     s.active = True
-    # A job under torch.distributed gets the cross-rank view without asking (docs/python.md).
-    from . import ranks as cr
-    dist = getattr(torch, "distributed", None)
-    if cr._gather is None and dist is not None and dist.is_available() and dist.is_initialized() and \
-            dist.get_world_size() > 1 and _steptrace.is_running():
-        cr.cross_rank()
     return _Loader(loader) if loader is not None else None
 
 
@@ -261,15 +285,19 @@ def unwatch():
     for h in s.handles:
         h.remove()
     s.handles.clear()
-    for owner, name, original in reversed(s.restore):
+    for owner, name, original, ours in reversed(s.restore):
+        current = vars(owner).get(name) if isinstance(owner, type) or hasattr(owner, "__dict__") else None
+        if current is not ours:
+            # Someone patched it after watch(): theirs stays (it calls ours, which passes through once
+            # inactive); said once.
+            _steptrace.warn_once("watch.unwatch", f"steptrace.unwatch(): {name} was replaced after watch(); left as it is")
+            continue
         if original is None:
-            try:
-                delattr(owner, name)
-            except AttributeError:
-                pass
+            delattr(owner, name)
         else:
             setattr(owner, name, original)
     s.restore.clear()
+    s.in_optimizer = False
     if s.step_open:
         try:
             _close_step()

@@ -1,5 +1,5 @@
 """The cross-rank view of a torch.distributed job, on the CPU: two processes joined by a gloo process
-group, each running a loop instrumented by steptrace.watch (which sets the view up). A rank made slow in
+group, each running a loop instrumented by steptrace.watch, the view set up by steptrace.cross_rank(). A rank made slow in
 its input phase must be named by rank 0's lines, with that phase; a balanced run must name no culprit
 past the balance threshold; both ranks' lines share rank 0's run_id. Run directly
 (`python tests/test_cross_rank.py`); without torch.distributed it says "skipped" and exits 0."""
@@ -25,6 +25,7 @@ def worker(rank, world, port, log, slow_rank):
                       LOCAL_RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=EVERY)
+    assert steptrace.cross_rank()  # every rank, after both are initialised and started
     torch.manual_seed(rank)
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -57,8 +58,13 @@ def run(slow_rank):
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), "2", str(port), os.path.join(d, f"r{r}.jsonl"),
                                str(slow_rank)]) for r in range(2)]
-    for p in procs:
-        assert p.wait(timeout=180) == 0, "a rank failed"
+    try:
+        for p in procs:
+            assert p.wait(timeout=180) == 0, "a rank failed"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     lines = {}
     for r in range(2):
         lines[r] = [j for j in map(json.loads, open(os.path.join(d, f"r{r}.jsonl"))) if "global_step" in j]

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import steptrace
 
@@ -52,6 +53,7 @@ def train(model, opt, loader, accumulate, evaluate_every=0):
             model.eval()
             with torch.no_grad():
                 model(x)
+                time.sleep(0.2)  # an evaluation long enough to tell from any step on a loaded machine
             model.train()
     return steps
 
@@ -96,8 +98,9 @@ def test_phases_from_hooks_with_accumulation_and_evaluation():
         assert l["tokens"] == 2 * 8 * 16, l["tokens"]  # both micro-batches' tokens
     last = lines[-1]
     assert set(last["phases"]) == {"input"} and last["tokens"] == 0
-    # The evaluations after steps 1 and 3 ran between steps: in no step's forward.
-    assert lines[2]["between_steps"]["host_ms"] > 0
+    # The evaluations after steps 1 and 3 (200 ms each) ran between steps: in no step.
+    assert lines[2]["between_steps"]["host_ms"] >= 190, lines[2]["between_steps"]
+    assert all(l["step_time_ms"] < 150 for l in lines), [l["step_time_ms"] for l in lines]
 
 
 def test_same_steps_and_phases_as_by_hand():
@@ -173,6 +176,42 @@ def test_unwatch_removes_everything():
     opt.step()
     steptrace.stop()
     assert step_lines(log) == []  # nothing opened a step
+
+
+def test_epochs_and_a_forward_that_raises():
+    log = fresh("epochs")
+    model, opt, data = model_and_data(4)
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    loader = steptrace.watch(model, opt, data)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for epoch in range(2):
+        for i, (x, y) in enumerate(loader):
+            if epoch == 0 and i == 1:
+                try:  # a forward that raises (a bad batch the loop skips)
+                    model(torch.randn(8, 5))
+                except RuntimeError:
+                    pass
+            loss_fn(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        model.eval()
+        with torch.no_grad():
+            model(x)
+            time.sleep(0.2)  # the evaluation after each epoch: in no step
+        model.train()
+    steptrace.stop()
+    steptrace.unwatch()
+    lines = step_lines(log)
+    # Per epoch 4 steps and the wait that found the loader exhausted, closed at once.
+    assert len(lines) == 10, [sorted(l["phases"]) for l in lines]
+    for k, l in enumerate(lines):
+        exhausted = k % 5 == 4
+        assert set(l["phases"]) == ({"input"} if exhausted else {"input", "forward", "backward", "optimizer"}), (k, l["phases"])
+        assert l["step_time_ms"] < 150, (k, l["step_time_ms"])
+        if not exhausted:
+            # The raising forward's phase closed: one forward scope per step, a second one in step 1.
+            assert l["phases"]["forward"]["count"] == (2 if k == 1 else 1), (k, l["phases"]["forward"])
+    assert lines[5]["between_steps"]["host_ms"] >= 190  # the first epoch's evaluation
 
 
 def test_bad_arguments():

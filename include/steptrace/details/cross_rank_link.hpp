@@ -156,7 +156,7 @@ class CrossRankLink {
     in.cross_rank_every = every_;  // the cadence the views were gathered at, also after the exchange stopped
     if (!exchange_ && null_reason_.empty())
       in.cross_rank_null_reason = "no communicator handed to steptrace (C++: steptrace::enable_cross_rank, steptrace/nccl.hpp; "
-                                  "Python: steptrace.cross_rank(), or steptrace.watch() under torch.distributed); "
+                                  "Python: steptrace.cross_rank()); "
                                   "aggregate the ranks' lines by rank in the dashboard instead";
     else if (!exchange_)
       in.cross_rank_null_reason = null_reason_;
