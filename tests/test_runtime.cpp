@@ -947,3 +947,96 @@ TEST_CASE("stream markers: a step with a marker not recorded is left out whole, 
         "2 of the step's markers were not recorded (no free slot, a CUDA graph capture, or another CUDA context current)");
   CHECK(lines[2]["gpu_markers"].is_object());  // the next step is whole again
 }
+
+namespace {
+/// Events whose GPU time is the host time + `lag_ns`, reached once `reached` says so.
+class ScriptedEvents final : public steptrace::backend::MarkerEvents {
+ public:
+  std::string open(uint32_t slots, std::uintptr_t, bool*) override {
+    host_.assign(slots, 0);
+    return {};
+  }
+  bool record(uint32_t slot, bool, int64_t* host_ns, std::string*) override {
+    *host_ns = host_[slot] = ++clock_ * 1000;
+    return true;
+  }
+  Read read(uint32_t slot, int64_t* gpu_ns) override {
+    if (!reached) return Read::pending;
+    *gpu_ns = host_[slot] + lag_ns;
+    return Read::done;
+  }
+  std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return 7u; }
+  void close() override {}
+  bool reached = true;
+  int64_t lag_ns = 500;
+
+ private:
+  std::vector<int64_t> host_;
+  int64_t clock_ = 0;
+};
+}  // namespace
+
+TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a step left out whole and why",
+          "[runtime][markers]") {
+  using steptrace::MarkerKind;
+  using steptrace::MarkerPoint;
+  using Ring = steptrace::details::MarkerRing;
+  auto ring = std::make_unique<Ring>();
+  ScriptedEvents events;
+  ring->attach(&events, "");
+  CHECK(!ring->armed());  // the legacy stream waits for a traced step's line
+  REQUIRE(ring->name_stream(0x7));
+  CHECK(ring->armed());  // a named stream is marked at once
+  std::vector<MarkerPoint> points;
+  std::string why;
+  const steptrace::PhaseId fwd = steptrace::phase_tag::forward;
+
+  // Step 0 whole; step 1 begun only (its scope never ended); step 2 whole.
+  ring->mark(0, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(0, MarkerKind::phase_begin, fwd);
+  ring->mark(0, MarkerKind::phase_end, fwd);
+  ring->mark(0, MarkerKind::step_end, steptrace::kNoPhase);
+  ring->mark(1, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(2, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(2, MarkerKind::step_end, steptrace::kNoPhase);
+
+  events.reached = false;  // not reached yet: nothing consumed
+  CHECK(ring->collect(0, points, &why) == Ring::Collect::pending);
+  events.reached = true;
+  REQUIRE(ring->collect(0, points, &why) == Ring::Collect::ready);
+  REQUIRE(points.size() == 4);
+  CHECK(points[1].kind == MarkerKind::phase_begin);
+  CHECK(points[1].gpu_ns == points[1].host_ns + 500);
+  CHECK(ring->collect(1, points, &why) == Ring::Collect::left_out);
+  CHECK(why.find("the step's end was not marked") == 0);
+  CHECK(points.empty());
+  CHECK(ring->collect(2, points, &why) == Ring::Collect::ready);
+  CHECK(points.size() == 2);
+  CHECK(ring->collect(3, points, &why) == Ring::Collect::none);
+
+  // Steps whose lines were never made (4) are dropped when a later one (5) is asked for.
+  ring->mark(4, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(4, MarkerKind::step_end, steptrace::kNoPhase);
+  ring->mark(5, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(5, MarkerKind::step_end, steptrace::kNoPhase);
+  REQUIRE(ring->collect(5, points, &why) == Ring::Collect::ready);
+  CHECK(points.size() == 2);
+
+  // A full ring: the marks that find no free slot are counted in the step's end marker, and the step
+  // is left out whole (kSlots + 10 phase marks in step 6, none read meanwhile).
+  ring->mark(6, MarkerKind::step_begin, steptrace::kNoPhase);
+  for (uint32_t i = 0; i < Ring::kSlots + 10; ++i) ring->mark(6, MarkerKind::phase_begin, fwd);
+  ring->mark(6, MarkerKind::step_end, steptrace::kNoPhase);  // no slot either: the end is missing too
+  CHECK(ring->collect(6, points, &why) == Ring::Collect::left_out);
+  CHECK(why.find("the step's end was not marked") == 0);
+  // Read, the ring takes marks again; the next step is whole.
+  ring->mark(7, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(7, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(ring->collect(7, points, &why) == Ring::Collect::ready);
+  CHECK(ring->steps_left_out() == 2);
+  ring->detach();
+  CHECK(!ring->armed());
+  CHECK(!ring->stream_named());  // forgotten at stop: a next run is told again
+  CHECK(ring->name_stream(0x7));  // and can be: the markers are no longer set up
+  ring->detach();
+}

@@ -214,6 +214,50 @@ def test_epochs_and_a_forward_that_raises():
     assert lines[5]["between_steps"]["host_ms"] >= 190  # the first epoch's evaluation
 
 
+def test_what_the_hooks_cost():
+    """Printed, not asserted (a shared machine's timings): each hook's added time per call, measured by
+    running the same call with and without watch() (steptrace running, no GPU)."""
+    log = fresh("cost")
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.randn(2, 4)
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+
+    def per_call(fn, n=2000):
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n)
+        return best
+
+    def train_step():
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    ph = {name: steptrace.phase(name) for name in ("forward", "backward", "optimizer")}
+
+    def by_hand():
+        with steptrace.step():
+            with ph["forward"]:
+                loss = model(x).sum()
+            with ph["backward"]:
+                loss.backward()
+            with ph["optimizer"]:
+                opt.step()
+            opt.zero_grad()
+    bare = per_call(train_step)
+    manual = per_call(by_hand)
+    steptrace.watch(model, opt)
+    watched = per_call(train_step)
+    steptrace.unwatch()
+    steptrace.stop()
+    print(f"watch: {(watched - bare) * 1e6:.1f} us added per step of one forward, backward, optimizer step and "
+          f"zero_grad; by hand {(manual - bare) * 1e6:.1f} us (bare {bare * 1e6:.1f} us; best of 5 x 2000)")
+
+
 def test_bad_arguments():
     model, opt, _ = model_and_data(1)
     for args, exc in (((object(), opt), TypeError), ((model, object()), TypeError)):
