@@ -787,6 +787,13 @@ TEST_CASE("an ending with thousands of lines waiting still writes its end record
 }
 
 namespace {
+/// A fake GPU with stream markers whose untraced launches still occupy their stream.
+std::unique_ptr<FakeBackend> marked_backend() {
+  auto backend = std::make_unique<FakeBackend>();
+  backend->with_markers = backend->untraced_work_runs = true;
+  return backend;
+}
+
 /// A step of two phases, each launching one kernel of `kernel_us`, then `host_us` of host work, then a
 /// wait for the stream (the program syncs each step, as on loss.item()).
 void marked_step(FakeBackend& gpu, int kernel_us, int host_us, uint32_t stream = 7) {
@@ -809,9 +816,7 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
   for (const bool gpu_bound : {true, false}) {
     INFO((gpu_bound ? "GPU-bound" : "host-bound"));
     const auto log = fresh_log(gpu_bound ? "runtime_markers_gpu" : "runtime_markers_host");
-    auto backend = std::make_unique<FakeBackend>();
-    backend->with_markers = backend->untraced_work_runs = true;
-    FakeRun run(std::move(backend));
+    FakeRun run(marked_backend());
     Config cfg = base_config(log);
     cfg.trace_every = 4;
     REQUIRE(run.start(cfg));
@@ -857,9 +862,7 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
 TEST_CASE("stream markers: a traced step whose work runs on another stream keeps them off, and the lines say why",
           "[runtime][markers]") {
   const auto log = fresh_log("runtime_markers_elsewhere");
-  auto backend = std::make_unique<FakeBackend>();
-  backend->with_markers = backend->untraced_work_runs = true;
-  FakeRun run(std::move(backend));
+  FakeRun run(marked_backend());
   Config cfg = base_config(log);
   cfg.trace_every = 4;
   REQUIRE(run.start(cfg));
@@ -905,8 +908,7 @@ TEST_CASE("stream markers: a backend without them, or stream_markers=false, give
 
 TEST_CASE("stream markers: a stream the program names is marked from the first step", "[runtime][markers]") {
   const auto log = fresh_log("runtime_markers_named");
-  auto backend = std::make_unique<FakeBackend>();
-  backend->with_markers = backend->untraced_work_runs = true;
+  auto backend = marked_backend();
   backend->marker_stream = 9;
   FakeRun run(std::move(backend));
   Config cfg = base_config(log);
@@ -928,8 +930,7 @@ TEST_CASE("stream markers: a stream the program names is marked from the first s
 
 TEST_CASE("stream markers: a step with a marker not recorded is left out whole, and says why", "[runtime][markers]") {
   const auto log = fresh_log("runtime_markers_refused");
-  auto backend = std::make_unique<FakeBackend>();
-  backend->with_markers = backend->untraced_work_runs = true;
+  auto backend = marked_backend();
   backend->fake_markers.refuse_from_record = 6;  // the second step's first marker on
   backend->fake_markers.refuse_count = 2;        // its step_begin and forward begin
   FakeRun run(std::move(backend));

@@ -200,16 +200,8 @@ def main():
     except ImportError as e:
         print(f"test_cross_rank: skipped: {e}")
         return 0
-    failed = 0
-    for name, fn in sorted((n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)):
-        try:
-            fn()
-            print(f"ok   {name}")
-        except Exception as e:  # noqa: BLE001
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-    print(f"test_cross_rank: {failed} failed")
-    return 1 if failed else 0
+    from runner import run_tests
+    return run_tests(globals(), "test_cross_rank")
 
 
 if __name__ == "__main__":

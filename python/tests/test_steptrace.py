@@ -8,6 +8,7 @@ import time
 import tracemalloc
 
 import steptrace
+from runner import run_tests
 
 
 def lines_of(path):
@@ -420,17 +421,7 @@ def test_stop_without_start_and_scopes_when_off():
 
 
 def main():
-    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
-    failed = 0
-    for name, fn in tests:
-        try:
-            fn()
-            print(f"PASS {name}")
-        except Exception as e:  # noqa: BLE001
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-    print(f"{len(tests) - failed}/{len(tests)} passed")
-    return 1 if failed else 0
+    return run_tests(globals(), "test_steptrace")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import tempfile
 import time
 
 import steptrace
+from runner import run_tests
 
 try:
     import torch
@@ -279,20 +280,12 @@ def main():
     if torch is None:
         print("test_watch: skipped: torch cannot be imported here (Debian: apt-get install python3-torch)")
         return 0
-    failed = 0
-    for name, fn in sorted((n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)):
-        try:
-            fn()
-            print(f"ok   {name}")
-        except Exception as e:  # noqa: BLE001
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-        finally:
-            steptrace.unwatch()
-            if steptrace.is_running():
-                steptrace.stop()
-    print(f"test_watch: {failed} failed (torch {torch.__version__})")
-    return 1 if failed else 0
+    def clean_up():
+        steptrace.unwatch()
+        if steptrace.is_running():
+            steptrace.stop()
+    print(f"test_watch: torch {torch.__version__}")
+    return run_tests(globals(), "test_watch", clean_up)
 
 
 if __name__ == "__main__":

@@ -229,6 +229,8 @@ class Worker {
   void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
                std::optional<BetweenGpu> between = std::nullopt, const std::string& between_reason = {});
 
+  /// Whether a line still waiting for something of its GPU evidence goes out now (line_due).
+  bool incomplete_line_due(const StepRecord& r, bool stopping) const;
   /// The step's stream markers (marker_ring.hpp), read back once all are reached; false: not yet, and
   /// the line may still wait for them (line_due).
   bool take_markers(const StepRecord& r, bool stopping);

@@ -27,15 +27,7 @@ inline void Worker::emit_ready(bool stopping) {
     // Work launched between the previous step and this one is in this line: an untraced line waits
     // for it as a traced one waits for its own records.
     const bool between_in = before < 0 || attributor_.between_complete(before, stopping);
-    if (s_.attribution && !r.traced && !between_in) {
-      LineWait w;
-      w.records_complete = false;
-      w.counters_in = true;
-      w.lines_waiting = waiting_.size();
-      w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
-      w.stopping = stopping;
-      if (!line_due(w, cfg)) return;
-    }
+    if (s_.attribution && !r.traced && !between_in && !incomplete_line_due(r, stopping)) return;
     if (!take_markers(r, stopping)) return;
     std::string between_reason;
     std::optional<BetweenGpu> between = before >= 0 ? gpu_after(before, between_reason) : std::nullopt;
@@ -77,6 +69,16 @@ inline void Worker::emit_ready(bool stopping) {
   }
 }
 
+inline bool Worker::incomplete_line_due(const StepRecord& r, bool stopping) const {
+  LineWait w;
+  w.records_complete = false;
+  w.counters_in = true;
+  w.lines_waiting = waiting_.size();
+  w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
+  w.stopping = stopping;
+  return line_due(w, lines_.context().cfg);
+}
+
 inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
   if (markers_.step == static_cast<int64_t>(r.index)) return true;  // taken on an earlier pass
   MarkerRing& ring = marker_ring();
@@ -88,13 +90,7 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
     std::vector<MarkerPoint> points;
     switch (ring.collect(r.index, points, &t.why)) {
       case MarkerRing::Collect::pending: {
-        LineWait w;
-        w.records_complete = false;
-        w.counters_in = true;
-        w.lines_waiting = waiting_.size();
-        w.waited_ms = ns_to_ms(monotonic_ns() - r.end_ns);
-        w.stopping = stopping;
-        if (!line_due(w, lines_.context().cfg)) return false;
+        if (!incomplete_line_due(r, stopping)) return false;
         t.why = "the GPU had not reached the step's last marker when its line was due (max_lag_steps, max_lag_ms)";
         break;
       }
