@@ -49,13 +49,14 @@ class _State:
 _state = _State()
 
 
-def _is_compiling(torch):
+def _compiling_check(torch):
+    """torch.compiler.is_compiling (torch >= 2.2), torch._dynamo.is_compiling before it, or none (1.x)."""
     compiler = getattr(torch, "compiler", None)
     fn = getattr(compiler, "is_compiling", None)
     if fn is None:
         dynamo = getattr(torch, "_dynamo", None)
         fn = getattr(dynamo, "is_compiling", None) if dynamo is not None else None
-    return fn() if fn is not None else False
+    return fn if fn is not None else (lambda: False)
 
 
 def _user_step_open():
@@ -161,6 +162,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
         if v is not None and not callable(v):
             _number(what, v)
     unwatch()
+    is_compiling = _compiling_check(torch)  # looked up once: each hook calls it
     s = _state
     s.tokens, s.samples = tokens, samples
     s.owner = threading.get_ident()
@@ -172,7 +174,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
     always = "always_call" in inspect.signature(model.register_forward_hook).parameters  # torch >= 2.1
 
     def forward_pre(module, args):
-        if _is_compiling(torch) or not _on_owner() or not (module.training and torch.is_grad_enabled()):
+        if is_compiling() or not _on_owner() or not (module.training and torch.is_grad_enabled()):
             return None
         n = getattr(depth, "n", 0)
         if n and not always:
@@ -187,7 +189,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
         return None
 
     def forward_post(module, args, output):
-        if _is_compiling(torch) or not _on_owner():
+        if is_compiling() or not _on_owner():
             return None
         n = getattr(depth, "n", 0)
         if n <= 0:
@@ -205,7 +207,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
 
     def wrap_backward(original):
         def backward(*args, **kwargs):
-            if not _state.active or getattr(inside, "on", False) or not _on_owner() or _is_compiling(torch):
+            if not _state.active or getattr(inside, "on", False) or not _on_owner() or is_compiling():
                 return original(*args, **kwargs)
             _open_step()
             _state.backward_seen = True
@@ -228,7 +230,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
 
     def step_pre(*_):
         s2 = _state
-        if not s2.active or not _on_owner() or _is_compiling(torch):
+        if not s2.active or not _on_owner() or is_compiling():
             return None
         if s2.in_optimizer:  # the last optimizer step raised: its phase closes now
             _steptrace.phase_exit()
@@ -239,7 +241,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
 
     def step_post(*_):
         s2 = _state
-        if not s2.active or not _on_owner() or _is_compiling(torch) or not s2.in_optimizer:
+        if not s2.active or not _on_owner() or is_compiling() or not s2.in_optimizer:
             return None
         s2.in_optimizer = False
         _steptrace.phase_exit()
