@@ -21,8 +21,9 @@ def worker(rank, world, port, log, slow_rank):
     import torch.distributed as dist
     import steptrace
     # As torchrun sets them (steptrace reads the rank from them, as from Slurm's or MPI's).
+    # gloo on the loopback device: a container's host name need not resolve to a reachable address.
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+                      LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=EVERY)
     assert steptrace.cross_rank()  # every rank, after both are initialised and started
