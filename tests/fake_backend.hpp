@@ -137,13 +137,13 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
         return false;
       }
       *host_ns = steptrace::monotonic_ns();
-      gpu_[slot] = std::max(*host_ns, b_.stream_end_[b_.marker_stream]);
+      gpu_[slot] = lag_ns ? *host_ns + *lag_ns : std::max(*host_ns, b_.stream_end_[b_.marker_stream]);
       ++records;
       return true;
     }
     Read read(uint32_t slot, int64_t* gpu_ns) override {
       std::lock_guard<std::mutex> lock(b_.mutex_);
-      if (steptrace::monotonic_ns() < gpu_[slot]) return Read::pending;
+      if (!lag_ns && steptrace::monotonic_ns() < gpu_[slot]) return Read::pending;
       *gpu_ns = gpu_[slot];
       return Read::done;
     }
@@ -151,6 +151,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     void close() override { ++closes; }
     std::atomic<int> opens{0}, closes{0}, records{0};
     int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail
+    // Set: a synthetic GPU, every marker reached `lag_ns` after it was recorded and read back at once
+    // (no real time in the answer); unset: the fake stream's own end.
+    std::optional<int64_t> lag_ns;
 
    private:
     FakeBackend& b_;

@@ -1,8 +1,10 @@
-"""The cross-rank view of a torch.distributed job, on the CPU: two processes joined by a gloo process
-group, each running a loop instrumented by steptrace.watch, the view set up by steptrace.cross_rank(). A rank made slow in
-its input phase must be named by rank 0's lines, with that phase; a balanced run must name no culprit
-past the balance threshold; both ranks' lines share rank 0's run_id. Run directly
-(`python tests/test_cross_rank.py`); without torch.distributed it says "skipped" and exits 0."""
+"""The cross-rank view of a torch.distributed job, on the CPU, in two parts:
+- two processes joined by a gloo process group, each running a loop instrumented by steptrace.watch with
+  an all_reduce per step (as DDP's), the view set up by steptrace.cross_rank(): the plumbing (rank 0's
+  lines carry views of both ranks, rank 1's none, one run_id);
+- 1 024 ranks simulated in one process, every other rank's summary rank 0's own, one of them made slow:
+  the verdicts (the slow rank and its phase; a balanced run), on summaries whose differences are known.
+Run directly (`python tests/test_cross_rank.py`); without torch.distributed it says "skipped", exits 0."""
 import json
 import os
 import socket
@@ -13,10 +15,9 @@ import time
 
 STEPS = 30
 EVERY = 5
-STEP_S = 0.1  # long enough that a loaded 2-core machine's scheduling jitter stays under the 5 % balance threshold
 
 
-def worker(rank, world, port, log, slow_rank):
+def worker(rank, world, port, log):
     import torch
     import torch.distributed as dist
     import steptrace
@@ -31,16 +32,12 @@ def worker(rank, world, port, log, slow_rank):
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
-    def batches():
-        for _ in range(STEPS):
-            if rank == slow_rank:
-                time.sleep(0.3 * STEP_S)  # the planted slow input
-            yield torch.randn(4, 8)
-
-    for x in steptrace.watch(model, opt, batches()):
+    batches = [torch.randn(4, 8) for _ in range(STEPS)]
+    for x in steptrace.watch(model, opt, batches):
         out = model(x)
-        time.sleep(STEP_S)  # the same work on every rank
         out.sum().backward()
+        for p in model.parameters():  # the ranks keep in step, as DDP's all-reduce makes them
+            dist.all_reduce(p.grad)
         opt.step()
         opt.zero_grad()
     steptrace.stop()
@@ -54,11 +51,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(slow_rank):
+def run():
     d = tempfile.mkdtemp(prefix="steptrace-ranks-")
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), "2", str(port), os.path.join(d, f"r{r}.jsonl"),
-                               str(slow_rank)]) for r in range(2)]
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), "2", str(port), os.path.join(d, f"r{r}.jsonl")])
+             for r in range(2)]
     try:
         for p in procs:
             assert p.wait(timeout=180) == 0, "a rank failed"
@@ -76,13 +73,14 @@ def views(lines):
     return [l["cross_rank"] for l in lines[0] if isinstance(l.get("cross_rank"), dict)]
 
 
-def test_the_slow_rank_and_its_phase():
-    lines = run(slow_rank=1)
+def test_two_gloo_processes_share_the_view_and_the_run_id():
+    lines = run()
     v = views(lines)
-    assert len(v) >= STEPS // EVERY - 3, f"{len(v)} views"
-    named = [x for x in v if x["slowest_rank"] == 1 and x["culprit_phase"] == "input"]
-    assert len(named) >= len(v) - 1, v
-    assert all(x["balanced"] is False for x in named), named
+    # A gather completes when both ranks posted it; the last ones may still be on their way at stop().
+    assert v, "no view on rank 0's lines"
+    for x in v:
+        assert x["world_size"] == 2 and x["reporting"] == 2 and x["missing_count"] == 0, x
+        assert x["step"] % EVERY == 0 and x["slowest_rank"] in (0, 1), x
     assert all(l.get("cross_rank") is None for l in lines[1]), "rank 1's lines carry a view"  # rank 0 only
     # One run_id for both ranks (lines written after the exchange was set up).
     ids = [{l["run_id"] for l in lines[r][2:]} for r in range(2)]
@@ -90,16 +88,9 @@ def test_the_slow_rank_and_its_phase():
     assert {l["rank"] for l in lines[1]} == {1}
 
 
-def test_a_balanced_run_names_no_culprit():
-    v = views(run(slow_rank=-1))
-    assert len(v) >= STEPS // EVERY - 3, f"{len(v)} views"
-    balanced = [x for x in v if x["balanced"] is True]
-    assert len(balanced) >= len(v) - 1, v
-
-
 class _SimulatedRanks:
     """torch.distributed as seen by rank 0 of `world` simulated ranks, in this process: every other rank's
-    summary is rank 0's own with its rank set, rank `slow` 15 ms slower in its input phase (the wire
+    summary is rank 0's own with its rank set, rank `slow` (if any) 15 ms slower in its input phase (the wire
     layout of core/cross_rank.hpp: valid, rank, step, step_ms, then the built-in phases from input)."""
 
     class _Work:
@@ -109,7 +100,7 @@ class _SimulatedRanks:
         def wait(self):
             return True
 
-    def __init__(self, world, slow):
+    def __init__(self, world, slow=None):
         self.world, self.slow = world, slow
         self.simulated_s = 0.0  # time spent simulating the other ranks (not the exchange's cost)
 
@@ -146,13 +137,14 @@ class _SimulatedRanks:
         return self._Work()
 
 
-def test_1024_ranks_simulated():
+def simulate(world, slow):
+    """Rank 0 of `world` simulated ranks runs 20 steps, one gather every 2; returns rank 0's views and what
+    one exchange cost the training thread (post + hand-back, the simulated ranks' own time left out)."""
     import torch
     import steptrace
     real = torch.distributed
-    d = tempfile.mkdtemp(prefix="steptrace-ranks-")
-    log = os.path.join(d, "r0.jsonl")
-    sim = _SimulatedRanks(1024, slow=777)
+    log = os.path.join(tempfile.mkdtemp(prefix="steptrace-ranks-"), "r0.jsonl")
+    sim = _SimulatedRanks(world, slow=slow)
     torch.distributed = sim
     try:
         assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=2)
@@ -161,13 +153,11 @@ def test_1024_ranks_simulated():
         for _ in range(20):
             with steptrace.step():
                 with inp:
-                    time.sleep(0.001)
+                    pass
                 with fwd:
-                    time.sleep(0.003)
+                    pass
         gather = steptrace._ranks._gather
         steptrace.stop()
-        # What one exchange costs the training thread at 1 024 ranks: the post (one tensor of this rank's
-        # 14 floats) and the hand-back of 1 024 x 14 floats (its gather itself runs on gloo's thread).
         costs = []
         for _ in range(20):
             simulated = sim.simulated_s
@@ -179,20 +169,32 @@ def test_1024_ranks_simulated():
         torch.distributed = real
     views = [l["cross_rank"] for l in (j for j in map(json.loads, open(log)) if "global_step" in j)
              if isinstance(l.get("cross_rank"), dict)]
-    assert len(views) >= 5, views
+    return views, sorted(costs)[len(costs) // 2]
+
+
+def test_1024_ranks_simulated_one_slow_in_input():
+    views, cost = simulate(1024, slow=777)
+    assert len(views) >= 5, views  # a gather every 2 of 20 steps, each handed back at the next step's end
     for v in views:
         assert v["world_size"] == 1024 and v["reporting"] == 1024, v
         assert v["slowest_rank"] == 777 and v["culprit_phase"] == "input", v
         assert v["balanced"] is False
-    costs.sort()
+    # Printed, not asserted: a shared machine's timing.
     print(f"1024 simulated ranks: {len(views)} views, all name rank 777 in input; post + hand-back "
-          f"{costs[len(costs) // 2] * 1e6:.0f} us per exchange on the training thread (median of 20, the simulated "
-          f"ranks' own time left out)")
+          f"{cost * 1e6:.0f} us per exchange on the training thread (median of 20)")
+
+
+def test_1024_ranks_simulated_balanced():
+    views, _ = simulate(1024, slow=None)
+    assert len(views) >= 5, views
+    for v in views:  # every rank's summary the same: no gap, no culprit
+        assert v["balanced"] is True and v["step_skew"] == 0 and v["gap_ms"] == 0, v
+        assert v["culprit_phase"] is None, v
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
+        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return 0
     try:
         import torch.distributed as dist

@@ -54,7 +54,7 @@ def train(model, opt, loader, accumulate, evaluate_every=0):
             model.eval()
             with torch.no_grad():
                 model(x)
-                time.sleep(0.2)  # an evaluation long enough to tell from any step on a loaded machine
+                time.sleep(0.2)  # an evaluation: it lasts at least 200 ms
             model.train()
     return steps
 
@@ -99,9 +99,9 @@ def test_phases_from_hooks_with_accumulation_and_evaluation():
         assert l["tokens"] == 2 * 8 * 16, l["tokens"]  # both micro-batches' tokens
     last = lines[-1]
     assert set(last["phases"]) == {"input"} and last["tokens"] == 0
-    # The evaluations after steps 1 and 3 (200 ms each) ran between steps: in no step.
-    assert lines[2]["between_steps"]["host_ms"] >= 190, lines[2]["between_steps"]
-    assert all(l["step_time_ms"] < 150 for l in lines), [l["step_time_ms"] for l in lines]
+    # The evaluation after step 1 (a sleep of 200 ms: at least that long) ran between steps 1 and 2, in
+    # neither: had it been in a step, the time between would be that of zero_grad alone.
+    assert lines[2]["between_steps"]["host_ms"] >= 199.9, lines[2]["between_steps"]
 
 
 def test_same_steps_and_phases_as_by_hand():
@@ -208,11 +208,10 @@ def test_epochs_and_a_forward_that_raises():
     for k, l in enumerate(lines):
         exhausted = k % 5 == 4
         assert set(l["phases"]) == ({"input"} if exhausted else {"input", "forward", "backward", "optimizer"}), (k, l["phases"])
-        assert l["step_time_ms"] < 150, (k, l["step_time_ms"])
         if not exhausted:
             # The raising forward's phase closed: one forward scope per step, a second one in step 1.
             assert l["phases"]["forward"]["count"] == (2 if k == 1 else 1), (k, l["phases"]["forward"])
-    assert lines[5]["between_steps"]["host_ms"] >= 190  # the first epoch's evaluation
+    assert lines[5]["between_steps"]["host_ms"] >= 199.9  # the first epoch's evaluation, after its exhausted wait
 
 
 def test_what_the_hooks_cost():
