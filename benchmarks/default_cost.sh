@@ -34,7 +34,7 @@
 # benchmarks/default_cost_summary.py in OUT_DIR/table.md.
 #
 # Builds build-bench (preset bench; step_workloads, step_workloads_baseline, raw_cupti_inject, all cores)
-# and, at the same time, the Python package into a venv as scripts/python_check.sh does (pip install
+# and, at the same time, the Python package into a venv as tests/checks/python_check.sh does (pip install
 # --no-build-isolation; CMake alone where pip cannot build). PYTHON: the interpreter with torch
 # (default python3). SKIP_BUILD=1 uses what is there (BIN_DIR, default build-bench/benchmarks; PYTHON
 # must import steptrace itself).
@@ -121,7 +121,7 @@ for w in $WORKLOADS; do say "  $w: ~$(( $(est_run_ms "$w" off) / 1000 )) s per r
 venv=$ROOT/build-bench/default-cost-venv
 py_run=$PYTHON
 py_path=
-build_python() {  # the package as a user installs it (scripts/python_check.sh's way); output to build.log
+build_python() {  # the package as a user installs it (tests/checks/python_check.sh's way); output to build.log
   local pkg=$ROOT/build-bench/default-cost-python
   if [[ -d $ROOT/.deps/usr ]]; then
     export CMAKE_PREFIX_PATH=$ROOT/.deps/usr${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}

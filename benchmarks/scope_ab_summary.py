@@ -11,8 +11,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from steptrace_lines import read_records  # noqa: E402  (the project's JSONL reader)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+from steptrace.lines import read_records  # noqa: E402  (the package's JSONL reader)
 
 out = Path(sys.argv[1])
 

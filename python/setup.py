@@ -1,9 +1,8 @@
 """Builds steptrace's Python package: the _steptrace extension through CMake (python/CMakeLists.txt).
 `pip install --no-build-isolation ./python` (setuptools, CMake, a C++17 compiler, the CUDA toolkit
 and spdlog as for the C++ library, pybind11). STEPTRACE_CMAKE_ARGS adds arguments to the configure.
-The HTML report (scripts/steptrace_report*.py, one copy in the source tree) is installed beside the
-package as top-level modules, with the `steptrace-report` command and `python -m steptrace report`; so are
-steptrace-ctl's (scripts/steptrace_ctl.py, steptrace_merge.py): `steptrace-ctl`, `python -m steptrace ctl`."""
+The package's pure-Python tools come with it: steptrace.report (`steptrace-report`, `python -m steptrace
+report`) and steptrace.ctl (`steptrace-ctl`, `python -m steptrace ctl`)."""
 import os
 import shlex
 import subprocess
@@ -11,26 +10,8 @@ import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
-from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = os.path.join(os.path.dirname(HERE), "scripts")
-REPORT_MODULES = ["steptrace_report", "steptrace_report_diagnosis", "steptrace_report_guard", "steptrace_report_page",
-                  "steptrace_report_runs", "steptrace_ctl", "steptrace_merge", "steptrace_files"]
-
-
-class BuildPyWithReport(build_py):
-    """The package, and the report's modules taken from the source tree's scripts/."""
-
-    def run(self):
-        super().run()
-        for name in REPORT_MODULES:
-            src = os.path.join(SCRIPTS, name + ".py")
-            if not os.path.isfile(src):
-                sys.exit(f"steptrace: {src} is missing: build the package from a steptrace source tree "
-                         "(pip install ./python from the repository's root)")
-            self.copy_file(src, os.path.join(self.build_lib, name + ".py"))
-
 
 # The commands pip runs to build: its metadata step (dist_info, through setuptools' build_meta) comes
 # first and already needs bdist_wheel on setuptools before 70.1, so the tools are checked there.
@@ -78,10 +59,10 @@ setup(
     name="steptrace",
     version="0.1.0",
     description="Per-step GPU time attribution for training programs (Python bindings of the C++ header)",
-    packages=["steptrace"],
+    packages=["steptrace", "steptrace.report"],
     ext_modules=[Extension("steptrace._steptrace", sources=[])],
-    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithReport},
-    entry_points={"console_scripts": ["steptrace-report=steptrace_report:main", "steptrace-ctl=steptrace_ctl:main"]},
+    cmdclass={"build_ext": CMakeBuild},
+    entry_points={"console_scripts": ["steptrace-report=steptrace.report:main", "steptrace-ctl=steptrace.ctl:main"]},
     python_requires=">=3.8",
     zip_safe=False,
 )

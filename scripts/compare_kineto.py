@@ -12,7 +12,9 @@ import collections
 import json
 import sys
 
-from steptrace_lines import step_lines  # the same directory
+import os
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from steptrace.lines import step_lines  # noqa: E402  (the package's log reader, from the source tree)
 
 
 def steptrace_means(path, skip):

@@ -3,9 +3,11 @@
 
     scripts/dp_views.py OUT_DIR GPUS
 """
+import os
 import sys
 
-from steptrace_lines import step_lines  # the same directory
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from steptrace.lines import step_lines  # noqa: E402  (the package's log reader, from the source tree)
 out, gpus = sys.argv[1], int(sys.argv[2])
 lines = step_lines(f"{out}/slow-0.jsonl")
 slow = gpus - 1

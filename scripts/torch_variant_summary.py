@@ -5,7 +5,10 @@
 """
 import sys, collections
 
-from steptrace_lines import step_lines  # the same directory
+import os
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from steptrace.lines import step_lines  # noqa: E402  (the package's log reader, from the source tree)
 lines = step_lines(sys.argv[1])[5:]  # skip warm-up steps
 labels = collections.Counter(l["diagnosis"]["label"] for l in lines)
 ev = lambda k: sum((l["diagnosis"]["evidence"][k] or 0) for l in lines) / len(lines)

@@ -1,4 +1,4 @@
-// A host-only program for the steptrace-ctl end-to-end check (scripts/remote_capture_check.py): one
+// A host-only program for the steptrace-ctl end-to-end check (tests/checks/remote_capture_check.py): one
 // rank of a job (STEPTRACE_RANK, STEPTRACE_WORLD_SIZE), stepping until STOP_FILE appears (120 s at
 // most). Steps: input 1 ms, forward 2 ms (25 ms on SLOW_RANK), backward 2 ms, nccl 1 ms. The planted 23 ms
 // stands out of what a loaded machine adds to a sleep (a few ms: 3 ms was lost in it 5 times in 42 loaded runs).

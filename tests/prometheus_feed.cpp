@@ -1,5 +1,5 @@
 // prometheus_feed - the exporter's inputs that a GPU-less machine cannot produce live, for the
-// end-to-end test against a real Prometheus (scripts/prometheus_e2e.py):
+// end-to-end test against a real Prometheus (tests/checks/prometheus_e2e.py):
 //   prometheus_feed replay LINES.jsonl TEXTFILE JOB [PACE_MS]
 //                                                      lines written on a GPU, through the exporter
 //                                                      (sink/prometheus.hpp) into a textfile: at once,

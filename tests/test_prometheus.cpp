@@ -1,7 +1,7 @@
 // The Prometheus exporter: the line reader, the metrics a line becomes (nulls absent, window means,
 // counters, the cross-rank view kept), the text exposition checked by the real promtool, and the
 // runtime writing the textfile and serving the endpoint. The end-to-end test against a real
-// Prometheus is scripts/prometheus_e2e.py.
+// Prometheus is tests/checks/prometheus_e2e.py.
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/session.hpp>
 #include <steptrace/sink/prometheus.hpp>

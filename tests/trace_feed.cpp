@@ -1,5 +1,5 @@
 // trace_feed - a run with the flight recorder on and a fake GPU (tests/fake_backend.hpp), for the
-// trace checks that need no GPU (scripts/trace_check.py feed):
+// trace checks that need no GPU (tests/checks/trace_check.py feed):
 //   trace_feed DIR STEPS      lines to DIR/steps.jsonl, traces to DIR
 // Each step: `input` on the step thread while a loader thread runs `prefetch` scopes of its own;
 // `h2d` copies, `forward` and `backward` kernels on two streams (some of backward's launched from a

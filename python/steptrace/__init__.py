@@ -18,6 +18,10 @@ keyword arguments (STEPTRACE_* environment variables still win), the same lines,
 Phases are host scopes (and NVTX ranges); GPU time per phase comes from CUPTI, which files each
 kernel under the phase open on the thread that launched it, or, for threads with no phase of their own
 (autograd's backward threads), under the phase open on the step's thread.
+
+The package's tools are pure Python and import without the extension (a source tree, a machine that
+only reads logs): steptrace.report (the HTML report, `steptrace-report`), steptrace.ctl and
+steptrace.merge (`steptrace-ctl`), steptrace.lines (reading a log's records), steptrace.files.
 """
 import difflib
 import numbers
@@ -27,13 +31,31 @@ import functools
 import math
 import threading
 
-from . import _steptrace
+
+class _ExtensionMissing:
+    """Stands for the extension where it cannot be imported: the tools work, the runtime says why not."""
+
+    def __init__(self, error):
+        self._error = error
+
+    def __getattr__(self, name):
+        raise ImportError("steptrace: the runtime needs the compiled extension steptrace._steptrace, which "
+                          f"could not be imported ({self._error}); `pip install ./python` builds it. "
+                          "steptrace.report, steptrace.ctl and steptrace.lines work without it.")
+
+
+try:
+    import importlib as _importlib
+    _steptrace = _importlib.import_module("._steptrace", __name__)
+except ImportError as _error:
+    _steptrace = _ExtensionMissing(_error)
 
 __all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
            "set_marker_stream", "loader", "watch", "unwatch", "cross_rank", "use_torch_memory", "settings"]
 
 BUILTIN_PHASES = ("input", "h2d", "forward", "backward", "optimizer", "nccl")
-settings = {name: {"variable": var, "accepted": rng, "doc": doc} for name, var, rng, doc in _steptrace.settings}
+settings = ({name: {"variable": var, "accepted": rng, "doc": doc} for name, var, rng, doc in _steptrace.settings}
+            if not isinstance(_steptrace, _ExtensionMissing) else {})
 
 _phases = {}
 _phases_lock = threading.Lock()

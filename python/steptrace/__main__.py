@@ -25,22 +25,10 @@ def main(argv=None):
         return 0
     command, rest = argv[0], argv[1:]
     if command == "report":
-        try:
-            from steptrace_report import main as report_main  # installed beside the package (setup.py)
-        except ImportError:
-            print("python -m steptrace report: the report's modules are not installed beside this package "
-                  "(pip install ./python installs them; or run scripts/steptrace_report.py from the source tree)",
-                  file=sys.stderr)
-            return 2
+        from .report import main as report_main
         return report_main(rest)
     if command == "ctl":
-        try:
-            from steptrace_ctl import main as ctl_main  # installed beside the package (setup.py)
-        except ImportError:
-            print("python -m steptrace ctl: steptrace-ctl's modules are not installed beside this package "
-                  "(pip install ./python installs them; or run scripts/steptrace_ctl.py from the source tree)",
-                  file=sys.stderr)
-            return 2
+        from .ctl import main as ctl_main
         return ctl_main(rest)
     print(f"python -m steptrace: unknown command {command!r}\n" + USAGE, file=sys.stderr, end="")
     return 2

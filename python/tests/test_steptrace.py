@@ -339,7 +339,7 @@ def test_report_installed_with_the_package():
     assert text.lstrip().lower().startswith("<!doctype html") and "pkg" in text
     r = subprocess.run([sys.executable, "-m", "steptrace", "nonsense"], capture_output=True, text=True, cwd=cwd)
     assert r.returncode == 2 and "unknown command" in r.stderr
-    if os.environ.get("STEPTRACE_PY_INSTALLED") == "pip":  # scripts/python_check.sh says how it installed
+    if os.environ.get("STEPTRACE_PY_INSTALLED") == "pip":  # tests/checks/python_check.sh says how it installed
         exe = os.path.join(os.path.dirname(sys.executable), "steptrace-report")
         r = subprocess.run([exe, "--help"], capture_output=True, text=True, cwd=cwd)
         assert r.returncode == 0 and "--output" in r.stdout, (r.returncode, r.stderr)

@@ -19,6 +19,15 @@ if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} --build ${WORK}/lib)
   run(${CMAKE_COMMAND} --install ${WORK}/lib)
   list(PREPEND prefix ${WORK}/install)
+  # The installed Python tools run from the install alone (Python 3, no extension): a report from an
+  # H100's lines, and steptrace-ctl's help.
+  if(COMPILED)
+    run(${WORK}/install/bin/steptrace-report ${SOURCE}/tests/data/h100_mlp_lines.jsonl -o ${WORK}/report.html)
+    if(NOT EXISTS ${WORK}/report.html)
+      message(FATAL_ERROR "the installed steptrace-report wrote no ${WORK}/report.html")
+    endif()
+    run(${WORK}/install/bin/steptrace-ctl merge --help)
+  endif()
 endif()
 run(${CMAKE_COMMAND} -S ${SOURCE}/tests/package/consumer -B ${WORK}/build -DSTEPTRACE_MODE=${MODE}
     -DSTEPTRACE_SOURCE=${SOURCE} -DSTEPTRACE_COMPILED_LIB=${COMPILED}

@@ -88,7 +88,7 @@ inline RankSummary from_floats(const float* in, int64_t expected_step) {
   return s;
 }
 
-/// step_skew below this: balanced. Measured on 2 H200s with examples/dp_train (scripts/dp_skew_check.py,
+/// step_skew below this: balanced. Measured on 2 H200s with examples/dp_train (tests/checks/dp_skew_check.py,
 /// 6 ms steps): balanced runs read 0.005 median, 0.024 at p95, 0.066 at most (one host stall); a rank
 /// 25 % slower in backward read 0.105-0.147 from the first view on. docs/multi-gpu-validation.md.
 inline constexpr double kBalancedStepSkew = 0.05;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The stall watchdog on a GPU, with examples/dp_train (issue #17).
 
-    scripts/stall_check.py DP_TRAIN OUT_DIR gpu|two_ranks
+    tests/checks/stall_check.py DP_TRAIN OUT_DIR gpu|two_ranks
 
 gpu:       one rank; at step 20 a kernel runs 5 s in `forward` while the step thread waits in `nccl`.
            The stall records must name step 20, the step thread in `nccl`, the `forward` launch
@@ -16,7 +16,8 @@ import subprocess
 import sys
 
 from dp_skew_check import gpu_count  # the same directory
-from steptrace_lines import read_records, split_records
+import _paths  # noqa: F401  (python/ on sys.path)
+from steptrace.lines import read_records, split_records
 
 HANG_STEP, HANG_S, STALL_AFTER_S, STEPS = 20, 5.0, 1.5, 40
 

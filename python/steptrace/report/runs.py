@@ -1,10 +1,10 @@
 """The reading side of steptrace-report: the lines of each file, split by run and rank, and the choice of
-the run to show. Imported by steptrace_report.py from its own folder (CMake installs them side by side).
+the run to show.
 
 A log that several runs appended to (same path, a new `run_id` at every `start()`, each counting its
 `global_step` from 0 again) holds several series: drawn as one, the steps would go back and forth. So
 every file is read as segments, one per (`run_id`, `rank`); lines without `run_id` (old logs) are the run
-"?". Lines whose fields have the wrong type are skipped and counted (steptrace_report_guard). The
+"?". Lines whose fields have the wrong type are skipped and counted (guard). The
 report shows one run, by default the latest (its last line has the newest time; the file's
 order breaks ties), `--run ID` another, `--run all` every run, one series each.
 """
@@ -13,8 +13,8 @@ import os
 from collections import Counter, defaultdict
 from datetime import datetime
 
-from steptrace_report_diagnosis import line_basis
-from steptrace_report_guard import MAX_NAME, Malformed, check_line, cut, parse
+from .diagnosis import line_basis
+from .guard import MAX_NAME, Malformed, check_line, cut, parse
 
 NO_ID = "?"  # the run of lines without run_id
 SHOWN_IN_HEADER = 10  # runs listed in the header at most (the error for an unknown id lists every one)

@@ -1,8 +1,8 @@
 """Reading a steptrace JSONL log in the checking scripts: one JSON record per line; step lines are the
 records without an "event" key (stall, resumed and end records have one: docs/schema.md).
 
-The report (steptrace_report.py) has its own reader: it validates every field it uses and skips what it
-cannot read (steptrace_report_guard.py). These helpers are for checks on logs steptrace wrote itself,
+The report (steptrace.report) has its own reader: it validates every field it uses and skips what it
+cannot read (steptrace.report.guard). These helpers are for checks on logs steptrace wrote itself,
 where a line that does not parse is a finding, unless the check reads a killed run's log (strict=False).
 """
 import json

@@ -1,6 +1,5 @@
 """The diagnosis side of steptrace-report: each line's basis, the header's verdict, the diagnosis strip
-and the label table. Imported by steptrace_report.py from its own folder (CMake installs the two side
-by side).
+and the label table.
 
 A line's `diagnosis.basis` (docs/schema.md, issue #31) says what its label was decided from: `traced`
 (this step's GPU attribution), `carried` (an untraced step given the last traced step's GPU view),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cross-rank headline (`cross_rank.step_skew`, `balanced`) on two GPUs, with examples/dp_train.
 
-    scripts/dp_skew_check.py DP_TRAIN OUT_DIR
+    tests/checks/dp_skew_check.py DP_TRAIN OUT_DIR
 
 A balanced run must read `balanced` (step_skew below the documented threshold) in >= 95 % of rank 0's
 views; a run whose rank 1 spends 25 % of the median step more in `backward` from step 10 on must read
@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 
-from steptrace_lines import step_lines  # the same directory
+import _paths  # noqa: F401  (python/ on sys.path)
+from steptrace.lines import step_lines
 
 
 def gpu_count():

@@ -1,6 +1,5 @@
-"""The page steptrace-report writes: its HTML, CSS and script, in one string. steptrace_report.render
-puts the escaped title at __TITLE__ and the data (steptrace_report_guard.embed) at __DATA__. Imported by
-steptrace_report.py from its own folder (CMake installs them side by side)."""
+"""The page steptrace-report writes: its HTML, CSS and script, in one string. steptrace.report's render
+puts the escaped title at __TITLE__ and the data (guard.embed) at __DATA__."""
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -350,7 +349,7 @@ $("slowranks").innerHTML = D.slowest_ranks.length ? "<table><tr><th>rank</th><th
   : '<p class="note">one rank: nothing to compare</p>';
 $("traces").innerHTML = D.traces.length ? "<table><tr><th>rank</th><th>steps</th><th>why</th><th>file</th></tr>" +
   D.traces.map(t => `<tr><td>${esc(t.rank)}</td><td>${esc(t.steps.join(", ") + (t.more_steps ? " and " + t.more_steps + " more" : ""))}</td>` +
-    `<td>${esc(t.reasons.join(", "))}</td><td>` +  // a link only to a checked relative path (steptrace_report_guard)
+    `<td>${esc(t.reasons.join(", "))}</td><td>` +  // a link only to a checked relative path (steptrace.report.guard)
     (t.href && /^\.\.?\//.test(t.href) ? `<a href="${esc(t.href)}">${esc(t.name)}</a>` : `${esc(t.name)} (${esc(t.why)})`) + "</td></tr>").join("") + "</table>"
   : '<p class="note">no trace in these lines (no step was captured)</p>';
 $("marks").innerHTML = D.marks.length ? "<table><tr><th>step</th><th>rank</th><th>record</th><th>what it says</th></tr>" +

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One timeline from every rank's captures of the same steps (steptrace-ctl merge).
 
 Reads the flight recorder's trace files (schema steptrace.trace/1) of one run, keeps the asked steps,
@@ -21,7 +20,7 @@ import re
 import statistics
 import sys
 
-from steptrace_files import MAX_TRACE_FILE, FileRefused, read_json, replace_file
+from .files import MAX_TRACE_FILE, FileRefused, read_json, replace_file
 
 MAX_MISSING_LISTED = 64  # ranks_missing lists this many; ranks_missing_count counts them all
 
@@ -314,5 +313,5 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
 
 
 def write_merged(doc, path):
-    """Replaces `path` whole (steptrace_files.replace_file: regular files only, an O_EXCL temporary)."""
+    """Replaces `path` whole (files.replace_file: regular files only, an O_EXCL temporary)."""
     replace_file(path, json.dumps(doc, separators=(",", ":")))

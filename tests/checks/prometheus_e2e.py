@@ -2,7 +2,7 @@
 """End to end against a real Prometheus and node_exporter (Debian's): steptrace's metrics as a user's
 stack sees them.
 
-    scripts/prometheus_e2e.py BUILD_DIR
+    tests/checks/prometheus_e2e.py BUILD_DIR
 
 Starts node_exporter (textfile collector on a temporary directory) and Prometheus (dashboards/prometheus.yml
 with the test's ports, 1 s scrapes) on 127.0.0.1 with free ports, then feeds them:
@@ -34,10 +34,10 @@ import urllib.parse
 import urllib.request
 
 from report_check import with_basis  # the same new-schema lines the report check builds
-from steptrace_report_diagnosis import line_basis
-from steptrace_lines import step_lines as read_lines  # step lines, not the end record
+from _paths import ROOT
+from steptrace.report.diagnosis import line_basis
+from steptrace.lines import step_lines as read_lines  # step lines, not the end record
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(sys.argv[1])
 DEADLINE = time.monotonic() + 240
 failures = []

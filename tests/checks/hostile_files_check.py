@@ -17,10 +17,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import steptrace_files  # noqa: E402
-import steptrace_merge  # noqa: E402
+from _paths import SCRIPTS
+from steptrace import files as steptrace_files  # noqa: E402
+from steptrace import merge as steptrace_merge  # noqa: E402
 
 failures = []
 
@@ -65,8 +64,8 @@ def main(argv):
     shutil.rmtree(work, ignore_errors=True)
     d = os.path.join(work, "traces")
     os.makedirs(d)
-    ctl = os.path.join(HERE, "steptrace_ctl.py")
-    report = os.path.join(HERE, "steptrace_report.py")
+    ctl = os.path.join(SCRIPTS, "steptrace_ctl.py")
+    report = os.path.join(SCRIPTS, "steptrace_report.py")
     run_id = "0123456789abcdef"
 
     # The trace directory: one good presence file, then the hostile ones.

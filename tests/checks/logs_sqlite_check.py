@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The JSON lines in SQLite, tested with the real sqlite3 CLI (examples/logs/).
 
-    scripts/logs_sqlite_check.py BUILD_DIR
+    tests/checks/logs_sqlite_check.py BUILD_DIR
 Runs the example on the CPU, loads its lines (and one line that is not JSON, which must be skipped) with
 examples/logs/load_sqlite.sh, and checks what SQL says against the lines themselves: the number of steps,
 each step's time and diagnosis, every phase's host time per step. Then that loading is idempotent: the
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _paths import ROOT
 build = os.path.abspath(sys.argv[1])
 failures = []
 

@@ -3,14 +3,15 @@
 # --system-site-packages V && V/bin/pip install --no-build-isolation ./python` (the interpreter's
 # setuptools, wheel, pybind11 and torch visible), then the tests with that interpreter. With cpu, also
 # the check that a build missing a tool names it at pip's metadata step (a plain venv without `wheel`).
-#   scripts/python_check.sh BUILD_DIR cpu    python/tests/test_steptrace.py, test_watch.py, test_cross_rank.py
+#   tests/checks/python_check.sh BUILD_DIR cpu    python/tests/test_steptrace.py, test_report.py, test_watch.py,
+#                                                 test_cross_rank.py
 #                                            (CTest python_cpu; the last two need torch: Debian's CPU-only
 #                                            python3-torch, gloo for the two ranks of test_cross_rank)
-#   scripts/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py (CTest python_gpu; torch, a GPU)
+#   tests/checks/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py (CTest python_gpu; torch, a GPU)
 # PYTHON picks the interpreter (default: python3 on PATH). Where pip cannot build (no setuptools, as on
 # a bare torch venv), the extension is built with CMake alone and put on PYTHONPATH; the output says which.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
 what=$2
 py=${PYTHON:-python3}
@@ -38,11 +39,10 @@ else
   cmake -S "$ROOT/python" -B "$build/python-cmake" -DPython_EXECUTABLE="$(command -v "$py")" \
         -DCMAKE_BUILD_TYPE=Release ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"} >/dev/null
   cmake --build "$build/python-cmake" --target _steptrace -j"$(nproc)" >/dev/null
-  mkdir -p "$build/python-pkg/steptrace"
-  cp "$ROOT"/python/steptrace/*.py "$build/python-pkg/steptrace/"
-  cp "$ROOT"/scripts/steptrace_report*.py "$ROOT"/scripts/steptrace_ctl.py "$ROOT"/scripts/steptrace_merge.py \
-     "$ROOT"/scripts/steptrace_files.py \
-     "$build/python-pkg/"  # as setup.py installs them
+  rm -rf "$build/python-pkg"
+  mkdir -p "$build/python-pkg"
+  cp -r "$ROOT"/python/steptrace "$build/python-pkg/"  # the package as setup.py installs it
+  find "$build/python-pkg" -name __pycache__ -prune -exec rm -rf {} +
   cp "$build"/python-cmake/_steptrace*.so "$build/python-pkg/steptrace/"
   export STEPTRACE_PY_INSTALLED=cmake
   export PYTHONPATH=$build/python-pkg${PYTHONPATH:+:$PYTHONPATH}
@@ -90,8 +90,9 @@ if [[ $what == cpu ]]; then
 fi
 cd "$build"
 case $what in
-  cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" && "${run[@]}" "$ROOT/python/tests/test_watch.py" &&
+  cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" && "${run[@]}" "$ROOT/python/tests/test_report.py" &&
+       "${run[@]}" "$ROOT/python/tests/test_watch.py" &&
        "${run[@]}" "$ROOT/python/tests/test_cross_rank.py" ;;
   gpu) "${run[@]}" "$ROOT/python/tests/test_torch_gpu.py" "$build" ;;
-  *) echo "usage: scripts/python_check.sh BUILD_DIR cpu|gpu" >&2; exit 2 ;;
+  *) echo "usage: tests/checks/python_check.sh BUILD_DIR cpu|gpu" >&2; exit 2 ;;
 esac

@@ -11,9 +11,9 @@ import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "architecture.md")
-BEGIN, END = "<!-- layout:begin (scripts/layout.py --write) -->", "<!-- layout:end -->"
+BEGIN, END = "<!-- layout:begin (tests/checks/layout.py --write) -->", "<!-- layout:end -->"
 WIDTH = 47
 
 
@@ -66,7 +66,7 @@ def main(argv):
                 print(f"missing or changed: {row}")
         for row in sorted(have_rows - set(want.splitlines())):
             print(f"not in the tree:    {row}")
-        print("layout.py: docs/architecture.md's layout is out of date: run scripts/layout.py --write")
+        print("layout.py: docs/architecture.md's layout is out of date: run tests/checks/layout.py --write")
         return 1
     if argv[1] == "--write":
         if have is None:

@@ -1,6 +1,6 @@
 """The hostile-input side of steptrace-report (issue #33): what a line must be to be read, the bounds on
-what the page holds, the trace links it may make, and the data embedded in the page. Imported by
-steptrace_report.py and steptrace_report_runs.py from their folder (CMake installs them side by side).
+what the page holds, the trace links it may make, and the data embedded in the page. Used by
+the report's main module and its reading side (runs).
 
 - A line is read only when every field the report uses has its schema's type (docs/schema.md): ints for
   `global_step` (0..2^53) and `rank` (0..2^31), finite numbers or null for times and fractions, objects,

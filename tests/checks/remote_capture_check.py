@@ -17,12 +17,11 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import steptrace_merge  # noqa: E402
+from _paths import SCRIPTS
+from steptrace import merge as steptrace_merge  # noqa: E402
 from dp_skew_check import gpu_count  # noqa: E402  (the same directory)
 
-CTL = [sys.executable, os.path.join(HERE, "steptrace_ctl.py")]
+CTL = [sys.executable, os.path.join(SCRIPTS, "steptrace_ctl.py")]
 failures = []
 
 

@@ -38,9 +38,9 @@ import time
 import zlib
 from urllib.parse import quote, unquote
 
-from steptrace_lines import step_lines  # the same directory
+from _paths import ROOT
+from steptrace.lines import step_lines
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = os.environ.get("STEPTRACE_REPORT") or os.path.join(ROOT, "scripts", "steptrace_report.py")
 
 

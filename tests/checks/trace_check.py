@@ -22,7 +22,8 @@ import sys
 import tempfile
 from collections import defaultdict
 
-from steptrace_lines import read_records, split_records  # the same directory
+import _paths  # noqa: F401  (python/ on sys.path)
+from steptrace.lines import read_records, split_records
 
 PHASES = {"X", "M", "s", "f"}
 

@@ -1,0 +1,229 @@
+"""Unit tests of the report's functions (steptrace.report: guard, runs, diagnosis), on lines built here:
+what each reads, refuses, splits and decides. Pure Python: no extension, no torch, no browser (the page
+itself is checked in a real Chromium by tests/checks/report_check.py).
+
+    PYTHONPATH=python python3 python/tests/test_report.py      (CTest report_unit)
+
+With STEPTRACE_TOOLS_ONLY=1 (CTest sets it: the source tree has no built extension) it also checks that
+the tools import without the extension and that the runtime then says what is missing."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runner import run_tests  # noqa: E402
+
+import steptrace  # noqa: E402
+from steptrace.report import diagnosis, guard, runs  # noqa: E402
+
+_dirs = []
+
+
+def tmpdir():
+    d = tempfile.mkdtemp(prefix="steptrace-report-unit-")
+    _dirs.append(d)
+    return d
+
+
+def cleanup():
+    while _dirs:
+        shutil.rmtree(_dirs.pop(), ignore_errors=True)
+
+
+def line(step, run_id="a" * 16, rank=0, ms=None, label="COMPUTE_BOUND", basis="traced", phases=None, **extra):
+    out = {"schema": "steptrace.step/1", "global_step": step, "run_id": run_id, "rank": rank,
+           "start_unix_ms": 1.7e12 + step * 100.0 if ms is None else ms, "step_time_ms": 100.0,
+           "diagnosis": {"label": label, "basis": basis},
+           "phases": phases if phases is not None else {"forward": {"host_ms": 40.0, "self_ms": 40.0, "count": 1}},
+           "null_reasons": {}}
+    out.update(extra)
+    return out
+
+
+def write_log(path, records):
+    with open(path, "w") as f:
+        for r in records:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+
+
+# ---- guard: what a line must be ----
+
+def test_parse_tells_fragments_from_lines_it_will_not_read():
+    good, why = guard.parse(b'{"global_step": 3}')
+    assert why is None and good == {"global_step": 3}
+    assert guard.parse(b'{"global_step": 3, "step_ti')[1] == "unparsable"
+    assert guard.parse(b'{"step_time_ms": NaN}')[1] == "NaN as a number"
+    assert guard.parse(b'{"step_time_ms": -Infinity}')[1] == "-Infinity as a number"
+    assert guard.parse(b"[1, 2]")[1] == "not a JSON object"
+    deep = b"[" * 100000 + b"]" * 100000
+    assert guard.parse(deep)[1] in ("nested too deeply", "not a JSON object"), guard.parse(deep)[1]
+
+
+def test_check_line_names_the_field_of_the_wrong_type():
+    guard.check_line(line(0), runs.SCALARS)  # a well-formed line passes
+    cases = [
+        (dict(line(0), global_step=-1), "global_step is not an integer"),
+        (dict(line(0), global_step=True), "global_step is not an integer"),
+        (dict(line(0), rank=True), "rank is not an integer"),
+        (dict(line(0), run_id=7), "run_id is not a string"),
+        (dict(line(0), run_id="x" * 129), "run_id longer than 128"),
+        (dict(line(0), step_time_ms="12"), "step_time_ms is not a number"),
+        (dict(line(0), memory={"allocator": 5}), "memory.allocator is not an object"),
+        (line(0, phases={"fwd": {"host_ms": "1"}}), "a phase's host_ms is not a number"),
+        (line(0, phases={"fwd": {"gpu": {"top_kernels": [{"name": 3}]}}}), "a kernel's name is not a string"),
+        (dict(line(0), null_reasons={"x": 1}), "a null_reasons value is not a string"),
+        (dict(line(0), trace={"file": "t.json", "reasons": [1]}), "a trace reason is not a string"),
+    ]
+    for bad, why in cases:
+        try:
+            guard.check_line(bad, runs.SCALARS)
+        except guard.Malformed as e:
+            assert str(e).startswith(why), (why, str(e))
+        else:
+            raise AssertionError(f"accepted a line with {why}")
+    guard.check_line({"event": "end", "run_id": "a" * 16}, runs.SCALARS)  # an event record: its identity only
+
+
+def test_fold_keeps_the_largest_and_breaks_ties_by_name():
+    totals = {"b": 5.0, "a": 5.0, "c": 9.0, "d": 1.0}
+    keep, rest = guard.fold(totals, n=3)
+    assert keep == ["c", "a", "b"] and rest == ["d"], (keep, rest)
+    assert guard.fold({}, n=3) == ([], [])
+
+
+def test_cut_bounds_a_name():
+    assert guard.cut("k" * guard.MAX_NAME) == "k" * guard.MAX_NAME
+    long = guard.cut("k" * (guard.MAX_NAME + 50))
+    assert len(long) == guard.MAX_NAME and long.endswith("…")
+
+
+def test_skipped_note_counts_and_lists_the_commonest():
+    note = guard.skipped_note(Counter({"rank is not an integer": 3, "unparsable": 1}))
+    assert note.startswith("4 lines skipped: malformed (3 × rank is not an integer; 1 × unparsable)"), note
+    many = guard.skipped_note(Counter({f"why {i}": 1 for i in range(6)}))
+    assert "; …)" in many, many
+
+
+# ---- runs: files, segments, the run to show ----
+
+def test_a_log_two_runs_appended_to_is_two_segments_and_the_latest_is_shown():
+    d = tmpdir()
+    log = os.path.join(d, "steps-0.jsonl")
+    old, new = "0" * 16, "f" * 16
+    write_log(log, [line(s, run_id=old, ms=1.0e12 + s) for s in range(5)] +
+              ['{"global_step": 9, "step_t'] +                              # a killed writer's fragment
+              [dict(line(0, run_id=new), rank="zero")] +                    # malformed: counted, skipped
+              [line(s, run_id=new, ms=2.0e12 + s) for s in range(3)] +
+              [{"event": "end", "run_id": new, "rank": 0}])
+    f = runs.load_file(log)
+    assert f["unparsable"] == 1 and sum(f["malformed"].values()) == 1, (f["unparsable"], f["malformed"])
+    segs = runs.segments([f])
+    assert sorted((s["run_id"], s["steps"]) for s in segs) == [(old, [0, 1, 2, 3, 4]), (new, [0, 1, 2])]
+    cat = runs.catalogue(segs)
+    assert [r["id"] for r in cat] == [old, new] and [r["latest"] for r in cat] == [False, True]
+    assert runs.choose(cat, None) == [new]
+    assert runs.choose(cat, "all") == [old, new]
+    assert runs.choose(cat, "000") == [old]  # a prefix naming one run
+    try:
+        runs.choose(cat, "zz")
+    except runs.UnknownRun as e:
+        assert old in str(e) and new in str(e) and "--run all" in str(e), str(e)
+    else:
+        raise AssertionError("an unknown run id was accepted")
+    text = runs.runs_text(cat, [new], None)
+    assert text.startswith("2 runs in these files") and "(latest)" in text, text
+    new_seg = next(s for s in segs if s["run_id"] == new)
+    assert len(new_seg["ends"]) == 1
+
+
+def test_columns_phases_and_null_reasons_of_a_segment():
+    d = tmpdir()
+    log = os.path.join(d, "steps-0.jsonl")
+    phases = {"forward": {"host_ms": 40.0, "self_ms": 30.0, "count": 1,
+                          "gpu": {"busy_ms": 25.0, "top_kernels": [{"name": "gemm", "ms": 20.0, "calls": 4}]}},
+              "attn": {"host_ms": 10.0, "self_ms": 10.0, "count": 2}}
+    write_log(log, [line(0, phases=phases, tokens_per_second=5000.0, memory={"allocator": {"allocated_bytes": 64}},
+                         null_reasons={"estimated_mfu": "flops per token unknown"}),
+                    line(1, phases=phases, null_reasons={"estimated_mfu": "flops per token unknown"})])
+    seg = runs.segments([runs.load_file(log)])[0]
+    assert seg["cols"]["tokens_per_second"] == [5000.0, None]
+    assert seg["cols"]["allocated_bytes"] == [64, None]
+    assert seg["host"]["forward"] == {0: 30.0, 1: 30.0}  # self time: the stack adds up
+    assert seg["gpu"]["forward"] == {0: 25.0, 1: 25.0}
+    assert seg["top"]["forward"]["gemm"] == [40.0, 8]
+    assert seg["nulls"]["estimated_mfu"] == Counter({"flops per token unknown": 2})
+
+
+def test_a_file_read_in_parts_is_the_file_read_whole():
+    d = tmpdir()
+    log = os.path.join(d, "big.jsonl")
+    pad = "x" * 4000  # lines of ~4 KB: a file past 64 MiB, so that split_points makes several parts
+    n = 0
+    with open(log, "w") as f:
+        while f.tell() < (66 << 20):
+            f.write(json.dumps(line(n, hostname=pad)) + "\n")
+            n += 1
+    parts = runs.split_points(log, 4)
+    assert len(parts) == 2, parts  # one part per 32 MiB at most
+    assert parts[0][1] == 0 and parts[-1][2] == os.path.getsize(log)
+    assert all(parts[i][2] == parts[i + 1][1] for i in range(len(parts) - 1))
+    with open(log, "rb") as f:
+        for _, start, _ in parts[1:]:
+            f.seek(start - 1)
+            assert f.read(1) == b"\n"  # every part begins at a line's start
+    whole = runs.segments([runs.load_file(log)])
+    joined = runs.segments([runs.merge([runs.load_range(p) for p in parts], log)])
+    assert whole[0]["steps"] == joined[0]["steps"] == list(range(n))
+    assert whole[0]["host"] == joined[0]["host"]
+
+
+# ---- diagnosis: bases, the verdict, the strip ----
+
+def test_line_basis_of_old_lines():
+    assert diagnosis.line_basis({}, {"basis": "markers"}) == "markers"
+    assert diagnosis.line_basis({"gpu": {}}, {"label": "COMPUTE_BOUND"}) == "traced"
+    assert diagnosis.line_basis({"gpu": None}, {"label": "COMPUTE_BOUND"}) == "host_only"
+    assert diagnosis.line_basis({}, {}) == "none"
+
+
+def test_verdict_counts_only_lines_with_a_basis():
+    unknown = diagnosis.verdict(Counter({("UNKNOWN", "none"): 10}))
+    assert unknown["dominant"] == "UNKNOWN" and unknown["dominant_share"] == 0.0
+    v = diagnosis.verdict(Counter({("COMPUTE_BOUND", "traced"): 2, ("COMPUTE_BOUND", "carried"): 5,
+                                   ("INPUT_BOUND", "host_only"): 3, ("UNKNOWN", "none"): 10}))
+    assert v["dominant"] == "COMPUTE_BOUND" and abs(v["dominant_share"] - 7 / 20) < 1e-12, v
+    assert v["basis_text"] == "35.0 % of the lines: 10.0 % traced, 25.0 % carried", v["basis_text"]
+    table = diagnosis.label_table(Counter({("A", "traced"): 1, ("B", "none"): 4, ("B", "carried"): 1}))
+    assert table == [["B", 5, {"none": 4, "carried": 1}], ["A", 1, {"traced": 1}]], table
+
+
+def test_strip_takes_each_buckets_commonest_label_and_shade():
+    labels = ["A", "A", "B", "B", "B", "A"]
+    bases = ["traced", "traced", "carried", "carried", "none", "markers"]
+    out = diagnosis.strip(labels, bases, [(0, 2), (2, 5), (5, 6), (6, 6)])
+    assert out == (["A", "B", "A", None], ["own", "carried", "own", None]), out
+
+
+# ---- the package: the tools without the extension ----
+
+def test_the_tools_are_in_the_package():
+    for mod in ("steptrace.report", "steptrace.ctl", "steptrace.merge", "steptrace.files", "steptrace.lines"):
+        m = __import__(mod, fromlist=["_"])
+        assert os.path.dirname(os.path.abspath(m.__file__)).startswith(os.path.dirname(os.path.abspath(steptrace.__file__))), m.__file__
+    import importlib.util
+    for old in ("steptrace_report", "steptrace_ctl", "steptrace_merge", "steptrace_files", "steptrace_lines"):
+        assert importlib.util.find_spec(old) is None, f"a top-level module {old} is importable"
+    if os.environ.get("STEPTRACE_TOOLS_ONLY") == "1":
+        try:
+            steptrace.start()
+        except ImportError as e:
+            assert "pip install ./python" in str(e) and "steptrace.report" in str(e), str(e)
+        else:
+            raise AssertionError("start() without the extension did not say it is missing")
+
+
+if __name__ == "__main__":
+    sys.exit(run_tests(dict(globals()), "test_report", after_each=cleanup))
