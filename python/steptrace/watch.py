@@ -36,6 +36,8 @@ class _State:
         self.restore = []        # (object, attribute, original) to put back
         self.step_open = False   # a step opened by watch and not yet closed
         self.backward_seen = False
+        self.forward_seen = False  # a forward phase in the open step
+        self.blind_steps = 0     # steps in a row with a backward and no forward phase
         self.thread = None       # the thread the step was opened on
         self.owner = None        # the thread that called watch(): the training thread
         self.in_optimizer = False  # an optimizer phase open (a step that raised leaves it so: closed at the next)
@@ -47,6 +49,14 @@ class _State:
 
 
 _state = _State()
+
+# Said once when two steps in a row had a backward and no forward phase: the forward's work is then in
+# the step under no phase (untracked).
+_NO_FORWARD = ("steptrace.watch: two steps in a row ran a backward but no forward of the watched module: its "
+               "forward runs outside its hooks. Either the module was compiled after watch() (torch.compile(model) "
+               "and model.compile() compile the hooks with it: watch the compiled module, or call watch() after "
+               "compiling), or the loop calls model.forward(...) rather than model(...), or the forward runs "
+               "in eval() mode. The forward's time is counted in the step, under no phase.")
 
 
 def _compiling_check(torch):
@@ -79,7 +89,7 @@ def _open_step():
     samples = None if callable(s.samples) else s.samples
     _steptrace.step_enter(tokens, samples)
     s.step_open = True
-    s.backward_seen = False
+    s.backward_seen = s.forward_seen = False
     s.step_tokens, s.step_samples = 0.0, None
     return True
 
@@ -91,6 +101,9 @@ def _close_step():
     s.step_open = False
     if not _steptrace.is_running():
         return  # stopped meanwhile: stop() closed it
+    s.blind_steps = s.blind_steps + 1 if s.backward_seen and not s.forward_seen else 0
+    if s.blind_steps == 2:
+        _steptrace.warn_once("watch.no_forward", _NO_FORWARD)
     from . import _end_step
     _end_step()
 
@@ -167,6 +180,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
     s.tokens, s.samples = tokens, samples
     s.owner = threading.get_ident()
     s.in_optimizer = False
+    s.blind_steps = 0
     forward_id, backward_id, optimizer_id = _PHASE_IDS["forward"], _PHASE_IDS["backward"], _PHASE_IDS["optimizer"]
     depth = threading.local()  # forward re-entered (a module called inside itself): one phase
 
@@ -185,6 +199,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
         depth.n = n + 1
         if n == 0:
             _open_step()
+            _state.forward_seen = True
             _steptrace.phase_enter(forward_id)
         return None
 
@@ -199,7 +214,11 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
             _steptrace.phase_exit()
         return None
 
-    s.handles.append(model.register_forward_pre_hook(forward_pre))
+    # First among the module's pre-hooks where torch allows (>= 2.0): what a wrapper's own pre-hook launches
+    # (FSDP's all-gather of the parameters) is in the forward phase.
+    prepend = "prepend" in inspect.signature(model.register_forward_pre_hook).parameters
+    s.handles.append(model.register_forward_pre_hook(forward_pre, prepend=True) if prepend
+                     else model.register_forward_pre_hook(forward_pre))
     s.handles.append(model.register_forward_hook(forward_post, always_call=True) if always
                      else model.register_forward_hook(forward_post))
 

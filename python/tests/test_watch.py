@@ -258,6 +258,37 @@ def test_what_the_hooks_cost():
           f"zero_grad; by hand {(manual - bare) * 1e6:.1f} us (bare {bare * 1e6:.1f} us; best of 5 x 2000)")
 
 
+def test_a_forward_outside_the_hooks_is_said_once():
+    """A loop that calls model.forward(x) (as a module compiled after watch() behaves: its hooks compiled
+    away) gives steps with a backward and no forward phase: said once, on the steptrace logger, after
+    two such steps; a loop that calls model(x) is not warned."""
+    import subprocess
+    code = """import sys, torch, steptrace
+sys.path.insert(0, %r)
+from test_watch import model_and_data
+steptrace.start(log_path=%r, summary=False, gpu="off")
+model, opt, data = model_and_data(6)
+steptrace.watch(model, opt)
+for x, y in data:
+    out = model.forward(x) if %r else model(x)
+    torch.nn.functional.cross_entropy(out, y).backward()
+    opt.step()
+    opt.zero_grad()
+steptrace.stop()
+"""
+    here = os.path.dirname(os.path.abspath(__file__))
+    said = "ran a backward but no forward of the watched module"
+    for direct in (True, False):
+        log = fresh("direct" if direct else "called")
+        r = subprocess.run([sys.executable, "-c", code % (here, log, direct)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        lines = step_lines(log)
+        assert len(lines) == 6, len(lines)
+        assert r.stderr.count(said) == (1 if direct else 0), (direct, r.stderr)
+        assert all(("forward" in l["phases"]) != direct for l in lines), [list(l["phases"]) for l in lines]
+
+
 def test_bad_arguments():
     model, opt, _ = model_and_data(1)
     for args, exc in (((object(), opt), TypeError), ((model, object()), TypeError)):
