@@ -27,6 +27,9 @@ enum class ClockSource : uint8_t { automatic, steady };
 /// What CUPTI does between traced steps (an interval > 1): `automatic` keeps it attached and lets
 /// overhead_budget detach it when staying attached alone would exceed the budget.
 enum class UntracedCupti : uint8_t { keep, detach, automatic };  // values of 0.1 kept: keep 0, detach 1
+/// What a log line holds: `full` (schema steptrace.step/1, every field) or `compact` (steptrace.step/2:
+/// the verdicts, with the run's constant facts once in a run record; core/line_tiers.hpp).
+enum class LineDetail : uint8_t { full, compact };
 
 /// How one model replica is split over GPUs (Megatron-LM's and torchtitan's degrees). Data
 /// parallelism is the rest: world_size / (tensor x pipeline x context). MFU divides a rank's tokens by
@@ -42,6 +45,7 @@ struct Config {
   bool enabled = true;                       // STEPTRACE_ENABLED
   std::string log_path = "steptrace-{rank}.jsonl";  // STEPTRACE_LOG; "" = no file; "{rank}" is replaced by the rank
   int log_every = 1;                         // STEPTRACE_LOG_EVERY
+  LineDetail line_detail = LineDetail::full;  // STEPTRACE_LINE_DETAIL
   double tokens_per_step = 0;                // STEPTRACE_TOKENS_PER_STEP (0 = unknown)
   double samples_per_step = 0;               // STEPTRACE_SAMPLES_PER_STEP
   double flops_per_token = 0;                // STEPTRACE_FLOPS_PER_TOKEN (0 = no MFU)

@@ -215,6 +215,11 @@ inline const std::vector<Setting>& settings() {
                      "network file systems, which are not locked)"));
     t.push_back(integer("log_every", "STEPTRACE_LOG_EVERY", &Config::log_every, 1, 1000000,
                         "write every N-th step with a `window` summary of the N steps"));
+    t.push_back(choice("line_detail", "STEPTRACE_LINE_DETAIL", &Config::line_detail,
+                       {{"full", LineDetail::full}, {"compact", LineDetail::compact}},
+                       "what the log's lines hold: `full` (`steptrace.step/1`, every field) or `compact` "
+                       "(`steptrace.step/2`: the verdicts, the run's constant facts once in a `run` record; "
+                       "docs/schema.md)"));
     t.push_back(real("tokens_per_step", "STEPTRACE_TOKENS_PER_STEP", &Config::tokens_per_step, 0, 1e15,
                      "this rank's tokens per step (0 = unknown)"));
     t.push_back(real("samples_per_step", "STEPTRACE_SAMPLES_PER_STEP", &Config::samples_per_step, 0, 1e15,

@@ -23,8 +23,10 @@
 #include "../core/attribution.hpp"
 #include "../core/clock.hpp"
 #include "../core/end_line.hpp"
+#include "../core/line_tiers.hpp"
 #include "../core/overhead_parts.hpp"
 #include "../core/plausibility.hpp"
+#include "../settings.hpp"
 #include "../sink/sink.hpp"
 #include "cross_rank_link.hpp"
 #include "demangle.hpp"
@@ -285,6 +287,9 @@ class Worker {
   std::atomic<uint64_t> lines_failed_{0};  // written by this thread only; read by lines_failed_so_far() too
   uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
   int64_t last_line_step_ = -1;    // the last step whose line was produced
+  ReasonBook reasons_written_;     // line_detail=compact: the sentences the log has so far
+  std::string run_record_;         // line_detail=compact: the run record last written
+  std::vector<std::pair<std::string, std::string>> settings_in_force_;  // its settings (the run's Config)
   struct TakenMarkers {
     int64_t step = -1;
     std::optional<StepMarkers> markers;

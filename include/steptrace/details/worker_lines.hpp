@@ -189,17 +189,33 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     s_.link->fill_line(r.index, ctx.run.rank, in);
     lines_.close_window(in);
     if (s_.sinks.empty()) return;
-    bool fields_read = false;
+    const bool compact = ctx.cfg.line_detail == LineDetail::compact;
+    bool fields_read = compact;
     for (const sink::LineSink* sink : s_.sinks) fields_read = fields_read || sink->reads_fields();
     FlatJson fields;  // the line's leaves, for a sink that reads fields (the Prometheus exporter)
     const std::string line = make_step_line(in, fields_read ? &fields : nullptr);
+    // line_detail=compact: the log's sinks get the compact line, after the run record when it is new
+    // or changed; a view of the lines (the exporter) keeps the full one.
+    std::string compact_line;
+    if (compact) {
+      if (settings_in_force_.empty())
+        for (const Setting& s : settings()) settings_in_force_.emplace_back(s.name, s.text(ctx.cfg));
+      std::string record = make_run_record(fields, settings_in_force_);
+      if (record != run_record_) {
+        for (sink::LineSink* sink : s_.sinks)
+          if (sink->counts_lines()) sink->write_line(record);
+        run_record_ = std::move(record);
+      }
+      compact_line = make_compact_line(fields, reasons_written_);
+    }
     if (details::line_out_unbalanced().load(std::memory_order_relaxed))
       warn_once("line_out", "a line's writer closed an object it had not opened or left one open (a steptrace bug; "
                             "the lines are kept well formed): please report it");
     last_line_step_ = static_cast<int64_t>(r.index);
     if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
     for (sink::LineSink* sink : s_.sinks) {
-      const std::string err = sink->write_step_line(line, fields_read ? &fields : nullptr);
+      const std::string err =
+          sink->write_step_line(compact && sink->counts_lines() ? compact_line : line, fields_read ? &fields : nullptr);
       if (sink->counts_lines()) {
         if (err.empty()) ++lines_written_;
         else lines_failed_.store(lines_failed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

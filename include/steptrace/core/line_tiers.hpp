@@ -1,0 +1,423 @@
+// steptrace/core/line_tiers.hpp - the compact line (schema "steptrace.step/2") and the run record
+// (event "run"), both made from a full line's leaves (core/json_flat.hpp's FlatJson, as the writer
+// records them). One table, kTierFields, says which field goes where: a row per field of the compact
+// line (in its order) and of the run record; every other field is in the full line only
+// (`line_detail=full`, schema "steptrace.step/1"). docs/schema.md "The compact line" follows it.
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "json_flat.hpp"
+#include "json_writer.hpp"
+
+STEPTRACE_BEGIN_NAMESPACE
+
+inline constexpr const char* kCompactSchema = "steptrace.step/2";
+inline constexpr const char* kRunSchema = "steptrace.run/2";
+inline constexpr std::size_t kCompactMaxPhases = 16;    // phases kept by name, the rest folded into "(other)"
+inline constexpr std::size_t kCompactMaxScalars = 32;   // scalars kept (by name order), the rest counted
+inline constexpr std::size_t kMaxLineBytes = 16000;     // container runtimes split stdout lines past 16 KiB
+
+enum class LineTier : uint8_t { compact, run };
+/// How a number is written: to 6 significant digits (what a measured time or share can mean), or as
+/// the integer nearest (counts and bytes are exact; a wall-clock time to the millisecond).
+enum class Digits : uint8_t { six, integer };
+
+struct TierField {
+  const char* pattern;  // a JSON pointer; a segment "*" stands for any one name (a phase's, a scalar's)
+  LineTier tier;
+  Digits digits;
+};
+
+/// Where each field of the compact line and of the run record comes from in the full line (the same
+/// pointer). Fields the full line has and this table does not are in the full line only.
+inline constexpr TierField kTierFields[] = {
+    // the compact line: the step, its throughput and every verdict
+    {"/schema", LineTier::compact, Digits::six},
+    {"/global_step", LineTier::compact, Digits::integer},
+    {"/start_unix_ms", LineTier::compact, Digits::integer},
+    {"/rank", LineTier::compact, Digits::integer},
+    {"/run_id", LineTier::compact, Digits::six},
+    {"/step_time_ms", LineTier::compact, Digits::six},
+    {"/tokens", LineTier::compact, Digits::six},
+    {"/tokens_per_second", LineTier::compact, Digits::six},
+    {"/samples_per_second", LineTier::compact, Digits::six},
+    {"/estimated_mfu", LineTier::compact, Digits::six},
+    {"/gpu_utilization", LineTier::compact, Digits::six},
+    {"/sm_activity", LineTier::compact, Digits::six},
+    {"/tensor_core_or_pipe_utilization", LineTier::compact, Digits::six},
+    {"/memory_bandwidth_utilization", LineTier::compact, Digits::six},
+    {"/nccl_time_ms", LineTier::compact, Digits::six},
+    {"/traced", LineTier::compact, Digits::six},
+    {"/gpu/busy_ms", LineTier::compact, Digits::six},
+    {"/gpu/sm_efficiency", LineTier::compact, Digits::six},
+    {"/gpu/nccl_exposed_ms", LineTier::compact, Digits::six},
+    {"/gpu_markers/pending_share", LineTier::compact, Digits::six},
+    {"/memory/device_used_peak_bytes", LineTier::compact, Digits::integer},
+    {"/memory/allocator/allocated_bytes", LineTier::compact, Digits::integer},
+    {"/memory/allocator/reserved_bytes", LineTier::compact, Digits::integer},
+    {"/loss", LineTier::compact, Digits::six},
+    {"/grad_norm", LineTier::compact, Digits::six},
+    {"/scalars/*", LineTier::compact, Digits::six},
+    {"/phases/*/host_ms", LineTier::compact, Digits::six},
+    {"/phases/*/self_ms", LineTier::compact, Digits::six},
+    {"/phases/*/count", LineTier::compact, Digits::integer},
+    {"/phases/*/gpu/busy_ms", LineTier::compact, Digits::six},
+    {"/between_steps/host_ms", LineTier::compact, Digits::six},
+    {"/cross_rank/step", LineTier::compact, Digits::integer},
+    {"/cross_rank/slowest_rank", LineTier::compact, Digits::integer},
+    {"/cross_rank/step_skew", LineTier::compact, Digits::six},
+    {"/cross_rank/balanced", LineTier::compact, Digits::six},
+    {"/cross_rank/culprit_phase", LineTier::compact, Digits::six},
+    {"/cross_rank/culprit_gap_ms", LineTier::compact, Digits::six},
+    {"/diagnosis/label", LineTier::compact, Digits::six},
+    {"/diagnosis/basis", LineTier::compact, Digits::six},
+    {"/overhead/estimated_fraction", LineTier::compact, Digits::six},
+    {"/overhead/within_budget", LineTier::compact, Digits::six},
+    {"/dropped/steps_total", LineTier::compact, Digits::integer},
+    {"/dropped/lines_unwritten_total", LineTier::compact, Digits::integer},
+    // the run record: what does not change within a run
+    {"/run_id", LineTier::run, Digits::six},
+    {"/rank", LineTier::run, Digits::integer},
+    {"/local_rank", LineTier::run, Digits::integer},
+    {"/world_size", LineTier::run, Digits::integer},
+    {"/hostname", LineTier::run, Digits::six},
+    {"/pid", LineTier::run, Digits::integer},
+    {"/job_id", LineTier::run, Digits::six},
+    {"/device/*", LineTier::run, Digits::six},
+    {"/mfu_inputs/flops_per_token", LineTier::run, Digits::six},
+    {"/mfu_inputs/peak_flops", LineTier::run, Digits::six},
+    {"/mfu_inputs/peak_source", LineTier::run, Digits::six},
+    {"/mfu_inputs/model_parallel/*", LineTier::run, Digits::six},
+    {"/mfu_inputs/data_parallel_size", LineTier::run, Digits::integer},
+};
+
+namespace details {
+
+/// A JSON pointer's segments, as escaped in the pointer (`~0`, `~1` kept).
+inline std::vector<std::string_view> pointer_segments(std::string_view p) {
+  std::vector<std::string_view> out;
+  std::size_t i = 1;
+  while (i <= p.size() && !p.empty()) {
+    const std::size_t j = p.find('/', i);
+    out.push_back(p.substr(i, (j == std::string_view::npos ? p.size() : j) - i));
+    if (j == std::string_view::npos) break;
+    i = j + 1;
+  }
+  return out;
+}
+
+/// Whether `segs` match the pattern's segments exactly (`*`: any one).
+inline bool segments_match(const std::vector<std::string_view>& pattern, const std::vector<std::string_view>& segs) {
+  if (pattern.size() != segs.size()) return false;
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    if (pattern[i] != "*" && pattern[i] != segs[i]) return false;
+  return true;
+}
+
+/// Whether `segs` is a proper prefix of the pattern (a null object standing for fields it would hold).
+inline bool segments_prefix(const std::vector<std::string_view>& pattern, const std::vector<std::string_view>& segs) {
+  if (segs.size() >= pattern.size()) return false;
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    if (pattern[i] != "*" && pattern[i] != segs[i]) return false;
+  return true;
+}
+
+/// A `null_reasons` key (dotted, `\.` and `\\` escaped: core/line_out.hpp's path_segment) as a pointer.
+inline std::string reason_key_pointer(std::string_view key) {
+  std::string out = "/";
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    char c = key[i];
+    if (c == '\\' && i + 1 < key.size()) {
+      c = key[++i];
+    } else if (c == '.') {
+      out += '/';
+      continue;
+    }
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+/// A JSON pointer segment as the name it stands for (`~1` -> `/`, `~0` -> `~`).
+inline std::string unescape_segment(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '~' && i + 1 < s.size()) {
+      out += s[i + 1] == '1' ? '/' : '~';
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+/// Names as a `null_reasons` key: joined by `.`, a `.` or `\\` in a name escaped (line_out.hpp's rule).
+inline std::string dotted_path(const std::vector<std::string>& names) {
+  std::string dotted;
+  for (const std::string& s : names) {
+    if (!dotted.empty()) dotted += '.';
+    for (char c : s) {
+      if (c == '\\' || c == '.') dotted += '\\';
+      dotted += c;
+    }
+  }
+  return dotted;
+}
+
+/// A number as the compact tiers write it.
+inline double rounded(double v, Digits d) {
+  if (!std::isfinite(v)) return v;
+  if (d == Digits::integer) return std::nearbyint(v);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return std::strtod(buf, nullptr);
+}
+
+/// An object of the record being built, its members in the order they were first added.
+struct TierNode {
+  std::vector<std::pair<std::string, TierNode>> members;
+  std::optional<JsonLeaf> leaf;  // a value (null, boolean, number, string) rather than an object
+  TierNode& member(const std::string& name) {
+    for (auto& [k, v] : members)
+      if (k == name) return v;
+    members.emplace_back(name, TierNode{});
+    return members.back().second;
+  }
+  void write(JsonWriter& w) const {
+    if (leaf) {
+      switch (leaf->kind) {
+        case JsonLeaf::Kind::null: w.null(); break;
+        case JsonLeaf::Kind::boolean: w.value(leaf->number != 0); break;
+        case JsonLeaf::Kind::number: w.value(leaf->number); break;
+        case JsonLeaf::Kind::string: w.value(leaf->text); break;
+      }
+      return;
+    }
+    w.begin_object();
+    for (const auto& [k, v] : members) {
+      w.key(k);
+      v.write(w);
+    }
+    w.end_object();
+  }
+};
+
+/// 8 hex digits: FNV-1a (32 bits) of the sentence with its digits left out, so a reason that names a
+/// number ("3 of 12 samples") keeps one code whatever the number.
+inline std::string reason_code(std::string_view sentence) {
+  uint32_t h = 2166136261u;  // FNV-1a's offset basis and prime (Fowler, Noll, Vo; IETF draft-eastlake-fnv)
+  for (char c : sentence) {
+    if (c >= '0' && c <= '9') continue;
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", h);
+  return buf;
+}
+
+}  // namespace details
+
+/// The reasons' sentences a run has written so far (code -> sentence): a compact line carries a
+/// sentence only the first time its code appears in the run.
+struct ReasonBook {
+  std::unordered_map<std::string, std::string> written;
+};
+
+/// The compact line of a full line's leaves. `book`: the run's sentences so far (updated).
+inline std::string make_compact_line(const FlatJson& full, ReasonBook& book) {
+  using namespace details;
+  struct Kept {
+    std::size_t row;
+    std::vector<std::string> names;  // the segments, unescaped
+    JsonLeaf leaf;
+    Digits digits;
+  };
+  std::vector<Kept> kept;
+  std::vector<std::vector<std::string_view>> patterns;
+  for (const TierField& f : kTierFields) patterns.push_back(pointer_segments(f.pattern));
+  std::map<std::string, const JsonLeaf*> reasons;  // null_reasons key -> sentence
+  for (const auto& [pointer, leaf] : full) {
+    const auto segs = pointer_segments(pointer);
+    if (!segs.empty() && segs[0] == "null_reasons") {
+      if (segs.size() == 2 && leaf.kind == JsonLeaf::Kind::string) reasons[unescape_segment(segs[1])] = &leaf;
+      continue;
+    }
+    for (std::size_t r = 0; r < patterns.size(); ++r) {
+      if (kTierFields[r].tier != LineTier::compact) continue;
+      const bool exact = segments_match(patterns[r], segs);
+      if (!exact && !(leaf.kind == JsonLeaf::Kind::null && segments_prefix(patterns[r], segs))) continue;
+      Kept k{r, {}, leaf, kTierFields[r].digits};
+      for (auto s : segs) k.names.push_back(unescape_segment(s));
+      if (k.leaf.kind == JsonLeaf::Kind::number) k.leaf.number = rounded(k.leaf.number, k.digits);
+      kept.push_back(std::move(k));
+      break;
+    }
+  }
+  // Phases: the kCompactMaxPhases with the most host time (then GPU time) by name; the rest summed
+  // into "(other)" with their number. Scalars: the first kCompactMaxScalars by name; the rest counted.
+  std::map<std::string, double> phase_weight;
+  std::vector<std::string> scalar_names;
+  for (const Kept& k : kept) {
+    if (k.names.size() >= 2 && k.names[0] == "phases") {
+      double& w = phase_weight[k.names[1]];
+      if (k.leaf.kind == JsonLeaf::Kind::number && (k.names[2] == "host_ms" || k.names.back() == "busy_ms"))
+        w += std::fabs(k.leaf.number);
+    } else if (k.names.size() == 2 && k.names[0] == "scalars") {
+      scalar_names.push_back(k.names[1]);
+    }
+  }
+  std::vector<std::pair<std::string, double>> by_weight(phase_weight.begin(), phase_weight.end());
+  std::stable_sort(by_weight.begin(), by_weight.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::map<std::string, bool> phase_kept;
+  for (std::size_t i = 0; i < by_weight.size(); ++i) phase_kept[by_weight[i].first] = i < kCompactMaxPhases;
+  std::sort(scalar_names.begin(), scalar_names.end());
+  const std::size_t scalars_left_out = scalar_names.size() > kCompactMaxScalars ? scalar_names.size() - kCompactMaxScalars : 0;
+  if (scalars_left_out) scalar_names.resize(kCompactMaxScalars);
+  std::map<std::string, double> other;  // field under phases/(other) -> sum
+  std::size_t folded = 0;
+  for (const auto& [name, keep] : phase_kept) folded += !keep;
+  // Build in the table's order; phases and scalars by name.
+  std::stable_sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
+    if (a.row != b.row) return a.row < b.row;
+    return a.names < b.names;
+  });
+  TierNode root;
+  std::vector<std::string> nulls;  // pointers written null, for their reasons
+  for (const Kept& k : kept) {
+    if (k.names.size() >= 2 && k.names[0] == "phases" && !phase_kept[k.names[1]]) {
+      if (k.leaf.kind == JsonLeaf::Kind::number) {
+        std::string field;
+        for (std::size_t i = 2; i < k.names.size(); ++i) field += (field.empty() ? "" : "/") + k.names[i];
+        other[field] += k.leaf.number;
+      }
+      continue;
+    }
+    if (k.names.size() == 2 && k.names[0] == "scalars" &&
+        !std::binary_search(scalar_names.begin(), scalar_names.end(), k.names[1]))
+      continue;
+    TierNode* n = &root;
+    for (const std::string& s : k.names) n = &n->member(s);
+    n->leaf = k.leaf;
+    if (k.names.size() == 1 && k.names[0] == "schema") n->leaf->text = kCompactSchema;
+    if (k.leaf.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(k.names));
+  }
+  if (folded) {
+    TierNode& o = root.member("phases").member("(other)");
+    for (const auto& [field, sum] : other) {
+      TierNode* n = &o;
+      std::size_t i = 0;
+      while (i <= field.size()) {
+        const std::size_t j = field.find('/', i);
+        n = &n->member(field.substr(i, (j == std::string::npos ? field.size() : j) - i));
+        if (j == std::string::npos) break;
+        i = j + 1;
+      }
+      n->leaf = JsonLeaf{JsonLeaf::Kind::number, rounded(sum, Digits::six), {}};
+    }
+    o.member("phases").leaf = JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(folded), {}};
+  }
+  if (scalars_left_out)
+    root.member("scalars_left_out").leaf = JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(scalars_left_out), {}};
+  // Reasons: a code per null written; the sentence the first time the run meets the code.
+  TierNode codes, texts;
+  for (const std::string& dotted : nulls) {
+    const auto it = reasons.find(dotted);
+    if (it == reasons.end()) continue;
+    const std::string code = reason_code(it->second->text);
+    codes.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, code};
+    if (book.written.emplace(code, it->second->text).second)
+      texts.member(code).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second->text};
+  }
+  root.members.emplace_back("null_reasons", std::move(codes));
+  if (!texts.members.empty()) root.members.emplace_back("reason_text", std::move(texts));
+  JsonWriter w;
+  root.write(w);
+  std::string text = w.release();
+  if (text.size() <= kMaxLineBytes) return text;
+  // Over the bound (names of many kilobytes): phases and scalars out, said in the line.
+  TierNode small;
+  for (auto& [k, v] : root.members) {
+    if (k == "phases" || k == "scalars" || k == "reason_text") continue;
+    if (k == "null_reasons") {
+      TierNode rest;
+      for (auto& [path, code] : v.members)
+        if (path.rfind("phases.", 0) != 0 && path.rfind("scalars.", 0) != 0) rest.members.emplace_back(path, std::move(code));
+      small.members.emplace_back(k, std::move(rest));
+      continue;
+    }
+    small.members.emplace_back(k, std::move(v));
+  }
+  small.member("cut").leaf = JsonLeaf{JsonLeaf::Kind::string, 0,
+                                      "phases and scalars left out: the line was over " + std::to_string(kMaxLineBytes) + " bytes"};
+  JsonWriter w2;
+  small.write(w2);
+  return w2.release();
+}
+
+/// The run record of a full line's leaves: `{"event":"run","schema":"steptrace.run/2", ...}` with the
+/// run tier's fields, their null reasons (sentences) and `settings` (name -> value in force).
+inline std::string make_run_record(const FlatJson& full, const std::vector<std::pair<std::string, std::string>>& settings) {
+  using namespace details;
+  TierNode root;
+  root.member("event").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, "run"};
+  root.member("schema").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, kRunSchema};
+  std::vector<std::vector<std::string_view>> patterns;
+  for (const TierField& f : kTierFields) patterns.push_back(pointer_segments(f.pattern));
+  // Each leaf of the run tier, under the first row it meets; written in the table's order, by name.
+  std::vector<std::tuple<std::size_t, std::vector<std::string>, JsonLeaf>> found;
+  for (const auto& [pointer, leaf] : full) {
+    const auto segs = pointer_segments(pointer);
+    for (std::size_t r = 0; r < patterns.size(); ++r) {
+      if (kTierFields[r].tier != LineTier::run) continue;
+      if (!segments_match(patterns[r], segs) && !(leaf.kind == JsonLeaf::Kind::null && segments_prefix(patterns[r], segs)))
+        continue;
+      std::vector<std::string> names;
+      for (auto s : segs) names.push_back(unescape_segment(s));
+      JsonLeaf l = leaf;
+      if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, kTierFields[r].digits);
+      found.emplace_back(r, std::move(names), std::move(l));
+      break;
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return std::get<0>(a) != std::get<0>(b) ? std::get<0>(a) < std::get<0>(b) : std::get<1>(a) < std::get<1>(b);
+  });
+  std::vector<std::string> nulls;
+  for (auto& [row, names, leaf] : found) {
+    TierNode* n = &root;
+    for (const std::string& s : names) n = &n->member(s);
+    if (leaf.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(names));
+    n->leaf = std::move(leaf);
+  }
+  TierNode& set = root.member("settings");
+  for (const auto& [name, value] : settings) set.member(name).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, value};
+  TierNode& why = root.member("null_reasons");
+  for (const std::string& dotted : nulls) {
+    const auto it = full.find("/null_reasons/" + dotted);
+    if (it != full.end() && it->second.kind == JsonLeaf::Kind::string)
+      why.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second.text};
+  }
+  JsonWriter w;
+  root.write(w);
+  return w.release();
+}
+
+STEPTRACE_END_NAMESPACE  // steptrace

@@ -1,0 +1,253 @@
+// The compact line (steptrace.step/2) and the run record (core/line_tiers.hpp): made from H100 lines
+// committed in tests/data (a torch.compile GPT-2 trainer, an eager PyTorch GPT, a C++ transformer, each
+// with steptrace's defaults) and from leaves built here; and a host-only run with line_detail=compact.
+#include <steptrace/core/line_tiers.hpp>
+#include <steptrace/steptrace.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "host_config.hpp"
+#include "support.hpp"
+
+using steptrace::FlatJson;
+using steptrace::JsonLeaf;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> committed(const char* file) {
+  std::vector<std::string> out;
+  std::ifstream in(std::string(STEPTRACE_SOURCE_DIR "/tests/data/") + file);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+FlatJson flatten(const std::string& text) {
+  FlatJson f;
+  const std::string err = steptrace::details::JsonFlattener(text, f).run();
+  REQUIRE(err.empty());
+  return f;
+}
+
+void flatten_json(const json& j, const std::string& pointer, std::vector<std::pair<std::string, json>>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [k, v] : j.items()) {
+      std::string seg;
+      for (char c : k) seg += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+      flatten_json(v, pointer + "/" + seg, out);
+    }
+  } else {
+    out.emplace_back(pointer, j);
+  }
+}
+
+std::string without_digits(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (c < '0' || c > '9') out += c;
+  return out;
+}
+
+JsonLeaf number(double v) { return JsonLeaf{JsonLeaf::Kind::number, v, {}}; }
+JsonLeaf text(const std::string& s) { return JsonLeaf{JsonLeaf::Kind::string, 0, s}; }
+
+}  // namespace
+
+TEST_CASE("a compact line holds the full line's verdicts, rounded, in at most 1.5 KB", "[line_tiers]") {
+  steptrace::ReasonBook book;
+  std::size_t traced = 0, sized = 0;
+  for (const std::string& text : committed("h100_default_lines.jsonl")) {
+    const FlatJson full = flatten(text);
+    const json whole = json::parse(text);
+    const std::string compact_text = steptrace::make_compact_line(full, book);
+    INFO(compact_text);
+    const json c = json::parse(compact_text);
+    CHECK(c["schema"] == "steptrace.step/2");
+    if (!c.contains("reason_text")) {  // the run's first line carries the sentences too
+      CHECK(compact_text.size() <= 1536);
+      CHECK(compact_text.size() * 4 < text.size());
+      ++sized;
+    }
+    traced += whole["traced"].get<bool>();
+    // Every value is the full line's, to 6 significant digits (integers exact).
+    std::vector<std::pair<std::string, json>> leaves;
+    flatten_json(c, "", leaves);
+    std::size_t compared = 0;
+    for (const auto& [pointer, v] : leaves) {
+      if (pointer.rfind("/null_reasons", 0) == 0 || pointer.rfind("/reason_text", 0) == 0 || pointer == "/schema")
+        continue;
+      const json::json_pointer p(pointer);
+      REQUIRE(whole.contains(p));
+      const json& w = whole[p];
+      if (v.is_number()) {
+        REQUIRE(w.is_number());
+        const double a = v.get<double>(), b = w.get<double>();
+        CHECK(std::fabs(a - b) <= std::max(5e-6 * std::fabs(b), 0.5 * (std::floor(b) == b ? 0 : 1)));
+      } else {
+        CHECK(v == w);
+      }
+      ++compared;
+    }
+    CHECK(compared >= 20);
+    // The phases' host and GPU time, the verdicts and MFU are there.
+    for (const char* must : {"/step_time_ms", "/tokens_per_second", "/estimated_mfu", "/gpu_utilization",
+                             "/diagnosis/label", "/diagnosis/basis", "/overhead/estimated_fraction", "/run_id"})
+      CHECK(c.contains(json::json_pointer(must)));
+    for (const auto& [name, ph] : whole["phases"].items())
+      if (ph.contains("host_ms")) CHECK(c["phases"][name]["host_ms"].is_number());
+    // Each null has a code, and each code's sentence came with this line or an earlier one.
+    for (const auto& [pointer, v] : leaves) {
+      if (!v.is_null() || pointer.rfind("/null_reasons", 0) == 0) continue;
+      std::string dotted = pointer.substr(1);
+      for (char& ch : dotted) ch = ch == '/' ? '.' : ch;
+      INFO(dotted);
+      REQUIRE(c["null_reasons"].contains(dotted));
+      const std::string code = c["null_reasons"][dotted];
+      REQUIRE(book.written.count(code) == 1);
+      // The run's first sentence of this code: the same words, its numbers perhaps others.
+      CHECK(without_digits(book.written[code]) == without_digits(whole["null_reasons"][dotted]));
+    }
+    // The full line's constant facts are not in it: they are the run record's.
+    CHECK_FALSE(c.contains("device"));
+    CHECK_FALSE(c.contains("mfu_inputs"));
+    CHECK_FALSE(c.contains("hostname"));
+  }
+  CHECK(traced >= 1);
+  CHECK(sized >= 2);
+}
+
+TEST_CASE("a reason's sentence is written once per run, its code on every line", "[line_tiers]") {
+  const std::vector<std::string> lines = committed("h100_default_lines.jsonl");
+  steptrace::ReasonBook book;
+  const json first = json::parse(steptrace::make_compact_line(flatten(lines[0]), book));
+  const json again = json::parse(steptrace::make_compact_line(flatten(lines[0]), book));
+  REQUIRE(first.contains("reason_text"));
+  CHECK_FALSE(again.contains("reason_text"));
+  CHECK(first["null_reasons"] == again["null_reasons"]);
+  CHECK(!first["null_reasons"].empty());
+  // A code names the reason, not its numbers.
+  using steptrace::details::reason_code;
+  CHECK(reason_code("3 of 12 samples inside the window") == reason_code("4 of 10 samples inside the window"));
+  CHECK(reason_code("3 of 12 samples inside the window") != reason_code("3 of 12 samples outside the window"));
+  CHECK(reason_code("x").size() == 8);
+}
+
+TEST_CASE("a compact line keeps 16 phases and 32 scalars; the rest are summed and counted", "[line_tiers]") {
+  FlatJson full;
+  full["/schema"] = text("steptrace.step/1");
+  full["/global_step"] = number(7);
+  double folded_host = 0;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "p" + std::to_string(100 + i);
+    full["/phases/" + name + "/host_ms"] = number(1.0 + i);  // p139 the largest
+    full["/phases/" + name + "/count"] = number(2);
+    if (i < 24) folded_host += 1.0 + i;
+  }
+  for (int i = 0; i < 50; ++i) full["/scalars/s" + std::to_string(100 + i)] = number(i);
+  steptrace::ReasonBook book;
+  const json c = json::parse(steptrace::make_compact_line(full, book));
+  const json& phases = c["phases"];
+  CHECK(phases.size() == 17);
+  CHECK(phases.contains("p139"));
+  CHECK_FALSE(phases.contains("p123"));
+  CHECK(phases["(other)"]["phases"] == 24);
+  CHECK(phases["(other)"]["count"] == 48);
+  CHECK(std::fabs(phases["(other)"]["host_ms"].get<double>() - folded_host) < 1e-9);
+  CHECK(c["scalars"].size() == 32);
+  CHECK(c["scalars_left_out"] == 18);
+  CHECK(c["global_step"] == 7);
+}
+
+TEST_CASE("no compact line is over 16 000 bytes, whatever the names", "[line_tiers]") {
+  FlatJson full;
+  full["/schema"] = text("steptrace.step/1");
+  full["/step_time_ms"] = number(12.5);
+  for (int i = 0; i < 16; ++i)
+    full["/phases/" + std::string(2000, static_cast<char>('a' + i)) + "/host_ms"] = number(1.0 + i);
+  steptrace::ReasonBook book;
+  const std::string line = steptrace::make_compact_line(full, book);
+  CHECK(line.size() <= steptrace::kMaxLineBytes);
+  const json c = json::parse(line);
+  CHECK(c.contains("cut"));
+  CHECK_FALSE(c.contains("phases"));
+  CHECK(c["step_time_ms"] == 12.5);
+}
+
+TEST_CASE("the run record holds the run's constant facts, their reasons and the settings", "[line_tiers]") {
+  const FlatJson full = flatten(committed("h100_default_lines.jsonl")[0]);
+  const json whole = json::parse(committed("h100_default_lines.jsonl")[0]);
+  const json r = json::parse(steptrace::make_run_record(full, {{"line_detail", "compact"}, {"log_every", "1"}}));
+  CHECK(r["event"] == "run");
+  CHECK(r["schema"] == "steptrace.run/2");
+  CHECK(r["run_id"] == whole["run_id"]);
+  CHECK(r["device"] == whole["device"]);
+  CHECK(r["hostname"] == whole["hostname"]);
+  CHECK(r["mfu_inputs"]["peak_flops"] == whole["mfu_inputs"]["peak_flops"]);
+  CHECK(r["mfu_inputs"]["peak_source"] == whole["mfu_inputs"]["peak_source"]);
+  CHECK(r["settings"]["line_detail"] == "compact");
+  REQUIRE(whole["job_id"].is_null());
+  CHECK(r["job_id"].is_null());
+  CHECK(r["null_reasons"]["job_id"] == whole["null_reasons"]["job_id"]);
+}
+
+TEST_CASE("docs/schema.md lists the compact line's and the run record's fields as the table has them", "[line_tiers]") {
+  std::ifstream in(STEPTRACE_SOURCE_DIR "/docs/schema.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = doc.find("## The compact line");
+  REQUIRE(at != std::string::npos);
+  std::set<std::string> documented[2];
+  std::istringstream rows(doc.substr(at));
+  for (std::string row; std::getline(rows, row);) {
+    // | `pattern` | compact or run | ...
+    if (row.rfind("| `/", 0) != 0) continue;
+    const auto end = row.find('`', 3);
+    const std::string pattern = row.substr(3, end - 3);
+    const bool run = row.find("| run |") != std::string::npos;
+    documented[run].insert(pattern);
+  }
+  std::set<std::string> table[2];
+  for (const auto& f : steptrace::kTierFields) table[f.tier == steptrace::LineTier::run].insert(f.pattern);
+  CHECK(documented[0] == table[0]);
+  CHECK(documented[1] == table[1]);
+  CHECK(table[0].size() > 30);
+}
+
+TEST_CASE("a run with line_detail=compact writes a run record, then compact lines", "[line_tiers]") {
+  const std::string log = steptrace_test::fresh_log("compact");
+  steptrace::Config cfg = steptrace_test::host_config(log);
+  cfg.line_detail = steptrace::LineDetail::compact;
+  cfg.tokens_per_step = 1024;
+  REQUIRE(steptrace::start(cfg));
+  for (int i = 0; i < 5; ++i) {
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+  }
+  steptrace::stop();
+  const std::vector<json> records = steptrace_test::read_records(log);
+  REQUIRE(records.size() >= 7);
+  CHECK(records[0]["event"] == "run");
+  CHECK(records[0]["settings"]["line_detail"] == "compact");
+  CHECK(records[0]["device"].is_null());
+  CHECK(!records[0]["null_reasons"]["device"].get<std::string>().empty());
+  std::size_t steps = 0, runs = 0;
+  for (const json& r : records) {
+    runs += r.value("event", "") == "run";
+    if (r.contains("event")) continue;
+    ++steps;
+    CHECK(r["schema"] == "steptrace.step/2");
+    CHECK(r["run_id"] == records[0]["run_id"]);
+    CHECK(r["tokens"] == 1024);
+    CHECK(r["phases"]["forward"]["count"] == 1);
+    if (!r.contains("reason_text")) CHECK(r.dump().size() <= 1536);  // the first carries the sentences
+  }
+  CHECK(steps == 5);
+  CHECK(runs == 1);  // nothing constant changed: written once
+  CHECK(records.back()["event"] == "end");
+}
