@@ -195,6 +195,11 @@ TEST_CASE("the run record holds the run's constant facts, their reasons and the 
   REQUIRE(whole["job_id"].is_null());
   CHECK(r["job_id"].is_null());
   CHECK(r["null_reasons"]["job_id"] == whole["null_reasons"]["job_id"]);
+  CHECK(r["from_step"] == whole["global_step"]);
+  CHECK(r["timestamp"] == whole["timestamp"]);
+  const json facts = json::parse(steptrace::make_run_record(full, {}, false));
+  CHECK_FALSE(facts.contains("from_step"));
+  CHECK(facts["device"] == whole["device"]);
 }
 
 TEST_CASE("docs/schema.md lists the compact line's and the run record's fields as the table has them", "[line_tiers]") {
@@ -235,6 +240,7 @@ TEST_CASE("a run with line_detail=compact writes a run record, then compact line
   CHECK(records[0]["event"] == "run");
   CHECK(records[0]["settings"]["line_detail"] == "compact");
   CHECK(records[0]["device"].is_null());
+  CHECK(records[0]["from_step"] == 0);
   CHECK(!records[0]["null_reasons"]["device"].get<std::string>().empty());
   std::size_t steps = 0, runs = 0;
   for (const json& r : records) {

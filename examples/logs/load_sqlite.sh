@@ -20,6 +20,7 @@ is_object="CASE WHEN json_valid(line) THEN json_type(line) = 'object' ELSE 0 END
 insert="INSERT OR IGNORE INTO lines(line_key, run_id, rank, global_step, event, file, line)
 SELECT CASE WHEN run_id IS NULL THEN 'text:' || line
             WHEN event IS NULL THEN json_array('step', run_id, rank, global_step)
+            WHEN event = 'run' THEN json_array('run', run_id, rank, json_extract(line, '\$.from_step'))
             ELSE json_array(event, run_id, rank, json_extract(line, '\$.timestamp'),
                             json_extract(line, '\$.reason'), json_extract(line, '\$.report')) END,
        coalesce(run_id, '?'), rank, global_step, event, file, line

@@ -5,6 +5,8 @@
 --                           global_step from 0; a rank writes one line per step)
 --   end / stall / resumed:  [event, run_id, rank, timestamp, reason, report]  (reason tells an end at SIGTERM
 --                           from the end at stop(), report a stall's 1st, 2nd… record, should they share a ms)
+--   run record:             ["run", run_id, rank, from_step]  (a compact log's, line_detail=compact: the run's
+--                           constant facts, written again before the step where one changed)
 --   a line without run_id   (logs older than run_id): "text:" and the line itself, as only the same text can be
 --                           told to be the same line; its run_id reads '?', as in steptrace-report.
 -- `file` is the file the line was first loaded from.
@@ -21,26 +23,32 @@ CREATE INDEX IF NOT EXISTS lines_by_run ON lines(run_id, rank, global_step);
 -- The views are made again at every load, so a database loaded by an older version gets today's.
 -- Every view carries run_id and rank: two runs (or ranks) in one database never read as one.
 DROP VIEW IF EXISTS steps;
+-- Full lines (steptrace.step/1) and compact ones (steptrace.step/2) alike: what a compact line leaves to
+-- its run record (hostname) comes from the run's record, what it names otherwise from its own fields.
 CREATE VIEW steps AS SELECT
-  run_id,
-  rank,
-  global_step AS step,
-  file,
-  json_extract(line, '$.hostname') AS hostname,
-  json_extract(line, '$.timestamp') AS timestamp,
-  json_extract(line, '$.step_time_ms') AS step_time_ms,
-  json_extract(line, '$.tokens_per_second') AS tokens_per_second,
-  json_extract(line, '$.estimated_mfu') AS mfu,
-  json_extract(line, '$.gpu_utilization') AS gpu_utilization,
-  json_extract(line, '$.sm_activity') AS sm_activity,
-  json_extract(line, '$.dataloader_wait_ms') AS dataloader_wait_ms,
-  json_extract(line, '$.nccl_time_ms') AS nccl_time_ms,
-  json_extract(line, '$.peak_memory_allocated') AS peak_memory_bytes,
-  json_extract(line, '$.loss') AS loss,
-  json_extract(line, '$.traced') AS traced,
-  json_extract(line, '$.diagnosis.label') AS diagnosis,
-  line
-FROM lines WHERE event IS NULL;
+  s.run_id,
+  s.rank,
+  s.global_step AS step,
+  s.file,
+  json_extract(s.line, '$.schema') AS schema,
+  coalesce(json_extract(s.line, '$.hostname'),
+           (SELECT json_extract(r.line, '$.hostname') FROM lines AS r
+            WHERE r.event = 'run' AND r.run_id = s.run_id AND r.rank IS s.rank LIMIT 1)) AS hostname,
+  coalesce(json_extract(s.line, '$.timestamp'),
+           strftime('%Y-%m-%dT%H:%M:%fZ', json_extract(s.line, '$.start_unix_ms') / 1000.0, 'unixepoch')) AS timestamp,
+  json_extract(s.line, '$.step_time_ms') AS step_time_ms,
+  json_extract(s.line, '$.tokens_per_second') AS tokens_per_second,
+  json_extract(s.line, '$.estimated_mfu') AS mfu,
+  json_extract(s.line, '$.gpu_utilization') AS gpu_utilization,
+  json_extract(s.line, '$.sm_activity') AS sm_activity,
+  coalesce(json_extract(s.line, '$.dataloader_wait_ms'), json_extract(s.line, '$.phases.input.host_ms')) AS dataloader_wait_ms,
+  json_extract(s.line, '$.nccl_time_ms') AS nccl_time_ms,
+  coalesce(json_extract(s.line, '$.peak_memory_allocated'), json_extract(s.line, '$.memory.device_used_peak_bytes')) AS peak_memory_bytes,
+  json_extract(s.line, '$.loss') AS loss,
+  json_extract(s.line, '$.traced') AS traced,
+  json_extract(s.line, '$.diagnosis.label') AS diagnosis,
+  s.line
+FROM lines AS s WHERE s.event IS NULL;
 
 -- The records that end a run's lines (stop(), SIGTERM, exit): how each rank's run ended.
 DROP VIEW IF EXISTS ends;
@@ -76,7 +84,7 @@ CREATE VIEW runs AS SELECT
   count(*) FILTER (WHERE event IS NULL) AS step_lines,
   min(global_step) AS first_step,
   max(global_step) AS last_step,
-  min(json_extract(line, '$.timestamp')) AS first_timestamp,
+  min(json_extract(line, '$.timestamp')) AS first_timestamp,   -- a compact log's: its run records' and end's
   max(json_extract(line, '$.timestamp')) AS last_timestamp,
   count(DISTINCT rank) FILTER (WHERE event = 'end') AS ranks_ended
 FROM lines GROUP BY run_id;

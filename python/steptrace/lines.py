@@ -1,11 +1,19 @@
-"""Reading a steptrace JSONL log in the checking scripts: one JSON record per line; step lines are the
-records without an "event" key (stall, resumed and end records have one: docs/schema.md).
+"""Reading a steptrace JSONL log: one JSON record per line; step lines are the records without an
+"event" key (run, stall, resumed and end records have one: docs/schema.md).
+
+A compact log (`line_detail=compact`, schema steptrace.step/2) keeps the run's constant facts in its run
+records (`{"event": "run"}`) and a reason's sentence on the first line that uses its code: `expand`
+gives each compact line those back, so that a reader finds the fields and sentences a full line
+(steptrace.step/1) has under the same names. `step_lines` expands.
 
 The report (steptrace.report) has its own reader: it validates every field it uses and skips what it
 cannot read (steptrace.report.guard). These helpers are for checks on logs steptrace wrote itself,
 where a line that does not parse is a finding, unless the check reads a killed run's log (strict=False).
 """
 import json
+
+COMPACT_SCHEMA = "steptrace.step/2"
+_RUN_ONLY = ("event", "schema", "settings", "null_reasons")  # a run record's keys not copied to a line
 
 
 def read_records(path, strict=True):
@@ -32,6 +40,37 @@ def split_records(records):
     return steps, events
 
 
+def expand(records):
+    """The records in order, each compact line (schema steptrace.step/2) given its run record's fields
+    (those it lacks) and its null_reasons as sentences: the run record's for its fields, the run's
+    `reason_text` for the codes (a code whose sentence no earlier line of the run carried reads
+    "reason code C"). Full lines and event records pass as they are."""
+    runs, texts = {}, {}
+    for r in records:
+        key = (r.get("run_id"), r.get("rank", 0))
+        if r.get("event") == "run":
+            runs[key] = r
+            yield r
+            continue
+        if "event" in r or r.get("schema") != COMPACT_SCHEMA:
+            yield r
+            continue
+        book = texts.setdefault(key, {})
+        book.update(r.get("reason_text") or {})
+        out = dict(r)
+        out.pop("reason_text", None)
+        reasons = {k: book.get(code, f"reason code {code}") for k, code in (r.get("null_reasons") or {}).items()}
+        run = runs.get(key)
+        if run is not None:
+            for k, v in run.items():
+                if k not in _RUN_ONLY and k not in out:
+                    out[k] = v
+            for k, why in (run.get("null_reasons") or {}).items():
+                reasons.setdefault(k, why)
+        out["null_reasons"] = reasons
+        yield out
+
+
 def step_lines(path, strict=True):
-    """The step lines of the log, in order."""
-    return split_records(read_records(path, strict))[0]
+    """The step lines of the log, in order (compact lines expanded)."""
+    return split_records(list(expand(read_records(path, strict))))[0]

@@ -180,6 +180,69 @@ def test_a_file_read_in_parts_is_the_file_read_whole():
     assert whole[0]["host"] == joined[0]["host"]
 
 
+# ---- compact logs (schema steptrace.step/2) ----
+
+def compact_log(d):
+    """A compact log as line_detail=compact writes one: a run record, lines with reason codes (the
+    sentence on the first line that uses a code), the run record again when the device changed."""
+    rid = "c" * 16
+    run = {"event": "run", "schema": "steptrace.run/2", "run_id": rid, "rank": 0, "hostname": "node7",
+           "device": {"name": "GPU A"}, "job_id": None, "null_reasons": {"job_id": "no job id"},
+           "settings": {"line_detail": "compact"}, "from_step": 0}
+    lines = []
+    for s in range(4):
+        l = {"schema": "steptrace.step/2", "global_step": s, "run_id": rid, "rank": 0, "start_unix_ms": 1.7e12 + s,
+             "step_time_ms": 10.0 + s, "sm_activity": None, "diagnosis": {"label": "COMPUTE-BOUND", "basis": "carried"},
+             "phases": {"forward": {"host_ms": 4.0, "self_ms": 4.0, "count": 1}},
+             "null_reasons": {"sm_activity": "9f8335c3"}}
+        if s == 0:
+            l["reason_text"] = {"9f8335c3": "counters paused between traced steps"}
+        lines.append(l)
+    later = dict(run, device={"name": "GPU B"}, from_step=2)
+    path = os.path.join(d, "compact.jsonl")
+    write_log(path, [run, lines[0], lines[1], later, lines[2], lines[3], {"event": "end", "run_id": rid, "rank": 0}])
+    return path
+
+
+def test_expand_gives_a_compact_line_its_run_record_and_sentences():
+    from steptrace import lines as reader
+    path = compact_log(tmpdir())
+    steps = reader.step_lines(path)
+    assert [l["global_step"] for l in steps] == [0, 1, 2, 3]
+    for l in steps:
+        assert l["hostname"] == "node7" and "settings" not in l and "reason_text" not in l, l
+        assert l["null_reasons"]["sm_activity"] == "counters paused between traced steps", l["null_reasons"]
+        assert l["null_reasons"]["job_id"] == "no job id"
+    assert [l["device"]["name"] for l in steps] == ["GPU A", "GPU A", "GPU B", "GPU B"]
+    # A code whose sentence no earlier line carried (a log read from its middle) says so.
+    rec = reader.read_records(path)
+    tail = [r for r in rec if r.get("global_step") in (2, 3)]
+    assert next(reader.expand(tail))["null_reasons"]["sm_activity"] == "reason code 9f8335c3"
+    # Full lines pass as they are.
+    full = line(0)
+    assert list(reader.expand([full])) == [full]
+
+
+def test_the_report_reads_a_compact_log():
+    path = compact_log(tmpdir())
+    f = runs.load_file(path)
+    assert f["unparsable"] == 0 and not f["malformed"], f["malformed"]
+    seg = runs.segments([f])[0]
+    assert seg["steps"] == [0, 1, 2, 3] and seg["cols"]["step_time_ms"] == [10.0, 11.0, 12.0, 13.0]
+    assert seg["devices"] == Counter({"GPU A": 1, "GPU B": 1})
+    assert seg["reasons"] == {"9f8335c3": "counters paused between traced steps"}
+    assert seg["nulls"]["sm_activity"] == Counter({"9f8335c3": 4})
+    import steptrace.report as report
+    assert report.why_null([seg], "sm_activity") == "counters paused between traced steps"
+    bad = dict(line(0, run_id="c" * 16), reason_text={"x": 5})
+    try:
+        guard.check_line(bad, runs.SCALARS)
+    except guard.Malformed as e:
+        assert str(e).startswith("a reason_text value is not a string"), str(e)
+    else:
+        raise AssertionError("a reason_text of the wrong type was accepted")
+
+
 # ---- diagnosis: bases, the verdict, the strip ----
 
 def test_line_basis_of_old_lines():

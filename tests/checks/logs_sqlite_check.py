@@ -7,7 +7,8 @@ examples/logs/load_sqlite.sh, and checks what SQL says against the lines themsel
 each step's time and diagnosis, every phase's host time per step. Then that loading is idempotent: the
 same file again, and the same lines written with other spacing, add no row. Then a second run (the lines
 again under another run_id) in the same database: two runs, each with its own steps, phases and end
-record, and loading it twice changes nothing. Last, examples/logs/queries.sql on the two runs.
+record, and loading it twice changes nothing. Then examples/logs/queries.sql on the two runs. Last, a compact
+log (line_detail=compact: run records and steptrace.step/2 lines) through the same views.
 """
 import json
 import os
@@ -119,6 +120,40 @@ with tempfile.TemporaryDirectory() as tmp:
         failures.append(f"queries.sql: rc {q.returncode}, {q.stderr}, both run ids shown: "
                         f"{run_id in q.stdout and other_id in q.stdout}")
     print(q.stdout[:1500])
+
+    # A compact log (line_detail=compact): run records, steptrace.step/2 lines. The same views read it:
+    # steps with the lines' own values, the hostname from the run record, phases, the end record; a
+    # second load adds nothing.
+    compact_log = os.path.join(tmp, "compact.jsonl")
+    subprocess.run([os.path.join(build, "examples/mlp_train"), "--cpu", "--steps", "30", "--log", compact_log],
+                   check=True, capture_output=True,
+                   env=dict(os.environ, STEPTRACE_SUMMARY="0", STEPTRACE_LINE_DETAIL="compact"))
+    crecords = [json.loads(l) for l in open(compact_log)]
+    clines = [r for r in crecords if "event" not in r]
+    run_records = [r for r in crecords if r.get("event") == "run"]
+    if not clines or any(l.get("schema") != "steptrace.step/2" for l in clines) or not run_records:
+        failures.append(f"the compact run wrote {len(clines)} step lines, {len(run_records)} run records")
+    else:
+        cdb = os.path.join(tmp, "compact.db")
+        load(cdb, compact_log)
+        again = load(cdb, compact_log)
+        if not again.endswith(f": 0 new lines, {len(crecords)} already in {cdb}, 0 skipped (not a JSON object)"):
+            failures.append(f"the compact file loaded again: {again}")
+        rows = sql(cdb, "SELECT step, schema, hostname, step_time_ms, diagnosis, timestamp FROM steps ORDER BY step")
+        host = run_records[0]["hostname"]
+        want = [{"step": l["global_step"], "schema": "steptrace.step/2", "hostname": host,
+                 "step_time_ms": l["step_time_ms"], "diagnosis": l["diagnosis"]["label"]} for l in clines]
+        got = [{k: v for k, v in r.items() if k != "timestamp"} for r in rows]
+        if got != want:
+            failures.append(f"compact steps: {got[:2]} ..., want {want[:2]} ...")
+        if any(not (r["timestamp"] or "").endswith("Z") for r in rows):
+            failures.append(f"compact steps without a timestamp: {rows[:1]}")
+        cphases = sql(cdb, "SELECT step, phase, host_ms FROM phases")
+        cwant = {(l["global_step"], p): v["host_ms"] for l in clines for p, v in l["phases"].items()}
+        if {(r["step"], r["phase"]): r["host_ms"] for r in cphases} != cwant:
+            failures.append(f"compact phases differ: {len(cphases)} rows in SQLite, {len(cwant)} in the lines")
+        if sql(cdb, "SELECT count(*) AS n FROM ends") != [{"n": 1}]:
+            failures.append("compact: no end record in the ends view")
 for f in failures:
     print("FAIL:", f)
 print("logs_sqlite:", "FAILED" if failures else f"passed ({len(lines)} lines)")

@@ -12,7 +12,8 @@ rewritten in the new schema (untraced lines carry the last traced step's COMPUTE
 headlined COMPUTE-BOUND with the right shares per basis, and their untraced steps must be gaps in the
 GPU charts (checked in the screenshot's pixels). And a log several runs appended to (issue #32: an
 old log's lines without run_id, then the example trainer run twice on the same STEPTRACE_LOG, each run
-counting global_step from 0): by default the latest run alone (its steps, none going back), `--run` the
+counting global_step from 0; and the example's lines with line_detail=compact, run records and
+steptrace.step/2 lines): by default the latest run alone (its steps, none going back), `--run` the
 first run and `?`, `--run all` one series per run (each within its own steps in the screenshot), the
 header naming every run with its step range and lines; an unknown id exits 2 listing the ids; two
 ranks' files of two runs each. And hostile lines (issue #33, hostile_checks): markup in every string
@@ -749,6 +750,17 @@ def standard_checks(build, h100, keep, work):
     else:
         problems += check("demo", [demo_log], work, ["step_time", "phases_host", "diagnosis"])
         problems += runs_checks(example, h100, work)
+    # The same program with line_detail=compact (run records, steptrace.step/2 lines): the same charts.
+    compact_log = os.path.join(work, "compact.jsonl")
+    run = subprocess.run([example, "--steps", "40"], env=dict(os.environ, STEPTRACE_LOG=compact_log,
+                                                               STEPTRACE_LINE_DETAIL="compact"),
+                         capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        problems.append(f"compact: the example failed: {run.stderr[-400:]}")
+    elif '"schema":"steptrace.step/2"' not in open(compact_log).read():
+        problems.append("compact: the example wrote no compact line")
+    else:
+        problems += check("compact", [compact_log], work, ["step_time", "phases_host", "diagnosis"])
     # A real stall: the example's first step waits 0.7 s for its loader while the watchdog's threshold is
     # 0.3 s (before any step has closed it is stall_after_s): stall records, a resumed record, an end record.
     stall_log = os.path.join(work, "stall.jsonl")

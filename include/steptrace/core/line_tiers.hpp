@@ -373,8 +373,11 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book) {
 }
 
 /// The run record of a full line's leaves: `{"event":"run","schema":"steptrace.run/2", ...}` with the
-/// run tier's fields, their null reasons (sentences) and `settings` (name -> value in force).
-inline std::string make_run_record(const FlatJson& full, const std::vector<std::pair<std::string, std::string>>& settings) {
+/// run tier's fields, their null reasons (sentences) and `settings` (name -> value in force). `stamped`:
+/// with `from_step` and `timestamp`, the line's it precedes (without them: its facts alone, the text
+/// to compare with the last record's).
+inline std::string make_run_record(const FlatJson& full, const std::vector<std::pair<std::string, std::string>>& settings,
+                                   bool stamped = true) {
   using namespace details;
   TierNode root;
   root.member("event").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, "run"};
@@ -414,6 +417,13 @@ inline std::string make_run_record(const FlatJson& full, const std::vector<std::
     const auto it = full.find("/null_reasons/" + dotted);
     if (it != full.end() && it->second.kind == JsonLeaf::Kind::string)
       why.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second.text};
+  }
+  if (stamped) {
+    for (const auto& [name, pointer] : {std::pair<const char*, const char*>{"from_step", "/global_step"},
+                                        std::pair<const char*, const char*>{"timestamp", "/timestamp"}}) {
+      const auto it = full.find(pointer);
+      root.member(name).leaf = it != full.end() ? it->second : JsonLeaf{};
+    }
   }
   JsonWriter w;
   root.write(w);

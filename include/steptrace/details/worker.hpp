@@ -288,7 +288,7 @@ class Worker {
   uint64_t lines_incomplete_ = 0;  // written without all of their GPU records
   int64_t last_line_step_ = -1;    // the last step whose line was produced
   ReasonBook reasons_written_;     // line_detail=compact: the sentences the log has so far
-  std::string run_record_;         // line_detail=compact: the run record last written
+  std::string run_record_;         // line_detail=compact: the facts of the run record last written
   std::vector<std::pair<std::string, std::string>> settings_in_force_;  // its settings (the run's Config)
   struct TakenMarkers {
     int64_t step = -1;

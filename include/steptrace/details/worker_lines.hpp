@@ -200,11 +200,12 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     if (compact) {
       if (settings_in_force_.empty())
         for (const Setting& s : settings()) settings_in_force_.emplace_back(s.name, s.text(ctx.cfg));
-      std::string record = make_run_record(fields, settings_in_force_);
-      if (record != run_record_) {
+      std::string facts = make_run_record(fields, settings_in_force_, false);
+      if (facts != run_record_) {
+        const std::string record = make_run_record(fields, settings_in_force_, true);
         for (sink::LineSink* sink : s_.sinks)
           if (sink->counts_lines()) sink->write_line(record);
-        run_record_ = std::move(record);
+        run_record_ = std::move(facts);
       }
       compact_line = make_compact_line(fields, reasons_written_);
     }

@@ -70,7 +70,8 @@ def rounded(xs, digits=6):
 def why_null(runs, field):
     c = Counter()
     for r in runs:
-        c.update(r["nulls"].get(field, {}))
+        for why, k in r["nulls"].get(field, {}).items():  # a compact line's code: its sentence
+            c[r["reasons"].get(why, why)] += k
     return c.most_common(1)[0][0] if c else "no value in any line"
 
 

@@ -128,6 +128,8 @@ def check_line(line, scalars):
     reasons = _opt(line, "null_reasons", dict, "null_reasons is not an object")
     for v in (reasons or {}).values():
         _need(isinstance(v, str), "a null_reasons value is not a string")
+    for v in (_opt(line, "reason_text", dict, "reason_text is not an object") or {}).values():
+        _need(isinstance(v, str), "a reason_text value is not a string")
     for ph in (_opt(line, "phases", dict, "phases is not an object") or {}).values():  # the most of a line: fast
         _need(type(ph) is dict, "a phase is not an object")
         _need(_num_or_none(ph.get("host_ms")), "a phase's host_ms is not a number")

@@ -128,6 +128,7 @@ def new_segment(path, key):
             "inclusive_rows": 0,   # lines written before phases had self_ms: their host rows are inclusive
             "top": {}, "nulls": defaultdict(Counter),   # top: phase -> {kernel: [ms, calls]}
             "traces": [], "ends": [], "events": [], "events_left_out": 0, "devices": Counter(),
+            "reasons": {},   # reason code -> sentence (compact lines, schema steptrace.step/2)
             "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
 
 
@@ -177,7 +178,9 @@ def add_line(seg, line, pos):
                 cell[1] += t.get("calls") or 0
     seg["inclusive_rows"] += inclusive
     for field, why in (line.get("null_reasons") or {}).items():
-        seg["nulls"][field][cut(why)] += 1
+        seg["nulls"][field][cut(why)] += 1  # a compact line's: a code, its sentence in seg["reasons"]
+    for code, sentence in (line.get("reason_text") or {}).items():  # types checked (check_line)
+        seg["reasons"].setdefault(code, cut(sentence))
     t = line.get("trace")
     if t and t.get("file"):
         seg["traces"].append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
@@ -218,6 +221,11 @@ def load_file(path, start=0, end=None):
         if seg is None:
             seg = segs[key] = new_segment(path, key)
         if "event" in line:
+            if line.get("event") == "run":  # a compact log's run record: the device once
+                dev = line.get("device")
+                if isinstance(dev, dict) and isinstance(dev.get("name"), str):
+                    seg["devices"][cut(dev["name"])] += 1
+                continue
             if line.get("event") == "end":
                 seg["ends"].append(line)
             mark = event_mark(line)
@@ -278,6 +286,8 @@ def append(out, p):
     for field, c in p["nulls"].items():
         out["nulls"].setdefault(field, Counter()).update(c)
     out["devices"].update(p["devices"])
+    for code, sentence in p["reasons"].items():
+        out["reasons"].setdefault(code, sentence)
     for k, pick in (("first_ms", min), ("last_ms", max), ("first_pos", min), ("last_pos", max),
                     ("first_at", min), ("last_at", max)):
         vals = [v for v in (out.get(k), p.get(k)) if v is not None]
