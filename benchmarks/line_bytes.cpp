@@ -1,0 +1,177 @@
+// Bytes per line in each tier, and what the compact tier costs the background thread.
+//
+//   line_bytes LOG.jsonl...        (logs of full lines, steptrace.step/1: e.g. the committed H100 lines)
+//
+// Per file: the full lines' bytes (median, max), the compact lines' made from them (median, max; the
+// run's first line, which carries the reasons' sentences, counted apart), the run records' bytes, and
+// per line the time to make the compact line and the run record's facts (what line_detail=compact adds
+// after make_step_line), and the time the writer spends recording the line's leaves (line_detail=compact
+// has the writer record them; a run with the Prometheus exporter already does): the same line written by
+// core/json_writer.hpp with and without record_leaves. Medians of 200 repetitions per line.
+#include <steptrace/core/json_flat.hpp>
+#include <steptrace/core/json_writer.hpp>
+#include <steptrace/core/line_tiers.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Rewrites a JSON text through JsonWriter (values as numbers, strings, bools, nulls), so the writer's
+/// cost with and without leaf recording is timed on the line's own shape.
+struct Rewriter {
+  std::string_view s;
+  std::size_t i = 0;
+  steptrace::details::JsonWriter& w;
+  void space() {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\n')) ++i;
+  }
+  std::string string() {
+    std::string out;
+    ++i;  // "
+    while (i < s.size() && s[i] != '"') {
+      if (s[i] == '\\') {
+        out += s[i + 1] == 'n' ? '\n' : s[i + 1];
+        i += 2;
+        continue;
+      }
+      out += s[i++];
+    }
+    ++i;
+    return out;
+  }
+  void value() {
+    space();
+    const char c = s[i];
+    if (c == '{') {
+      ++i;
+      w.begin_object();
+      space();
+      if (s[i] == '}') {
+        ++i;
+        w.end_object();
+        return;
+      }
+      while (true) {
+        space();
+        w.key(string());
+        space();
+        ++i;  // :
+        value();
+        space();
+        if (s[i++] == '}') break;
+      }
+      w.end_object();
+    } else if (c == '[') {
+      ++i;
+      w.begin_array();
+      space();
+      if (s[i] == ']') {
+        ++i;
+        w.end_array();
+        return;
+      }
+      while (true) {
+        value();
+        space();
+        if (s[i++] == ']') break;
+      }
+      w.end_array();
+    } else if (c == '"') {
+      w.value(string());
+    } else if (s.compare(i, 4, "null") == 0) {
+      i += 4;
+      w.null();
+    } else if (s.compare(i, 4, "true") == 0) {
+      i += 4;
+      w.value(true);
+    } else if (s.compare(i, 5, "false") == 0) {
+      i += 5;
+      w.value(false);
+    } else {
+      char* end = nullptr;
+      const double d = std::strtod(s.data() + i, &end);
+      i = static_cast<std::size_t>(end - s.data());
+      w.value(d);
+    }
+  }
+};
+
+double rewrite_us(const std::string& line, bool leaves, int reps) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    steptrace::FlatJson f;
+    steptrace::details::JsonWriter w;
+    if (leaves) w.record_leaves(&f);
+    const auto t0 = Clock::now();
+    Rewriter{line, 0, w}.value();
+    const std::string out = w.release();
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (out.empty()) std::printf("?");
+  }
+  return median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: line_bytes LOG.jsonl...\n");
+    return 2;
+  }
+  constexpr int kReps = 200;
+  std::printf("%-44s %6s %9s %9s %9s %9s %9s %9s %10s %10s %10s\n", "file", "lines", "full_med", "full_max",
+              "cmp_med", "cmp_max", "cmp_first", "run_rec", "compact_us", "leaves_us", "write_us");
+  for (int a = 1; a < argc; ++a) {
+    std::ifstream in(argv[a]);
+    std::vector<double> full_b, cmp_b, cmp_us, leaf_us, plain_us;
+    double first_b = 0, run_b = 0;
+    steptrace::ReasonBook book;
+    std::vector<std::pair<std::string, std::string>> settings;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"schema\":\"steptrace.step/1\"") == std::string::npos) continue;
+      steptrace::FlatJson f;
+      if (!steptrace::details::JsonFlattener(line, f).run().empty()) continue;
+      full_b.push_back(static_cast<double>(line.size()));
+      const std::string compact = steptrace::make_compact_line(f, book);
+      if (run_b == 0) {
+        run_b = static_cast<double>(steptrace::make_run_record(f, settings).size());
+        first_b = static_cast<double>(compact.size());
+      } else {
+        cmp_b.push_back(static_cast<double>(compact.size()));
+      }
+      std::vector<double> t;
+      for (int r = 0; r < kReps; ++r) {
+        steptrace::ReasonBook warm = book;  // as on a run's later lines: every code met already
+        const auto t0 = Clock::now();
+        const std::string c = steptrace::make_compact_line(f, warm);
+        const std::string facts = steptrace::make_run_record(f, settings, false);
+        t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        if (c.empty() || facts.empty()) std::printf("?");
+      }
+      cmp_us.push_back(median(t));
+      leaf_us.push_back(rewrite_us(line, true, kReps));
+      plain_us.push_back(rewrite_us(line, false, kReps));
+    }
+    if (full_b.empty()) continue;
+    std::string name = argv[a];
+    if (name.size() > 44) name = "…" + name.substr(name.size() - 43);
+    std::printf("%-44s %6zu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %10.1f %10.1f %10.1f\n", name.c_str(), full_b.size(),
+                median(full_b), *std::max_element(full_b.begin(), full_b.end()), median(cmp_b),
+                cmp_b.empty() ? 0.0 : *std::max_element(cmp_b.begin(), cmp_b.end()), first_b, run_b, median(cmp_us),
+                median(leaf_us) - median(plain_us), median(plain_us));
+  }
+  return 0;
+}
