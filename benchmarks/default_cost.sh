@@ -9,7 +9,8 @@
 #   floor            raw CUPTI: the record kinds steptrace enables + empty callbacks on its launch sites,
 #                    records discarded (a: c: STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks;
 #                    b: CUDA_INJECTION64_PATH=libraw_cupti_inject.so, steptrace not imported)
-#   default          steptrace with no STEPTRACE_* variable at all but the log path
+#   default          steptrace with no STEPTRACE_* variable at all but the log path (and
+#                    STEPTRACE_LINE_DETAIL=full, for every mode with lines: the summary reads the full line)
 #   full             STEPTRACE_TRACE_EVERY=1
 #   full_nocounters  STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off
 #   default_nocounters  STEPTRACE_COUNTERS=off (not in MODES unless asked: what the counters add to the default)
@@ -222,7 +223,9 @@ run_one() {  # WORKLOAD MODE REPEAT SLOT
       [[ $m == floor ]] && env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=records+callbacks)
       [[ $m == callbacks ]] && env+=(STEPTRACE_ENABLED=0 BENCH_RAW_CUPTI=callbacks)
       [[ $m == disabled ]] && env+=(STEPTRACE_ENABLED=0)
-      [[ -n $lines ]] && env+=(STEPTRACE_LOG="$out/$lines")
+      # The full line: the summary reads its accounting (overhead.parts); what the compact line (the
+      # default) adds on the background thread is benchmarks/line_bytes's measure.
+      [[ -n $lines ]] && env+=(STEPTRACE_LOG="$out/$lines" STEPTRACE_LINE_DETAIL=full)
       if [[ $w == transformer ]]; then
         warmup=$TF_WARMUP cmd=("$exe" --workload transformer --layers "$TF_LAYERS" --steps "$TF_STEPS" --warmup "$TF_WARMUP")
       else

@@ -235,6 +235,9 @@ def start_block(steptrace, lines_dir, name, settings, **extra):
     lines = os.path.abspath(os.path.join(lines_dir, name + ".jsonl"))
     if os.path.exists(lines):
         os.remove(lines)
+    # The full line: the summaries read its accounting (overhead.parts, gpu_markers); the compact line's
+    # own cost is benchmarks/line_bytes's (background thread).
+    settings = {"line_detail": "full", **settings}
     if not steptrace.start(log_path=lines, summary=False, **extra, **settings):
         die(3, f"steptrace.start() returned False for block {name}")
     return lines

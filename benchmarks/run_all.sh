@@ -37,12 +37,13 @@ workload_run() {
     host) env+=(STEPTRACE_CUPTI=off) ;;
     full) env+=(STEPTRACE_TRACE_EVERY=1) ;;
     full_nocounters) env+=(STEPTRACE_TRACE_EVERY=1 STEPTRACE_COUNTERS=off) ;;
-    budget) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0) ;;
-    budget_keep) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_UNTRACED_CUPTI=keep) ;;
-    budget_nocounters) env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_COUNTERS=off) ;;
+    # The budget modes keep their lines in full (budget_estimate.py reads the accounting).
+    budget) env=(STEPTRACE_LOG="$lines" STEPTRACE_LINE_DETAIL=full STEPTRACE_SUMMARY=0) ;;
+    budget_keep) env=(STEPTRACE_LOG="$lines" STEPTRACE_LINE_DETAIL=full STEPTRACE_SUMMARY=0 STEPTRACE_UNTRACED_CUPTI=keep) ;;
+    budget_nocounters) env=(STEPTRACE_LOG="$lines" STEPTRACE_LINE_DETAIL=full STEPTRACE_SUMMARY=0 STEPTRACE_COUNTERS=off) ;;
     budget_prom)  # the defaults with both Prometheus expositions at their busiest: the textfile rewritten
       # every 100 ms (the shortest allowed), the endpoint scraped 5 times a second
-      env=(STEPTRACE_LOG="$lines" STEPTRACE_SUMMARY=0 STEPTRACE_PROMETHEUS_TEXTFILE="$out/steptrace.prom"
+      env=(STEPTRACE_LOG="$lines" STEPTRACE_LINE_DETAIL=full STEPTRACE_SUMMARY=0 STEPTRACE_PROMETHEUS_TEXTFILE="$out/steptrace.prom"
            STEPTRACE_PROMETHEUS_EVERY_MS=100 STEPTRACE_PROMETHEUS_LISTEN=127.0.0.1:19464)
       python3 "$ROOT/benchmarks/scrape_loop.py" 127.0.0.1:19464 0.2 "$out/scrapes.txt" & scraper=$! ;;
     attached) env+=(STEPTRACE_TRACE_EVERY=1000000) ;;  # CUPTI kept attached, only step 0 traced: the residual

@@ -518,6 +518,7 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         std::remove(lines.c_str());
         cfg.log_path = lines;
         cfg.summary = false;
+        cfg.line_detail = steptrace::LineDetail::full;  // the summaries read the full line's accounting
         if (mode != "default") cfg.trace_every = 1;
         if (mode == "full_nocounters") cfg.counters = steptrace::Mode::off;
         if (!steptrace::start(cfg)) {

@@ -41,9 +41,11 @@ run_id=$(tail -n 1 "$log0" | grep -o '"run_id":"[^"]*"' | cut -d'"' -f4)
 trace_dir=${STEPTRACE_TRACE_DIR//\{rank\}/0}
 traces=$(find "$trace_dir" -maxdepth 1 -name "trace-${run_id:0:8}-*.json" 2>/dev/null | wc -l)
 # Three fields of the last step's line (the whole line: `tail -n 2 LOG | head -n 1`; docs/schema.md).
-python3 - "$log0" <<'EOF_FIELDS'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and '"event"' not in l[:12]]
+python3 - "$log0" "$(cd "$(dirname "$0")/../python" && pwd)" <<'EOF_FIELDS'
+import sys
+sys.path.insert(0, sys.argv[2])
+from steptrace.lines import step_lines  # a compact line (the default) with its run record's facts
+lines = step_lines(sys.argv[1], strict=False)
 if not lines:
     sys.exit("steptrace: no step line in " + sys.argv[1])
 l = lines[-1]
@@ -52,7 +54,7 @@ print(f"{len(lines)} step lines in {sys.argv[1]}; the last step ({l['global_step
 print(f"  step_time_ms       {l['step_time_ms']:.3f}")
 tps = l.get("tokens_per_second")
 print(f"  tokens_per_second  {tps:.0f}" if tps is not None else "  tokens_per_second  null")
-print(f"  diagnosis          {d.get('label')} (basis {d.get('basis')}): {d.get('reason')}")
+print(f"  diagnosis          {d.get('label')} (basis {d.get('basis')})" + (f": {d['reason']}" if d.get("reason") else ""))
 gpu = (l.get("null_reasons") or {}).get("device")
 if gpu:
     print(f"  no GPU measured:   {gpu}")

@@ -1,5 +1,6 @@
 // A session's configuration for host-only tests: the given log, no GPU, no summary, a line written
-// as soon as its step closes.
+// as soon as its step closes, the full line (line_detail=full: the fields the tests read; the compact
+// line is tests/test_line_tiers.cpp's).
 #pragma once
 #include <steptrace/steptrace.hpp>
 
@@ -12,6 +13,7 @@ inline steptrace::Config host_config(const std::string& log) {
   cfg.gpu = steptrace::Mode::off;
   cfg.summary = false;
   cfg.max_lag_steps = 0;
+  cfg.line_detail = steptrace::LineDetail::full;
   return cfg;
 }
 }  // namespace steptrace_test

@@ -301,6 +301,7 @@ TEST_CASE("a run with a fake GPU: captured lines name their trace; its kernels s
   cfg.summary = false;
   cfg.trace_every = 1;
   cfg.stall_after_s = 0;
+  cfg.line_detail = steptrace::LineDetail::full;  // the lines' fields are compared with the traces
   REQUIRE(session.start(cfg, {{"STEPTRACE_CAPTURE_STEPS", "4"}}));
   for (int i = 0; i < 8; ++i) {
     TRACE_STEP();

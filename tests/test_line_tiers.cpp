@@ -224,6 +224,24 @@ TEST_CASE("docs/schema.md lists the compact line's and the run record's fields a
   CHECK(table[0].size() > 30);
 }
 
+TEST_CASE("the default line is the compact one", "[line_tiers]") {
+  CHECK(steptrace::Config{}.line_detail == steptrace::LineDetail::compact);
+  const std::string log = steptrace_test::fresh_log("default_detail");
+  steptrace::Config cfg;
+  cfg.log_path = log;
+  cfg.gpu = steptrace::Mode::off;
+  cfg.summary = false;
+  cfg.max_lag_steps = 0;
+  REQUIRE(steptrace::start(cfg));
+  for (int i = 0; i < 3; ++i) TRACE_STEP();
+  steptrace::stop();
+  const std::vector<json> records = steptrace_test::read_records(log);
+  REQUIRE(records.size() == 5);
+  CHECK(records[0]["event"] == "run");
+  CHECK(records[1]["schema"] == "steptrace.step/2");
+  CHECK(records[4]["event"] == "end");
+}
+
 TEST_CASE("a run with line_detail=compact writes a run record, then compact lines", "[line_tiers]") {
   const std::string log = steptrace_test::fresh_log("compact");
   steptrace::Config cfg = steptrace_test::host_config(log);

@@ -38,6 +38,7 @@ Config base_config(const std::string& log) {
   cfg.summary = false;
   cfg.memory_sample_ms = 1;
   cfg.trace_every = 1;  // every step traced unless a test says otherwise (the default lets overhead_budget decide)
+  cfg.line_detail = steptrace::LineDetail::full;  // the fields the tests read (the compact line: test_line_tiers)
   return cfg;
 }
 

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   cfg.trace_every = 1;
   cfg.tokens_per_step = 4096;
   cfg.stall_after_s = 0;
+  cfg.line_detail = steptrace::LineDetail::full;  // trace_check.py compares the lines' fields with the traces
   if (!session.start(cfg, {{"STEPTRACE_CAPTURE_STEPS", "30-31"}})) return 1;
 
   std::atomic<bool> done{false};

@@ -45,7 +45,7 @@ struct Config {
   bool enabled = true;                       // STEPTRACE_ENABLED
   std::string log_path = "steptrace-{rank}.jsonl";  // STEPTRACE_LOG; "" = no file; "{rank}" is replaced by the rank
   int log_every = 1;                         // STEPTRACE_LOG_EVERY
-  LineDetail line_detail = LineDetail::full;  // STEPTRACE_LINE_DETAIL
+  LineDetail line_detail = LineDetail::compact;  // STEPTRACE_LINE_DETAIL
   double tokens_per_step = 0;                // STEPTRACE_TOKENS_PER_STEP (0 = unknown)
   double samples_per_step = 0;               // STEPTRACE_SAMPLES_PER_STEP
   double flops_per_token = 0;                // STEPTRACE_FLOPS_PER_TOKEN (0 = no MFU)

@@ -133,6 +133,35 @@ def test_environment_wins():
     assert len(steps) == 2 and all(l["window"]["steps"] == 2 for l in steps), [l.get("window") for l in steps]
 
 
+def test_the_default_log_is_compact_and_reads_back_whole():
+    """A run with no line_detail (the environment's cleared: CTest asks for the full line) writes a run
+    record and compact lines (steptrace.step/2); steptrace.lines gives each its run's fields and its
+    reasons' sentences back; the report reads it."""
+    import subprocess
+    log = fresh("compact")
+    code = ("import steptrace\nsteptrace.start(log_path=%r, summary=False, gpu='off', tokens_per_step=64)\n"
+            "for i in range(4):\n    with steptrace.step():\n        with steptrace.phase('forward'): pass\n"
+            "        steptrace.record('loss', 1.0 / (i + 1))\nsteptrace.stop()") % log
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPTRACE_")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    from steptrace import lines as reader
+    records = reader.read_records(log)
+    assert records[0]["event"] == "run" and records[0]["settings"]["line_detail"] == "compact", records[0]
+    raw = [x for x in records if "event" not in x]
+    assert len(raw) == 4 and all(x["schema"] == "steptrace.step/2" for x in raw)
+    assert all(len(json.dumps(x)) < 1536 for x in raw[1:])
+    steps = reader.step_lines(log)
+    assert [x["loss"] for x in steps] == [1.0, 0.5, round(1 / 3, 6), 0.25], [x["loss"] for x in steps]
+    for x in steps:
+        assert x["hostname"] == records[0]["hostname"] and x["tokens"] == 64
+        assert "gpu=off" in x["null_reasons"]["gpu_utilization"], x["null_reasons"]
+        assert x["phases"]["forward"]["count"] == 1
+    page = os.path.join(os.path.dirname(log), "r.html")
+    r = subprocess.run([sys.executable, "-m", "steptrace", "report", log, "-o", page], capture_output=True, text=True)
+    assert r.returncode == 0 and "skipped" not in r.stdout, (r.stdout, r.stderr)
+
+
 def test_loader_makes_steps_with_input_phase():
     log = fresh("loader")
     steptrace.start(log_path=log, summary=False, gpu="off")
