@@ -19,6 +19,9 @@ from steptrace.lines import step_lines  # noqa: E402  (the package's log reader,
 
 def steptrace_means(path, skip):
     lines = step_lines(path)[skip:]  # step lines
+    if any(l.get("schema") == "steptrace.step/2" for l in lines):
+        sys.exit(f"compare_kineto: {path} holds compact lines (steptrace.step/2), without the phases' kernel_ms: "
+                 "write the log with line_detail=full (STEPTRACE_LINE_DETAIL=full)")
     if lines and not lines[-1]["step_time_basis"] == "next_step_start":
         lines = lines[:-1]  # the last step's line ends at stop(): not a steady step
     sums = collections.Counter()

@@ -13,7 +13,7 @@ bin=$BUILD_DIR/examples/dp_train
 [[ -x $bin ]] || { echo "dp_train was not built (NCCL not found)"; exit 1; }
 
 rm -f "$out"/slow-*.jsonl
-STEPTRACE_SUMMARY=0 "$bin" --gpus "$gpus" --steps 60 --slow-rank $((gpus - 1)) --slow-phase input --slow-pct 30 \
+STEPTRACE_SUMMARY=0 STEPTRACE_LINE_DETAIL=full "$bin" --gpus "$gpus" --steps 60 --slow-rank $((gpus - 1)) --slow-phase input --slow-pct 30 \
   --cross-rank-every 5 --log "$out/slow-{rank}.jsonl" | tee "$out/slow.txt"
 python3 "$ROOT/scripts/dp_views.py" "$out" "$gpus"
 echo "overhead of the gather (steady_step_ms per rank, interleaved):"

@@ -15,7 +15,7 @@ bin=$BUILD_DIR/examples/gpt_train
 run() {
   local name=$1; shift
   rm -f "$out/$name.jsonl"
-  STEPTRACE_SUMMARY=0 "$bin" --log "$out/$name.jsonl" "$@" >"$out/$name.txt" 2>&1 || { echo "$name: failed"; tail -5 "$out/$name.txt"; return; }
+  STEPTRACE_SUMMARY=0 STEPTRACE_LINE_DETAIL=full "$bin" --log "$out/$name.jsonl" "$@" >"$out/$name.txt" 2>&1 || { echo "$name: failed"; tail -5 "$out/$name.txt"; return; }
   python3 "$ROOT/scripts/torch_variant_summary.py" "$out/$name.jsonl" "$name"
 }
 run baseline --steps 60

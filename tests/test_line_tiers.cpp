@@ -165,6 +165,25 @@ TEST_CASE("a compact line keeps 16 phases and 32 scalars; the rest are summed an
   CHECK(c["global_step"] == 7);
 }
 
+TEST_CASE("whole numbers are written whole, others to 6 significant digits", "[line_tiers]") {
+  FlatJson full;
+  full["/schema"] = text("steptrace.step/1");
+  full["/global_step"] = number(100000);
+  full["/tokens"] = number(1048576);
+  full["/start_unix_ms"] = number(1795766135488.6672);
+  full["/step_time_ms"] = number(143.56789012345678);
+  full["/tokens_per_second"] = number(400000);
+  full["/estimated_mfu"] = number(1.234567890123e-7);
+  full["/nccl_time_ms"] = number(-2.5000001);
+  steptrace::ReasonBook book;
+  const std::string line = steptrace::make_compact_line(full, book);
+  INFO(line);
+  for (const char* want : {"\"global_step\":100000,", "\"tokens\":1048576,", "\"start_unix_ms\":1795766135488,",
+                           "\"step_time_ms\":143.568,", "\"tokens_per_second\":400000,",
+                           "\"estimated_mfu\":1.23457e-07,", "\"nccl_time_ms\":-2.5,"})
+    CHECK(line.find(want) != std::string::npos);
+}
+
 TEST_CASE("no compact line is over 16 000 bytes, whatever the names", "[line_tiers]") {
   FlatJson full;
   full["/schema"] = text("steptrace.step/1");
@@ -178,6 +197,20 @@ TEST_CASE("no compact line is over 16 000 bytes, whatever the names", "[line_tie
   CHECK(c.contains("cut"));
   CHECK_FALSE(c.contains("phases"));
   CHECK(c["step_time_ms"] == 12.5);
+  // The reasons of what the cut line keeps come with it; those of what it left out are not booked as
+  // written, so a later line that carries them brings their sentences.
+  FlatJson nulls = full;
+  nulls["/gpu_utilization"] = JsonLeaf{};
+  nulls["/null_reasons/gpu_utilization"] = text("no GPU measured");
+  nulls["/phases/" + std::string(2000, 'a') + "/self_ms"] = JsonLeaf{};
+  nulls["/null_reasons/phases." + std::string(2000, 'a') + ".self_ms"] = text("a phase reason");
+  steptrace::ReasonBook fresh;
+  const json cut = json::parse(steptrace::make_compact_line(nulls, fresh));
+  REQUIRE(cut.contains("cut"));
+  const std::string code = cut["null_reasons"]["gpu_utilization"];
+  CHECK(cut["reason_text"][code] == "no GPU measured");
+  CHECK(fresh.written.size() == 1);
+  CHECK(fresh.written.count(steptrace::details::reason_code("a phase reason")) == 0);
 }
 
 TEST_CASE("the run record holds the run's constant facts, their reasons and the settings", "[line_tiers]") {
@@ -274,4 +307,18 @@ TEST_CASE("a run with line_detail=compact writes a run record, then compact line
   CHECK(steps == 5);
   CHECK(runs == 1);  // nothing constant changed: written once
   CHECK(records.back()["event"] == "end");
+}
+
+TEST_CASE("a compact line keeps the window of log_every", "[line_tiers]") {
+  const std::string log = steptrace_test::fresh_log("compact_window");
+  steptrace::Config cfg = steptrace_test::host_config(log);
+  cfg.line_detail = steptrace::LineDetail::compact;
+  cfg.log_every = 2;
+  REQUIRE(steptrace::start(cfg));
+  for (int i = 0; i < 4; ++i) TRACE_STEP();
+  steptrace::stop();
+  std::size_t windows = 0;
+  for (const json& r : steptrace_test::read_records(log))
+    if (!r.contains("event")) windows += r["window"]["steps"] == 2;
+  CHECK(windows == 2);
 }

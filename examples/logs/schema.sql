@@ -43,7 +43,8 @@ CREATE VIEW steps AS SELECT
   json_extract(s.line, '$.sm_activity') AS sm_activity,
   coalesce(json_extract(s.line, '$.dataloader_wait_ms'), json_extract(s.line, '$.phases.input.host_ms')) AS dataloader_wait_ms,
   json_extract(s.line, '$.nccl_time_ms') AS nccl_time_ms,
-  coalesce(json_extract(s.line, '$.peak_memory_allocated'), json_extract(s.line, '$.memory.device_used_peak_bytes')) AS peak_memory_bytes,
+  json_extract(s.line, '$.peak_memory_allocated') AS peak_memory_bytes,              -- full lines only
+  json_extract(s.line, '$.memory.device_used_peak_bytes') AS device_used_peak_bytes,  -- both
   json_extract(s.line, '$.loss') AS loss,
   json_extract(s.line, '$.traced') AS traced,
   json_extract(s.line, '$.diagnosis.label') AS diagnosis,
@@ -84,7 +85,9 @@ CREATE VIEW runs AS SELECT
   count(*) FILTER (WHERE event IS NULL) AS step_lines,
   min(global_step) AS first_step,
   max(global_step) AS last_step,
-  min(json_extract(line, '$.timestamp')) AS first_timestamp,   -- a compact log's: its run records' and end's
-  max(json_extract(line, '$.timestamp')) AS last_timestamp,
+  min(coalesce(json_extract(line, '$.timestamp'),
+               strftime('%Y-%m-%dT%H:%M:%fZ', json_extract(line, '$.start_unix_ms') / 1000.0, 'unixepoch'))) AS first_timestamp,
+  max(coalesce(json_extract(line, '$.timestamp'),
+               strftime('%Y-%m-%dT%H:%M:%fZ', json_extract(line, '$.start_unix_ms') / 1000.0, 'unixepoch'))) AS last_timestamp,
   count(DISTINCT rank) FILTER (WHERE event = 'end') AS ranks_ended
 FROM lines GROUP BY run_id;

@@ -13,7 +13,8 @@ where a line that does not parse is a finding, unless the check reads a killed r
 import json
 
 COMPACT_SCHEMA = "steptrace.step/2"
-_RUN_ONLY = ("event", "schema", "settings", "null_reasons")  # a run record's keys not copied to a line
+# A run record's keys not copied to a line: its own (what it is, when it was written, the settings).
+_RUN_ONLY = ("event", "schema", "settings", "null_reasons", "from_step", "timestamp")
 
 
 def read_records(path, strict=True):

@@ -187,6 +187,7 @@ def compact_log(d):
     sentence on the first line that uses a code), the run record again when the device changed."""
     rid = "c" * 16
     run = {"event": "run", "schema": "steptrace.run/2", "run_id": rid, "rank": 0, "hostname": "node7",
+           "timestamp": "2026-11-27T10:00:00.000Z",
            "device": {"name": "GPU A"}, "job_id": None, "null_reasons": {"job_id": "no job id"},
            "settings": {"line_detail": "compact"}, "from_step": 0}
     lines = []
@@ -213,6 +214,7 @@ def test_expand_gives_a_compact_line_its_run_record_and_sentences():
         assert l["hostname"] == "node7" and "settings" not in l and "reason_text" not in l, l
         assert l["null_reasons"]["sm_activity"] == "counters paused between traced steps", l["null_reasons"]
         assert l["null_reasons"]["job_id"] == "no job id"
+        assert "timestamp" not in l and "from_step" not in l, l  # the record's own, not the line's
     assert [l["device"]["name"] for l in steps] == ["GPU A", "GPU A", "GPU B", "GPU B"]
     # A code whose sentence no earlier line carried (a log read from its middle) says so.
     rec = reader.read_records(path)
@@ -232,6 +234,7 @@ def test_the_report_reads_a_compact_log():
     assert seg["devices"] == Counter({"GPU A": 1, "GPU B": 1})
     assert seg["reasons"] == {"9f8335c3": "counters paused between traced steps"}
     assert seg["nulls"]["sm_activity"] == Counter({"9f8335c3": 4})
+    assert seg["nulls"]["job_id"] == Counter({"no job id": 2})  # the run records' reasons
     import steptrace.report as report
     assert report.why_null([seg], "sm_activity") == "counters paused between traced steps"
     bad = dict(line(0, run_id="c" * 16), reason_text={"x": 5})

@@ -6,6 +6,7 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -52,7 +53,7 @@ inline constexpr TierField kTierFields[] = {
     {"/rank", LineTier::compact, Digits::integer},
     {"/run_id", LineTier::compact, Digits::six},
     {"/step_time_ms", LineTier::compact, Digits::six},
-    {"/tokens", LineTier::compact, Digits::six},
+    {"/tokens", LineTier::compact, Digits::six},  // a count: exact when whole (rounded() keeps integers)
     {"/tokens_per_second", LineTier::compact, Digits::six},
     {"/samples_per_second", LineTier::compact, Digits::six},
     {"/estimated_mfu", LineTier::compact, Digits::six},
@@ -77,6 +78,7 @@ inline constexpr TierField kTierFields[] = {
     {"/phases/*/count", LineTier::compact, Digits::integer},
     {"/phases/*/gpu/busy_ms", LineTier::compact, Digits::six},
     {"/between_steps/host_ms", LineTier::compact, Digits::six},
+    {"/window/*", LineTier::compact, Digits::six},
     {"/cross_rank/step", LineTier::compact, Digits::integer},
     {"/cross_rank/slowest_rank", LineTier::compact, Digits::integer},
     {"/cross_rank/step_skew", LineTier::compact, Digits::six},
@@ -136,24 +138,6 @@ inline bool segments_prefix(const std::vector<std::string_view>& pattern, const 
   return true;
 }
 
-/// A `null_reasons` key (dotted, `\.` and `\\` escaped: core/line_out.hpp's path_segment) as a pointer.
-inline std::string reason_key_pointer(std::string_view key) {
-  std::string out = "/";
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    char c = key[i];
-    if (c == '\\' && i + 1 < key.size()) {
-      c = key[++i];
-    } else if (c == '.') {
-      out += '/';
-      continue;
-    }
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
-
 /// A JSON pointer segment as the name it stands for (`~1` -> `/`, `~0` -> `~`).
 inline std::string unescape_segment(std::string_view s) {
   std::string out;
@@ -182,12 +166,20 @@ inline std::string dotted_path(const std::vector<std::string>& names) {
 }
 
 /// A number as the compact tiers write it.
+/// An integer a double holds exactly (|v| < 2^53): written as one, never rounded.
+inline bool exact_integer(double v) { return std::fabs(v) < 9007199254740992.0 && std::floor(v) == v; }
+
+/// A number as the compact tiers write it: an exact integer as it is (a count, bytes, tokens); else to
+/// 6 significant digits, or down to the integer (a wall-clock time in ms: the full line's `timestamp`
+/// truncates too). std::to_chars/from_chars: the program's locale cannot change them.
 inline double rounded(double v, Digits d) {
-  if (!std::isfinite(v)) return v;
-  if (d == Digits::integer) return std::nearbyint(v);
+  if (!std::isfinite(v) || exact_integer(v)) return v;
+  if (d == Digits::integer) return std::floor(v);
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return std::strtod(buf, nullptr);
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6);
+  double out = v;
+  std::from_chars(buf, r.ptr, out);
+  return out;
 }
 
 /// An object of the record being built, its members in the order they were first added.
@@ -205,7 +197,10 @@ struct TierNode {
       switch (leaf->kind) {
         case JsonLeaf::Kind::null: w.null(); break;
         case JsonLeaf::Kind::boolean: w.value(leaf->number != 0); break;
-        case JsonLeaf::Kind::number: w.value(leaf->number); break;
+        case JsonLeaf::Kind::number:  // an exact integer as one: 100000, never 1e+05
+          if (exact_integer(leaf->number)) w.value(static_cast<int64_t>(leaf->number));
+          else w.value(leaf->number);
+          break;
         case JsonLeaf::Kind::string: w.value(leaf->text); break;
       }
       return;
@@ -354,13 +349,26 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book) {
   if (text.size() <= kMaxLineBytes) return text;
   // Over the bound (names of many kilobytes): phases and scalars out, said in the line.
   TierNode small;
+  std::vector<std::string> still;  // the codes the cut line still carries
   for (auto& [k, v] : root.members) {
-    if (k == "phases" || k == "scalars" || k == "reason_text") continue;
+    if (k == "phases" || k == "scalars") continue;
     if (k == "null_reasons") {
       TierNode rest;
       for (auto& [path, code] : v.members)
-        if (path.rfind("phases.", 0) != 0 && path.rfind("scalars.", 0) != 0) rest.members.emplace_back(path, std::move(code));
+        if (path.rfind("phases.", 0) != 0 && path.rfind("scalars.", 0) != 0) {
+          still.push_back(code.leaf->text);
+          rest.members.emplace_back(path, std::move(code));
+        }
       small.members.emplace_back(k, std::move(rest));
+      continue;
+    }
+    if (k == "reason_text") {  // the sentences of the codes kept; the others are not written: unbook them
+      TierNode rest;
+      for (auto& [code, sentence] : v.members) {
+        if (std::find(still.begin(), still.end(), code) != still.end()) rest.members.emplace_back(code, std::move(sentence));
+        else book.written.erase(code);
+      }
+      if (!rest.members.empty()) small.members.emplace_back(k, std::move(rest));
       continue;
     }
     small.members.emplace_back(k, std::move(v));
@@ -414,7 +422,9 @@ inline std::string make_run_record(const FlatJson& full, const std::vector<std::
   for (const auto& [name, value] : settings) set.member(name).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, value};
   TierNode& why = root.member("null_reasons");
   for (const std::string& dotted : nulls) {
-    const auto it = full.find("/null_reasons/" + dotted);
+    std::string pointer = "/null_reasons/";
+    for (char c : dotted) pointer += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+    const auto it = full.find(pointer);
     if (it != full.end() && it->second.kind == JsonLeaf::Kind::string)
       why.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second.text};
   }

@@ -189,24 +189,32 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     s_.link->fill_line(r.index, ctx.run.rank, in);
     lines_.close_window(in);
     if (s_.sinks.empty()) return;
-    const bool compact = ctx.cfg.line_detail == LineDetail::compact;
+    bool log_sink = false;  // a sink that holds the lines (the log), not a view of them (the exporter)
+    for (const sink::LineSink* sink : s_.sinks) log_sink = log_sink || sink->counts_lines();
+    const bool compact = ctx.cfg.line_detail == LineDetail::compact && log_sink;
     bool fields_read = compact;
     for (const sink::LineSink* sink : s_.sinks) fields_read = fields_read || sink->reads_fields();
     FlatJson fields;  // the line's leaves, for a sink that reads fields (the Prometheus exporter)
     const std::string line = make_step_line(in, fields_read ? &fields : nullptr);
     // line_detail=compact: the log's sinks get the compact line, after the run record when it is new
-    // or changed; a view of the lines (the exporter) keeps the full one.
+    // or changed (a new record starts the reasons' sentences anew: its run_id may be another, rank 0's);
+    // a view of the lines (the exporter) keeps the full one. What a failed write did not carry (the
+    // record, a sentence) is written again with the next line.
     std::string compact_line;
+    ReasonBook book_before;
     if (compact) {
       if (settings_in_force_.empty())
         for (const Setting& s : settings()) settings_in_force_.emplace_back(s.name, s.text(ctx.cfg));
       std::string facts = make_run_record(fields, settings_in_force_, false);
       if (facts != run_record_) {
         const std::string record = make_run_record(fields, settings_in_force_, true);
+        bool written = true;
         for (sink::LineSink* sink : s_.sinks)
-          if (sink->counts_lines()) sink->write_line(record);
-        run_record_ = std::move(facts);
+          if (sink->counts_lines()) written = sink->write_line(record).empty() && written;
+        run_record_ = written ? std::move(facts) : std::string();
+        reasons_written_.written.clear();
       }
+      book_before = reasons_written_;
       compact_line = make_compact_line(fields, reasons_written_);
     }
     if (details::line_out_unbalanced().load(std::memory_order_relaxed))
@@ -220,6 +228,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
       if (sink->counts_lines()) {
         if (err.empty()) ++lines_written_;
         else lines_failed_.store(lines_failed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        if (!err.empty() && compact) reasons_written_ = book_before;  // its sentences go with a later line
       }
       if (!err.empty())
         warn_once("write." + sink->describe(), "cannot write to " + sink->describe() + ": " + err +

@@ -221,10 +221,14 @@ def load_file(path, start=0, end=None):
         if seg is None:
             seg = segs[key] = new_segment(path, key)
         if "event" in line:
-            if line.get("event") == "run":  # a compact log's run record: the device once
+            if line.get("event") == "run":  # a compact log's run record: the device, its fields' reasons
                 dev = line.get("device")
                 if isinstance(dev, dict) and isinstance(dev.get("name"), str):
                     seg["devices"][cut(dev["name"])] += 1
+                reasons = line.get("null_reasons")
+                for field, why in (reasons.items() if isinstance(reasons, dict) else ()):
+                    if isinstance(field, str) and isinstance(why, str):
+                        seg["nulls"][cut(field)][cut(why)] += 1
                 continue
             if line.get("event") == "end":
                 seg["ends"].append(line)
