@@ -4,12 +4,14 @@
 // absent, the committed H100 lines (tests/data), and the end record filled and empty.
 #include <steptrace/core/end_line.hpp>
 #include <steptrace/core/line_invariants.hpp>
+#include <steptrace/core/line_tiers.hpp>
 #include <steptrace/core/stall.hpp>
 #include <steptrace/core/step_line.hpp>
 #include <steptrace/sink/prometheus_metrics.hpp>
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -463,4 +465,96 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
     CHECK(carried(paths, name));
   }
   CHECK_FALSE(documented(end_doc, "step_time_ms"));  // the step line's
+}
+
+namespace {
+
+std::string read_source(const char* relative) {
+  std::ifstream in(std::string(STEPTRACE_SOURCE_DIR "/") + relative);
+  REQUIRE(in.good());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// A JSON pointer (`/gpu/busy_ms`, `/phases/*/host_ms`) as the dotted path the tables name
+/// (`gpu.busy_ms`, `phases.<name>.host_ms`).
+std::string dotted(const std::string& pointer) {
+  std::string out;
+  std::size_t i = 1;
+  while (i <= pointer.size()) {
+    const std::size_t j = std::min(pointer.find('/', i), pointer.size());
+    const std::string seg = pointer.substr(i, j - i);
+    out += (out.empty() ? "" : ".") + (seg == "*" ? std::string("<name>") : seg);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+// The line is declared once, in docs/schema.md (held to what the writers write, both ways, above): every
+// other output that reads a field names one the document has — the Prometheus exporter's tables, the
+// compact line's and the run record's table (core/line_tiers.hpp), the SQLite views
+// (examples/logs/schema.sql) and the report's per-step fields (python/steptrace/report/runs.py).
+TEST_CASE("every field another output reads is a field docs/schema.md documents", "[schema]") {
+  const std::string schema = schema_text();
+  const std::string step_doc = section(schema, "# The step line", "## The end record");
+  const std::string end_doc = section(schema, "## The end record", "## Traces of the steps");
+  const auto step_field = [&](const std::string& path) { return documented(step_doc, path); };
+  std::size_t checked = 0;
+  for (const auto& g : sink::prom_gauges()) {
+    INFO("Prometheus gauge " << g.name << " reads " << g.pointer);
+    CHECK(step_field(dotted(g.pointer)));
+    ++checked;
+  }
+  for (const auto& c : sink::prom_counters()) {
+    INFO("Prometheus counter " << c.name << " reads " << c.pointer);
+    CHECK(step_field(dotted(c.pointer)));
+    ++checked;
+  }
+  for (const auto& f : kTierFields) {
+    INFO("line_tiers.hpp's row " << f.pattern);
+    CHECK(step_field(dotted(f.pattern)));
+    ++checked;
+  }
+  // SQL: json_extract(<row>, '$.a.b'); a phase's row (p.value) is under phases.<name>; the ends view
+  // reads the end record.
+  const std::string sql = read_source("examples/logs/schema.sql");
+  const std::string ends_view = sql.substr(sql.find("CREATE VIEW ends"), sql.find("FROM lines WHERE event = 'end'") -
+                                                                               sql.find("CREATE VIEW ends"));
+  std::size_t sql_paths = 0;
+  for (auto at = sql.find("json_extract("); at != std::string::npos; at = sql.find("json_extract(", at + 1)) {
+    const auto comma = sql.find(", '$.", at);
+    const auto close = sql.find("')", comma);
+    REQUIRE(comma != std::string::npos);
+    const std::string row = sql.substr(at + 13, comma - at - 13);
+    std::string path = sql.substr(comma + 5, close - comma - 5);
+    if (row == "p.value") path = "phases.<name>." + path;
+    const bool in_ends = at > sql.find("CREATE VIEW ends") && at < sql.find("CREATE VIEW ends") + ends_view.size();
+    INFO("examples/logs/schema.sql reads " << path << (in_ends ? " (end record)" : ""));
+    if (in_ends) CHECK(documented(end_doc, path));
+    else CHECK((step_field(path) || path == "from_step" || path == "event"));
+    ++sql_paths;
+  }
+  CHECK(sql_paths >= 20);
+  // The report: SCALARS = [("key", ("a", "b")), ...].
+  const std::string runs = read_source("python/steptrace/report/runs.py");
+  const auto begin = runs.find("SCALARS = [");
+  const auto end = runs.find("\n]", begin);
+  REQUIRE(begin != std::string::npos);
+  std::size_t report_paths = 0;
+  for (auto at = runs.find(", (\"", begin); at < end; at = runs.find(", (\"", at + 1)) {
+    const auto stop = runs.find(')', at);
+    std::string path;
+    for (auto q = runs.find('"', at); q < stop; q = runs.find('"', q + 1)) {
+      const auto q2 = runs.find('"', q + 1);
+      path += (path.empty() ? "" : ".") + runs.substr(q + 1, q2 - q - 1);
+      q = q2;
+    }
+    INFO("the report reads " << path);
+    CHECK(step_field(path));
+    ++report_paths;
+  }
+  CHECK(report_paths >= 10);
+  CHECK(checked > 80);
+  CHECK_FALSE(step_field("gpu.no_such_field"));  // the rule can fail
 }
