@@ -8,7 +8,8 @@ gathered from all ranks, asynchronously, on a gloo group of steptrace's own made
 waits for another in a step). Rank 0's lines then carry ``cross_rank`` (the slowest rank, the phase that
 makes it slow, the skew), every rank takes rank 0's ``run_id`` (one broadcast, waited for at most 60 s),
 and ``steptrace-ctl`` captures line up across ranks, as for C++ jobs (docs/schema.md, ``cross_rank``).
-``steptrace.watch()`` calls it when torch.distributed is initialised with more than one rank."""
+It is a collective: the program calls it on every rank (``steptrace.watch()`` never does; the framework
+callbacks do, at the start of training, on every rank)."""
 import collections
 import datetime
 

@@ -46,6 +46,7 @@ class _State:
         self.step_tokens = 0.0   # the open step's batches' tokens so far (tokens callable)
         self.step_samples = None
         self.active = False
+        self.steps = True        # watch opens and closes steps (False: phases only, watch(model) alone)
 
 
 _state = _State()
@@ -83,7 +84,7 @@ def _on_owner():
 def _open_step():
     """The step watch keeps: opened by the first training work after the previous one closed."""
     s = _state
-    if s.step_open or not _steptrace.is_running() or _user_step_open():
+    if not s.steps or s.step_open or not _steptrace.is_running() or _user_step_open():
         return False
     tokens = None if callable(s.tokens) else s.tokens
     samples = None if callable(s.samples) else s.samples
@@ -154,17 +155,19 @@ class _Loader:
             yield batch
 
 
-def watch(model, optimizer, loader=None, tokens=None, samples=None):
+def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
     """Derives the step and its phases from hooks on `model` (the outermost module: DDP, FSDP or the
     compiled one), `optimizer` and, when given, `loader` (then returned, wrapped: iterate the returned
     object). tokens/samples: per step a number, or a function of a batch (with a loader: a step's batches'
     counts are summed). samples needs tokens. Returns the
-    wrapped loader, or None without one. A second call replaces the first's hooks."""
+    wrapped loader, or None without one. A second call replaces the first's hooks. Without an
+    optimizer, watch adds phases only (forward, backward, input) to the steps the program (or a
+    framework's callback: steptrace.transformers) opens; it opens none."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"steptrace.watch(model, ...): a torch.nn.Module is wanted, got {type(model).__name__}")
-    if not callable(getattr(optimizer, "step", None)):
+    if optimizer is not None and not callable(getattr(optimizer, "step", None)):
         raise TypeError(f"steptrace.watch(..., optimizer): an optimizer with step() is wanted, got {type(optimizer).__name__}")
     from . import _number
     if samples is not None and tokens is None:
@@ -181,6 +184,7 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
     s.owner = threading.get_ident()
     s.in_optimizer = False
     s.blind_steps = 0
+    s.steps = optimizer is not None
     forward_id, backward_id, optimizer_id = _PHASE_IDS["forward"], _PHASE_IDS["backward"], _PHASE_IDS["optimizer"]
     depth = threading.local()  # forward re-entered (a module called inside itself): one phase
 
@@ -272,6 +276,9 @@ def watch(model, optimizer, loader=None, tokens=None, samples=None):
         if _state.active and _on_owner() and _state.step_open and _state.backward_seen:
             _close_step()
 
+    if optimizer is None:
+        s.active = True
+        return _Loader(loader) if loader is not None else None
     if hasattr(optimizer, "register_step_pre_hook"):  # torch >= 2.0
         s.handles.append(optimizer.register_step_pre_hook(step_pre))
         s.handles.append(optimizer.register_step_post_hook(step_post))

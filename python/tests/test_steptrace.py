@@ -1,5 +1,6 @@
 """CPU tests of the Python package (no GPU, no torch needed): run with pytest, or directly
 (`python tests/test_steptrace.py`: every test_* function, each in a fresh log directory)."""
+import importlib
 import json
 import os
 import sys
@@ -160,6 +161,64 @@ def test_the_default_log_is_compact_and_reads_back_whole():
     page = os.path.join(os.path.dirname(log), "r.html")
     r = subprocess.run([sys.executable, "-m", "steptrace", "report", log, "-o", page], capture_output=True, text=True)
     assert r.returncode == 0 and "skipped" not in r.stdout, (r.stdout, r.stderr)
+
+
+def test_framework_callbacks_are_optional_and_their_steps_add_up():
+    """`import steptrace` imports neither Lightning nor transformers; steptrace.lightning and
+    steptrace.transformers say what they need where it is missing. The callbacks' shared bookkeeping
+    (steptrace._callback_steps), driven in Lightning's hook order with gradient accumulation (2 batches a
+    step): one step per optimizer step, its phases, its batches' tokens, steptrace started and stopped
+    by it. (The callbacks against the real Lightning and transformers: python/tests/test_callbacks_gpu.py
+    on the device.)"""
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", "import sys, steptrace; "
+                        "print([m for m in ('lightning', 'pytorch_lightning', 'transformers') if m in sys.modules])"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+    import importlib.util
+    for module, package in (("steptrace.lightning", ("lightning", "pytorch_lightning")),
+                            ("steptrace.transformers", ("transformers",))):
+        if any(importlib.util.find_spec(p) for p in package):
+            continue  # the package is here: nothing to say
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            assert "needs" in str(e) and package[-1].split("_")[-1] in str(e).lower(), str(e)
+        else:
+            raise AssertionError(f"{module} imported without {package}")
+
+    from steptrace._callback_steps import CallbackSteps
+
+    class Ids:
+        shape = (4, 128)
+
+        def numel(self):
+            return 512
+
+    log = fresh("callback_steps")
+    steps = CallbackSteps("auto", "auto", {"log_path": log, "summary": False, "gpu": "off", "line_detail": "full"}, "test")
+    steps.begin_training()
+    assert steptrace.is_running() and steps.started
+    for _ in range(3):                       # optimizer steps
+        for micro in range(2):               # on_train_batch_start .. on_train_batch_end
+            steps.open_step()
+            steps.count_batch({"input_ids": Ids()})
+            steps.enter("forward")
+            steps.enter("backward")          # on_before_backward
+            steps.exit()                     # on_after_backward
+            if micro == 1:
+                steps.enter("optimizer")     # on_before_optimizer_step
+                steps.exit()
+                steps.close_step()           # on_train_batch_end after the optimizer step
+    steps.end_training()
+    assert not steptrace.is_running()
+    lines, events = lines_of(log)
+    assert len(lines) == 3, len(lines)
+    for l in lines:
+        counts = {k: v["count"] for k, v in l["phases"].items()}
+        assert counts == {"forward": 2, "backward": 2, "optimizer": 1}, counts
+        assert l["tokens"] == 1024 and l["samples"] == 8, (l["tokens"], l["samples"])
+    assert any(e.get("event") == "end" for e in events)
 
 
 def test_loader_makes_steps_with_input_phase():

@@ -7,7 +7,8 @@
 #                                                 test_cross_rank.py
 #                                            (CTest python_cpu; the last two need torch: Debian's CPU-only
 #                                            python3-torch, gloo for the two ranks of test_cross_rank)
-#   tests/checks/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py (CTest python_gpu; torch, a GPU)
+#   tests/checks/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py, test_callbacks_gpu.py (CTest
+#                                                 python_gpu; torch, a GPU; Lightning and transformers where installed)
 # PYTHON picks the interpreter (default: python3 on PATH). Where pip cannot build (no setuptools, as on
 # a bare torch venv), the extension is built with CMake alone and put on PYTHONPATH; the output says which.
 set -euo pipefail
@@ -93,6 +94,7 @@ case $what in
   cpu) "${run[@]}" "$ROOT/python/tests/test_steptrace.py" && "${run[@]}" "$ROOT/python/tests/test_report.py" &&
        "${run[@]}" "$ROOT/python/tests/test_watch.py" &&
        "${run[@]}" "$ROOT/python/tests/test_cross_rank.py" ;;
-  gpu) "${run[@]}" "$ROOT/python/tests/test_torch_gpu.py" "$build" ;;
+  gpu) "${run[@]}" "$ROOT/python/tests/test_torch_gpu.py" "$build" &&
+       "${run[@]}" "$ROOT/python/tests/test_callbacks_gpu.py" "$build/callbacks" ;;
   *) echo "usage: tests/checks/python_check.sh BUILD_DIR cpu|gpu" >&2; exit 2 ;;
 esac

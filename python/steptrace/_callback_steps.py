@@ -1,0 +1,113 @@
+"""The step and phase bookkeeping the framework callbacks share (steptrace.lightning, steptrace.transformers):
+a step opened at the framework's step begin and closed at its end, one phase open at a time, tokens and
+samples summed over the step's batches, steptrace started (and stopped at the end of training) when the
+program has not started it itself."""
+import numbers
+
+from . import _steptrace
+
+
+def batch_tokens(batch):
+    """Tokens of a batch when it says them plainly: the `input_ids` of a dict-like batch (padding
+    included, as the model sees them); None otherwise (give `tokens=`)."""
+    ids = None
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        try:
+            ids = batch["input_ids"]
+        except (KeyError, TypeError, IndexError):
+            ids = None
+    numel = getattr(ids, "numel", None)
+    return float(numel()) if callable(numel) else None
+
+
+def batch_samples(batch):
+    """Samples of a batch: the first dimension of its `input_ids` (or of the batch itself, a tensor)."""
+    ids = batch
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        try:
+            ids = batch["input_ids"]
+        except (KeyError, TypeError, IndexError):
+            return None
+    shape = getattr(ids, "shape", None)
+    return float(shape[0]) if shape is not None and len(shape) > 0 else None
+
+
+class CallbackSteps:
+    """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread)."""
+
+    def __init__(self, tokens, samples, settings, who):
+        if tokens is not None and not callable(tokens) and tokens != "auto":
+            _check_number(who, "tokens", tokens)
+        if samples is not None and not callable(samples) and samples != "auto":
+            _check_number(who, "samples", samples)
+        self.tokens, self.samples, self.settings, self.who = tokens, samples, dict(settings), who
+        self.started = False   # steptrace started here: stopped at the end of training
+        self.step = None       # the open steptrace.step
+        self.phase = None      # the open phase scope
+        self.step_tokens = self.step_samples = None
+
+    # ---- the run ----
+    def begin_training(self):
+        import steptrace
+        if not steptrace.is_running():
+            self.started = bool(steptrace.start(**self.settings))
+        elif self.settings:
+            _steptrace.warn_once(self.who + ".settings", f"{self.who}: steptrace was already running; its "
+                                 f"settings {sorted(self.settings)} were not applied")
+
+    def end_training(self):
+        import steptrace
+        self.close_step()
+        if self.started and steptrace.is_running():
+            steptrace.stop()
+        self.started = False
+
+    # ---- steps and phases ----
+    def open_step(self):
+        import steptrace
+        if self.step is not None or not steptrace.is_running():
+            return
+        tokens = self.tokens if isinstance(self.tokens, numbers.Number) else None
+        samples = self.samples if isinstance(self.samples, numbers.Number) and tokens is not None else None
+        self.step = steptrace.step(tokens=tokens, samples=samples)
+        self.step.__enter__()
+        self.step_tokens = self.step_samples = None
+
+    def count_batch(self, batch):
+        """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
+        if self.step is None:
+            return
+        t = self.tokens(batch) if callable(self.tokens) else batch_tokens(batch) if self.tokens == "auto" else None
+        if t is None:
+            return
+        self.step_tokens = (self.step_tokens or 0.0) + float(t)
+        s = self.samples(batch) if callable(self.samples) else batch_samples(batch) if self.samples == "auto" else None
+        if s is not None:
+            self.step_samples = (self.step_samples or 0.0) + float(s)
+        import steptrace
+        steptrace.set_step_tokens(self.step_tokens, self.step_samples)
+
+    def enter(self, name):
+        """`name` becomes the open phase (the one open before is closed)."""
+        import steptrace
+        self.exit()
+        if self.step is None or not steptrace.is_running():
+            return
+        self.phase = steptrace.phase(name)
+        self.phase.__enter__()
+
+    def exit(self):
+        if self.phase is not None:
+            phase, self.phase = self.phase, None
+            phase.__exit__(None, None, None)
+
+    def close_step(self):
+        self.exit()
+        if self.step is not None:
+            step, self.step = self.step, None
+            step.__exit__(None, None, None)
+
+
+def _check_number(who, what, v):
+    if isinstance(v, bool) or not isinstance(v, numbers.Number) or not v >= 0:
+        raise ValueError(f"{who}({what}={v!r}): a number >= 0, a function of the batch, or 'auto' is wanted")

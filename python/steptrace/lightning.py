@@ -1,0 +1,89 @@
+"""steptrace for a PyTorch Lightning Trainer: one callback.
+
+    import steptrace.lightning
+    trainer = Trainer(..., callbacks=[steptrace.lightning.StepTrace(log_path="steps-{rank}.jsonl")])
+
+- a step is one optimizer step: it begins with the first batch of a gradient-accumulation window
+  (`on_train_batch_start`) and ends after the optimizer step (`on_train_batch_end` of the batch whose
+  `on_before_optimizer_step` ran), so `accumulate_grad_batches` batches are one step, and the validation
+  loop runs between steps (the next line's `between_steps`);
+- phases: `forward` (the batch's start to its `on_before_backward`: `training_step`), `backward`
+  (`on_before_backward` to `on_after_backward`), `optimizer` (`on_before_optimizer_step` to the batch's
+  end: the step, gradient clipping, `zero_grad`);
+- tokens and samples: `tokens="auto"` (the default) counts a batch's `input_ids` (a dict batch; padding
+  included) and its first dimension; a number (per step) or a function of the batch; None: none;
+- settings: keyword arguments of `steptrace.start()` (the program's own `start()` wins: when steptrace
+  is already running they are not applied); steptrace is started at `on_fit_start` when not running,
+  and then stopped (its end record written) at the end of `fit`;
+- `cross_rank=True` (the default): with more than one rank, `steptrace.cross_rank()` at the start of
+  `fit` (on every rank: Lightning runs the callback on each), so rank 0's lines carry the slowest rank
+  and every rank shares rank 0's `run_id`.
+
+Manual optimization (`automatic_optimization = False`) has no `on_before_optimizer_step` from Lightning
+for the program's own `optimizer.step()` calls: steps then end at each batch's end. `import steptrace`
+never imports Lightning; this module does (`lightning.pytorch`, else `pytorch_lightning`: the package
+whose Trainer the program already imported comes first).
+"""
+import sys
+
+from ._callback_steps import CallbackSteps
+
+
+def _callback_base():
+    order = ("lightning.pytorch", "pytorch_lightning")
+    if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
+        order = ("pytorch_lightning", "lightning.pytorch")
+    errors = []
+    for name in order:
+        try:
+            module = __import__(name + ".callbacks", fromlist=["Callback"])
+            return module.Callback
+        except ImportError as e:
+            errors.append(f"{name}: {e}")
+    raise ImportError("steptrace.lightning needs PyTorch Lightning (lightning or pytorch_lightning): " + "; ".join(errors))
+
+
+class StepTrace(_callback_base()):
+    """A Lightning callback that makes each optimizer step a steptrace step with its phases."""
+
+    def __init__(self, tokens="auto", samples="auto", cross_rank=True, **settings):
+        super().__init__()
+        self._steps = CallbackSteps(tokens, samples, settings, "steptrace.lightning.StepTrace")
+        self._cross_rank = cross_rank
+        self._stepping = False  # the open step's optimizer step began (on_before_optimizer_step)
+
+    def on_fit_start(self, trainer, pl_module):
+        self._steps.begin_training()
+        if self._cross_rank and getattr(trainer, "world_size", 1) > 1:
+            import steptrace
+            steptrace.cross_rank()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._steps.open_step()
+        self._steps.count_batch(batch)
+        self._steps.enter("forward")
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self._steps.enter("backward")
+
+    def on_after_backward(self, trainer, pl_module):
+        self._steps.exit()
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self._steps.enter("optimizer")
+        self._stepping = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._steps.exit()
+        if self._stepping or not getattr(pl_module, "automatic_optimization", True):
+            self._stepping = False
+            self._steps.close_step()
+
+    def on_train_end(self, trainer, pl_module):
+        self._steps.close_step()
+
+    def on_fit_end(self, trainer, pl_module):
+        self._steps.end_training()
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._steps.end_training()
