@@ -7,7 +7,7 @@
 #                                                 test_cross_rank.py
 #                                            (CTest python_cpu; the last two need torch: Debian's CPU-only
 #                                            python3-torch, gloo for the two ranks of test_cross_rank)
-#   tests/checks/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py, test_callbacks_gpu.py (CTest
+#   tests/checks/python_check.sh BUILD_DIR gpu    python/tests/test_torch_gpu.py, test_callbacks_gpu.py, test_watch_gpu.py (CTest
 #                                                 python_gpu; torch, a GPU; Lightning and transformers where installed)
 # PYTHON picks the interpreter (default: python3 on PATH). Where pip cannot build (no setuptools, as on
 # a bare torch venv), the extension is built with CMake alone and put on PYTHONPATH; the output says which.
@@ -95,6 +95,7 @@ case $what in
        "${run[@]}" "$ROOT/python/tests/test_watch.py" &&
        "${run[@]}" "$ROOT/python/tests/test_cross_rank.py" ;;
   gpu) "${run[@]}" "$ROOT/python/tests/test_torch_gpu.py" "$build" &&
-       "${run[@]}" "$ROOT/python/tests/test_callbacks_gpu.py" "$build/callbacks" ;;
+       "${run[@]}" "$ROOT/python/tests/test_callbacks_gpu.py" "$build/callbacks" &&
+       "${run[@]}" "$ROOT/python/tests/test_watch_gpu.py" "$build/watch_gpu" ;;
   *) echo "usage: tests/checks/python_check.sh BUILD_DIR cpu|gpu" >&2; exit 2 ;;
 esac

@@ -1,0 +1,256 @@
+"""steptrace.watch and steptrace.cross_rank on GPUs (`python tests/test_watch_gpu.py OUT_DIR`; CTest
+python_gpu runs it through tests/checks/python_check.sh gpu).
+
+1. The same torch.compile program (a small GPT, gradient accumulation of 2, an evaluation every 5 steps)
+   instrumented by hand and by `steptrace.watch`, each in a process of its own, every step traced: the
+   same steps, the same phases with the same scope counts, the same kernels per phase (by count) and
+   per-phase kernel time within 1 %; dynamo's graph-break counter the same in both.
+2. Under torchrun on 2 GPUs (skipped with fewer): DDP with watch and `steptrace.cross_rank()`, rank 1's
+   input phase slowed by 20 ms: rank 0's lines name rank 1 and `input`; a balanced run names no culprit
+   (`balanced`); both ranks share rank 0's run_id; the report builds from both ranks' logs. And FSDP
+   (fully_shard) with watch: forward, backward and optimizer phases on every rank, NCCL time in them.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+OUT = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else \
+    tempfile.mkdtemp(prefix="steptrace-watch-gpu-")
+STEPS, ACCUMULATE, EVAL_EVERY, WARMUP = 24, 2, 5, 4
+
+
+def build(torch, device):
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    vocab, d, seq = 4096, 256, 128
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, 4, d // 4).permute(2, 0, 3, 1, 4)
+            x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.blocks = nn.Sequential(*[Block() for _ in range(2)])
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, idx, targets):
+            logits = self.head(self.blocks(self.tok(idx)))
+            return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    model = GPT().to(device)
+    g = torch.Generator().manual_seed(1)
+    pool = [torch.randint(0, vocab, (8, seq + 1), generator=g).pin_memory() for _ in range(4)]
+    return model, pool
+
+
+def batches(torch, pool, device, n, slow_ms=0):
+    import time
+    for i in range(n):
+        if slow_ms:
+            time.sleep(slow_ms / 1000)
+        yield pool[i % len(pool)].to(device, non_blocking=True)
+
+
+def train(torch, steptrace, compiled, opt, data, how):
+    """The loop; `how`: "manual" (steps and phases by hand, as watch defines them) or "watch"."""
+    it = iter(data)
+    for s in range(STEPS):
+        if how == "manual":
+            with steptrace.step():
+                for _ in range(ACCUMULATE):
+                    with steptrace.phase("input"):
+                        b = next(it)
+                    with steptrace.phase("forward"):
+                        loss = compiled(b[:, :-1], b[:, 1:]) / ACCUMULATE
+                    with steptrace.phase("backward"):
+                        loss.backward()
+                with steptrace.phase("optimizer"):
+                    opt.step()
+            opt.zero_grad(set_to_none=True)
+        else:
+            for _ in range(ACCUMULATE):
+                b = next(it)
+                loss = compiled(b[:, :-1], b[:, 1:]) / ACCUMULATE
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if (s + 1) % EVAL_EVERY == 0:
+            compiled.eval()
+            with torch.no_grad():
+                compiled(b[:, :-1], b[:, 1:]).item()
+            compiled.train()
+
+
+def single(how, log):
+    """One process: the program, instrumented `how`; prints dynamo's graph-break count as JSON."""
+    import torch
+    import steptrace
+    from torch._dynamo.utils import counters
+    model, pool = build(torch, "cuda")
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    data = batches(torch, pool, "cuda", STEPS * ACCUMULATE + 8)
+    steptrace.start(log_path=log, summary=False, trace_every=1, line_detail="full")
+    if how == "watch":
+        data = steptrace.watch(compiled, opt, data)
+    train(torch, steptrace, compiled, opt, data, how)
+    torch.cuda.synchronize()
+    steptrace.unwatch()
+    steptrace.stop()
+    print(json.dumps({"graph_breaks": sum(counters["graph_break"].values())}))
+
+
+def lines(path):
+    return [json.loads(l) for l in open(path) if l.strip() and '"event"' not in l[:12]]
+
+
+def per_phase(ls):
+    out = {}
+    for l in ls[WARMUP:STEPS]:
+        for name, ph in l["phases"].items():
+            g = ph.get("gpu") or {}
+            cell = out.setdefault(name, [0, 0.0, 0])
+            cell[0] += ph.get("count") or 0
+            cell[1] += g.get("kernel_ms") or 0.0
+            cell[2] += g.get("kernels") or 0
+    return out
+
+
+def test_watch_matches_the_hand_instrumented_loop():
+    results, phases = {}, {}
+    for how in ("manual", "watch"):
+        log = os.path.join(OUT, f"compile_{how}.jsonl")
+        if os.path.exists(log):
+            os.remove(log)
+        r = subprocess.run([sys.executable, __file__, "--single", how, log], capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
+        results[how] = json.loads(r.stdout.strip().splitlines()[-1])
+        ls = lines(log)
+        assert len(ls) >= STEPS, (how, len(ls))
+        phases[how] = per_phase(ls)
+        print(how, results[how], {k: (v[0], round(v[1], 3), v[2]) for k, v in phases[how].items()})
+    assert results["watch"]["graph_breaks"] == results["manual"]["graph_breaks"], results
+    m, w = phases["manual"], phases["watch"]
+    for name in ("input", "forward", "backward", "optimizer"):
+        assert name in m and name in w, (name, sorted(m), sorted(w))
+        assert m[name][0] == w[name][0], (name, "scopes", m[name][0], w[name][0])
+        assert m[name][2] == w[name][2], (name, "kernels", m[name][2], w[name][2])
+        if m[name][1] > 0.05:
+            assert abs(w[name][1] - m[name][1]) <= 0.01 * m[name][1], (name, "kernel ms", m[name][1], w[name][1])
+
+
+def distributed(mode, out, slow_ms):
+    """One rank under torchrun: `mode` ddp or fsdp, watch, cross_rank; rank 1's loader sleeps slow_ms."""
+    import torch
+    import torch.distributed as dist
+    import steptrace
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    model, pool = build(torch, f"cuda:{local}")
+    if mode == "ddp":
+        wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    else:
+        from torch.distributed.fsdp import fully_shard
+        for block in model.blocks:
+            fully_shard(block)
+        wrapped = fully_shard(model)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
+    steptrace.start(log_path=os.path.join(out, f"{mode}_{slow_ms}-{{rank}}.jsonl"), summary=False,
+                    cross_rank_every=2, trace_every=2, line_detail="full")
+    steptrace.cross_rank()
+    data = steptrace.watch(wrapped, opt, batches(torch, pool, f"cuda:{local}", 4 * STEPS,
+                                                 slow_ms if rank == 1 else 0))
+    it = iter(data)
+    for _ in range(2 * STEPS):
+        b = next(it)
+        wrapped(b[:, :-1], b[:, 1:]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    steptrace.unwatch()
+    steptrace.stop()
+    dist.destroy_process_group()
+
+
+def torchrun(mode, slow_ms):
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                        str(29500 + slow_ms + (7 if mode == "fsdp" else 0)), __file__, "--rank", mode, OUT,
+                        str(slow_ms)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [lines(os.path.join(OUT, f"{mode}_{slow_ms}-{k}.jsonl")) for k in range(2)]
+
+
+def two_gpus():
+    import torch
+    if torch.cuda.device_count() < 2:
+        print("SKIPPED: fewer than 2 GPUs")
+        return False
+    return True
+
+
+def test_ddp_cross_rank_names_the_slow_rank_and_phase():
+    if not two_gpus():
+        return
+    r0, r1 = torchrun("ddp", 20)
+    assert r0[-1]["run_id"] == r1[-1]["run_id"], (r0[-1]["run_id"], r1[-1]["run_id"])
+    views = [l["cross_rank"] for l in r0[WARMUP:] if l.get("cross_rank")]
+    assert len(views) >= 5, len(views)
+    named = [v for v in views if v.get("slowest_rank") == 1 and v.get("culprit_phase") == "input"]
+    assert len(named) >= 0.8 * len(views), [(v.get("slowest_rank"), v.get("culprit_phase"), v.get("step_skew")) for v in views]
+    assert all(l.get("cross_rank") is None for l in r1)  # rank 0's lines carry the view
+    report = os.path.join(OUT, "ddp_report.html")
+    rr = subprocess.run([sys.executable, "-m", "steptrace", "report", os.path.join(OUT, "ddp_20-0.jsonl"),
+                         os.path.join(OUT, "ddp_20-1.jsonl"), "-o", report], capture_output=True, text=True)
+    assert rr.returncode == 0 and os.path.getsize(report) > 10000, rr.stderr
+    b0, _ = torchrun("ddp", 0)
+    balanced = [l["cross_rank"] for l in b0[WARMUP:] if l.get("cross_rank")]
+    assert balanced and sum(v.get("balanced") is True for v in balanced) >= 0.8 * len(balanced), \
+        [(v.get("step_skew"), v.get("culprit_phase")) for v in balanced]
+
+
+def test_fsdp_phases_on_every_rank():
+    if not two_gpus():
+        return
+    for ls in torchrun("fsdp", 0):
+        traced = [l for l in ls[WARMUP:] if l.get("traced")]
+        assert traced, "no traced line"
+        for l in traced:
+            p = l["phases"]
+            assert all(k in p for k in ("forward", "backward", "optimizer")), sorted(p)
+        assert any((l.get("nccl_time_ms") or 0) > 0 for l in traced), "no NCCL time on traced lines"
+
+
+if __name__ == "__main__":
+    if "--single" in sys.argv:
+        i = sys.argv.index("--single")
+        single(sys.argv[i + 1], sys.argv[i + 2])
+        sys.exit(0)
+    if "--rank" in sys.argv:
+        i = sys.argv.index("--rank")
+        distributed(sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3]))
+        sys.exit(0)
+    import torch
+    if not torch.cuda.is_available():
+        print("test_watch_gpu: no GPU")
+        sys.exit(1)
+    os.makedirs(OUT, exist_ok=True)
+    from runner import run_tests
+    sys.exit(run_tests(dict(globals()), "test_watch_gpu"))
