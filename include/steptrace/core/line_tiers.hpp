@@ -109,9 +109,9 @@ inline constexpr TierField kTierFields[] = {
 
 namespace details {
 
-/// A JSON pointer's segments, as escaped in the pointer (`~0`, `~1` kept).
-inline std::vector<std::string_view> pointer_segments(std::string_view p) {
-  std::vector<std::string_view> out;
+/// A JSON pointer's segments, as escaped in the pointer (`~0`, `~1` kept), into `out`.
+inline void pointer_segments_into(std::string_view p, std::vector<std::string_view>& out) {
+  out.clear();
   std::size_t i = 1;
   while (i <= p.size() && !p.empty()) {
     const std::size_t j = p.find('/', i);
@@ -119,7 +119,33 @@ inline std::vector<std::string_view> pointer_segments(std::string_view p) {
     if (j == std::string_view::npos) break;
     i = j + 1;
   }
+}
+inline std::vector<std::string_view> pointer_segments(std::string_view p) {
+  std::vector<std::string_view> out;
+  pointer_segments_into(p, out);
   return out;
+}
+
+/// kTierFields' patterns as segments, and the first segments of each tier's rows (sorted): a leaf whose
+/// first segment is in neither is in the full line only. Made once.
+struct TierPatterns {
+  std::vector<std::vector<std::string_view>> rows;
+  std::vector<std::string_view> first[2];  // by LineTier
+};
+inline const TierPatterns& tier_patterns() {
+  static const TierPatterns t = [] {
+    TierPatterns p;
+    for (const TierField& f : kTierFields) {
+      p.rows.push_back(pointer_segments(f.pattern));
+      p.first[static_cast<int>(f.tier)].push_back(p.rows.back().front());
+    }
+    for (auto& v : p.first) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+    return p;
+  }();
+  return t;
 }
 
 /// Whether `segs` match the pattern's segments exactly (`*`: any one).
@@ -236,8 +262,9 @@ struct ReasonBook {
   std::unordered_map<std::string, std::string> written;
 };
 
-/// The compact line of a full line's leaves. `book`: the run's sentences so far (updated).
-inline std::string make_compact_line(const FlatJson& full, ReasonBook& book) {
+/// The compact line of a full line's leaves. `book`: the run's sentences so far (updated). `run_facts`
+/// (optional): the run tier's leaves as one text, to tell a run record that changed (one pass for both).
+inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std::string* run_facts = nullptr) {
   using namespace details;
   struct Kept {
     std::size_t row;
@@ -246,15 +273,32 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book) {
     Digits digits;
   };
   std::vector<Kept> kept;
-  std::vector<std::vector<std::string_view>> patterns;
-  for (const TierField& f : kTierFields) patterns.push_back(pointer_segments(f.pattern));
+  const TierPatterns& tp = tier_patterns();
+  const auto& patterns = tp.rows;
+  const auto in_tier = [&](LineTier t, std::string_view first) {
+    const auto& v = tp.first[static_cast<int>(t)];
+    return std::binary_search(v.begin(), v.end(), first);
+  };
+  std::vector<std::string> facts;
   std::map<std::string, const JsonLeaf*> reasons;  // null_reasons key -> sentence
+  std::vector<std::string_view> segs;
   for (const auto& [pointer, leaf] : full) {
-    const auto segs = pointer_segments(pointer);
-    if (!segs.empty() && segs[0] == "null_reasons") {
+    pointer_segments_into(pointer, segs);
+    if (segs.empty()) continue;
+    if (segs[0] == "null_reasons") {
       if (segs.size() == 2 && leaf.kind == JsonLeaf::Kind::string) reasons[unescape_segment(segs[1])] = &leaf;
       continue;
     }
+    if (run_facts && in_tier(LineTier::run, segs[0]))
+      for (std::size_t r = 0; r < patterns.size(); ++r)
+        if (kTierFields[r].tier == LineTier::run &&
+            (segments_match(patterns[r], segs) || (leaf.kind == JsonLeaf::Kind::null && segments_prefix(patterns[r], segs)))) {
+          facts.push_back(pointer + (leaf.kind == JsonLeaf::Kind::string ? "=" + leaf.text
+                                     : leaf.kind == JsonLeaf::Kind::null ? std::string("=null")
+                                     : "=" + std::to_string(leaf.number)));
+          break;
+        }
+    if (!in_tier(LineTier::compact, segs[0])) continue;
     for (std::size_t r = 0; r < patterns.size(); ++r) {
       if (kTierFields[r].tier != LineTier::compact) continue;
       const bool exact = segments_match(patterns[r], segs);
@@ -265,6 +309,14 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book) {
       kept.push_back(std::move(k));
       break;
     }
+  }
+  if (run_facts) {
+    std::sort(facts.begin(), facts.end());
+    run_facts->clear();
+    for (const std::string& f : facts) (*run_facts += f) += '\n';
+    // A null's reason is a fact too (a device found later changes it).
+    for (const auto& [key, why] : reasons)
+      if (in_tier(LineTier::run, key.substr(0, key.find('.')))) (*run_facts += key + "=" + why->text) += '\n';
   }
   // Phases: the kCompactMaxPhases with the most host time (then GPU time) by name; the rest summed
   // into "(other)" with their number. Scalars: the first kCompactMaxScalars by name; the rest counted.
@@ -390,8 +442,7 @@ inline std::string make_run_record(const FlatJson& full, const std::vector<std::
   TierNode root;
   root.member("event").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, "run"};
   root.member("schema").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, kRunSchema};
-  std::vector<std::vector<std::string_view>> patterns;
-  for (const TierField& f : kTierFields) patterns.push_back(pointer_segments(f.pattern));
+  const auto& patterns = tier_patterns().rows;
   // Each leaf of the run tier, under the first row it meets; written in the table's order, by name.
   std::vector<std::tuple<std::size_t, std::vector<std::string>, JsonLeaf>> found;
   for (const auto& [pointer, leaf] : full) {

@@ -203,19 +203,21 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     std::string compact_line;
     ReasonBook book_before;
     if (compact) {
-      if (settings_in_force_.empty())
-        for (const Setting& s : settings()) settings_in_force_.emplace_back(s.name, s.text(ctx.cfg));
-      std::string facts = make_run_record(fields, settings_in_force_, false);
+      book_before = reasons_written_;
+      std::string facts;
+      compact_line = make_compact_line(fields, reasons_written_, &facts);
       if (facts != run_record_) {
+        if (settings_in_force_.empty())
+          for (const Setting& s : settings()) settings_in_force_.emplace_back(s.name, s.text(ctx.cfg));
         const std::string record = make_run_record(fields, settings_in_force_, true);
         bool written = true;
         for (sink::LineSink* sink : s_.sinks)
           if (sink->counts_lines()) written = sink->write_line(record).empty() && written;
         run_record_ = written ? std::move(facts) : std::string();
-        reasons_written_.written.clear();
+        reasons_written_.written.clear();  // the line after a new record carries every sentence again
+        book_before = reasons_written_;
+        compact_line = make_compact_line(fields, reasons_written_);
       }
-      book_before = reasons_written_;
-      compact_line = make_compact_line(fields, reasons_written_);
     }
     if (details::line_out_unbalanced().load(std::memory_order_relaxed))
       warn_once("line_out", "a line's writer closed an object it had not opened or left one open (a steptrace bug; "
