@@ -2,7 +2,9 @@
 a step opened at the framework's step begin and closed at its end, one phase open at a time, tokens and
 samples summed over the step's batches, steptrace started (and stopped at the end of training) when the
 program has not started it itself."""
+import math
 import numbers
+import threading
 
 from . import _steptrace
 
@@ -36,19 +38,22 @@ class CallbackSteps:
     """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread)."""
 
     def __init__(self, tokens, samples, settings, who):
-        if tokens is not None and not callable(tokens) and tokens != "auto":
-            _check_number(who, "tokens", tokens)
-        if samples is not None and not callable(samples) and samples != "auto":
-            _check_number(who, "samples", samples)
+        if tokens is not None and not callable(tokens) and not _is_auto(tokens):
+            tokens = _check_number(who, "tokens", tokens)
+        if samples is not None and not callable(samples) and not _is_auto(samples):
+            samples = _check_number(who, "samples", samples)
         self.tokens, self.samples, self.settings, self.who = tokens, samples, dict(settings), who
         self.started = False   # steptrace started here: stopped at the end of training
         self.step = None       # the open steptrace.step
         self.phase = None      # the open phase scope
         self.step_tokens = self.step_samples = None
+        self.owner = None      # the training thread (the one training began on): other threads pass through
 
     # ---- the run ----
     def begin_training(self):
         import steptrace
+        self.close_step()  # what an earlier training that raised left open
+        self.owner = threading.get_ident()
         if not steptrace.is_running():
             self.started = bool(steptrace.start(**self.settings))
         elif self.settings:
@@ -67,25 +72,46 @@ class CallbackSteps:
         import steptrace
         if self.step is not None or not steptrace.is_running():
             return
-        tokens = self.tokens if isinstance(self.tokens, numbers.Number) else None
-        samples = self.samples if isinstance(self.samples, numbers.Number) and tokens is not None else None
+        tokens = self.tokens if isinstance(self.tokens, float) else None
+        samples = self.samples if isinstance(self.samples, float) and tokens is not None else None
         self.step = steptrace.step(tokens=tokens, samples=samples)
         self.step.__enter__()
         self.step_tokens = self.step_samples = None
 
     def count_batch(self, batch):
         """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
-        if self.step is None:
+        if self.step is None or threading.get_ident() != self.owner:
             return
-        t = self.tokens(batch) if callable(self.tokens) else batch_tokens(batch) if self.tokens == "auto" else None
+        t = self.tokens(batch) if callable(self.tokens) else batch_tokens(batch) if _is_auto(self.tokens) else None
+        t = self._count(t, "tokens")
         if t is None:
             return
-        self.step_tokens = (self.step_tokens or 0.0) + float(t)
-        s = self.samples(batch) if callable(self.samples) else batch_samples(batch) if self.samples == "auto" else None
+        self.step_tokens = (self.step_tokens or 0.0) + t
+        s = self.samples(batch) if callable(self.samples) else batch_samples(batch) if _is_auto(self.samples) else None
+        s = self._count(s, "samples")
         if s is not None:
-            self.step_samples = (self.step_samples or 0.0) + float(s)
+            self.step_samples = (self.step_samples or 0.0) + s
         import steptrace
         steptrace.set_step_tokens(self.step_tokens, self.step_samples)
+
+    def _count(self, v, what):
+        """A count from a batch as a float; a tensor on a GPU is refused (reading it would wait for the
+        GPU at every batch), said once; so is a value that is not a finite number >= 0."""
+        if v is None:
+            return None
+        if getattr(v, "is_cuda", False):
+            _steptrace.warn_once(self.who + "." + what + ".cuda", f"{self.who}: the {what} function returned a CUDA "
+                                 "tensor (reading it waits for the GPU every batch): return a Python number; ignored")
+            return None
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            f = float("nan")
+        if not math.isfinite(f) or f < 0:
+            _steptrace.warn_once(self.who + "." + what + ".bad", f"{self.who}: {what} of a batch is {v!r}, not a "
+                                 "finite number >= 0; ignored")
+            return None
+        return f
 
     def enter(self, name):
         """`name` becomes the open phase (the one open before is closed)."""
@@ -108,6 +134,14 @@ class CallbackSteps:
             step.__exit__(None, None, None)
 
 
+def _is_auto(v):
+    return isinstance(v, str) and v == "auto"
+
+
 def _check_number(who, what, v):
-    if isinstance(v, bool) or not isinstance(v, numbers.Number) or not v >= 0:
-        raise ValueError(f"{who}({what}={v!r}): a number >= 0, a function of the batch, or 'auto' is wanted")
+    """A number per step (numpy's too) as a float; anything else raises here, not in a training hook."""
+    ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+    f = float(v) if ok else float("nan")
+    if not math.isfinite(f) or f < 0:
+        raise ValueError(f"{who}({what}={v!r}): a finite number >= 0, a function of the batch, or 'auto' is wanted")
+    return f

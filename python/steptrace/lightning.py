@@ -7,9 +7,10 @@
   (`on_train_batch_start`) and ends after the optimizer step (`on_train_batch_end` of the batch whose
   `on_before_optimizer_step` ran), so `accumulate_grad_batches` batches are one step, and the validation
   loop runs between steps (the next line's `between_steps`);
-- phases: `forward` (the batch's start to its `on_before_backward`: `training_step`), `backward`
-  (`on_before_backward` to `on_after_backward`), `optimizer` (`on_before_optimizer_step` to the batch's
-  end: the step, gradient clipping, `zero_grad`);
+- phases: `forward` (the batch's start to its `on_before_backward`: `training_step`, and `zero_grad`,
+  which Lightning calls inside its closure before the backward), `backward` (`on_before_backward` to
+  `on_after_backward`), `optimizer` (`on_before_optimizer_step` to the batch's end: gradient clipping,
+  the step);
 - tokens and samples: `tokens="auto"` (the default) counts a batch's `input_ids` (a dict batch; padding
   included) and its first dimension; a number (per step) or a function of the batch; None: none;
 - settings: keyword arguments of `steptrace.start()` (the program's own `start()` wins: when steptrace

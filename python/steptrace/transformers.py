@@ -41,21 +41,40 @@ class StepTraceCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         import steptrace
+        from . import watch as _watch
+        self._teardown()  # what a train() that raised left (transformers has no on_exception)
         self._steps.begin_training()
         if self._cross_rank and getattr(args, "world_size", 1) > 1:
             steptrace.cross_rank()
         if model is not None and steptrace.is_running():
-            steptrace.watch(model)  # forward and backward phases inside the steps opened here
-            self._watching = True
+            if _watch._state.active:
+                _steptrace_warn("the program already runs steptrace.watch(): its hooks are kept, the callback adds "
+                                "the optimizer phase and the steps only")
+            else:
+                steptrace.watch(model)  # forward and backward phases inside the steps opened here
+                self._watching = True
             if self._steps.tokens == "auto":
                 self._count_handle = self._count_tokens(model)
 
+    def _teardown(self):
+        import steptrace
+        if self._count_handle is not None:
+            self._count_handle.remove()
+            self._count_handle = None
+        if self._watching:
+            steptrace.unwatch()
+            self._watching = False
+
     def _count_tokens(self, model):
         import torch
+        from .watch import _compiling_check
         steps = self._steps
+        is_compiling = _compiling_check(torch)
 
         def count(module, args, kwargs):
-            if steps.step is None or not module.training or not torch.is_grad_enabled():
+            # Not inside a region torch.compile traces (no graph break), not on another thread (DataParallel's
+            # replicas), only training forwards of an open step.
+            if is_compiling() or steps.step is None or not module.training or not torch.is_grad_enabled():
                 return None
             ids = kwargs.get("input_ids", args[0] if args else None)
             if hasattr(ids, "numel"):
@@ -79,12 +98,11 @@ class StepTraceCallback(TrainerCallback):
         self._steps.close_step()
 
     def on_train_end(self, args, state, control, **kwargs):
-        import steptrace
-        if self._count_handle is not None:
-            self._count_handle.remove()
-            self._count_handle = None
-        if self._watching:
-            steptrace.unwatch()
-            self._watching = False
+        self._teardown()
         self._steps.end_training()
+
+
+def _steptrace_warn(message):
+    from . import _steptrace
+    _steptrace.warn_once("transformers.watch", "steptrace.transformers.StepTraceCallback: " + message)
 

@@ -14,9 +14,13 @@ import os
 import sys
 import tempfile
 
-import steptrace  # noqa: F401  (before torch, as the other GPU tests)
+# One GPU: a Hugging Face Trainer started without torchrun on a host of several GPUs would wrap the model
+# in DataParallel (its forwards on replica threads). Set before torch initialises CUDA.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
 
-import torch
+import steptrace  # noqa: F401,E402  (before torch, as the other GPU tests)
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runner import run_tests  # noqa: E402

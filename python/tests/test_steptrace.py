@@ -188,6 +188,19 @@ def test_framework_callbacks_are_optional_and_their_steps_add_up():
             raise AssertionError(f"{module} imported without {package}")
 
     from steptrace._callback_steps import CallbackSteps
+    # Numbers per step are checked when the callback is made, not in a training hook; numpy's are numbers.
+    try:
+        import numpy
+        assert CallbackSteps(numpy.int64(4096), None, {}, "test").tokens == 4096.0
+    except ImportError:
+        pass
+    for bad in (float("inf"), -1, True, "many"):
+        try:
+            CallbackSteps(bad, None, {}, "test")
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"tokens={bad!r} accepted")
 
     class Ids:
         shape = (4, 128)
