@@ -9,8 +9,9 @@
 - ``input``: the wait for the next batch of the loader handed in (the returned iterable);
 - ``forward``: the outermost module's forward (hooks on the module as given: the DDP or FSDP wrapper, or
   the compiled module), training forwards only;
-- ``backward``: each ``Tensor.backward()`` / ``torch.autograd.backward()`` call, on the calling thread
-  (the kernels autograd launches from its own threads go to the phase open on this one);
+- ``backward``: each ``Tensor.backward()`` / ``torch.autograd.backward()`` / ``torch.autograd.grad()``
+  call, on the calling thread (the kernels autograd launches from its own threads go to the phase open on
+  this one);
 - ``optimizer``: ``optimizer.step()`` (its step hooks where torch has them, else a wrapper of the method).
 
 A step whose ``optimizer.step()`` never ran (a GradScaler that found inf and skipped it) ends at the
@@ -243,9 +244,12 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
                 inside.on = False
         backward.__wrapped__ = original
         backward.__doc__ = original.__doc__
+        backward.__name__ = backward.__qualname__ = original.__name__
         return backward
 
-    for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward")):
+    # torch.autograd.grad too: loops that take gradients without .backward() (a gradient penalty,
+    # meta-learning) get their backward pass as `backward` (inside another phase, nested in it).
+    for owner, name in ((torch.Tensor, "backward"), (torch.autograd, "backward"), (torch.autograd, "grad")):
         original = getattr(owner, name)
         wrapper = wrap_backward(original)
         setattr(owner, name, wrapper)

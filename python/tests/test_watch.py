@@ -289,6 +289,31 @@ steptrace.stop()
         assert all(("forward" in l["phases"]) != direct for l in lines), [list(l["phases"]) for l in lines]
 
 
+def test_autograd_grad_is_a_backward_phase():
+    """A loop that takes its gradients with torch.autograd.grad (no .backward()): each call is a backward
+    phase, and the step still ends at optimizer.step()."""
+    log = fresh("autograd_grad")
+    model, opt, data = model_and_data(4)
+    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    steptrace.watch(model, opt)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    params = list(model.parameters())
+    for x, y in data:
+        grads = torch.autograd.grad(loss_fn(model(x), y), params)
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+        opt.zero_grad()
+    steptrace.stop()
+    steptrace.unwatch()
+    assert torch.autograd.grad.__name__ == "grad" and not hasattr(torch.autograd.grad, "__wrapped__")
+    lines = step_lines(log)
+    assert len(lines) == 4, len(lines)
+    for l in lines:
+        counts = {k: v["count"] for k, v in l["phases"].items()}
+        assert counts == {"forward": 1, "backward": 1, "optimizer": 1}, counts
+
+
 def test_bad_arguments():
     model, opt, _ = model_and_data(1)
     for args, exc in (((object(), opt), TypeError), ((model, object()), TypeError)):
