@@ -2,16 +2,19 @@
 // committed in tests/data (a torch.compile GPT-2 trainer, an eager PyTorch GPT, a C++ transformer, each
 // with steptrace's defaults) and from leaves built here; and a host-only run with line_detail=compact.
 #include <steptrace/core/line_tiers.hpp>
+#include <steptrace/details/session.hpp>
 #include <steptrace/steptrace.hpp>
 
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "fake_exchange.hpp"
 #include "host_config.hpp"
 #include "support.hpp"
 
@@ -321,4 +324,50 @@ TEST_CASE("a compact line keeps the window of log_every", "[line_tiers]") {
   for (const json& r : steptrace_test::read_records(log))
     if (!r.contains("event")) windows += r["window"]["steps"] == 2;
   CHECK(windows == 2);
+}
+
+TEST_CASE("a run_id taken from rank 0 mid-run: a new run record, the sentences again", "[line_tiers]") {
+  const std::string log = steptrace_test::fresh_log("compact_adopted");
+  steptrace::Config cfg = steptrace_test::host_config(log);
+  cfg.line_detail = steptrace::LineDetail::compact;
+  cfg.rank = 0;
+  cfg.world_size = 4;
+  REQUIRE(steptrace::start(cfg));
+  for (int i = 0; i < 3; ++i) TRACE_STEP();
+  // Two lines written under the rank's own run_id (a step's line waits for the next step to begin),
+  // then the exchange (rank 0's run_id adopted).
+  REQUIRE(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() >= 2; }));
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<steptrace_test::FakeExchange>(), 2));
+  steptrace_test::run_input_nccl_steps(3);
+  steptrace::stop();
+  const std::vector<json> records = steptrace_test::read_records(log);
+  std::vector<json> runs, steps;
+  for (const json& r : records) {
+    if (r.value("event", "") == "run") runs.push_back(r);
+    else if (!r.contains("event")) steps.push_back(r);
+  }
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0]["run_id"] != "feedfacecafebeef");
+  CHECK(runs[1]["run_id"] == "feedfacecafebeef");
+  REQUIRE(steps.size() == 6);
+  // The lines before the exchange under the rank's own run_id (at least the two waited for), the rest
+  // under rank 0's; the first of those brings its sentences again.
+  std::size_t first = 0;
+  while (first < steps.size() && steps[first]["run_id"] != "feedfacecafebeef") ++first;
+  CHECK(first >= 2);
+  REQUIRE(first < steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) CHECK((steps[i]["run_id"] == "feedfacecafebeef") == (i >= first));
+  CHECK(steps[first].contains("reason_text"));
+  // Each run's first line carries the sentences of its codes: a reader keeping them per run_id finds
+  // every code of every line.
+  std::map<std::string, std::map<std::string, std::string>> texts;  // run_id -> code -> sentence
+  for (const json& l : steps) {
+    auto& book = texts[l["run_id"].get<std::string>()];
+    if (l.contains("reason_text"))
+      for (const auto& [code, sentence] : l["reason_text"].items()) book[code] = sentence;
+    for (const auto& [path, code] : l["null_reasons"].items()) {
+      INFO(l["run_id"] << " " << path);
+      CHECK(book.count(code) == 1);
+    }
+  }
 }
