@@ -1,15 +1,10 @@
 #!/usr/bin/env python3
-"""steptrace-ctl without installing the Python package: runs steptrace.ctl (python/steptrace/ctl.py) from
-this source tree, or from where CMake's install put it (share/steptrace/python). Needs Python 3 only."""
+"""steptrace-ctl from this source tree, without installing the Python package: runs steptrace.ctl
+(python/steptrace/ctl.py). Needs Python 3 only. (pip installs `steptrace-ctl`; CMake's install makes its own.)"""
 import os
 import sys
 
-HERE = os.path.dirname(os.path.realpath(__file__))
-for candidate in (os.path.join(HERE, "..", "python"), os.path.join(HERE, "..", "share", "steptrace", "python")):
-    if os.path.isfile(os.path.join(candidate, "steptrace", "ctl.py")):
-        sys.path.insert(0, os.path.abspath(candidate))
-        break
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python"))
 from steptrace.ctl import main  # noqa: E402
 
 if __name__ == "__main__":

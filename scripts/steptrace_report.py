@@ -1,15 +1,10 @@
 #!/usr/bin/env python3
-"""steptrace-report without installing the Python package: runs steptrace.report (python/steptrace/report)
-from this source tree, or from where CMake's install put it (share/steptrace/python). Needs Python 3 only."""
+"""steptrace-report from this source tree, without installing the Python package: runs steptrace.report
+(python/steptrace/report). Needs Python 3 only. (pip installs `steptrace-report`; CMake's install makes its own.)"""
 import os
 import sys
 
-HERE = os.path.dirname(os.path.realpath(__file__))
-for candidate in (os.path.join(HERE, "..", "python"), os.path.join(HERE, "..", "share", "steptrace", "python")):
-    if os.path.isfile(os.path.join(candidate, "steptrace", "report", "__init__.py")):
-        sys.path.insert(0, os.path.abspath(candidate))
-        break
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python"))
 from steptrace.report import main  # noqa: E402
 
 if __name__ == "__main__":
