@@ -161,6 +161,9 @@ std::shared_ptr<CrossRankInbox>& current_inbox() {
 /// thread at step boundaries; poll() (the background thread) reads that, never touching Python.
 class PyTorchExchange final : public steptrace::CrossRankExchange {
  public:
+  // A KeyboardInterrupt or SystemExit raised while the run_id broadcast waited (up to 60 s): kept here,
+  // raised again by use_cross_rank once the runtime is done with the call (never swallowed).
+  std::shared_ptr<py::object> interrupted = keep_callable(py::none());  // released under the GIL, as the callables
   PyTorchExchange(int rank, int world, std::shared_ptr<py::object> post, std::shared_ptr<py::object> agree,
                   std::shared_ptr<CrossRankInbox> inbox)
       : rank_(rank), world_(world), post_(std::move(post)), agree_(std::move(agree)), inbox_(std::move(inbox)) {}
@@ -190,6 +193,10 @@ class PyTorchExchange final : public steptrace::CrossRankExchange {
       agreed = (*agree_)(mine).cast<std::string>();
       return {};
     } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) {
+        *interrupted = py::reinterpret_borrow<py::object>(e.type());
+        return "interrupted";
+      }
       return std::string("torch.distributed broadcast: ") + e.what();
     } catch (const py::cast_error& e) {
       return std::string("torch.distributed broadcast: ") + e.what();
@@ -263,8 +270,13 @@ PYBIND11_MODULE(_steptrace, m) {
     auto inbox = std::make_shared<CrossRankInbox>();
     auto exchange = std::make_unique<PyTorchExchange>(rank, world, keep_callable(std::move(post)),
                                                       keep_callable(std::move(agree)), inbox);
+    const std::shared_ptr<py::object> interrupted = exchange->interrupted;
     const bool taken = steptrace::details::use_cross_rank_exchange(
         std::move(exchange), steptrace::is_running() ? "" : "steptrace is not running", every);
+    if (!interrupted->is_none()) {  // the program's Ctrl-C (or exit) during the broadcast: raised, as Python would have
+      PyErr_SetNone(interrupted->ptr());
+      throw py::error_already_set();
+    }
     if (taken) current_inbox() = inbox;  // a refused exchange (one is already set) leaves the one in use fed
     return taken;
   });

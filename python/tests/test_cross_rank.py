@@ -192,6 +192,34 @@ def test_1024_ranks_simulated_balanced():
         assert v["culprit_phase"] is None, v
 
 
+def test_an_interrupt_during_the_run_id_broadcast_reaches_the_program():
+    """Ctrl-C while steptrace.cross_rank() waits for rank 0's run_id (up to 60 s): KeyboardInterrupt
+    reaches the program, as it would from the broadcast itself; training is not left waiting."""
+    import torch
+    import steptrace
+    real = torch.distributed
+
+    class Interrupted(_SimulatedRanks):
+        def broadcast_object_list(self, box, src=0, group=None):
+            raise KeyboardInterrupt
+
+    torch.distributed = Interrupted(2)
+    log = os.path.join(tempfile.mkdtemp(prefix="steptrace-ranks-"), "r0.jsonl")
+    try:
+        assert steptrace.start(log_path=log, summary=False, gpu="off")
+        try:
+            steptrace.cross_rank()
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("the KeyboardInterrupt raised in the broadcast was swallowed")
+        steptrace.stop()
+    finally:
+        torch.distributed = real
+        if steptrace.is_running():
+            steptrace.stop()
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
