@@ -133,6 +133,14 @@ TEST_CASE("a reason's sentence is written once per run, its code on every line",
   const json again = json::parse(steptrace::make_compact_line(flatten(lines[0]), book));
   REQUIRE(first.contains("reason_text"));
   CHECK_FALSE(again.contains("reason_text"));
+  CHECK(book.last_added.empty());
+  // A line the log could not take: its sentences come with the next one.
+  steptrace::ReasonBook lost;
+  const json unwritten = json::parse(steptrace::make_compact_line(flatten(lines[0]), lost));
+  REQUIRE(!lost.last_added.empty());
+  lost.unwrite_last();
+  const json next = json::parse(steptrace::make_compact_line(flatten(lines[0]), lost));
+  CHECK(next["reason_text"] == unwritten["reason_text"]);
   CHECK(first["null_reasons"] == again["null_reasons"]);
   CHECK(!first["null_reasons"].empty());
   // A code names the reason, not its numbers.

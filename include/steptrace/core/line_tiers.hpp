@@ -164,6 +164,17 @@ inline bool segments_prefix(const std::vector<std::string_view>& pattern, const 
   return true;
 }
 
+/// The first row of `tier` a leaf at `segs` belongs to: its pattern matched, or (a null object standing
+/// for the fields it would hold) a proper prefix of it. -1: none.
+inline int tier_row(const std::vector<std::string_view>& segs, const JsonLeaf& leaf, LineTier tier) {
+  const auto& rows = tier_patterns().rows;
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    if (kTierFields[r].tier == tier &&
+        (segments_match(rows[r], segs) || (leaf.kind == JsonLeaf::Kind::null && segments_prefix(rows[r], segs))))
+      return static_cast<int>(r);
+  return -1;
+}
+
 /// A JSON pointer segment as the name it stands for (`~1` -> `/`, `~0` -> `~`).
 inline std::string unescape_segment(std::string_view s) {
   std::string out;
@@ -260,6 +271,12 @@ inline std::string reason_code(std::string_view sentence) {
 /// sentence only the first time its code appears in the run.
 struct ReasonBook {
   std::unordered_map<std::string, std::string> written;
+  std::vector<std::string> last_added;  // the codes the last compact line brought the sentence of
+  /// The last line was not written: its sentences go with a later one.
+  void unwrite_last() {
+    for (const std::string& code : last_added) written.erase(code);
+    last_added.clear();
+  }
 };
 
 /// The compact line of a full line's leaves. `book`: the run's sentences so far (updated). `run_facts`
@@ -274,7 +291,7 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   };
   std::vector<Kept> kept;
   const TierPatterns& tp = tier_patterns();
-  const auto& patterns = tp.rows;
+  book.last_added.clear();
   const auto in_tier = [&](LineTier t, std::string_view first) {
     const auto& v = tp.first[static_cast<int>(t)];
     return std::binary_search(v.begin(), v.end(), first);
@@ -289,26 +306,16 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
       if (segs.size() == 2 && leaf.kind == JsonLeaf::Kind::string) reasons[unescape_segment(segs[1])] = &leaf;
       continue;
     }
-    if (run_facts && in_tier(LineTier::run, segs[0]))
-      for (std::size_t r = 0; r < patterns.size(); ++r)
-        if (kTierFields[r].tier == LineTier::run &&
-            (segments_match(patterns[r], segs) || (leaf.kind == JsonLeaf::Kind::null && segments_prefix(patterns[r], segs)))) {
-          facts.push_back(pointer + (leaf.kind == JsonLeaf::Kind::string ? "=" + leaf.text
-                                     : leaf.kind == JsonLeaf::Kind::null ? std::string("=null")
-                                     : "=" + std::to_string(leaf.number)));
-          break;
-        }
-    if (!in_tier(LineTier::compact, segs[0])) continue;
-    for (std::size_t r = 0; r < patterns.size(); ++r) {
-      if (kTierFields[r].tier != LineTier::compact) continue;
-      const bool exact = segments_match(patterns[r], segs);
-      if (!exact && !(leaf.kind == JsonLeaf::Kind::null && segments_prefix(patterns[r], segs))) continue;
-      Kept k{r, {}, leaf, kTierFields[r].digits};
-      for (auto s : segs) k.names.push_back(unescape_segment(s));
-      if (k.leaf.kind == JsonLeaf::Kind::number) k.leaf.number = rounded(k.leaf.number, k.digits);
-      kept.push_back(std::move(k));
-      break;
-    }
+    if (run_facts && in_tier(LineTier::run, segs[0]) && tier_row(segs, leaf, LineTier::run) >= 0)
+      facts.push_back(pointer + (leaf.kind == JsonLeaf::Kind::string ? "=" + leaf.text
+                                 : leaf.kind == JsonLeaf::Kind::null ? std::string("=null")
+                                 : "=" + std::to_string(leaf.number)));
+    const int r = in_tier(LineTier::compact, segs[0]) ? tier_row(segs, leaf, LineTier::compact) : -1;
+    if (r < 0) continue;
+    Kept k{static_cast<std::size_t>(r), {}, leaf, kTierFields[r].digits};
+    for (auto sv : segs) k.names.push_back(unescape_segment(sv));
+    if (k.leaf.kind == JsonLeaf::Kind::number) k.leaf.number = rounded(k.leaf.number, k.digits);
+    kept.push_back(std::move(k));
   }
   if (run_facts) {
     std::sort(facts.begin(), facts.end());
@@ -390,8 +397,10 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
     if (it == reasons.end()) continue;
     const std::string code = reason_code(it->second->text);
     codes.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, code};
-    if (book.written.emplace(code, it->second->text).second)
+    if (book.written.emplace(code, it->second->text).second) {
+      book.last_added.push_back(code);
       texts.member(code).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second->text};
+    }
   }
   root.members.emplace_back("null_reasons", std::move(codes));
   if (!texts.members.empty()) root.members.emplace_back("reason_text", std::move(texts));
@@ -417,8 +426,12 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
     if (k == "reason_text") {  // the sentences of the codes kept; the others are not written: unbook them
       TierNode rest;
       for (auto& [code, sentence] : v.members) {
-        if (std::find(still.begin(), still.end(), code) != still.end()) rest.members.emplace_back(code, std::move(sentence));
-        else book.written.erase(code);
+        if (std::find(still.begin(), still.end(), code) != still.end()) {
+          rest.members.emplace_back(code, std::move(sentence));
+        } else {
+          book.written.erase(code);
+          book.last_added.erase(std::remove(book.last_added.begin(), book.last_added.end(), code), book.last_added.end());
+        }
       }
       if (!rest.members.empty()) small.members.emplace_back(k, std::move(rest));
       continue;
@@ -442,22 +455,18 @@ inline std::string make_run_record(const FlatJson& full, const std::vector<std::
   TierNode root;
   root.member("event").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, "run"};
   root.member("schema").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, kRunSchema};
-  const auto& patterns = tier_patterns().rows;
   // Each leaf of the run tier, under the first row it meets; written in the table's order, by name.
   std::vector<std::tuple<std::size_t, std::vector<std::string>, JsonLeaf>> found;
+  std::vector<std::string_view> segs;
   for (const auto& [pointer, leaf] : full) {
-    const auto segs = pointer_segments(pointer);
-    for (std::size_t r = 0; r < patterns.size(); ++r) {
-      if (kTierFields[r].tier != LineTier::run) continue;
-      if (!segments_match(patterns[r], segs) && !(leaf.kind == JsonLeaf::Kind::null && segments_prefix(patterns[r], segs)))
-        continue;
-      std::vector<std::string> names;
-      for (auto s : segs) names.push_back(unescape_segment(s));
-      JsonLeaf l = leaf;
-      if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, kTierFields[r].digits);
-      found.emplace_back(r, std::move(names), std::move(l));
-      break;
-    }
+    pointer_segments_into(pointer, segs);
+    const int r = tier_row(segs, leaf, LineTier::run);
+    if (r < 0) continue;
+    std::vector<std::string> names;
+    for (auto sv : segs) names.push_back(unescape_segment(sv));
+    JsonLeaf l = leaf;
+    if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, kTierFields[r].digits);
+    found.emplace_back(static_cast<std::size_t>(r), std::move(names), std::move(l));
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     return std::get<0>(a) != std::get<0>(b) ? std::get<0>(a) < std::get<0>(b) : std::get<1>(a) < std::get<1>(b);

@@ -201,9 +201,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     // a view of the lines (the exporter) keeps the full one. What a failed write did not carry (the
     // record, a sentence) is written again with the next line.
     std::string compact_line;
-    ReasonBook book_before;
     if (compact) {
-      book_before = reasons_written_;
       std::string facts;
       compact_line = make_compact_line(fields, reasons_written_, &facts);
       if (facts != run_record_) {
@@ -214,8 +212,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
         for (sink::LineSink* sink : s_.sinks)
           if (sink->counts_lines()) written = sink->write_line(record).empty() && written;
         run_record_ = written ? std::move(facts) : std::string();
-        reasons_written_.written.clear();  // the line after a new record carries every sentence again
-        book_before = reasons_written_;
+        reasons_written_ = ReasonBook{};  // the line after a new record carries every sentence again
         compact_line = make_compact_line(fields, reasons_written_);
       }
     }
@@ -230,7 +227,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
       if (sink->counts_lines()) {
         if (err.empty()) ++lines_written_;
         else lines_failed_.store(lines_failed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        if (!err.empty() && compact) reasons_written_ = book_before;  // its sentences go with a later line
+        if (!err.empty() && compact) reasons_written_.unwrite_last();  // its sentences go with a later line
       }
       if (!err.empty())
         warn_once("write." + sink->describe(), "cannot write to " + sink->describe() + ": " + err +
