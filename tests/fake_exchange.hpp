@@ -16,6 +16,7 @@ class FakeExchange : public steptrace::CrossRankExchange {
   int rank() const override { return 0; }
   int world_size() const override { return 4; }
   std::string post(const std::vector<float>& summary) override {
+    sent->push_back(summary);
     std::vector<float> all;
     for (int r = 0; r < 4; ++r) {
       std::vector<float> s = summary;
@@ -39,6 +40,8 @@ class FakeExchange : public steptrace::CrossRankExchange {
   }
   std::string rank0_run_id = "feedfacecafebeef";  // what "rank 0" says its run_id is
   std::shared_ptr<int> posts = std::make_shared<int>(0);  // outlives the exchange (stop() destroys it)
+  std::shared_ptr<std::vector<std::vector<float>>> sent =  // this rank's summaries as posted, in order
+      std::make_shared<std::vector<std::vector<float>>>();
 
  private:
   std::vector<std::vector<float>> ready_;

@@ -210,6 +210,35 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
   CHECK(steptrace_test::read_events(log).back()["run_id"] == "feedfacecafebeef");
 }
 
+TEST_CASE("cross-rank: a rank's summary is its own step time (not the wait between steps, a loss.item() after "
+          "the step), the mean over the steps since its previous summary", "[cross_rank]") {
+  const auto log = steptrace_test::fresh_log("cross_rank_own_time");
+  steptrace::Config cfg = four_ranks_config(log);
+  REQUIRE(steptrace::start(cfg));
+  auto fake = std::make_unique<steptrace_test::FakeExchange>();
+  const auto sent = fake->sent;
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
+  for (int i = 0; i < 5; ++i) {
+    steptrace_test::run_input_nccl_steps(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // between steps: not the step's
+  }
+  steptrace::stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 5);
+  REQUIRE(sent->size() >= 2);  // steps 0 and 2 (4 closes in stop())
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("step " << lines[i]["global_step"]);
+    CHECK(lines[i]["step_time_basis"] == "scope_end");
+    CHECK(double(lines[i]["step_interval_ms"]) >= double(lines[i]["step_time_ms"]) + 30);
+  }
+  const auto own = [&](std::size_t i) { return double(lines[i]["step_time_ms"]); };
+  const auto input = [&](std::size_t i) { return double(lines[i]["phases"]["input"]["host_ms"]); };
+  // Step 0's summary: step 0 alone (set before it); step 2's: the mean of steps 1 and 2. Floats on the wire.
+  CHECK((*sent)[0][3] == Approx(own(0)).epsilon(1e-4));
+  CHECK((*sent)[1][3] == Approx((own(1) + own(2)) / 2).epsilon(1e-4));
+  CHECK((*sent)[1][4 + steptrace::phase_tag::input] == Approx((input(1) + input(2)) / 2).epsilon(1e-4));
+}
+
 TEST_CASE("cross-rank: a run_id from rank 0 that is not 16 hex digits is refused, the rank keeps its own", "[cross_rank]") {
   const auto log = steptrace_test::fresh_log("cross_rank_bad_run_id");
   steptrace::Config cfg = four_ranks_config(log);

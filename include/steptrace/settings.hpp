@@ -352,6 +352,8 @@ inline std::vector<ConfigError> apply_environment(Config& cfg,
   std::vector<ConfigError> errors;
   for (const auto& [name, value] : env) {
     if (name.rfind("STEPTRACE_", 0) != 0) continue;
+    // steptrace's own variables read elsewhere, not by the runtime: python/setup.py's configure arguments.
+    if (name == "STEPTRACE_CMAKE_ARGS") continue;
     const Setting* setting = nullptr;
     for (const auto& s : settings())
       if (s.variable == name) setting = &s;

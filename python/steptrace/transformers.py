@@ -41,13 +41,14 @@ class StepTraceCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         import steptrace
-        from . import watch as _watch
+        # The submodule's state, not `steptrace.watch` (the package's name for the function).
+        from .watch import _state as watch_state
         self._teardown()  # what a train() that raised left (transformers has no on_exception)
         self._steps.begin_training()
         if self._cross_rank and getattr(args, "world_size", 1) > 1:
             steptrace.cross_rank()
         if model is not None and steptrace.is_running():
-            if _watch._state.active:
+            if watch_state.active:
                 _steptrace_warn("the program already runs steptrace.watch(): its hooks are kept, the callback adds "
                                 "the optimizer phase and the steps only")
             else:

@@ -1,7 +1,7 @@
 """The Python tests' runner: every test_* function of a module, in name order, each reported PASS or
 FAIL; a failure does not stop the others. `after_each` runs after every test, passed or not. Temporary
 files (tempfile's, the child processes' through TMPDIR) go under one folder of the run, removed at the end when every test passed, else kept
-and named for a look."""
+and named for a look. RUN_ONLY (comma-separated parts of names) runs only the tests whose names hold one."""
 import os
 import shutil
 import tempfile
@@ -9,6 +9,9 @@ import tempfile
 
 def run_tests(namespace, label, after_each=None):
     tests = sorted((n, f) for n, f in namespace.items() if n.startswith("test_") and callable(f))
+    only = [part for part in os.environ.get("RUN_ONLY", "").split(",") if part]
+    if only:
+        tests = [(n, f) for n, f in tests if any(part in n for part in only)]
     failed = 0
     parent = tempfile.mkdtemp(prefix=f"steptrace-{label}-")
     saved, tempfile.tempdir = tempfile.tempdir, parent

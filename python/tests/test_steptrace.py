@@ -440,7 +440,7 @@ def test_report_installed_with_the_package():
     assert text.lstrip().lower().startswith("<!doctype html") and "pkg" in text
     r = subprocess.run([sys.executable, "-m", "steptrace", "nonsense"], capture_output=True, text=True, cwd=cwd)
     assert r.returncode == 2 and "unknown command" in r.stderr
-    if os.environ.get("STEPTRACE_PY_INSTALLED") == "pip":  # tests/checks/python_check.sh says how it installed
+    if os.environ.get("PYCHECK_INSTALLED") == "pip":  # tests/checks/python_check.sh says how it installed
         exe = os.path.join(os.path.dirname(sys.executable), "steptrace-report")
         r = subprocess.run([exe, "--help"], capture_output=True, text=True, cwd=cwd)
         assert r.returncode == 0 and "--output" in r.stdout, (r.returncode, r.stderr)
@@ -469,7 +469,7 @@ def test_ctl_asks_a_running_python_loop():
     doc = json.load(open(merged))
     assert doc["otherData"]["ranks"] == 1 and len(doc["otherData"]["per_rank"][0]["steps"]) == 2, doc["otherData"]
     assert any(e.get("cat") == "phase" and e.get("name") == "forward" for e in doc["traceEvents"])
-    if os.environ.get("STEPTRACE_PY_INSTALLED") == "pip":
+    if os.environ.get("PYCHECK_INSTALLED") == "pip":
         exe = os.path.join(os.path.dirname(sys.executable), "steptrace-ctl")
         r = subprocess.run([exe, "capture", "--help"], capture_output=True, text=True, cwd=cwd)
         assert r.returncode == 0 and "--steps" in r.stdout, (r.returncode, r.stderr)

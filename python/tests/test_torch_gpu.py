@@ -102,7 +102,7 @@ def part_train_and_compare(out):
     if os.path.exists(log):
         os.remove(log)
     assert steptrace.start(log_path=log, summary=False, trace_every=1, tokens_per_step=B * S,
-                           flops_per_token=6 * params, dtype="bf16", stall_after_s=0)
+                           flops_per_token=6 * params, dtype="bf16", stall_after_s=0, line_detail="full")
     assert steptrace.use_torch_memory()
     train(model, opt, steptrace.loader(batches(40)))
     summary = steptrace.stop()
@@ -168,7 +168,7 @@ def child(order, out):
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     trace = os.path.join(out, f"coexist_{order}_kineto.json")
     if order == "steptrace_first":
-        steptrace.start(log_path=log, summary=False, trace_every=1, stall_after_s=0)
+        steptrace.start(log_path=log, summary=False, trace_every=1, stall_after_s=0, line_detail="full")
         train(model, opt, steptrace.loader(batches(5)))
         with torch.profiler.profile(activities=acts) as prof:
             train(model, opt, steptrace.loader(batches(5)))
@@ -176,7 +176,7 @@ def child(order, out):
         steptrace.stop()
     else:
         with torch.profiler.profile(activities=acts) as prof:
-            steptrace.start(log_path=log, summary=False, trace_every=1, stall_after_s=0)
+            steptrace.start(log_path=log, summary=False, trace_every=1, stall_after_s=0, line_detail="full")
             train(model, opt, steptrace.loader(batches(5)))
             steptrace.stop()
             torch.cuda.synchronize()

@@ -34,7 +34,7 @@ if "$py" -m venv --system-site-packages "$venv" 2>/dev/null && parent_pth &&
    "$venv/bin/pip" install --no-build-isolation -q "$ROOT/python"; then
   echo "python_check: installed with pip into $venv"
   run=("$venv/bin/python")
-  export STEPTRACE_PY_INSTALLED=pip
+  export PYCHECK_INSTALLED=pip
 else
   echo "python_check: pip could not build here; building python/ with CMake alone"
   cmake -S "$ROOT/python" -B "$build/python-cmake" -DPython_EXECUTABLE="$(command -v "$py")" \
@@ -45,7 +45,7 @@ else
   cp -r "$ROOT"/python/steptrace "$build/python-pkg/"  # the package as setup.py installs it
   find "$build/python-pkg" -name __pycache__ -prune -exec rm -rf {} +
   cp "$build"/python-cmake/_steptrace*.so "$build/python-pkg/steptrace/"
-  export STEPTRACE_PY_INSTALLED=cmake
+  export PYCHECK_INSTALLED=cmake
   export PYTHONPATH=$build/python-pkg${PYTHONPATH:+:$PYTHONPATH}
   run=("$py")
 fi

@@ -45,8 +45,10 @@ inline constexpr int kSummaryCommPhase = 5;
 struct RankSummary {
   int32_t rank = -1;
   int64_t step = -1;          // global_step summarised
+  // Means over the steps since the rank's previous summary (details/cross_rank_link.hpp): the step's own
+  // time (to its scope's end) and the host time per built-in phase (outermost scopes on the step thread).
   double step_ms = 0;
-  double phase_ms[kSummaryPhases] = {};  // host time per built-in phase (outermost scopes on the step thread)
+  double phase_ms[kSummaryPhases] = {};
   bool valid = false;
   // An operator's capture request this rank holds (core/capture_request.hpp): its tag (< 2^24; 0 =
   // none) and steps, and how many steps this rank's training thread ran ahead of its last gathered view.
