@@ -309,7 +309,12 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
       }
       // Armed by the first traced step's line (tens of steps in: CUPTI's first records), the markers
       // of each traced step after are checked against its records.
-      if (l["gpu_markers"].is_object()) {
+      if (l["gpu_markers"].is_object() && l["gpu_markers"]["span_ms"].is_null()) {
+        // Armed in the middle of this step: part of it marked, nothing whole to compare (seen on H100).
+        CHECK(!believed);
+        CHECK(l["gpu_markers"]["agrees_with_records"].is_null());
+        CHECK(std::string(l["null_reasons"]["gpu_markers.agrees_with_records"]).find("not marked") != std::string::npos);
+      } else if (l["gpu_markers"].is_object()) {
         CHECK(l["gpu_markers"]["agrees_with_records"] == true);
         believed = believed || l["gpu_markers"]["agrees_with_records"] == true;
         traced_forward_busy.push_back(double(phase_gpu(l, "forward")["busy_ms"]));

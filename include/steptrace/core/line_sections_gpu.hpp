@@ -254,7 +254,9 @@ inline void write_markers(LineOut& out, const StepLineInput& in) {
             "the step's end was not marked");
   out.field("max_lag_ms", ns_to_ms(m.max_lag_ns));
   out.field("agrees_with_records", in.markers_agree,
-            in.gpu ? "the step's GPU records are incomplete" : "the step was not traced: no records to compare with");
+            !in.gpu        ? "the step was not traced: no records to compare with"
+            : !m.span_ns   ? "the step's begin or end was not marked: nothing whole to compare"
+                           : "the step's GPU records are incomplete");
   out.begin_object("phases");
   for (const auto& [id, p] : m.phases) {
     out.begin_object(phase_name(id));
