@@ -8,8 +8,8 @@ python_gpu runs it through tests/checks/python_check.sh gpu).
    summed); no graph break added by watch's blocks (dynamo's counter).
 2. Under torchrun on 2 GPUs (skipped with fewer): DDP with watch and `steptrace.cross_rank()`, rank 1's
    input phase slowed by 20 ms: rank 0's lines name rank 1 and `input`; a balanced run reads a median
-   step_skew under the 0.05 threshold and none near the planted one; both ranks share rank 0's run_id; the report builds from both ranks' logs. And FSDP
-   (fully_shard) with watch: forward, backward and optimizer phases on every rank, NCCL time in them.
+   step_skew under 0.1 and none near the planted one; both ranks share rank 0's run_id; the report builds
+   from both ranks' logs. And FSDP (fully_shard) with watch: forward, backward and optimizer phases on every rank, NCCL time in them.
 """
 import json
 import os
@@ -240,14 +240,15 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
     assert rr.returncode == 0 and os.path.getsize(report) > 10000, rr.stderr
     # The balanced run: this loop is host-bound (a small model, ~8 ms of Python per step); single steps of
     # the two ranks differed by up to 16 % of the step on 2 x H100, and a view compares the means of 4 steps
-    # (cross_rank_every=4). A false culprit would be a skew near the planted one's (0.47-0.64 there).
+    # (cross_rank_every=4). Seen there: median step_skew 0.047, max 0.139, rank 1's backward 0.1-0.9 ms
+    # longer in most views; the planted run 0.48-0.63. A false culprit is a skew near the planted one's.
     b0, _ = torchrun("ddp", 0)
     balanced = [l["cross_rank"] for l in b0[WARMUP:] if l.get("cross_rank")]
     assert len(balanced) >= 5, len(balanced)
     skews = sorted(v["step_skew"] for v in balanced)
     planted = sorted(v["step_skew"] for v in views)
     shown = [(v.get("slowest_rank"), v.get("step_skew"), v.get("culprit_phase")) for v in balanced]
-    assert skews[len(skews) // 2] < 0.05, shown
+    assert skews[len(skews) // 2] < 0.1, shown
     assert skews[-1] < planted[len(planted) // 2] / 2, (shown, planted)
 
 
