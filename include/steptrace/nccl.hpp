@@ -6,7 +6,7 @@
 //   steptrace::enable_cross_rank(comm);        // every cross_rank_every (10) steps; or (comm, k)
 //
 // Every k steps, at the TRACE_STEP boundary, each rank posts a fixed-size summary of the step that
-// just closed (step time, built-in phase times: 40 bytes) with ncclAllGather on a stream of
+// just closed (its own time, built-in phase times: 14 floats) with ncclAllGather on a stream of
 // steptrace's own: a few async calls on the training thread, no synchronisation with the training
 // stream, no waiting for the other ranks. The background thread collects the result when it has
 // arrived; rank 0's next line carries the view (slowest rank, skew, culprit phase). All ranks must

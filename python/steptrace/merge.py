@@ -126,7 +126,8 @@ class RankView:
                 seen.add(key)
                 if e.get("cat") == "step" and e.get("ph") == "X":
                     self.step_start_ns[step] = ts_ns
-                    self.step_ms[step] = dur / 1000
+                    own = (e.get("args") or {}).get("step_time_ms")  # the step's own time (the event runs to the next start)
+                    self.step_ms[step] = own if isinstance(own, (int, float)) and own >= 0 else dur / 1000
                 depth = (e.get("args") or {}).get("depth")
                 if e.get("cat") == "phase" and e.get("ph") == "X" and e.get("tid") in step_threads and isinstance(depth, int):
                     on_step_thread.append((step, depth, str(e.get("name")), dur / 1000))

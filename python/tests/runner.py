@@ -1,7 +1,8 @@
 """The Python tests' runner: every test_* function of a module, in name order, each reported PASS or
 FAIL; a failure does not stop the others. `after_each` runs after every test, passed or not. Temporary
 files (tempfile's, the child processes' through TMPDIR) go under one folder of the run, removed at the end when every test passed, else kept
-and named for a look. RUN_ONLY (comma-separated parts of names) runs only the tests whose names hold one."""
+and named for a look. PYTESTS_ONLY (comma-separated parts of names) runs only the tests whose names hold
+one, and says so."""
 import os
 import shutil
 import tempfile
@@ -9,9 +10,11 @@ import tempfile
 
 def run_tests(namespace, label, after_each=None):
     tests = sorted((n, f) for n, f in namespace.items() if n.startswith("test_") and callable(f))
-    only = [part for part in os.environ.get("RUN_ONLY", "").split(",") if part]
+    only = [part for part in os.environ.get("PYTESTS_ONLY", "").split(",") if part]
     if only:
+        everything = len(tests)
         tests = [(n, f) for n, f in tests if any(part in n for part in only)]
+        print(f"{label}: PYTESTS_ONLY={','.join(only)}: {len(tests)} of {everything} tests selected")
     failed = 0
     parent = tempfile.mkdtemp(prefix=f"steptrace-{label}-")
     saved, tempfile.tempdir = tempfile.tempdir, parent

@@ -191,7 +191,7 @@ def distributed(mode, out, slow_ms):
         wrapped = fully_shard(model)
     opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
     steptrace.start(log_path=os.path.join(out, f"{mode}_{slow_ms}-{{rank}}.jsonl"), summary=False,
-                    cross_rank_every=4, trace_every=2, line_detail="full")
+                    cross_rank_every=2, trace_every=2, line_detail="full")
     steptrace.cross_rank()
     data = steptrace.watch(wrapped, opt, batches(torch, pool, f"cuda:{local}", 4 * STEPS,
                                                  slow_ms if rank == 1 else 0))
@@ -238,10 +238,10 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
     rr = subprocess.run([sys.executable, "-m", "steptrace", "report", os.path.join(OUT, "ddp_20-0.jsonl"),
                          os.path.join(OUT, "ddp_20-1.jsonl"), "-o", report], capture_output=True, text=True)
     assert rr.returncode == 0 and os.path.getsize(report) > 10000, rr.stderr
-    # The balanced run: this loop is host-bound (a small model, ~8 ms of Python per step); single steps of
-    # the two ranks differed by up to 16 % of the step on 2 x H100, and a view compares the means of 4 steps
-    # (cross_rank_every=4). Seen there: median step_skew 0.047, max 0.139, rank 1's backward 0.1-0.9 ms
-    # longer in most views; the planted run 0.48-0.63. A false culprit is a skew near the planted one's.
+    # The balanced run: this loop is host-bound (a small model, ~8 ms of Python per step) and a view compares
+    # one step of each rank, so host jitter alone reads as skew. Seen on 2 x H100 (cross_rank_every=2, 22
+    # views): median step_skew 0.051, max 0.118, 10 of 22 `balanced`; the planted run 0.46-0.64, rank 1 and
+    # `input` on all 22. A false culprit is a skew near the planted one's.
     b0, _ = torchrun("ddp", 0)
     balanced = [l["cross_rank"] for l in b0[WARMUP:] if l.get("cross_rank")]
     assert len(balanced) >= 5, len(balanced)

@@ -24,7 +24,7 @@ page's Content-Security-Policy forbids any, and the browser's own resource count
 chart drew data or says why it has none, no line of the real logs skipped as malformed; then a
 screenshot is decoded (PNG, here in Python) and each chart's rectangle must hold coloured pixels. Exit
 0 when all holds; `--screenshot` keeps the H100 report's screenshot; `--only hostile` runs the hostile
-cases alone. STEPTRACE_REPORT=path checks another copy of the report (e.g. an older one).
+cases alone. REPORT_UNDER_TEST=path checks another copy of the report (e.g. an older one).
 """
 import html
 import json
@@ -42,7 +42,7 @@ from urllib.parse import quote, unquote
 from _paths import ROOT
 from steptrace.lines import step_lines
 
-REPORT = os.environ.get("STEPTRACE_REPORT") or os.path.join(ROOT, "scripts", "steptrace_report.py")
+REPORT = os.environ.get("REPORT_UNDER_TEST") or os.path.join(ROOT, "scripts", "steptrace_report.py")
 
 
 def chromium():

@@ -3,10 +3,10 @@
 // see steptrace/nccl.hpp); rank 0 aggregates them into a CrossRankView for its line.
 //
 // Semantics (culprit / victim, as TraceML describes stragglers): in synchronous data-parallel training
-// every rank's *step* time is about the same, because the fast ranks wait for the slow one inside the
-// collective. What differs is the time a rank spends outside communication, its `work` time
-// (step time minus the host time of its 'nccl' phase): the culprit has the most work, its victims show
-// the same delay as extra time in 'nccl'. So:
+// the fast ranks wait for the slow one, inside the collective (the 'nccl' phase) or after the step (a
+// host sync such as loss.item(), outside the step's own time). What differs is the time a rank spends in
+// its step outside communication, its `work` time (the step's own time minus the host time of its 'nccl'
+// phase): the culprit has the most work, its victims show the delay in 'nccl' or between steps. So:
 //   slowest_rank  = the rank with the largest work time
 //   gap_ms        = slowest work - median work: the time the others wait for the slowest rank
 //   step_skew     = gap_ms / median step time, the headline: the share of every rank's step lost to
@@ -45,8 +45,8 @@ inline constexpr int kSummaryCommPhase = 5;
 struct RankSummary {
   int32_t rank = -1;
   int64_t step = -1;          // global_step summarised
-  // Means over the steps since the rank's previous summary (details/cross_rank_link.hpp): the step's own
-  // time (to its scope's end) and the host time per built-in phase (outermost scopes on the step thread).
+  // The step's own time (to its scope's end, not the next step's start: details/cross_rank_link.hpp) and
+  // the host time per built-in phase (outermost scopes on the step thread).
   double step_ms = 0;
   double phase_ms[kSummaryPhases] = {};
   bool valid = false;

@@ -40,7 +40,8 @@ struct KeptRecord {
 /// One step as the flight recorder keeps it.
 struct KeptStep {
   uint64_t index = 0;
-  int64_t begin_ns = 0, end_ns = 0;  // monotonic_ns(): the step's span as its line counts it
+  int64_t begin_ns = 0, end_ns = 0;  // monotonic_ns(): the step's start to the next step's start
+  int64_t own_end_ns = 0;            // its own end, as its line's step_time_ms counts it (0: end_ns)
   bool traced = false;               // CUPTI attributed it (its records are here)
   bool gpu_complete = true;          // every launch's record came before the line
   std::string gpu_note;              // why it has no records ("" when traced)

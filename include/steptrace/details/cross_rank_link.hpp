@@ -35,7 +35,6 @@ class CrossRankLink {
     views_.clear();
     null_reason_.clear();
     every_ = 0;
-    window_ = {};
     ask_ = {};
     lag_steps_ = 0;
     planned_.clear();
@@ -71,7 +70,6 @@ class CrossRankLink {
       return false;
     }
     every_ = every;
-    window_ = {};
     exchange_ = std::move(exchange);
     agreed_run_id_.clear();
     has_exchange_.store(true, std::memory_order_release);
@@ -98,25 +96,18 @@ class CrossRankLink {
   void post(const StepRecord& r) {
     if (!has_exchange_.load(std::memory_order_acquire)) return;  // the common case: no lock on the training thread
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!exchange_) return;
-    // Every step joins the window; the summary is the window's mean (the steps since the previous
-    // summary, `every` of them on every rank alike): one step's host jitter (a view of single ~8 ms
-    // Python steps read step_skew up to 0.16 on a balanced pair) averages out, a lasting straggler does not.
-    // The step's own time (to its scope's end), not to the next step's start: a loop that waits for the
-    // slow rank between steps (a `loss.item()` after the optimizer step) would otherwise give every rank
-    // the same step and the same work, and the wait would hide the culprit.
-    window_.step_ms += ns_to_ms(r.own_end_ns() - r.begin_ns);
-    for (const auto& sp : r.spans)
-      if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
-        window_.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
-    ++window_.steps;
-    if (r.index % static_cast<uint64_t>(every_) != 0) return;
+    if (!exchange_ || r.index % static_cast<uint64_t>(every_) != 0) return;
     RankSummary sum;
     sum.rank = exchange_->rank();
     sum.step = static_cast<int64_t>(r.index);
-    sum.step_ms = window_.step_ms / window_.steps;
-    for (int p = 0; p < kSummaryPhases; ++p) sum.phase_ms[p] = window_.phase_ms[p] / window_.steps;
-    window_ = {};
+    // The step's own time (to its scope's end), not to the next step's start: a loop that waits for the
+    // slow rank between steps (a `loss.item()` after the optimizer step) would otherwise give every rank
+    // the same step and the same work, and the wait would hide the culprit. (What a rank does outside its
+    // steps, untagged, is in no summary: docs/schema.md, `cross_rank`.)
+    sum.step_ms = ns_to_ms(r.own_end_ns() - r.begin_ns);
+    for (const auto& sp : r.spans)
+      if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
+        sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
     sum.valid = true;
     sum.ask_tag = ask_.first;
     sum.ask_steps = ask_.second;
@@ -192,11 +183,6 @@ class CrossRankLink {
   std::atomic<bool> has_run_id_{false};    // agreed_run_id_ waits for the background thread
   std::string agreed_run_id_;
   int every_ = 0;
-  struct Window {  // the steps since the last summary (training thread, under mutex_)
-    double step_ms = 0;
-    double phase_ms[kSummaryPhases] = {};
-    int steps = 0;
-  } window_;
   std::deque<int64_t> posted_;
   std::deque<CrossRankView> views_;  // gathered, not yet on a line
   std::string null_reason_;

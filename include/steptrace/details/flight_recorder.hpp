@@ -174,6 +174,7 @@ class FlightRecorder {
     k.index = r.index;
     k.begin_ns = r.begin_ns;
     k.end_ns = r.end_ns;
+    k.own_end_ns = r.own_end_ns();
     k.spans = r.spans;
     k.traced = activity != nullptr;
     k.gpu_complete = gpu_complete;
