@@ -272,6 +272,55 @@ def test_autograd_grad_is_a_backward_phase():
         assert counts == {"forward": 1, "backward": 1, "optimizer": 1}, counts
 
 
+def test_transformers_callback_against_a_stand_in_module():
+    """steptrace.transformers driven in a Trainer's callback order against a stand-in `transformers` (the
+    real one is on the GPU machine: test_callbacks_gpu.py): on_train_begin starts steptrace and watches the
+    model for forward and backward (the submodule's state, not the package's `watch` function, says whether
+    the program watches already); accumulation of 2; on_train_end writes the end record and unhooks."""
+    import types
+    stand_in = types.ModuleType("transformers")
+    stand_in.TrainerCallback = type("TrainerCallback", (), {})
+    saved = {k: sys.modules.get(k) for k in ("transformers", "steptrace.transformers")}
+    sys.modules["transformers"] = stand_in
+    sys.modules.pop("steptrace.transformers", None)
+    try:
+        import steptrace.transformers as stt
+        log = fresh("hf_stand_in")
+        model, opt, data = model_and_data(6)
+        cb = stt.StepTraceCallback(log_path=log, summary=False, gpu="off", line_detail="full", tokens=None)
+        args, state, control = types.SimpleNamespace(world_size=1), object(), object()
+        cb.on_train_begin(args, state, control, model=model)
+        assert steptrace.is_running()
+        loss_fn = torch.nn.CrossEntropyLoss()
+        it = iter(data)
+        for _ in range(3):
+            cb.on_step_begin(args, state, control)
+            for _ in range(2):
+                x, y = next(it)
+                (loss_fn(model(x), y) / 2).backward()
+            cb.on_pre_optimizer_step(args, state, control)
+            opt.step()
+            cb.on_optimizer_step(args, state, control)
+            opt.zero_grad()
+            cb.on_step_end(args, state, control)
+        cb.on_train_end(args, state, control)
+        assert not steptrace.is_running()
+        lines = step_lines(log)
+        assert len(lines) == 3, len(lines)
+        for l in lines:
+            p = l["phases"]
+            assert (p["forward"]["count"], p["backward"]["count"], p["optimizer"]["count"]) == (2, 2, 1), p
+        with open(log) as f:
+            assert any('"event":"end"' in l or '"event": "end"' in l for l in f), "no end record"
+        model(data[0][0]).sum().backward()  # unhooked: no phase, nothing raised
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
 def test_bad_arguments():
     model, opt, _ = model_and_data(1)
     for args, exc in (((object(), opt), TypeError), ((model, object()), TypeError)):
