@@ -219,20 +219,28 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   const auto sent = fake->sent;
   REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
   for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // between steps, untagged: not the step's
+    {
+      TRACE_PHASE(input);  // between steps, tagged (a loop that loads before its TRACE_STEP): the step's work
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
     steptrace_test::run_input_nccl_steps(1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // between steps: not the step's
   }
   steptrace::stop();
   const auto lines = steptrace_test::read_lines(log);
   REQUIRE(lines.size() == 5);
   REQUIRE(sent->size() == 2);  // steps 0 and 2 (4 closes in stop(), unposted)
+  // Step 0 has no step before it: its own time only. Step 2: its own time and the input tagged before it.
   for (std::size_t k = 0; k < 2; ++k) {
     const auto& line = lines[2 * k];
     INFO("step " << line["global_step"]);
     CHECK(line["step_time_basis"] == "scope_end");
     CHECK(double(line["step_interval_ms"]) >= double(line["step_time_ms"]) + 30);
-    CHECK((*sent)[k][3] == Approx(double(line["step_time_ms"])).epsilon(1e-4));  // a float on the wire
-    CHECK((*sent)[k][4 + steptrace::phase_tag::input] == Approx(double(line["phases"]["input"]["host_ms"])).epsilon(1e-4));
+    const double before = k == 0 ? 0.0 : double(line["between_steps"]["phases"]["input"]["host_ms"]);
+    if (k == 1) CHECK(before >= 3);
+    CHECK((*sent)[k][3] == Approx(double(line["step_time_ms"]) + before).epsilon(1e-4));  // a float on the wire
+    CHECK((*sent)[k][4 + steptrace::phase_tag::input] ==
+          Approx(double(line["phases"]["input"]["host_ms"]) + before).epsilon(1e-4));
   }
 }
 

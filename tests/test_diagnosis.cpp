@@ -2,6 +2,7 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/core/diagnosis.hpp>
 #include <steptrace/core/markers.hpp>
+#include <steptrace/core/step_line.hpp>
 
 #include "host_config.hpp"
 #include "support.hpp"
@@ -293,4 +294,34 @@ TEST_CASE("an untraced step's own markers decide when the GPU held it back, neve
   StepShares waiting = host;
   waiting.input = 0.25;
   CHECK(!diagnose_by_markers(waiting, 0.9, 12, 25, view, 16));
+}
+
+TEST_CASE("a traced step's markers not marked whole: agrees_with_records is null, and the line says why",
+          "[diagnosis][markers]") {
+  using namespace steptrace;
+  StepRecord r;
+  r.end_ns = 10'000'000;
+  RunInfo run;
+  StepLineInput in;
+  in.step = &r;
+  in.run = &run;
+  in.host = compute_host_metrics(r);
+  StepGpu g;
+  g.kernels = 1;
+  g.kernel_ns = g.busy_ns = 2'000'000;
+  in.gpu = g;
+  StepMarkers sm;  // armed in the middle of the step: a phase's two markers, no step begin (span_ns unset)
+  sm.points = 2;
+  sm.pending_ns = sm.pending_own_ns = 100'000;
+  in.markers = sm;
+  const auto reason = [&] {
+    const auto j = nlohmann::json::parse(make_step_line(in));
+    CHECK(j["gpu_markers"]["agrees_with_records"].is_null());
+    return std::string(j["null_reasons"]["gpu_markers.agrees_with_records"]);
+  };
+  CHECK(reason().find("begin or end was not marked") != std::string::npos);
+  in.markers->span_ns = 9'000'000;  // marked whole, but no verdict (the records were incomplete)
+  CHECK(reason() == "the step's GPU records are incomplete");
+  in.gpu.reset();
+  CHECK(reason().find("not traced") != std::string::npos);
 }

@@ -102,12 +102,22 @@ class CrossRankLink {
     sum.step = static_cast<int64_t>(r.index);
     // The step's own time (to its scope's end), not to the next step's start: a loop that waits for the
     // slow rank between steps (a `loss.item()` after the optimizer step) would otherwise give every rank
-    // the same step and the same work, and the wait would hide the culprit. (What a rank does outside its
-    // steps, untagged, is in no summary: docs/schema.md, `cross_rank`.)
+    // the same step and the same work, and the wait would hide the culprit. Built-in phases tagged between
+    // the previous step and this one, outermost (a C++ loop's input before its TRACE_STEP; not a forward
+    // inside an evaluation's scope), count as this step's work; what a rank does outside its steps
+    // untagged is in no summary (docs/schema.md, `cross_rank`).
     sum.step_ms = ns_to_ms(r.own_end_ns() - r.begin_ns);
     for (const auto& sp : r.spans)
       if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
         sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
+    if (r.prev_scope_end_ns > 0)
+      for (const auto& sp : r.between_spans)
+        if (sp.phase < kSummaryPhases && sp.on_step_thread && sp.depth == 0) {
+          const int64_t from = std::max(sp.begin_ns, r.prev_scope_end_ns), to = std::min(sp.end_ns, r.begin_ns);
+          if (to <= from) continue;
+          sum.phase_ms[sp.phase] += ns_to_ms(to - from);
+          sum.step_ms += ns_to_ms(to - from);
+        }
     sum.valid = true;
     sum.ask_tag = ask_.first;
     sum.ask_steps = ask_.second;

@@ -269,7 +269,8 @@ class FlightRecorder {
     const std::size_t others = ring_bytes_;
     if (others + k.bytes() + names_bytes_ > s_.max_bytes && !k.records.empty()) {
       // Room for this step alone: what fits once every older step is gone.
-      const std::size_t fixed = sizeof(KeptStep) + k.spans.capacity() * sizeof(PhaseSpan) + names_bytes_;
+      // KeptStep::bytes() less its records: the step, its note and its spans, and the name table.
+      const std::size_t fixed = k.bytes() - k.records.capacity() * sizeof(KeptRecord) + names_bytes_;
       const std::size_t room = s_.max_bytes > fixed ? (s_.max_bytes - fixed) / sizeof(KeptRecord) : 0;
       if (k.records.size() > room) {
         stats_.records_left_out += k.records.size() - room;
