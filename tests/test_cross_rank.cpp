@@ -236,11 +236,11 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
     INFO("step " << line["global_step"]);
     CHECK(line["step_time_basis"] == "scope_end");
     CHECK(double(line["step_interval_ms"]) >= double(line["step_time_ms"]) + 30);
-    const double before = k == 0 ? 0.0 : double(line["between_steps"]["phases"]["input"]["host_ms"]);
+    const double before = k == 0 ? 0.0 : double(line.at("between_steps").at("phases").at("input").at("host_ms"));
     if (k == 1) CHECK(before >= 3);
-    CHECK((*sent)[k][3] == Approx(double(line["step_time_ms"]) + before).epsilon(1e-4));  // a float on the wire
+    CHECK((*sent)[k][3] == Approx(double(line.at("step_time_ms")) + before).epsilon(1e-4));  // a float on the wire
     CHECK((*sent)[k][4 + steptrace::phase_tag::input] ==
-          Approx(double(line["phases"]["input"]["host_ms"]) + before).epsilon(1e-4));
+          Approx(double(line.at("phases").at("input").at("host_ms")) + before).epsilon(1e-4));
   }
 }
 

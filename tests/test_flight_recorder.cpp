@@ -395,26 +395,39 @@ TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "
   auto cfg = steptrace_test::host_config(dir + "/steps.jsonl");
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 4; ++i) {
-    TRACE_STEP();
-    if (i == 0) REQUIRE(steptrace::capture_steps(1));
-    TRACE_PHASE(forward);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    {
+      TRACE_STEP();
+      if (i == 0) REQUIRE(steptrace::capture_steps(1));
+      TRACE_PHASE(forward);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // between steps: in the event, not the step's time
   }
   steptrace::stop();
   std::string file;
+  double step_time_ms = -1;
   for (const auto& l : steptrace_test::read_lines(cfg.log_path))
-    if (l.value("global_step", -1) == 1) file = l["trace"]["file"].get<std::string>();
+    if (l.value("global_step", -1) == 1) {
+      file = l.at("trace").at("file").get<std::string>();
+      step_time_ms = l.at("step_time_ms").get<double>();
+    }
   REQUIRE_FALSE(file.empty());
   const auto t = read_json(file);
-  int phases = 0;
+  int phases = 0, step_events = 0;
   for (const auto& e : t["traceEvents"]) {
     if (e["ph"] == "X" && e["cat"] == "phase" && e["name"] == "forward") {
       ++phases;
       CHECK(e["dur"].get<double>() >= 1000.0);  // >= 1 ms, in us
     }
-    if (e["ph"] == "X" && e["cat"] == "step" && e["args"]["global_step"] == 1)
+    if (e["ph"] == "X" && e["cat"] == "step" && e["args"]["global_step"] == 1) {
+      ++step_events;
       CHECK(e["args"]["gpu_records"].get<std::string>().find("no GPU attribution") != std::string::npos);
+      // The event runs to the next step's start; args.step_time_ms is the step's own time, as its line's.
+      CHECK(e.at("args").at("step_time_ms").get<double>() == Approx(step_time_ms).epsilon(1e-6));
+      CHECK(e["dur"].get<double>() / 1000 >= step_time_ms + 3);
+    }
   }
+  CHECK(step_events == 1);
   CHECK(phases == 3);  // steps 0, 1, 2
 }
 

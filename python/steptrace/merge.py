@@ -127,7 +127,8 @@ class RankView:
                 if e.get("cat") == "step" and e.get("ph") == "X":
                     self.step_start_ns[step] = ts_ns
                     own = (e.get("args") or {}).get("step_time_ms")  # the step's own time (the event runs to the next start)
-                    self.step_ms[step] = own if isinstance(own, (int, float)) and own >= 0 else dur / 1000
+                    usable = isinstance(own, (int, float)) and not isinstance(own, bool) and own >= 0
+                    self.step_ms[step] = own if usable else dur / 1000  # traces before the arg: to the next start
                 depth = (e.get("args") or {}).get("depth")
                 if e.get("cat") == "phase" and e.get("ph") == "X" and e.get("tid") in step_threads and isinstance(depth, int):
                     on_step_thread.append((step, depth, str(e.get("name")), dur / 1000))

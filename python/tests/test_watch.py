@@ -319,6 +319,8 @@ def test_transformers_callback_against_a_stand_in_module():
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
+        if saved["steptrace.transformers"] is None and hasattr(steptrace, "transformers"):
+            del steptrace.transformers  # the package's attribute, bound to the module made from the stand-in
 
 
 def test_bad_arguments():

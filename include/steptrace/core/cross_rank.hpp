@@ -45,8 +45,9 @@ inline constexpr int kSummaryCommPhase = 5;
 struct RankSummary {
   int32_t rank = -1;
   int64_t step = -1;          // global_step summarised
-  // The step's own time (to its scope's end, not the next step's start: details/cross_rank_link.hpp) and
-  // the host time per built-in phase (outermost scopes on the step thread).
+  // The step's own time (to its scope's end, not the next step's start) and the host time per built-in
+  // phase (scopes on the step thread not nested in one of the same phase), both with the outermost
+  // built-in phases tagged between the previous step and this one (details/cross_rank_link.hpp).
   double step_ms = 0;
   double phase_ms[kSummaryPhases] = {};
   bool valid = false;

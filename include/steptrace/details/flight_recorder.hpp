@@ -278,8 +278,7 @@ class FlightRecorder {
         warn_once("trace.ring_bytes", "flight recorder: step " + std::to_string(k.index) + " holds more GPU records than " +
                                           "trace_ring_mib allows; its trace keeps the first " + std::to_string(room) +
                                           " (counted in the end record's traces.records_left_out)");
-        k.records.resize(room);
-        k.records.shrink_to_fit();
+        std::vector<KeptRecord>(k.records.begin(), k.records.begin() + static_cast<std::ptrdiff_t>(room)).swap(k.records);  // capacity == room
       }
     }
     stats_.step_bytes_max = std::max<uint64_t>(stats_.step_bytes_max, k.bytes());
