@@ -88,6 +88,23 @@ TEST_CASE("when the step thread's own scopes are dropped, a missing phase says s
   CHECK(why.find("phase scopes were dropped: max_spans_per_step") != std::string::npos);
 }
 
+TEST_CASE("scopes between steps over the bound are the drops of the line whose between_steps they are in",
+          "[limits]") {
+  const auto log = fresh_log("limits_spans_between");
+  auto cfg = steptrace_test::host_config(log);
+  cfg.max_spans_per_step = 8;
+  REQUIRE(steptrace::start(cfg));
+  { TRACE_STEP(); }
+  for (int i = 0; i < 20; ++i) TRACE_PHASE(input);  // between steps 0 and 1
+  { TRACE_STEP(); }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["dropped"]["phase_scopes"] == 0);
+  CHECK(lines[1]["dropped"]["phase_scopes"] == 20 - 8);
+  CHECK(lines[1]["between_steps"]["phases"]["input"]["count"] == 8);
+}
+
 TEST_CASE("reserved, unprintable and surplus phase names: renamed or counted, warned once, escaped", "[limits]") {
   auto& out = steptrace_test::captured_log();
   const auto log = fresh_log("limits_names");

@@ -69,12 +69,14 @@ class StepRecorder {
     gather_locked();  // the closing step's scopes, and those ended since its scope ended
     int64_t prev_scope_end = 0;
     std::vector<PhaseSpan> gap_spans;
+    uint32_t gap_dropped = 0;
     if (open_.exists) {
       open_.record.end_ns = now;
       open_.record.end_is_next_step = true;
       open_.record.spans_outside_step += static_cast<uint32_t>(std::exchange(spans_outside_step_, 0));
       if (!open_.scope_open) prev_scope_end = open_.record.scope_end_ns;
       gap_spans = std::move(open_.gap_spans);
+      gap_dropped = open_.gap_dropped;
       out.closed = std::move(open_.record);
     }
     open_ = OpenStep{};
@@ -83,6 +85,7 @@ class StepRecorder {
     StepRecord& r = open_.record;
     r.prev_scope_end_ns = prev_scope_end;
     r.between_spans = std::move(gap_spans);
+    r.spans_dropped = gap_dropped;  // its between_steps' scopes over the bound are its line's drops
     r.index = next_index_.load(std::memory_order_relaxed);
     next_index_.store(r.index + 1, std::memory_order_release);  // written under the lock; read without it
     // Before the step's key, which releases it: a reader that sees the key sees this step's begin.
@@ -194,7 +197,8 @@ class StepRecorder {
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
     open_.record.end_is_next_step = false;
-    open_.record.spans_outside_step += static_cast<uint32_t>(open_.gap_spans.size() + std::exchange(spans_outside_step_, 0));
+    open_.record.spans_outside_step +=
+        static_cast<uint32_t>(open_.gap_spans.size() + open_.gap_dropped + std::exchange(spans_outside_step_, 0));
     std::optional<StepRecord> last = std::move(open_.record);
     open_ = OpenStep{};
     publish_open(0, 0, false);
@@ -219,7 +223,8 @@ class StepRecorder {
     if (!open_.exists) return std::nullopt;
     open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
     open_.record.end_is_next_step = false;
-    open_.record.spans_outside_step += static_cast<uint32_t>(open_.gap_spans.size() + std::exchange(spans_outside_step_, 0));
+    open_.record.spans_outside_step +=
+        static_cast<uint32_t>(open_.gap_spans.size() + open_.gap_dropped + std::exchange(spans_outside_step_, 0));
     std::optional<StepRecord> last = std::move(open_.record);
     open_ = OpenStep{};  // the program may go on: its scope's end finds no open step
     publish_open(0, 0, false);
@@ -347,6 +352,7 @@ class StepRecorder {
     bool scope_open = false;  // its TRACE_STEP scope has not ended yet
     StepRecord record;
     std::vector<PhaseSpan> gap_spans;  // ended after its scope: the next step's between_spans
+    uint32_t gap_dropped = 0;          // ended after its scope, over max_spans_per_step: the next step's drops
   };
 
   /// Under mutex_: a scope's clock readings as monotonic_ns (false: read on a tick clock this run has
@@ -370,7 +376,7 @@ class StepRecorder {
     StepRecord& r = open_.record;
     if (!open_.scope_open && span.end_ns > r.scope_end_ns) {  // ended between steps: the next line's between_steps
       if (open_.gap_spans.size() < cfg_.max_spans_per_step) open_.gap_spans.push_back(span);
-      else ++r.spans_dropped;
+      else ++open_.gap_dropped;
       return;
     }
     // Other threads (a busy loader) may fill three quarters of the budget; the rest is the step
