@@ -211,37 +211,49 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
 }
 
 TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait between steps (a loss.item() after "
-          "the step)", "[cross_rank]") {
-  const auto log = steptrace_test::fresh_log("cross_rank_own_time");
-  steptrace::Config cfg = four_ranks_config(log);
-  REQUIRE(steptrace::start(cfg));
+          "the step), with the built-in phases tagged before it", "[cross_rank]") {
+  // A recorded step series, made by hand (times in ns): no clock, no sleep.
+  using steptrace::PhaseSpan;
+  namespace tag = steptrace::phase_tag;
+  steptrace::details::CrossRankLink link;
   auto fake = std::make_unique<steptrace_test::FakeExchange>();
   const auto sent = fake->sent;
-  REQUIRE(steptrace::details::Session::current().set_exchange(std::move(fake), 2));
-  for (int i = 0; i < 5; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // between steps, untagged: not the step's
-    {
-      TRACE_PHASE(input);  // between steps, tagged (a loop that loads before its TRACE_STEP): the step's work
-      std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    }
-    steptrace_test::run_input_nccl_steps(1);
-  }
-  steptrace::stop();
-  const auto lines = steptrace_test::read_lines(log);
-  REQUIRE(lines.size() == 5);
-  REQUIRE(sent->size() == 2);  // steps 0 and 2 (4 closes in stop(), unposted)
-  // Step 0 has no step before it: its own time only. Step 2: its own time and the input tagged before it.
-  for (std::size_t k = 0; k < 2; ++k) {
-    const auto& line = lines[2 * k];
-    INFO("step " << line["global_step"]);
-    CHECK(line["step_time_basis"] == "scope_end");
-    CHECK(double(line["step_interval_ms"]) >= double(line["step_time_ms"]) + 30);
-    const double before = k == 0 ? 0.0 : double(line.at("between_steps").at("phases").at("input").at("host_ms"));
-    if (k == 1) CHECK(before >= 3);
-    CHECK((*sent)[k][3] == Approx(double(line.at("step_time_ms")) + before).epsilon(1e-4));  // a float on the wire
-    CHECK((*sent)[k][4 + steptrace::phase_tag::input] ==
-          Approx(double(line.at("phases").at("input").at("host_ms")) + before).epsilon(1e-4));
-  }
+  REQUIRE(link.set(std::move(fake), 2));
+  const auto ms = [](double v) { return static_cast<int64_t>(v * 1e6); };
+  steptrace::StepRecord first;  // step 0: nothing before it counts
+  first.index = 0;
+  first.begin_ns = ms(100), first.scope_end_ns = ms(105), first.end_ns = ms(140);
+  first.spans = {PhaseSpan{tag::input, 0, true, false, 1, ms(100), ms(102)}};
+  first.between_spans = {PhaseSpan{tag::input, 0, true, false, 1, ms(90), ms(99)}};  // before step 0: not a gap
+  steptrace::StepRecord odd = first;  // step 1: not an exchange step (every 2)
+  odd.index = 1;
+  steptrace::StepRecord r;  // step 2: 4 ms in its scope, then 30 ms of loss.item() before step 3 begins
+  r.index = 2;
+  r.prev_scope_end_ns = ms(160);
+  r.begin_ns = ms(200), r.scope_end_ns = ms(204), r.end_ns = ms(234);
+  r.spans = {PhaseSpan{tag::input, 0, true, false, 1, ms(200), ms(202)},
+             PhaseSpan{tag::nccl, 0, true, false, 1, ms(202), ms(203)},
+             PhaseSpan{tag::input, 1, true, true, 1, ms(200), ms(201)}};  // inside an input scope: once
+  r.between_spans = {
+      PhaseSpan{tag::input, 0, true, false, 1, ms(190), ms(193)},     // tagged before the step: its work
+      PhaseSpan{tag::forward, 1, true, false, 1, ms(180), ms(181)},   // inside an evaluation's scope: not
+      PhaseSpan{tag::optimizer, 0, true, false, 1, ms(158), ms(161)},  // began in the step before: its 1 ms after
+      PhaseSpan{tag::backward, 0, false, false, 2, ms(170), ms(175)}};  // another thread: not
+  link.post(first);
+  link.post(odd);
+  link.post(r);
+  REQUIRE(sent->size() == 2);
+  const auto& s0 = (*sent)[0];
+  CHECK(s0[3] == Approx(5));  // its scope's 5 ms, not the 40 ms to the next step
+  CHECK(s0[4 + tag::input] == Approx(2));
+  const auto& s2 = (*sent)[1];
+  CHECK(s2[3] == Approx(4 + 3 + 1));  // own time, the input tagged before it, the optimizer's last ms
+  CHECK(s2[4 + tag::input] == Approx(2 + 3));
+  CHECK(s2[4 + tag::nccl] == Approx(1));
+  CHECK(s2[4 + tag::optimizer] == Approx(1));
+  CHECK(s2[4 + tag::forward] == 0);
+  CHECK(s2[4 + tag::backward] == 0);
+  link.reset();
 }
 
 TEST_CASE("cross-rank: a run_id from rank 0 that is not 16 hex digits is refused, the rank keeps its own", "[cross_rank]") {

@@ -139,6 +139,7 @@ steptrace::TraceDocument document(const std::vector<const steptrace::KeptStep*>&
 TEST_CASE("a trace: steps, scopes on their threads, records on their streams, a flow per launch", "[flight]") {
   const std::vector<std::string> names = {"gemm", "softmax"};
   auto s = kept(7, 1'000'000, 2'000'000);
+  s.own_end_ns = 1'950'000;  // its scope ended 50 us before the next step began
   steptrace::PhaseSpan outer{2, 0, true, false, 11, 1'100'000, 1'900'000};
   steptrace::PhaseSpan inner{3, 1, true, false, 11, 1'200'000, 1'300'000};
   steptrace::PhaseSpan other{1, 0, false, false, 12, 900'000, 1'050'000};  // before the step: time zero
@@ -159,6 +160,11 @@ TEST_CASE("a trace: steps, scopes on their threads, records on their streams, a 
     if (e["ph"] == "f") flows_f.push_back(e);
   }
   CHECK(by_cat["step"] == 1);
+  for (const auto& e : ev)
+    if (e["ph"] == "X" && e["cat"] == "step") {
+      CHECK(e["dur"].get<double>() == Approx(1000.0));  // to the next step's start
+      CHECK(e["args"]["step_time_ms"].get<double>() == Approx(0.95));  // to its own end
+    }
   CHECK(by_cat["phase"] == 3);
   CHECK(by_cat["kernel"] == 4);
   CHECK(by_cat["launch"] == 4);
@@ -395,13 +401,10 @@ TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "
   auto cfg = steptrace_test::host_config(dir + "/steps.jsonl");
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 4; ++i) {
-    {
-      TRACE_STEP();
-      if (i == 0) REQUIRE(steptrace::capture_steps(1));
-      TRACE_PHASE(forward);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // between steps: in the event, not the step's time
+    TRACE_STEP();
+    if (i == 0) REQUIRE(steptrace::capture_steps(1));
+    TRACE_PHASE(forward);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   steptrace::stop();
   std::string file;
@@ -422,9 +425,8 @@ TEST_CASE("without a GPU a captured step's trace holds its host phase scopes", "
     if (e["ph"] == "X" && e["cat"] == "step" && e["args"]["global_step"] == 1) {
       ++step_events;
       CHECK(e["args"]["gpu_records"].get<std::string>().find("no GPU attribution") != std::string::npos);
-      // The event runs to the next step's start; args.step_time_ms is the step's own time, as its line's.
-      CHECK(e.at("args").at("step_time_ms").get<double>() == Approx(step_time_ms).epsilon(1e-6));
-      CHECK(e["dur"].get<double>() / 1000 >= step_time_ms + 3);
+      // args.step_time_ms is the step's own time, as its line's (the same nanoseconds: equal, not close).
+      CHECK(e.at("args").at("step_time_ms").get<double>() == step_time_ms);
     }
   }
   CHECK(step_events == 1);

@@ -61,6 +61,13 @@ std::string without_digits(const std::string& s) {
 JsonLeaf number(double v) { return JsonLeaf{JsonLeaf::Kind::number, v, {}}; }
 JsonLeaf text(const std::string& s) { return JsonLeaf{JsonLeaf::Kind::string, 0, s}; }
 
+/// A host-only session's settings with the compact line (the default, said here for the reader).
+steptrace::Config compact_config(const std::string& log) {
+  steptrace::Config cfg = steptrace_test::host_config(log);
+  cfg.line_detail = steptrace::LineDetail::compact;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_CASE("a compact line holds the full line's verdicts, rounded, in at most 1.5 KB", "[line_tiers]") {
@@ -288,8 +295,7 @@ TEST_CASE("the default line is the compact one", "[line_tiers]") {
 
 TEST_CASE("a run with line_detail=compact writes a run record, then compact lines", "[line_tiers]") {
   const std::string log = steptrace_test::fresh_log("compact");
-  steptrace::Config cfg = steptrace_test::host_config(log);
-  cfg.line_detail = steptrace::LineDetail::compact;
+  steptrace::Config cfg = compact_config(log);
   cfg.tokens_per_step = 1024;
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 5; ++i) {
@@ -322,8 +328,7 @@ TEST_CASE("a run with line_detail=compact writes a run record, then compact line
 
 TEST_CASE("a compact line keeps the window of log_every", "[line_tiers]") {
   const std::string log = steptrace_test::fresh_log("compact_window");
-  steptrace::Config cfg = steptrace_test::host_config(log);
-  cfg.line_detail = steptrace::LineDetail::compact;
+  steptrace::Config cfg = compact_config(log);
   cfg.log_every = 2;
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 4; ++i) TRACE_STEP();
@@ -336,8 +341,7 @@ TEST_CASE("a compact line keeps the window of log_every", "[line_tiers]") {
 
 TEST_CASE("a run_id taken from rank 0 mid-run: a new run record, the sentences again", "[line_tiers]") {
   const std::string log = steptrace_test::fresh_log("compact_adopted");
-  steptrace::Config cfg = steptrace_test::host_config(log);
-  cfg.line_detail = steptrace::LineDetail::compact;
+  steptrace::Config cfg = compact_config(log);
   cfg.rank = 0;
   cfg.world_size = 4;
   REQUIRE(steptrace::start(cfg));
