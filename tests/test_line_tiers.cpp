@@ -253,28 +253,6 @@ TEST_CASE("the run record holds the run's constant facts, their reasons and the 
   CHECK(facts["device"] == whole["device"]);
 }
 
-TEST_CASE("docs/schema.md lists the compact line's and the run record's fields as the table has them", "[line_tiers]") {
-  std::ifstream in(STEPTRACE_SOURCE_DIR "/docs/schema.md");
-  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto at = doc.find("## The compact line");
-  REQUIRE(at != std::string::npos);
-  std::set<std::string> documented[2];
-  std::istringstream rows(doc.substr(at));
-  for (std::string row; std::getline(rows, row);) {
-    // | `pattern` | compact or run | ...
-    if (row.rfind("| `/", 0) != 0) continue;
-    const auto end = row.find('`', 3);
-    const std::string pattern = row.substr(3, end - 3);
-    const bool run = row.find("| run |") != std::string::npos;
-    documented[run].insert(pattern);
-  }
-  std::set<std::string> table[2];
-  for (const auto& f : steptrace::kTierFields) table[f.tier == steptrace::LineTier::run].insert(f.pattern);
-  CHECK(documented[0] == table[0]);
-  CHECK(documented[1] == table[1]);
-  CHECK(table[0].size() > 30);
-}
-
 TEST_CASE("the default line is the compact one", "[line_tiers]") {
   CHECK(steptrace::Config{}.line_detail == steptrace::LineDetail::compact);
   const std::string log = steptrace_test::fresh_log("default_detail");

@@ -1,9 +1,12 @@
-// docs/schema.md against the code, both ways: every key path a line can carry (nested too) is documented
-// in its section of the document, and every name the section's tables document is a key some line
-// carries. Walked: a step line with every section present (hand-made input), one with every section
-// absent, the committed H100 lines (tests/data), and the end record filled and empty.
+// The step line's declaration (core/line_fields.hpp) against the code, both ways: every value a line
+// carries (nested too) is declared by a row of its type, and every row is carried by some line — a step
+// line with every section present (hand-made input), one with every section absent, two the line
+// checks left values out of, the committed H100 lines (tests/data). docs/schema.md's step-line tables
+// are rendered from the rows; the other outputs read declared fields. The end record, whose
+// declaration is still its section of docs/schema.md, is held to that section both ways.
 #include <steptrace/core/end_line.hpp>
 #include <steptrace/core/line_invariants.hpp>
+#include <steptrace/core/line_fields.hpp>
 #include <steptrace/core/line_tiers.hpp>
 #include <steptrace/core/stall.hpp>
 #include <steptrace/core/step_line.hpp>
@@ -206,6 +209,150 @@ std::vector<nlohmann::json> committed_lines(const char* file) {
   return out;
 }
 
+// Whether a JSON value is of a row's type ("" if so, else what is wrong).
+std::string type_error(const LineField& f, const nlohmann::json& v) {
+  if (v.is_null()) return f.null_when && std::string(f.null_when) == "never" ? "null, declared never null" : "";
+  bool ok = false;
+  switch (f.type) {
+    case FieldType::string: ok = v.is_string(); break;
+    case FieldType::number: ok = v.is_number(); break;
+    case FieldType::integer: ok = v.is_number_integer(); break;
+    case FieldType::boolean: ok = v.is_boolean(); break;
+    case FieldType::object:
+    case FieldType::names: ok = v.is_object(); break;
+    case FieldType::array: ok = v.is_array(); break;
+  }
+  return ok ? "" : "of another type: " + v.dump().substr(0, 80);
+}
+std::string type_error(const char* pointer, const nlohmann::json& v) {
+  const LineField* f = line_field_at(pointer);
+  REQUIRE(f);
+  return type_error(*f, v);
+}
+
+// Every value of a step line (objects, arrays and their elements too) is declared by a row of its type;
+// `used` collects the rows met. null_reasons' entries are strings under the row `/null_reasons/*`.
+void check_declared(const nlohmann::json& v, std::vector<std::string>& segs, std::set<const LineField*>& used) {
+  std::vector<std::string_view> views(segs.begin(), segs.end());
+  const LineField* f = segs.empty() ? nullptr : line_field_at(views);
+  if (!segs.empty()) {
+    std::string pointer;
+    for (const auto& s : segs) pointer += "/" + s;
+    INFO("field " << pointer);
+    REQUIRE(f);
+    CHECK(type_error(*f, v) == "");
+    used.insert(f);
+  }
+  if (v.is_object()) {
+    for (const auto& [k, x] : v.items()) {
+      segs.push_back(k);
+      check_declared(x, segs, used);
+      segs.pop_back();
+    }
+  } else if (v.is_array()) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      segs.push_back(std::to_string(i));
+      check_declared(v[i], segs, used);
+      segs.pop_back();
+    }
+  }
+}
+void check_declared(const nlohmann::json& line, std::set<const LineField*>& used) {
+  std::vector<std::string> segs;
+  check_declared(line, segs, used);
+}
+
+// The row declaring a dotted path as the tables and readers name it (`gpu.busy_ms`,
+// `phases.<name>.host_ms`). nullptr: none.
+const LineField* declared(const std::string& dotted) {
+  std::vector<std::string> segs(1);
+  for (std::size_t i = 0; i < dotted.size(); ++i) {
+    if (dotted[i] == '.') segs.emplace_back();
+    else if (dotted.compare(i, 2, "[]") == 0) segs.emplace_back("*"), ++i;  // an array's element
+    else segs.back() += dotted[i];
+  }
+  for (auto& s : segs)
+    if (s == "<name>") s = "*";
+  return line_field_at(std::vector<std::string_view>(segs.begin(), segs.end()));
+}
+
+// A row's name as its table shows it: dotted, under the table's base (the per-phase GPU table's
+// `phases.<name>.gpu.`).
+std::string shown_name(const LineField& f, const std::string& table) {
+  std::string p = f.path;
+  if (table == "phase_gpu") p = p.substr(std::string("/phases/*/gpu/").size() - 1);
+  std::string out;
+  for (std::size_t i = 1; i < p.size(); ++i) out += p[i] == '/' ? '.' : p[i];
+  return out;
+}
+std::string cell(const char* text) {
+  std::string out;
+  for (const char* c = text; *c; ++c) out += *c == '|' ? std::string("\\|") : std::string(1, *c);
+  return out;
+}
+
+// The rows of a table as docs/schema.md shows them: a row per field with a meaning, the fields after it
+// marked kAsAbove named in the same row (their units joined unless all alike). `columns`: 3 or 4.
+std::string render_table(const std::string& id, int columns) {
+  std::string out;
+  const auto& all = line_fields();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].table || id != all[i].table) continue;
+    std::vector<const LineField*> group{&all[i]};
+    for (std::size_t j = i + 1; j < all.size() && all[j].meaning == kAsAbove; ++j) group.push_back(&all[j]);
+    std::string names, units;
+    bool alike = true;
+    for (const LineField* f : group) {
+      names += (names.empty() ? "`" : ", `") + shown_name(*f, id) + "`";
+      units += (units.empty() ? "" : ", ") + std::string(f->unit);
+      alike = alike && std::string(f->unit) == group.front()->unit;
+    }
+    out += "| " + names + " | " + (alike ? cell(group.front()->unit) : cell(units.c_str())) + " | " + cell(all[i].meaning) + " |";
+    if (columns == 4) out += " " + cell(all[i].null_when ? all[i].null_when : "") + " |";
+    out += "\n";
+  }
+  return out;
+}
+
+// The compact line's and the run record's table: their rows in order, the compact line's first.
+std::string render_tiers() {
+  std::string out;
+  for (const auto& [bit, name] : {std::pair<FieldTier, const char*>{kCompact, "compact"}, {kRun, "run"}})
+    for (const LineField& f : line_fields())
+      if (f.tiers & bit) out += std::string("| `") + f.path + "` | " + name + " | " + cell(f.unit) + " |\n";
+  return out;
+}
+
+// docs/schema.md with every marked table's rows rendered anew: a marker line `<!-- fields: id -->`,
+// then the table's header and separator (kept), then its rows (replaced) up to the first line that is
+// not a table row. `tables`: the ids met.
+std::string render_schema_tables(const std::string& doc, std::set<std::string>& tables) {
+  const std::string marker = "<!-- fields: ";
+  std::string out;
+  std::size_t at = 0;
+  for (;;) {
+    const auto m = doc.find(marker, at);
+    if (m == std::string::npos) break;
+    const auto id_end = doc.find(" -->", m);
+    REQUIRE(id_end != std::string::npos);
+    const std::string id = doc.substr(m + marker.size(), id_end - m - marker.size());
+    tables.insert(id);
+    auto header = doc.find('\n', id_end) + 1;
+    const auto header_end = doc.find('\n', header) + 1;
+    const auto rows_begin = doc.find('\n', header_end) + 1;
+    const std::string head = doc.substr(header, header_end - header);
+    int columns = 0;
+    for (char c : head) columns += c == '|';
+    --columns;
+    auto rows_end = rows_begin;
+    while (rows_end < doc.size() && doc[rows_end] == '|') rows_end = doc.find('\n', rows_end) + 1;
+    out += doc.substr(at, rows_begin - at);
+    out += id == "tiers" ? render_tiers() : render_table(id, columns);
+    at = rows_end;
+  }
+  return out + doc.substr(at);
+}
+
 }  // namespace
 
 TEST_CASE("docs/schema.md documents every key of a line with every section present, and of an empty one",
@@ -381,33 +528,50 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
   CHECK(dots_line["null_reasons"]["scalars.loss\\.train"].get<std::string>().find("NaN") != std::string::npos);
   CHECK_FALSE(dots_line["null_reasons"].contains("scalars.loss.train"));
 
-  const std::string schema = schema_text();
-  REQUIRE(schema.size() > 1000);
-  const std::string step_doc = section(schema, "# The step line", "## The end record");
-  std::set<std::string> paths;
-  for (const auto* input : {&in, &empty}) collect(nlohmann::json::parse(make_step_line(*input)), "", paths);
-  CHECK(paths.size() > 100);
-  for (const auto& p : paths) {
-    INFO("key " << p << " is not in docs/schema.md's step-line section");
-    CHECK(documented(step_doc, p));
-  }
-  // The rule can fail: a key nobody documented, a key documented only for another record.
-  CHECK_FALSE(documented(step_doc, "gpu.no_such_key"));
-  CHECK_FALSE(documented(step_doc, "no_such_top_level_key"));
-  CHECK_FALSE(documented(step_doc, "last_global_step"));  // the end record's
-
-  // The other way: every name the step-line tables document is carried by a line — the two made here
-  // or one of the H100 lines committed in tests/data (the overhead and trace sections need a run).
-  for (const char* file : {"h100_mlp_lines.jsonl", "h100_transformer_budget_lines.jsonl"})
+  // Every field of the four lines is declared, with its type (core/line_fields.hpp); below, the other way.
+  std::set<const LineField*> used;
+  for (const auto* input : {&in, &empty, &odd, &dots}) check_declared(nlohmann::json::parse(make_step_line(*input)), used);
+  CHECK(used.size() > 150);
+  // The committed H100 lines (the overhead and trace sections need a run) are declared too, and
+  // between them every row is carried by some line.
+  for (const char* file : {"h100_mlp_lines.jsonl", "h100_transformer_budget_lines.jsonl", "h100_default_lines.jsonl"})
     for (const auto& line : committed_lines(file))
-      if (!line.contains("event")) collect(line, "", paths);
-  const std::set<std::string> names = documented_names(step_doc);
-  CHECK(names.size() > 100);
-  for (const auto& name : names) {
-    INFO("docs/schema.md documents `" << name << "` for the step line; no line carries it");
-    CHECK(carried(paths, name));
+      if (!line.contains("event") && line.value("schema", "") == "steptrace.step/1") check_declared(line, used);
+  for (const LineField& f : line_fields()) {
+    INFO("core/line_fields.hpp declares " << f.path << "; no line carries it");
+    CHECK(used.count(&f));
   }
-  CHECK_FALSE(carried(paths, "no_such_documented_key"));
+  // The rules can fail: a field nobody declared, one of the wrong type, a never-null field null.
+  CHECK(line_field_at("/gpu/no_such_key") == nullptr);
+  CHECK(line_field_at("/last_global_step") == nullptr);  // the end record's
+  CHECK(type_error("/gpu/kernels", nlohmann::json(1.5)) != "");
+  CHECK(type_error("/step_time_ms", nlohmann::json()) != "");
+  CHECK(type_error("/gpu/kernels", nlohmann::json(3)) == "");
+  CHECK(type_error("/phases/forward/host_ms", nlohmann::json(2)) == "");  // a whole number is a number
+}
+
+// docs/schema.md's step-line tables are rendered from the rows (a table per `<!-- fields: id -->`
+// marker), so the document says what the declaration says; the compact line's table lists the tiers'.
+TEST_CASE("docs/schema.md's step-line tables are core/line_fields.hpp's rows", "[schema]") {
+  const std::string doc = schema_text();
+  std::set<std::string> tables;
+  const std::string rendered = render_schema_tables(doc, tables);
+  if (rendered != doc) {
+    std::ofstream("schema.md") << rendered;
+    FAIL("docs/schema.md's field tables differ from core/line_fields.hpp; the document with the tables "
+         "the rows give is in build/tests/schema.md");
+  }
+  for (const LineField& f : line_fields())
+    if (f.table) {
+      INFO("row " << f.path << " names table " << f.table << ", which docs/schema.md has no marker for");
+      CHECK(tables.count(f.table));
+    }
+  CHECK(tables.count("tiers"));
+  CHECK(tables.size() >= 14);
+  // Every row of a table is a field's: a typo in a row's table name would lose it from the document.
+  std::size_t shown = 0;
+  for (const LineField& f : line_fields()) shown += f.table != nullptr;
+  CHECK(shown > 100);
 }
 
 TEST_CASE("docs/schema.md's end-record section and the end record agree, both ways", "[schema]") {
@@ -453,11 +617,10 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
   std::set<std::string> paths;
   collect(nlohmann::json::parse(make_end_line(full, run)), "", paths);
   collect(nlohmann::json::parse(make_end_line(bare, nothing)), "", paths);
-  const std::string step_doc = section(schema_text(), "# The step line", "## The end record");
-  const std::string gpu_after = "after_last_step.gpu.";  // documented as the step lines' between_steps.gpu
+  const std::string gpu_after = "after_last_step.gpu.";  // declared as the step lines' between_steps.gpu
   for (const auto& p : paths) {
     INFO("end-record key " << p << " is not in docs/schema.md's end-record section");
-    if (p.rfind(gpu_after, 0) == 0) CHECK(documented(step_doc, "between_steps.gpu." + p.substr(gpu_after.size())));
+    if (p.rfind(gpu_after, 0) == 0) CHECK(declared("between_steps.gpu." + p.substr(gpu_after.size())));
     else CHECK(documented(end_doc, p));
   }
   for (const auto& name : documented_names(end_doc)) {
@@ -475,47 +638,30 @@ std::string read_source(const char* relative) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-/// A JSON pointer (`/gpu/busy_ms`, `/phases/*/host_ms`) as the dotted path the tables name
-/// (`gpu.busy_ms`, `phases.<name>.host_ms`).
-std::string dotted(const std::string& pointer) {
-  std::string out;
-  std::size_t i = 1;
-  while (i <= pointer.size()) {
-    const std::size_t j = std::min(pointer.find('/', i), pointer.size());
-    const std::string seg = pointer.substr(i, j - i);
-    out += (out.empty() ? "" : ".") + (seg == "*" ? std::string("<name>") : seg);
-    i = j + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
-// The line is declared once, in docs/schema.md (held to what the writers write, both ways, above): every
-// other output that reads a field names one the document has — the Prometheus exporter's tables, the
-// compact line's and the run record's table (core/line_tiers.hpp), the SQLite views
+// The line is declared once, in core/line_fields.hpp (held to what the writers write, both ways, and
+// rendered into docs/schema.md, above): every other output that reads a step line's field names a row of
+// a type it can read — the Prometheus exporter's tables (numbers, booleans), the SQLite views
 // (examples/logs/schema.sql) and the report's per-step fields (python/steptrace/report/runs.py).
-TEST_CASE("every field another output reads is a field docs/schema.md documents", "[schema]") {
+TEST_CASE("every field another output reads is a declared field of a type it reads", "[schema]") {
   const std::string schema = schema_text();
-  const std::string step_doc = section(schema, "# The step line", "## The end record");
   const std::string end_doc = section(schema, "## The end record", "## Traces of the steps");
-  const auto step_field = [&](const std::string& path) { return documented(step_doc, path); };
+  const auto scalar = [](const LineField* f) {
+    return f && (f->type == FieldType::number || f->type == FieldType::integer || f->type == FieldType::boolean);
+  };
   std::size_t checked = 0;
   for (const auto& g : sink::prom_gauges()) {
     INFO("Prometheus gauge " << g.name << " reads " << g.pointer);
-    CHECK(step_field(dotted(g.pointer)));
+    CHECK(scalar(line_field_at(g.pointer)));
     ++checked;
   }
   for (const auto& c : sink::prom_counters()) {
     INFO("Prometheus counter " << c.name << " reads " << c.pointer);
-    CHECK(step_field(dotted(c.pointer)));
+    CHECK(scalar(line_field_at(c.pointer)));
     ++checked;
   }
-  for (const auto& f : kTierFields) {
-    INFO("line_tiers.hpp's row " << f.pattern);
-    CHECK(step_field(dotted(f.pattern)));
-    ++checked;
-  }
+  CHECK(checked > 30);
   // SQL: json_extract(<row>, '$.a.b'); a phase's row (p.value) is under phases.<name>; the ends view
   // reads the end record.
   const std::string sql = read_source("examples/logs/schema.sql");
@@ -532,11 +678,11 @@ TEST_CASE("every field another output reads is a field docs/schema.md documents"
     const bool in_ends = at > sql.find("CREATE VIEW ends") && at < sql.find("CREATE VIEW ends") + ends_view.size();
     INFO("examples/logs/schema.sql reads " << path << (in_ends ? " (end record)" : ""));
     if (in_ends) CHECK(documented(end_doc, path));
-    else CHECK((step_field(path) || path == "from_step" || path == "event"));
+    else CHECK((declared(path) || path == "from_step" || path == "event"));
     ++sql_paths;
   }
   CHECK(sql_paths >= 20);
-  // The report: SCALARS = [("key", ("a", "b")), ...].
+  // The report: SCALARS = [("key", ("a", "b")), ...]: numbers it plots or strings it shows.
   const std::string runs = read_source("python/steptrace/report/runs.py");
   const auto begin = runs.find("SCALARS = [");
   const auto end = runs.find("\n]", begin);
@@ -551,10 +697,11 @@ TEST_CASE("every field another output reads is a field docs/schema.md documents"
       q = q2;
     }
     INFO("the report reads " << path);
-    CHECK(step_field(path));
+    const LineField* f = declared(path);
+    CHECK((scalar(f) || (f && f->type == FieldType::string)));
     ++report_paths;
   }
   CHECK(report_paths >= 10);
-  CHECK(checked > 80);
-  CHECK_FALSE(step_field("gpu.no_such_field"));  // the rule can fail
+  CHECK_FALSE(declared("gpu.no_such_field"));  // the rule can fail
+  CHECK_FALSE(scalar(declared("gpu")));        // an object is no gauge
 }

@@ -1,8 +1,8 @@
 // steptrace/core/line_tiers.hpp - the compact line (schema "steptrace.step/2") and the run record
 // (event "run"), both made from a full line's leaves (core/json_flat.hpp's FlatJson, as the writer
-// records them). One table, kTierFields, says which field goes where: a row per field of the compact
-// line (in its order) and of the run record; every other field is in the full line only
-// (`line_detail=full`, schema "steptrace.step/1"). docs/schema.md "The compact line" follows it.
+// records them). The line's declaration (core/line_fields.hpp) says which field goes where: its rows
+// marked kCompact make the compact line (in their order), those marked kRun the run record; every other
+// field is in the full line only (`line_detail=full`, schema "steptrace.step/1").
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -23,6 +23,7 @@
 
 #include "json_flat.hpp"
 #include "json_writer.hpp"
+#include "line_fields.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -33,111 +34,30 @@ inline constexpr std::size_t kCompactMaxScalars = 32;   // scalars kept (by name
 inline constexpr std::size_t kMaxLineBytes = 16000;     // container runtimes split stdout lines past 16 KiB
 
 enum class LineTier : uint8_t { compact, run };
-/// How a number is written: to 6 significant digits (what a measured time or share can mean), or as
-/// the integer nearest (counts and bytes are exact; a wall-clock time to the millisecond).
-enum class Digits : uint8_t { six, integer };
-
-struct TierField {
-  const char* pattern;  // a JSON pointer; a segment "*" stands for any one name (a phase's, a scalar's)
-  LineTier tier;
-  Digits digits;
-};
-
-/// Where each field of the compact line and of the run record comes from in the full line (the same
-/// pointer). Fields the full line has and this table does not are in the full line only.
-inline constexpr TierField kTierFields[] = {
-    // the compact line: the step, its throughput and every verdict
-    {"/schema", LineTier::compact, Digits::six},
-    {"/global_step", LineTier::compact, Digits::integer},
-    {"/start_unix_ms", LineTier::compact, Digits::integer},
-    {"/rank", LineTier::compact, Digits::integer},
-    {"/run_id", LineTier::compact, Digits::six},
-    {"/step_time_ms", LineTier::compact, Digits::six},
-    {"/tokens", LineTier::compact, Digits::six},  // a count: exact when whole (rounded() keeps integers)
-    {"/tokens_per_second", LineTier::compact, Digits::six},
-    {"/samples_per_second", LineTier::compact, Digits::six},
-    {"/estimated_mfu", LineTier::compact, Digits::six},
-    {"/gpu_utilization", LineTier::compact, Digits::six},
-    {"/sm_activity", LineTier::compact, Digits::six},
-    {"/tensor_core_or_pipe_utilization", LineTier::compact, Digits::six},
-    {"/memory_bandwidth_utilization", LineTier::compact, Digits::six},
-    {"/nccl_time_ms", LineTier::compact, Digits::six},
-    {"/traced", LineTier::compact, Digits::six},
-    {"/gpu/busy_ms", LineTier::compact, Digits::six},
-    {"/gpu/sm_efficiency", LineTier::compact, Digits::six},
-    {"/gpu/nccl_exposed_ms", LineTier::compact, Digits::six},
-    {"/gpu_markers/pending_share", LineTier::compact, Digits::six},
-    {"/memory/device_used_peak_bytes", LineTier::compact, Digits::integer},
-    {"/memory/allocator/allocated_bytes", LineTier::compact, Digits::integer},
-    {"/memory/allocator/reserved_bytes", LineTier::compact, Digits::integer},
-    {"/loss", LineTier::compact, Digits::six},
-    {"/grad_norm", LineTier::compact, Digits::six},
-    {"/scalars/*", LineTier::compact, Digits::six},
-    {"/phases/*/host_ms", LineTier::compact, Digits::six},
-    {"/phases/*/self_ms", LineTier::compact, Digits::six},
-    {"/phases/*/count", LineTier::compact, Digits::integer},
-    {"/phases/*/gpu/busy_ms", LineTier::compact, Digits::six},
-    {"/between_steps/host_ms", LineTier::compact, Digits::six},
-    {"/window/*", LineTier::compact, Digits::six},
-    {"/cross_rank/step", LineTier::compact, Digits::integer},
-    {"/cross_rank/slowest_rank", LineTier::compact, Digits::integer},
-    {"/cross_rank/step_skew", LineTier::compact, Digits::six},
-    {"/cross_rank/balanced", LineTier::compact, Digits::six},
-    {"/cross_rank/culprit_phase", LineTier::compact, Digits::six},
-    {"/cross_rank/culprit_gap_ms", LineTier::compact, Digits::six},
-    {"/diagnosis/label", LineTier::compact, Digits::six},
-    {"/diagnosis/basis", LineTier::compact, Digits::six},
-    {"/overhead/estimated_fraction", LineTier::compact, Digits::six},
-    {"/overhead/within_budget", LineTier::compact, Digits::six},
-    {"/dropped/steps_total", LineTier::compact, Digits::integer},
-    {"/dropped/lines_unwritten_total", LineTier::compact, Digits::integer},
-    // the run record: what does not change within a run
-    {"/run_id", LineTier::run, Digits::six},
-    {"/rank", LineTier::run, Digits::integer},
-    {"/local_rank", LineTier::run, Digits::integer},
-    {"/world_size", LineTier::run, Digits::integer},
-    {"/hostname", LineTier::run, Digits::six},
-    {"/pid", LineTier::run, Digits::integer},
-    {"/job_id", LineTier::run, Digits::six},
-    {"/device/*", LineTier::run, Digits::six},
-    {"/mfu_inputs/flops_per_token", LineTier::run, Digits::six},
-    {"/mfu_inputs/peak_flops", LineTier::run, Digits::six},
-    {"/mfu_inputs/peak_source", LineTier::run, Digits::six},
-    {"/mfu_inputs/model_parallel/*", LineTier::run, Digits::six},
-    {"/mfu_inputs/data_parallel_size", LineTier::run, Digits::integer},
-};
 
 namespace details {
 
-/// A JSON pointer's segments, as escaped in the pointer (`~0`, `~1` kept), into `out`.
-inline void pointer_segments_into(std::string_view p, std::vector<std::string_view>& out) {
-  out.clear();
-  std::size_t i = 1;
-  while (i <= p.size() && !p.empty()) {
-    const std::size_t j = p.find('/', i);
-    out.push_back(p.substr(i, (j == std::string_view::npos ? p.size() : j) - i));
-    if (j == std::string_view::npos) break;
-    i = j + 1;
-  }
-}
-inline std::vector<std::string_view> pointer_segments(std::string_view p) {
-  std::vector<std::string_view> out;
-  pointer_segments_into(p, out);
-  return out;
-}
-
-/// kTierFields' patterns as segments, and the first segments of each tier's rows (sorted): a leaf whose
-/// first segment is in neither is in the full line only. Made once.
+/// The rows of each tier (core/line_fields.hpp, in its order) as segments, and the first segments of
+/// each tier's rows (sorted): a leaf whose first segment is in neither is in the full line only. Made once.
 struct TierPatterns {
-  std::vector<std::vector<std::string_view>> rows;
+  struct Row {
+    std::vector<std::string_view> segs;
+    const LineField* field;
+  };
+  std::vector<Row> rows[2];                // by LineTier
   std::vector<std::string_view> first[2];  // by LineTier
 };
 inline const TierPatterns& tier_patterns() {
   static const TierPatterns t = [] {
     TierPatterns p;
-    for (const TierField& f : kTierFields) {
-      p.rows.push_back(pointer_segments(f.pattern));
-      p.first[static_cast<int>(f.tier)].push_back(p.rows.back().front());
+    const auto& segs = line_field_segments();
+    for (std::size_t i = 0; i < line_fields().size(); ++i) {
+      const LineField& f = line_fields()[i];
+      for (const LineTier tier : {LineTier::compact, LineTier::run}) {
+        if (!(f.tiers & (tier == LineTier::compact ? kCompact : kRun))) continue;
+        p.rows[static_cast<int>(tier)].push_back({segs[i], &f});
+        p.first[static_cast<int>(tier)].push_back(segs[i].front());
+      }
     }
     for (auto& v : p.first) {
       std::sort(v.begin(), v.end());
@@ -148,32 +68,17 @@ inline const TierPatterns& tier_patterns() {
   return t;
 }
 
-/// Whether `segs` match the pattern's segments exactly (`*`: any one).
-inline bool segments_match(const std::vector<std::string_view>& pattern, const std::vector<std::string_view>& segs) {
-  if (pattern.size() != segs.size()) return false;
-  for (std::size_t i = 0; i < segs.size(); ++i)
-    if (pattern[i] != "*" && pattern[i] != segs[i]) return false;
-  return true;
-}
-
-/// Whether `segs` is a proper prefix of the pattern (a null object standing for fields it would hold).
-inline bool segments_prefix(const std::vector<std::string_view>& pattern, const std::vector<std::string_view>& segs) {
-  if (segs.size() >= pattern.size()) return false;
-  for (std::size_t i = 0; i < segs.size(); ++i)
-    if (pattern[i] != "*" && pattern[i] != segs[i]) return false;
-  return true;
-}
-
-/// The first row of `tier` a leaf at `segs` belongs to: its pattern matched, or (a null object standing
-/// for the fields it would hold) a proper prefix of it. -1: none.
+/// The first row of `tier` a leaf at `segs` belongs to (an index into tier_patterns().rows[tier]): its
+/// pattern matched, or (a null object standing for the fields it would hold) a proper prefix of it.
+/// -1: none.
 inline int tier_row(const std::vector<std::string_view>& segs, const JsonLeaf& leaf, LineTier tier) {
-  const auto& rows = tier_patterns().rows;
+  const auto& rows = tier_patterns().rows[static_cast<int>(tier)];
   for (std::size_t r = 0; r < rows.size(); ++r)
-    if (kTierFields[r].tier == tier &&
-        (segments_match(rows[r], segs) || (leaf.kind == JsonLeaf::Kind::null && segments_prefix(rows[r], segs))))
+    if (segments_match(rows[r].segs, segs) || (leaf.kind == JsonLeaf::Kind::null && segments_prefix(rows[r].segs, segs)))
       return static_cast<int>(r);
   return -1;
 }
+inline Digits tier_digits(LineTier tier, int row) { return tier_patterns().rows[static_cast<int>(tier)][row].field->digits; }
 
 /// A JSON pointer segment as the name it stands for (`~1` -> `/`, `~0` -> `~`).
 inline std::string unescape_segment(std::string_view s) {
@@ -312,7 +217,7 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
                                  : "=" + std::to_string(leaf.number)));
     const int r = in_tier(LineTier::compact, segs[0]) ? tier_row(segs, leaf, LineTier::compact) : -1;
     if (r < 0) continue;
-    Kept k{static_cast<std::size_t>(r), {}, leaf, kTierFields[r].digits};
+    Kept k{static_cast<std::size_t>(r), {}, leaf, tier_digits(LineTier::compact, r)};
     for (auto sv : segs) k.names.push_back(unescape_segment(sv));
     if (k.leaf.kind == JsonLeaf::Kind::number) k.leaf.number = rounded(k.leaf.number, k.digits);
     kept.push_back(std::move(k));
@@ -465,7 +370,7 @@ inline std::string make_run_record(const FlatJson& full, const std::vector<std::
     std::vector<std::string> names;
     for (auto sv : segs) names.push_back(unescape_segment(sv));
     JsonLeaf l = leaf;
-    if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, kTierFields[r].digits);
+    if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, tier_digits(LineTier::run, r));
     found.emplace_back(static_cast<std::size_t>(r), std::move(names), std::move(l));
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
