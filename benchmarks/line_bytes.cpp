@@ -7,9 +7,12 @@
 // per line the time to make the compact line and the run record's facts (what line_detail=compact adds
 // after make_step_line), and the time the writer spends recording the line's leaves (line_detail=compact
 // has the writer record them; a run with the Prometheus exporter already does): the same line written by
-// core/json_writer.hpp with and without record_leaves. Medians of 200 repetitions per line.
+// core/json_writer.hpp with and without record_leaves. Medians of 200 repetitions per line. And every
+// full line's leaves against the line's declaration (core/line_fields.hpp): the leaves checked and any
+// a row does not declare or declares of another type (the first few named).
 #include <steptrace/core/json_flat.hpp>
 #include <steptrace/core/json_writer.hpp>
+#include <steptrace/core/line_fields.hpp>
 #include <steptrace/core/line_tiers.hpp>
 
 #include <algorithm>
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   constexpr int kReps = 200;
+  int bad = 0;  // files with a leaf the declaration does not hold
   std::printf("%-44s %6s %9s %9s %9s %9s %9s %9s %10s %10s %10s\n", "file", "lines", "full_med", "full_max",
               "cmp_med", "cmp_max", "cmp_first", "run_rec", "compact_us", "leaves_us", "write_us");
   for (int a = 1; a < argc; ++a) {
@@ -140,11 +144,16 @@ int main(int argc, char** argv) {
     double first_b = 0, run_b = 0;
     steptrace::ReasonBook book;
     std::vector<std::pair<std::string, std::string>> settings;
+    std::size_t checked = 0;
+    std::vector<std::string> problems;
     for (std::string line; std::getline(in, line);) {
       if (line.find("\"schema\":\"steptrace.step/1\"") == std::string::npos) continue;
       steptrace::FlatJson f;
       if (!steptrace::details::JsonFlattener(line, f).run().empty()) continue;
       full_b.push_back(static_cast<double>(line.size()));
+      checked += f.size();
+      if (problems.size() < 8)
+        for (std::string& p : steptrace::declaration_problems(f)) problems.push_back(std::move(p));
       const std::string compact = steptrace::make_compact_line(f, book);
       if (run_b == 0) {
         run_b = static_cast<double>(steptrace::make_run_record(f, settings).size());
@@ -172,6 +181,10 @@ int main(int argc, char** argv) {
                 median(full_b), *std::max_element(full_b.begin(), full_b.end()), median(cmp_b),
                 cmp_b.empty() ? 0.0 : *std::max_element(cmp_b.begin(), cmp_b.end()), first_b, run_b, median(cmp_us),
                 median(leaf_us) - median(plain_us), median(plain_us));
+    std::printf("  declared (core/line_fields.hpp): %zu leaves checked, %s\n", checked,
+                problems.empty() ? "every one declared, of its type" : "not all:");
+    for (const std::string& p : problems) std::printf("    %s\n", p.c_str());
+    bad += !problems.empty();
   }
-  return 0;
+  return bad ? 1 : 0;
 }

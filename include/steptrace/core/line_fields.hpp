@@ -7,9 +7,13 @@
 // Adding a field is a row here plus its computation in a section writer.
 #pragma once
 #include "../version.hpp"
+#include <cmath>
+#include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "json_flat.hpp"
 #include "line_field.hpp"
 #include "line_fields_gpu.hpp"
 #include "line_fields_step.hpp"
@@ -52,6 +56,49 @@ inline const LineField* line_field_at(const std::vector<std::string_view>& segs)
 }
 inline const LineField* line_field_at(std::string_view pointer) {
   return line_field_at(details::pointer_segments(pointer));
+}
+
+/// What a written line's leaves (core/json_flat.hpp: values and nulls, by pointer) say against the
+/// declaration: a leaf no row declares, or one not of its row's type ("/gpu/kernels: 1.5, declared
+/// integer"), at most `max` of them, then how many more. Empty: none. Objects and arrays are known by
+/// their leaves here (an empty one leaves none). Every leaf is walked: a tool's check, not the writer's.
+inline std::vector<std::string> declaration_problems(const FlatJson& leaves, std::size_t max = 8) {
+  static const char* const kTypes[] = {"string", "number", "integer", "boolean", "object", "names", "array"};
+  std::vector<std::string> out;
+  std::size_t more = 0;
+  std::vector<std::string_view> segs;
+  for (const auto& [pointer, leaf] : leaves) {
+    details::pointer_segments_into(pointer, segs);
+    const LineField* f = line_field_at(segs);
+    std::string problem;
+    if (!f) {
+      problem = pointer + ": no row declares it";
+    } else {
+      bool ok = false;
+      switch (leaf.kind) {
+        case JsonLeaf::Kind::null: ok = !(f->null_when && std::strcmp(f->null_when, "never") == 0); break;
+        case JsonLeaf::Kind::boolean: ok = f->type == FieldType::boolean; break;
+        case JsonLeaf::Kind::string: ok = f->type == FieldType::string; break;
+        case JsonLeaf::Kind::number:
+          ok = f->type == FieldType::number ||
+               (f->type == FieldType::integer && std::isfinite(leaf.number) && std::floor(leaf.number) == leaf.number);
+          break;
+      }
+      if (!ok) {
+        const std::string value = leaf.kind == JsonLeaf::Kind::null     ? "null"
+                                  : leaf.kind == JsonLeaf::Kind::string ? "a string"
+                                  : leaf.kind == JsonLeaf::Kind::boolean ? "a boolean"
+                                                                         : std::to_string(leaf.number);
+        problem = pointer + ": " + value + ", declared " + kTypes[static_cast<int>(f->type)] +
+                  (leaf.kind == JsonLeaf::Kind::null ? " and never null" : "");
+      }
+    }
+    if (problem.empty()) continue;
+    if (out.size() < max) out.push_back(std::move(problem));
+    else ++more;
+  }
+  if (more) out.push_back("and " + std::to_string(more) + " more");
+  return out;
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

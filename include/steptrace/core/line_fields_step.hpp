@@ -140,6 +140,7 @@ inline constexpr LineField kStepFields[] = {
     member("/phases/*/host_ms", F::number, "ms").in(kCompact),
     member("/phases/*/self_ms", F::number, "ms").in(kCompact),
     member("/phases/*/count", F::integer, "count").in(kCompact),
+    member("/phases/*/other_thread_count", F::integer, "count"),
     member("/phases/*/gpu", F::object, "object"),
     row("memory", "/peak_memory_allocated", F::integer, "bytes",
         "the allocator hook's `peak_allocated_bytes` if registered, else the peak of device-wide used memory "

@@ -29,6 +29,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("diagnosis", "/diagnosis/warnings", F::array, "array of strings",
         "shares past a warning level that did not decide the label (data wait ≥ 10 %)",
         nullptr),
+    member("/diagnosis/warnings/*", F::string, "string"),
     row("diagnosis", "/diagnosis/basis", F::string, "`traced` | `markers` | `carried` | `carried_scaled` | `host_only` | `none`",
         "what the label was decided from. `traced`: this step's own GPU attribution. `markers`: an untraced "
         "step's own stream markers showed the GPU with work pending for at least 70 % of the step "
