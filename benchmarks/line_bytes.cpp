@@ -8,8 +8,8 @@
 // after make_step_line), and the time the writer spends recording the line's leaves (line_detail=compact
 // has the writer record them; a run with the Prometheus exporter already does): the same line written by
 // core/json_writer.hpp with and without record_leaves. Medians of 200 repetitions per line. And every
-// full line's leaves against the line's declaration (core/line_fields.hpp): the leaves checked and any
-// a row does not declare or declares of another type (the first few named).
+// full line's and end record's leaves against their declaration (core/line_fields.hpp): the leaves
+// checked and any a row does not declare or declares of another type (the first few named).
 #include <steptrace/core/json_flat.hpp>
 #include <steptrace/core/json_writer.hpp>
 #include <steptrace/core/line_fields.hpp>
@@ -147,6 +147,13 @@ int main(int argc, char** argv) {
     std::size_t checked = 0;
     std::vector<std::string> problems;
     for (std::string line; std::getline(in, line);) {
+      if (line.find("\"schema\":\"steptrace.end/1\"") != std::string::npos) {  // the end record: declared too
+        steptrace::FlatJson f;
+        if (!steptrace::details::JsonFlattener(line, f).run().empty()) continue;
+        checked += f.size();
+        for (std::string& p : steptrace::declaration_problems(f, steptrace::Record::end)) problems.push_back(std::move(p));
+        continue;
+      }
       if (line.find("\"schema\":\"steptrace.step/1\"") == std::string::npos) continue;
       steptrace::FlatJson f;
       if (!steptrace::details::JsonFlattener(line, f).run().empty()) continue;

@@ -1,9 +1,9 @@
-// The step line's declaration (core/line_fields.hpp) against the code, both ways: every value a line
-// carries (nested too) is declared by a row of its type, and every row is carried by some line — a step
-// line with every section present (hand-made input), one with every section absent, two the line
-// checks left values out of, the committed H100 lines (tests/data). docs/schema.md's step-line tables
-// are rendered from the rows; the other outputs read declared fields. The end record, whose
-// declaration is still its section of docs/schema.md, is held to that section both ways.
+// The line's declaration (core/line_fields.hpp) against the code, both ways: every value a step line
+// or an end record carries (nested too) is declared by a row of its type, and every row is carried by
+// some record — a step line with every section present (hand-made input), one with every section
+// absent, two the line checks left values out of, the committed H100 lines (tests/data), the end record
+// filled and empty. docs/schema.md's field tables are rendered from the rows; the other outputs read
+// declared fields of types they can read.
 #include <steptrace/core/end_line.hpp>
 #include <steptrace/core/line_invariants.hpp>
 #include <steptrace/core/line_fields.hpp>
@@ -33,108 +33,6 @@ std::string schema_text() {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Objects whose keys are names chosen at run time (phases, scalars, collectives, null reasons): their
-// children are checked by the rule of the entries they hold, under the name "<name>".
-bool keys_are_names(const std::string& path) {
-  return path == "phases" || path == "scalars" || path == "null_reasons" || path == "gpu.nccl_collectives" ||
-         path == "gpu_markers.phases";
-}
-
-void collect(const nlohmann::json& j, const std::string& path, std::set<std::string>& out) {
-  if (j.is_array()) {
-    for (const auto& e : j) collect(e, path + "[]", out);
-    return;
-  }
-  if (!j.is_object()) return;
-  for (const auto& [k, v] : j.items()) {
-    const std::string name = keys_are_names(path) ? "<name>" : k;
-    const std::string child = path.empty() ? name : path + "." + name;
-    out.insert(child);
-    collect(v, child, out);
-  }
-}
-
-// The part of docs/schema.md from heading `from` to the next heading of the same level ("" = the end).
-std::string section(const std::string& schema, const std::string& from, const std::string& to) {
-  const auto a = schema.find(from);
-  REQUIRE(a != std::string::npos);
-  const auto b = to.empty() ? std::string::npos : schema.find(to, a);
-  return schema.substr(a, b == std::string::npos ? std::string::npos : b - a);
-}
-
-// The table rows of a text (lines that start with "| `").
-std::vector<std::string> rows(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream lines(text);
-  for (std::string l; std::getline(lines, l);)
-    if (l.rfind("| `", 0) == 0) out.push_back(l);
-  return out;
-}
-
-// The first cells of the table rows: the field names they document.
-std::vector<std::string> first_cells(const std::string& text) {
-  std::vector<std::string> out;
-  for (const auto& r : rows(text)) out.push_back(r.substr(0, r.find(" | ", 2)));
-  return out;
-}
-
-// Every name in backticks in the first cells (`rank`, `local_rank`, ...).
-std::set<std::string> documented_names(const std::string& text) {
-  std::set<std::string> out;
-  for (const auto& cell : first_cells(text))
-    for (auto a = cell.find('`'); a != std::string::npos; a = cell.find('`', a)) {
-      const auto b = cell.find('`', a + 1);
-      if (b == std::string::npos) break;
-      out.insert(cell.substr(a + 1, b - a - 1));
-      a = b + 1;
-    }
-  return out;
-}
-
-// A top-level key is documented by a row naming it (`rank`, `local_rank`, ...) or rows of its fields
-// (`memory.samples`). A nested key by its full path or its own name in backticks in a table row of the
-// section, the way the tables name them (`gpu.busy_ms`; `busy_ms` in the per-phase table; `{bytes, ms,
-// ...}` in an object's row).
-bool documented(const std::string& text, const std::string& path) {
-  const auto dot = path.find_last_of('.');
-  if (dot == std::string::npos) {
-    for (const auto& cell : first_cells(text))
-      if (cell.find("`" + path + "`") != std::string::npos || cell.find("`" + path + ".") != std::string::npos)
-        return true;
-    return false;
-  }
-  const std::string leaf = path.substr(dot + 1);
-  if (leaf == "<name>" || leaf.find("[]") != std::string::npos) return true;  // the container is documented
-  for (const auto& cell : first_cells(text))  // an object documented by rows of its fields
-    if (cell.find("`" + path + ".") != std::string::npos) return true;
-  for (const auto& row : rows(text))
-    for (const std::string& form : {"`" + path + "`", "`" + leaf + "`", "{" + leaf + ",", " " + leaf + ",", " " + leaf + "}"})
-      if (row.find(form) != std::string::npos) return true;
-  return false;
-}
-
-// Whether some line carries the documented name: as a whole path, or as one key anywhere in one.
-bool carried(const std::set<std::string>& paths, const std::string& name) {
-  if (paths.count(name)) return true;
-  for (const auto& p : paths) {
-    std::size_t from = 0;
-    for (;;) {
-      const auto dot = p.find('.', from);
-      if (p.compare(from, dot == std::string::npos ? std::string::npos : dot - from, name) == 0 &&
-          (dot == std::string::npos ? p.size() - from : dot - from) == name.size())
-        return true;
-      if (dot == std::string::npos) break;
-      from = dot + 1;
-    }
-    // a dotted name under a container of run-time names (`phases.<name>.self_ms` is documented as
-    // `self_ms`; `memory.allocator` as itself)
-    if (name.find('.') != std::string::npos && p.size() > name.size() &&
-        p.compare(p.size() - name.size(), name.size(), name) == 0 && p[p.size() - name.size() - 1] == '.')
-      return true;
-  }
-  return false;
 }
 
 // A name as one step of a null_reasons path (docs/schema.md): `\` and `.` escaped with `\`.
@@ -232,9 +130,10 @@ std::string type_error(const char* pointer, const nlohmann::json& v) {
 
 // Every value of a step line (objects, arrays and their elements too) is declared by a row of its type;
 // `used` collects the rows met. null_reasons' entries are strings under the row `/null_reasons/*`.
-void check_declared(const nlohmann::json& v, std::vector<std::string>& segs, std::set<const LineField*>& used) {
+void check_declared(Record record, const nlohmann::json& v, std::vector<std::string>& segs,
+                    std::set<const LineField*>& used) {
   std::vector<std::string_view> views(segs.begin(), segs.end());
-  const LineField* f = segs.empty() ? nullptr : line_field_at(views);
+  const LineField* f = segs.empty() ? nullptr : record_field_at(record, views);
   if (!segs.empty()) {
     std::string pointer;
     for (const auto& s : segs) pointer += "/" + s;
@@ -246,25 +145,25 @@ void check_declared(const nlohmann::json& v, std::vector<std::string>& segs, std
   if (v.is_object()) {
     for (const auto& [k, x] : v.items()) {
       segs.push_back(k);
-      check_declared(x, segs, used);
+      check_declared(record, x, segs, used);
       segs.pop_back();
     }
   } else if (v.is_array()) {
     for (std::size_t i = 0; i < v.size(); ++i) {
       segs.push_back(std::to_string(i));
-      check_declared(v[i], segs, used);
+      check_declared(record, v[i], segs, used);
       segs.pop_back();
     }
   }
 }
-void check_declared(const nlohmann::json& line, std::set<const LineField*>& used) {
+void check_declared(const nlohmann::json& line, std::set<const LineField*>& used, Record record = Record::step) {
   std::vector<std::string> segs;
-  check_declared(line, segs, used);
+  check_declared(record, line, segs, used);
 }
 
 // The row declaring a dotted path as the tables and readers name it (`gpu.busy_ms`,
 // `phases.<name>.host_ms`). nullptr: none.
-const LineField* declared(const std::string& dotted) {
+const LineField* declared(const std::string& dotted, Record record = Record::step) {
   std::vector<std::string> segs(1);
   for (std::size_t i = 0; i < dotted.size(); ++i) {
     if (dotted[i] == '.') segs.emplace_back();
@@ -273,7 +172,7 @@ const LineField* declared(const std::string& dotted) {
   }
   for (auto& s : segs)
     if (s == "<name>") s = "*";
-  return line_field_at(std::vector<std::string_view>(segs.begin(), segs.end()));
+  return record_field_at(record, std::vector<std::string_view>(segs.begin(), segs.end()));
 }
 
 // A row's name as its table shows it: dotted, under the table's base (the per-phase GPU table's
@@ -295,7 +194,8 @@ std::string cell(const char* text) {
 // marked kAsAbove named in the same row (their units joined unless all alike). `columns`: 3 or 4.
 std::string render_table(const std::string& id, int columns) {
   std::string out;
-  const auto& all = line_fields();
+  for (const Record record : {Record::step, Record::end}) {
+  const auto& all = record_fields(record);
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (!all[i].table || id != all[i].table) continue;
     std::vector<const LineField*> group{&all[i]};
@@ -310,6 +210,7 @@ std::string render_table(const std::string& id, int columns) {
     out += "| " + names + " | " + (alike ? cell(group.front()->unit) : cell(units.c_str())) + " | " + cell(all[i].meaning) + " |";
     if (columns == 4) out += " " + cell(all[i].null_when ? all[i].null_when : "") + " |";
     out += "\n";
+  }
   }
   return out;
 }
@@ -492,7 +393,7 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
     wrong["/traced"] = JsonLeaf{JsonLeaf::Kind::string, 0, "yes"};
     const auto problems = declaration_problems(wrong);
     CHECK(problems.size() == 4);
-    CHECK(declaration_problems(wrong, 2).back() == "and 2 more");
+    CHECK(declaration_problems(wrong, Record::step, 2).back() == "and 2 more");
   }
   CHECK(nlohmann::json::parse(make_step_line(in))["scalars"].contains("a/b~c"));
 
@@ -565,7 +466,7 @@ TEST_CASE("docs/schema.md documents every key of a line with every section prese
 
 // docs/schema.md's step-line tables are rendered from the rows (a table per `<!-- fields: id -->`
 // marker), so the document says what the declaration says; the compact line's table lists the tiers'.
-TEST_CASE("docs/schema.md's step-line tables are core/line_fields.hpp's rows", "[schema]") {
+TEST_CASE("docs/schema.md's field tables are core/line_fields.hpp's rows", "[schema]") {
   const std::string doc = schema_text();
   std::set<std::string> tables;
   const std::string rendered = render_schema_tables(doc, tables);
@@ -574,13 +475,15 @@ TEST_CASE("docs/schema.md's step-line tables are core/line_fields.hpp's rows", "
     FAIL("docs/schema.md's field tables differ from core/line_fields.hpp; the document with the tables "
          "the rows give is in build/tests/schema.md");
   }
-  for (const LineField& f : line_fields())
-    if (f.table) {
-      INFO("row " << f.path << " names table " << f.table << ", which docs/schema.md has no marker for");
-      CHECK(tables.count(f.table));
-    }
+  for (const Record record : {Record::step, Record::end})
+    for (const LineField& f : record_fields(record))
+      if (f.table) {
+        INFO("row " << f.path << " names table " << f.table << ", which docs/schema.md has no marker for");
+        CHECK(tables.count(f.table));
+      }
   CHECK(tables.count("tiers"));
-  CHECK(tables.size() >= 14);
+  CHECK(tables.size() >= 15);
+  CHECK(tables.count("end"));
   // Every row of a table is a field's: a typo in a row's table name would lose it from the document.
   std::size_t shown = 0;
   for (const LineField& f : line_fields()) shown += f.table != nullptr;
@@ -626,21 +529,17 @@ TEST_CASE("docs/schema.md's end-record section and the end record agree, both wa
   check_null_reasons(make_resumed_line(1, 2, 3.0, 1, 3, run));
   CHECK(details::line_out_unbalanced().load() == unbalanced_before);  // every writer closed what it opened
 
-  const std::string end_doc = section(schema_text(), "## The end record", "## Traces of the steps");
-  std::set<std::string> paths;
-  collect(nlohmann::json::parse(make_end_line(full, run)), "", paths);
-  collect(nlohmann::json::parse(make_end_line(bare, nothing)), "", paths);
-  const std::string gpu_after = "after_last_step.gpu.";  // declared as the step lines' between_steps.gpu
-  for (const auto& p : paths) {
-    INFO("end-record key " << p << " is not in docs/schema.md's end-record section");
-    if (p.rfind(gpu_after, 0) == 0) CHECK(declared("between_steps.gpu." + p.substr(gpu_after.size())));
-    else CHECK(documented(end_doc, p));
+  // Both records declared, with their types (core/line_fields_end.hpp), and every end-record row carried.
+  std::set<const LineField*> used;
+  check_declared(nlohmann::json::parse(make_end_line(full, run)), used, Record::end);
+  check_declared(nlohmann::json::parse(make_end_line(bare, nothing)), used, Record::end);
+  for (const LineField& f : record_fields(Record::end)) {
+    INFO("core/line_fields_end.hpp declares " << f.path << "; no end record carries it");
+    CHECK(used.count(&f));
   }
-  for (const auto& name : documented_names(end_doc)) {
-    INFO("docs/schema.md documents `" << name << "` for the end record; the end record does not carry it");
-    CHECK(carried(paths, name));
-  }
-  CHECK_FALSE(documented(end_doc, "step_time_ms"));  // the step line's
+  CHECK(used.count(line_field_at("/between_steps/gpu/top_kernels/0/name")));  // after_last_step.gpu's
+  CHECK(record_field_at(Record::end, details::pointer_segments("/step_time_ms")) == nullptr);  // the step line's
+  CHECK(declared("after_last_step.gpu.kernels", Record::end) == declared("between_steps.gpu.kernels"));
 }
 
 namespace {
@@ -658,8 +557,6 @@ std::string read_source(const char* relative) {
 // a type it can read — the Prometheus exporter's tables (numbers, booleans), the SQLite views
 // (examples/logs/schema.sql) and the report's per-step fields (python/steptrace/report/runs.py).
 TEST_CASE("every field another output reads is a declared field of a type it reads", "[schema]") {
-  const std::string schema = schema_text();
-  const std::string end_doc = section(schema, "## The end record", "## Traces of the steps");
   const auto scalar = [](const LineField* f) {
     return f && (f->type == FieldType::number || f->type == FieldType::integer || f->type == FieldType::boolean);
   };
@@ -690,7 +587,7 @@ TEST_CASE("every field another output reads is a declared field of a type it rea
     if (row == "p.value") path = "phases.<name>." + path;
     const bool in_ends = at > sql.find("CREATE VIEW ends") && at < sql.find("CREATE VIEW ends") + ends_view.size();
     INFO("examples/logs/schema.sql reads " << path << (in_ends ? " (end record)" : ""));
-    if (in_ends) CHECK(documented(end_doc, path));
+    if (in_ends) CHECK(declared(path, Record::end));
     else CHECK((declared(path) || path == "from_step" || path == "event"));
     ++sql_paths;
   }

@@ -1,58 +1,81 @@
-// steptrace/core/line_fields.hpp - the step line, declared once: every field a step line can carry, a
-// typed row each (core/line_fields_step.hpp, _gpu.hpp, _verdicts.hpp). The rows decide the compact line
-// and the run record (core/line_tiers.hpp: which fields, how their numbers are written), and
-// tests/test_schema.cpp holds every other output to them: the section writers (every field a line
-// carries has its row and type; every row is carried by some line), docs/schema.md's step-line tables
-// (rendered from the rows), the Prometheus exporter's pointers, the SQLite views and the report's fields.
-// Adding a field is a row here plus its computation in a section writer.
+// steptrace/core/line_fields.hpp - the step line and the end record, declared once: every field they can
+// carry, a typed row each (core/line_fields_step.hpp, _gpu.hpp, _verdicts.hpp; the end record's
+// core/line_fields_end.hpp). The step line's rows decide the compact line and the run record
+// (core/line_tiers.hpp: which fields, how their numbers are written), and tests/test_schema.cpp holds
+// every other output to the rows: the writers (every field a record carries has its row and type;
+// every row is carried by some record), docs/schema.md's field tables (rendered from the rows), the
+// Prometheus exporter's pointers, the SQLite views and the report's fields. Adding a field is a row
+// here plus its computation in a writer (core/line_sections*.hpp, core/end_line.hpp).
 #pragma once
 #include "../version.hpp"
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "json_flat.hpp"
 #include "line_field.hpp"
+#include "line_fields_end.hpp"
 #include "line_fields_gpu.hpp"
 #include "line_fields_step.hpp"
 #include "line_fields_verdicts.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
-/// Every row, in the order of docs/schema.md's sections: step, GPU, verdicts. The compact line and the
-/// run record write their fields in this order.
-inline const std::vector<LineField>& line_fields() {
-  static const std::vector<LineField> all = [] {
+/// The records declared: the step line and the end record.
+enum class Record : uint8_t { step, end };
+
+/// Every row of a record, in the order of docs/schema.md's sections (the step line's: step, GPU,
+/// verdicts). The compact line and the run record write their fields in this order.
+inline const std::vector<LineField>& record_fields(Record r) {
+  static const std::vector<LineField> step = [] {
     std::vector<LineField> v;
     for (const LineField& f : line_field::kStepFields) v.push_back(f);
     for (const LineField& f : line_field::kGpuFields) v.push_back(f);
     for (const LineField& f : line_field::kVerdictFields) v.push_back(f);
     return v;
   }();
-  return all;
+  static const std::vector<LineField> end(std::begin(line_field::kEndFields), std::end(line_field::kEndFields));
+  return r == Record::step ? step : end;
 }
+inline const std::vector<LineField>& line_fields() { return record_fields(Record::step); }
 
 namespace details {
-/// line_fields()' paths as segments, made once.
-inline const std::vector<std::vector<std::string_view>>& line_field_segments() {
-  static const std::vector<std::vector<std::string_view>> all = [] {
+/// record_fields()' paths as segments, made once.
+inline const std::vector<std::vector<std::string_view>>& record_field_segments(Record r) {
+  const auto make = [](Record which) {
     std::vector<std::vector<std::string_view>> v;
-    for (const LineField& f : line_fields()) v.push_back(pointer_segments(f.path));
+    for (const LineField& f : record_fields(which)) v.push_back(pointer_segments(f.path));
     return v;
-  }();
-  return all;
+  };
+  static const std::vector<std::vector<std::string_view>> step = make(Record::step), end = make(Record::end);
+  return r == Record::step ? step : end;
+}
+inline const std::vector<std::vector<std::string_view>>& line_field_segments() {
+  return record_field_segments(Record::step);
 }
 }  // namespace details
 
-/// The row declaring the field at `segs` (a pointer's segments, escaped as in the pointer; an array
-/// element's segment is its index, which the row's "*" matches). nullptr: no row.
-inline const LineField* line_field_at(const std::vector<std::string_view>& segs) {
-  const auto& all = details::line_field_segments();
+/// The row declaring the field at `segs` of a record (a pointer's segments, escaped as in the pointer;
+/// an array element's segment is its index, which the row's "*" matches). nullptr: no row. The end
+/// record's `after_last_step.gpu` holds what the step line's `between_steps.gpu` does: its members
+/// are that object's rows.
+inline const LineField* record_field_at(Record r, const std::vector<std::string_view>& segs) {
+  if (r == Record::end && segs.size() > 2 && segs[0] == "after_last_step" && segs[1] == "gpu") {
+    std::vector<std::string_view> between(segs);
+    between[0] = "between_steps";
+    return record_field_at(Record::step, between);
+  }
+  const auto& all = details::record_field_segments(r);
   for (std::size_t i = 0; i < all.size(); ++i)
-    if (details::segments_match(all[i], segs)) return &line_fields()[i];
+    if (details::segments_match(all[i], segs)) return &record_fields(r)[i];
   return nullptr;
+}
+inline const LineField* line_field_at(const std::vector<std::string_view>& segs) {
+  return record_field_at(Record::step, segs);
 }
 inline const LineField* line_field_at(std::string_view pointer) {
   return line_field_at(details::pointer_segments(pointer));
@@ -62,14 +85,15 @@ inline const LineField* line_field_at(std::string_view pointer) {
 /// declaration: a leaf no row declares, or one not of its row's type ("/gpu/kernels: 1.5, declared
 /// integer"), at most `max` of them, then how many more. Empty: none. Objects and arrays are known by
 /// their leaves here (an empty one leaves none). Every leaf is walked: a tool's check, not the writer's.
-inline std::vector<std::string> declaration_problems(const FlatJson& leaves, std::size_t max = 8) {
+inline std::vector<std::string> declaration_problems(const FlatJson& leaves, Record record = Record::step,
+                                                     std::size_t max = 8) {
   static const char* const kTypes[] = {"string", "number", "integer", "boolean", "object", "names", "array"};
   std::vector<std::string> out;
   std::size_t more = 0;
   std::vector<std::string_view> segs;
   for (const auto& [pointer, leaf] : leaves) {
     details::pointer_segments_into(pointer, segs);
-    const LineField* f = line_field_at(segs);
+    const LineField* f = record_field_at(record, segs);
     std::string problem;
     if (!f) {
       problem = pointer + ": no row declares it";
