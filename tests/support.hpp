@@ -13,8 +13,29 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <steptrace/core/line_fields.hpp>
 
 namespace steptrace_test {
+
+#ifdef STEPTRACE_SOURCE_DIR
+/// A file of the source tree, whole (relative to its root; tests/CMakeLists.txt says which tests know it).
+inline std::string source_text(const std::string& relative) {
+  std::ifstream in(std::string(STEPTRACE_SOURCE_DIR "/") + relative);
+  REQUIRE(in.good());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+#endif
+
+/// A full step line's or an end record's text against the line's declaration (core/line_fields.hpp):
+/// every record a test reads back is checked, so every line the runtime writes in the tests is.
+inline void check_declared_text(const std::string& line) {
+  const bool step = line.find("\"schema\":\"steptrace.step/1\"") != std::string::npos;
+  if (!step && line.find("\"schema\":\"steptrace.end/1\"") == std::string::npos) return;
+  steptrace::FlatJson leaves;
+  if (!steptrace::details::JsonFlattener(line, leaves).run().empty()) return;  // the parse below says why
+  for (const std::string& problem : steptrace::declaration_problems(leaves, step ? steptrace::Record::step : steptrace::Record::end))
+    FAIL_CHECK("not as core/line_fields.hpp declares it: " << problem);
+}
 
 /// A fresh log path in the test's working directory (removed first).
 /// Test cases tagged [tsc] need the CPU tick counter; CTest runs them on their own (`<name>_tsc`, with
@@ -46,6 +67,7 @@ inline std::vector<nlohmann::json> read_records(const std::string& path) {
   while (std::getline(in, line)) {
     INFO("line: " << line);
     REQUIRE_NOTHROW(lines.push_back(nlohmann::json::parse(line)));
+    check_declared_text(line);
   }
   return lines;
 }
@@ -61,6 +83,7 @@ inline std::vector<nlohmann::json> read_records_live(const std::string& path) {
     const std::string line = text.substr(begin, end - begin);
     INFO("line: " << line);
     REQUIRE_NOTHROW(records.push_back(nlohmann::json::parse(line)));
+    check_declared_text(line);
   }
   return records;
 }

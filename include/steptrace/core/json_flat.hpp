@@ -23,6 +23,8 @@ struct JsonLeaf {
   enum class Kind : uint8_t { null, boolean, number, string } kind = Kind::null;
   double number = 0;  // number; boolean as 0/1
   std::string text;   // string
+  bool integral = false;  // a number written as an integer: from an integer type (JsonWriter), or read
+                          // without a fraction or an exponent
 };
 
 /// Leaves by JSON pointer. Empty objects and arrays leave nothing.
@@ -100,6 +102,7 @@ class JsonFlattener {
         ++end;
       const auto r = std::from_chars(s_.data() + i_, s_.data() + end, leaf.number);
       if (r.ec != std::errc() || r.ptr != s_.data() + end || end == i_) return fail("bad number"), false;
+      leaf.integral = std::string_view(s_.data() + i_, end - i_).find_first_of(".eE") == std::string_view::npos;
       i_ = end;
     }
     if (limits_.keep && !limits_.keep(path)) return true;  // read and checked, not kept

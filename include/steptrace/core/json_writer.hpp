@@ -52,11 +52,11 @@ class JsonWriter {
   JsonWriter& value(const char* s) { return value(std::string_view(s)); }
   JsonWriter& value(const std::string& s) { return value(std::string_view(s)); }
   JsonWriter& value(int64_t v) {
-    leaf(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}});
+    leaf(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true});
     return raw(std::to_string(v));
   }
   JsonWriter& value(uint64_t v) {
-    leaf(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}});
+    leaf(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true});
     return raw(std::to_string(v));
   }
   JsonWriter& value(int v) { return value(static_cast<int64_t>(v)); }

@@ -14,9 +14,11 @@ STEPTRACE_BEGIN_NAMESPACE
 /// time (phases, scalars, collectives), its entries declared under the segment "*".
 enum class FieldType : uint8_t { string, number, integer, boolean, object, names, array };
 
+namespace line_field {
 /// Where a field goes besides the full line (`line_detail=full`, which has every field): the compact
-/// line (`steptrace.step/2`), the run record (`steptrace.run/2`).
+/// line (`steptrace.step/2`), the run record (`steptrace.run/2`). Bits.
 enum FieldTier : uint8_t { kFullOnly = 0, kCompact = 1, kRun = 2 };
+}  // namespace line_field
 
 /// How the compact line and the run record write a number: to 6 significant digits (what a measured
 /// time or share can mean), or as the integer nearest (counts and bytes are exact; a wall-clock time to
@@ -36,16 +38,17 @@ struct LineField {
   Digits digits;
   const char* unit;
   const char* meaning;    // where it comes from and what it says; kAsAbove; nullptr: its parent's row says
-  const char* null_when;  // when it is null; nullptr: its table has no such column
+  const char* null_when;  // when it is null ("never…": never); nullptr: its table has no such column, or
+                          // the row above's (kAsAbove) or none said (a member)
 
   /// This row, carried by `tier` too, its numbers written to `d` there.
-  constexpr LineField in(FieldTier tier, Digits d) const {
+  constexpr LineField in(line_field::FieldTier tier, Digits d) const {
     LineField f = *this;
     f.tiers = static_cast<uint8_t>(f.tiers | tier);
     f.digits = d;
     return f;
   }
-  constexpr LineField in(FieldTier tier) const { return in(tier, digits); }
+  constexpr LineField in(line_field::FieldTier tier) const { return in(tier, digits); }
 };
 
 namespace line_field {

@@ -8,7 +8,6 @@
 // here plus its computation in a writer (core/line_sections*.hpp, core/end_line.hpp).
 #pragma once
 #include "../version.hpp"
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -81,6 +80,19 @@ inline const LineField* line_field_at(std::string_view pointer) {
   return line_field_at(details::pointer_segments(pointer));
 }
 
+/// Whether a row's field is never null: its null cases begin with "never" (for a row shown with the
+/// row above it, that row's). A member's row says nothing: null is not ruled out.
+inline bool never_null(const LineField& f) {
+  for (const Record r : {Record::step, Record::end}) {
+    const auto& all = record_fields(r);
+    if (all.empty() || &f < all.data() || &f >= all.data() + all.size()) continue;
+    std::size_t i = static_cast<std::size_t>(&f - all.data());
+    while (i > 0 && all[i].meaning == kAsAbove) --i;
+    return all[i].meaning && all[i].null_when && std::strncmp(all[i].null_when, "never", 5) == 0;
+  }
+  return false;
+}
+
 /// What a written line's leaves (core/json_flat.hpp: values and nulls, by pointer) say against the
 /// declaration: a leaf no row declares, or one not of its row's type ("/gpu/kernels: 1.5, declared
 /// integer"), at most `max` of them, then how many more. Empty: none. Objects and arrays are known by
@@ -100,12 +112,11 @@ inline std::vector<std::string> declaration_problems(const FlatJson& leaves, Rec
     } else {
       bool ok = false;
       switch (leaf.kind) {
-        case JsonLeaf::Kind::null: ok = !(f->null_when && std::strcmp(f->null_when, "never") == 0); break;
+        case JsonLeaf::Kind::null: ok = !never_null(*f); break;
         case JsonLeaf::Kind::boolean: ok = f->type == FieldType::boolean; break;
         case JsonLeaf::Kind::string: ok = f->type == FieldType::string; break;
         case JsonLeaf::Kind::number:
-          ok = f->type == FieldType::number ||
-               (f->type == FieldType::integer && std::isfinite(leaf.number) && std::floor(leaf.number) == leaf.number);
+          ok = f->type == FieldType::number || (f->type == FieldType::integer && leaf.integral);
           break;
       }
       if (!ok) {

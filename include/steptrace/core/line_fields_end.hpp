@@ -11,13 +11,13 @@ using F = FieldType;
 
 // clang-format off
 inline constexpr LineField kEndFields[] = {
-    row("end", "/event", F::string, "string",
+    row("end", "/event", F::string, "—",
         "`end`",
         nullptr),
-    row("end", "/schema", F::string, "string",
+    row("end", "/schema", F::string, "—",
         "`steptrace.end/1`",
         nullptr),
-    row("end", "/reason", F::string, "string",
+    row("end", "/reason", F::string, "—",
         "`stop`, `SIGTERM` or `exit`",
         nullptr),
     row("end", "/timestamp", F::string, "ISO 8601 UTC",
@@ -32,7 +32,7 @@ inline constexpr LineField kEndFields[] = {
     same("/pid", F::integer, "—"),
     same("/run_id", F::string, "—"),
     same("/job_id", F::string, "—"),
-    row("end", "/device_uuid", F::string, "string",
+    row("end", "/device_uuid", F::string, "—",
         "`device.uuid` of the step lines; `null` without a GPU",
         nullptr),
     row("end", "/last_global_step", F::integer, "step",
@@ -44,7 +44,7 @@ inline constexpr LineField kEndFields[] = {
     row("end", "/lines_incomplete", F::integer, "count",
         "of those, lines written before all their GPU records came (`gpu.complete: false`)",
         nullptr),
-    member("/dropped", F::object, "object"),
+    member("/dropped", F::object, "—"),
     row("end", "/dropped/steps_total", F::integer, "count",
         "as on the step lines",
         nullptr),
@@ -62,7 +62,7 @@ inline constexpr LineField kEndFields[] = {
         "begin, holding both), counted since `start()`, 0 at `stop()`. A step the program goes on to queue "
         "before the background thread takes the ending is not cut",
         nullptr),
-    row("end", "/traces", F::object, "object",
+    row("end", "/traces", F::object, "—",
         "the flight recorder's counts; `null` when it is off (`trace_keep_steps` 0)",
         nullptr),
     row("end", "/traces/captures", F::integer, "count",
@@ -86,7 +86,7 @@ inline constexpr LineField kEndFields[] = {
     row("end", "/traces/capture_cpu_ms", F::number, "ms",
         "the background thread's CPU time building and writing captures",
         nullptr),
-    member("/traces/requests", F::object, "object"),
+    member("/traces/requests", F::object, "—"),
     row("end", "/traces/requests/read", F::integer, "count",
         "capture requests for this run read from the trace directory (`steptrace-ctl capture`; "
         "`remote_captures`)",
@@ -102,7 +102,7 @@ inline constexpr LineField kEndFields[] = {
         "of those, plans that reached this rank after its first step had begun (the capture holds what the "
         "ring still had)",
         nullptr),
-    member("/traces/ring", F::object, "object"),
+    member("/traces/ring", F::object, "—"),
     row("end", "/traces/ring/keep_steps", F::integer, "steps",
         "the ring's bounds (`trace_keep_steps`, `trace_ring_mib`)",
         nullptr),
@@ -131,11 +131,11 @@ inline constexpr LineField kEndFields[] = {
         "still open",
         nullptr),
     member("/after_last_step/host_ms", F::number, "ms"),
-    member("/after_last_step/gpu", F::object, "object"),
-    row("end", "/null_reasons", F::names, "object",
+    member("/after_last_step/gpu", F::object, "—"),
+    row("end", "/null_reasons", F::names, "—",
         "why a `null` above is null",
         nullptr),
-    member("/null_reasons/*", F::string, "string"),
+    member("/null_reasons/*", F::string, "—"),
 };
 // clang-format on
 

@@ -41,7 +41,7 @@ inline constexpr LineField kGpuFields[] = {
         "`sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed` / 100 (tensor pipe active cycles; "
         "DCGM's PIPE_TENSOR_ACTIVE); on chips without it the `…_op_gmma_…` or `…_op_hmma_…` variant",
         "as `sm_activity`; the chip offers none of the three").in(kCompact),
-    row("gpu", "/counters", F::object, "object",
+    row("gpu", "/counters", F::object, "—",
         "how the three values above were obtained: `source` (`cupti_pm_sampling`), `interval_us` (sampling "
         "period), `samples` (samples used), `sample_ms` (the window's time inside the samples used: the "
         "weight of its values), `coverage` (`sample_ms` / the window's time), `edge_only` (no whole sample "
@@ -51,15 +51,15 @@ inline constexpr LineField kGpuFields[] = {
         "interval cannot; values up to 1.001 are the hardware's rounding of 1 and read as 1; every value "
         "published is in [0, 1])",
         "counters not running (reason in `null_reasons.counters`)"),
-    member("/counters/source", F::string, "string"),
-    member("/counters/interval_us", F::integer, "µs"),
+    member("/counters/source", F::string, "—"),
+    member("/counters/interval_us", F::number, "µs"),
     member("/counters/samples", F::integer, "count"),
     member("/counters/sample_ms", F::number, "ms"),
     member("/counters/coverage", F::number, "fraction"),
-    member("/counters/edge_only", F::boolean, "bool"),
+    member("/counters/edge_only", F::boolean, "—"),
     member("/counters/occupancy", F::number, "fraction"),
     member("/counters/excluded_values", F::integer, "count"),
-    row("gpu", "/cross_rank", F::object, "object",
+    row("gpu", "/cross_rank", F::object, "—",
         "rank 0 only, with a communicator handed over (C++: `steptrace/nccl.hpp`; Python: "
         "`steptrace.cross_rank()`): every `cross_rank_every` steps each rank's step time and built-in phase "
         "times are gathered (the step's time to its own end: a wait for the slow rank after the step's "
@@ -98,29 +98,29 @@ inline constexpr LineField kGpuFields[] = {
     member("/cross_rank/world_size", F::integer, "ranks"),
     member("/cross_rank/reporting", F::integer, "ranks"),
     member("/cross_rank/missing_count", F::integer, "count"),
-    member("/cross_rank/missing_ranks", F::array, "array"),
+    member("/cross_rank/missing_ranks", F::array, "—"),
     member("/cross_rank/missing_ranks/*", F::integer, "rank"),
-    member("/cross_rank/step_time_ms", F::object, "object"),
+    member("/cross_rank/step_time_ms", F::object, "—"),
     member("/cross_rank/step_time_ms/median", F::number, "ms"),
     member("/cross_rank/step_time_ms/min", F::number, "ms"),
     member("/cross_rank/step_time_ms/max", F::number, "ms"),
-    member("/cross_rank/work_ms", F::object, "object"),
+    member("/cross_rank/work_ms", F::object, "—"),
     member("/cross_rank/work_ms/median", F::number, "ms"),
     member("/cross_rank/work_ms/min", F::number, "ms"),
     member("/cross_rank/work_ms/max", F::number, "ms"),
     member("/cross_rank/slowest_rank", F::integer, "rank").in(kCompact),
     member("/cross_rank/step_skew", F::number, "fraction").in(kCompact),
-    member("/cross_rank/balanced", F::boolean, "bool").in(kCompact),
+    member("/cross_rank/balanced", F::boolean, "—").in(kCompact),
     member("/cross_rank/gap_ms", F::number, "ms"),
     member("/cross_rank/skew", F::number, "fraction"),
-    member("/cross_rank/culprit_phase", F::string, "string").in(kCompact),
+    member("/cross_rank/culprit_phase", F::string, "—").in(kCompact),
     member("/cross_rank/culprit_gap_ms", F::number, "ms").in(kCompact),
-    member("/cross_rank/lowest_scores", F::array, "array"),
-    member("/cross_rank/lowest_scores/*", F::object, "object"),
+    member("/cross_rank/lowest_scores", F::array, "—"),
+    member("/cross_rank/lowest_scores/*", F::object, "—"),
     member("/cross_rank/lowest_scores/*/rank", F::integer, "rank"),
     member("/cross_rank/lowest_scores/*/score", F::number, "fraction"),
     member("/cross_rank/lowest_scores/*/work_ms", F::number, "ms"),
-    row("gpu", "/device_state", F::object, "object",
+    row("gpu", "/device_state", F::object, "—",
         "NVML readings taken by the background thread every `memory_sample_ms` (under `overhead_budget`, "
         "less often when a reading's CPU time would spend more than a tenth of the budget: `overhead.parts`) "
         "within the step (`samples`; a step shorter than the period gets the latest earlier reading, "
@@ -135,9 +135,9 @@ inline constexpr LineField kGpuFields[] = {
     member("/device_state/sm_clock_mhz_mean", F::number, "MHz"),
     member("/device_state/sm_clock_mhz_min", F::number, "MHz"),
     member("/device_state/temperature_c_max", F::number, "°C"),
-    member("/device_state/clock_event_reasons", F::array, "array"),
-    member("/device_state/clock_event_reasons/*", F::string, "string"),
-    row("gpu", "/traced", F::boolean, "bool",
+    member("/device_state/clock_event_reasons", F::array, "—"),
+    member("/device_state/clock_event_reasons/*", F::string, "—"),
+    row("gpu", "/traced", F::boolean, "—",
         "true when CUPTI attributed this step's GPU work (the `gpu` object is present); false for the steps "
         "in between when an interval > 1 is in force (`trace_every`, or the one `overhead_budget` chose; "
         "their `null_reasons.gpu` says \"step not traced: trace_every=N …\", with \"(chosen by "
@@ -145,10 +145,10 @@ inline constexpr LineField kGpuFields[] = {
         "untraced_cupti=detach)\" in that mode, or \"(… chosen by overhead_budget, untraced_cupti=auto)\" "
         "once the budget detached it), and whenever attribution is unavailable",
         "never null").in(kCompact),
-    row("gpu", "/gpu", F::object, "object",
+    row("gpu", "/gpu", F::object, "—",
         "attribution summary, below",
         "as `gpu_utilization`; steps not traced (`trace_every`)"),
-    row("gpu", "/gpu/complete", F::boolean, "bool",
+    row("gpu", "/gpu/complete", F::boolean, "—",
         "every launch of the step produced its records before the line, launches made at a trace switch "
         "aside (see `gpu.launched_untraced_records`: attributed if their records come, never waited for)",
         "—"),
@@ -182,7 +182,7 @@ inline constexpr LineField kGpuFields[] = {
         "NCCL kernel time per collective, read from the kernel name (`AllReduce`, `AllGather`, "
         "`ReduceScatter`, `Broadcast`, `SendRecv`, …; `other` when the name carries none)",
         "— (empty object without NCCL)"),
-    member("/gpu/nccl_collectives/*", F::object, "object"),
+    member("/gpu/nccl_collectives/*", F::object, "—"),
     member("/gpu/nccl_collectives/*/ms", F::number, "ms"),
     member("/gpu/nccl_collectives/*/kernels", F::integer, "count"),
     row("gpu", "/gpu/late_records", F::integer, "count",
@@ -284,8 +284,8 @@ inline constexpr LineField kGpuFields[] = {
     row("phase_gpu", "/phases/*/gpu/top_kernels", F::array, "array of `{name, ms, calls, sm_efficiency}`",
         "the 5 kernels with the most time in the phase, names demangled (cut at 200 characters)",
         nullptr),
-    member("/phases/*/gpu/top_kernels/*", F::object, "object"),
-    member("/phases/*/gpu/top_kernels/*/name", F::string, "string"),
+    member("/phases/*/gpu/top_kernels/*", F::object, "—"),
+    member("/phases/*/gpu/top_kernels/*/name", F::string, "—"),
     member("/phases/*/gpu/top_kernels/*/ms", F::number, "ms"),
     member("/phases/*/gpu/top_kernels/*/calls", F::integer, "count"),
     member("/phases/*/gpu/top_kernels/*/sm_efficiency", F::number, "fraction"),
@@ -304,9 +304,9 @@ inline constexpr LineField kGpuFields[] = {
     member("/phases/*/gpu/counters/samples", F::integer, "count"),
     member("/phases/*/gpu/counters/sample_ms", F::number, "ms"),
     member("/phases/*/gpu/counters/coverage", F::number, "fraction"),
-    member("/phases/*/gpu/counters/edge_only", F::boolean, "bool"),
+    member("/phases/*/gpu/counters/edge_only", F::boolean, "—"),
     member("/phases/*/gpu/counters/shared", F::number, "fraction"),
-    row("markers", "/gpu_markers", F::object, "object",
+    row("markers", "/gpu_markers", F::object, "—",
         "the step's markers, below",
         "markers off or not armed (`stream_markers=false`; no GPU attribution; no traced step yet has shown "
          "the program's work on the marker stream; a traced step showed it elsewhere: name it with "
@@ -330,7 +330,7 @@ inline constexpr LineField kGpuFields[] = {
         "how far the GPU was behind the host at the step's end marker, and at the worst of its markers",
         "never (a step whose end is not marked has no `gpu_markers`)"),
     same("/gpu_markers/max_lag_ms", F::number, "ms"),
-    row("markers", "/gpu_markers/agrees_with_records", F::boolean, "bool",
+    row("markers", "/gpu_markers/agrees_with_records", F::boolean, "—",
         "traced steps: whether the markers' pending time from the step's begin marker on is at most the "
         "records' `gpu.busy_ms` + max(0.5 ms, 3 % of the step). Markers decide untraced lines' diagnoses "
         "(`diagnosis.basis` `markers`) only while the last traced step (with complete records) was marked "
@@ -342,7 +342,7 @@ inline constexpr LineField kGpuFields[] = {
         "over its scopes (idle gaps included: TraceML's per-phase GPU time), the GPU's lag at its last "
         "scope's end, and its scope count",
         "(empty without phases)"),
-    member("/gpu_markers/phases/*", F::object, "object"),
+    member("/gpu_markers/phases/*", F::object, "—"),
     member("/gpu_markers/phases/*/span_ms", F::number, "ms"),
     member("/gpu_markers/phases/*/end_lag_ms", F::number, "ms"),
     member("/gpu_markers/phases/*/scopes", F::integer, "count"),

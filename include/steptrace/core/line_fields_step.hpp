@@ -11,7 +11,7 @@ using F = FieldType;
 
 // clang-format off
 inline constexpr LineField kStepFields[] = {
-    row("identity", "/schema", F::string, "string",
+    row("identity", "/schema", F::string, "—",
         "constant `\"steptrace.step/1\"`",
         "never").in(kCompact),
     row("identity", "/global_step", F::integer, "count, 0-based",
@@ -39,7 +39,7 @@ inline constexpr LineField kStepFields[] = {
         "broadcast, waited for at most 30 s, 60 s from Python; lines written before that call keep the "
         "rank's own)",
         "never").in(kCompact).in(kRun),
-    row("identity", "/job_id", F::string, "string",
+    row("identity", "/job_id", F::string, "—",
         "`job_id` / `STEPTRACE_JOB_ID`, else `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes "
         "pod's name (`HOSTNAME` where `KUBERNETES_SERVICE_HOST` is set)",
         "none of these known").in(kRun),
@@ -49,11 +49,11 @@ inline constexpr LineField kStepFields[] = {
         "series, to join them with the lines",
         "no GPU, no driver, `gpu=off`"),
     member("/device/index", F::integer, "—").in(kRun),
-    member("/device/name", F::string, "string").in(kRun),
+    member("/device/name", F::string, "—").in(kRun),
     member("/device/sm_count", F::integer, "count").in(kRun),
-    member("/device/compute_capability", F::string, "string").in(kRun),
-    member("/device/uuid", F::string, "string").in(kRun),
-    member("/device/pci_bus_id", F::string, "string").in(kRun),
+    member("/device/compute_capability", F::string, "—").in(kRun),
+    member("/device/uuid", F::string, "—").in(kRun),
+    member("/device/pci_bus_id", F::string, "—").in(kRun),
     row("throughput", "/step_time_ms", F::number, "ms",
         "this step's start → its own end: its `TRACE_STEP` scope's end when the scope ended before the next "
         "step began (what ran between is the next line's `between_steps`), else the next step's start (a "
@@ -79,22 +79,22 @@ inline constexpr LineField kStepFields[] = {
         "the first step (work before it: `gpu.before_first_step_ms`); `gpu`: the previous step was not "
          "traced (GPU records run from a traced step's begin to the next step's begin), attribution off"),
     member("/between_steps/host_ms", F::number, "ms").in(kCompact),
-    member("/between_steps/phases", F::names, "object"),
-    member("/between_steps/phases/*", F::object, "object"),
+    member("/between_steps/phases", F::names, "—"),
+    member("/between_steps/phases/*", F::object, "—"),
     member("/between_steps/phases/*/host_ms", F::number, "ms"),
     member("/between_steps/phases/*/count", F::integer, "count"),
-    member("/between_steps/gpu", F::object, "object"),
+    member("/between_steps/gpu", F::object, "—"),
     member("/between_steps/gpu/busy_ms", F::number, "ms"),
     member("/between_steps/gpu/kernel_ms", F::number, "ms"),
     member("/between_steps/gpu/kernels", F::integer, "count"),
     member("/between_steps/gpu/copies", F::integer, "count"),
     member("/between_steps/gpu/copy_bytes", F::integer, "bytes"),
-    member("/between_steps/gpu/complete", F::boolean, "bool"),
+    member("/between_steps/gpu/complete", F::boolean, "—"),
     member("/between_steps/gpu/missing_launches", F::integer, "count"),
     member("/between_steps/gpu/excluded_records", F::integer, "count"),
-    member("/between_steps/gpu/top_kernels", F::array, "array"),
-    member("/between_steps/gpu/top_kernels/*", F::object, "object"),
-    member("/between_steps/gpu/top_kernels/*/name", F::string, "string"),
+    member("/between_steps/gpu/top_kernels", F::array, "—"),
+    member("/between_steps/gpu/top_kernels/*", F::object, "—"),
+    member("/between_steps/gpu/top_kernels/*/name", F::string, "—"),
     member("/between_steps/gpu/top_kernels/*/ms", F::number, "ms"),
     member("/between_steps/gpu/top_kernels/*/calls", F::integer, "count"),
     row("throughput", "/tokens", F::number, "tokens (this rank)",
@@ -136,12 +136,12 @@ inline constexpr LineField kStepFields[] = {
         "every phase, built-in and custom, that closed in the step; `self_ms`: the phase's exclusive time "
         "(below)",
         "never (may be `{}`); `self_ms` with `host_ms`"),
-    member("/phases/*", F::object, "object"),
+    member("/phases/*", F::object, "—"),
     member("/phases/*/host_ms", F::number, "ms").in(kCompact),
     member("/phases/*/self_ms", F::number, "ms").in(kCompact),
     member("/phases/*/count", F::integer, "count").in(kCompact),
     member("/phases/*/other_thread_count", F::integer, "count"),
-    member("/phases/*/gpu", F::object, "object"),
+    member("/phases/*/gpu", F::object, "—"),
     row("memory", "/peak_memory_allocated", F::integer, "bytes",
         "the allocator hook's `peak_allocated_bytes` if registered, else the peak of device-wide used memory "
         "sampled in the step",
@@ -149,7 +149,7 @@ inline constexpr LineField kStepFields[] = {
     row("memory", "/peak_memory_source", F::string, "`\"allocator_hook\"` or `\"device_used_sampled\"`",
         "which of the two",
         "`peak_memory_allocated` null"),
-    member("/memory", F::object, "object"),
+    member("/memory", F::object, "—"),
     row("memory", "/memory/device_used_peak_bytes", F::integer, "bytes",
         "max of `cudaMemGetInfo` (total − free, all processes on the device) samples taken by the background "
         "thread every `memory_sample_ms` (paced by the budget as `device_state`) within the step; for a step "
@@ -177,17 +177,17 @@ inline constexpr LineField kStepFields[] = {
         "under model parallelism torchtitan's convention, below)",
         "`flops_per_token` not set, tokens unknown, no trusted peak (unknown GPU, no GPU, dtype without a "
          "tensor path), or `model_parallel` does not divide `world_size`").in(kCompact),
-    member("/mfu_inputs", F::object, "object"),
+    member("/mfu_inputs", F::object, "—"),
     row("mfu", "/mfu_inputs/flops_per_token", F::number, "FLOP/token",
         "`Config::flops_per_token` (e.g. `transformer_flops_per_token`)",
         "not set").in(kRun),
     row("mfu", "/mfu_inputs/peak_flops", F::number, "FLOP/s, one GPU, dense",
         "`Config::peak_flops` override, else the table in `core/metrics.hpp` by device name and `dtype`",
         "no override and no table entry").in(kRun),
-    row("mfu", "/mfu_inputs/peak_source", F::string, "string",
+    row("mfu", "/mfu_inputs/peak_source", F::string, "—",
         "which table row and datasheet, or why there is none",
         "never").in(kRun),
-    row("mfu", "/mfu_inputs/above_one", F::boolean, "bool",
+    row("mfu", "/mfu_inputs/above_one", F::boolean, "—",
         "`estimated_mfu > 1`: the FLOPs count or the peak is wrong (also in `warnings`)",
         "never"),
     row("mfu", "/mfu_inputs/model_parallel", F::object, "object `{tensor, pipeline, context}`",
@@ -218,7 +218,7 @@ inline constexpr LineField kStepFields[] = {
         "`null_reasons.\"scalars.<name>\"` (a dot in the name escaped: `scalars.loss\\.train`)",
         "never (may be `{}`)"),
     member("/scalars/*", F::number, "as recorded").in(kCompact),
-    member("/diagnosis", F::object, "object"),
+    member("/diagnosis", F::object, "—"),
 };
 // clang-format on
 

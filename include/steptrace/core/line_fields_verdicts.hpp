@@ -15,7 +15,7 @@ inline constexpr LineField kVerdictFields[] = {
          "`COMPUTE-BOUND`, `UNKNOWN`",
         "what holds the step back (rules in docs/gpu.md, \"Diagnosis\")",
         nullptr).in(kCompact),
-    row("diagnosis", "/diagnosis/reason", F::string, "string",
+    row("diagnosis", "/diagnosis/reason", F::string, "—",
         "the deciding number in words",
         nullptr),
     row("diagnosis", "/diagnosis/evidence", F::object, "object `{input_share, h2d_share, comm_exposed_share, gpu_utilization, sm_efficiency}`",
@@ -29,7 +29,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("diagnosis", "/diagnosis/warnings", F::array, "array of strings",
         "shares past a warning level that did not decide the label (data wait ≥ 10 %)",
         nullptr),
-    member("/diagnosis/warnings/*", F::string, "string"),
+    member("/diagnosis/warnings/*", F::string, "—"),
     row("diagnosis", "/diagnosis/basis", F::string, "`traced` | `markers` | `carried` | `carried_scaled` | `host_only` | `none`",
         "what the label was decided from. `traced`: this step's own GPU attribution. `markers`: an untraced "
         "step's own stream markers showed the GPU with work pending for at least 70 % of the step "
@@ -59,7 +59,7 @@ inline constexpr LineField kVerdictFields[] = {
         "the traced step whose SM efficiency and NCCL time were used (null when none was recent) "
         "(`evidence`'s GPU shares stay null: they are this step's own); null with every other basis (reason)",
         nullptr),
-    member("/overhead", F::object, "object"),
+    member("/overhead", F::object, "—"),
     row("overhead", "/overhead/estimated_fraction", F::number, "fraction of step time",
         "steptrace's cost in step time at the interval in force: tracing and attached CUPTI plus "
         "`parts.host_api`. `measured`: `traced_step_extra_ms / (trace_every × clean_step_ms) + "
@@ -91,7 +91,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("overhead", "/overhead/budget", F::number, "fraction",
         "`overhead_budget`",
         "`trace_every` set explicitly, `overhead_budget` 0 (reason)"),
-    row("overhead", "/overhead/within_budget", F::boolean, "bool",
+    row("overhead", "/overhead/within_budget", F::boolean, "—",
         "`estimated_fraction` ≤ `budget`",
         "no budget, or no estimate").in(kCompact),
     row("overhead", "/overhead/estimated_fraction_ci_low", F::number, "fraction",
@@ -182,32 +182,32 @@ inline constexpr LineField kVerdictFields[] = {
         "thread's CPU time writing flight-recorder captures over the run's step time, `measured` (`off` "
         "without the recorder)",
         "no estimate yet, attribution off (reason); a part's `fraction` null with its reason"),
-    member("/overhead/parts/tracing", F::object, "object"),
+    member("/overhead/parts/tracing", F::object, "—"),
     member("/overhead/parts/tracing/fraction", F::number, "fraction"),
-    member("/overhead/parts/tracing/basis", F::string, "string"),
-    member("/overhead/parts/attached", F::object, "object"),
+    member("/overhead/parts/tracing/basis", F::string, "—"),
+    member("/overhead/parts/attached", F::object, "—"),
     member("/overhead/parts/attached/fraction", F::number, "fraction"),
-    member("/overhead/parts/attached/basis", F::string, "string"),
-    member("/overhead/parts/counters", F::object, "object"),
+    member("/overhead/parts/attached/basis", F::string, "—"),
+    member("/overhead/parts/counters", F::object, "—"),
     member("/overhead/parts/counters/fraction", F::number, "fraction"),
-    member("/overhead/parts/counters/basis", F::string, "string"),
-    member("/overhead/parts/host_api", F::object, "object"),
+    member("/overhead/parts/counters/basis", F::string, "—"),
+    member("/overhead/parts/host_api", F::object, "—"),
     member("/overhead/parts/host_api/fraction", F::number, "fraction"),
-    member("/overhead/parts/host_api/basis", F::string, "string"),
-    member("/overhead/parts/background", F::object, "object"),
+    member("/overhead/parts/host_api/basis", F::string, "—"),
+    member("/overhead/parts/background", F::object, "—"),
     member("/overhead/parts/background/fraction", F::number, "fraction"),
-    member("/overhead/parts/background/basis", F::string, "string"),
+    member("/overhead/parts/background/basis", F::string, "—"),
     member("/overhead/parts/background/memory", F::number, "fraction"),
     member("/overhead/parts/background/device_state", F::number, "fraction"),
     member("/overhead/parts/background/counters", F::number, "fraction"),
-    member("/overhead/parts/captures", F::object, "object"),
+    member("/overhead/parts/captures", F::object, "—"),
     member("/overhead/parts/captures/fraction", F::number, "fraction"),
-    member("/overhead/parts/captures/basis", F::string, "string"),
+    member("/overhead/parts/captures/basis", F::string, "—"),
     row("overhead", "/overhead/kernel_timestamps", F::string, "text",
         "how CUPTI times kernel records: `hardware_events` (`cuptiActivityEnableHWTrace`, Blackwell and "
         "later) or `instrumented (why the hardware path was refused)`",
         "CUPTI attribution off (reason)"),
-    row("trace", "/trace", F::object, "object",
+    row("trace", "/trace", F::object, "—",
         "the step was captured: it is written to a trace file with its neighbours",
         "the step was not captured, or the recorder is off (`trace_keep_steps` 0) (reason)"),
     row("trace", "/trace/file", F::string, "path",
@@ -221,7 +221,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("trace", "/trace/not_written", F::string, "text",
         "present only when `trace.file` is `null`: why (also in `null_reasons`)",
         "—"),
-    row("trace", "/trace/reasons", F::array, "array",
+    row("trace", "/trace/reasons", F::array, "—",
         "why it was captured: `slow_step` (over the last 64 steps, once 20 were seen, with m their median, s "
         "= 1.4826 × their median absolute deviation and p90 their 90th percentile: step time > "
         "`trace_trigger` × m, and > m + max(5 s, 1 ms), and > p90 — a loop's habitual longer steps are not "
@@ -232,17 +232,17 @@ inline constexpr LineField kVerdictFields[] = {
         "after 20 of them), `capture_steps` (the program called `steptrace::capture_steps(n)`), "
         "`capture_steps_env` (`capture_steps` / `STEPTRACE_CAPTURE_STEPS` names it)",
         "—"),
-    member("/trace/reasons/*", F::string, "string"),
+    member("/trace/reasons/*", F::string, "—"),
     row("bookkeeping", "/window", F::object, "object `{steps, step_time_ms_mean, step_time_ms_min, step_time_ms_max, tokens_per_second_mean}`",
         "only when `log_every` > 1: the steps since the previous line; `tokens_per_second_mean` is their "
         "tokens over their time (the steps that had a rate), not a mean of per-step rates",
         nullptr),
     member("/window/steps", F::integer, "steps").in(kCompact),
-    member("/window/step_time_ms_mean", F::number, "—").in(kCompact),
-    member("/window/step_time_ms_min", F::number, "—").in(kCompact),
-    member("/window/step_time_ms_max", F::number, "—").in(kCompact),
+    member("/window/step_time_ms_mean", F::number, "ms").in(kCompact),
+    member("/window/step_time_ms_min", F::number, "ms").in(kCompact),
+    member("/window/step_time_ms_max", F::number, "ms").in(kCompact),
     member("/window/tokens_per_second_mean", F::number, "tokens/s").in(kCompact),
-    member("/dropped", F::object, "object"),
+    member("/dropped", F::object, "—"),
     row("bookkeeping", "/dropped/steps_total", F::integer, "count",
         "steps whose line was never written because the writer queue (`max_pending_steps`) was full, since "
         "`start()`",
@@ -279,7 +279,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("bookkeeping", "/warnings", F::array, "array of strings",
         "e.g. MFU above 1",
         nullptr),
-    member("/warnings/*", F::string, "string"),
+    member("/warnings/*", F::string, "—"),
     row("bookkeeping", "/null_reasons", F::names, "object field → string",
         "one entry for every `null` field of the line; a field inside an object is named by its path "
         "(`gpu.sm_efficiency`), an array element by its index (`<array>.<index>.<field>`); a name holding "
@@ -287,7 +287,7 @@ inline constexpr LineField kVerdictFields[] = {
         "`phases.attn\\.qkv.gpu`, in the JSON text `\"phases.attn\\\\.qkv.gpu\"`); an object or array a "
         "check left out is itself `null` with the check's reason, nothing inside it written",
         nullptr),
-    member("/null_reasons/*", F::string, "string"),
+    member("/null_reasons/*", F::string, "—"),
 };
 // clang-format on
 

@@ -1,5 +1,5 @@
 // steptrace/core/line_sections.hpp - one writer per section of a step's line, in the line's order
-// (docs/schema.md follows it); the GPU and device sections are in line_sections_gpu.hpp, the writer
+// (core/line_fields.hpp declares what each writes); the GPU and device sections are in line_sections_gpu.hpp, the writer
 // itself (LineOut) in line_out.hpp. Every value goes through LineOut, every null with its reason.
 #pragma once
 #include "../version.hpp"

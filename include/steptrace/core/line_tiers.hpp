@@ -54,7 +54,7 @@ inline const TierPatterns& tier_patterns() {
     for (std::size_t i = 0; i < line_fields().size(); ++i) {
       const LineField& f = line_fields()[i];
       for (const LineTier tier : {LineTier::compact, LineTier::run}) {
-        if (!(f.tiers & (tier == LineTier::compact ? kCompact : kRun))) continue;
+        if (!(f.tiers & (tier == LineTier::compact ? line_field::kCompact : line_field::kRun))) continue;
         p.rows[static_cast<int>(tier)].push_back({segs[i], &f});
         p.first[static_cast<int>(tier)].push_back(segs[i].front());
       }

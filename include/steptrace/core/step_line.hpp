@@ -1,6 +1,6 @@
 // steptrace/core/step_line.hpp - one step's fields -> one JSON line (schema "steptrace.step/1").
-// docs/schema.md documents every field: name, unit, source, when null; tests/test_schema.cpp checks
-// that every key path a line can carry is documented there.
+// core/line_fields.hpp declares every field (type, unit, meaning, when null); tests/test_schema.cpp
+// checks that every value a line carries is declared there, of its type.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
