@@ -9,8 +9,10 @@
 // has the writer record them; a run with the Prometheus exporter already does): the same line written by
 // core/json_writer.hpp with and without record_leaves. Medians of 200 repetitions per line. And every
 // full line's and end record's leaves against their declaration (core/line_fields.hpp): the leaves
-// checked and any a row does not declare or declares of another type (the first 8 named, then a count
-// per line). Exit status 1 when a file has such a leaf, so a script can use it as a check.
+// checked and any a row does not declare or declares of another type, or a line that does not parse
+// (the first 8 named, and how many lines had one). Read from text, a whole number reads as an integer:
+// the check of integer rows against the writer's types is test_schema's. Exit status 1 when a file has
+// such a line, so a script can use it as a check.
 #include <steptrace/core/json_flat.hpp>
 #include <steptrace/core/json_writer.hpp>
 #include <steptrace/core/line_fields.hpp>
@@ -145,26 +147,26 @@ int main(int argc, char** argv) {
     double first_b = 0, run_b = 0;
     steptrace::ReasonBook book;
     std::vector<std::pair<std::string, std::string>> settings;
-    std::size_t checked = 0;
-    std::vector<std::string> problems;
-    for (std::string line; std::getline(in, line);) {
-      if (line.find("\"schema\":\"steptrace.end/1\"") != std::string::npos) {  // the end record: declared too
-        steptrace::FlatJson f;
-        if (!steptrace::details::JsonFlattener(line, f).run().empty()) continue;
-        checked += f.size();
-        if (problems.size() < 8)
-          for (std::string& p : steptrace::declaration_problems(f, steptrace::Record::end, 8 - problems.size()))
-            problems.push_back(std::move(p));
-        continue;
-      }
-      if (line.find("\"schema\":\"steptrace.step/1\"") == std::string::npos) continue;
-      steptrace::FlatJson f;
-      if (!steptrace::details::JsonFlattener(line, f).run().empty()) continue;
-      full_b.push_back(static_cast<double>(line.size()));
+    std::size_t checked = 0, lines_with_problems = 0;
+    std::vector<std::string> problems;  // the first 8 named
+    // A full step line's or an end record's leaves against the declaration; false: not such a line.
+    const auto check = [&](const std::string& line, steptrace::FlatJson& f) {
+      const bool end = line.find("\"schema\":\"steptrace.end/1\"") != std::string::npos;
+      if (!end && line.find("\"schema\":\"steptrace.step/1\"") == std::string::npos) return false;
+      std::vector<std::string> found;
+      const std::string parse_error = steptrace::details::JsonFlattener(line, f).run();
+      if (!parse_error.empty()) found.push_back("a line that does not parse: " + parse_error);
+      else found = steptrace::declaration_problems(f, end ? steptrace::Record::end : steptrace::Record::step);
       checked += f.size();
-      if (problems.size() < 8)
-        for (std::string& p : steptrace::declaration_problems(f, steptrace::Record::step, 8 - problems.size()))
-          problems.push_back(std::move(p));
+      lines_with_problems += !found.empty();
+      for (std::string& p : found)
+        if (problems.size() < 8) problems.push_back(std::move(p));
+      return parse_error.empty() && !end;  // a full step line, read
+    };
+    for (std::string line; std::getline(in, line);) {
+      steptrace::FlatJson f;
+      if (!check(line, f)) continue;
+      full_b.push_back(static_cast<double>(line.size()));
       const std::string compact = steptrace::make_compact_line(f, book);
       if (run_b == 0) {
         run_b = static_cast<double>(steptrace::make_run_record(f, settings).size());
@@ -185,17 +187,20 @@ int main(int argc, char** argv) {
       leaf_us.push_back(rewrite_us(line, true, kReps));
       plain_us.push_back(rewrite_us(line, false, kReps));
     }
-    if (full_b.empty()) continue;
     std::string name = argv[a];
     if (name.size() > 44) name = "…" + name.substr(name.size() - 43);
-    std::printf("%-44s %6zu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %10.1f %10.1f %10.1f\n", name.c_str(), full_b.size(),
+    if (!full_b.empty())
+      std::printf("%-44s %6zu %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %10.1f %10.1f %10.1f\n", name.c_str(), full_b.size(),
                 median(full_b), *std::max_element(full_b.begin(), full_b.end()), median(cmp_b),
                 cmp_b.empty() ? 0.0 : *std::max_element(cmp_b.begin(), cmp_b.end()), first_b, run_b, median(cmp_us),
                 median(leaf_us) - median(plain_us), median(plain_us));
+    else
+      std::printf("%-44s: no full step line\n", name.c_str());
     std::printf("  declared (core/line_fields.hpp): %zu leaves checked, %s\n", checked,
                 problems.empty() ? "every one declared, of its type" : "not all:");
     for (const std::string& p : problems) std::printf("    %s\n", p.c_str());
-    bad += !problems.empty();
+    if (lines_with_problems) std::printf("    (%zu lines with a problem)\n", lines_with_problems);
+    bad += lines_with_problems != 0;
   }
   return bad ? 1 : 0;
 }

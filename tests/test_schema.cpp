@@ -320,6 +320,10 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
     const auto problems = declaration_problems(wrong);
     CHECK(problems.size() == 4);
     CHECK(declaration_problems(wrong, Record::step, 2).back() == "and 2 more");
+    FlatJson whole_double = recorded;  // a whole double on an integer row: its text reads as an integer
+    whole_double["/gpu/kernels"] = JsonLeaf{JsonLeaf::Kind::number, 2.0, {}};
+    REQUIRE(declaration_problems(whole_double).size() == 1);
+    CHECK(declaration_problems(whole_double)[0].find("not written as an integer") != std::string::npos);
   }
   CHECK(nlohmann::json::parse(make_step_line(in))["scalars"].contains("a/b~c"));
 
@@ -335,7 +339,9 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   odd.cross_rank->step_skew = std::numeric_limits<double>::quiet_NaN();
   check_line_invariants(odd);
   CHECK(odd.excluded.size() >= 6);
-  const std::string odd_text = make_step_line(odd);
+  FlatJson odd_leaves;
+  const std::string odd_text = make_step_line(odd, &odd_leaves);
+  for (const std::string& problem : declaration_problems(odd_leaves)) FAIL_CHECK(problem);
   check_null_reasons(odd_text, odd.excluded);
   const auto odd_line = nlohmann::json::parse(odd_text);
   CHECK(odd_line["phases"]["forward"]["gpu"].is_null());
@@ -358,7 +364,9 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   check_line_invariants(dots);
   REQUIRE(dots.excluded.count("phases.attn\\.qkv.gpu"));
   const auto before = details::line_out_unbalanced().load();
-  const std::string dots_text = make_step_line(dots);
+  FlatJson dots_leaves;
+  const std::string dots_text = make_step_line(dots, &dots_leaves);
+  for (const std::string& problem : declaration_problems(dots_leaves)) FAIL_CHECK(problem);
   CHECK(details::line_out_unbalanced().load() == before);
   check_null_reasons(dots_text, dots.excluded);
   const auto dots_line = nlohmann::json::parse(dots_text);
@@ -389,6 +397,30 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   CHECK(type_error("/step_time_ms", nlohmann::json()) != "");
   CHECK(type_error("/gpu/kernels", nlohmann::json(3)) == "");
   CHECK(type_error("/phases/forward/host_ms", nlohmann::json(2)) == "");  // a whole number is a number
+}
+
+TEST_CASE("a number read without a fraction or an exponent is integral; one the writer wrote from a double is not",
+          "[schema]") {
+  FlatJson read;
+  REQUIRE(details::JsonFlattener(R"({"a":1,"b":-0,"c":1.0,"d":1e3,"e":1E3,"f":-12})", read).run().empty());
+  CHECK(read["/a"].integral);
+  CHECK(read["/b"].integral);
+  CHECK_FALSE(read["/c"].integral);
+  CHECK_FALSE(read["/d"].integral);
+  CHECK_FALSE(read["/e"].integral);
+  CHECK(read["/f"].integral);
+  FlatJson written;
+  details::JsonWriter w;
+  w.record_leaves(&written);
+  w.begin_object();
+  w.key("i").value(int64_t{2});
+  w.key("u").value(uint64_t{2});
+  w.key("d").value(2.0);
+  w.end_object();
+  CHECK(w.release() == R"({"i":2,"u":2,"d":2})");  // the same text
+  CHECK(written["/i"].integral);
+  CHECK(written["/u"].integral);
+  CHECK_FALSE(written["/d"].integral);  // what the text cannot tell
 }
 
 TEST_CASE("every value of the end record is declared with its type, and every row is carried", "[schema]") {
@@ -432,8 +464,11 @@ TEST_CASE("every value of the end record is declared with its type, and every ro
 
   // Both records declared, with their types (core/line_fields_end.hpp), and every end-record row carried.
   std::set<const LineField*> used;
-  check_declared(nlohmann::json::parse(make_end_line(full, run)), used, Record::end);
-  check_declared(nlohmann::json::parse(make_end_line(bare, nothing)), used, Record::end);
+  for (const auto& [record, info] : {std::pair<const EndRecord*, const RunInfo*>{&full, &run}, {&bare, &nothing}}) {
+    FlatJson leaves;  // as written: an integer row's value from an integer type
+    check_declared(nlohmann::json::parse(make_end_line(*record, *info, &leaves)), used, Record::end);
+    for (const std::string& problem : declaration_problems(leaves, Record::end)) FAIL_CHECK(problem);
+  }
   for (const LineField& f : record_fields(Record::end)) {
     INFO("core/line_fields_end.hpp declares " << f.path << "; no end record carries it");
     CHECK(used.count(&f));

@@ -33,12 +33,17 @@ std::string cell(const char* text) {
   return out;
 }
 
-// Whether `name` appears in `text` as a word of its own (not inside a longer identifier).
+// Whether `text` names `name` as a field: in backticks (`name`) or as an entry of a `{a, name, ...}` list.
 bool names_word(const std::string& text, const std::string& name) {
   const auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (auto at = text.find(name); at != std::string::npos; at = text.find(name, at + 1))
-    if ((at == 0 || !ident(text[at - 1])) && (at + name.size() >= text.size() || !ident(text[at + name.size()])))
+  for (auto at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
+    const std::size_t end = at + name.size();
+    if ((at > 0 && ident(text[at - 1])) || (end < text.size() && ident(text[end]))) continue;
+    const char before = at > 0 ? text[at - 1] : ' ';
+    const bool listed = before == '{' || (before == ' ' && at >= 2 && text[at - 2] == ',');
+    if (before == '`' || (listed && end < text.size() && std::string(",}[]:").find(text[end]) != std::string::npos))
       return true;
+  }
   return false;
 }
 
@@ -143,7 +148,9 @@ std::string render_schema_tables(const std::string& doc, std::set<std::string>& 
       rows_end = nl == std::string::npos ? doc.size() : nl + 1;
     }
     out += doc.substr(at, separator_end + 1 - at);
-    out += id == "tiers" ? render_tiers() : render_table(id, head.find("| null when |") != std::string::npos);
+    const std::string rows = id == "tiers" ? render_tiers() : render_table(id, head.find("| null when |") != std::string::npos);
+    CHECK_FALSE(rows.empty());  // a marker no row names
+    out += rows;
     at = rows_end;
   }
   return out + doc.substr(at);

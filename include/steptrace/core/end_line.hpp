@@ -65,8 +65,9 @@ inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_
                     run.device ? "the GPU reported no UUID" : run.device_null_reason);
 }
 
-inline std::string make_end_line(const EndRecord& e, const RunInfo& run) {
-  LineOut out;
+/// `fields` (optional): the record's leaves as written (core/json_writer.hpp's record_leaves).
+inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJson* fields = nullptr) {
+  LineOut out(nullptr, fields);
   out.begin();
   out.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
   write_event_identity(out, run, e.unix_ns);

@@ -1,7 +1,8 @@
 // steptrace/core/json_writer.hpp - a minimal streaming JSON writer for one line. Non-finite
 // numbers are written as null (JSON has no NaN), strings are escaped per RFC 8259. On request it also
 // records every leaf it writes under its JSON pointer (core/json_flat.hpp's FlatJson, what reading
-// the text back would give): the line's fields for a sink, without parsing the text.
+// the text back would give, but for `integral`: set here by the integer overloads only, where a whole
+// double reads back as an integer): the line's fields for a sink, without parsing the text.
 #pragma once
 #include "../version.hpp"
 #include <charconv>

@@ -3,13 +3,14 @@
 // core/line_fields_end.hpp). The step line's rows decide the compact line and the run record
 // (core/line_tiers.hpp: which fields, how their numbers are written), and tests/test_schema.cpp holds
 // every other output to the rows: the writers (every field a record carries has its row and type;
-// every row is carried by some record), docs/schema.md's field tables (rendered from the rows), the
-// Prometheus exporter's pointers, the SQLite views and the report's fields. Adding a field is a row
+// every row is carried by some record), the Prometheus exporter's pointers, the SQLite views and the
+// report's fields; tests/test_schema_doc.cpp renders docs/schema.md's field tables from the rows. Adding a field is a row
 // here plus its computation in a writer (core/line_sections*.hpp, core/end_line.hpp).
 #pragma once
 #include "../version.hpp"
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -85,7 +86,8 @@ inline const LineField* line_field_at(std::string_view pointer) {
 inline bool never_null(const LineField& f) {
   for (const Record r : {Record::step, Record::end}) {
     const auto& all = record_fields(r);
-    if (all.empty() || &f < all.data() || &f >= all.data() + all.size()) continue;
+    const std::less<const LineField*> before;
+    if (all.empty() || before(&f, all.data()) || !before(&f, all.data() + all.size())) continue;
     std::size_t i = static_cast<std::size_t>(&f - all.data());
     while (i > 0 && all[i].meaning == kAsAbove) --i;
     return all[i].meaning && all[i].null_when && std::strncmp(all[i].null_when, "never", 5) == 0;
@@ -124,8 +126,11 @@ inline std::vector<std::string> declaration_problems(const FlatJson& leaves, Rec
                                   : leaf.kind == JsonLeaf::Kind::string ? "a string"
                                   : leaf.kind == JsonLeaf::Kind::boolean ? "a boolean"
                                                                          : std::to_string(leaf.number);
-        problem = pointer + ": " + value + ", declared " + kTypes[static_cast<int>(f->type)] +
-                  (leaf.kind == JsonLeaf::Kind::null ? " and never null" : "");
+        problem = pointer + ": " + value +
+                  (leaf.kind == JsonLeaf::Kind::number && f->type == FieldType::integer ? ", not written as an integer"
+                                                                                        : "") +
+                  ", declared " +
+                  kTypes[static_cast<int>(f->type)] + (leaf.kind == JsonLeaf::Kind::null ? " and never null" : "");
       }
     }
     if (problem.empty()) continue;
