@@ -59,6 +59,10 @@ class CudaMarkers final : public MarkerEvents {
         return "cuEventCreate failed";
       }
     opened_ = true;
+    // The first calibration here, with the one-off costs (the clock stream's first use), not in the
+    // first marker's time; one that fails is tried again at the first record.
+    std::string not_yet;
+    calibrate(&not_yet);
     return {};
   }
 

@@ -48,9 +48,11 @@ class MarkerRing {
     open_failed_.store(false, std::memory_order_relaxed);
     skipped_in_step_ = 0;
     skip_step_ = UINT64_MAX;
+    open_step_ = UINT64_MAX;
     recalibrate_.store(false, std::memory_order_relaxed);
     recorded_ns_.store(0, std::memory_order_relaxed);
     open_ns_.store(0, std::memory_order_relaxed);
+    open_marks_.store(0, std::memory_order_relaxed);
     recorded_.store(0, std::memory_order_relaxed);
     failed_.store(0, std::memory_order_relaxed);
     steps_left_out_ = 0;
@@ -104,10 +106,14 @@ class MarkerRing {
     std::lock_guard<std::mutex> lock(why_mutex_);
     return why_off_;
   }
-  /// Time the step's thread spent marking (making the events left out), and marks made, since start.
+  /// Time the step's thread spent marking since start, the one-off (open_ns) left out.
   int64_t recorded_ns() const { return recorded_ns_.load(std::memory_order_relaxed); }
-  /// Time the step's thread spent making the events, once, when first armed (0: not made).
+  /// The one-off, once, when first armed: making the events, and the marks of the step they were made
+  /// in (the driver's first-use costs: the first records on a stream, an event's first record), which
+  /// would read as a cost of every step for the 512 steps the overhead estimate averages over. 0: not made.
   int64_t open_ns() const { return open_ns_.load(std::memory_order_relaxed); }
+  /// Marks (and tries) whose time is in open_ns.
+  uint64_t open_marks() const { return open_marks_.load(std::memory_order_relaxed); }
   uint64_t recorded() const { return recorded_.load(std::memory_order_relaxed); }
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
   /// The first step a marker was recorded in since start (-1: none yet).
@@ -197,11 +203,7 @@ class MarkerRing {
           return;
         }
         opened_.store(true, std::memory_order_release);
-        // Making the events is a one-off (3-7 ms for 2 048 on H100): kept out of the per-marker time the
-        // overhead estimate reads (it would read as a cost of every step for the next 512), said at stop().
-        const int64_t opened_at = monotonic_ns();
-        open_ns_.store(opened_at - t0, std::memory_order_relaxed);
-        t0 = opened_at;
+        open_step_ = step;  // making the events and this step's marks: a one-off (open_ns), said at stop()
       }
       const uint64_t h = head_.load(std::memory_order_relaxed);
       std::string why;
@@ -222,7 +224,12 @@ class MarkerRing {
         head_.store(h + 1, std::memory_order_release);
         recorded_.fetch_add(1, std::memory_order_relaxed);
       }
-      recorded_ns_.fetch_add(monotonic_ns() - t0, std::memory_order_relaxed);
+      if (step == open_step_) {
+        open_ns_.fetch_add(monotonic_ns() - t0, std::memory_order_relaxed);
+        open_marks_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        recorded_ns_.fetch_add(monotonic_ns() - t0, std::memory_order_relaxed);
+      }
     } catch (...) {
     }
   }
@@ -242,6 +249,8 @@ class MarkerRing {
   Entry entries_[kSlots];
   std::atomic<uint64_t> head_{0}, tail_{0};
   std::atomic<int64_t> recorded_ns_{0}, open_ns_{0};
+  std::atomic<uint64_t> open_marks_{0};
+  uint64_t open_step_ = UINT64_MAX;  // step's thread: the step the events were made in
   std::atomic<uint64_t> recorded_{0}, failed_{0};
   std::atomic<int64_t> first_marked_{-1};
   uint64_t steps_left_out_ = 0;  // background thread

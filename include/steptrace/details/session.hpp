@@ -206,11 +206,14 @@ class Session {
     if (thread_.joinable()) thread_.join();
     link_.reset();
     counters_on_ = worker_->counters_on();
-    if (const uint64_t marks = marker_ring().recorded(), failed = marker_ring().failed(); marks + failed)
-      logger()->info("stream markers: {} recorded ({:.2f} us each on the training thread, trying included; "
-                     "{:.2f} ms once to make the events), {} not recorded, {} steps' left out", marks,
-                     static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(marks + failed),
-                     static_cast<double>(marker_ring().open_ns()) / 1e6, failed, marker_ring().steps_left_out());
+    if (const uint64_t marks = marker_ring().recorded(), failed = marker_ring().failed(); marks + failed) {
+      const uint64_t once = std::min(marker_ring().open_marks(), marks + failed), after = marks + failed - once;
+      logger()->info("stream markers: {} recorded ({:.2f} us each on the training thread after the first marked "
+                     "step, trying included; {:.2f} ms once to make the events and for that step's {} marks), "
+                     "{} not recorded, {} steps' left out", marks,
+                     after ? static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(after) : 0.0,
+                     static_cast<double>(marker_ring().open_ns()) / 1e6, once, failed, marker_ring().steps_left_out());
+    }
     release_gpu();
     file_.close();
     if (prometheus_) {  // the textfile's last values (steptrace_up 0) were written by the background thread
