@@ -88,9 +88,9 @@ inline constexpr LineField kGpuFields[] = {
         "(docs/multi-gpu-validation.md): on 2 H200s with a 6 ms step, a balanced run read `step_skew` ≤ "
         "0.024 in 95 % of views (`skew` up to 0.36), a rank 25 % slower in `backward` read 0.105–0.147 from "
         "the first view after the slowdown; on a host-bound Python loop (~8 ms of Python a step, 2 H100s) "
-        "one step's jitter reads as skew: a balanced run read a median of 0.051 in one session and 0.097 in "
-        "the next (max 0.118 and 0.170, `balanced` on 10 and 3 of 22 views) against a median of 0.55 for a "
-        "rank 20 ms slower in `input`: read `balanced` over several views there",
+        "one step's jitter reads as skew: balanced runs read medians of 0.051, 0.097 and 0.139 (max 0.118, "
+        "0.170 and 0.358) against 0.55 for a rank 20 ms slower in `input`: read `balanced` over several "
+        "views there",
         "no communicator; ranks ≠ 0; no exchange completed since the previous line; the next view is of a "
          "later step"),
     member("/cross_rank/step", F::integer, "step").in(kCompact),
