@@ -101,20 +101,17 @@ std::vector<nlohmann::json> committed_lines(const char* file) {
   return out;
 }
 
-// Whether a JSON value is of a row's type ("" if so, else what is wrong).
+// Whether a JSON value fits its row (core/line_fields.hpp's value_fits: "" if so, else what is wrong);
+// from nlohmann's reading, a whole number reads as an integer.
 std::string type_error(const LineField& f, const nlohmann::json& v) {
-  if (v.is_null()) return never_null(f) ? "null, declared never null" : "";
-  bool ok = false;
-  switch (f.type) {
-    case FieldType::string: ok = v.is_string(); break;
-    case FieldType::number: ok = v.is_number(); break;
-    case FieldType::integer: ok = v.is_number_integer(); break;
-    case FieldType::boolean: ok = v.is_boolean(); break;
-    case FieldType::object:
-    case FieldType::names: ok = v.is_object(); break;
-    case FieldType::array: ok = v.is_array(); break;
-  }
-  return ok ? "" : "of another type: " + v.dump().substr(0, 80);
+  const ValueKind kind = v.is_null()      ? ValueKind::null
+                         : v.is_boolean() ? ValueKind::boolean
+                         : v.is_number()  ? ValueKind::number
+                         : v.is_string()  ? ValueKind::string
+                         : v.is_object()  ? ValueKind::object
+                                          : ValueKind::array;
+  if (value_fits(f, kind, v.is_number_integer())) return "";
+  return v.is_null() ? "null, declared never null" : "of another type: " + v.dump().substr(0, 80);
 }
 std::string type_error(const char* pointer, const nlohmann::json& v) {
   const LineField* f = line_field_at(pointer);
@@ -395,6 +392,7 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   CHECK(line_field_at("/last_global_step") == nullptr);  // the end record's
   CHECK(type_error("/gpu/kernels", nlohmann::json(1.5)) != "");
   CHECK(type_error("/step_time_ms", nlohmann::json()) != "");
+  CHECK(type_error("/local_rank", nlohmann::json()) != "");  // shown with `rank`, never null like it
   CHECK(type_error("/gpu/kernels", nlohmann::json(3)) == "");
   CHECK(type_error("/phases/forward/host_ms", nlohmann::json(2)) == "");  // a whole number is a number
 }

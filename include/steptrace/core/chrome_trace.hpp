@@ -103,7 +103,7 @@ class ChromeTraceWriter {
                trace_us(s->end_ns - s->begin_ns));
       w_.field("global_step", s->index).field("captured", is_captured(s->index));
       // The event spans to the next step's start; the step's own time is its line's step_time_ms.
-      w_.field("step_time_ms", static_cast<double>((s->own_end_ns > s->begin_ns ? s->own_end_ns : s->end_ns) - s->begin_ns) / 1e6);
+      w_.field("step_time_ms", static_cast<double>(s->own_end() - s->begin_ns) / 1e6);
       w_.field("traced", s->traced);
       if (!s->gpu_note.empty()) w_.field("gpu_records", s->gpu_note);
       if (s->traced) w_.field("gpu_complete", s->gpu_complete);

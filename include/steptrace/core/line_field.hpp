@@ -38,8 +38,8 @@ struct LineField {
   Digits digits;
   const char* unit;
   const char* meaning;    // where it comes from and what it says; kAsAbove; nullptr: its parent's row says
-  const char* null_when;  // when it is null ("never…": never); nullptr: its table has no such column, or
-                          // the row above's (kAsAbove) or none said (a member)
+  const char* null_when;  // when it is null ("never…": never); nullptr: its table has no such column or
+                          // none is said (a member); a kAsAbove row takes the row above's in record_fields()
 
   /// This row, carried by `tier` too, its numbers written to `d` there.
   constexpr LineField in(line_field::FieldTier tier, Digits d) const {

@@ -10,7 +10,6 @@
 #include "../version.hpp"
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -30,15 +29,26 @@ enum class Record : uint8_t { step, end };
 
 /// Every row of a record, in the order of docs/schema.md's sections (the step line's: step, GPU,
 /// verdicts). The compact line and the run record write their fields in this order.
+/// A row shown with the row above it (kAsAbove) takes that row's null cases here.
 inline const std::vector<LineField>& record_fields(Record r) {
-  static const std::vector<LineField> step = [] {
+  const auto add = [](std::vector<LineField>& v, const auto& rows) {
+    for (LineField f : rows) {
+      if (f.meaning == kAsAbove && !v.empty()) f.null_when = v.back().null_when;
+      v.push_back(f);
+    }
+  };
+  static const std::vector<LineField> step = [&] {
     std::vector<LineField> v;
-    for (const LineField& f : line_field::kStepFields) v.push_back(f);
-    for (const LineField& f : line_field::kGpuFields) v.push_back(f);
-    for (const LineField& f : line_field::kVerdictFields) v.push_back(f);
+    add(v, line_field::kStepFields);
+    add(v, line_field::kGpuFields);
+    add(v, line_field::kVerdictFields);
     return v;
   }();
-  static const std::vector<LineField> end(std::begin(line_field::kEndFields), std::end(line_field::kEndFields));
+  static const std::vector<LineField> end = [&] {
+    std::vector<LineField> v;
+    add(v, line_field::kEndFields);
+    return v;
+  }();
   return r == Record::step ? step : end;
 }
 inline const std::vector<LineField>& line_fields() { return record_fields(Record::step); }
@@ -81,16 +91,23 @@ inline const LineField* line_field_at(std::string_view pointer) {
   return line_field_at(details::pointer_segments(pointer));
 }
 
-/// Whether a row's field is never null: its null cases begin with "never" (for a row shown with the
-/// row above it, that row's). A member's row says nothing: null is not ruled out.
-inline bool never_null(const LineField& f) {
-  for (const Record r : {Record::step, Record::end}) {
-    const auto& all = record_fields(r);
-    const std::less<const LineField*> before;
-    if (all.empty() || before(&f, all.data()) || !before(&f, all.data() + all.size())) continue;
-    std::size_t i = static_cast<std::size_t>(&f - all.data());
-    while (i > 0 && all[i].meaning == kAsAbove) --i;
-    return all[i].meaning && all[i].null_when && std::strncmp(all[i].null_when, "never", 5) == 0;
+/// Whether a row's field is never null: its null cases begin with "never". A member's row says
+/// nothing: null is not ruled out.
+inline bool never_null(const LineField& f) { return f.null_when && std::strncmp(f.null_when, "never", 5) == 0; }
+
+/// A written value's JSON kind, as a row's type is checked against it.
+enum class ValueKind : uint8_t { null, boolean, number, string, object, array };
+
+/// Whether a value of kind `k` fits row `f`: of its type (an integer row's number written as an
+/// integer: `integral`), or null where the row allows it.
+inline bool value_fits(const LineField& f, ValueKind k, bool integral) {
+  switch (k) {
+    case ValueKind::null: return !never_null(f);
+    case ValueKind::boolean: return f.type == FieldType::boolean;
+    case ValueKind::string: return f.type == FieldType::string;
+    case ValueKind::number: return f.type == FieldType::number || (f.type == FieldType::integer && integral);
+    case ValueKind::object: return f.type == FieldType::object || f.type == FieldType::names;
+    case ValueKind::array: return f.type == FieldType::array;
   }
   return false;
 }
@@ -112,16 +129,11 @@ inline std::vector<std::string> declaration_problems(const FlatJson& leaves, Rec
     if (!f) {
       problem = pointer + ": no row declares it";
     } else {
-      bool ok = false;
-      switch (leaf.kind) {
-        case JsonLeaf::Kind::null: ok = !never_null(*f); break;
-        case JsonLeaf::Kind::boolean: ok = f->type == FieldType::boolean; break;
-        case JsonLeaf::Kind::string: ok = f->type == FieldType::string; break;
-        case JsonLeaf::Kind::number:
-          ok = f->type == FieldType::number || (f->type == FieldType::integer && leaf.integral);
-          break;
-      }
-      if (!ok) {
+      const ValueKind kind = leaf.kind == JsonLeaf::Kind::null      ? ValueKind::null
+                             : leaf.kind == JsonLeaf::Kind::boolean ? ValueKind::boolean
+                             : leaf.kind == JsonLeaf::Kind::string  ? ValueKind::string
+                                                                    : ValueKind::number;
+      if (!value_fits(*f, kind, leaf.integral)) {
         const std::string value = leaf.kind == JsonLeaf::Kind::null     ? "null"
                                   : leaf.kind == JsonLeaf::Kind::string ? "a string"
                                   : leaf.kind == JsonLeaf::Kind::boolean ? "a boolean"

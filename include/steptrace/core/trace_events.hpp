@@ -48,6 +48,8 @@ struct KeptStep {
   std::vector<PhaseSpan> spans;
   std::vector<KeptRecord> records;   // kernels, copies, memsets, in delivery order
   uint64_t records_truncated = 0;    // left out by the ring's byte bound
+  /// Its own end: own_end_ns, else end_ns.
+  int64_t own_end() const { return own_end_ns > begin_ns ? own_end_ns : end_ns; }
   std::size_t bytes() const {
     return sizeof(KeptStep) + gpu_note.capacity() + spans.capacity() * sizeof(PhaseSpan) +
            records.capacity() * sizeof(KeptRecord);
