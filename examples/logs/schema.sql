@@ -19,6 +19,9 @@ CREATE TABLE IF NOT EXISTS lines(
   file TEXT,
   line TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS lines_by_run ON lines(run_id, rank, global_step);
+-- The run records alone (a few per run): the steps view looks up each line's record here, so a log whose
+-- record is missing (cut, rotated) costs one probe per line, not a scan of the run's lines (issue #58).
+CREATE INDEX IF NOT EXISTS lines_run_records ON lines(run_id, rank) WHERE event = 'run';
 
 -- The views are made again at every load, so a database loaded by an older version gets today's.
 -- Every view carries run_id and rank: two runs (or ranks) in one database never read as one.

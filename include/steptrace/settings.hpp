@@ -205,7 +205,8 @@ Setting choice(const char* name, const char* var, E Config::*m, std::vector<std:
 /// Every setting, in docs/configuration.md's order.
 inline const std::vector<Setting>& settings() {
   using namespace details;
-  static const std::vector<Setting> table = [] {
+  // Never destroyed (docs/architecture.md, "statics"): a setting can be read after static destructors ran.
+  static const std::vector<Setting>* table = new std::vector<Setting>([] {
     constexpr long long kMaxRanks = 1 << 24;
     std::vector<Setting> t;
     t.push_back(flag("enabled", "STEPTRACE_ENABLED", &Config::enabled, "`0` keeps steptrace off (`start()` returns false)"));
@@ -341,8 +342,8 @@ inline const std::vector<Setting>& settings() {
                         "with `flush_on_exit`: how long the pending lines and the end record may take before SIGTERM "
                         "goes on (or exit proceeds); lines still waiting then are counted, not written"));
     return t;
-  }();
-  return table;
+  }());
+  return *table;
 }
 
 /// Applies STEPTRACE_* variables (name, value pairs, e.g. from `environ`) to `cfg`. Unknown

@@ -106,6 +106,7 @@ def _stop_at_exit():
         try:
             _resolve_pending()
         finally:
+            _ranks._end()
             _steptrace.stop()
 
 
@@ -115,7 +116,7 @@ def stop():
     from .watch import _close_step
     _close_step()  # a step watch() holds open ends here, as the last line
     _resolve_pending()
-    _ranks._gather = None  # the cross-rank exchange ends with the run (a next one sets it up again)
+    _ranks._end()  # the cross-rank exchange ends with the run (a next one sets it up again)
     return _steptrace.stop()
 
 

@@ -206,9 +206,9 @@ def cmd_capture(args):
             print(f"  rank {r}: no answer within {args.wait:g} s")
         elif a.get("status") == "planned":
             print(f"  rank {r}: steps {a['first_step']}-{a['last_step']} "
-                  f"({'aligned' if a.get('aligned') else 'not aligned'}; {a.get('how', '')})")
-        else:
-            print(f"  rank {r}: {a.get('status')}: {a.get('reason') or a.get('how', '')}")
+                  f"({'aligned' if a.get('aligned') else 'not aligned'}; {printable(a.get('how', ''))})")
+        else:  # an answer file's words are anyone's who can write the directory: no terminal escapes
+            print(f"  rank {r}: {a.get('status')}: {printable(a.get('reason') or a.get('how', ''))}")
     planned = {r: a for r, a in answers.items() if a.get("status") == "planned"}
     if not planned:
         return 1
@@ -232,13 +232,18 @@ def cmd_capture(args):
 def write_merge(args, run_ids, first, last, expected, ranges=None):
     try:
         doc = steptrace_merge.merge(args.dir, run_ids, first, last, full_ranks=args.full_ranks, align=args.align,
-                                    expected_ranks=expected, ranges=ranges)
+                                    expected_ranks=expected, ranges=ranges,
+                                    max_bytes=int(args.max_trace_mb * (1 << 20)))
     except steptrace_merge.MergeError as e:
         print(f"steptrace-ctl: {e}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"steptrace-ctl: not enough memory to merge these traces (lower --max-trace-mb, now {args.max_trace_mb:g})",
+              file=sys.stderr)
+        return 1
     try:
         steptrace_merge.write_merged(doc, args.output)
-    except FileRefused as e:
+    except (FileRefused, ValueError) as e:
         print(f"steptrace-ctl: {e}", file=sys.stderr)
         return 1
     o = doc["otherData"]
@@ -249,6 +254,8 @@ def write_merge(args, run_ids, first, last, expected, ranges=None):
                                     f"others' median)" if o["culprit_phase"] else "") +
           (f"; no trace from {o['ranks_missing_count']} rank(s): {o['ranks_missing']}"
            + (" ..." if o["ranks_missing_count"] > len(o["ranks_missing"]) else "") if o["ranks_missing"] else ""))
+    for s in o["traces_skipped"]:
+        print(f"  skipped {printable(s['file'])}: {printable(s['why'])}")
     return 0
 
 
@@ -307,6 +314,8 @@ def main(argv=None):
         p.add_argument("-o", "--output", help="the merged Trace Event file to write (capture: once the traces are in)")
         p.add_argument("--full-ranks", type=int, default=steptrace_merge.DEFAULT_FULL_RANKS,
                        help="ranks shown in full (the slowest, the fastest, the median, ...); the rest as per-phase tracks")
+        p.add_argument("--max-trace-mb", type=float, default=steptrace_merge.MAX_MERGE_BYTES / (1 << 20),
+                       help="trace text read by one merge, all files together (bounds its memory, ~27x this)")
         p.add_argument("--align", choices=("step_start", "wall"), default="step_start",
                        help="step_start: every rank's step begins together; wall: each rank's own clock")
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@ O_EXCL (a name nobody can have planted a link at: mkstemp), and only a regular f
 Reading (`read_json`): a file of the trace directory (anyone who can create files there can drop one)
 is opened without waiting (O_NONBLOCK: a FIFO never blocks), read only if it is a regular file no larger
 than the caller's bound (a link to /dev/zero, a 600 MB trace), parsed with non-finite numbers refused
-(NaN, Infinity) and nesting bounded. `printable` makes a string safe to print on a terminal.
+(NaN, Infinity, and numbers too large for a double such as 1e999) and nesting bounded. `printable` makes a string safe to print on a terminal.
 """
 import json
 import os
@@ -26,6 +26,14 @@ class FileRefused(Exception):
 
 def _reject_constant(name):
     raise ValueError(f"non-finite number {name}")
+
+
+def _finite_float(text):
+    """A JSON number with a fraction or exponent; one beyond a double's range (1e999 reads as infinity) refused."""
+    x = float(text)
+    if x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"non-finite number {text[:32]}")
+    return x
 
 
 def _depth_ok(text, limit):
@@ -50,13 +58,26 @@ def _depth_ok(text, limit):
     return True
 
 
-def loads(text, max_depth=MAX_DEPTH):
+def _unique_keys(pairs):
+    """An object whose keys are each given once: readers differ on a repeated key (Python keeps the last,
+    SQLite's JSON functions the first), so a line with one is not a line steptrace wrote."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {dup[:40]!r} given twice")
+    return out
+
+
+def loads(text, max_depth=MAX_DEPTH, unique_keys=False):
     """json.loads with NaN/Infinity and nesting deeper than max_depth refused (ValueError). The depth is
-    scanned on small texts only; a large one (a trace) relies on the parser's recursion bound, caught."""
+    scanned on small texts only; a large one (a trace) relies on the parser's recursion bound, caught.
+    unique_keys: an object with a repeated key refused too (the lines' readers; slower)."""
     if len(text) <= MAX_SMALL_FILE and not _depth_ok(text, max_depth):
         raise ValueError(f"nested deeper than {max_depth}")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          object_pairs_hook=_unique_keys if unique_keys else None)
     except RecursionError:
         raise ValueError("nested too deep") from None
 

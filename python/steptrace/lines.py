@@ -9,28 +9,50 @@ gives each compact line those back, so that a reader finds the fields and senten
 The report (steptrace.report) has its own reader: it validates every field it uses and skips what it
 cannot read (steptrace.report.guard). These helpers are for checks on logs steptrace wrote itself,
 where a line that does not parse is a finding, unless the check reads a killed run's log (strict=False).
+A line that is not UTF-8, nests deeper than steptrace writes (files.MAX_DEPTH) or is longer than
+MAX_LINE_BYTES does not parse. `iter_records` and `iter_step_lines` stream (memory bounded by one line and
+the run records); `read_records` and `step_lines` return lists of all of them.
 """
-import json
+from .files import loads
+
+MAX_LINE_BYTES = 1 << 20  # steptrace's lines are < 16 KB (core/line_tiers.hpp); a longer one is not its
 
 COMPACT_SCHEMA = "steptrace.step/2"
 # A run record's keys not copied to a line: its own (what it is, when it was written, the settings).
 _RUN_ONLY = ("event", "schema", "settings", "null_reasons", "from_step", "timestamp")
 
 
-def read_records(path, strict=True):
-    """Every record of the log, in order. strict: a line that is not JSON raises ValueError; otherwise it
-    is skipped (the fragment a killed run can leave). Blank lines are skipped."""
-    records = []
-    with open(path) as f:
-        for text in f:
-            if not text.strip():
+def iter_records(path, strict=True):
+    """Every record of the log, in order, one at a time. strict: a line that does not parse (not JSON,
+    not UTF-8, too deep, too long) raises ValueError; otherwise it is skipped (the fragment a killed run
+    can leave). Blank lines are skipped."""
+    with open(path, "rb") as f:
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # the rest of the over-long line, dropped
+                    raw = f.readline(MAX_LINE_BYTES + 1)
+                if strict:
+                    raise ValueError(f"a line longer than {MAX_LINE_BYTES} bytes")
+                continue
+            if not raw.strip():
                 continue
             try:
-                records.append(json.loads(text))
-            except ValueError:
+                record = loads(raw.decode("utf-8"), unique_keys=True)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except (ValueError, UnicodeDecodeError) as e:
                 if strict:
-                    raise
-    return records
+                    raise ValueError(f"not a line steptrace wrote: {e}") from None
+                continue
+            yield record
+
+
+def read_records(path, strict=True):
+    """iter_records as a list."""
+    return list(iter_records(path, strict))
 
 
 def split_records(records):
@@ -72,6 +94,11 @@ def expand(records):
         yield out
 
 
+def iter_step_lines(path, strict=True):
+    """The step lines of the log, in order (compact lines expanded), one at a time."""
+    return (r for r in expand(iter_records(path, strict)) if isinstance(r, dict) and "event" not in r)
+
+
 def step_lines(path, strict=True):
-    """The step lines of the log, in order (compact lines expanded)."""
-    return split_records(list(expand(read_records(path, strict))))[0]
+    """iter_step_lines as a list."""
+    return list(iter_step_lines(path, strict))

@@ -20,9 +20,15 @@ import re
 import statistics
 import sys
 
-from .files import MAX_TRACE_FILE, FileRefused, read_json, replace_file
+from .files import MAX_TRACE_FILE, FileRefused, printable, read_json, replace_file
 
 MAX_MISSING_LISTED = 64  # ranks_missing lists this many; ranks_missing_count counts them all
+# Trace text parsed by one merge, all files together: Python holds a parsed trace at ~27x its size, so
+# this bounds the merge's memory (~3.5 GB at most); past it, files are skipped and named (--max-trace-mb).
+MAX_MERGE_BYTES = 128 << 20
+MAX_TS_US = 1e15  # an event's ts (us from its file's origin): ~31 years; past it, not an event steptrace wrote
+MAX_DUR_US = 1e12  # an event's dur: ~11.6 days
+MAX_SKIPPED_LISTED = 64
 
 TRACE_NAME = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")
 COMM_PHASE = "nccl"
@@ -34,8 +40,11 @@ class MergeError(Exception):
     pass
 
 
-def find_traces(directory, run_ids, first, last):
-    """(rank, path, document) of each trace file of these runs that captured a step in first..last."""
+def find_traces(directory, run_ids, first, last, max_bytes=None, skipped=None):
+    """(rank, path, document) of each trace file of these runs that captured a step in first..last.
+    `max_bytes`: the text parsed, all files together (MAX_MERGE_BYTES by default); `skipped` (a list) gets
+    (file name, why) of each trace file of these runs that was not read."""
+    budget = MAX_MERGE_BYTES if max_bytes is None else max_bytes
     prefixes = {r[:8] for r in run_ids}
     out = []
     try:
@@ -48,9 +57,24 @@ def find_traces(directory, run_ids, first, last):
             continue
         path = os.path.join(directory, name)
         try:
-            doc = read_json(path, MAX_TRACE_FILE)
-        except FileRefused:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if size > budget:
+            if skipped is not None:
+                skipped.append((name, f"{size} bytes: past what is left of the merge's bound ({budget} bytes; --max-trace-mb)"))
+            continue
+        try:
+            doc = read_json(path, min(MAX_TRACE_FILE, budget))
+        except FileRefused as e:
+            if skipped is not None:
+                skipped.append((name, str(e)))
             continue  # being written, cut short, too large, not a regular file: not a capture to merge
+        except MemoryError:
+            if skipped is not None:
+                skipped.append((name, "not enough memory to parse it"))
+            continue
+        budget -= size
         other = doc.get("otherData") if isinstance(doc, dict) else None
         if (not isinstance(other, dict) or other.get("schema") != "steptrace.trace/1" or other.get("run_id") not in run_ids
                 or not isinstance(other.get("captured"), list) or not isinstance(doc.get("traceEvents"), list)
@@ -62,6 +86,12 @@ def find_traces(directory, run_ids, first, last):
         if any(isinstance(s, int) and first <= s <= last for s in other["captured"]):
             out.append((rank, path, doc))
     return out
+
+
+def _usable(x, bound):
+    """A number steptrace could have written: finite, not a bool, at most `bound` in size (hostile files
+    hold 1e305 or integers of hundreds of digits)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and -bound <= x <= bound
 
 
 def step_of(event, step_by_correlation):
@@ -117,8 +147,10 @@ class RankView:
                     continue
                 step = step_of(e, step_by_corr)
                 ts, dur = e.get("ts"), e.get("dur", 0)
-                if step not in captured or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                if step not in captured or not _usable(ts, MAX_TS_US) or not _usable(dur, MAX_DUR_US) or dur < 0:
                     continue  # the neighbours a trace holds beside the asked steps, or not an event we read
+                if ts < -MAX_TS_US:
+                    continue
                 ts_ns = origin + int(round(ts * 1000))
                 key = (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"), ts_ns, e.get("id"))
                 if key in seen:
@@ -127,7 +159,7 @@ class RankView:
                 if e.get("cat") == "step" and e.get("ph") == "X":
                     self.step_start_ns[step] = ts_ns
                     own = (e.get("args") or {}).get("step_time_ms")  # the step's own time (the event runs to the next start)
-                    usable = isinstance(own, (int, float)) and not isinstance(own, bool) and own >= 0
+                    usable = _usable(own, MAX_DUR_US / 1000) and own >= 0
                     self.step_ms[step] = own if usable else dur / 1000  # traces before the arg: to the next start
                 depth = (e.get("args") or {}).get("depth")
                 if e.get("cat") == "phase" and e.get("ph") == "X" and e.get("tid") in step_threads and isinstance(depth, int):
@@ -191,7 +223,7 @@ def choose_full(views, k):
 
 
 def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align="step_start", expected_ranks=None,
-          ranges=None):
+          ranges=None, max_bytes=None):
     """`ranges`: {rank: (first, last)} where ranks captured different steps (no exchange: each its own
     next N); the i-th step of each rank's capture is then laid beside the others' i-th."""
     ranges = ranges or {}
@@ -199,9 +231,11 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
         raise MergeError(f"align must be step_start or wall, not {align!r}")
     if full_ranks < 1:
         raise MergeError("full ranks must be at least 1")
-    found = find_traces(directory, set(run_ids), first, last)
+    skipped = []
+    found = find_traces(directory, set(run_ids), first, last, max_bytes=max_bytes, skipped=skipped)
     if not found:
-        raise MergeError(f"no trace of run {', '.join(sorted(run_ids))} captured steps {first}-{last} in {directory}")
+        why = "".join(f"; {printable(n)} skipped: {printable(r)}" for n, r in skipped[:3])
+        raise MergeError(f"no trace of run {', '.join(sorted(run_ids))} captured steps {first}-{last} in {directory}{why}")
     by_rank = {}
     for rank, _, doc in found:
         by_rank.setdefault(rank, []).append(doc)
@@ -307,6 +341,8 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
         "culprit_phase": culprit_phase,
         "culprit_gap_ms": culprit_gap,
         "basis": "the captured steps' host phases (work = step time less the nccl phase, mean over the steps)",
+        "traces_skipped_count": len(skipped),
+        "traces_skipped": [{"file": n, "why": r} for n, r in skipped[:MAX_SKIPPED_LISTED]],
         "per_rank": [{"rank": v.rank, "work_ms": round(v.mean_work_ms(steps), 4),
                       "step_ms": round(sum(v.step_ms.values()) / len(v.step_ms), 4),
                       "steps": v.steps()} for v in views],
@@ -316,4 +352,4 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
 
 def write_merged(doc, path):
     """Replaces `path` whole (files.replace_file: regular files only, an O_EXCL temporary)."""
-    replace_file(path, json.dumps(doc, separators=(",", ":")))
+    replace_file(path, json.dumps(doc, separators=(",", ":"), allow_nan=False))  # never Infinity or NaN

@@ -6,16 +6,36 @@ Every ``cross_rank_every`` steps each rank's step time and built-in phase times 
 gathered from all ranks, asynchronously, on a gloo group of steptrace's own made over the same ranks
 (CPU tensors: nothing is queued on the program's GPU streams or its NCCL communicator, and no rank ever
 waits for another in a step). Rank 0's lines then carry ``cross_rank`` (the slowest rank, the phase that
-makes it slow, the skew), every rank takes rank 0's ``run_id`` (one broadcast, waited for at most 60 s),
-and ``steptrace-ctl`` captures line up across ranks, as for C++ jobs (docs/schema.md, ``cross_rank``).
+makes it slow, the skew), every rank takes rank 0's ``run_id`` (one broadcast), and ``steptrace-ctl``
+captures line up across ranks, as for C++ jobs (docs/schema.md, ``cross_rank``).
 It is a collective: the program calls it on every rank (``steptrace.watch()`` never does; the framework
-callbacks do, at the start of training, on every rank)."""
+callbacks do, at the start of training, on every rank).
+
+It never raises into training (a KeyboardInterrupt or SystemExit excepted): ranks that reach it apart
+(one still loading a checkpoint) wait for each other as long as torch.distributed's own default timeout
+(30 min, what the program's first collective would wait), and a rank that never comes, or a failure of
+the group's setup, costs one warning and ``False``. A peer that dies or hangs later leaves gathers
+unanswered: after ``_MAX_PENDING`` of them the view stops (the lines say why), and ``stop()`` never
+waits for them (the group is kept, not torn down, so no destructor waits on a gather that cannot end)."""
 import collections
 import datetime
 
 from . import _steptrace
 
-_RUN_ID_TIMEOUT_S = 60
+
+def _default_timeout_s():
+    """torch.distributed's default process-group timeout (torch.distributed.constants.default_pg_timeout,
+    30 min): how long ranks that reach the setup apart wait for each other."""
+    try:
+        from torch.distributed.constants import default_pg_timeout
+        return max(60.0, default_pg_timeout.total_seconds())
+    except Exception:  # noqa: BLE001 - an older or stripped torch: its documented value
+        return 1800.0
+
+
+_SETUP_TIMEOUT_S = None  # None: _default_timeout_s(); tests set a short one
+_MAX_PENDING = 16  # gathers posted and not completed: past this, a peer is taken as dead or hung
+_kept = []  # groups and gathers a dead peer left pending: never destroyed (their destructors would wait)
 
 
 class _Gather:
@@ -31,6 +51,11 @@ class _Gather:
         if self.failed:
             raise RuntimeError(self.failed)  # the runtime switches the exchange off, with this reason
         self.pump()
+        if len(self.pending) >= _MAX_PENDING:
+            self.failed = (f"{len(self.pending)} gathers were not completed by every rank (a rank dead, hung or "
+                           "no longer stepping); the cross-rank view stops")
+            self.abandon()
+            raise RuntimeError(self.failed)
         t = self.torch.tensor(summary, dtype=self.torch.float32)
         if self.free and self.free[-1][0].shape[1] == t.numel():
             buf, outs = self.free.pop()
@@ -52,6 +77,19 @@ class _Gather:
                 self.pending.clear()
                 return
             self.free.append((buf, outs))
+
+    def abandon(self):
+        """Keeps the group and its unfinished gathers for the life of the process: a gloo group's
+        destructor waits for its pending work, which a dead peer never completes."""
+        if self.pending:
+            kept = (self.group, list(self.pending))
+            _kept.append(kept)
+            try:  # one reference more than anyone drops: not freed when the interpreter clears modules at exit
+                import ctypes
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
+            except Exception:  # noqa: BLE001 - without ctypes, _kept holds them until the interpreter ends
+                pass
+            self.pending.clear()
 
     def agree(self, mine):
         box = [mine]
@@ -78,7 +116,19 @@ def _pump():
             g.pump()
         except Exception as e:  # noqa: BLE001 - a failed gather switches the view off, never the training
             g.failed = f"a gather failed: {e}"
-            g.pending.clear()
+            g.abandon()
+
+
+def _end():
+    """At stop(): the exchange ends with the run; what a peer never answered is kept, not waited for."""
+    global _gather
+    g, _gather = _gather, None
+    if g is not None:
+        try:
+            g.pump()
+        except Exception:  # noqa: BLE001 - the run is over: nothing left to hand back
+            pass
+        g.abandon()
 
 
 def cross_rank(group=None, every=0):
@@ -99,10 +149,18 @@ def cross_rank(group=None, every=0):
     world = dist.get_world_size(group)
     if world < 2:
         return False
-    ranks = None if group is None else [_global_rank(dist, group, r) for r in range(world)]
-    # steptrace's own group, over the same ranks: its gathers never share the program's communicator
-    # or its streams. new_group is itself a collective of every process of the default group.
-    side = dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=_RUN_ID_TIMEOUT_S))
+    timeout = _SETUP_TIMEOUT_S if _SETUP_TIMEOUT_S is not None else _default_timeout_s()
+    try:
+        ranks = None if group is None else [_global_rank(dist, group, r) for r in range(world)]
+        # steptrace's own group, over the same ranks: its gathers never share the program's communicator
+        # or its streams. new_group is itself a collective of every process of the default group.
+        side = dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout))
+        rank = dist.get_rank(side)
+    except Exception as e:  # noqa: BLE001 - a late, dead or missing peer: the view stays off, training goes on
+        _steptrace.warn_once("cross_rank.setup", f"steptrace.cross_rank(): the ranks' group could not be set up "
+                                                 f"within {timeout:.0f} s ({type(e).__name__}: {e}); the cross-rank "
+                                                 "view stays off (training is not affected)")
+        return False
     gather = _Gather(dist, torch, side, world)
     _gather = gather
-    return bool(_steptrace.use_cross_rank(dist.get_rank(side), world, gather.post, gather.agree, int(every)))
+    return bool(_steptrace.use_cross_rank(rank, world, gather.post, gather.agree, int(every)))

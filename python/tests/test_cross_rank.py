@@ -17,7 +17,11 @@ STEPS = 30
 EVERY = 5
 
 
-def worker(rank, world, port, log):
+def worker(rank, world, port, log, mode="normal"):
+    """mode normal: both ranks set the view up and all-reduce each step (as DDP). The others have no
+    all-reduce of the program's (a peer may be gone): late: rank 1 reaches cross_rank() 2 s after rank 0
+    (setup timeout 20 s); never: rank 1 never calls it (rank 0's setup times out after 3 s); hang: rank 1
+    stops stepping after 10 steps and blocks for good while rank 0 trains on and ends."""
     import torch
     import torch.distributed as dist
     import steptrace
@@ -27,22 +31,36 @@ def worker(rank, world, port, log):
                       LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=EVERY)
-    assert steptrace.cross_rank()  # every rank, after both are initialised and started
+    steptrace._ranks._SETUP_TIMEOUT_S = {"late": 20, "never": 3, "hang": 60}.get(mode)
+    steptrace._ranks._MAX_PENDING = 4
+    if mode == "late" and rank == 1:
+        time.sleep(2)
+    if mode != "never" or rank == 0:
+        ok = steptrace.cross_rank()  # every rank, after both are initialised and started
+        print(f"rank {rank}: cross_rank() -> {ok}", flush=True)
+        if mode != "never":
+            assert ok
     torch.manual_seed(rank)
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     batches = [torch.randn(4, 8) for _ in range(STEPS)]
-    for x in steptrace.watch(model, opt, batches):
+    for i, x in enumerate(steptrace.watch(model, opt, batches)):
+        if mode == "hang" and rank == 1 and i == 10:
+            time.sleep(3600)  # hung (the test kills it once rank 0 has ended)
         out = model(x)
         out.sum().backward()
-        for p in model.parameters():  # the ranks keep in step, as DDP's all-reduce makes them
-            dist.all_reduce(p.grad)
+        if mode == "normal":
+            for p in model.parameters():  # the ranks keep in step, as DDP's all-reduce makes them
+                dist.all_reduce(p.grad)
         opt.step()
         opt.zero_grad()
+    t0 = time.monotonic()
     steptrace.stop()
     steptrace.unwatch()
-    dist.destroy_process_group()
+    if mode == "normal":
+        dist.destroy_process_group()
+    print(f"rank {rank}: stop() took {time.monotonic() - t0:.3f} s", flush=True)
 
 
 def free_port():
@@ -51,14 +69,27 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run():
+def run(mode="normal", outputs=None):
+    """Two worker processes; returns each rank's step lines. `outputs` (a dict) gets each rank's stdout."""
     d = tempfile.mkdtemp(prefix="steptrace-ranks-")
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), "2", str(port), os.path.join(d, f"r{r}.jsonl")])
-             for r in range(2)]
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), "2", str(port), os.path.join(d, f"r{r}.jsonl"),
+                               mode], stdout=subprocess.PIPE, text=True) for r in range(2)]
     try:
-        for p in procs:
-            assert p.wait(timeout=180) == 0, "a rank failed"
+        if mode == "hang":  # rank 0 ends on its own, promptly, while rank 1 is hung; then rank 1 is killed
+            t0 = time.monotonic()
+            out, _ = procs[0].communicate(timeout=45)
+            took = time.monotonic() - t0
+            assert procs[0].returncode == 0, "rank 0 failed"
+            procs[1].kill()
+            outputs[0], outputs[1] = out, procs[1].communicate()[0]
+            outputs["rank0_s"] = took
+        else:
+            for r, p in enumerate(procs):
+                out, _ = p.communicate(timeout=180)
+                if outputs is not None:
+                    outputs[r] = out
+                assert p.returncode == 0, f"rank {r} failed: {out}"
     finally:
         for p in procs:
             if p.poll() is None:
@@ -86,6 +117,31 @@ def test_two_gloo_processes_share_the_view_and_the_run_id():
     ids = [{l["run_id"] for l in lines[r][2:]} for r in range(2)]
     assert ids[0] == ids[1] and len(ids[0]) == 1, ids
     assert {l["rank"] for l in lines[1]} == {1}
+
+
+def test_a_rank_that_comes_late_or_never_does_not_stop_training():
+    """Issue #58: cross_rank() raised a gloo timeout into training when ranks reached it apart."""
+    out = {}
+    lines = run("late", out)  # 2 s apart: both set up (the wait is the program's own first collective's)
+    assert "cross_rank() -> True" in out[0] and "cross_rank() -> True" in out[1], out
+    assert len(lines[0]) == STEPS and len(lines[1]) == STEPS
+    out = {}
+    lines = run("never", out)  # rank 1 never comes: rank 0 is told False, trains on, ends with rc 0
+    assert "rank 0: cross_rank() -> False" in out[0], out
+    assert len(lines[0]) == STEPS and len(lines[1]) == STEPS
+    assert all(l.get("cross_rank") is None for l in lines[0])
+
+
+def test_a_hung_peer_stops_the_view_and_never_holds_the_exit():
+    """Rank 1 hangs after 10 steps: rank 0's gathers stay pending; after _MAX_PENDING (4 here) the view
+    stops with its reason, and rank 0's stop() and exit never wait for them (the group's timeout is 60 s)."""
+    out = {}
+    lines = run("hang", out)
+    assert len(lines[0]) == STEPS
+    assert out["rank0_s"] < 30, out  # the process's whole run; a wait on the gathers would be >= 60 s
+    stop_s = float(out[0].split("stop() took ")[1].split(" s")[0])
+    assert stop_s < 5, out
+    print(f"hung peer: rank 0 ran and ended in {out['rank0_s']:.1f} s, stop() {stop_s:.3f} s")
 
 
 class _SimulatedRanks:
@@ -222,7 +278,7 @@ def test_an_interrupt_during_the_run_id_broadcast_reaches_the_program():
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
         return 0
     try:
         import torch.distributed as dist

@@ -248,6 +248,34 @@ def test_the_report_reads_a_compact_log():
 
 # ---- diagnosis: bases, the verdict, the strip ----
 
+def test_the_lines_reader_on_a_file_someone_else_wrote():
+    """steptrace.lines on hostile bytes (issue #58): non-UTF-8, nesting 100 000 deep, a repeated key, a
+    bare value, an over-long line: strict raises ValueError (never UnicodeDecodeError or RecursionError),
+    strict=False skips them; iter_step_lines streams (a generator, one line at a time)."""
+    from steptrace import lines as reader
+    path = os.path.join(tmpdir(), "hostile.jsonl")
+    bad = [b'\xff\xfe{"global_step": 9}', b"[" * 100000 + b"]" * 100000, b'{"run_id": "a", "run_id": "b", "global_step": 9}',
+           b"5", b'{"global_step": 9, "x": "' + b"a" * (reader.MAX_LINE_BYTES + 10) + b'"}', b'{"global_step": 1e999}']
+    with open(path, "wb") as f:
+        f.write(b'{"global_step": 0}\n')
+        for b in bad:
+            f.write(b + b"\n")
+        f.write(b'{"global_step": 1}\n')
+    assert [l["global_step"] for l in reader.step_lines(path, strict=False)] == [0, 1]
+    stream = reader.iter_step_lines(path, strict=False)
+    assert not isinstance(stream, list) and next(stream)["global_step"] == 0
+    for b in bad:
+        one = os.path.join(tmpdir(), "one.jsonl")
+        with open(one, "wb") as f:
+            f.write(b + b"\n")
+        try:
+            reader.step_lines(one)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"strict reading accepted {b[:40]!r}")
+
+
 def test_line_basis_of_old_lines():
     assert diagnosis.line_basis({}, {"basis": "markers"}) == "markers"
     assert diagnosis.line_basis({"gpu": {}}, {"label": "COMPUTE_BOUND"}) == "traced"

@@ -37,19 +37,20 @@ inline const std::vector<LineField>& record_fields(Record r) {
       v.push_back(f);
     }
   };
-  static const std::vector<LineField> step = [&] {
+  // Never destroyed (docs/architecture.md, "statics"): read by the exit hook's last lines.
+  static const std::vector<LineField>* step = new std::vector<LineField>([&] {
     std::vector<LineField> v;
     add(v, line_field::kStepFields);
     add(v, line_field::kGpuFields);
     add(v, line_field::kVerdictFields);
     return v;
-  }();
-  static const std::vector<LineField> end = [&] {
+  }());
+  static const std::vector<LineField>* end = new std::vector<LineField>([&] {
     std::vector<LineField> v;
     add(v, line_field::kEndFields);
     return v;
-  }();
-  return r == Record::step ? step : end;
+  }());
+  return r == Record::step ? *step : *end;
 }
 inline const std::vector<LineField>& line_fields() { return record_fields(Record::step); }
 
@@ -61,8 +62,10 @@ inline const std::vector<std::vector<std::string_view>>& record_field_segments(R
     for (const LineField& f : record_fields(which)) v.push_back(pointer_segments(f.path));
     return v;
   };
-  static const std::vector<std::vector<std::string_view>> step = make(Record::step), end = make(Record::end);
-  return r == Record::step ? step : end;
+  using Segments = std::vector<std::vector<std::string_view>>;  // never destroyed, as record_fields()
+  static const Segments* step = new Segments(make(Record::step));
+  static const Segments* end = new Segments(make(Record::end));
+  return r == Record::step ? *step : *end;
 }
 inline const std::vector<std::vector<std::string_view>>& line_field_segments() {
   return record_field_segments(Record::step);

@@ -48,7 +48,9 @@ struct TierPatterns {
   std::vector<std::string_view> first[2];  // by LineTier
 };
 inline const TierPatterns& tier_patterns() {
-  static const TierPatterns t = [] {
+  // Never destroyed (docs/architecture.md, "statics"): the exit hook writes compact lines after
+  // static destructors have run.
+  static const TierPatterns* t = new TierPatterns([] {
     TierPatterns p;
     const auto& segs = line_field_segments();
     for (std::size_t i = 0; i < line_fields().size(); ++i) {
@@ -64,8 +66,8 @@ inline const TierPatterns& tier_patterns() {
       v.erase(std::unique(v.begin(), v.end()), v.end());
     }
     return p;
-  }();
-  return t;
+  }());
+  return *t;
 }
 
 /// The first row of `tier` a leaf at `segs` belongs to (an index into tier_patterns().rows[tier]): its

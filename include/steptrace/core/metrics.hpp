@@ -91,7 +91,8 @@ struct PeakFlopsEntry {
 
 /// Datasheets list tensor rates "with sparsity"; the dense rate is half of it.
 inline const std::vector<PeakFlopsEntry>& peak_flops_table() {
-  static const std::vector<PeakFlopsEntry> table = {
+  // Never destroyed (docs/architecture.md, "statics").
+  static const std::vector<PeakFlopsEntry>* table = new std::vector<PeakFlopsEntry>{
       // NVIDIA H100 Tensor Core GPU datasheet (2023): SXM FP32 67, TF32 989*, BF16/FP16 1979*, FP8 3958*
       {"H100", "sxm", "H100 SXM", 67, 494.5, 989.5, 989.5, 1979, "NVIDIA H100 datasheet (dense = sparse/2)"},
       // same datasheet, PCIe column: FP32 51, TF32 756*, BF16/FP16 1513*, FP8 3026*
@@ -113,7 +114,7 @@ inline const std::vector<PeakFlopsEntry>& peak_flops_table() {
       // NVIDIA GB200 NVL72 datasheet, per GPU (72 GPUs): FP8 720 PF*, FP16/BF16 360 PF*, TF32 180 PF*, FP32 5760 TF
       {"GB200", "", "GB200", 80, 1250, 2500, 2500, 5000, "NVIDIA GB200 NVL72 datasheet / 72 GPUs (dense = sparse/2)"},
   };
-  return table;
+  return *table;
 }
 
 /// Splits a device name into upper-case alphanumeric tokens: "NVIDIA A100-SXM4-80GB" ->

@@ -77,8 +77,8 @@ inline PhaseSpan span_of(const SpanRing::Entry& e) {
 /// The rings are the process's, the recorders each session's: a session winding down and the next one
 /// starting must not drain one ring at once. Taken inside a recorder's lock, never the other way round.
 inline std::mutex& span_ring_drain_mutex() {
-  static std::mutex m;
-  return m;
+  static std::mutex* m = new std::mutex;  // never destroyed (docs/architecture.md, "statics")
+  return *m;
 }
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details
