@@ -276,6 +276,18 @@ def test_the_lines_reader_on_a_file_someone_else_wrote():
             raise AssertionError(f"strict reading accepted {b[:40]!r}")
 
 
+def test_a_forged_time_is_no_line_time():
+    """A line's start_unix_ms of 1e308 (or a timestamp in 1970, or far in the future) made its run the
+    newest, the one the report shows by default (issue #58): such a time is no line's."""
+    import time as _time
+    now = _time.time() * 1000.0
+    assert runs.line_ms({"start_unix_ms": now}) == now
+    for forged in (1e308, 1.0, 5e12):  # 5e12: the year 2128
+        assert runs.line_ms({"start_unix_ms": forged}) is None, forged
+    assert runs.line_ms({"timestamp": "1970-01-01T00:00:01Z"}) is None
+    assert runs.line_ms({"timestamp": "9999-12-31T23:59:59Z"}) is None
+
+
 def test_line_basis_of_old_lines():
     assert diagnosis.line_basis({}, {"basis": "markers"}) == "markers"
     assert diagnosis.line_basis({"gpu": {}}, {"label": "COMPUTE_BOUND"}) == "traced"

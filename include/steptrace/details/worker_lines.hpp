@@ -201,6 +201,10 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     // a view of the lines (the exporter) keeps the full one. What a failed write did not carry (the
     // record, a sentence) is written again with the next line.
     std::string compact_line;
+    // The log sinks whose run record just failed: the compact line is not written there either (a line
+    // without its record has no host, pid or settings); it is counted unwritten, and the record is
+    // tried again before the next line.
+    std::vector<const sink::LineSink*> record_failed;
     if (compact) {
       std::string facts;
       compact_line = make_compact_line(fields, reasons_written_, &facts);
@@ -210,7 +214,10 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
         const std::string record = make_run_record(fields, settings_in_force_, true);
         bool written = true;
         for (sink::LineSink* sink : s_.sinks)
-          if (sink->counts_lines()) written = sink->write_line(record).empty() && written;
+          if (sink->counts_lines() && !sink->write_line(record).empty()) {
+            written = false;
+            record_failed.push_back(sink);
+          }
         run_record_ = written ? std::move(facts) : std::string();
         reasons_written_ = ReasonBook{};  // the line after a new record carries every sentence again
         compact_line = make_compact_line(fields, reasons_written_);
@@ -222,8 +229,10 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     last_line_step_ = static_cast<int64_t>(r.index);
     if (in.gpu && !in.gpu->complete) ++lines_incomplete_;
     for (sink::LineSink* sink : s_.sinks) {
+      const bool no_record = std::find(record_failed.begin(), record_failed.end(), sink) != record_failed.end();
       const std::string err =
-          sink->write_step_line(compact && sink->counts_lines() ? compact_line : line, fields_read ? &fields : nullptr);
+          no_record ? std::string("its run record could not be written")
+                    : sink->write_step_line(compact && sink->counts_lines() ? compact_line : line, fields_read ? &fields : nullptr);
       if (sink->counts_lines()) {
         if (err.empty()) ++lines_written_;
         else lines_failed_.store(lines_failed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

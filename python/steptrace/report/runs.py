@@ -55,16 +55,27 @@ def line_key(line):
     return line.get("run_id") or NO_ID, line.get("rank", 0)
 
 
+EARLIEST_MS = 946684800000.0  # 2000-01-01: no steptrace line is older
+LATEST_MS = 4102444800000.0    # 2100-01-01: a host's clock may be wrong, not by a century
+
+
+def _plausible_ms(ms):
+    """ms if it can be a line's wall time (2000 to 2100), else None: a forged 1e308 would otherwise make
+    its run the newest, the one the report shows by default."""
+    return ms if ms is not None and EARLIEST_MS <= ms <= LATEST_MS else None
+
+
 def line_ms(line):
-    """The line's wall time in ms since the epoch (start_unix_ms, else timestamp), or None."""
+    """The line's wall time in ms since the epoch (start_unix_ms, else timestamp), or None (also for a
+    time no line can have)."""
     v = line.get("start_unix_ms")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return _plausible_ms(float(v))
     ts = line.get("timestamp")
     if isinstance(ts, str):
         try:
-            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000.0
-        except ValueError:
+            return _plausible_ms(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000.0)
+        except (ValueError, OverflowError):
             return None
     return None
 
