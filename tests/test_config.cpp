@@ -315,6 +315,37 @@ TEST_CASE("the launcher's rank and world size: out of range or not an integer is
   CHECK(lines[0]["world_size"] == 1);
 }
 
+// PyTorch Lightning's launcher sets LOCAL_RANK, NODE_RANK and WORLD_SIZE, no RANK: both processes of a
+// devices=2 job said "rank 0" (issue #59). One node: the local rank; node N with LOCAL_WORLD_SIZE:
+// torchrun's rule; node N without it: not known, warned, never silent.
+TEST_CASE("a launcher without RANK: the rank from LOCAL_RANK and NODE_RANK, or a warning", "[config]") {
+  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "GROUP_RANK", "LOCAL_WORLD_SIZE"}) ::unsetenv(v);
+  auto& out = steptrace_test::captured_log();
+  const auto rank_with = [&](const char* local, const char* node, const char* local_world) {
+    ::setenv("WORLD_SIZE", "8", 1);
+    ::setenv("LOCAL_RANK", local, 1);
+    if (node) ::setenv("NODE_RANK", node, 1);
+    if (local_world) ::setenv("LOCAL_WORLD_SIZE", local_world, 1);
+    const auto log = fresh_log("config_no_rank");
+    REQUIRE(start(steptrace_test::host_config(log)));
+    { TRACE_STEP(); }
+    stop();
+    for (const char* v : {"WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE"}) ::unsetenv(v);
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 1);
+    return lines[0]["rank"].get<int>();
+  };
+  CHECK(rank_with("1", nullptr, nullptr) == 1);  // Lightning, one node (NODE_RANK 0 or absent)
+  CHECK(rank_with("1", "0", nullptr) == 1);
+  CHECK(rank_with("1", "1", "4") == 5);          // node 1 of 4 processes each
+  CHECK(count(out.str(), "but no RANK: the global rank is not known here") == 0);
+  CHECK(rank_with("1", "1", nullptr) == 1);      // node 1, its size unknown: said
+  CHECK(count(out.str(), "LOCAL_RANK 1 and NODE_RANK 1 but no RANK: the global rank is not known here") == 1);
+  ::setenv("RANK", "3", 1);                      // a launcher's RANK wins
+  CHECK(rank_with("1", "0", nullptr) == 3);
+  ::unsetenv("RANK");
+}
+
 TEST_CASE("job_id from the setting or the scheduler, run_id new at every start()", "[config]") {
   for (const char* v : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST", "STEPTRACE_JOB_ID"}) ::unsetenv(v);
   const auto log = fresh_log("config_job_id");

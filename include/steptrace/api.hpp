@@ -64,6 +64,9 @@ struct ThreadState;
 /// one warning says why and the view stays off.
 STEPTRACE_API bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange,
                                                             const std::string& setup_error, int every_k_steps) noexcept;
+/// The rank and world size the running session's lines say; false when none runs (the Python package
+/// compares them with torch.distributed's and the framework's).
+STEPTRACE_API bool session_rank(int& rank, int& world_size) noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

@@ -232,6 +232,12 @@ PYBIND11_MODULE(_steptrace, m) {
     return summary_dict(s);
   });
   m.def("is_running", [] { return steptrace::is_running(); });
+  // (rank, world_size) the lines say, or None when steptrace is not running.
+  m.def("run_rank", []() -> py::object {
+    int rank = 0, world = 1;
+    if (!steptrace::details::session_rank(rank, world)) return py::none();
+    return py::make_tuple(rank, world);
+  });
   // The package's own warnings go through the same logger ("steptrace"), once per key.
   m.def("warn_once", [](const std::string& key, const std::string& message) {
     return steptrace::details::warn_once("python." + key, message);

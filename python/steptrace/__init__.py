@@ -94,6 +94,9 @@ def start(**settings_):
             close = difflib.get_close_matches(name, names, n=1)
             raise TypeError(f"steptrace.start(): unknown setting {name!r}" + (f"; did you mean {close[0]!r}?" if close else "") +
                             " (the settings: steptrace.settings, docs/configuration.md)")
+    # The rank torch.distributed knows (a launcher without RANK: Lightning's, mp.spawn), where the
+    # program and STEPTRACE_RANK give none.
+    settings_ = _ranks.rank_settings(settings_, _ranks.framework_rank())
     ok = _steptrace.start(**settings_)
     if ok and not _atexit_registered:
         atexit.register(_stop_at_exit)
@@ -104,6 +107,7 @@ def start(**settings_):
 def _stop_at_exit():
     if _steptrace.is_running():
         try:
+            _end_ending()
             _resolve_pending()
         finally:
             _ranks._end()
@@ -114,7 +118,8 @@ def stop():
     """Closes the last step, writes the remaining lines and releases CUPTI (a profiler started after
     this can use it). Returns the run's summary as a dict."""
     from .watch import _close_step
-    _close_step()  # a step watch() holds open ends here, as the last line
+    _end_ending()  # a step kept open for the next one (watch, the callbacks) ends here, as the last line
+    _close_step()
     _resolve_pending()
     _ranks._end()  # the cross-rank exchange ends with the run (a next one sets it up again)
     return _steptrace.stop()
@@ -136,6 +141,39 @@ class _Scope:
         return wrapped
 
 
+class _Ending:
+    """A step kept open past its last training work (watch() after optimizer.step(), the framework
+    callbacks after their step's end): it ends where the next step's work begins, so its time is the
+    iteration's, the GPU wait of a read after the step included (the host returns from optimizer.step()
+    long before the GPU is done). Work that is no step's ends it first, at its own start: an evaluation
+    (a forward in eval mode or without gradients), a phase the program opens between steps
+    (steptrace.phase("checkpoint")), the framework's validation or checkpoint, stop()."""
+    __slots__ = ("close", "thread")
+
+    def __init__(self):
+        self.close = None   # what ends the ending step, or None
+        self.thread = None  # the training thread: work on other threads ends nothing
+
+
+_ending = _Ending()
+
+
+def _keep_until_next(close):
+    """The step `close` ends is done with its training work: it ends where the next one begins."""
+    _ending.close = close
+    _ending.thread = threading.get_ident()
+
+
+def _end_ending(close=None):
+    """Ends the ending step now (only if it is `close`'s, when given). True when one was ended."""
+    c = _ending.close
+    if c is None or (close is not None and c is not close):
+        return False
+    _ending.close = None
+    c()
+    return True
+
+
 class _Phase(_Scope):
     __slots__ = ("name", "_id")
 
@@ -144,6 +182,8 @@ class _Phase(_Scope):
         self._id = id_
 
     def __enter__(self):
+        if _ending.close is not None and _ending.thread == threading.get_ident():
+            _end_ending()  # a phase the program opens between steps: no step's
         _steptrace.phase_enter(self._id)
         return self
 

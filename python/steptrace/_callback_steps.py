@@ -1,7 +1,10 @@
 """The step and phase bookkeeping the framework callbacks share (steptrace.lightning, steptrace.transformers):
-a step opened at the framework's step begin and closed at its end, one phase open at a time, tokens and
-samples summed over the step's batches, steptrace started (and stopped at the end of training) when the
-program has not started it itself."""
+a step opened at the framework's step begin and, at its end, kept open until the next step begins (so
+its time is the iteration's: what the framework does after the optimizer step, a loss read that waits
+for the GPU among it, is in the step), or until work that is no step's begins (validation, a checkpoint,
+an evaluation forward, the end of training); one phase open at a time, tokens and samples summed over
+the step's batches, steptrace started (and stopped at the end of training) when the program has not
+started it itself."""
 import math
 import numbers
 import threading
@@ -45,24 +48,32 @@ class CallbackSteps:
         self.tokens, self.samples, self.settings, self.who = tokens, samples, dict(settings), who
         self.started = False   # steptrace started here: stopped at the end of training
         self.step = None       # the open steptrace.step
+        self.ending = False    # its framework step ended: it ends where the next begins
         self.phase = None      # the open phase scope
         self.step_tokens = self.step_samples = None
         self.owner = None      # the training thread (the one training began on): other threads pass through
 
     # ---- the run ----
-    def begin_training(self):
+    def begin_training(self, known_rank=None, framework=None):
+        """`known_rank`: (rank, world_size) as the framework knows them (Lightning's trainer.global_rank,
+        the Trainer's args.process_index), given to start() unless the program set a rank; a session the
+        program started with another rank is told so, once, by name."""
         import steptrace
-        self.close_step()  # what an earlier training that raised left open
+        from .ranks import check_rank, framework_rank, rank_settings
+        self.close_now()  # what an earlier training that raised left open
         self.owner = threading.get_ident()
+        known = known_rank if known_rank is not None else framework_rank()
         if not steptrace.is_running():
-            self.started = bool(steptrace.start(**self.settings))
-        elif self.settings:
+            self.started = bool(steptrace.start(**rank_settings(self.settings, known)))
+        else:
+            check_rank(known, framework or "torch.distributed")
+        if steptrace.is_running() and self.settings and not self.started:
             _steptrace.warn_once(self.who + ".settings", f"{self.who}: steptrace was already running; its "
                                  f"settings {sorted(self.settings)} were not applied")
 
     def end_training(self):
         import steptrace
-        self.close_step()
+        self.close_now()
         if self.started and steptrace.is_running():
             steptrace.stop()
         self.started = False
@@ -70,12 +81,15 @@ class CallbackSteps:
     # ---- steps and phases ----
     def open_step(self):
         import steptrace
+        if self.step is not None and self.ending:
+            self.close_now()  # the previous step ends where this one begins
         if self.step is not None or not steptrace.is_running():
             return
         tokens = self.tokens if isinstance(self.tokens, float) else None
         samples = self.samples if isinstance(self.samples, float) and tokens is not None else None
         self.step = steptrace.step(tokens=tokens, samples=samples)
         self.step.__enter__()
+        self.ending = False
         self.step_tokens = self.step_samples = None
 
     def count_batch(self, batch):
@@ -128,7 +142,21 @@ class CallbackSteps:
             phase.__exit__(None, None, None)
 
     def close_step(self):
+        """The framework's step ended: its phase closes; the step stays open until the next one begins
+        or work that is no step's does (steptrace._ending)."""
         self.exit()
+        if self.step is not None and not self.ending:
+            from . import _keep_until_next
+            self.ending = True
+            _keep_until_next(self.close_now)
+
+    def close_now(self):
+        """Ends the open step at once (validation, a checkpoint, the end of training begin)."""
+        from . import _ending
+        if _ending.close == self.close_now:
+            _ending.close = None
+        self.exit()
+        self.ending = False
         if self.step is not None:
             step, self.step = self.step, None
             step.__exit__(None, None, None)

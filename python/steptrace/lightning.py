@@ -4,9 +4,11 @@
     trainer = Trainer(..., callbacks=[steptrace.lightning.StepTrace(log_path="steps-{rank}.jsonl")])
 
 - a step is one optimizer step: it begins with the first batch of a gradient-accumulation window
-  (`on_train_batch_start`) and ends after the optimizer step (`on_train_batch_end` of the batch whose
-  `on_before_optimizer_step` ran), so `accumulate_grad_batches` batches are one step, and the validation
-  loop runs between steps (the next line's `between_steps`);
+  (`on_train_batch_start`) and runs until the next one begins, so `accumulate_grad_batches` batches are
+  one step and what Lightning does after the optimizer step (logging, the progress bar's loss read that
+  waits for the GPU) is in it: its time is the iteration's. The validation loop and a checkpoint end it
+  at their start (`on_validation_start`, `on_save_checkpoint`) and run between steps (the next line's
+  `between_steps`);
 - phases: `forward` (the batch's start to its `on_before_backward`: `training_step`, and `zero_grad`,
   which Lightning calls inside its closure before the backward), `backward` (`on_before_backward` to
   `on_after_backward`), `optimizer` (`on_before_optimizer_step` to the batch's end: gradient clipping,
@@ -54,7 +56,10 @@ class StepTrace(_callback_base()):
         self._stepping = False  # the open step's optimizer step began (on_before_optimizer_step)
 
     def on_fit_start(self, trainer, pl_module):
-        self._steps.begin_training()
+        # The trainer's ranks: Lightning's launcher sets LOCAL_RANK and NODE_RANK, not RANK.
+        rank, world = getattr(trainer, "global_rank", None), getattr(trainer, "world_size", None)
+        known = (int(rank), int(world)) if isinstance(rank, int) and isinstance(world, int) and world >= 1 else None
+        self._steps.begin_training(known, "Lightning's trainer")
         if self._cross_rank and getattr(trainer, "world_size", 1) > 1:
             import steptrace
             steptrace.cross_rank()
@@ -81,7 +86,14 @@ class StepTrace(_callback_base()):
             self._steps.close_step()
 
     def on_train_end(self, trainer, pl_module):
-        self._steps.close_step()
+        self._steps.close_now()
+
+    # Work that is no step's: the step kept open for the next one ends where it begins.
+    def on_validation_start(self, trainer, pl_module):
+        self._steps.close_now()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._steps.close_now()
 
     def on_fit_end(self, trainer, pl_module):
         self._steps.end_training()

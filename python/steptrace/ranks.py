@@ -97,6 +97,64 @@ class _Gather:
         return str(box[0])
 
 
+def framework_rank():
+    """(rank, world_size) from torch.distributed when the program initialised it, else None. torch is not
+    imported here: a program that has not imported it has no process group."""
+    import sys
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # noqa: BLE001 - a half-torn-down group: no answer
+        return None
+    return None
+
+
+def rank_settings(settings, known):
+    """`settings` (start()'s keyword arguments) with rank and world_size from `known` ((rank, world) from
+    the framework or torch.distributed) where neither the program nor STEPTRACE_RANK gave them."""
+    import os
+    if known is None or "rank" in settings or os.environ.get("STEPTRACE_RANK"):
+        return settings
+    out = dict(settings)
+    out["rank"] = known[0]
+    if "world_size" not in settings and not os.environ.get("STEPTRACE_WORLD_SIZE"):
+        out["world_size"] = known[1]
+    return out
+
+
+def check_rank(known, who):
+    """Says once, by name, when the running session's rank is not the one `who` knows (steptrace started
+    before the process group, with a launcher's environment that names no rank)."""
+    mine = _steptrace.run_rank() if known is not None else None
+    if mine is not None and tuple(mine) != tuple(known):
+        _steptrace.warn_once("rank.mismatch", f"steptrace's lines say rank {mine[0]} of {mine[1]} but {who} says rank "
+                                              f"{known[0]} of {known[1]}: steptrace was started before the ranks were "
+                                              "known (start it after init_process_group, let the framework's callback "
+                                              "start it, or pass rank=/world_size=); this process's lines keep rank "
+                                              f"{mine[0]}")
+        return False
+    return True
+
+
+def _claims(dist, side, world, rank):
+    """Every process's (lines' rank, pid, host) over steptrace's group; says once, by name, where two
+    processes claim one rank (their logs would both say it)."""
+    import os
+    import socket
+    mine = _steptrace.run_rank()
+    claim = (mine[0] if mine else -1, os.getpid(), socket.gethostname())
+    claims = [None] * world
+    dist.all_gather_object(claims, claim, group=side)
+    same = [c for i, c in enumerate(claims) if i != rank and isinstance(c, tuple) and c[0] == claim[0]]
+    if same:
+        others = ", ".join(f"pid {c[1]} on {c[2]}" for c in same[:4])
+        _steptrace.warn_once("rank.claimed", f"rank {claim[0]} is claimed by this process (pid {claim[1]} on {claim[2]}) "
+                                             f"and by {others}: their lines say the same rank (pass rank= to "
+                                             "steptrace.start(), or start it after init_process_group)")
+
+
 def _global_rank(dist, group, rank):
     """A group's rank as a global rank (torch >= 2.0 names it get_global_rank; 1.13 keeps it private)."""
     if group is None:
@@ -156,6 +214,8 @@ def cross_rank(group=None, every=0):
         # or its streams. new_group is itself a collective of every process of the default group.
         side = dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout))
         rank = dist.get_rank(side)
+        check_rank((dist.get_rank(), dist.get_world_size()), "torch.distributed")
+        _claims(dist, side, world, rank)
     except Exception as e:  # noqa: BLE001 - a late, dead or missing peer: the view stays off, training goes on
         _steptrace.warn_once("cross_rank.setup", f"steptrace.cross_rank(): the ranks' group could not be set up "
                                                  f"within {timeout:.0f} s ({type(e).__name__}: {e}); the cross-rank "

@@ -44,7 +44,9 @@ class StepTraceCallback(TrainerCallback):
         # The submodule's state, not `steptrace.watch` (the package's name for the function).
         from .watch import _state as watch_state
         self._teardown()  # what a train() that raised left (transformers has no on_exception)
-        self._steps.begin_training()
+        rank, world = getattr(args, "process_index", None), getattr(args, "world_size", None)
+        known = (int(rank), int(world)) if isinstance(rank, int) and isinstance(world, int) and world >= 1 else None
+        self._steps.begin_training(known, "the Trainer's arguments")
         if self._cross_rank and getattr(args, "world_size", 1) > 1:
             steptrace.cross_rank()
         if model is not None and steptrace.is_running():

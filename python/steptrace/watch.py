@@ -2,10 +2,15 @@
 
     train_loader = steptrace.watch(model, optimizer, train_loader)
 
-- the step ends when ``optimizer.step()`` returns, and begins with the next training work (the wait for
-  a batch, a forward in training mode with gradients on, a backward): gradient accumulation (several
-  forward and backward passes per step) is one step, and an evaluation between steps (``model.eval()``
-  or ``torch.no_grad()``) is in no step (the next line's ``between_steps``);
+- a step begins with training work (the wait for a batch, a forward in training mode with gradients on,
+  a backward, an optimizer step) and runs until the next step's begins: what follows ``optimizer.step()``
+  in the iteration (``zero_grad``, the ``loss.item()`` that waits for the GPU, the log line) is the
+  step's, so its time is the iteration's as the program's own clock reads it (the host returns from
+  ``optimizer.step()`` long before the GPU has run the step). Gradient accumulation (several forward
+  and backward passes per step) is one step. Work that is no step's ends the step at its own start and
+  is the next line's ``between_steps``: an evaluation (a forward in ``model.eval()`` or under
+  ``torch.no_grad()``), a phase the program opens between steps (``steptrace.phase("checkpoint")``),
+  ``stop()``;
 - ``input``: the wait for the next batch of the loader handed in (the returned iterable);
 - ``forward``: the outermost module's forward (hooks on the module as given: the DDP or FSDP wrapper, or
   the compiled module), training forwards only;
@@ -14,8 +19,8 @@
   this one);
 - ``optimizer``: ``optimizer.step()`` (its step hooks where torch has them, else a wrapper of the method).
 
-A step whose ``optimizer.step()`` never ran (a GradScaler that found inf and skipped it) ends at the
-next ``optimizer.zero_grad()`` after a backward. Manual phases (``steptrace.phase``) still work and nest
+A step whose ``optimizer.step()`` never ran (a GradScaler that found inf and skipped it) is done with its
+training work at the next ``optimizer.zero_grad()`` after a backward. Manual phases (``steptrace.phase``) still work and nest
 inside these. A loop that opens its own steps (``steptrace.step``, ``steptrace.loader``) keeps them:
 watch then adds phases only. Nothing here is traced by torch.compile: each hook returns at once while
 dynamo traces (``torch.compiler.is_compiling()``), so a hook inside a compiled region adds no graph break
@@ -42,6 +47,7 @@ class _State:
         self.thread = None       # the thread the step was opened on
         self.owner = None        # the thread that called watch(): the training thread
         self.in_optimizer = False  # an optimizer phase open (a step that raised leaves it so: closed at the next)
+        self.ending = False      # the open step's training work is done: it ends where the next begins
         self.tokens = None       # number or callable(batch)
         self.samples = None
         self.step_tokens = 0.0   # the open step's batches' tokens so far (tokens callable)
@@ -85,15 +91,29 @@ def _on_owner():
 def _open_step():
     """The step watch keeps: opened by the first training work after the previous one closed."""
     s = _state
+    if s.step_open and s.ending:
+        _close_step()  # the previous step ends where this one begins
     if not s.steps or s.step_open or not _steptrace.is_running() or _user_step_open():
         return False
     tokens = None if callable(s.tokens) else s.tokens
     samples = None if callable(s.samples) else s.samples
     _steptrace.step_enter(tokens, samples)
     s.step_open = True
+    s.ending = False
     s.backward_seen = s.forward_seen = False
     s.step_tokens, s.step_samples = 0.0, None
     return True
+
+
+def _done_with_training_work():
+    """The open step's training work is done (optimizer.step() returned): it stays open until the next
+    step's work begins, or work that is no step's does (steptrace._ending)."""
+    s = _state
+    if not s.step_open or s.ending:
+        return
+    s.ending = True
+    from . import _keep_until_next
+    _keep_until_next(_close_step)
 
 
 def _close_step():
@@ -101,6 +121,10 @@ def _close_step():
     if not s.step_open:
         return
     s.step_open = False
+    s.ending = False
+    from . import _ending
+    if _ending.close is _close_step:
+        _ending.close = None
     if not _steptrace.is_running():
         return  # stopped meanwhile: stop() closed it
     s.blind_steps = s.blind_steps + 1 if s.backward_seen and not s.forward_seen else 0
@@ -180,6 +204,7 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
             _number(what, v)
     unwatch()
     is_compiling = _compiling_check(torch)  # looked up once: each hook calls it
+    from . import _end_ending, _ending as _ending_step
     s = _state
     s.tokens, s.samples = tokens, samples
     s.owner = threading.get_ident()
@@ -193,7 +218,12 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
     always = "always_call" in inspect.signature(model.register_forward_hook).parameters  # torch >= 2.1
 
     def forward_pre(module, args):
-        if is_compiling() or not _on_owner() or not (module.training and torch.is_grad_enabled()):
+        if is_compiling() or not _on_owner():
+            return None
+        if not (module.training and torch.is_grad_enabled()):
+            # An evaluation: no step's. A step done with its training work (watch's, a callback's) ends here.
+            if _ending_step.close is not None:
+                _end_ending()
             return None
         n = getattr(depth, "n", 0)
         if n and not always:
@@ -272,13 +302,13 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
             return None
         s2.in_optimizer = False
         _steptrace.phase_exit()
-        _close_step()
+        _done_with_training_work()
         return None
 
     def zero_grad_pre(*_):
-        # A step whose optimizer step was skipped (GradScaler found inf): it ends here.
+        # A step whose optimizer step was skipped (GradScaler found inf): done with its training work here.
         if _state.active and _on_owner() and _state.step_open and _state.backward_seen:
-            _close_step()
+            _done_with_training_work()
 
     if optimizer is None:
         s.active = True

@@ -36,8 +36,8 @@ inline constexpr LineField kStepFields[] = {
     row("identity", "/run_id", F::string, "16 hex digits",
         "new at every `start()` (random): tells a job's restarts and a second `start()` apart; with a "
         "communicator (`enable_cross_rank`; Python: `steptrace.cross_rank()`) every rank takes rank 0's (one "
-        "broadcast, waited for at most 30 s, 60 s from Python; lines written before that call keep the "
-        "rank's own)",
+        "broadcast, waited for at most 30 s; from Python as long as the ranks' group setup, torch.distributed's "
+        "default timeout; lines written before that call keep the rank's own)",
         "never").in(kCompact).in(kRun),
     row("identity", "/job_id", F::string, "—",
         "`job_id` / `STEPTRACE_JOB_ID`, else `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else the Kubernetes "
@@ -57,7 +57,13 @@ inline constexpr LineField kStepFields[] = {
     row("throughput", "/step_time_ms", F::number, "ms",
         "this step's start → its own end: its `TRACE_STEP` scope's end when the scope ended before the next "
         "step began (what ran between is the next line's `between_steps`), else the next step's start (a "
-        "scope still open then, e.g. `steptrace.loader()`, whose step ends where the next wait begins)",
+        "scope still open then, e.g. `steptrace.loader()`, whose step ends where the next wait begins). "
+        "`tokens_per_second`, `samples_per_second` and `estimated_mfu` divide by it. Python's `watch()` and "
+        "the framework callbacks keep a step open after its optimizer step until the next step's work "
+        "begins, or work that is no step's does (an evaluation, a phase opened between steps, validation, a "
+        "checkpoint): the host returns from `optimizer.step()` before the GPU has run the step, and a "
+        "throughput over a window that ends there is not one the GPU reached; an iteration's time is what the "
+        "program's own per-iteration clock reads",
         "never").in(kCompact),
     row("throughput", "/step_time_basis", F::string, "`\"next_step_start\"` or `\"scope_end\"`",
         "which end `step_time_ms` ran to",

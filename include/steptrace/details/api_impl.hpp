@@ -104,6 +104,14 @@ PhaseId register_phase(std::string_view name) noexcept {
 }
 
 namespace details {
+bool session_rank(int& rank, int& world_size) noexcept {
+  if (!is_running()) return false;
+  const auto rw = Session::current().rank_and_world();
+  rank = rw.first;
+  world_size = rw.second;
+  return true;
+}
+
 bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange, const std::string& setup_error,
                                               int every_k_steps) noexcept {
   try {

@@ -111,6 +111,31 @@ inline RunInfo discover_run(const Config& cfg) {
   run.world_size = cfg.world_size >= 0
                        ? cfg.world_size
                        : launcher_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1, kMaxRanks, 1);
+  // Launchers that set no global rank (PyTorch Lightning's: LOCAL_RANK, NODE_RANK, WORLD_SIZE): on one
+  // node (NODE_RANK/GROUP_RANK absent or 0) the local rank is the rank; on node N with LOCAL_WORLD_SIZE
+  // known, N x LOCAL_WORLD_SIZE + LOCAL_RANK (torchrun's rule). Otherwise the rank is not known, and
+  // is not guessed silently: a warning names the setting (the Python package takes the rank from
+  // torch.distributed or the framework's trainer when it can).
+  const auto any_set = [](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (std::getenv(n)) return true;
+    return false;
+  };
+  if (cfg.rank < 0 && run.world_size > 1 && !any_set({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) &&
+      any_set({"LOCAL_RANK"})) {
+    const int node = launcher_int({"NODE_RANK", "GROUP_RANK"}, 0, kMaxRanks - 1, 0);
+    const int local_world = launcher_int({"LOCAL_WORLD_SIZE"}, 1, kMaxRanks, 0);
+    if (node == 0) {
+      run.rank = run.local_rank;
+    } else if (local_world > 0 && static_cast<long long>(node) * local_world + run.local_rank < kMaxRanks) {
+      run.rank = node * local_world + run.local_rank;
+    } else {
+      run.rank = run.local_rank;
+      warn_once("launcher.no_rank", "the launcher set LOCAL_RANK " + std::to_string(run.local_rank) + " and NODE_RANK " +
+                                        std::to_string(node) + " but no RANK: the global rank is not known here (set "
+                                        "rank / STEPTRACE_RANK); the lines say rank " + std::to_string(run.rank));
+    }
+  }
   if (run.rank >= run.world_size)
     warn_once("launcher.rank", "rank " + std::to_string(run.rank) + " is not below world_size " +
                                    std::to_string(run.world_size) + " (set rank/world_size or the launcher's RANK/WORLD_SIZE); "

@@ -299,6 +299,9 @@ class Session {
 
   /// Lines the sinks refused so far (a full disk, a size limit): tests wait for this event.
   uint64_t lines_failed_so_far() const { return worker_ ? worker_->lines_failed() : 0; }
+  /// The rank and world size the lines say (set at start(); the Python package compares them with
+  /// torch.distributed's). Training thread, while running.
+  std::pair<int, int> rank_and_world() const { return {run_.rank, run_.world_size}; }
 
   /// capture_steps(n): the next n steps to begin are written as a trace.
   bool capture_steps(int n) {
