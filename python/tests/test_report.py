@@ -288,6 +288,16 @@ def test_a_forged_time_is_no_line_time():
     assert runs.line_ms({"timestamp": "9999-12-31T23:59:59Z"}) is None
 
 
+def test_a_reason_code_without_its_sentence_says_so():
+    """A compact line's code whose sentence is on no line read (issue #58: shown bare)."""
+    from steptrace import report
+    seg = {"nulls": {"sm_activity": Counter({"9f8335c3": 3})}, "reasons": {}}
+    why = report.why_null([seg], "sm_activity")
+    assert "9f8335c3" in why and "sentence" in why, why
+    seg["reasons"]["9f8335c3"] = "counters paused"
+    assert report.why_null([seg], "sm_activity") == "counters paused"
+
+
 def test_line_basis_of_old_lines():
     assert diagnosis.line_basis({}, {"basis": "markers"}) == "markers"
     assert diagnosis.line_basis({"gpu": {}}, {"label": "COMPUTE_BOUND"}) == "traced"

@@ -323,6 +323,150 @@ def test_transformers_callback_against_a_stand_in_module():
             del steptrace.transformers  # the package's attribute, bound to the module made from the stand-in
 
 
+# The host returns from optimizer.step() long before the GPU has run the step; the program's read after
+# it (loss.item()) waits. On the CPU that wait is a sleep after opt.step() (READ_S), the batch comes from
+# a plain function (np.memmap slices in the real script), an evaluation runs between steps every EVAL_EVERY
+# iterations. Issue #59: the step must be the iteration as the program's own clock reads it.
+READ_S, BATCH_S, EVAL_S, EVAL_EVERY = 0.020, 0.002, 0.030, 8
+
+
+def clocked_loop(iterations, read_every, accumulate=2):
+    """watch()'s loop with its own per-iteration clock (the top of one iteration to the top of the next,
+    the evaluation left out, as the scripts' own timers); returns the clock's seconds per iteration."""
+    import time
+    model, opt, _ = model_and_data(1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    steptrace.watch(model, opt, tokens=1000.0)
+
+    def get_batch():
+        time.sleep(BATCH_S)
+        return torch.randn(8, 16), torch.randint(0, 4, (8,))
+    own, top = [], time.perf_counter()
+    for it in range(iterations):
+        for _ in range(accumulate):
+            x, y = get_batch()
+            (loss_fn(model(x), y) / accumulate).backward()
+        opt.step()
+        opt.zero_grad()
+        if read_every and it % read_every == 0:
+            time.sleep(READ_S * read_every)  # loss.item(): the GPU's lag, every read_every iterations
+        now = time.perf_counter()
+        own.append(now - top)
+        if (it + 1) % EVAL_EVERY == 0:  # an evaluation between steps: no step's, not on the program's clock
+            model.eval()
+            with torch.no_grad():
+                model(x)
+                time.sleep(EVAL_S)
+            model.train()
+        top = time.perf_counter() if (it + 1) % EVAL_EVERY == 0 else now
+    return own
+
+
+def check_iteration_clock(read_every):
+    import statistics
+    log = fresh(f"clock_{read_every}")
+    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    own = clocked_loop(40, read_every)
+    steptrace.stop()
+    steptrace.unwatch()
+    lines = step_lines(log)
+    assert len(lines) == 40, len(lines)
+    # Steady state: the first 4 iterations left out (warm-up), the last (closed by stop()) too, and those
+    # an evaluation follows: a step begins at its first forward, the program's iteration at its batch
+    # fetch, so each step is its iteration shifted by one fetch, except where an evaluation ends the step
+    # (one fetch shorter).
+    keep = [k for k in range(4, len(lines) - 1) if (k + 1) % EVAL_EVERY]
+    ms = [lines[k]["step_time_ms"] for k in keep]
+    mine = [own[k] * 1e3 for k in keep]
+    for k, a, b in zip(keep, ms, mine):  # each line its iteration's time
+        assert abs(a - b) < 1.0 + 0.02 * b, (k, a, b)
+    ratio_sum = sum(ms) / sum(mine)
+    ratio_median = statistics.median(ms) / statistics.median(mine)
+    tps = statistics.median(lines[k]["tokens_per_second"] for k in keep)
+    own_tps = 1000.0 / statistics.median(own[k] for k in keep)
+    print(f"read every {read_every or 'never'}: steptrace {statistics.median(ms):.2f} ms, own clock "
+          f"{statistics.median(mine):.2f} ms (sum ratio {ratio_sum:.4f}, median ratio {ratio_median:.4f}); "
+          f"tokens/s {tps:.0f} vs {own_tps:.0f}")
+    assert abs(ratio_sum - 1) < 0.02, ratio_sum
+    assert abs(ratio_median - 1) < 0.02, ratio_median
+    assert abs(tps / own_tps - 1) < 0.02, (tps, own_tps)
+    # The evaluations are in no step: in the next line's between_steps, never in a step's time.
+    for k, l in enumerate(lines[1:], 1):
+        between = l["between_steps"]["host_ms"] or 0.0
+        if k % EVAL_EVERY == 0:
+            assert between >= EVAL_S * 1e3, (k, between)
+            before = lines[k - 1]["step_time_ms"]  # the step the evaluation followed: without it
+            assert before < own[k - 1] * 1e3 + 1.0, (k - 1, before, own[k - 1] * 1e3)
+        else:
+            assert between < 1.0, (k, between)  # start to start: nothing between two training steps
+
+
+def test_the_step_is_the_iteration_with_a_read_after_optimizer_step():
+    check_iteration_clock(1)
+
+
+def test_the_step_is_the_iteration_with_a_read_every_4_steps():
+    check_iteration_clock(4)
+
+
+def test_the_step_is_the_iteration_with_no_read():
+    check_iteration_clock(0)
+
+
+def test_a_phase_between_steps_ends_the_step():
+    """A checkpoint under the program's own phase after opt.step(): no step's (the next line's between_steps)."""
+    import time
+    log = fresh("checkpoint_phase")
+    model, opt, data = model_and_data(4)
+    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    steptrace.watch(model, opt)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(data):
+        loss_fn(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(0.005)  # the read: the step's
+        if i == 1:
+            with steptrace.phase("checkpoint"):
+                time.sleep(0.03)
+    steptrace.stop()
+    steptrace.unwatch()
+    lines = step_lines(log)
+    assert len(lines) == 4
+    assert all(l["step_time_ms"] >= 5.0 for l in lines), [l["step_time_ms"] for l in lines]
+    assert lines[2]["between_steps"]["phases"]["checkpoint"]["count"] == 1, lines[2]["between_steps"]
+    assert lines[2]["between_steps"]["host_ms"] >= 30.0 and lines[1]["step_time_ms"] < 30.0
+
+
+def test_callback_steps_run_to_the_next_and_validation_is_between():
+    """The framework callbacks' bookkeeping (steptrace._callback_steps) in Lightning's hook order: the
+    progress bar's loss read after the batch's end is in the step; validation (on_validation_start) is not."""
+    import time
+    from steptrace._callback_steps import CallbackSteps
+    log = fresh("callback_steps")
+    steps = CallbackSteps(None, None, dict(log_path=log, summary=False, gpu="off", line_detail="full"), "test")
+    steps.begin_training((0, 1), "a test trainer")
+    own = []
+    for i in range(6):
+        t0 = time.perf_counter()
+        steps.open_step()
+        steps.enter("forward")
+        time.sleep(0.002)
+        steps.enter("optimizer")
+        steps.close_step()      # on_train_batch_end of the optimizer step's batch
+        time.sleep(0.010)       # the progress bar's loss.item(): the GPU's lag
+        own.append(time.perf_counter() - t0)
+        if i == 2:
+            steps.close_now()   # on_validation_start
+            time.sleep(0.03)
+    steps.end_training()
+    lines = step_lines(log)
+    assert len(lines) == 6
+    for l, mine in zip(lines[:-1], own):
+        assert abs(l["step_time_ms"] - mine * 1e3) < 1.0, (l["step_time_ms"], mine * 1e3)
+    assert lines[3]["between_steps"]["host_ms"] >= 30.0
+
+
 def test_bad_arguments():
     model, opt, _ = model_and_data(1)
     for args, exc in (((object(), opt), TypeError), ((model, object()), TypeError)):

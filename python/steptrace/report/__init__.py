@@ -67,11 +67,19 @@ def rounded(xs, digits=6):
     return [None if v is None or not math.isfinite(v) else float(f"{v:.{digits}g}") for v in xs]
 
 
+def _bare_code(why):
+    """A compact line's reason code (8 hex digits) whose sentence no line read carried (the lines were
+    read from a log's middle, or the line with it was lost): said so, not shown bare."""
+    if len(why) == 8 and all(ch in "0123456789abcdef" for ch in why):
+        return f"reason code {why} (its sentence is on an earlier line of the run, not among these)"
+    return why
+
+
 def why_null(runs, field):
     c = Counter()
     for r in runs:
         for why, k in r["nulls"].get(field, {}).items():  # a compact line's code: its sentence
-            c[r["reasons"].get(why, why)] += k
+            c[r["reasons"].get(why, _bare_code(why))] += k
     return c.most_common(1)[0][0] if c else "no value in any line"
 
 
