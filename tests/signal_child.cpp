@@ -2,6 +2,8 @@
 // MODE default: SIGTERM keeps its default action; chain: the program installed its own SIGTERM handler
 // before start(), which steptrace must call after writing its lines (the handler exits with 42);
 // many: the default action, with fast steps of 20 phases;
+// chain_exit: as chain, but the handler calls exit(45) (the exit hook then finds the ending done: one
+// end record, issue #58).
 // after: the program installs its handler after start() (over steptrace's; steptrace then sees no
 // signal, the exit hook writes the lines when the handler calls exit()).
 // held: after 5 steps the program sends itself SIGTERM (sigqueue, value 7) from inside steptrace's
@@ -27,6 +29,7 @@ void own_handler(int) {
   _exit(42);
 }
 void exiting_handler(int) { std::exit(43); }  // not async-signal-safe; a program's choice, as many make it
+void chained_exit_handler(int) { std::exit(45); }
 void info_handler(int, siginfo_t* info, void*) {
   const bool queued = info && info->si_code == SI_QUEUE && info->si_value.sival_int == 7 && info->si_pid == ::getpid();
   const char yes[] = "program handler: the sender's siginfo\n", no[] = "program handler: another siginfo\n";
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   const std::string mode = argv[2];
   if (mode == "chain") std::signal(SIGTERM, own_handler);
+  if (mode == "chain_exit") std::signal(SIGTERM, chained_exit_handler);
   if (mode == "held") {
     struct sigaction sa {};
     sa.sa_sigaction = info_handler;

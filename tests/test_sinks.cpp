@@ -91,6 +91,19 @@ TEST_CASE("a FIFO with no reader: start() does not wait for one, training goes o
   ::alarm(0);
 }
 
+// /dev/full takes no line (ENOSPC): the warning says the error, not a FIFO reader that stopped (issue #58).
+TEST_CASE("log_path=/dev/full: the lines are counted unwritten and the warning names the error", "[sinks]") {
+  if (::access("/dev/full", W_OK) != 0) {
+    WARN("no writable /dev/full here");
+    return;
+  }
+  REQUIRE(steptrace::start(steptrace_test::host_config("/dev/full")));
+  steps(5);
+  const auto s = steptrace::stop();
+  CHECK(s.lines_written == 0);
+  CHECK(logged("cannot write to the log '/dev/full': cannot write: No space left on device"));
+}
+
 TEST_CASE("a FIFO whose reader stops reading: stop() ends in bounded time and counts what it gave up", "[sinks]") {
   ::alarm(60);
   const std::string fifo = fresh_fifo("stuck_reader");

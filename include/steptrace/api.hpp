@@ -67,6 +67,10 @@ STEPTRACE_API bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> ex
 /// The rank and world size the running session's lines say; false when none runs (the Python package
 /// compares them with torch.distributed's and the framework's).
 STEPTRACE_API bool session_rank(int& rank, int& world_size) noexcept;
+/// The open step's training work is done, its scope stays open until the next step begins (Python's
+/// watch() and framework callbacks, after optimizer.step()): the cross-rank view compares ranks up to
+/// this moment, the line's step time runs on to the next step's start.
+STEPTRACE_API void mark_step_work_done() noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

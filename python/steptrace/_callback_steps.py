@@ -148,6 +148,7 @@ class CallbackSteps:
         if self.step is not None and not self.ending:
             from . import _keep_until_next
             self.ending = True
+            _steptrace.step_work_done()  # the cross-rank view compares ranks up to here
             _keep_until_next(self.close_now)
 
     def close_now(self):

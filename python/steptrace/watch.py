@@ -112,6 +112,7 @@ def _done_with_training_work():
     if not s.step_open or s.ending:
         return
     s.ending = True
+    _steptrace.step_work_done()  # the cross-rank view compares ranks up to here
     from . import _keep_until_next
     _keep_until_next(_close_step)
 

@@ -62,9 +62,9 @@ inline constexpr LineField kGpuFields[] = {
     row("gpu", "/cross_rank", F::object, "—",
         "rank 0 only, with a communicator handed over (C++: `steptrace/nccl.hpp`; Python: "
         "`steptrace.cross_rank()`): every `cross_rank_every` steps each rank's step time and built-in phase "
-        "times are gathered (the step's time to its own end: a wait for the slow rank after the step's "
-        "scope, such as a `loss.item()` after `opt.step()` with `steptrace.watch`, is not step time and "
-        "leaves the culprit visible, while a sync inside the step — `steptrace.loader()`'s step runs until "
+        "times are gathered (the step's time to its own end, or, in Python's `watch()` and callbacks, whose "
+        "steps run to the next one's start, to where `opt.step()` returned: a wait for the slow rank after "
+        "that, such as a `loss.item()`, is not the summary's step time and leaves the culprit visible, while a sync inside the step — `steptrace.loader()`'s step runs until "
         "the next wait for a batch — is step time and hides it; built-in phases tagged between two steps, "
         "outermost, such as a C++ loop's `TRACE_PHASE(input)` before its `TRACE_STEP`, count as the later "
         "step's work, so the view's step times are the lines' `step_time_ms` plus those phases, which "

@@ -47,6 +47,8 @@ struct StepRecord {
   int64_t begin_ns = 0;           // TRACE_STEP constructed
   int64_t scope_end_ns = 0;       // TRACE_STEP destroyed (0 if still open at stop())
   int64_t end_ns = 0;             // next step's begin, or scope end for the last step
+  int64_t work_end_ns = 0;        // its training work done while its scope stays open (Python's watch() and
+                                  // callbacks: optimizer.step() returned; 0: not marked)
   int64_t prev_scope_end_ns = 0;  // the previous step's scope end (0: first step, or that scope was still open)
   bool end_is_next_step = true;   // false for the last step (stop() closed it)
   bool traced = true;             // GPU attribution was on for this step (false: sampled out, trace_every)
@@ -67,6 +69,12 @@ struct StepRecord {
   /// The step's own end: its scope's end when the scope ended before the next step began (what runs
   /// between two steps is the next line's `between_steps`), else the next step's begin.
   int64_t own_end_ns() const { return scope_end_ns > begin_ns && scope_end_ns < end_ns ? scope_end_ns : end_ns; }
+  /// The end of the step's own work: where its training work was marked done, when that came before its
+  /// own end, else its own end. The cross-rank view compares ranks up to it.
+  int64_t work_end_or_own_ns() const {
+    const int64_t own = own_end_ns();
+    return work_end_ns > begin_ns && work_end_ns < own ? work_end_ns : own;
+  }
   /// The time between the previous step's scope end and this step's begin (0 when none).
   int64_t between_ns() const { return prev_scope_end_ns > 0 && begin_ns > prev_scope_end_ns ? begin_ns - prev_scope_end_ns : 0; }
 };

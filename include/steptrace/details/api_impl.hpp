@@ -112,6 +112,14 @@ bool session_rank(int& rank, int& world_size) noexcept {
   return true;
 }
 
+void mark_step_work_done() noexcept {
+  if (!is_running()) return;
+  try {
+    Session::current().mark_step_work_done();
+  } catch (...) {
+  }
+}
+
 bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange, const std::string& setup_error,
                                               int every_k_steps) noexcept {
   try {

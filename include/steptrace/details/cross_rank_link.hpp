@@ -100,13 +100,14 @@ class CrossRankLink {
     RankSummary sum;
     sum.rank = exchange_->rank();
     sum.step = static_cast<int64_t>(r.index);
-    // The step's own time (to its scope's end), not to the next step's start: a loop that waits for the
-    // slow rank between steps (a `loss.item()` after the optimizer step) would otherwise give every rank
-    // the same step and the same work, and the wait would hide the culprit. Built-in phases tagged between
+    // The step's own time (to its scope's end, or where its training work was marked done: Python's
+    // watch() and callbacks, whose steps run on to the next one's start), not to the next step's start: a
+    // loop that waits for the slow rank between steps (a `loss.item()` after the optimizer step) would
+    // otherwise give every rank the same step and the same work, and the wait would hide the culprit. Built-in phases tagged between
     // the previous step and this one, outermost (a C++ loop's input before its TRACE_STEP; not a forward
     // inside an evaluation's scope), count as this step's work; what a rank does outside its steps
     // untagged is in no summary (docs/schema.md, `cross_rank`).
-    sum.step_ms = ns_to_ms(r.own_end_ns() - r.begin_ns);
+    sum.step_ms = ns_to_ms(r.work_end_or_own_ns() - r.begin_ns);
     for (const auto& sp : r.spans)
       if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
         sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);

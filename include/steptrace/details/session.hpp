@@ -136,6 +136,7 @@ class Session {
     if (!cfg.prometheus_textfile.empty() || !cfg.prometheus_listen.empty()) open_prometheus(cfg, ctx.run);
     link_.reset();
     queue_.reset(cfg.max_pending_steps);
+    ended_at_begun_.store(kNotEnded, std::memory_order_relaxed);
     WorkerSetup setup;
     setup.context = std::move(ctx);
     setup.gpu = gpu_.get();
@@ -245,6 +246,9 @@ class Session {
   /// Returns whether the ending was served (its end record written) within its wait.
   bool end_now(const char* reason, int64_t asked_ns) {
     if (!running_flag().load(std::memory_order_acquire)) return false;
+    // An ending served already, and no step begun since: a program's own SIGTERM handler (installed
+    // before start(), called after steptrace's ending) that calls exit() asks again. One end record.
+    if (ended_at_begun_.load(std::memory_order_acquire) == recorder_.steps_begun()) return true;
     const auto now = std::chrono::steady_clock::now();
     const auto asked = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(asked_ns));
     const auto from = asked_ns > 0 && asked <= now ? asked : now;
@@ -253,7 +257,10 @@ class Session {
     if (auto last = recorder_.try_close_open(from + std::chrono::milliseconds(wait_ms / 5), &begun))
       queue_.push(std::move(*last), /*last=*/true);
     const uint64_t id = queue_.request_flush(reason, begun, from);
-    if (queue_.wait_flushed(id, from + std::chrono::milliseconds(wait_ms * 9 / 10))) return true;
+    if (queue_.wait_flushed(id, from + std::chrono::milliseconds(wait_ms * 9 / 10))) {
+      ended_at_begun_.store(begun, std::memory_order_release);
+      return true;
+    }
     warn_once("end.timeout", std::string("at ") + reason + ": the pending lines were not all written within " +
                                  std::to_string(wait_ms) + " ms (end_wait_ms)");
     return false;
@@ -322,6 +329,10 @@ class Session {
 
   // The training thread's calls that take a lock an ending needs hold a SIGTERM until they return
   // (DeferEndings, signals.hpp); the allocator hook is the program's code and runs outside.
+  void mark_step_work_done() {
+    DeferEndings held;
+    recorder_.mark_work_done();
+  }
   void end_step() {
     const int64_t key = current_step().load(std::memory_order_relaxed);
     if (key >= 0) marker_ring().mark(static_cast<uint64_t>(key), MarkerKind::step_end, kNoPhase);
@@ -450,6 +461,8 @@ class Session {
   // Fixed at start(); read by both sides afterwards.
   Config cfg_;
   RunInfo run_;
+  static constexpr uint64_t kNotEnded = ~uint64_t{0};
+  std::atomic<uint64_t> ended_at_begun_{kNotEnded};  // steps begun when an ending was served (end_now)
   std::string log_path_;
   bool attribution_ = false;  // the backend collects launches and records
   bool detach_ = false;       // untraced_cupti=detach in effect

@@ -123,6 +123,12 @@ class StepRecorder {
     next_traced_.store(false, std::memory_order_relaxed);
   }
 
+  /// The open step's training work is done; its scope stays open (the step ends where the next begins).
+  void mark_work_done() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (open_.exists && open_.scope_open) open_.record.work_end_ns = monotonic_ns();
+  }
+
   void end(std::optional<AllocatorStats> stats) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!open_.exists || !open_.scope_open) return;

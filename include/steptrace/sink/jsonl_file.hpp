@@ -195,10 +195,13 @@ class JsonlFile final : public LineSink {
     rest_ = std::move(line);
     const std::size_t size = rest_.size();
     // A full pipe (nothing taken, no error): wait once for room, unless the reader is known to be stuck.
-    if (send_rest() && rest_.size() == size && !stalled_ && wait_writable(kStreamWaitMs)) send_rest();
+    bool ok = send_rest();
+    if (ok && rest_.size() == size && !stalled_ && wait_writable(kStreamWaitMs)) ok = send_rest();
     if (rest_.size() == size) {  // nothing of it taken: dropped whole
       rest_.clear();
       stalled_ = true;
+      // An error is said as it is (/dev/full: no space), not as a reader that stopped reading.
+      if (!ok) return std::string("cannot write: ") + std::strerror(send_errno_) + "; line dropped";
       return "the reader is not taking lines (a FIFO or pipe that stopped reading); line dropped";
     }
     stalled_ = false;  // taken, or begun (the rest goes first next time)
@@ -210,7 +213,10 @@ class JsonlFile final : public LineSink {
     while (!rest_.empty()) {
       const ssize_t n = ::write(fd_, rest_.data(), rest_.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+      if (n < 0) {
+        send_errno_ = errno;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
+      }
       if (n == 0) return true;
       rest_.erase(0, static_cast<std::size_t>(n));
     }
@@ -230,6 +236,7 @@ class JsonlFile final : public LineSink {
   std::string path_;
   bool stream_ = false;   // not a regular file: writes may block, and cannot be undone
   bool stalled_ = false;  // the last line waited in vain: do not wait again until one is taken
+  int send_errno_ = 0;    // the errno of the last failed write (a stream)
   bool fragment_ended_ = false;
   bool held_by_other_ = false;  // open() found the file locked by another process
   bool locked_ = false;         // this object holds the file's lock
