@@ -118,11 +118,12 @@ def gpt(a):
 
     def iteration(read, record=False):
         for micro in range(g.accumulate):
-            sync = contextlib.nullcontext() if world == 1 or micro == g.accumulate - 1 else compiled._orig_mod.no_sync()
-            b = get_batch()
-            with sync, autocast:
-                loss = compiled(b[:, :-1], b[:, 1:]) / g.accumulate
-            with sync:
+            # DDP: gradients all-reduced once per optimizer step, in the last micro-batch's backward.
+            last = world == 1 or micro == g.accumulate - 1
+            with contextlib.nullcontext() if last else compiled._orig_mod.no_sync():
+                b = get_batch()
+                with autocast:
+                    loss = compiled(b[:, :-1], b[:, 1:]) / g.accumulate
                 loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -136,11 +137,11 @@ def gpt(a):
         iteration(True)
     evaluate()
     torch.cuda.synchronize()
-    blocks = ["hand", "watch", "watch_every", "watch_none"] + (["watch_rank0"] if world > 1 else [])
+    blocks = a.blocks.split(",") if a.blocks else ["hand", "watch", "watch_every", "watch_none"] + (["watch_rank0"] if world > 1 else [])
     for name in blocks:
         log = os.path.join(a.out, f"gpt-{name}-{{rank}}.jsonl")
-        for old in glob.glob(log.replace("{rank}", "*")):
-            os.remove(old)
+        if os.path.exists(log.replace("{rank}", str(rank))):  # this rank's own only: the other may have begun
+            os.remove(log.replace("{rank}", str(rank)))
         steptrace.start(log_path=log, summary=False, tokens_per_step=tokens, flops_per_token=flops_per_token)
         if name != "hand":
             steptrace.watch(compiled, opt)
@@ -266,6 +267,7 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--out", default=".")
+    p.add_argument("--blocks", default="", help="gpt: the blocks to run (default: all)")
     a = p.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     {"gpt": gpt, "lightning": lightning, "hf": hf}[a.what](a)
