@@ -153,7 +153,9 @@ TEST_CASE("returning from main without stop() writes every line, whole, and an e
       CHECK(ends == 0);  // the end record comes last
       CHECK(line["global_step"] == steps);
       ++steps;
-      for (const auto& [name, phase] : line["phases"].items()) {
+      // (a compact line leaves out an empty `phases`: the step std::exit() ended inside its open scope)
+      const nlohmann::json phases = line.value("phases", nlohmann::json::object());
+      for (const auto& [name, phase] : phases.items()) {
         CHECK((name == "attention-with-a-long-name" || name == "unphased"));
         CHECK(phase["host_ms"].is_number());
       }
