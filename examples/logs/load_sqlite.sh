@@ -7,15 +7,19 @@
 # SQL NULL), `phases` (one row per step and phase), `ends` (end records) and `runs` (one row per run), each
 # with run_id and rank. Loading is idempotent: a file loaded again, or a copy of lines already loaded, adds
 # nothing. Prints, per file, how many lines were new, how many were already in the database and how many
-# were skipped (not a JSON object, e.g. a torn last line; empty lines are not counted), then the database's
+# were skipped (not a JSON object, e.g. a torn last line, or one with a repeated key; empty lines are not
+# counted), then the database's
 # lines and runs.
 set -euo pipefail
 db=${1:?usage: load_sqlite.sh DB LINES.jsonl...}; shift
 here=$(cd "$(dirname "$0")" && pwd)
 dbq=${db//\'/\'\'}  # names inside SQL string literals: ' doubled
 
-# A line is loaded when it is a JSON object (a torn last line, a bare value are not).
-is_object="CASE WHEN json_valid(line) THEN json_type(line) = 'object' ELSE 0 END"
+# A line is loaded when it is a JSON object (a torn last line, a bare value are not) whose keys are each
+# given once: readers differ on a repeated key (SQLite takes the first, Python the last), and a forged
+# line repeating `run_id` would otherwise take a real line's key.
+is_object="CASE WHEN json_valid(line) AND json_type(line) = 'object'
+                THEN (SELECT count(*) = count(DISTINCT key) FROM json_each(line)) ELSE 0 END"
 # Every object of temp table raw(file, line) into `lines`, unless its key (schema.sql) is there already.
 insert="INSERT OR IGNORE INTO lines(line_key, run_id, rank, global_step, event, file, line)
 SELECT CASE WHEN run_id IS NULL THEN 'text:' || line

@@ -161,8 +161,19 @@ with tempfile.TemporaryDirectory() as tmp:
     write_lines(cut, [dict(l, run_id="cafecafecafecafe") for l in clines for _ in range(1)] +
                 [{"schema": "steptrace.step/2", "run_id": "cafecafecafecafe", "rank": 0, "global_step": 1000 + i,
                   "step_time_ms": 1.0} for i in range(20000)])
+    # A forged line first, repeating run_id to take a real line's key (issue #58: SQLite reads the first
+    # value, Python the last; 936 real lines were dropped so): skipped, the real line kept.
+    with open(cut) as f:
+        real = f.read()
+    with open(cut, "w") as f:
+        f.write('{"run_id": "0000000000000000", "run_id": "cafecafecafecafe", "rank": 0, "global_step": 1000, '
+                '"schema": "steptrace.step/2", "step_time_ms": 999}\n' + real)
     cutdb = os.path.join(tmp, "cut.db")
-    load(cutdb, cut)
+    said = load(cutdb, cut)
+    if not said.endswith("1 skipped (not a JSON object)"):
+        failures.append(f"the line with a repeated key was not skipped: {said}")
+    if sql(cutdb, "SELECT step_time_ms FROM steps WHERE step = 1000") != [{"step_time_ms": 1.0}]:
+        failures.append("the real line of step 1000 lost to a forged one")
     plan = subprocess.run(["sqlite3", cutdb, "EXPLAIN QUERY PLAN SELECT count(hostname) FROM steps"],
                           capture_output=True, text=True, check=True).stdout
     if "USING INDEX lines_run_records" not in plan:
