@@ -115,10 +115,11 @@ def rank_settings(settings, known):
     """`settings` (start()'s keyword arguments) with rank and world_size from `known` ((rank, world) from
     the framework or torch.distributed) where neither the program nor STEPTRACE_RANK gave them."""
     import os
-    if known is None or "rank" in settings or os.environ.get("STEPTRACE_RANK"):
+    if known is None:
         return settings
     out = dict(settings)
-    out["rank"] = known[0]
+    if "rank" not in settings and not os.environ.get("STEPTRACE_RANK"):
+        out["rank"] = known[0]
     if "world_size" not in settings and not os.environ.get("STEPTRACE_WORLD_SIZE"):
         out["world_size"] = known[1]
     return out

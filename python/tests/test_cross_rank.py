@@ -25,11 +25,21 @@ def worker(rank, world, port, log, mode="normal"):
     import torch
     import torch.distributed as dist
     import steptrace
-    # As torchrun sets them (steptrace reads the rank from them, as from Slurm's or MPI's).
-    # gloo on the loopback device: a container's host name need not resolve to a reachable address.
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if mode in ("spawn", "same_rank"):
+        # As torch.multiprocessing.spawn: no launcher variable at all; init_process_group is told the rank.
+        # same_rank: both processes are also told STEPTRACE_RANK=0 (a copied setting).
+        for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK"):
+            os.environ.pop(v, None)
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        if mode == "same_rank":
+            os.environ["STEPTRACE_RANK"] = "0"
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    else:
+        # As torchrun sets them (steptrace reads the rank from them, as from Slurm's or MPI's).
+        # gloo on the loopback device: a container's host name need not resolve to a reachable address.
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                          LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=EVERY)
     steptrace._ranks._SETUP_TIMEOUT_S = {"late": 20, "never": 3, "hang": 60}.get(mode)
     if mode == "hang":  # a hung peer taken as such after 2 unanswered gathers (30 steps, one gather in 5)
@@ -76,7 +86,7 @@ def run(mode="normal", outputs=None):
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "worker", str(r), "2", str(port), os.path.join(d, f"r{r}.jsonl"),
                                mode], stdout=subprocess.PIPE, text=True,
-                              stderr=subprocess.STDOUT if mode == "hang" else None) for r in range(2)]
+                              stderr=subprocess.STDOUT if mode in ("hang", "same_rank") else None) for r in range(2)]
     try:
         if mode == "hang":  # rank 0 ends on its own, promptly, while rank 1 is hung; then rank 1 is killed
             t0 = time.monotonic()
@@ -133,6 +143,24 @@ def test_a_rank_that_comes_late_or_never_does_not_stop_training():
     assert "rank 0: cross_rank() -> False" in out[0], out
     assert len(lines[0]) == STEPS + 1 and len(lines[1]) == STEPS + 1, (len(lines[0]), len(lines[1]))
     assert all(l.get("cross_rank") is None for l in lines[0])
+
+
+def test_ranks_from_torch_distributed_without_launcher_variables():
+    """torch.multiprocessing.spawn's shape: no RANK, LOCAL_RANK or WORLD_SIZE; init_process_group(rank=r)
+    before start(): the lines say ranks 0 and 1 of 2 (issue #59: both said rank 0)."""
+    lines = run("spawn")
+    for r in range(2):
+        assert {l["rank"] for l in lines[r]} == {r}, (r, lines[r][0]["rank"])
+
+
+def test_two_processes_claiming_one_rank_are_told_so_by_name():
+    """Both processes given STEPTRACE_RANK=0: each one's log says, once, that another process (by pid)
+    claims its rank, and that torch.distributed says otherwise for the one that is rank 1."""
+    out = {}
+    run("same_rank", out)
+    for r in range(2):
+        assert out[r].count("rank 0 is claimed by this process") == 1, out[r][-1500:]
+    assert "steptrace's lines say rank 0 of 2 but torch.distributed says rank 1 of 2" in out[1], out[1][-1500:]
 
 
 def test_a_hung_peer_stops_the_view_and_never_holds_the_exit():
