@@ -157,6 +157,27 @@ TEST_CASE("a reason's sentence is written once per run, its code on every line",
   CHECK(reason_code("x").size() == 8);
 }
 
+// mfu_inputs.tokens_per_second_per_gpu is a step's value (no run tier) beside the run's mfu_inputs: its
+// null reason on a step without tokens made a new, identical run record every time it flipped.
+TEST_CASE("a step value's null reason beside run fields changes no run record", "[line_tiers]") {
+  const std::vector<std::string> lines = committed("h100_default_lines.jsonl");
+  FlatJson with = flatten(lines[0]), without = flatten(lines[0]);
+  with["/mfu_inputs/tokens_per_second_per_gpu"] = number(1234.5);
+  with.erase("/null_reasons/mfu_inputs.tokens_per_second_per_gpu");
+  without["/mfu_inputs/tokens_per_second_per_gpu"] = JsonLeaf{JsonLeaf::Kind::null, 0, {}};
+  without["/null_reasons/mfu_inputs.tokens_per_second_per_gpu"] = text("tokens unknown");
+  steptrace::ReasonBook a, b;
+  std::string facts_with, facts_without;
+  (void)steptrace::make_compact_line(with, a, &facts_with);
+  (void)steptrace::make_compact_line(without, b, &facts_without);
+  CHECK(facts_with == facts_without);
+  // A run field's reason is a fact: it does change the record.
+  without["/null_reasons/mfu_inputs.data_parallel_size"] = text("the sizes do not divide world_size");
+  std::string facts_reason;
+  (void)steptrace::make_compact_line(without, b, &facts_reason);
+  CHECK(facts_reason != facts_without);
+}
+
 TEST_CASE("a compact line keeps 16 phases and 32 scalars; the rest are summed and counted", "[line_tiers]") {
   FlatJson full;
   full["/schema"] = text("steptrace.step/1");

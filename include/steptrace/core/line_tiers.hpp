@@ -228,9 +228,22 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
     std::sort(facts.begin(), facts.end());
     run_facts->clear();
     for (const std::string& f : facts) (*run_facts += f) += '\n';
-    // A null's reason is a fact too (a device found later changes it).
-    for (const auto& [key, why] : reasons)
-      if (in_tier(LineTier::run, key.substr(0, key.find('.')))) (*run_facts += key + "=" + why->text) += '\n';
+    // A null's reason is a fact too (a device found later changes it), when its field is the run
+    // record's: not a step's value beside run fields (mfu_inputs.tokens_per_second_per_gpu, null on a
+    // step without tokens, set on the next, made a new, identical record each time: issue #58).
+    const JsonLeaf null_leaf{JsonLeaf::Kind::null, 0, {}};
+    std::vector<std::string_view> key_segs;
+    for (const auto& [key, why] : reasons) {
+      if (!in_tier(LineTier::run, key.substr(0, key.find('.')))) continue;
+      key_segs.clear();
+      for (std::size_t from = 0;;) {
+        const std::size_t dot = key.find('.', from);
+        key_segs.push_back(std::string_view(key).substr(from, dot == std::string::npos ? std::string::npos : dot - from));
+        if (dot == std::string::npos) break;
+        from = dot + 1;
+      }
+      if (tier_row(key_segs, null_leaf, LineTier::run) >= 0) (*run_facts += key + "=" + why->text) += '\n';
+    }
   }
   // Phases: the kCompactMaxPhases with the most host time (then GPU time) by name; the rest summed
   // into "(other)" with their number. Scalars: the first kCompactMaxScalars by name; the rest counted.
