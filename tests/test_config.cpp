@@ -335,10 +335,12 @@ TEST_CASE("a launcher without RANK: the rank from LOCAL_RANK and NODE_RANK, or a
     REQUIRE(lines.size() == 1);
     return lines[0]["rank"].get<int>();
   };
-  CHECK(rank_with("1", nullptr, nullptr) == 1);  // Lightning, one node (NODE_RANK 0 or absent)
-  CHECK(rank_with("1", "0", nullptr) == 1);
+  CHECK(rank_with("1", "0", nullptr) == 1);      // Lightning, one node (NODE_RANK 0)
+  CHECK(rank_with("1", nullptr, "8") == 1);      // one node holding the whole world
   CHECK(rank_with("1", "1", "4") == 5);          // node 1 of 4 processes each
-  CHECK(count(out.str(), "but no RANK: the global rank is not known here") == 0);
+  CHECK(count(out.str(), "the global rank is not known here") == 0);
+  CHECK(rank_with("1", nullptr, nullptr) == 1);  // LOCAL_RANK alone: not known, said
+  CHECK(count(out.str(), "set LOCAL_RANK 1 but neither RANK nor NODE_RANK: the global rank is not known here") == 1);
   CHECK(rank_with("1", "1", nullptr) == 1);      // node 1, its size unknown: said
   CHECK(count(out.str(), "LOCAL_RANK 1 and NODE_RANK 1 but no RANK: the global rank is not known here") == 1);
   ::setenv("RANK", "3", 1);                      // a launcher's RANK wins

@@ -71,6 +71,9 @@ STEPTRACE_API bool session_rank(int& rank, int& world_size) noexcept;
 /// watch() and framework callbacks, after optimizer.step()): the cross-rank view compares ranks up to
 /// this moment, the line's step time runs on to the next step's start.
 STEPTRACE_API void mark_step_work_done() noexcept;
+/// The next end of the open step's scope ends it where its training work was marked done, not now
+/// (Python's stop() closing a step kept open for the next one).
+STEPTRACE_API void end_next_step_at_work_end() noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

@@ -271,6 +271,11 @@ PYBIND11_MODULE(_steptrace, m) {
   });
   m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
   m.def("step_work_done", [] { steptrace::details::mark_step_work_done(); });
+  // Ends the open step where its training work was done (stop() closing a step kept open for the next).
+  m.def("step_exit_at_work_end", [] {
+    steptrace::details::end_next_step_at_work_end();
+    ScopeStack<steptrace::StepScope>::mine().pop();
+  });
   m.def("set_marker_stream", [](std::uintptr_t stream) { steptrace::set_marker_stream(reinterpret_cast<void*>(stream)); });
   // steptrace/cross_rank.py: the exchange over torch.distributed, and what it gathered.
   m.def("use_cross_rank", [](int rank, int world, py::object post, py::object agree, int every) {

@@ -74,6 +74,7 @@ def _after_fork_in_child():
     _phases_lock = threading.Lock()
     _pending.clear()
     _staging.clear()
+    _ending.close = None  # the parent's step: not the child's to close
 
 
 if hasattr(os, "register_at_fork"):
@@ -107,7 +108,7 @@ def start(**settings_):
 def _stop_at_exit():
     if _steptrace.is_running():
         try:
-            _end_ending()
+            _end_ending(at_work_end=True)
             _resolve_pending()
         finally:
             _ranks._end()
@@ -117,9 +118,10 @@ def _stop_at_exit():
 def stop():
     """Closes the last step, writes the remaining lines and releases CUPTI (a profiler started after
     this can use it). Returns the run's summary as a dict."""
-    from .watch import _close_step
-    _end_ending()  # a step kept open for the next one (watch, the callbacks) ends here, as the last line
-    _close_step()
+    from .watch import _close_step, _on_owner
+    _end_ending(at_work_end=True)  # a step kept open for the next one (watch, the callbacks): the last line
+    if _on_owner():
+        _close_step()  # a step watch() holds open (stopped mid-step); another thread's: the runtime closes it
     _resolve_pending()
     _ranks._end()  # the cross-rank exchange ends with the run (a next one sets it up again)
     return _steptrace.stop()
@@ -164,13 +166,25 @@ def _keep_until_next(close):
     _ending.thread = threading.get_ident()
 
 
-def _end_ending(close=None):
-    """Ends the ending step now (only if it is `close`'s, when given). True when one was ended."""
+_at_work_end = [False]  # _end_step ends the scope where its training work was done (stop())
+
+
+def _end_ending(close=None, at_work_end=False):
+    """Ends the ending step now (only if it is `close`'s, when given), or, at_work_end (stop()), where its
+    training work was done: what the program does after its last optimizer step is no step's. True when
+    one was ended. Another thread's (stop() called off the training thread) is left to the runtime's
+    stop(), which closes it at its work end."""
     c = _ending.close
-    if c is None or (close is not None and c is not close):
+    if c is None or (close is not None and c != close):
         return False
     _ending.close = None
-    c()
+    if _ending.thread != threading.get_ident():
+        return False
+    _at_work_end[0] = at_work_end
+    try:
+        c()
+    finally:
+        _at_work_end[0] = False
     return True
 
 
@@ -281,7 +295,10 @@ def _end_step():
     try:
         _resolve_pending()
     finally:
-        _steptrace.step_exit()
+        if _at_work_end[0]:
+            _steptrace.step_exit_at_work_end()
+        else:
+            _steptrace.step_exit()
         _ranks._pump()  # gathers of the cross-rank view that completed: handed back
 
 

@@ -120,6 +120,14 @@ void mark_step_work_done() noexcept {
   }
 }
 
+void end_next_step_at_work_end() noexcept {
+  if (!is_running()) return;
+  try {
+    Session::current().end_next_step_at_work_end();
+  } catch (...) {
+  }
+}
+
 bool use_cross_rank_exchange(std::unique_ptr<CrossRankExchange> exchange, const std::string& setup_error,
                                               int every_k_steps) noexcept {
   try {

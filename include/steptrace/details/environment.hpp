@@ -125,13 +125,21 @@ inline RunInfo discover_run(const Config& cfg) {
       any_set({"LOCAL_RANK"})) {
     const int node = launcher_int({"NODE_RANK", "GROUP_RANK"}, 0, kMaxRanks - 1, 0);
     const int local_world = launcher_int({"LOCAL_WORLD_SIZE"}, 1, kMaxRanks, 0);
-    if (node == 0) {
+    // The node must be said (Lightning sets NODE_RANK), or the node hold the whole world: a launcher
+    // that sets LOCAL_RANK alone on several nodes would give every node's processes the same ranks.
+    const bool one_node = local_world == run.world_size;
+    if (!any_set({"NODE_RANK", "GROUP_RANK"}) && !one_node) {
+      run.rank = run.local_rank;
+      warn_once("launcher.no_rank", "the launcher set LOCAL_RANK " + std::to_string(run.local_rank) + " but neither RANK "
+                                        "nor NODE_RANK: the global rank is not known here (set rank / STEPTRACE_RANK); "
+                                        "the lines say rank " + std::to_string(run.rank));
+    } else if (node == 0) {
       run.rank = run.local_rank;
     } else if (local_world > 0 && static_cast<long long>(node) * local_world + run.local_rank < kMaxRanks) {
       run.rank = node * local_world + run.local_rank;
     } else {
       run.rank = run.local_rank;
-      warn_once("launcher.no_rank", "the launcher set LOCAL_RANK " + std::to_string(run.local_rank) + " and NODE_RANK " +
+      warn_once("launcher.no_rank_node", "the launcher set LOCAL_RANK " + std::to_string(run.local_rank) + " and NODE_RANK " +
                                         std::to_string(node) + " but no RANK: the global rank is not known here (set "
                                         "rank / STEPTRACE_RANK); the lines say rank " + std::to_string(run.rank));
     }

@@ -333,6 +333,10 @@ class Session {
     DeferEndings held;
     recorder_.mark_work_done();
   }
+  void end_next_step_at_work_end() {
+    DeferEndings held;
+    recorder_.end_next_at_work_end();
+  }
   void end_step() {
     const int64_t key = current_step().load(std::memory_order_relaxed);
     if (key >= 0) marker_ring().mark(static_cast<uint64_t>(key), MarkerKind::step_end, kNoPhase);

@@ -128,6 +128,12 @@ class StepRecorder {
     std::lock_guard<std::mutex> lock(mutex_);
     if (open_.exists && open_.scope_open) open_.record.work_end_ns = monotonic_ns();
   }
+  /// The next end() of the open scope ends it where its training work was marked done (Python's stop()
+  /// closing a step kept open for the next one: the shutdown after the last optimizer step is no step's).
+  void end_next_at_work_end() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    end_at_work_end_ = true;
+  }
 
   void end(std::optional<AllocatorStats> stats) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -137,7 +143,8 @@ class StepRecorder {
     // conversion may put the end of the last one a little after the scope's steady_clock end).
     gather_locked();
     open_.scope_open = false;
-    open_.record.scope_end_ns = now;
+    const int64_t work_end = open_.record.work_end_ns;
+    open_.record.scope_end_ns = std::exchange(end_at_work_end_, false) && work_end > open_.record.begin_ns ? work_end : now;
     // GPU work launched from now until the next step begins is work between steps.
     current_step().store(between_steps_key(static_cast<int64_t>(open_.record.index)), std::memory_order_relaxed);
     publish_open(open_.record.begin_ns, open_.record.scope_end_ns, open_.record.traced);
@@ -196,12 +203,21 @@ class StepRecorder {
   /// never got).
   uint64_t steps_begun() const { return next_index_.load(std::memory_order_acquire); }
 
+  /// The end of the open step when stop() or an ending closes it: its scope's end; with the scope still
+  /// open, where its training work was marked done (Python's watch() and callbacks keep a step open for
+  /// the next one: what the program does after its last optimizer step is no step's), else now.
+  int64_t open_end_locked() const {
+    if (!open_.scope_open) return open_.record.scope_end_ns;
+    const int64_t work_end = open_.record.work_end_ns;
+    return work_end > open_.record.begin_ns ? work_end : monotonic_ns();
+  }
+
   /// stop(): the open step, closed now (its line is the last).
   std::optional<StepRecord> close_last() {
     std::lock_guard<std::mutex> lock(mutex_);
     gather_locked();
     if (!open_.exists) return std::nullopt;
-    open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
+    open_.record.end_ns = open_end_locked();
     open_.record.end_is_next_step = false;
     open_.record.spans_outside_step +=
         static_cast<uint32_t>(open_.gap_spans.size() + open_.gap_dropped + std::exchange(spans_outside_step_, 0));
@@ -227,7 +243,7 @@ class StepRecorder {
     *begun = next_index_.load(std::memory_order_relaxed);
     gather_locked();
     if (!open_.exists) return std::nullopt;
-    open_.record.end_ns = open_.scope_open ? monotonic_ns() : open_.record.scope_end_ns;
+    open_.record.end_ns = open_end_locked();
     open_.record.end_is_next_step = false;
     open_.record.spans_outside_step +=
         static_cast<uint32_t>(open_.gap_spans.size() + open_.gap_dropped + std::exchange(spans_outside_step_, 0));
@@ -444,6 +460,7 @@ class StepRecorder {
   }
 
   std::mutex mutex_;
+  bool end_at_work_end_ = false;  // the next end() ends the scope at its work end (end_next_at_work_end)
   std::atomic<int64_t> open_begin_ns_{0}, open_scope_end_ns_{0};
   std::atomic<bool> open_traced_{false};
   std::atomic<bool> next_traced_{false};
