@@ -161,7 +161,7 @@ std::shared_ptr<CrossRankInbox>& current_inbox() {
 /// thread at step boundaries; poll() (the background thread) reads that, never touching Python.
 class PyTorchExchange final : public steptrace::CrossRankExchange {
  public:
-  // A KeyboardInterrupt or SystemExit raised while the run_id broadcast waited (up to 60 s): kept here,
+  // A KeyboardInterrupt or SystemExit raised while the run_id broadcast waited: kept here,
   // raised again by use_cross_rank once the runtime is done with the call (never swallowed).
   std::shared_ptr<py::object> interrupted = keep_callable(py::none());  // released under the GIL, as the callables
   PyTorchExchange(int rank, int world, std::shared_ptr<py::object> post, std::shared_ptr<py::object> agree,

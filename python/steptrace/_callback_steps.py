@@ -151,6 +151,12 @@ class CallbackSteps:
             _steptrace.step_work_done()  # the cross-rank view compares ranks up to here
             _keep_until_next(self.close_now)
 
+    def close_if_ending(self):
+        """Work that is no step's begins: the step kept open for the next one ends here; one still before its
+        optimizer step (inside its accumulation window) is left open, not split in two."""
+        if self.ending:
+            self.close_now()
+
     def close_now(self):
         """Ends the open step at once (validation, a checkpoint, the end of training begin)."""
         from . import _ending

@@ -23,7 +23,7 @@
   and every rank shares rank 0's `run_id`.
 
 Manual optimization (`automatic_optimization = False`) has no `on_before_optimizer_step` from Lightning
-for the program's own `optimizer.step()` calls: steps then end at each batch's end. `import steptrace`
+for the program's own `optimizer.step()` calls: each batch is then a step, running until the next batch's. `import steptrace`
 never imports Lightning; this module does (`lightning.pytorch`, else `pytorch_lightning`: the package
 whose Trainer the program already imported comes first).
 """
@@ -60,6 +60,7 @@ class StepTrace(_callback_base()):
         rank, world = getattr(trainer, "global_rank", None), getattr(trainer, "world_size", None)
         known = (int(rank), int(world)) if isinstance(rank, int) and isinstance(world, int) and world >= 1 else None
         self._steps.begin_training(known, "Lightning's trainer")
+        self._wrap_save(trainer)
         if self._cross_rank and getattr(trainer, "world_size", 1) > 1:
             import steptrace
             steptrace.cross_rank()
@@ -86,17 +87,44 @@ class StepTrace(_callback_base()):
             self._steps.close_step()
 
     def on_train_end(self, trainer, pl_module):
+        self._restore_save()
         self._steps.close_now()
 
-    # Work that is no step's: the step kept open for the next one ends where it begins.
+    # Work that is no step's: the step kept open for the next one ends where it begins (one still inside
+    # its accumulation window, before its optimizer step, is not split).
     def on_validation_start(self, trainer, pl_module):
-        self._steps.close_now()
+        self._steps.close_if_ending()
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._steps.close_if_ending()
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
-        self._steps.close_now()
+        self._steps.close_if_ending()
+
+    def _wrap_save(self, trainer):
+        """trainer.save_checkpoint ends the kept-open step before it gathers the state (ModelCheckpoint
+        calls it; on_save_checkpoint comes after the gathering, and not at all for weights only)."""
+        original = getattr(trainer, "save_checkpoint", None)
+        if original is None or getattr(original, "_steptrace_wrapped", False):
+            return
+        steps = self._steps
+
+        def save_checkpoint(*args, **kwargs):
+            steps.close_if_ending()
+            return original(*args, **kwargs)
+        save_checkpoint._steptrace_wrapped = True
+        trainer.save_checkpoint = save_checkpoint
+        self._saved = (trainer, save_checkpoint)
+
+    def _restore_save(self):
+        saved, self._saved = getattr(self, "_saved", None), None
+        if saved is not None and vars(saved[0]).get("save_checkpoint") is saved[1]:
+            del saved[0].save_checkpoint  # the class's method again (one put over ours stays)
 
     def on_fit_end(self, trainer, pl_module):
+        self._restore_save()
         self._steps.end_training()
 
     def on_exception(self, trainer, pl_module, exception):
+        self._restore_save()
         self._steps.end_training()

@@ -139,21 +139,27 @@ def check_rank(known, who):
     return True
 
 
-def _claims(dist, side, world, rank):
-    """Every process's (lines' rank, pid, host) over steptrace's group; says once, by name, where two
-    processes claim one rank (their logs would both say it)."""
+def _claims(dist, side, world, rank, running):
+    """Every process's (lines' rank, pid, host, running) over steptrace's group; says once, by name, where
+    two processes claim one rank (their logs would both say it). Returns the group ranks that do not run
+    steptrace."""
     import os
     import socket
-    mine = _steptrace.run_rank()
-    claim = (mine[0] if mine else -1, os.getpid(), socket.gethostname())
+    mine = _steptrace.run_rank() if running else None
+    claim = (mine[0] if mine else -1, os.getpid(), socket.gethostname(), bool(running))
     claims = [None] * world
     dist.all_gather_object(claims, claim, group=side)
-    same = [c for i, c in enumerate(claims) if i != rank and isinstance(c, tuple) and c[0] == claim[0]]
+    idle = [i for i, c in enumerate(claims) if not (isinstance(c, (tuple, list)) and len(c) == 4 and c[3])]
+    if not running:
+        return idle
+    same = [c for i, c in enumerate(claims) if i != rank and isinstance(c, (tuple, list)) and len(c) == 4 and c[3]
+            and c[0] == claim[0]]
     if same:
         others = ", ".join(f"pid {c[1]} on {c[2]}" for c in same[:4])
         _steptrace.warn_once("rank.claimed", f"rank {claim[0]} is claimed by this process (pid {claim[1]} on {claim[2]}) "
                                              f"and by {others}: their lines say the same rank (pass rank= to "
                                              "steptrace.start(), or start it after init_process_group)")
+    return idle
 
 
 def _global_rank(dist, group, rank):
@@ -202,12 +208,11 @@ def cross_rank(group=None, every=0):
         _steptrace.warn_once("cross_rank.dist", "steptrace.cross_rank(): torch.distributed is not initialised "
                                                 "(init_process_group first); the cross-rank view stays off")
         return False
-    if not _steptrace.is_running():
-        _steptrace.warn_once("cross_rank.running", "steptrace.cross_rank() before steptrace.start(): ignored")
-        return False
     world = dist.get_world_size(group)
     if world < 2:
         return False
+    # A rank that does not run steptrace still joins the setup (a collective): the others would wait for
+    # it. Every rank then learns which ranks run it, and the view is on only where all do.
     timeout = _SETUP_TIMEOUT_S if _SETUP_TIMEOUT_S is not None else _default_timeout_s()
     try:
         ranks = None if group is None else [_global_rank(dist, group, r) for r in range(world)]
@@ -215,12 +220,21 @@ def cross_rank(group=None, every=0):
         # or its streams. new_group is itself a collective of every process of the default group.
         side = dist.new_group(ranks=ranks, backend="gloo", timeout=datetime.timedelta(seconds=timeout))
         rank = dist.get_rank(side)
-        check_rank((dist.get_rank(), dist.get_world_size()), "torch.distributed")
-        _claims(dist, side, world, rank)
+        running = _steptrace.is_running()
+        if running:
+            check_rank((dist.get_rank(), dist.get_world_size()), "torch.distributed")
+        idle = _claims(dist, side, world, rank, running)
     except Exception as e:  # noqa: BLE001 - a late, dead or missing peer: the view stays off, training goes on
         _steptrace.warn_once("cross_rank.setup", f"steptrace.cross_rank(): the ranks' group could not be set up "
                                                  f"within {timeout:.0f} s ({type(e).__name__}: {e}); the cross-rank "
                                                  "view stays off (training is not affected)")
+        return False
+    if not running:
+        _steptrace.warn_once("cross_rank.running", "steptrace.cross_rank() before steptrace.start(): ignored")
+        return False
+    if idle:
+        _steptrace.warn_once("cross_rank.idle", f"steptrace.cross_rank(): rank(s) {', '.join(map(str, idle[:8]))} of "
+                                                "the group do not run steptrace: the cross-rank view stays off")
         return False
     gather = _Gather(dist, torch, side, world)
     _gather = gather

@@ -4,8 +4,10 @@
     trainer = Trainer(..., callbacks=[steptrace.transformers.StepTraceCallback(log_path="steps-{rank}.jsonl")])
 
 - a step is one optimizer step: from `on_step_begin` (the first micro-batch of a gradient-accumulation
-  window) to `on_step_end`; evaluation, logging and checkpoints run between steps (the next line's
-  `between_steps`);
+  window) to the next one's, so its time is the iteration's (the logging after `on_step_end`, whose loss
+  read waits for the GPU, is in it); a step the Trainer will evaluate or save after (`control.should_save`,
+  `should_evaluate` at `on_step_end`) ends there, and an evaluation forward of the model ends it too:
+  evaluation and checkpoints run between steps (the next line's `between_steps`);
 - phases: `forward` and `backward` from hooks on the model the Trainer trains (`steptrace.watch(model)`
   without an optimizer: phases only; forward hooks on the model, the backward call wrapped), and
   `optimizer` from `on_pre_optimizer_step` to `on_optimizer_step`;
@@ -99,6 +101,9 @@ class StepTraceCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._steps.close_step()
+        # The Trainer's flow callback (first) has said whether a save or an evaluation follows: not the step's.
+        if getattr(control, "should_save", False) or getattr(control, "should_evaluate", False):
+            self._steps.close_now()
 
     def on_train_end(self, args, state, control, **kwargs):
         self._teardown()

@@ -19,6 +19,11 @@
   this one);
 - ``optimizer``: ``optimizer.step()`` (its step hooks where torch has them, else a wrapper of the method).
 
+An evaluation through another module object than the watched one (DDP's ``.module``, the uncompiled
+original of a watched compiled module) is seen where the watched module is switched to ``eval()``; one
+that switches nothing and is not under ``torch.no_grad()``, and untagged work between steps (``torch.save``
+without a ``steptrace.phase``), is in the step.
+
 A step whose ``optimizer.step()`` never ran (a GradScaler that found inf and skipped it) is done with its
 training work at the next ``optimizer.zero_grad()`` after a backward. Manual phases (``steptrace.phase``) still work and nest
 inside these. A loop that opens its own steps (``steptrace.step``, ``steptrace.loader``) keeps them:
@@ -310,6 +315,19 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
         # A step whose optimizer step was skipped (GradScaler found inf): done with its training work here.
         if _state.active and _on_owner() and _state.step_open and _state.backward_seen:
             _done_with_training_work()
+
+    # model.eval() (model.train(False)) on the watched module: an evaluation begins, whatever module object
+    # it then runs through (DDP's .module, the uncompiled original): a step done with its training work
+    # ends here. An instance attribute over nn.Module.train (eval() calls self.train(False)).
+    original_train = model.train
+
+    def train_mode(mode=True):
+        if not mode and _state.active and _on_owner() and _ending_step.close is not None:
+            _end_ending()
+        return original_train(mode)
+    had_train = "train" in vars(model)
+    model.train = train_mode
+    s.restore.append((model, "train", original_train if had_train else None, train_mode))
 
     if optimizer is None:
         s.active = True

@@ -40,7 +40,8 @@ def worker(rank, world, port, log, mode="normal"):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                           LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo")
         dist.init_process_group("gloo", rank=rank, world_size=world)
-    assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=EVERY)
+    if mode != "idle" or rank == 0:  # idle: rank 1 does not run steptrace, and calls cross_rank() all the same
+        assert steptrace.start(log_path=log, summary=False, gpu="off", cross_rank_every=EVERY)
     steptrace._ranks._SETUP_TIMEOUT_S = {"late": 20, "never": 3, "hang": 60}.get(mode)
     if mode == "hang":  # a hung peer taken as such after 2 unanswered gathers (30 steps, one gather in 5)
         steptrace._ranks._MAX_PENDING = 2
@@ -49,7 +50,7 @@ def worker(rank, world, port, log, mode="normal"):
     if mode != "never" or rank == 0:
         ok = steptrace.cross_rank()  # every rank, after both are initialised and started
         print(f"rank {rank}: cross_rank() -> {ok}", flush=True)
-        if mode != "never":
+        if mode not in ("never", "idle"):
             assert ok
     torch.manual_seed(rank)
     model = torch.nn.Linear(8, 8)
@@ -108,7 +109,8 @@ def run(mode="normal", outputs=None):
                 p.kill()
     lines = {}
     for r in range(2):
-        lines[r] = [j for j in map(json.loads, open(os.path.join(d, f"r{r}.jsonl"))) if "global_step" in j]
+        path = os.path.join(d, f"r{r}.jsonl")
+        lines[r] = [j for j in map(json.loads, open(path)) if "global_step" in j] if os.path.exists(path) else []
     return lines
 
 
@@ -161,6 +163,15 @@ def test_two_processes_claiming_one_rank_are_told_so_by_name():
     for r in range(2):
         assert out[r].count("rank 0 is claimed by this process") == 1, out[r][-1500:]
     assert "steptrace's lines say rank 0 of 2 but torch.distributed says rank 1 of 2" in out[1], out[1][-1500:]
+
+
+def test_a_rank_without_steptrace_joins_the_setup_and_no_rank_waits():
+    """Rank 1 does not run steptrace (disabled there) but its callbacks call cross_rank() on every rank: it
+    joins the group's setup, so rank 0 does not wait for it; both are told False."""
+    out = {}
+    lines = run("idle", out)
+    assert "rank 0: cross_rank() -> False" in out[0] and "rank 1: cross_rank() -> False" in out[1], out
+    assert len(lines[0]) == STEPS + 1 and not lines[1]
 
 
 def test_a_hung_peer_stops_the_view_and_never_holds_the_exit():
@@ -286,7 +297,7 @@ def test_1024_ranks_simulated_balanced():
 
 
 def test_an_interrupt_during_the_run_id_broadcast_reaches_the_program():
-    """Ctrl-C while steptrace.cross_rank() waits for rank 0's run_id (up to 60 s): KeyboardInterrupt
+    """Ctrl-C while steptrace.cross_rank() waits for rank 0's run_id: KeyboardInterrupt
     reaches the program, as it would from the broadcast itself; training is not left waiting."""
     import torch
     import steptrace

@@ -286,6 +286,8 @@ def test_a_forged_time_is_no_line_time():
         assert runs.line_ms({"start_unix_ms": forged}) is None, forged
     assert runs.line_ms({"timestamp": "1970-01-01T00:00:01Z"}) is None
     assert runs.line_ms({"timestamp": "9999-12-31T23:59:59Z"}) is None
+    assert runs.line_ms({"start_unix_ms": 10 ** 400}) is None  # too large for a double: no OverflowError
+    assert not guard.is_num(10 ** 400)
 
 
 def test_a_reason_code_without_its_sentence_says_so():

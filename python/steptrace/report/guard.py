@@ -62,12 +62,20 @@ def parse(raw):
 NUMBER = (int, float)  # type(True) is bool: not in it
 
 
+def _finite(v):
+    """math.isfinite, False for an integer too large for a double (a forged 400-digit number)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def is_num(v):
-    return type(v) in NUMBER and math.isfinite(v)
+    return type(v) in NUMBER and _finite(v)
 
 
 def _num_or_none(v):
-    return v is None or type(v) in NUMBER and math.isfinite(v)
+    return v is None or type(v) in NUMBER and _finite(v)
 
 
 def is_index(v, limit):

@@ -69,8 +69,11 @@ def line_ms(line):
     """The line's wall time in ms since the epoch (start_unix_ms, else timestamp), or None (also for a
     time no line can have)."""
     v = line.get("start_unix_ms")
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return _plausible_ms(float(v))
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        try:
+            return _plausible_ms(float(v)) if math.isfinite(v) else None
+        except OverflowError:  # an integer too large for a double
+            return None
     ts = line.get("timestamp")
     if isinstance(ts, str):
         try:
