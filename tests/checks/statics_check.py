@@ -10,6 +10,8 @@ it). So every static variable of the library (function-local, class or namespace
 trivially destructible (an atomic, a pointer, a number, a plain array of them) or made with `new` and
 never deleted. A static of any other type fails this check; one known to be trivial is listed below by
 its type. Thread-local variables are not statics (destroyed when their thread ends) and are not checked.
+Not seen: a declaration split over lines, or initialised with parentheses (`static T t(...)`, which reads
+as a function's declaration); the rule in docs/architecture.md holds for those too.
 """
 import os
 import re
@@ -20,7 +22,7 @@ DIRS = ["include/steptrace", "src", "python/src"]
 
 # A static variable's declaration: `static [const] TYPE NAME [\[N\]] (= | { | ; | [)`. A function (its name
 # followed by `(`) does not match.
-DECL = re.compile(r"^\s*(?:inline\s+)?static\s+(?!constexpr\b|thread_local\b)(?P<type>[\w:<>,\s\*&]+?)\s*\b(?P<name>\w+)\s*"
+DECL = re.compile(r"^\s*(?:\[\[\w+\]\]\s*)?(?:inline\s+)?static\s+(?!constexpr\b|thread_local\b)(?P<type>[\w:<>,\s\*&]+?)\s*\b(?P<name>\w+)\s*"
                   r"(?P<array>\[[^\]]*\])?\s*(?:=|\{|;)")
 # Namespace-scope variables of a type with a destructor: `inline [const] std::string x ...`.
 NS_DECL = re.compile(r"^(?:inline\s+)?(?:const\s+)?std::(?:string|vector|map|set|unordered_map|unordered_set|deque|"
@@ -47,7 +49,8 @@ def problems():
                         m = DECL.match(code)
                         if m:
                             t = " ".join(m.group("type").split())
-                            if "*" in t or TRIVIAL.match(t):
+                            # A pointer (the type ends in `*`, `* const`), not a container of pointers.
+                            if re.search(r"\*\s*(const)?$", t) or TRIVIAL.match(t):
                                 continue
                             out.append(f"{rel}:{n}: static `{t} {m.group('name')}` has a destructor: make it "
                                        f"`static const {t}* {m.group('name')} = new {t}(...)` (never destroyed)")
