@@ -143,16 +143,15 @@ class _Scope:
         return wrapped
 
 
-class _Ending:
-    """A step kept open past its last training work (watch() after optimizer.step(), the framework
+class _Ending(threading.local):
+    """Each thread's own (two trainers on two threads keep theirs apart; stop() on another thread finds
+    none and leaves the step to the runtime's stop()). A step kept open past its last training work (watch() after optimizer.step(), the framework
     callbacks after their step's end): it ends where the next step's work begins, so its time is the
     iteration's, the GPU wait of a read after the step included (the host returns from optimizer.step()
     long before the GPU is done). Work that is no step's ends it first, at its own start: an evaluation
     (a forward in eval mode or without gradients), a phase the program opens between steps
     (steptrace.phase("checkpoint")), the framework's validation or checkpoint, stop()."""
-    __slots__ = ("close", "thread")
-
-    def __init__(self):
+    def __init__(self):  # run again in each thread that reads it (threading.local; no __slots__: shared)
         self.close = None   # what ends the ending step, or None
         self.thread = None  # the training thread: work on other threads ends nothing
 

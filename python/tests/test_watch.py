@@ -423,6 +423,37 @@ def test_the_step_is_the_iteration_with_no_read():
     check_iteration_clock(0)
 
 
+def test_stop_from_another_thread_than_the_training_one():
+    """Training on a thread of its own, stop() on the main thread after join(): no error (the step kept open
+    for the next one is the runtime's to close, where its optimizer step returned), every step has its line."""
+    import threading
+    log = fresh("other_thread")
+    model, opt, data = model_and_data(4)
+    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    errors = []
+
+    def train_thread():
+        try:
+            steptrace.watch(model, opt)
+            loss_fn = torch.nn.CrossEntropyLoss()
+            for x, y in data:
+                loss_fn(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    t = threading.Thread(target=train_thread)
+    t.start()
+    t.join()
+    assert steptrace._ending.close is None  # the training thread's slot, not this one's
+    steptrace.stop()  # raised ValueError ("exited more often than entered") before each thread had its own
+    steptrace.unwatch()
+    assert not errors, errors
+    lines = step_lines(log)
+    assert len(lines) == 4, len(lines)
+    assert lines[-1]["phases"]["optimizer"]["count"] == 1
+
+
 def test_a_phase_between_steps_ends_the_step():
     """A checkpoint under the program's own phase after opt.step(): no step's (the next line's between_steps)."""
     import time
