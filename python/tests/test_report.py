@@ -290,6 +290,14 @@ def test_a_forged_time_is_no_line_time():
     assert not guard.is_num(10 ** 400)
 
 
+def test_a_line_with_an_identity_key_twice_is_not_read():
+    """A forged line repeating run_id (issue #58: SQLite reads the first, Python the last value)."""
+    line, why = guard.parse(b'{"run_id": "aaaaaaaaaaaaaaaa", "run_id": "bbbbbbbbbbbbbbbb", "global_step": 1}')
+    assert line is None and why == "a key given twice", (line, why)
+    line, why = guard.parse(b'{"run_id": "aaaaaaaaaaaaaaaa", "global_step": 1, "x": {"y": 1}}')
+    assert why is None and line["run_id"] == "aaaaaaaaaaaaaaaa"
+
+
 def test_a_reason_code_without_its_sentence_says_so():
     """A compact line's code whose sentence is on no line read (issue #58: shown bare)."""
     from steptrace import report

@@ -43,11 +43,27 @@ def _constant(name):
     raise Malformed(f"{name} as a number")
 
 
+# The keys a line is grouped and ordered by: given twice, readers differ (Python keeps the last, SQLite's
+# JSON functions the first) and a forged line could pass for another run's. Only a line where one of them
+# appears twice in its text is parsed with the (slower) check of every object's keys.
+_IDENTITY = (b'"run_id"', b'"rank"', b'"global_step"', b'"event"', b'"schema"', b'"start_unix_ms"')
+
+
+def _unique_keys(pairs):
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise Malformed("a key given twice")
+    return out
+
+
 def parse(raw):
     """(line, None) for a JSON object; (None, "unparsable") for a fragment that is no JSON; (None, why)
-    for JSON the report will not read (not an object, NaN/Infinity, nested too deeply)."""
+    for JSON the report will not read (not an object, NaN/Infinity, nested too deeply, an identity key
+    given twice)."""
+    strict = any(raw.count(k) > 1 for k in _IDENTITY)
     try:
-        line = json.loads(raw.decode("utf-8", errors="replace"), parse_constant=_constant)
+        line = json.loads(raw.decode("utf-8", errors="replace"), parse_constant=_constant,
+                          object_pairs_hook=_unique_keys if strict else None)
     except Malformed as e:
         return None, str(e)
     except RecursionError:
