@@ -460,6 +460,25 @@ TEST_CASE("the scrape endpoint serves the same metrics while the run is live", "
   CHECK(http_get(port, "/metrics").empty());  // closed at stop()
 }
 
+// A flood of scrapes rendered the exposition each time under the writer's mutex, and the writer dropped
+// lines (issue #58): a scrape now serves what was rendered at the last change.
+TEST_CASE("scrapes render the exposition once per change, not once per scrape", "[prometheus]") {
+  steptrace::sink::PrometheusSink sink;
+  steptrace::sink::PrometheusSink::Options o;
+  o.listen = "127.0.0.1:0";
+  REQUIRE(sink.open(o).empty());
+  REQUIRE(sink.write_line(R"({"global_step":0,"rank":0,"step_time_ms":1})").empty());
+  const std::string first = http_get(sink.port(), "/metrics");
+  REQUIRE(first.find("200 OK") != std::string::npos);
+  for (int i = 0; i < 50; ++i) CHECK(http_get(sink.port(), "/metrics") == first);
+  CHECK(sink.endpoint_renders() == 1);
+  REQUIRE(sink.write_line(R"({"global_step":1,"rank":0,"step_time_ms":2})").empty());
+  const std::string second = http_get(sink.port(), "/metrics");
+  CHECK(series(second, "steptrace_global_step") == 1.0);
+  CHECK(sink.endpoint_renders() == 2);
+  sink.close_endpoint();
+}
+
 TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "[prometheus]") {
   std::ifstream doc(std::string(STEPTRACE_SOURCE_DIR) + "/docs/prometheus.md");
   REQUIRE(doc.good());

@@ -43,6 +43,7 @@ class PrometheusSink final : public LineSink {
     std::vector<Problem> problems;
     options_ = std::move(o);
     model_ = PrometheusModel(options_.job, options_.window_lines, options_.labels);
+    ++generation_;
     if (!options_.textfile.empty()) {
       // A first file at once: the run is visible (steptrace_up 1) before its first line.
       const std::string err = replace_file_atomically(options_.textfile, model_.render(true, kTextfile));
@@ -51,9 +52,17 @@ class PrometheusSink final : public LineSink {
       last_write_ = std::chrono::steady_clock::now();
     }
     if (!options_.listen.empty()) {
+      // A scrape serves the exposition rendered once per change (a line, the run's end), not once per
+      // scrape: a flood of scrapes held the mutex the writer needs for every line, rendering, and the
+      // writer fell behind and dropped lines (issue #58). The rendering is a function of the model alone.
       const std::string err = endpoint_.start(options_.listen, [this] {
         std::lock_guard<std::mutex> lock(mutex_);
-        return model_.render(up_, kEndpoint);
+        if (rendered_generation_ != generation_) {
+          rendered_ = model_.render(up_, kEndpoint);
+          rendered_generation_ = generation_;
+          ++renders_;
+        }
+        return rendered_;
       });
       if (!err.empty()) problems.push_back({"prometheus_listen", err + "; no scrape endpoint, training continues"});
       else listening_ = true;
@@ -62,6 +71,11 @@ class PrometheusSink final : public LineSink {
   }
 
   bool active() const { return textfile_ok_ || listening_; }
+  /// How often a scrape rendered the exposition (once per change, however many scrapes).
+  uint64_t endpoint_renders() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return renders_;
+  }
   bool both_ways() const { return textfile_ok_ && listening_; }
   int port() const { return endpoint_.port(); }
   bool counts_lines() const override { return false; }
@@ -79,6 +93,7 @@ class PrometheusSink final : public LineSink {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const std::string err = fields ? model_.add_fields(*fields) : model_.add_line(line);
+      ++generation_;  // what a scrape shows changed (even a refused line may have changed part of it)
       if (!err.empty()) return err;
       if (!textfile_ok_) return {};
       const auto now = std::chrono::steady_clock::now();
@@ -96,6 +111,7 @@ class PrometheusSink final : public LineSink {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       up_ = false;
+      ++generation_;
       if (!textfile_ok_) return {};
       text = model_.render(false, kTextfile);
     }
@@ -118,6 +134,10 @@ class PrometheusSink final : public LineSink {
   static constexpr const char* kEndpoint = "endpoint";
   Options options_;
   std::mutex mutex_;
+  uint64_t generation_ = 0;                   // bumped at every change the exposition shows
+  uint64_t rendered_generation_ = ~uint64_t{0};  // the generation rendered_ holds
+  std::string rendered_;                       // the endpoint's exposition, rendered once per change
+  uint64_t renders_ = 0;                       // how often it was rendered (tests)
   PrometheusModel model_{"", 1, {}};
   bool up_ = true;
   bool textfile_ok_ = false, listening_ = false;
