@@ -144,16 +144,16 @@ class _Scope:
 
 
 class _Ending(threading.local):
-    """Each thread's own (two trainers on two threads keep theirs apart; stop() on another thread finds
-    none and leaves the step to the runtime's stop()). A step kept open past its last training work (watch() after optimizer.step(), the framework
+    """A step kept open past its last training work (watch() after optimizer.step(), the framework
     callbacks after their step's end): it ends where the next step's work begins, so its time is the
     iteration's, the GPU wait of a read after the step included (the host returns from optimizer.step()
     long before the GPU is done). Work that is no step's ends it first, at its own start: an evaluation
     (a forward in eval mode or without gradients), a phase the program opens between steps
-    (steptrace.phase("checkpoint")), the framework's validation or checkpoint, stop()."""
-    def __init__(self):  # run again in each thread that reads it (threading.local; no __slots__: shared)
-        self.close = None   # what ends the ending step, or None
-        self.thread = None  # the training thread: work on other threads ends nothing
+    (steptrace.phase("checkpoint")), the framework's validation or checkpoint, stop(). Each thread's own
+    (threading.local): two trainers on two threads keep theirs apart, and stop() on another thread finds
+    none and leaves the step to the runtime's stop(), which closes it where its training work was done."""
+    def __init__(self):  # run again in each thread that reads it (no __slots__: they would be shared)
+        self.close = None  # what ends this thread's kept-open step, or None
 
 
 _ending = _Ending()
@@ -162,23 +162,18 @@ _ending = _Ending()
 def _keep_until_next(close):
     """The step `close` ends is done with its training work: it ends where the next one begins."""
     _ending.close = close
-    _ending.thread = threading.get_ident()
 
 
 _at_work_end = [False]  # _end_step ends the scope where its training work was done (stop())
 
 
-def _end_ending(close=None, at_work_end=False):
-    """Ends the ending step now (only if it is `close`'s, when given), or, at_work_end (stop()), where its
-    training work was done: what the program does after its last optimizer step is no step's. True when
-    one was ended. Another thread's (stop() called off the training thread) is left to the runtime's
-    stop(), which closes it at its work end."""
+def _end_ending(at_work_end=False):
+    """Ends this thread's kept-open step now, or, at_work_end (stop()), where its training work was done:
+    what the program does after its last optimizer step is no step's. True when one was ended."""
     c = _ending.close
-    if c is None or (close is not None and c != close):
+    if c is None:
         return False
     _ending.close = None
-    if _ending.thread != threading.get_ident():
-        return False
     _at_work_end[0] = at_work_end
     try:
         c()
@@ -195,7 +190,7 @@ class _Phase(_Scope):
         self._id = id_
 
     def __enter__(self):
-        if _ending.close is not None and _ending.thread == threading.get_ident():
+        if _ending.close is not None:
             _end_ending()  # a phase the program opens between steps: no step's
         _steptrace.phase_enter(self._id)
         return self

@@ -149,8 +149,6 @@ class RankView:
                 ts, dur = e.get("ts"), e.get("dur", 0)
                 if step not in captured or not _usable(ts, MAX_TS_US) or not _usable(dur, MAX_DUR_US) or dur < 0:
                     continue  # the neighbours a trace holds beside the asked steps, or not an event we read
-                if ts < -MAX_TS_US:
-                    continue
                 ts_ns = origin + int(round(ts * 1000))
                 key = (e.get("ph"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"), ts_ns, e.get("id"))
                 if key in seen:

@@ -28,6 +28,19 @@ def fresh(name):
     return os.path.join(tempfile.mkdtemp(prefix="steptrace-watch-"), name + ".jsonl")
 
 
+def line_modes():
+    """Each mode a test runs in: full lines (the fields it reads) and the defaults (compact lines: what a
+    user who sets nothing gets). CTest sets STEPTRACE_LINE_DETAIL=full for every test, and the environment
+    wins over start(): the default run lifts it while it runs."""
+    saved = os.environ.pop("STEPTRACE_LINE_DETAIL", None)
+    try:
+        for full in (True, False):
+            yield full, ({"line_detail": "full"} if full else {})
+    finally:
+        if saved is not None:
+            os.environ["STEPTRACE_LINE_DETAIL"] = saved
+
+
 def model_and_data(batches=6):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -367,14 +380,20 @@ def clocked_loop(iterations, read_every, accumulate=2):
 
 
 def check_iteration_clock(read_every):
+    for _, settings in line_modes():
+        check_iteration_clock_in(read_every, settings)
+
+
+def check_iteration_clock_in(read_every, settings):
     import statistics
     log = fresh(f"clock_{read_every}")
-    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    assert steptrace.start(log_path=log, summary=False, gpu="off", **settings)
     own, fetch = clocked_loop(40, read_every)
     steptrace.stop()
     steptrace.unwatch()
     lines = step_lines(log)
     assert len(lines) == 40, len(lines)
+    assert lines[0]["schema"] == ("steptrace.step/1" if settings else "steptrace.step/2")  # the mode asked for
     # Steady state: the first 4 iterations left out (warm-up), the last (closed by stop()) too, and those
     # an evaluation follows: a step begins at its first forward, the program's iteration at its batch
     # fetch, so each step is its iteration shifted by one fetch, except where an evaluation ends the step
@@ -426,10 +445,15 @@ def test_the_step_is_the_iteration_with_no_read():
 def test_stop_from_another_thread_than_the_training_one():
     """Training on a thread of its own, stop() on the main thread after join(): no error (the step kept open
     for the next one is the runtime's to close, where its optimizer step returned), every step has its line."""
+    for _, settings in line_modes():
+        stop_from_another_thread(settings)
+
+
+def stop_from_another_thread(settings):
     import threading
     log = fresh("other_thread")
     model, opt, data = model_and_data(4)
-    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    assert steptrace.start(log_path=log, summary=False, gpu="off", **settings)
     errors = []
 
     def train_thread():
@@ -456,10 +480,15 @@ def test_stop_from_another_thread_than_the_training_one():
 
 def test_a_phase_between_steps_ends_the_step():
     """A checkpoint under the program's own phase after opt.step(): no step's (the next line's between_steps)."""
+    for full, settings in line_modes():
+        phase_between_steps(full, settings)
+
+
+def phase_between_steps(full, settings):
     import time
     log = fresh("checkpoint_phase")
     model, opt, data = model_and_data(4)
-    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
+    assert steptrace.start(log_path=log, summary=False, gpu="off", **settings)
     steptrace.watch(model, opt)
     loss_fn = torch.nn.CrossEntropyLoss()
     for i, (x, y) in enumerate(data):
@@ -477,17 +506,23 @@ def test_a_phase_between_steps_ends_the_step():
     assert all(l["step_time_ms"] >= 5.0 for l in lines[:-1]), [l["step_time_ms"] for l in lines]
     # The last, closed by stop(), ends where its optimizer step returned: the read after it is no step's.
     assert lines[-1]["step_time_ms"] < 5.0, lines[-1]["step_time_ms"]
-    assert lines[2]["between_steps"]["phases"]["checkpoint"]["count"] == 1, lines[2]["between_steps"]
+    if full:  # the phases between steps: the full line's (the compact one keeps their time)
+        assert lines[2]["between_steps"]["phases"]["checkpoint"]["count"] == 1, lines[2]["between_steps"]
     assert lines[2]["between_steps"]["host_ms"] >= 30.0 and lines[1]["step_time_ms"] < 30.0
 
 
 def test_callback_steps_run_to_the_next_and_validation_is_between():
     """The framework callbacks' bookkeeping (steptrace._callback_steps) in Lightning's hook order: the
     progress bar's loss read after the batch's end is in the step; validation (on_validation_start) is not."""
+    for _, settings in line_modes():
+        callback_steps_in_lightning_order(settings)
+
+
+def callback_steps_in_lightning_order(settings):
     import time
     from steptrace._callback_steps import CallbackSteps
     log = fresh("callback_steps")
-    steps = CallbackSteps(None, None, dict(log_path=log, summary=False, gpu="off", line_detail="full"), "test")
+    steps = CallbackSteps(None, None, dict(log_path=log, summary=False, gpu="off", **settings), "test")
     steps.begin_training((0, 1), "a test trainer")
     own = []
     for i in range(6):

@@ -44,6 +44,7 @@ class StepRecorder {
     std::lock_guard<std::mutex> lock(mutex_);
     cfg_ = cfg;
     open_ = OpenStep{};
+    end_at_work_end_ = false;
     gather_locked();  // scopes a previous run left in the rings: not this run's (no step open: not counted)
     next_index_.store(0, std::memory_order_release);
     spans_outside_step_ = 0;
@@ -137,6 +138,8 @@ class StepRecorder {
 
   void end(std::optional<AllocatorStats> stats) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Asked for this end only: consumed even where there is no open scope to end (never a later step's).
+    const bool at_work_end = std::exchange(end_at_work_end_, false);
     if (!open_.exists || !open_.scope_open) return;
     const int64_t now = monotonic_ns();  // before gathering: the step's time does not hold steptrace's work
     // Scopes closed before this point belong to the step whatever their readings say (the tick clock's
@@ -144,7 +147,7 @@ class StepRecorder {
     gather_locked();
     open_.scope_open = false;
     const int64_t work_end = open_.record.work_end_ns;
-    open_.record.scope_end_ns = std::exchange(end_at_work_end_, false) && work_end > open_.record.begin_ns ? work_end : now;
+    open_.record.scope_end_ns = at_work_end && work_end > open_.record.begin_ns ? work_end : now;
     // GPU work launched from now until the next step begins is work between steps.
     current_step().store(between_steps_key(static_cast<int64_t>(open_.record.index)), std::memory_order_relaxed);
     publish_open(open_.record.begin_ns, open_.record.scope_end_ns, open_.record.traced);
