@@ -45,6 +45,60 @@ std::vector<RankSummary> simulate(int world, int64_t step, int slow_rank, PhaseI
       if (p != kSummaryCommPhase) work += x.phase_ms[p];
     x.phase_ms[kSummaryCommPhase] = allreduce_ms + (slowest_work - work);  // waiting for the slowest
     x.step_ms = work + x.phase_ms[kSummaryCommPhase];
+    x.wait_ms = x.phase_ms[kSummaryCommPhase];  // the loop syncs in its nccl phase: its host time is the wait
+    x.wait_basis = WaitBasis::host_nccl;
+    x.steps = x.wait_steps = 10;
+  }
+  return s;
+}
+
+// A DDP job as a GPU sees it: no `nccl` phase (the all-reduce runs inside backward), every rank's
+// iteration the same, each rank's wait measured on its GPU (basis trace or backward_end). `extra_ms` of
+// the slow rank's own work sits in `part` (a phase index, kSummaryCommPhase = untagged, or
+// kSummaryPhases = between steps); `read_ms` > 0: the listed ranks read the loss after the step, their
+// host waiting there for their GPU (and so for the slow rank).
+struct Ddp {
+  int world = 2;
+  int slow = -1;
+  int part = phase_tag::input;
+  double extra_ms = 0;
+  double transfer_ms = 2.5;
+  std::vector<int> readers;
+  unsigned seed = 1;
+  WaitBasis basis = WaitBasis::trace;
+};
+std::vector<RankSummary> ddp(const Ddp& d, int64_t step = 30) {
+  std::mt19937 rng(d.seed);
+  std::uniform_real_distribution<double> jitter(-0.3, 0.3);
+  const double base[kSummaryPhases] = {1, 0.5, 40, 80, 10, 0};
+  std::vector<double> own(static_cast<std::size_t>(d.world));
+  std::vector<RankSummary> s(static_cast<std::size_t>(d.world));
+  for (int r = 0; r < d.world; ++r) {
+    RankSummary& x = s[static_cast<std::size_t>(r)];
+    x.rank = r, x.step = step, x.valid = true, x.steps = x.wait_steps = 10, x.wait_basis = d.basis;
+    for (int p = 0; p < kSummaryCommPhase; ++p) x.phase_ms[p] = base[p] + jitter(rng);
+    x.untagged_ms = 2 + jitter(rng);
+    x.between_ms = 1 + jitter(rng);
+    if (r == d.slow) {
+      if (d.part < kSummaryCommPhase) x.phase_ms[d.part] += d.extra_ms;
+      else if (d.part == kSummaryCommPhase) x.untagged_ms += d.extra_ms;
+      else x.between_ms += d.extra_ms;
+    }
+    double o = x.untagged_ms + x.between_ms;
+    for (int p = 0; p < kSummaryCommPhase; ++p) o += x.phase_ms[p];
+    own[static_cast<std::size_t>(r)] = o;
+  }
+  const double slowest = *std::max_element(own.begin(), own.end());
+  for (int r = 0; r < d.world; ++r) {
+    RankSummary& x = s[static_cast<std::size_t>(r)];
+    x.wait_ms = d.transfer_ms + (slowest - own[static_cast<std::size_t>(r)]);
+    // Where the host sees the wait: a reader in its read after the step, the others nowhere in
+    // particular (spread over the phases whose launches block): here, backward.
+    const bool reads = std::find(d.readers.begin(), d.readers.end(), r) != d.readers.end();
+    (reads ? x.between_ms : x.phase_ms[phase_tag::backward]) += x.wait_ms;
+    double step = x.untagged_ms;
+    for (int p = 0; p < kSummaryCommPhase; ++p) step += x.phase_ms[p];
+    x.step_ms = step;
   }
   return s;
 }
@@ -59,8 +113,7 @@ TEST_CASE("cross-rank: the slow rank and its phase are found at every world size
     CHECK(v.reporting == world);
     CHECK(v.missing_count == 0);
     CHECK(v.slowest_rank == slow);
-    REQUIRE(v.culprit_phase);
-    CHECK(*v.culprit_phase == phase_tag::input);
+    CHECK(v.culprit_phase == "input");
     CHECK(v.culprit_gap_ms > 10);
     CHECK(v.skew > (world == 2 ? 0.07 : 0.15));  // two ranks: the median is their mean
     // Step times are equal across ranks (everyone waits for the slowest): step time alone cannot tell.
@@ -75,7 +128,7 @@ TEST_CASE("cross-rank: the slow rank and its phase are found at every world size
 TEST_CASE("cross-rank: a slow backward on rank 0 of 1024", "[cross_rank]") {
   const auto v = aggregate_ranks(simulate(1024, 7, 0, phase_tag::backward, 25), 7);
   CHECK(v.slowest_rank == 0);
-  CHECK(*v.culprit_phase == phase_tag::backward);
+  CHECK(v.culprit_phase == "backward");
   CHECK(v.culprit_gap_ms == Approx(25).margin(1));
 }
 
@@ -112,10 +165,13 @@ TEST_CASE("cross-rank: step_skew is the gap relative to the step, steady when co
   // One rank 3 ms slower in backward: everyone loses a third of the step waiting for it.
   const auto slow = two(0.5, 3.5);
   CHECK(slow.slowest_rank == 1);
-  CHECK(*slow.culprit_phase == phase_tag::backward);
+  CHECK(slow.culprit_phase == "backward");
   CHECK(slow.gap_ms == Approx(1.5));
   CHECK(slow.step_skew == Approx(1.5 / 9.0));
   CHECK(slow.step_skew > kBalancedStepSkew);
+  // No rank measured its wait (the host fallback): balanced is not judged.
+  CHECK_FALSE(slow.waits_measured);
+  CHECK_FALSE(slow.balanced().has_value());
   // Many ranks, balanced: far below the threshold; a slow one: above it.
   CHECK(aggregate_ranks(simulate(256, 3, -1, phase_tag::input, 0), 3).step_skew < kBalancedStepSkew);
   CHECK(aggregate_ranks(simulate(256, 3, 5, phase_tag::backward, 15), 3).step_skew > kBalancedStepSkew);
@@ -132,7 +188,7 @@ TEST_CASE("cross-rank: ranks that stop reporting are listed, not counted", "[cro
   CHECK(v.missing_count == 4);
   CHECK(v.missing_ranks == std::vector<int>{5, 900, 901, 1023});
   CHECK(v.slowest_rank == 17);
-  CHECK(*v.culprit_phase == phase_tag::forward);
+  CHECK(v.culprit_phase == "forward");
   // Everyone silent: an empty view, no culprit, nothing made up.
   std::vector<RankSummary> silent(16);
   const auto none = aggregate_ranks(silent, 100);
@@ -140,7 +196,7 @@ TEST_CASE("cross-rank: ranks that stop reporting are listed, not counted", "[cro
   CHECK(none.missing_count == 16);
   CHECK(none.missing_ranks.size() == kMaxListed);
   CHECK(none.slowest_rank == -1);
-  CHECK_FALSE(none.culprit_phase);
+  CHECK(none.culprit_phase.empty());
 }
 
 TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
@@ -160,6 +216,113 @@ TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
   CHECK(back.step_ms == Approx(61.25));
   CHECK(back.phase_ms[phase_tag::input] == Approx(12.5));
   CHECK(from_floats(wire, 3'000'124).step == 3'000'123);  // one step stale: detected as another step
+  CHECK(back.wait_basis == WaitBasis::none);
+  s.untagged_ms = 3.25, s.between_ms = 17.5, s.wait_ms = 21.75, s.wait_basis = WaitBasis::backward_end;
+  s.wait_steps = 9, s.steps = 10;
+  to_floats(s, wire);
+  const RankSummary w = from_floats(wire, 3'000'123);
+  CHECK(w.untagged_ms == Approx(3.25));
+  CHECK(w.between_ms == Approx(17.5));
+  CHECK(w.wait_ms == Approx(21.75));
+  CHECK(w.wait_basis == WaitBasis::backward_end);
+  CHECK(w.wait_steps == 9);
+  CHECK(w.steps == 10);
+  wire[11 + kSummaryPhases] = 7.f;  // no such basis: not measured
+  CHECK(from_floats(wire, 3'000'123).wait_basis == WaitBasis::none);
+}
+
+TEST_CASE("cross-rank: under DDP the culprit is the rank the others wait for, whichever it is, with the part "
+          "of its step", "[cross_rank]") {
+  for (int slow : {0, 1}) {
+    for (int part : {int(phase_tag::input), int(kSummaryCommPhase), int(kSummaryPhases), int(phase_tag::forward)}) {
+      for (WaitBasis basis : {WaitBasis::trace, WaitBasis::backward_end}) {
+        Ddp d;
+        d.slow = slow, d.part = part, d.extra_ms = 20, d.basis = basis;
+        const auto s = ddp(d);
+        INFO("slow rank " << slow << " part " << part);
+        // Step times agree (the fast rank waits inside its step): the old rule could not tell.
+        CHECK(std::abs(s[0].iteration_ms() - s[1].iteration_ms()) < 1.5);
+        const auto v = aggregate_ranks(s, 30);
+        CHECK(v.waits_measured);
+        CHECK(v.wait_basis == wait_basis_name(basis));
+        CHECK(v.slowest_rank == slow);
+        CHECK(v.culprit.rank == slow);
+        CHECK(v.culprit.wait_ms == Approx(2.5));
+        CHECK(v.culprit_phase == culprit_part_name(part));
+        CHECK(v.culprit_gap_ms == Approx(20).margin(1.5));
+        CHECK(v.wait_share > 0.1);
+        REQUIRE(v.balanced().has_value());
+        CHECK_FALSE(*v.balanced());
+        CHECK(v.gap_ms == Approx(10).margin(1));  // two ranks: the median is their mean
+      }
+    }
+  }
+}
+
+TEST_CASE("cross-rank: a loop that reads the loss on rank 0 only makes rank 0 the culprit, between steps", "[cross_rank]") {
+  // Rank 0's read: 15 ms of its own (the read, the print) after each step, where rank 1 goes on.
+  Ddp d;
+  d.slow = 0, d.part = kSummaryPhases, d.extra_ms = 15, d.readers = {0};
+  const auto v = aggregate_ranks(ddp(d), 30);
+  CHECK(v.slowest_rank == 0);
+  CHECK(v.culprit_phase == "between_steps");
+  CHECK(v.median_rank.wait_ms > 15);
+  CHECK_FALSE(*v.balanced());
+}
+
+TEST_CASE("cross-rank: every rank reads the loss: the victim's read waits for the culprit, and is not its "
+          "own work", "[cross_rank]") {
+  for (int slow : {0, 1}) {
+    Ddp d;
+    d.slow = slow, d.part = kSummaryPhases, d.extra_ms = 20, d.readers = {0, 1};  // an untagged fetch under watch()
+    const auto s = ddp(d);
+    // The victim's time between steps holds its wait: it is as long as the culprit's fetch.
+    CHECK(s[static_cast<std::size_t>(1 - slow)].between_ms > 20);
+    const auto v = aggregate_ranks(s, 30);
+    CHECK(v.slowest_rank == slow);
+    CHECK(v.culprit_phase == "between_steps");
+    CHECK(v.culprit_gap_ms == Approx(20).margin(1.5));
+  }
+}
+
+TEST_CASE("cross-rank: balanced means the waits are small, at any world size", "[cross_rank]") {
+  for (int world : {2, 8, 1024}) {
+    Ddp d;
+    d.world = world, d.seed = static_cast<unsigned>(world);
+    const auto v = aggregate_ranks(ddp(d), 30);
+    INFO("world " << world << " wait_share " << v.wait_share);
+    REQUIRE(v.balanced().has_value());
+    CHECK(*v.balanced());
+    CHECK(v.wait_share < kBalancedWaitShare);  // the ranks' own jitter (up to ~4 ms at 1024 ranks) is what they wait
+    // One rank 20 ms slower in its input: everyone else waits ~13 % of the step, never balanced.
+    d.slow = world - 1, d.part = phase_tag::input, d.extra_ms = 20;
+    const auto slow = aggregate_ranks(ddp(d), 30);
+    CHECK(slow.slowest_rank == world - 1);
+    CHECK(slow.culprit_phase == "input");
+    CHECK(slow.wait_share > 0.1);
+    CHECK_FALSE(*slow.balanced());
+    CHECK(slow.median_rank.wait_ms > 20);
+    CHECK(slow.lowest_scores.front().rank == world - 1);
+  }
+}
+
+TEST_CASE("cross-rank: a rank without a measured wait: host fallback, balanced not judged", "[cross_rank]") {
+  Ddp d;
+  d.slow = 1, d.part = phase_tag::input, d.extra_ms = 20;
+  auto s = ddp(d);
+  s[0].wait_basis = WaitBasis::none;
+  const auto v = aggregate_ranks(s, 30);
+  CHECK_FALSE(v.waits_measured);
+  CHECK(v.wait_basis == "mixed");
+  CHECK_FALSE(v.balanced().has_value());
+  CHECK(v.slowest_rank == 1);  // its input, on the host
+  CHECK(v.culprit_phase == "input");
+  // A non-finite wait is a missing rank, not a number.
+  s = ddp(d);
+  s[1].wait_ms = std::nan("");
+  const auto m = aggregate_ranks(s, 30);
+  CHECK(m.missing_count == 1);
+  CHECK_FALSE(m.balanced().has_value());
 }
 
 
@@ -204,6 +367,10 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
     CHECK(double(v["gap_ms"]) == Approx(20).margin(0.5));
     CHECK(double(v["step_skew"]) == Approx(double(v["gap_ms"]) / double(v["step_time_ms"]["median"])));
     CHECK(v["balanced"] == false);
+    CHECK(v["wait_basis"] == "host_nccl");  // the steps' nccl phase
+    CHECK(v["culprit"]["rank"] == 2);
+    CHECK(double(v["culprit"]["wait_ms"]) < double(v["median_rank"]["wait_ms"]) - 19);
+    CHECK(double(v["wait_share"]) > 0.5);
   }
   CHECK(views == 3);
   for (const auto& l : lines) CHECK(l["run_id"] == "feedfacecafebeef");  // rank 0's, taken at set_exchange
@@ -243,16 +410,52 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   link.post(odd);
   link.post(r);
   REQUIRE(sent->size() == 2);
-  const auto& s0 = (*sent)[0];
-  CHECK(s0[3] == Approx(5));  // its scope's 5 ms, not the 40 ms to the next step
-  CHECK(s0[4 + tag::input] == Approx(2));
-  const auto& s2 = (*sent)[1];
-  CHECK(s2[3] == Approx(4 + 3 + 1));  // own time, the input tagged before it, the optimizer's last ms
-  CHECK(s2[4 + tag::input] == Approx(2 + 3));
-  CHECK(s2[4 + tag::nccl] == Approx(1));
-  CHECK(s2[4 + tag::optimizer] == Approx(1));
-  CHECK(s2[4 + tag::forward] == 0);
-  CHECK(s2[4 + tag::backward] == 0);
+  const RankSummary s0 = from_floats((*sent)[0].data(), 0);
+  CHECK(s0.steps == 1);
+  CHECK(s0.step_ms == Approx(5));  // its scope's 5 ms, not the 40 ms to the next step
+  CHECK(s0.phase_ms[tag::input] == Approx(2));
+  CHECK(s0.untagged_ms == Approx(3));
+  CHECK(s0.wait_basis == WaitBasis::none);  // no nccl phase, nothing measured
+  // The window of steps 1 and 2, means per step. Step 1: 5 ms, 2 in input. Step 2: its own 4 ms, the
+  // input tagged before it (3), the optimizer's last ms (1); its untagged 1 ms (4 less input and nccl);
+  // between steps the 40 ms since step 1's scope ended less the 4 ms tagged there.
+  const RankSummary s2 = from_floats((*sent)[1].data(), 2);
+  CHECK(s2.steps == 2);
+  CHECK(s2.step_ms == Approx((5 + 8) / 2.0));
+  CHECK(s2.phase_ms[tag::input] == Approx((2 + 5) / 2.0));
+  CHECK(s2.phase_ms[tag::nccl] == Approx(0.5));
+  CHECK(s2.phase_ms[tag::optimizer] == Approx(0.5));
+  CHECK(s2.phase_ms[tag::forward] == 0);
+  CHECK(s2.phase_ms[tag::backward] == 0);
+  CHECK(s2.untagged_ms == Approx((3 + 1) / 2.0));
+  CHECK(s2.between_ms == Approx(36 / 2.0));
+  CHECK(s2.wait_basis == WaitBasis::host_nccl);  // step 2's nccl phase: 1 ms
+  CHECK(s2.wait_ms == Approx(1));
+  CHECK(s2.wait_steps == 1);
+  // Waits measured on the GPU take over from the host's, the best basis the window has.
+  link.add_wait(7, WaitBasis::markers);
+  link.add_wait(9, WaitBasis::backward_end);
+  link.add_wait(11, WaitBasis::backward_end);
+  steptrace::StepRecord s3 = odd, s4 = odd;
+  s3.index = 3, s4.index = 4;
+  link.post(s3);
+  link.post(s4);
+  REQUIRE(sent->size() == 3);
+  const RankSummary s4s = from_floats((*sent)[2].data(), 4);
+  CHECK(s4s.wait_basis == WaitBasis::backward_end);
+  CHECK(s4s.wait_ms == Approx(10));
+  CHECK(s4s.wait_steps == 2);
+  link.add_wait(-1, WaitBasis::trace);  // impossible: not counted
+  link.add_wait(std::nan(""), WaitBasis::trace);
+  link.add_wait(3, WaitBasis::trace);
+  link.add_wait(5, WaitBasis::markers);
+  s3.index = 5, s4.index = 6;
+  link.post(s3);
+  link.post(s4);
+  const RankSummary s6 = from_floats((*sent)[3].data(), 6);
+  CHECK(s6.wait_basis == WaitBasis::trace);
+  CHECK(s6.wait_ms == Approx(3));
+  CHECK(s6.wait_steps == 1);
   link.reset();
 }
 

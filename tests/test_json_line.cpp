@@ -276,6 +276,7 @@ TEST_CASE("cross_rank.balanced is null with a reason when a rank is missing", "[
   v.reporting = 2;
   v.step_ms_median = 6;
   v.step_skew = 0.001;  // looks balanced, but rank 2 did not report
+  v.waits_measured = true;
   v.missing_count = 1;
   v.missing_ranks = {2};
   in.cross_rank = v;
@@ -287,8 +288,18 @@ TEST_CASE("cross_rank.balanced is null with a reason when a rank is missing", "[
   in.cross_rank->world_size = 2;
   j = nlohmann::json::parse(make_step_line(in));
   CHECK(j["cross_rank"]["balanced"] == true);
-  in.cross_rank->step_skew = 0.2;
-  CHECK(nlohmann::json::parse(make_step_line(in))["cross_rank"]["balanced"] == false);
+  // Balanced is about the waits: one rank waiting 20 % of its step for another is not, whatever the
+  // step times say.
+  in.cross_rank->wait_share = 0.2;
+  j = nlohmann::json::parse(make_step_line(in));
+  CHECK(j["cross_rank"]["balanced"] == false);
+  CHECK(j["cross_rank"]["wait_share"] == Approx(0.2));
+  // No wait measured on some rank: not judged, and the line says why.
+  in.cross_rank->waits_measured = false;
+  j = nlohmann::json::parse(make_step_line(in));
+  CHECK(j["cross_rank"]["balanced"].is_null());
+  CHECK(std::string(j["null_reasons"]["cross_rank.balanced"]).find("no collective wait") != std::string::npos);
+  CHECK(j["cross_rank"]["wait_share"].is_null());
 }
 
 namespace {

@@ -223,10 +223,17 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   v.world_size = v.reporting = 2;
   v.missing_ranks = {1};
   v.slowest_rank = 1;
-  v.culprit_phase = phase_tag::backward;
+  v.culprit_phase = "backward";
+  v.waits_measured = true;
+  v.step_ms_median = 10;
   v.lowest_scores = {RankScore{}};
   in.cross_rank = v;
   in.cross_rank_every = 2;
+  RankSummary own;
+  own.step = 0;
+  own.steps = own.wait_steps = 2;
+  own.wait_basis = WaitBasis::trace;
+  in.rank_wait = own;
   DeviceStateSummary ds;
   ds.samples = 1;
   ds.power_w_mean = ds.power_w_max = ds.sm_clock_mhz_mean = ds.sm_clock_mhz_min = ds.temperature_c_max = 1;

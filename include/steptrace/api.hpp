@@ -74,6 +74,11 @@ STEPTRACE_API void mark_step_work_done() noexcept;
 /// The next end of the open step's scope ends it where its training work was marked done, not now
 /// (Python's stop() closing a step kept open for the next one).
 STEPTRACE_API void end_next_step_at_work_end() noexcept;
+/// One step's collective wait measured by the program's side (Python's backward_end events,
+/// steptrace/_waits.py), in ms, for the cross-rank window (details/cross_rank_link.hpp).
+STEPTRACE_API void add_collective_wait(double ms) noexcept;
+/// Steps begun so far in the running session (-1: none runs); the open step's global_step + 1.
+STEPTRACE_API int64_t steps_begun() noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

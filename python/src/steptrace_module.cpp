@@ -271,6 +271,8 @@ PYBIND11_MODULE(_steptrace, m) {
   });
   m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
   m.def("step_work_done", [] { steptrace::details::mark_step_work_done(); });
+  m.def("collective_wait", [](double ms) { steptrace::details::add_collective_wait(ms); });
+  m.def("steps_begun", [] { return steptrace::details::steps_begun(); });
   // Ends the open step where its training work was done (stop() closing a step kept open for the next).
   m.def("step_exit_at_work_end", [] {
     steptrace::details::end_next_step_at_work_end();

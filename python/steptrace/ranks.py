@@ -187,6 +187,8 @@ def _pump():
 def _end():
     """At stop(): the exchange ends with the run; what a peer never answered is kept, not waited for."""
     global _gather
+    from . import _waits
+    _waits.stop()
     g, _gather = _gather, None
     if g is not None:
         try:
@@ -238,4 +240,8 @@ def cross_rank(group=None, every=0):
         return False
     gather = _Gather(dist, torch, side, world)
     _gather = gather
-    return bool(_steptrace.use_cross_rank(rank, world, gather.post, gather.agree, int(every)))
+    taken = bool(_steptrace.use_cross_rank(rank, world, gather.post, gather.agree, int(every)))
+    if taken:
+        from . import _waits
+        _waits.install(torch)  # the backward_end wait, where CUDA runs the backward
+    return taken

@@ -1,28 +1,35 @@
-// steptrace/core/cross_rank.hpp - which rank holds the step back, and in which phase. Pure C++17:
-// every rank contributes one fixed-size RankSummary (gathered through the job's own communicator,
-// see steptrace/nccl.hpp); rank 0 aggregates them into a CrossRankView for its line.
+// steptrace/core/cross_rank.hpp - who holds the step back under synchronous data parallelism: the
+// rank the others wait for, and the part of its step that makes it late. Pure C++17: every rank
+// contributes one fixed-size RankSummary (gathered through the job's own communicator, see
+// steptrace/nccl.hpp, or Python's gloo group); rank 0 aggregates them into a CrossRankView for its line.
 //
-// Semantics (culprit / victim, as TraceML describes stragglers): in synchronous data-parallel training
-// the fast ranks wait for the slow one, inside the collective (the 'nccl' phase) or after the step (a
-// host sync such as loss.item(), outside the step's own time). What differs is the time a rank spends in
-// its step outside communication, its `work` time (the step's own time minus the host time of its 'nccl'
-// phase): the culprit has the most work, its victims show the delay in 'nccl' or between steps. So:
-//   slowest_rank  = the rank with the largest work time
-//   gap_ms        = slowest work - median work: the time the others wait for the slowest rank
-//   step_skew     = gap_ms / median step time, the headline: the share of every rank's step lost to
-//                   the slowest one. Relative to the step, not to the work: when communication fills
-//                   most of the step, the work is small and a fraction of a millisecond of noise in it
-//                   reads as a large `skew` (on 2 H200s with a 6 ms step of 0.5 ms work, a balanced
-//                   run read skew 0.08-0.65). Balanced below kBalancedStepSkew.
-//   skew          = (slowest work - median work) / median work
-//   culprit_phase = the non-communication phase whose time on the slowest rank exceeds the median of
-//                   that phase over the other ranks by the most (the gap that explains the delay)
-//   (with two ranks the median of both is their mean, so skew is half the pair's difference)
-//   score         = best work time / this rank's work time, 1 = as fast as the best rank (the relative
-//                   performance score of NVIDIA's nvidia-resiliency-ext straggler detection, which
-//                   rates each rank against the best one)
-// A rank whose summary is missing, invalid or of another step "stopped reporting" and is listed, not
-// counted.
+// Semantics. In a synchronous data-parallel job every rank's step takes as long as the slowest rank's:
+// the fast ranks wait inside the collectives (an all-reduce, an all-gather) for the late one. Step times
+// therefore agree and cannot name anyone; what differs is how long each rank waits. So each summary
+// carries the rank's *collective wait* per step, measured on its GPU where it can be (details/
+// cross_rank_link.hpp says how, `WaitBasis` says which evidence), and its *own work* = its iteration
+// (the step, its tagged phases between steps and the untagged time after its work until the next step)
+// less that wait:
+//   slowest_rank  = the rank with the most own work: the one the others wait for (in a synchronous job,
+//                   the one that waits least)
+//   gap_ms        = slowest own work - median own work: what the median rank waits for it, per step
+//   step_skew     = gap_ms / median iteration: the share of every rank's step lost to the slowest one
+//   wait_share    = (largest wait - smallest wait) / median iteration: the share of the step the rank
+//                   that waits most spends waiting for another; `balanced` = every rank measured its wait
+//                   and wait_share < kBalancedWaitShare. Not "step times agree": under a synchronous
+//                   collective they always do.
+//   culprit_phase = the part of the slowest rank's iteration that exceeds the median of that part over
+//                   the other ranks by the most: a built-in phase but `nccl`, `untagged` (time in the
+//                   step in no built-in phase) or `between_steps` (after the step's work until the next
+//                   step: a loop's own code, a batch fetch watch() does not see, a host read). A rank's
+//                   excess wait is taken out of its `between_steps` first: a loop that reads the loss
+//                   there waits for its GPU, which waits for the slow rank.
+//   score         = best own work / this rank's own work, 1 = as fast as the best rank (the relative
+//                   performance score of NVIDIA's nvidia-resiliency-ext straggler detection)
+// When a reporting rank measured no wait, the view falls back on the host: own work = step less the
+// host time of its `nccl` phase (what a loop that syncs in a tagged collective shows), and `balanced`
+// is not judged. A rank whose summary is missing, invalid or of another step "stopped reporting" and
+// is listed, not counted.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -40,16 +47,43 @@ STEPTRACE_BEGIN_NAMESPACE
 inline constexpr int kSummaryPhases = 6;  // input, h2d, forward, backward, optimizer, nccl
 inline constexpr int kSummaryCommPhase = 5;
 
-/// One rank's step, as exchanged: fixed size, plain floats (the wire format is this struct as
-/// kSummaryFloats floats, see to_floats / from_floats).
+/// Where a rank's collective wait comes from, best last (details/cross_rank_link.hpp measures them).
+enum class WaitBasis : uint8_t {
+  none = 0,          // nothing measured it
+  host_nccl = 1,     // the host time of the `nccl` phase (a loop that syncs inside its tagged collective)
+  markers = 2,       // the `nccl` phase's span on the GPU, from the stream markers
+  backward_end = 3,  // Python: the GPU time from the end of backward's kernels to the end of the
+                     // collectives the framework waits for there (DDP's all-reduce, FSDP's reduce-scatter)
+  trace = 4,         // a traced step's NCCL kernel time not overlapped by its other kernels
+};
+inline const char* wait_basis_name(WaitBasis b) {
+  switch (b) {
+    case WaitBasis::host_nccl: return "host_nccl";
+    case WaitBasis::markers: return "markers";
+    case WaitBasis::backward_end: return "backward_end";
+    case WaitBasis::trace: return "trace";
+    case WaitBasis::none: break;
+  }
+  return "none";
+}
+
+/// One rank's steps since its previous summary, as exchanged: fixed size, plain floats (the wire format
+/// is this struct as kSummaryFloats floats, see to_floats / from_floats). Times are means per step over
+/// the `steps` steps closed since the previous exchange (details/cross_rank_link.hpp).
 struct RankSummary {
   int32_t rank = -1;
-  int64_t step = -1;          // global_step summarised
-  // The step's own time (to its scope's end, not the next step's start) and the host time per built-in
-  // phase (scopes on the step thread not nested in one of the same phase), both with the outermost
-  // built-in phases tagged between the previous step and this one (details/cross_rank_link.hpp).
+  int64_t step = -1;          // global_step of the exchange (the last step of the window)
+  // The step's own time (to its scope's end, or where Python marked its training work done) with the
+  // outermost built-in phases tagged between the previous step and this one, and the host time per
+  // built-in phase (scopes on the step thread not nested in one of the same phase).
   double step_ms = 0;
   double phase_ms[kSummaryPhases] = {};
+  double untagged_ms = 0;     // step time in no built-in phase (outermost scopes), to the work's end
+  double between_ms = 0;      // after the work's end until the next step, in no built-in phase
+  double wait_ms = 0;         // collective wait per step (wait_basis says from what; none: not measured)
+  WaitBasis wait_basis = WaitBasis::none;
+  int32_t wait_steps = 0;     // steps the wait is the mean of
+  int32_t steps = 0;          // steps in the window
   bool valid = false;
   // An operator's capture request this rank holds (core/capture_request.hpp): its tag (< 2^24; 0 =
   // none) and steps, and how many steps this rank's training thread ran ahead of its last gathered view.
@@ -57,9 +91,12 @@ struct RankSummary {
   int32_t ask_steps = 0;
   int32_t lag_steps = 0;
   int32_t every = 0;  // this rank's cross_rank_every (the exchange's cadence)
+
+  double iteration_ms() const { return step_ms + between_ms; }
 };
 
-inline constexpr int kSummaryFloats = 8 + kSummaryPhases;  // valid, rank, step, step_ms, phases, ask tag/steps, lag, every
+// valid, rank, step, step_ms, phases, ask tag/steps, lag, every, untagged, between, wait, basis, wait steps, steps
+inline constexpr int kSummaryFloats = 14 + kSummaryPhases;
 
 /// Floats on the wire: step numbers up to 2^24 are exact in a float; the step is sent as two halves.
 inline void to_floats(const RankSummary& s, float* out) {
@@ -72,6 +109,12 @@ inline void to_floats(const RankSummary& s, float* out) {
   out[5 + kSummaryPhases] = static_cast<float>(s.ask_steps);
   out[6 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.lag_steps, 0, 1 << 20));
   out[7 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.every, 0, 1 << 20));
+  out[8 + kSummaryPhases] = static_cast<float>(s.untagged_ms);
+  out[9 + kSummaryPhases] = static_cast<float>(s.between_ms);
+  out[10 + kSummaryPhases] = static_cast<float>(s.wait_ms);
+  out[11 + kSummaryPhases] = static_cast<float>(static_cast<int>(s.wait_basis));
+  out[12 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.wait_steps, 0, 1 << 20));
+  out[13 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.steps, 0, 1 << 20));
 }
 inline RankSummary from_floats(const float* in, int64_t expected_step) {
   RankSummary s;
@@ -82,24 +125,46 @@ inline RankSummary from_floats(const float* in, int64_t expected_step) {
   s.step = low < 0 ? -1 : expected_step - ((expected_step - low) % (1 << 20) + (1 << 20)) % (1 << 20);
   s.step_ms = in[3];
   for (int p = 0; p < kSummaryPhases; ++p) s.phase_ms[p] = in[4 + p];
-  const float tag = in[4 + kSummaryPhases], steps = in[5 + kSummaryPhases], lag = in[6 + kSummaryPhases];
+  auto count = [](float f, float below) { return f >= 0 && f < below ? static_cast<int32_t>(f) : 0; };
+  const float tag = in[4 + kSummaryPhases];
   s.ask_tag = tag >= 0 && tag < 16777216.f ? static_cast<uint32_t>(tag) : 0;
-  s.ask_steps = steps >= 0 && steps < 1e6f ? static_cast<int32_t>(steps) : 0;
-  s.lag_steps = lag >= 0 && lag < 1e7f ? static_cast<int32_t>(lag) : 0;
-  const float every = in[7 + kSummaryPhases];
-  s.every = every >= 0 && every < 1e7f ? static_cast<int32_t>(every) : 0;
+  s.ask_steps = count(in[5 + kSummaryPhases], 1e6f);
+  s.lag_steps = count(in[6 + kSummaryPhases], 1e7f);
+  s.every = count(in[7 + kSummaryPhases], 1e7f);
+  s.untagged_ms = in[8 + kSummaryPhases];
+  s.between_ms = in[9 + kSummaryPhases];
+  s.wait_ms = in[10 + kSummaryPhases];
+  const float basis = in[11 + kSummaryPhases];
+  s.wait_basis = basis >= 1 && basis <= 4 && basis == static_cast<float>(static_cast<int>(basis))
+                     ? static_cast<WaitBasis>(static_cast<int>(basis)) : WaitBasis::none;
+  s.wait_steps = count(in[12 + kSummaryPhases], 1e7f);
+  s.steps = count(in[13 + kSummaryPhases], 1e7f);
   return s;
 }
 
-/// step_skew below this: balanced. Measured on 2 H200s with examples/dp_train (tests/checks/dp_skew_check.py,
-/// 6 ms steps): balanced runs read 0.005 median, 0.024 at p95, 0.066 at most (one host stall); a rank
-/// 25 % slower in backward read 0.105-0.147 from the first view on. docs/multi-gpu-validation.md.
+/// wait_share below this: balanced (the rank that waits most loses under 5 % of its step to another).
+/// A rank made 20 ms slower in a ~150 ms step makes the others wait ~13 %; balanced 2-GPU runs read
+/// docs/multi-gpu-validation.md's numbers.
+inline constexpr double kBalancedWaitShare = 0.05;
+/// The host-only fallback's threshold on step_skew (no rank measured its wait). Measured on 2 H200s with
+/// examples/dp_train, whose collective syncs in its `nccl` phase (tests/checks/dp_skew_check.py, 6 ms
+/// steps): balanced runs read 0.005 median, 0.024 at p95; a rank 25 % slower in backward 0.105-0.147.
 inline constexpr double kBalancedStepSkew = 0.05;
 
 struct RankScore {
   int rank = -1;
   double score = 1;
-  double work_ms = 0;
+  double work_ms = 0;  // own work
+  double wait_ms = 0;
+};
+
+/// One rank as a view names it.
+struct RankWork {
+  int rank = -1;
+  double work_ms = 0;   // own work per step
+  double wait_ms = 0;   // collective wait per step
+  double step_ms = 0;   // iteration per step
+  WaitBasis basis = WaitBasis::none;
 };
 
 struct CrossRankView {
@@ -108,15 +173,34 @@ struct CrossRankView {
   int reporting = 0;
   std::vector<int> missing_ranks;  // at most kMaxListed, ascending
   uint32_t missing_count = 0;
-  double step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;
-  double work_ms_median = 0, work_ms_min = 0, work_ms_max = 0;
+  double step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;  // iterations
+  double work_ms_median = 0, work_ms_min = 0, work_ms_max = 0;  // own work
+  double wait_ms_median = 0, wait_ms_min = 0, wait_ms_max = 0;
+  bool waits_measured = false;  // every reporting rank measured its wait (else: the host fallback)
+  std::string wait_basis;       // the ranks' basis, "mixed" when they differ
   int slowest_rank = -1;
   double skew = 0;
-  double gap_ms = 0;     // slowest work - median work
-  double step_skew = 0;  // gap_ms / median step time (the headline; balanced below kBalancedStepSkew)
-  std::optional<PhaseId> culprit_phase;
+  double gap_ms = 0;     // slowest own work - median own work
+  double step_skew = 0;  // gap_ms / median iteration
+  double wait_share = 0; // (largest wait - smallest wait) / median iteration
+  RankWork culprit, median_rank;
+  std::string culprit_phase;  // a built-in phase, "untagged" or "between_steps"; empty: none exceeds
   double culprit_gap_ms = 0;
   std::vector<RankScore> lowest_scores;  // the kMaxListed lowest, ascending by score
+
+  /// Balanced: judged only when every rank reported, at least two, each with its wait measured
+  /// (nullopt otherwise; `why` says which).
+  std::optional<bool> balanced(const char** why = nullptr) const {
+    const char* w = reporting < 2 ? "fewer than two ranks reported"
+                    : missing_count ? "a rank's summary is missing (it may be the slow one)"
+                    : !(step_ms_median > 0) ? "no positive median step time"
+                    : !waits_measured ? "a rank measured no collective wait (no traced step, no stream markers on an "
+                                        "`nccl` phase, no backward_end events): step times alone cannot tell"
+                                      : nullptr;
+    if (why) *why = w;
+    if (w) return std::nullopt;
+    return wait_share < kBalancedWaitShare;
+  }
 };
 
 inline constexpr std::size_t kMaxListed = 8;
@@ -130,10 +214,26 @@ inline double median_of(std::vector<double> v) {
   if (n % 2) return hi;
   return (hi + *std::max_element(v.begin(), v.begin() + n / 2)) / 2;
 }
-inline double work_of(const RankSummary& s) {
-  return std::max(0.0, s.step_ms - s.phase_ms[kSummaryCommPhase]);
+/// A rank's collective wait: measured, else (the host fallback) the host time of its `nccl` phase.
+inline double wait_of(const RankSummary& s) {
+  return std::max(0.0, s.wait_basis != WaitBasis::none ? s.wait_ms : s.phase_ms[kSummaryCommPhase]);
+}
+/// Own work: with a measured wait, the iteration less it; the host fallback, the step less its `nccl`
+/// phase (the time after the step's work, where a victim's host read waits, left out: it would hide the
+/// culprit).
+inline double work_of(const RankSummary& s, bool measured) {
+  return std::max(0.0, measured ? s.iteration_ms() - wait_of(s) : s.step_ms - s.phase_ms[kSummaryCommPhase]);
 }
 }  // namespace details
+
+/// The parts a culprit is named by: the built-in phases but `nccl`, then the untagged time in the step
+/// and the time between steps.
+inline constexpr int kCulpritParts = kSummaryPhases + 1;  // 5 phases, untagged, between_steps
+inline const char* culprit_part_name(int k) {
+  static constexpr const char* kNames[kCulpritParts] = {"input", "h2d", "forward", "backward", "optimizer",
+                                                        "untagged", "between_steps"};  // phase_tag's order
+  return k >= 0 && k < kCulpritParts ? kNames[k] : "";
+}
 
 /// Aggregates one exchange. `summaries` holds one slot per rank (index = rank); a slot that is
 /// invalid, names another rank, or describes another step than `step` counts as missing.
@@ -144,7 +244,9 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   std::vector<const RankSummary*> ok;
   for (std::size_t r = 0; r < summaries.size(); ++r) {
     const RankSummary& s = summaries[r];
-    const bool good = s.valid && s.rank == static_cast<int>(r) && s.step == step && std::isfinite(s.step_ms);
+    bool good = s.valid && s.rank == static_cast<int>(r) && s.step == step && std::isfinite(s.step_ms) &&
+                std::isfinite(s.between_ms) && std::isfinite(s.untagged_ms) && std::isfinite(s.wait_ms);
+    for (int p = 0; p < kSummaryPhases; ++p) good = good && std::isfinite(s.phase_ms[p]);
     if (good) {
       ok.push_back(&s);
     } else {
@@ -154,43 +256,70 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   }
   v.reporting = static_cast<int>(ok.size());
   if (ok.empty()) return v;
-  std::vector<double> steps, works;
+  v.waits_measured = true;
+  for (const auto* s : ok) v.waits_measured = v.waits_measured && s->wait_basis != WaitBasis::none;
+  const bool measured = v.waits_measured;
+  v.wait_basis = wait_basis_name(ok.front()->wait_basis);
+  for (const auto* s : ok)
+    if (s->wait_basis != ok.front()->wait_basis) v.wait_basis = "mixed";
+  std::vector<double> steps, works, waits;
   for (const auto* s : ok) {
-    steps.push_back(s->step_ms);
-    works.push_back(details::work_of(*s));
+    steps.push_back(measured ? s->iteration_ms() : s->step_ms);
+    works.push_back(details::work_of(*s, measured));
+    waits.push_back(details::wait_of(*s));
   }
-  v.step_ms_median = details::median_of(steps);
-  v.step_ms_min = *std::min_element(steps.begin(), steps.end());
-  v.step_ms_max = *std::max_element(steps.begin(), steps.end());
-  v.work_ms_median = details::median_of(works);
-  v.work_ms_min = *std::min_element(works.begin(), works.end());
-  v.work_ms_max = *std::max_element(works.begin(), works.end());
-  const auto slowest = std::max_element(ok.begin(), ok.end(), [](const RankSummary* a, const RankSummary* b) {
-    return details::work_of(*a) < details::work_of(*b);
+  auto spread = [](const std::vector<double>& x, double& med, double& lo, double& hi) {
+    med = details::median_of(x);
+    lo = *std::min_element(x.begin(), x.end());
+    hi = *std::max_element(x.begin(), x.end());
+  };
+  spread(steps, v.step_ms_median, v.step_ms_min, v.step_ms_max);
+  spread(works, v.work_ms_median, v.work_ms_min, v.work_ms_max);
+  spread(waits, v.wait_ms_median, v.wait_ms_min, v.wait_ms_max);
+  auto rank_work = [&](std::size_t i) {
+    return RankWork{ok[i]->rank, works[i], waits[i], steps[i], ok[i]->wait_basis};
+  };
+  // The slowest: most own work (ties: the lower rank).
+  std::size_t slow = 0;
+  for (std::size_t i = 1; i < ok.size(); ++i)
+    if (works[i] > works[slow]) slow = i;
+  // The median rank: the rank whose own work is the lower middle of the ordering.
+  std::vector<std::size_t> order(ok.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return works[a] < works[b] || (works[a] == works[b] && ok[a]->rank < ok[b]->rank);
   });
-  v.slowest_rank = (*slowest)->rank;
+  v.culprit = rank_work(slow);
+  v.median_rank = rank_work(order[(order.size() - 1) / 2]);
+  v.slowest_rank = ok[slow]->rank;
   v.skew = v.work_ms_median > 0 ? (v.work_ms_max - v.work_ms_median) / v.work_ms_median : 0;
   v.gap_ms = v.work_ms_max - v.work_ms_median;
   v.step_skew = v.step_ms_median > 0 ? v.gap_ms / v.step_ms_median : 0;
-  // The phase that explains the slowest rank's extra work.
-  for (int p = 0; p < kSummaryPhases; ++p) {
-    if (p == kSummaryCommPhase) continue;
+  v.wait_share = v.step_ms_median > 0 ? (v.wait_ms_max - v.wait_ms_min) / v.step_ms_median : 0;
+  // The part that explains the slowest rank's extra own work. Each rank's wait beyond the smallest is
+  // taken out of its time between steps first (a host read there waits for the GPU, which waits for
+  // the others); without measured waits the time between steps is not compared (the host fallback).
+  auto part = [&](std::size_t i, int k) {
+    const RankSummary& s = *ok[i];
+    if (k < kSummaryCommPhase) return s.phase_ms[k];
+    if (k == kSummaryCommPhase) return s.untagged_ms;
+    return measured ? std::max(0.0, s.between_ms - (waits[i] - v.wait_ms_min)) : 0.0;
+  };
+  for (int k = 0; k < kCulpritParts; ++k) {
     std::vector<double> col;
-    for (const auto* s : ok)
-      if (s != *slowest) col.push_back(s->phase_ms[p]);
+    for (std::size_t i = 0; i < ok.size(); ++i)
+      if (i != slow) col.push_back(part(i, k));
     if (col.empty()) break;  // one rank reporting: nothing to compare with
-    const double gap = (*slowest)->phase_ms[p] - details::median_of(col);
+    const double gap = part(slow, k) - details::median_of(col);
     if (gap > v.culprit_gap_ms) {
       v.culprit_gap_ms = gap;
-      v.culprit_phase = static_cast<PhaseId>(p);
+      v.culprit_phase = culprit_part_name(k);
     }
   }
   // Scores relative to the best rank.
   std::vector<RankScore> scores;
-  for (const auto* s : ok) {
-    const double w = details::work_of(*s);
-    scores.push_back({s->rank, w > 0 ? v.work_ms_min / w : 1.0, w});
-  }
+  for (std::size_t i = 0; i < ok.size(); ++i)
+    scores.push_back({ok[i]->rank, works[i] > 0 ? v.work_ms_min / works[i] : 1.0, works[i], waits[i]});
   const std::size_t k = std::min(kMaxListed, scores.size());
   std::partial_sort(scores.begin(), scores.begin() + static_cast<std::ptrdiff_t>(k), scores.end(),
                     [](const RankScore& a, const RankScore& b) { return a.score < b.score || (a.score == b.score && a.rank < b.rank); });

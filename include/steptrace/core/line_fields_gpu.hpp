@@ -61,36 +61,38 @@ inline constexpr LineField kGpuFields[] = {
     member("/counters/excluded_values", F::integer, "count"),
     row("gpu", "/cross_rank", F::object, "—",
         "rank 0 only, with a communicator handed over (C++: `steptrace/nccl.hpp`; Python: "
-        "`steptrace.cross_rank()`): every `cross_rank_every` steps each rank's step time and built-in phase "
-        "times are gathered (the step's time to its own end, or, in Python's `watch()` and callbacks, whose "
-        "steps run to the next one's start, to where `opt.step()` returned: a wait for the slow rank after "
-        "that, such as a `loss.item()`, is not the summary's step time and leaves the culprit visible, while a sync inside the step — `steptrace.loader()`'s step runs until "
-        "the next wait for a batch — is step time and hides it; built-in phases tagged between two steps, "
-        "outermost, such as a C++ loop's `TRACE_PHASE(input)` before its `TRACE_STEP`, count as the later "
-        "step's work, so the view's step times are the lines' `step_time_ms` plus those phases, which "
-        "`steptrace-ctl merge`, reading the traces' steps, leaves out; untagged work outside the steps is in "
-        "no summary, so a rank slow there, in a data loader a framework runs before its step opens, is not "
-        "seen, and a victim that waits inside its step can be named instead) with `ncclAllGather` on "
-        "steptrace's own stream (Python: an asynchronous `all_gather` of CPU tensors on a gloo group of "
-        "steptrace's own over the same ranks); each line carries at most one gathered view: the oldest of "
-        "its own step or an earlier one (a view waits for its step's line; up to 64 wait). `step` (the step "
-        "gathered), `every`, `world_size`, `reporting`, `missing_count`, `missing_ranks` (≤ 8, ranks whose "
-        "summary was absent, invalid or of another step), `step_time_ms` and `work_ms` `{median, min, max}` "
-        "(work = step time − host time in the `nccl` phase), `slowest_rank` (largest work: the rank the "
-        "others wait for), `gap_ms` = slowest work − median work (what the others wait), **`step_skew`** = "
-        "`gap_ms` / median step time (the headline: the share of every rank's step lost to the slowest "
-        "rank), **`balanced`** = `step_skew` < 0.05 (null when a rank is missing or fewer than two reported: "
-        "the missing one may be the slow one), `skew` = `gap_ms` / median work (large when communication "
-        "fills the step and the work is small: read `step_skew`), `culprit_phase` (the phase whose time on "
-        "the slowest rank exceeds the median of the other ranks by the most) and `culprit_gap_ms`, "
-        "`lowest_scores` (≤ 8 `{rank, score, work_ms}`, score = best work / this rank's work; "
-        "nvidia-resiliency-ext's relative score). The 0.05 threshold is measured "
-        "(docs/multi-gpu-validation.md): on 2 H200s with a 6 ms step, a balanced run read `step_skew` ≤ "
-        "0.024 in 95 % of views (`skew` up to 0.36), a rank 25 % slower in `backward` read 0.105–0.147 from "
-        "the first view after the slowdown; on a host-bound Python loop (~8 ms of Python a step, 2 H100s) "
-        "one step's jitter reads as skew: balanced runs read medians of 0.051, 0.097 and 0.139 (max 0.118, "
-        "0.170 and 0.358) against 0.55 for a rank 20 ms slower in `input`: read `balanced` over several "
-        "views there",
+        "`steptrace.cross_rank()`): who holds the step back under synchronous data parallelism. Every "
+        "`cross_rank_every` steps each rank's summary of the steps since its previous one (means per step) "
+        "is gathered (`ncclAllGather` on steptrace's own stream; Python: an asynchronous `all_gather` of CPU "
+        "tensors on a gloo group of steptrace's own): its iteration (the step to its scope's end, or, in "
+        "Python's `watch()` and callbacks, to where `opt.step()` returned; built-in phases tagged between "
+        "steps, outermost; and the time after that until the next step), its built-in phases' host time, and "
+        "its **collective wait** per step, measured on its GPU (`wait_basis`, best first: `trace`, a traced "
+        "step's NCCL kernel time not overlapped by its other kernels; `backward_end`, Python: the GPU time "
+        "from the end of backward's kernels to the end of the collectives the framework waits for at the "
+        "end of backward, DDP's all-reduce or FSDP's reduce-scatter, from two CUDA events a step; "
+        "`markers`, the `nccl` phase's span on the GPU; `host_nccl`, the `nccl` phase's host time; "
+        "`mixed` when ranks differ). A rank's **own work** = its iteration − its wait: the fast ranks "
+        "wait inside the collective for the slow one, so step times agree and waits do not. Each line "
+        "carries at most one gathered view: the oldest of its own step or an earlier one (a view waits "
+        "for its step's line; up to 64 wait). `step` (the exchange's step), `every`, `world_size`, "
+        "`reporting`, `missing_count`, `missing_ranks` (≤ 8, ranks whose summary was absent, invalid or of "
+        "another step), `step_time_ms`, `work_ms` (own work) and `wait_ms` `{median, min, max}`, "
+        "`slowest_rank` (most own work: the rank the others wait for), `gap_ms` = its own work − the "
+        "median's (what the median rank waits for it per step), **`step_skew`** = `gap_ms` / median "
+        "step time, **`wait_share`** = (largest wait − smallest wait) / median step time (the share of its "
+        "step the rank that waits most spends waiting for another), **`balanced`** = `wait_share` < 0.05 "
+        "(null when a rank is missing, fewer than two reported, or a rank measured no wait: then own work "
+        "falls back on the step less the `nccl` phase's host time, and the view names a culprit from "
+        "host times only), `skew` = `gap_ms` / median own work, `culprit` and `median_rank` `{rank, "
+        "work_ms, wait_ms, step_time_ms, wait_basis}`, `culprit_phase` (the part of the slowest rank's "
+        "iteration that exceeds the other ranks' median by the most: a built-in phase but `nccl`, "
+        "`untagged` — step time in no built-in phase — or `between_steps` — after the step's work until "
+        "the next step, a batch fetch `watch()` does not see, a host read; a rank's wait beyond the "
+        "smallest is taken out of its `between_steps` first, where a read waits for it) and "
+        "`culprit_gap_ms`, `lowest_scores` (≤ 8 `{rank, score, work_ms, wait_ms}`, score = best own work / "
+        "this rank's; nvidia-resiliency-ext's relative score). docs/multi-gpu-validation.md has the runs "
+        "that set the 0.05",
         "no communicator; ranks ≠ 0; no exchange completed since the previous line; the next view is of a "
          "later step"),
     member("/cross_rank/step", F::integer, "step").in(kCompact),
@@ -108,11 +110,29 @@ inline constexpr LineField kGpuFields[] = {
     member("/cross_rank/work_ms/median", F::number, "ms"),
     member("/cross_rank/work_ms/min", F::number, "ms"),
     member("/cross_rank/work_ms/max", F::number, "ms"),
+    member("/cross_rank/wait_ms", F::object, "—"),
+    member("/cross_rank/wait_ms/median", F::number, "ms"),
+    member("/cross_rank/wait_ms/min", F::number, "ms"),
+    member("/cross_rank/wait_ms/max", F::number, "ms"),
+    member("/cross_rank/wait_basis", F::string, "—").in(kCompact),
     member("/cross_rank/slowest_rank", F::integer, "rank").in(kCompact),
     member("/cross_rank/step_skew", F::number, "fraction").in(kCompact),
+    member("/cross_rank/wait_share", F::number, "fraction").in(kCompact),
     member("/cross_rank/balanced", F::boolean, "—").in(kCompact),
     member("/cross_rank/gap_ms", F::number, "ms"),
     member("/cross_rank/skew", F::number, "fraction"),
+    member("/cross_rank/culprit", F::object, "—"),
+    member("/cross_rank/culprit/rank", F::integer, "rank"),
+    member("/cross_rank/culprit/work_ms", F::number, "ms").in(kCompact),
+    member("/cross_rank/culprit/wait_ms", F::number, "ms").in(kCompact),
+    member("/cross_rank/culprit/step_time_ms", F::number, "ms"),
+    member("/cross_rank/culprit/wait_basis", F::string, "—"),
+    member("/cross_rank/median_rank", F::object, "—"),
+    member("/cross_rank/median_rank/rank", F::integer, "rank"),
+    member("/cross_rank/median_rank/work_ms", F::number, "ms").in(kCompact),
+    member("/cross_rank/median_rank/wait_ms", F::number, "ms").in(kCompact),
+    member("/cross_rank/median_rank/step_time_ms", F::number, "ms"),
+    member("/cross_rank/median_rank/wait_basis", F::string, "—"),
     member("/cross_rank/culprit_phase", F::string, "—").in(kCompact),
     member("/cross_rank/culprit_gap_ms", F::number, "ms").in(kCompact),
     member("/cross_rank/lowest_scores", F::array, "—"),
@@ -120,6 +140,25 @@ inline constexpr LineField kGpuFields[] = {
     member("/cross_rank/lowest_scores/*/rank", F::integer, "rank"),
     member("/cross_rank/lowest_scores/*/score", F::number, "fraction"),
     member("/cross_rank/lowest_scores/*/work_ms", F::number, "ms"),
+    member("/cross_rank/lowest_scores/*/wait_ms", F::number, "ms"),
+    row("gpu", "/rank_wait", F::object, "—",
+        "every rank, with a communicator handed over (as `cross_rank`): this rank's own summary as it was "
+        "exchanged, on its first line of the exchange's step or later (so each rank's log holds its series: "
+        "the report's rank × step view and Prometheus read it). `step` (the exchange's step), `steps` (in the "
+        "window, means per step), `step_time_ms` (the iteration), `wait_ms` (collective wait; null when no "
+        "step of the window measured it), `work_ms` (own work = `step_time_ms` − `wait_ms`), `wait_basis` "
+        "(as `cross_rank.wait_basis`) and `wait_steps` (steps the wait is the mean of), `untagged_ms` and "
+        "`between_ms` (the parts `cross_rank.culprit_phase` names by those names)",
+        "no communicator; no summary posted since the previous line; the next summary is of a later step"),
+    member("/rank_wait/step", F::integer, "step").in(kCompact),
+    member("/rank_wait/steps", F::integer, "steps"),
+    member("/rank_wait/step_time_ms", F::number, "ms").in(kCompact),
+    member("/rank_wait/wait_ms", F::number, "ms").in(kCompact),
+    member("/rank_wait/work_ms", F::number, "ms").in(kCompact),
+    member("/rank_wait/wait_basis", F::string, "—").in(kCompact),
+    member("/rank_wait/wait_steps", F::integer, "steps"),
+    member("/rank_wait/untagged_ms", F::number, "ms"),
+    member("/rank_wait/between_ms", F::number, "ms"),
     row("gpu", "/device_state", F::object, "—",
         "NVML readings taken by the background thread every `memory_sample_ms` (under `overhead_budget`, "
         "less often when a reading's CPU time would spend more than a tenth of the budget: `overhead.parts`) "

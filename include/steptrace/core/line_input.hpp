@@ -81,6 +81,8 @@ struct StepLineInput {
   std::optional<CrossRankView> cross_rank;            // rank 0: the latest gathered view
   std::string cross_rank_null_reason;
   int cross_rank_every = 0;
+  std::optional<RankSummary> rank_wait;               // every rank: its own last posted summary
+  std::string rank_wait_null_reason;
   std::optional<DeviceStateSummary> device_state;     // NVML readings within the step
   std::string device_state_null_reason;               // why device_state is null
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line

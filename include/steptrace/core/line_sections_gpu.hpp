@@ -100,22 +100,49 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
   if (v.reporting) {
     out.begin_object("step_time_ms").field("median", v.step_ms_median).field("min", v.step_ms_min).field("max", v.step_ms_max).end_object();
     out.begin_object("work_ms").field("median", v.work_ms_median).field("min", v.work_ms_min).field("max", v.work_ms_max).end_object();
+    out.begin_object("wait_ms").field("median", v.wait_ms_median).field("min", v.wait_ms_min).field("max", v.wait_ms_max).end_object();
+    out.field("wait_basis", v.wait_basis);
     out.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("step_skew", v.step_skew);
-    // Balanced only when every rank reported: a missing rank may be the one the others wait for.
-    const bool judged = v.missing_count == 0 && v.reporting >= 2 && v.step_ms_median > 0;
-    out.field("balanced", judged ? std::optional<bool>(v.step_skew < kBalancedStepSkew) : std::nullopt,
-              v.reporting < 2 ? "fewer than two ranks reported"
-              : v.missing_count ? "a rank's summary is missing (it may be the slow one)"
-                                : "no positive median step time");
+    const char* why = nullptr;
+    const std::optional<bool> balanced = v.balanced(&why);
+    out.field("wait_share", v.waits_measured ? std::optional<double>(v.wait_share) : std::nullopt,
+              "a rank measured no collective wait");
+    out.field("balanced", balanced, why ? why : "");
     out.field("gap_ms", v.gap_ms).field("skew", v.skew);
-    out.field("culprit_phase", v.culprit_phase ? std::optional<std::string>(phase_name(*v.culprit_phase)) : std::nullopt,
-              "no phase's time differs between the slowest rank and the median");
+    auto rank_work = [&](const char* key, const RankWork& w) {
+      out.begin_object(key).field("rank", static_cast<int64_t>(w.rank)).field("work_ms", w.work_ms).field("wait_ms", w.wait_ms);
+      out.field("step_time_ms", w.step_ms).field("wait_basis", std::string(wait_basis_name(w.basis))).end_object();
+    };
+    rank_work("culprit", v.culprit);
+    rank_work("median_rank", v.median_rank);
+    out.field("culprit_phase", v.culprit_phase.empty() ? std::nullopt : std::optional<std::string>(v.culprit_phase),
+              "no part of the slowest rank's step exceeds the other ranks' median");
     out.field("culprit_gap_ms", v.culprit_gap_ms);
     out.begin_array("lowest_scores");
     for (const auto& sc : v.lowest_scores)
-      out.begin_element().field("rank", static_cast<int64_t>(sc.rank)).field("score", sc.score).field("work_ms", sc.work_ms).end_object();
+      out.begin_element().field("rank", static_cast<int64_t>(sc.rank)).field("score", sc.score).field("work_ms", sc.work_ms)
+          .field("wait_ms", sc.wait_ms).end_object();
     out.end_array();
   }
+  out.end_object();
+}
+
+/// Every rank's line: its own summary as it was exchanged (core/cross_rank.hpp).
+inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
+  if (!in.rank_wait) {
+    out.null("rank_wait", in.rank_wait_null_reason.empty() ? "no cross-rank exchange" : in.rank_wait_null_reason);
+    return;
+  }
+  const RankSummary& s = *in.rank_wait;
+  const bool measured = s.wait_basis != WaitBasis::none;
+  out.begin_object("rank_wait").field("step", s.step).field("steps", static_cast<int64_t>(s.steps));
+  out.field("step_time_ms", s.iteration_ms());
+  out.field("wait_ms", measured ? std::optional<double>(s.wait_ms) : std::nullopt,
+            "no step in the window measured its collective wait (no traced step, no `nccl` phase, no backward_end events)");
+  out.field("work_ms", measured ? std::optional<double>(details::work_of(s, true)) : std::nullopt,
+            "own work needs the collective wait");
+  out.field("wait_basis", std::string(wait_basis_name(s.wait_basis))).field("wait_steps", static_cast<int64_t>(s.wait_steps));
+  out.field("untagged_ms", s.untagged_ms).field("between_ms", s.between_ms);
   out.end_object();
 }
 

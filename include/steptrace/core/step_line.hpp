@@ -40,6 +40,7 @@ inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nu
   write_gpu_summary(out, in);
   write_counters(out, in);
   write_cross_rank(out, in);
+  write_rank_wait(out, in);
   write_device_state(out, in);
   write_gpu(out, in);
   write_markers(out, in);

@@ -120,6 +120,23 @@ void mark_step_work_done() noexcept {
   }
 }
 
+void add_collective_wait(double ms) noexcept {
+  if (!is_running()) return;
+  try {
+    Session::current().add_collective_wait(ms);
+  } catch (...) {
+  }
+}
+
+int64_t steps_begun() noexcept {
+  if (!is_running()) return -1;
+  try {
+    return Session::current().steps_begun();
+  } catch (...) {
+    return -1;
+  }
+}
+
 void end_next_step_at_work_end() noexcept {
   if (!is_running()) return;
   try {

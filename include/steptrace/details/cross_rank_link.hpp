@@ -1,13 +1,25 @@
 // steptrace/details/cross_rank_link.hpp - the runtime's end of the cross-rank exchange: the training
-// thread posts a closed step's summary every N steps, the background thread collects what completed
-// and hands each gathered view to the line of its own step (core/cross_rank.hpp has the semantics).
+// thread adds every closed step to a window and posts the window's summary every N steps, the
+// background thread collects what completed and hands each gathered view to the line of its own step
+// (core/cross_rank.hpp has the semantics).
+//
+// The collective wait in a summary is the mean over the window's steps that measured it, from the best
+// evidence the window has (WaitBasis, best first): a traced step's exposed NCCL time (the background
+// thread, from its records), Python's backward_end events (steptrace/_waits.py: a CUDA event when
+// backward's kernels are all launched, before the framework's end-of-backward callbacks, and one after
+// backward returns; the GPU time between them is the collectives' tail the stream waited for), the
+// `nccl` phase's span in the stream markers (the background thread), the `nccl` phase's host time. The
+// evidence lags the steps by the GPU's lag (a few steps): the window's mean is of the waits measured
+// while its steps ran, which in a steady job are the same steps' neighbours.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +51,8 @@ class CrossRankLink {
     lag_steps_ = 0;
     planned_.clear();
     plans_.clear();
+    window_ = {};
+    own_.reset();
   }
 
   /// Background thread: whether summaries are exchanged (a capture request can then be agreed on).
@@ -72,6 +86,8 @@ class CrossRankLink {
     every_ = every;
     exchange_ = std::move(exchange);
     agreed_run_id_.clear();
+    window_ = {};
+    own_.reset();
     has_exchange_.store(true, std::memory_order_release);
     posted_.clear();
     null_reason_.clear();
@@ -92,38 +108,32 @@ class CrossRankLink {
     return std::exchange(agreed_run_id_, std::string());
   }
 
-  /// Training thread: every `every` steps, start gathering the closed step's summary.
+  /// Background thread (or Python's training thread): one step's collective wait, measured.
+  void add_wait(double ms, WaitBasis basis) {
+    if (!has_exchange_.load(std::memory_order_acquire) || !(ms >= 0) || !std::isfinite(ms) || basis == WaitBasis::none) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& w = window_.waits[static_cast<int>(basis)];
+    w.first += ms;
+    ++w.second;
+  }
+
+  /// Training thread: every closed step joins the window; every `every` steps the window's summary is
+  /// posted (gathered from every rank).
   void post(const StepRecord& r) {
     if (!has_exchange_.load(std::memory_order_acquire)) return;  // the common case: no lock on the training thread
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!exchange_ || r.index % static_cast<uint64_t>(every_) != 0) return;
-    RankSummary sum;
+    if (!exchange_) return;
+    add_step(r);
+    if (r.index % static_cast<uint64_t>(every_) != 0) return;
+    RankSummary sum = window_summary();
     sum.rank = exchange_->rank();
     sum.step = static_cast<int64_t>(r.index);
-    // The step's own time (to its scope's end, or where its training work was marked done: Python's
-    // watch() and callbacks, whose steps run on to the next one's start), not to the next step's start: a
-    // loop that waits for the slow rank between steps (a `loss.item()` after the optimizer step) would
-    // otherwise give every rank the same step and the same work, and the wait would hide the culprit. Built-in phases tagged between
-    // the previous step and this one, outermost (a C++ loop's input before its TRACE_STEP; not a forward
-    // inside an evaluation's scope), count as this step's work; what a rank does outside its steps
-    // untagged is in no summary (docs/schema.md, `cross_rank`).
-    sum.step_ms = ns_to_ms(r.work_end_or_own_ns() - r.begin_ns);
-    for (const auto& sp : r.spans)
-      if (sp.phase < kSummaryPhases && sp.on_step_thread && !sp.nested_in_same)
-        sum.phase_ms[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
-    if (r.prev_scope_end_ns > 0)
-      for (const auto& sp : r.between_spans)
-        if (sp.phase < kSummaryPhases && sp.on_step_thread && sp.depth == 0) {
-          const int64_t from = std::max(sp.begin_ns, r.prev_scope_end_ns), to = std::min(sp.end_ns, r.begin_ns);
-          if (to <= from) continue;
-          sum.phase_ms[sp.phase] += ns_to_ms(to - from);
-          sum.step_ms += ns_to_ms(to - from);
-        }
-    sum.valid = true;
+    sum.valid = sum.steps > 0;
     sum.ask_tag = ask_.first;
     sum.ask_steps = ask_.second;
     sum.lag_steps = lag_steps_;
     sum.every = every_;
+    window_ = {};
     std::vector<float> wire(kSummaryFloats);
     to_floats(sum, wire.data());
     const std::string err = exchange_->post(wire);
@@ -135,6 +145,7 @@ class CrossRankLink {
       return;
     }
     posted_.push_back(sum.step);
+    own_ = sum;
   }
 
   /// Background thread: collects completed exchanges and aggregates them (kept for their lines);
@@ -185,9 +196,91 @@ class CrossRankLink {
       in.cross_rank = std::move(views_.front());
       views_.pop_front();
     }
+    // Every rank's line: its own summary as posted, once, on the first line of its step or later.
+    if (own_ && own_->step <= static_cast<int64_t>(step)) {
+      in.rank_wait = std::move(own_);
+      own_.reset();
+    } else {
+      in.rank_wait_null_reason = !exchange_ ? in.cross_rank_null_reason
+                                 : own_ ? "this rank's next summary is of a later step"
+                                        : "no summary posted since the previous line (one every cross_rank_every steps)";
+    }
   }
 
  private:
+  /// The steps closed since the last post: sums, and the waits measured per basis (sum, count).
+  struct Window {
+    int steps = 0;
+    double step_ms = 0, untagged_ms = 0, between_ms = 0;
+    double phase_ms[kSummaryPhases] = {};
+    std::pair<double, int> waits[5] = {};
+  };
+
+  // One step into the window. The step runs to its scope's end or where its training work was marked
+  // done (Python's watch() and callbacks, whose steps run on to the next one's start); what follows
+  // until the next step (a `loss.item()`, a batch fetch watch() does not see, the loop's own code) is
+  // its time between steps, as is the untagged time between a C++ loop's scopes. Built-in phases tagged
+  // between the previous step and this one, outermost (a C++ loop's input before its TRACE_STEP; not a
+  // forward inside an evaluation's scope), count as this step's work.
+  void add_step(const StepRecord& r) {
+    Window& w = window_;
+    const int64_t work_end = r.work_end_or_own_ns();
+    double step = ns_to_ms(work_end - r.begin_ns), tagged = 0, phases[kSummaryPhases] = {};
+    for (const auto& sp : r.spans) {
+      if (sp.phase >= kSummaryPhases || !sp.on_step_thread) continue;
+      if (!sp.nested_in_same) phases[sp.phase] += ns_to_ms(sp.end_ns - sp.begin_ns);
+      if (sp.depth == 0) {
+        const int64_t from = std::max(sp.begin_ns, r.begin_ns), to = std::min(sp.end_ns, work_end);
+        if (to > from) tagged += ns_to_ms(to - from);
+      }
+    }
+    const double untagged = std::max(0.0, step - tagged);
+    double between = ns_to_ms(r.own_end_ns() - work_end), between_tagged = 0;
+    if (r.prev_scope_end_ns > 0) {
+      for (const auto& sp : r.between_spans)
+        if (sp.phase < kSummaryPhases && sp.on_step_thread && sp.depth == 0) {
+          const int64_t from = std::max(sp.begin_ns, r.prev_scope_end_ns), to = std::min(sp.end_ns, r.begin_ns);
+          if (to <= from) continue;
+          phases[sp.phase] += ns_to_ms(to - from);
+          between_tagged += ns_to_ms(to - from);
+        }
+      step += between_tagged;
+      between += std::max(0.0, ns_to_ms(r.between_ns()) - between_tagged);
+    }
+    ++w.steps;
+    w.step_ms += step;
+    w.untagged_ms += untagged;
+    w.between_ms += std::max(0.0, between);
+    for (int p = 0; p < kSummaryPhases; ++p) w.phase_ms[p] += phases[p];
+    // A loop whose collective runs in its `nccl` phase: the host time there is the wait's last resort.
+    if (phases[kSummaryCommPhase] > 0) {
+      auto& h = w.waits[static_cast<int>(WaitBasis::host_nccl)];
+      h.first += phases[kSummaryCommPhase];
+      ++h.second;
+    }
+  }
+
+  // The window's means, the wait from its best basis.
+  RankSummary window_summary() const {
+    RankSummary s;
+    const Window& w = window_;
+    s.steps = w.steps;
+    if (w.steps == 0) return s;
+    const double n = w.steps;
+    s.step_ms = w.step_ms / n;
+    s.untagged_ms = w.untagged_ms / n;
+    s.between_ms = w.between_ms / n;
+    for (int p = 0; p < kSummaryPhases; ++p) s.phase_ms[p] = w.phase_ms[p] / n;
+    for (int b = 4; b >= 1; --b)
+      if (w.waits[b].second > 0) {
+        s.wait_basis = static_cast<WaitBasis>(b);
+        s.wait_ms = w.waits[b].first / w.waits[b].second;
+        s.wait_steps = w.waits[b].second;
+        break;
+      }
+    return s;
+  }
+
   std::mutex mutex_;  // posted on the training thread, polled by the background thread
   std::unique_ptr<CrossRankExchange> exchange_;
   std::atomic<bool> has_exchange_{false};  // exchange_ != nullptr, readable without the lock
@@ -202,6 +295,8 @@ class CrossRankLink {
   int32_t lag_steps_ = 0;               // steps the training thread was past the last gathered view
   std::vector<uint32_t> planned_;
   std::vector<CapturePlan> plans_;      // agreed, not yet taken by the worker
+  Window window_;                       // the steps since the last post
+  std::optional<RankSummary> own_;      // this rank's last posted summary, for its own next line
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -333,6 +333,8 @@ class Session {
     DeferEndings held;
     recorder_.mark_work_done();
   }
+  void add_collective_wait(double ms) { link_.add_wait(ms, WaitBasis::backward_end); }
+  int64_t steps_begun() const { return static_cast<int64_t>(recorder_.steps_begun()); }
   void end_next_step_at_work_end() {
     DeferEndings held;
     recorder_.end_next_at_work_end();

@@ -236,6 +236,7 @@ class Worker {
   /// The step's stream markers (marker_ring.hpp), read back once all are reached; false: not yet, and
   /// the line may still wait for them (line_due).
   bool take_markers(const StepRecord& r, bool stopping);
+  void feed_wait(const StepLineInput& in);
   /// A traced step's records show where its GPU work ran: markers on the legacy default stream are armed
   /// only while that is where it runs (an event there would order the program's other blocking streams).
   void gate_markers(const StepGpu& gpu, uint64_t step);

@@ -157,6 +157,18 @@ inline std::optional<BetweenGpu> Worker::gpu_after(int64_t step, std::string& wh
   return std::nullopt;
 }
 
+/// A step's collective wait for the cross-rank window (cross_rank_link.hpp), from its own GPU evidence:
+/// a complete trace's exposed NCCL time, else the `nccl` phase's span in its stream markers.
+inline void Worker::feed_wait(const StepLineInput& in) {
+  if (!s_.link->exchanging()) return;
+  if (in.gpu && in.gpu->complete) {
+    s_.link->add_wait(ns_to_ms(in.gpu->nccl_exposed_ns), WaitBasis::trace);
+  } else if (in.markers) {
+    const auto it = in.markers->phases.find(phase_tag::nccl);
+    if (it != in.markers->phases.end() && it->second.count > 0) s_.link->add_wait(ns_to_ms(it->second.span_ns), WaitBasis::markers);
+  }
+}
+
 inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
                             std::optional<BetweenGpu> between, const std::string& between_reason) {
   try {
@@ -178,6 +190,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     x.lines_unwritten_total = lines_failed_.load(std::memory_order_relaxed);
     OverheadLine overhead = observe_overhead(r, gpu);
     StepLineInput in = lines_.assemble(r, std::move(gpu), untraced, x);
+    feed_wait(in);
     in.overhead = std::move(overhead);
     in.between_gpu = std::move(between);
     in.between_gpu_null_reason = between_reason;

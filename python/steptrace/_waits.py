@@ -1,0 +1,165 @@
+"""The collective wait at the end of backward, measured on the GPU every step (the cross-rank view's
+``backward_end`` basis, docs/schema.md ``cross_rank``).
+
+Data-parallel frameworks wait for their gradient collectives where backward ends: DDP's reducer and
+FSDP queue an autograd callback that makes the compute stream wait for the all-reduce (reduce-scatter)
+of the last buckets. A rank that waits there for a slower one has its compute stream idle until the
+collective ends. Two CUDA events a backward measure it: one recorded by an autograd callback queued as
+the backward starts (callbacks run in the order queued, so it runs before the framework's, once every
+backward kernel is launched, on the caller's stream), one after backward returns. The GPU time between
+them is the collectives' tail the stream waited for: transfer time on the rank that arrived last, the
+wait for it on the others. The waits of a step's backward calls (micro-batches under ``no_sync()``) are
+summed and handed to the runtime once the step's events are reached; nothing here waits for the GPU.
+
+Installed by ``steptrace.cross_rank()`` (where CUDA is available), on ``torch.autograd.backward`` (which
+``Tensor.backward`` calls), once per process; it passes straight through while no exchange runs. It
+never raises into training: a failure switches it off with one warning.
+"""
+import collections
+
+from . import _steptrace
+
+_MAX_PENDING = 256  # event pairs not yet reached on the GPU; past this the oldest are dropped (counted)
+
+
+class _State:
+    def __init__(self):
+        self.on = False
+        self.torch = None
+        self.installed = None  # the wrapper, once installed
+        self.pending = collections.deque()  # (step, start event, end event)
+        self.acc_step = None  # the step whose waits are being summed
+        self.acc_ms = 0.0
+        self.dropped = 0
+
+
+_state = _State()
+
+
+def _drain():
+    """Hands the waits of steps whose events are all reached to the runtime (one value per step)."""
+    s = _state
+    while s.pending:
+        step, start, end = s.pending[0]
+        if not end.query():
+            return
+        s.pending.popleft()
+        ms = start.elapsed_time(end)
+        if s.acc_step is not None and step != s.acc_step:
+            _steptrace.collective_wait(s.acc_ms)
+            s.acc_ms = 0.0
+        s.acc_step = step
+        s.acc_ms += max(0.0, ms)
+
+
+def _first_tensor(tensors):
+    t = tensors
+    if isinstance(t, (list, tuple)):
+        t = t[0] if len(t) else None
+    return t
+
+
+def _off(e):
+    _state.on = False
+    _state.pending.clear()
+    _steptrace.warn_once("waits.failed", f"steptrace: the backward_end wait measure failed ({type(e).__name__}: {e}); "
+                                         "it is switched off, training goes on")
+
+
+def _measure(torch, inner, args, kwargs):
+    """The program's backward between steptrace's two events; steptrace's own failure switches the
+    measure off, the program's exception passes through unchanged."""
+    try:
+        t = _first_tensor(args[0] if args else kwargs.get("tensors"))
+        if t is None or not getattr(t, "requires_grad", False) or not getattr(t, "is_cuda", False):
+            return inner(*args, **kwargs)
+        step = _steptrace.steps_begun()
+        if step < 0:
+            return inner(*args, **kwargs)
+        start = torch.cuda.Event(enable_timing=True)
+        recorded = []
+
+        def at_end():  # an autograd final callback: every backward kernel launched, the framework's to run
+            try:
+                start.record()
+                recorded.append(True)
+            except Exception as e:  # noqa: BLE001
+                _off(e)
+
+        def at_root(grad):
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(at_end)
+            except Exception as e:  # noqa: BLE001
+                _off(e)
+            return None
+
+        handle = t.register_hook(at_root)
+    except Exception as e:  # noqa: BLE001
+        _off(e)
+        return inner(*args, **kwargs)
+    try:
+        result = inner(*args, **kwargs)
+    finally:
+        try:
+            handle.remove()
+        except Exception as e:  # noqa: BLE001
+            _off(e)
+    try:
+        if recorded and _state.on:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            s = _state
+            if len(s.pending) >= _MAX_PENDING:
+                s.pending.popleft()
+                s.dropped += 1
+                _steptrace.warn_once("waits.dropped", f"steptrace: more than {_MAX_PENDING} backward passes' events "
+                                                      "not yet reached on the GPU: the oldest are dropped (the "
+                                                      "cross-rank wait of their steps is not measured)")
+            s.pending.append((step, start, end))
+        _drain()
+    except Exception as e:  # noqa: BLE001
+        _off(e)
+    return result
+
+
+def install(torch):
+    """Once per process: wraps torch.autograd.backward. Returns whether the measure is on."""
+    s = _state
+    try:
+        if not torch.cuda.is_available():
+            return False
+        if s.installed is None:
+            original = torch.autograd.backward
+            inner = [original]
+
+            def backward(*args, **kwargs):
+                if not _state.on:
+                    return inner[0](*args, **kwargs)
+                try:
+                    if torch.compiler.is_compiling() if hasattr(torch, "compiler") else False:
+                        return inner[0](*args, **kwargs)
+                except Exception:  # noqa: BLE001
+                    pass
+                return _measure(torch, inner[0], args, kwargs)
+
+            backward.__wrapped__ = original
+            backward.__doc__ = original.__doc__
+            backward.__name__ = backward.__qualname__ = original.__name__
+            backward._steptrace_inner = inner  # unwatch() re-points it when watch()'s wrapper was beneath
+            torch.autograd.backward = backward
+            s.installed = backward
+        s.torch = torch
+        s.on = True
+        return True
+    except Exception as e:  # noqa: BLE001 - the view goes on with the evidence it has
+        _steptrace.warn_once("waits.install", f"steptrace: the backward_end wait is not measured ({type(e).__name__}: {e})")
+        return False
+
+
+def stop():
+    """The exchange ended (stop()): the measure passes through; what is pending is dropped."""
+    s = _state
+    s.on = False
+    s.pending.clear()
+    s.acc_step = None
+    s.acc_ms = 0.0
