@@ -432,7 +432,8 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK(s2.wait_basis == WaitBasis::host_nccl);  // step 2's nccl phase: 1 ms
   CHECK(s2.wait_ms == Approx(1));
   CHECK(s2.wait_steps == 1);
-  // Waits measured on the GPU take over from the host's, the best basis the window has.
+  // Waits measured on the GPU take over from the host's, the best basis the window has: backward_end
+  // events, then a trace, then markers.
   link.add_wait(7, WaitBasis::markers);
   link.add_wait(9, WaitBasis::backward_end);
   link.add_wait(11, WaitBasis::backward_end);
@@ -456,6 +457,14 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK(s6.wait_basis == WaitBasis::trace);
   CHECK(s6.wait_ms == Approx(3));
   CHECK(s6.wait_steps == 1);
+  link.add_wait(4, WaitBasis::trace);
+  link.add_wait(6, WaitBasis::backward_end);
+  s3.index = 7, s4.index = 8;
+  link.post(s3);
+  link.post(s4);
+  const RankSummary s8 = from_floats((*sent)[4].data(), 8);
+  CHECK(s8.wait_basis == WaitBasis::backward_end);
+  CHECK(s8.wait_ms == Approx(6));
   link.reset();
 }
 

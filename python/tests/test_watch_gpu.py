@@ -6,10 +6,13 @@ python_gpu runs it through tests/checks/python_check.sh gpu).
    blocks each), every step traced: the same steps, the same phases with the same scope counts, the same
    kernels per phase (by count) and per-phase kernel time within 1 % (each instrumentation's blocks
    summed); no graph break added by watch's blocks (dynamo's counter).
-2. Under torchrun on 2 GPUs (skipped with fewer): DDP with watch and `steptrace.cross_rank()`, rank 1's
-   input phase slowed by 20 ms: rank 0's lines name rank 1 and `input`; a balanced run reads a median
-   step_skew at most a third of the planted run's and at most one view in ten near the planted one; both ranks share rank 0's run_id; the report builds
-   from both ranks' logs. And FSDP (fully_shard) with watch: forward, backward and optimizer phases on every rank, NCCL time in them.
+2. Under torchrun on 2 GPUs (skipped with fewer): DDP with watch and `steptrace.cross_rank()`, one rank's
+   input phase slowed by 20 ms, rank 1 then rank 0: rank 0's lines name the slowed rank and `input` on
+   90 % of views, never `balanced`, the waits measured on the GPU (`backward_end`), the slowed rank the one
+   that waits least, each rank's own `rank_wait` series in its log and the view's waits equal to them; a
+   balanced run's verdict follows its measured waits (the view's wait_share is the ranks' own); both
+   ranks share rank 0's run_id; the report builds from both ranks' logs. And FSDP (fully_shard) with
+   watch: forward, backward and optimizer phases on every rank, NCCL time in them; rank 1 slowed: named.
 """
 import json
 import os
@@ -170,8 +173,8 @@ def test_watch_matches_the_hand_instrumented_loop():
             assert abs(w[name][1] - m[name][1]) <= 0.01 * m[name][1], (name, "kernel ms", m[name][1], w[name][1])
 
 
-def distributed(mode, out, slow_ms):
-    """One rank under torchrun: `mode` ddp or fsdp, watch, cross_rank; rank 1's loader sleeps slow_ms."""
+def distributed(mode, out, slow_ms, slow_rank=1):
+    """One rank under torchrun: `mode` ddp or fsdp, watch, cross_rank; `slow_rank`'s loader sleeps slow_ms."""
     import torch
     import torch.distributed as dist
     import steptrace
@@ -190,11 +193,11 @@ def distributed(mode, out, slow_ms):
             fully_shard(block)
         wrapped = fully_shard(model)
     opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
-    steptrace.start(log_path=os.path.join(out, f"{mode}_{slow_ms}-{{rank}}.jsonl"), summary=False,
+    steptrace.start(log_path=os.path.join(out, f"{mode}_{slow_ms}_{slow_rank}-{{rank}}.jsonl"), summary=False,
                     cross_rank_every=2, trace_every=2, line_detail="full")
     steptrace.cross_rank()
     data = steptrace.watch(wrapped, opt, batches(torch, pool, f"cuda:{local}", 4 * STEPS,
-                                                 slow_ms if rank == 1 else 0))
+                                                 slow_ms if rank == slow_rank else 0))
     it = iter(data)
     for _ in range(2 * STEPS):
         b = next(it)
@@ -209,11 +212,27 @@ def distributed(mode, out, slow_ms):
     dist.destroy_process_group()
 
 
-def torchrun(mode, slow_ms):
+def torchrun(mode, slow_ms, slow_rank=1):
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        __file__, "--rank", mode, OUT, str(slow_ms)], capture_output=True, text=True, timeout=900)
+                        __file__, "--rank", mode, OUT, str(slow_ms), str(slow_rank)], capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    return [lines(os.path.join(OUT, f"{mode}_{slow_ms}-{k}.jsonl")) for k in range(2)]
+    return [lines(os.path.join(OUT, f"{mode}_{slow_ms}_{slow_rank}-{k}.jsonl")) for k in range(2)]
+
+
+def check_views_against_ranks(r0, r1, views):
+    """Each view's waits are the ranks' own series (rank_wait on each rank's line of that step)."""
+    own = [{l["rank_wait"]["step"]: l["rank_wait"] for l in ls if l.get("rank_wait")} for ls in (r0, r1)]
+    checked = 0
+    for v in views:
+        w = [own[k].get(v["step"]) for k in range(2)]
+        if None in w or w[0].get("wait_ms") is None or w[1].get("wait_ms") is None:
+            continue
+        waits = sorted(x["wait_ms"] for x in w)
+        assert abs(v["wait_ms"]["max"] - waits[1]) < 1e-3 * max(1, waits[1]) + 1e-3, (v["wait_ms"], waits)
+        assert abs(v["wait_ms"]["min"] - waits[0]) < 1e-3 * max(1, waits[0]) + 1e-3, (v["wait_ms"], waits)
+        checked += 1
+    assert checked >= len(views) // 2, (checked, len(views))
 
 
 def two_gpus():
@@ -227,16 +246,25 @@ def two_gpus():
 def test_ddp_cross_rank_names_the_slow_rank_and_phase():
     if not two_gpus():
         return
-    r0, r1 = torchrun("ddp", 20)
-    assert r0[-1]["run_id"] == r1[-1]["run_id"], (r0[-1]["run_id"], r1[-1]["run_id"])
-    views = [l["cross_rank"] for l in r0[WARMUP:] if l.get("cross_rank")]
-    assert len(views) >= 5, len(views)
-    named = [v for v in views if v.get("slowest_rank") == 1 and v.get("culprit_phase") == "input"]
-    assert len(named) >= 0.8 * len(views), [(v.get("slowest_rank"), v.get("culprit_phase"), v.get("step_skew")) for v in views]
-    assert all(l.get("cross_rank") is None for l in r1)  # rank 0's lines carry the view
+    for slow in (1, 0):
+        r0, r1 = torchrun("ddp", 20, slow)
+        assert r0[-1]["run_id"] == r1[-1]["run_id"], (r0[-1]["run_id"], r1[-1]["run_id"])
+        views = [l["cross_rank"] for l in r0[WARMUP:] if l.get("cross_rank")]
+        assert len(views) >= 5, len(views)
+        shown = [(v.get("slowest_rank"), v.get("culprit_phase"), v.get("wait_share"), v.get("wait_basis")) for v in views]
+        named = [v for v in views if v.get("slowest_rank") == slow and v.get("culprit_phase") == "input"]
+        assert len(named) >= 0.9 * len(views), (slow, shown)
+        assert not any(v.get("balanced") for v in views), (slow, shown)
+        assert sum(v.get("wait_basis") == "backward_end" for v in views) >= 0.8 * len(views), (slow, shown)
+        assert sum(v["culprit"]["wait_ms"] < v["median_rank"]["wait_ms"] for v in named) == len(named), (slow, shown)
+        assert all(l.get("cross_rank") is None for l in r1)  # rank 0's lines carry the view
+        assert sum(1 for l in r1 if l.get("rank_wait")) >= len(views) // 2  # every rank's own series
+        check_views_against_ranks(r0, r1, views)
+    # The report, and the balanced run held to the planted one: rank 1 slowed, the loop's first run.
+    views = [l["cross_rank"] for l in lines(os.path.join(OUT, "ddp_20_1-0.jsonl"))[WARMUP:] if l.get("cross_rank")]
     report = os.path.join(OUT, "ddp_report.html")
-    rr = subprocess.run([sys.executable, "-m", "steptrace", "report", os.path.join(OUT, "ddp_20-0.jsonl"),
-                         os.path.join(OUT, "ddp_20-1.jsonl"), "-o", report], capture_output=True, text=True)
+    rr = subprocess.run([sys.executable, "-m", "steptrace", "report", os.path.join(OUT, "ddp_20_1-0.jsonl"),
+                         os.path.join(OUT, "ddp_20_1-1.jsonl"), "-o", report], capture_output=True, text=True)
     assert rr.returncode == 0 and os.path.getsize(report) > 10000, rr.stderr
     # The balanced run: this loop is host-bound (a small model, ~8 ms of Python per step) and a view compares
     # one step of each rank, so host jitter alone reads as skew. Seen on 2 x H100 (cross_rank_every=2, 22
@@ -245,9 +273,13 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
     # time, rank 1 and `input` on all 22. So the balanced run is held to the planted one, not to a fixed
     # level the machine's jitter decides: its median a third of the planted median at most, and at most
     # one view in ten as high as half the planted median (a false culprit is a skew near the planted one's).
-    b0, _ = torchrun("ddp", 0)
+    b0, b1 = torchrun("ddp", 0)
     balanced = [l["cross_rank"] for l in b0[WARMUP:] if l.get("cross_rank")]
     assert len(balanced) >= 5, len(balanced)
+    check_views_against_ranks(b0, b1, balanced)
+    for v in balanced:  # the verdict follows the measured waits
+        if v.get("balanced") is not None:
+            assert v["balanced"] == (v["wait_share"] < 0.05), v
     skews = sorted(v["step_skew"] for v in balanced)
     planted = sorted(v["step_skew"] for v in views)
     shown = [(v.get("slowest_rank"), v.get("step_skew"), v.get("culprit_phase")) for v in balanced]
@@ -258,6 +290,10 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
 def test_fsdp_phases_on_every_rank():
     if not two_gpus():
         return
+    f0, _ = torchrun("fsdp", 20, 1)
+    views = [l["cross_rank"] for l in f0[WARMUP:] if l.get("cross_rank")]
+    shown = [(v.get("slowest_rank"), v.get("culprit_phase"), v.get("wait_share"), v.get("wait_basis")) for v in views]
+    assert len(views) >= 5 and sum(v.get("slowest_rank") == 1 for v in views) >= 0.9 * len(views), shown
     for ls in torchrun("fsdp", 0):
         traced = [l for l in ls[WARMUP:] if l.get("traced")]
         assert traced, "no traced line"
@@ -273,7 +309,7 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--rank" in sys.argv:
         i = sys.argv.index("--rank")
-        distributed(sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3]))
+        distributed(sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3]), int(sys.argv[i + 4]))
         sys.exit(0)
     import torch
     if not torch.cuda.is_available():

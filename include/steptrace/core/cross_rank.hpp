@@ -47,7 +47,7 @@ STEPTRACE_BEGIN_NAMESPACE
 inline constexpr int kSummaryPhases = 6;  // input, h2d, forward, backward, optimizer, nccl
 inline constexpr int kSummaryCommPhase = 5;
 
-/// Where a rank's collective wait comes from, best last (details/cross_rank_link.hpp measures them).
+/// Where a rank's collective wait comes from (details/cross_rank_link.hpp measures them).
 enum class WaitBasis : uint8_t {
   none = 0,          // nothing measured it
   host_nccl = 1,     // the host time of the `nccl` phase (a loop that syncs inside its tagged collective)
@@ -56,6 +56,9 @@ enum class WaitBasis : uint8_t {
                      // collectives the framework waits for there (DDP's all-reduce, FSDP's reduce-scatter)
   trace = 4,         // a traced step's NCCL kernel time not overlapped by its other kernels
 };
+/// The order a window's evidence is taken in (details/cross_rank_link.hpp says why).
+inline constexpr WaitBasis kWaitPreference[] = {WaitBasis::backward_end, WaitBasis::trace, WaitBasis::markers,
+                                                WaitBasis::host_nccl};
 inline const char* wait_basis_name(WaitBasis b) {
   switch (b) {
     case WaitBasis::host_nccl: return "host_nccl";

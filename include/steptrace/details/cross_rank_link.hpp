@@ -4,13 +4,17 @@
 // (core/cross_rank.hpp has the semantics).
 //
 // The collective wait in a summary is the mean over the window's steps that measured it, from the best
-// evidence the window has (WaitBasis, best first): a traced step's exposed NCCL time (the background
-// thread, from its records), Python's backward_end events (steptrace/_waits.py: a CUDA event when
-// backward's kernels are all launched, before the framework's end-of-backward callbacks, and one after
-// backward returns; the GPU time between them is the collectives' tail the stream waited for), the
-// `nccl` phase's span in the stream markers (the background thread), the `nccl` phase's host time. The
-// evidence lags the steps by the GPU's lag (a few steps): the window's mean is of the waits measured
-// while its steps ran, which in a steady job are the same steps' neighbours.
+// evidence the window has (kWaitPreference): Python's backward_end events (steptrace/_waits.py: a CUDA
+// event when backward's kernels are all launched, before the framework's end-of-backward callbacks, and
+// one after backward returns; the GPU time between them is the collectives' tail the stream waited
+// for; every step), a traced step's exposed NCCL time (the background thread, from its records), the
+// `nccl` phase's span in the stream markers, the `nccl` phase's host time. backward_end comes before
+// the trace: on 2 H200s the two agree under DDP (a rank slowed 20 ms: 35.8 vs 38.4 ms, median per step,
+// benchmarks/dp_culprit.py), but under FSDP eager, host-bound, the trace's exposed NCCL time counts
+// the victim's GPU idle behind all-gathers whose host is still launching (120 ms of a 184 ms step, a
+// 20 ms planted delay) while backward_end read 16 ms. The evidence lags the steps by the GPU's lag (a
+// few steps): the window's mean is of the waits measured while its steps ran, in a steady job the same
+// steps' neighbours.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -271,13 +275,15 @@ class CrossRankLink {
     s.untagged_ms = w.untagged_ms / n;
     s.between_ms = w.between_ms / n;
     for (int p = 0; p < kSummaryPhases; ++p) s.phase_ms[p] = w.phase_ms[p] / n;
-    for (int b = 4; b >= 1; --b)
+    for (const WaitBasis basis : kWaitPreference) {
+      const int b = static_cast<int>(basis);
       if (w.waits[b].second > 0) {
         s.wait_basis = static_cast<WaitBasis>(b);
         s.wait_ms = w.waits[b].first / w.waits[b].second;
         s.wait_steps = w.waits[b].second;
         break;
       }
+    }
     return s;
   }
 
