@@ -166,8 +166,8 @@ TEST_CASE("a line becomes metrics: units, nulls absent, phases, diagnosis, count
   CHECK(series(m.render(true), "steptrace_steps_total") == 2.0);  // a bad line changes nothing
 
   // The window holds the last 4 steps; the cross-rank view stays until the next one.
-  m.add_line(line_json(2, "10", R"(,"cross_rank":{"step":2,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"balanced":false,"gap_ms":1.5})"));
-  m.add_line(line_json(3, "10", R"(,"cross_rank":null)"));
+  m.add_line(line_json(2, "10", R"(,"cross_rank":{"step":2,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"wait_share":0.3,"balanced":false,"gap_ms":1.5},"rank_wait":{"step":2,"wait_ms":7.5,"work_ms":2.5})"));
+  m.add_line(line_json(3, "10", R"(,"cross_rank":null,"rank_wait":null)"));
   m.add_line(line_json(4, "10"));
   const std::string u = m.render(false);
   CHECK(series(u, "steptrace_up") == 0.0);
@@ -176,6 +176,10 @@ TEST_CASE("a line becomes metrics: units, nulls absent, phases, diagnosis, count
   CHECK(series(u, "steptrace_cross_rank_slowest_rank") == 1.0);
   CHECK(series(u, "steptrace_cross_rank_balanced") == 0.0);
   CHECK(series(u, "steptrace_cross_rank_gap_seconds") == Approx(0.0015));
+  CHECK(series(u, "steptrace_cross_rank_wait_share_ratio") == Approx(0.3));
+  // This rank's own wait and work stay until its next summary, as the view does.
+  CHECK(series(u, "steptrace_rank_wait_seconds") == Approx(0.0075));
+  CHECK(series(u, "steptrace_rank_own_work_seconds") == Approx(0.0025));
   CHECK(series(u, "steptrace_cross_rank_step_time_seconds", R"(stat="max")") == Approx(0.012));
   CHECK(series(u, "steptrace_window_diagnosis_share", R"(label="COMPUTE-BOUND")") == 1.0);
   CHECK(series(u, "steptrace_window_loss") == 2.5);  // steps 1-4: step 1's loss is in the window

@@ -173,7 +173,7 @@ def test_watch_matches_the_hand_instrumented_loop():
             assert abs(w[name][1] - m[name][1]) <= 0.01 * m[name][1], (name, "kernel ms", m[name][1], w[name][1])
 
 
-def distributed(mode, out, slow_ms, slow_rank=1):
+def distributed(mode, out, slow_ms, slow_rank=1, read=True):
     """One rank under torchrun: `mode` ddp or fsdp, watch, cross_rank; `slow_rank`'s loader sleeps slow_ms."""
     import torch
     import torch.distributed as dist
@@ -205,17 +205,18 @@ def distributed(mode, out, slow_ms, slow_rank=1):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        loss.item()  # the loop logs its loss: the host waits here, between steps, for the GPU (and the slow rank)
+        if read:
+            loss.item()  # the loop logs its loss: the host waits here, between steps, for the GPU (and the slow rank)
     torch.cuda.synchronize()
     steptrace.unwatch()
     steptrace.stop()
     dist.destroy_process_group()
 
 
-def torchrun(mode, slow_ms, slow_rank=1):
+def torchrun(mode, slow_ms, slow_rank=1, read=True):
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        __file__, "--rank", mode, OUT, str(slow_ms), str(slow_rank)], capture_output=True, text=True,
-                       timeout=900)
+                        __file__, "--rank", mode, OUT, str(slow_ms), str(slow_rank), str(int(read))],
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return [lines(os.path.join(OUT, f"{mode}_{slow_ms}_{slow_rank}-{k}.jsonl")) for k in range(2)]
 
@@ -258,7 +259,8 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
         assert sum(v.get("wait_basis") == "backward_end" for v in views) >= 0.8 * len(views), (slow, shown)
         assert sum(v["culprit"]["wait_ms"] < v["median_rank"]["wait_ms"] for v in named) == len(named), (slow, shown)
         assert all(l.get("cross_rank") is None for l in r1)  # rank 0's lines carry the view
-        assert sum(1 for l in r1 if l.get("rank_wait")) >= len(views) // 2  # every rank's own series
+        own = sum(1 for l in r1 if l.get("rank_wait"))
+        assert own >= len(views) - 1, (own, len(views))  # every rank's own series, one per exchange
         check_views_against_ranks(r0, r1, views)
     # The report, and the balanced run held to the planted one: rank 1 slowed, the loop's first run.
     views = [l["cross_rank"] for l in lines(os.path.join(OUT, "ddp_20_1-0.jsonl"))[WARMUP:] if l.get("cross_rank")]
@@ -290,7 +292,9 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
 def test_fsdp_phases_on_every_rank():
     if not two_gpus():
         return
-    f0, _ = torchrun("fsdp", 20, 1)
+    # FSDP waits for its all-gathers in forward too, which the backward_end measure does not see: a loop
+    # that reads the loss every step hides the slowed rank (docs/multi-gpu-validation.md); this one does not.
+    f0, _ = torchrun("fsdp", 20, 1, read=False)
     views = [l["cross_rank"] for l in f0[WARMUP:] if l.get("cross_rank")]
     shown = [(v.get("slowest_rank"), v.get("culprit_phase"), v.get("wait_share"), v.get("wait_basis")) for v in views]
     assert len(views) >= 5 and sum(v.get("slowest_rank") == 1 for v in views) >= 0.9 * len(views), shown
@@ -309,7 +313,7 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--rank" in sys.argv:
         i = sys.argv.index("--rank")
-        distributed(sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3]), int(sys.argv[i + 4]))
+        distributed(sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3]), int(sys.argv[i + 4]), sys.argv[i + 5] == "1")
         sys.exit(0)
     import torch
     if not torch.cuda.is_available():

@@ -56,7 +56,7 @@ class CrossRankLink {
     planned_.clear();
     plans_.clear();
     window_ = {};
-    own_.reset();
+    own_.clear();
   }
 
   /// Background thread: whether summaries are exchanged (a capture request can then be agreed on).
@@ -91,7 +91,7 @@ class CrossRankLink {
     exchange_ = std::move(exchange);
     agreed_run_id_.clear();
     window_ = {};
-    own_.reset();
+    own_.clear();
     has_exchange_.store(true, std::memory_order_release);
     posted_.clear();
     null_reason_.clear();
@@ -149,7 +149,8 @@ class CrossRankLink {
       return;
     }
     posted_.push_back(sum.step);
-    own_ = sum;
+    own_.push_back(sum);
+    if (own_.size() > kMaxViews) own_.pop_front();
   }
 
   /// Background thread: collects completed exchanges and aggregates them (kept for their lines);
@@ -200,14 +201,15 @@ class CrossRankLink {
       in.cross_rank = std::move(views_.front());
       views_.pop_front();
     }
-    // Every rank's line: its own summary as posted, once, on the first line of its step or later.
-    if (own_ && own_->step <= static_cast<int64_t>(step)) {
-      in.rank_wait = std::move(own_);
-      own_.reset();
+    // Every rank's line: its own summaries as posted, oldest first, one a line, on the first line of its
+    // step or later (lines lag the posts as they lag the views; up to 64 wait).
+    if (!own_.empty() && own_.front().step <= static_cast<int64_t>(step)) {
+      in.rank_wait = std::move(own_.front());
+      own_.pop_front();
     } else {
-      in.rank_wait_null_reason = !exchange_ ? in.cross_rank_null_reason
-                                 : own_ ? "this rank's next summary is of a later step"
-                                        : "no summary posted since the previous line (one every cross_rank_every steps)";
+      in.rank_wait_null_reason = !exchange_ && own_.empty() ? in.cross_rank_null_reason
+                                 : !own_.empty() ? "this rank's next summary is of a later step"
+                                                 : "no summary posted since the previous line (one every cross_rank_every steps)";
     }
   }
 
@@ -302,7 +304,7 @@ class CrossRankLink {
   std::vector<uint32_t> planned_;
   std::vector<CapturePlan> plans_;      // agreed, not yet taken by the worker
   Window window_;                       // the steps since the last post
-  std::optional<RankSummary> own_;      // this rank's last posted summary, for its own next line
+  std::deque<RankSummary> own_;         // this rank's posted summaries, not yet on its own lines
 };
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

@@ -107,11 +107,16 @@ inline const std::vector<PromGaugeSpec>& prom_gauges() {
       // The cross-rank view (rank 0, with a communicator): kept until the next view.
       {"steptrace_cross_rank_step", "/cross_rank/step", 1, "Step of the last cross-rank view", false},
       {"steptrace_cross_rank_step_skew_ratio", "/cross_rank/step_skew", 1, "Share of every rank's step lost to the slowest rank", false},
-      {"steptrace_cross_rank_gap_seconds", "/cross_rank/gap_ms", 1e-3, "Slowest rank's work minus the median work", false},
-      {"steptrace_cross_rank_slowest_rank", "/cross_rank/slowest_rank", 1, "Rank with the most work in the last view", false},
-      {"steptrace_cross_rank_balanced", "/cross_rank/balanced", 1, "1 when the step skew is under 0.05 and every rank reported", false},
+      {"steptrace_cross_rank_gap_seconds", "/cross_rank/gap_ms", 1e-3, "Slowest rank's own work minus the median rank's: what the median rank waits for it per step", false},
+      {"steptrace_cross_rank_slowest_rank", "/cross_rank/slowest_rank", 1, "Rank the others wait for (the most own work) in the last view", false},
+      {"steptrace_cross_rank_wait_share_ratio", "/cross_rank/wait_share", 1, "Largest minus smallest collective wait across ranks, share of the median step", false},
+      {"steptrace_cross_rank_balanced", "/cross_rank/balanced", 1, "1 when every rank measured its collective wait and the waits differ by under 5 % of the step", false},
       {"steptrace_cross_rank_reporting_ranks", "/cross_rank/reporting", 1, "Ranks whose summary was in the last view", false},
       {"steptrace_cross_rank_missing_ranks", "/cross_rank/missing_count", 1, "Ranks whose summary was missing from the last view", false},
+      // Every rank's own summary as exchanged (rank_wait): kept until the next one; with the rank label,
+      // a panel of every rank's wait and own work.
+      {"steptrace_rank_wait_seconds", "/rank_wait/wait_ms", 1e-3, "This rank's collective wait per step over its last exchange window (GPU-measured: rank_wait.wait_basis)", false},
+      {"steptrace_rank_own_work_seconds", "/rank_wait/work_ms", 1e-3, "This rank's own work per step over its last exchange window: its iteration less its collective wait", false},
   };
   return *specs;
 }
@@ -218,6 +223,10 @@ class PrometheusModel {
         if (f.count("/cross_rank/step")) set(g.name, v ? std::optional<double>(*v * g.scale) : std::nullopt, false, false);
         continue;
       }
+      if (std::string_view(g.pointer).rfind("/rank_wait/", 0) == 0) {  // so does this rank's own summary
+        if (f.count("/rank_wait/step")) set(g.name, v ? std::optional<double>(*v * g.scale) : std::nullopt, false, false);
+        continue;
+      }
       const bool carry = prom_traced_only(g.pointer) && !traced;  // the last traced step's value stays
       if (!carry) set(g.name, v ? std::optional<double>(*v * g.scale) : std::nullopt, g.windowed, prom_traced_only(g.pointer));
     }
@@ -283,7 +292,7 @@ class PrometheusModel {
         if (auto v = value(std::string(part) + "/" + stat)) samples.push_back({{{"stat", stat}}, *v});
       const bool work = std::string(part) == "work_ms";
       add(out, work ? "steptrace_cross_rank_work_seconds" : "steptrace_cross_rank_step_time_seconds", "gauge",
-          work ? "Work (step time minus NCCL phase host time) across ranks in the last view" : "Step time across ranks in the last view",
+          work ? "Own work (iteration less collective wait) across ranks in the last view" : "Step time across ranks in the last view",
           samples);
     }
     std::vector<PromSample> phases;
