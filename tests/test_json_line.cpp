@@ -279,7 +279,7 @@ TEST_CASE("cross_rank.balanced is null with a reason when a rank is missing", "[
   v.waits_measured = true;
   v.missing_count = 1;
   v.missing_ranks = {2};
-  in.cross_rank = v;
+  in.cross_rank = std::move(v);
   auto j = nlohmann::json::parse(make_step_line(in));
   CHECK(j["cross_rank"]["balanced"].is_null());
   CHECK(std::string(j["null_reasons"]["cross_rank.balanced"]).find("missing") != std::string::npos);

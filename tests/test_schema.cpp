@@ -227,7 +227,7 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   v.waits_measured = true;
   v.step_ms_median = 10;
   v.lowest_scores = {RankScore{}};
-  in.cross_rank = v;
+  in.cross_rank = std::move(v);
   in.cross_rank_every = 2;
   RankSummary own;
   own.step = 0;
