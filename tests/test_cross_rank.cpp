@@ -433,7 +433,7 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK(s2.wait_ms == Approx(1));
   CHECK(s2.wait_steps == 1);
   // Waits measured on the GPU take over from the host's, the best basis the window has: backward_end
-  // events, then a trace, then markers.
+  // events, then markers, then a trace (the measures of every step before the sampled one).
   link.add_wait(7, WaitBasis::markers);
   link.add_wait(9, WaitBasis::backward_end);
   link.add_wait(11, WaitBasis::backward_end);
@@ -454,8 +454,8 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   link.post(s3);
   link.post(s4);
   const RankSummary s6 = from_floats((*sent)[3].data(), 6);
-  CHECK(s6.wait_basis == WaitBasis::trace);
-  CHECK(s6.wait_ms == Approx(3));
+  CHECK(s6.wait_basis == WaitBasis::markers);
+  CHECK(s6.wait_ms == Approx(5));
   CHECK(s6.wait_steps == 1);
   link.add_wait(4, WaitBasis::trace);
   link.add_wait(6, WaitBasis::backward_end);

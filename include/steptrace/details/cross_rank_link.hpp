@@ -4,17 +4,18 @@
 // (core/cross_rank.hpp has the semantics).
 //
 // The collective wait in a summary is the mean over the window's steps that measured it, from the best
-// evidence the window has (kWaitPreference): Python's backward_end events (steptrace/_waits.py: a CUDA
-// event when backward's kernels are all launched, before the framework's end-of-backward callbacks, and
-// one after backward returns; the GPU time between them is the collectives' tail the stream waited
-// for; every step), a traced step's exposed NCCL time (the background thread, from its records), the
-// `nccl` phase's span in the stream markers, the `nccl` phase's host time. backward_end comes before
-// the trace: on 2 H200s the two agree under DDP (a rank slowed 20 ms: 35.8 vs 38.4 ms, median per step,
-// benchmarks/dp_culprit.py), but under FSDP eager, host-bound, the trace's exposed NCCL time counts
-// the victim's GPU idle behind all-gathers whose host is still launching (120 ms of a 184 ms step, a
-// 20 ms planted delay) while backward_end read 16 ms. The evidence lags the steps by the GPU's lag (a
-// few steps): the window's mean is of the waits measured while its steps ran, in a steady job the same
-// steps' neighbours.
+// evidence the window has (kWaitPreference): the measures taken every step first, so that every window
+// of every rank reads the same kind. Python's backward_end events (steptrace/_waits.py: a CUDA event when
+// backward's kernels are all launched, before the framework's end-of-backward callbacks, and one after
+// backward returns; the GPU time between them is the collectives' tail the stream waited for), the
+// `nccl` phase's span in the stream markers (a collective on the marked stream: a C++ loop's), a traced
+// step's exposed NCCL time (the background thread, from its records; one step in `trace_every`, and that
+// step's tracing slows its own rank), the `nccl` phase's host time. On 2 H200s backward_end and the trace
+// agree under DDP (a rank slowed 20 ms: 35.8 vs 38.4 ms, median per step, benchmarks/dp_culprit.py);
+// under FSDP eager, host-bound, the trace's exposed NCCL time counts the victim's GPU idle behind
+// all-gathers whose host is still launching (120 ms of a 184 ms step, a 20 ms planted delay) while
+// backward_end read 16 ms. The evidence lags the steps by the GPU's lag (a few steps): the window's mean
+// is of the waits measured while its steps ran, in a steady job the same steps' neighbours.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
