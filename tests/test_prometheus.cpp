@@ -492,10 +492,12 @@ TEST_CASE("docs/prometheus.md lists exactly the families the exporter writes", "
     if (row.rfind("| `steptrace_", 0) == 0) documented.insert(row.substr(3, row.find('`', 3) - 3));
   sink::PrometheusModel m("", 4, {});
   // Every field non-null: one line with a cross-rank view and every gauge's field.
-  std::string extra = R"(,"cross_rank":{"step":0,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"balanced":true,"gap_ms":1.5})";
+  std::string extra = R"(,"cross_rank":{"step":0,"reporting":2,"missing_count":0,"step_time_ms":{"median":9,"min":8,"max":12},"work_ms":{"median":5,"min":4,"max":6},"slowest_rank":1,"step_skew":0.1,"wait_share":0.2,"balanced":true,"gap_ms":1.5},"rank_wait":{"step":0,"wait_ms":2,"work_ms":7})";
   for (const auto& g : sink::prom_gauges()) {
     const std::string p = g.pointer;
-    if (p == "/step_time_ms" || p == "/global_step" || p.rfind("/cross_rank/", 0) == 0 || p.rfind("/gpu/", 0) == 0) continue;
+    if (p == "/step_time_ms" || p == "/global_step" || p.rfind("/cross_rank/", 0) == 0 || p.rfind("/gpu/", 0) == 0 ||
+        p.rfind("/rank_wait/", 0) == 0)
+      continue;
     const auto slash = p.find('/', 1);
     extra += slash == std::string::npos ? ",\"" + p.substr(1) + "\":1" : ",\"" + p.substr(1, slash - 1) + "\":{\"" + p.substr(slash + 1) + "\":1}";
   }
