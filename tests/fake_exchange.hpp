@@ -24,7 +24,7 @@ class FakeExchange : public steptrace::CrossRankExchange {
       // Rank 2's input takes 20 ms more; the others wait for it in their nccl phase (their host time
       // there, the wait the summary carries, grows by as much).
       if (r == 2) s[4 + steptrace::phase_tag::input] += 20.f;
-      else s[4 + steptrace::phase_tag::nccl] += 20.f, s[10 + steptrace::kSummaryPhases] += 20.f;
+      else s[4 + steptrace::phase_tag::nccl] += 20.f, s[steptrace::summary_wait_index(steptrace::WaitBasis::host_nccl)] += 20.f;
       s[3] += 20.f;
       all.insert(all.end(), s.begin(), s.end());
     }

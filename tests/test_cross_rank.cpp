@@ -45,9 +45,8 @@ std::vector<RankSummary> simulate(int world, int64_t step, int slow_rank, PhaseI
       if (p != kSummaryCommPhase) work += x.phase_ms[p];
     x.phase_ms[kSummaryCommPhase] = allreduce_ms + (slowest_work - work);  // waiting for the slowest
     x.step_ms = work + x.phase_ms[kSummaryCommPhase];
-    x.wait_ms = x.phase_ms[kSummaryCommPhase];  // the loop syncs in its nccl phase: its host time is the wait
-    x.wait_basis = WaitBasis::host_nccl;
-    x.steps = x.wait_steps = 10;
+    x.set_wait(WaitBasis::host_nccl, x.phase_ms[kSummaryCommPhase], 10);  // the loop syncs in its nccl phase
+    x.steps = 10;
   }
   return s;
 }
@@ -75,7 +74,7 @@ std::vector<RankSummary> ddp(const Ddp& d, int64_t step = 30) {
   std::vector<RankSummary> s(static_cast<std::size_t>(d.world));
   for (int r = 0; r < d.world; ++r) {
     RankSummary& x = s[static_cast<std::size_t>(r)];
-    x.rank = r, x.step = step, x.valid = true, x.steps = x.wait_steps = 10, x.wait_basis = d.basis;
+    x.rank = r, x.step = step, x.valid = true, x.steps = 10;
     for (int p = 0; p < kSummaryCommPhase; ++p) x.phase_ms[p] = base[p] + jitter(rng);
     x.untagged_ms = 2 + jitter(rng);
     x.between_ms = 1 + jitter(rng);
@@ -91,7 +90,7 @@ std::vector<RankSummary> ddp(const Ddp& d, int64_t step = 30) {
   const double slowest = *std::max_element(own.begin(), own.end());
   for (int r = 0; r < d.world; ++r) {
     RankSummary& x = s[static_cast<std::size_t>(r)];
-    x.wait_ms = d.transfer_ms + (slowest - own[static_cast<std::size_t>(r)]);
+    x.set_wait(d.basis, d.transfer_ms + (slowest - own[static_cast<std::size_t>(r)]), 10);
     // Where the host sees the wait: a reader in its read after the step, the others nowhere in
     // particular (spread over the phases whose launches block): here, backward.
     const bool reads = std::find(d.readers.begin(), d.readers.end(), r) != d.readers.end();
@@ -217,18 +216,22 @@ TEST_CASE("cross-rank: the float wire format round-trips", "[cross_rank]") {
   CHECK(back.phase_ms[phase_tag::input] == Approx(12.5));
   CHECK(from_floats(wire, 3'000'124).step == 3'000'123);  // one step stale: detected as another step
   CHECK(back.wait_basis == WaitBasis::none);
-  s.untagged_ms = 3.25, s.between_ms = 17.5, s.wait_ms = 21.75, s.wait_basis = WaitBasis::backward_end;
-  s.wait_steps = 9, s.steps = 10;
+  s.untagged_ms = 3.25, s.between_ms = 17.5, s.steps = 10;
+  s.set_wait(WaitBasis::backward_end, 21.75, 9);
+  s.set_wait(WaitBasis::host_nccl, 4.5, 10);
   to_floats(s, wire);
   const RankSummary w = from_floats(wire, 3'000'123);
   CHECK(w.untagged_ms == Approx(3.25));
   CHECK(w.between_ms == Approx(17.5));
-  CHECK(w.wait_ms == Approx(21.75));
+  CHECK(w.wait_ms == Approx(21.75));  // the best kind: backward_end before host_nccl
   CHECK(w.wait_basis == WaitBasis::backward_end);
   CHECK(w.wait_steps == 9);
+  CHECK(w.basis_wait_ms[int(WaitBasis::host_nccl)] == Approx(4.5));
+  CHECK(w.basis_steps[int(WaitBasis::host_nccl)] == 10);
+  CHECK(w.basis_steps[int(WaitBasis::trace)] == 0);
   CHECK(w.steps == 10);
-  wire[11 + kSummaryPhases] = 7.f;  // no such basis: not measured
-  CHECK(from_floats(wire, 3'000'123).wait_basis == WaitBasis::none);
+  wire[summary_wait_index(WaitBasis::backward_end)] = std::nanf("");  // not a wait: not measured
+  CHECK(from_floats(wire, 3'000'123).wait_basis == WaitBasis::host_nccl);
 }
 
 TEST_CASE("cross-rank: under DDP the culprit is the rank the others wait for, whichever it is, with the part "
@@ -306,20 +309,37 @@ TEST_CASE("cross-rank: balanced means the waits are small, at any world size", "
   }
 }
 
+TEST_CASE("cross-rank: ranks are compared on a kind of wait every rank measured, never across kinds", "[cross_rank]") {
+  // A C++ loop that syncs in its nccl phase: the host time there (5.4 ms) holds the queue the sync waited
+  // for, a traced step's NCCL kernel 0.5 ms. Rank 1 had a traced step in its window, rank 0 not.
+  Ddp d;
+  d.basis = WaitBasis::host_nccl, d.transfer_ms = 5.4;
+  auto s = ddp(d);
+  s[1].set_wait(WaitBasis::trace, 0.46, 1);
+  CHECK(s[1].wait_basis == WaitBasis::trace);  // its own line shows its best
+  const auto v = aggregate_ranks(s, 30);
+  CHECK(v.wait_basis == "host_nccl");  // the view compares what both have
+  CHECK(*v.balanced());
+  CHECK(v.wait_share < 0.02);
+  // Both traced in the window: the better kind, common to both.
+  s[0].set_wait(WaitBasis::trace, 0.47, 1);
+  CHECK(aggregate_ranks(s, 30).wait_basis == "trace");
+}
+
 TEST_CASE("cross-rank: a rank without a measured wait: host fallback, balanced not judged", "[cross_rank]") {
   Ddp d;
   d.slow = 1, d.part = phase_tag::input, d.extra_ms = 20;
   auto s = ddp(d);
-  s[0].wait_basis = WaitBasis::none;
+  s[0].set_wait(WaitBasis::trace, 0, 0);  // rank 0 measured nothing
   const auto v = aggregate_ranks(s, 30);
   CHECK_FALSE(v.waits_measured);
-  CHECK(v.wait_basis == "mixed");
+  CHECK(v.wait_basis == "none");
   CHECK_FALSE(v.balanced().has_value());
   CHECK(v.slowest_rank == 1);  // its input, on the host
   CHECK(v.culprit_phase == "input");
   // A non-finite wait is a missing rank, not a number.
   s = ddp(d);
-  s[1].wait_ms = std::nan("");
+  s[1].basis_wait_ms[int(WaitBasis::trace)] = std::nan("");
   const auto m = aggregate_ranks(s, 30);
   CHECK(m.missing_count == 1);
   CHECK_FALSE(m.balanced().has_value());

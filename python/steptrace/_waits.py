@@ -11,6 +11,12 @@ them is the collectives' tail the stream waited for: transfer time on the rank t
 wait for it on the others. The waits of a step's backward calls (micro-batches under ``no_sync()``) are
 summed and handed to the runtime once the step's events are reached; nothing here waits for the GPU.
 
+FSDP also waits for its all-gathers in forward: each sharded module's own pre-forward hook makes the
+compute stream wait for its parameters. ``steptrace.watch()`` brackets that hook on every FSDP module
+(``fsdp_hooks``: an event in a pre-hook that runs before FSDP's and one in a pre-hook that runs after),
+and those waits join the step's sum. A loop that shards with FSDP and does not use ``watch()`` (or the
+Hugging Face callback, which does) gets the end-of-backward part only.
+
 Installed by ``steptrace.cross_rank()`` (where CUDA is available), on ``torch.autograd.backward`` (which
 ``Tensor.backward`` calls), once per process; it passes straight through while no exchange runs. It
 never raises into training: a failure switches it off with one warning.
@@ -108,18 +114,74 @@ def _measure(torch, inner, args, kwargs):
         if recorded and _state.on:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            s = _state
-            if len(s.pending) >= _MAX_PENDING:
-                s.pending.popleft()
-                s.dropped += 1
-                _steptrace.warn_once("waits.dropped", f"steptrace: more than {_MAX_PENDING} backward passes' events "
-                                                      "not yet reached on the GPU: the oldest are dropped (the "
-                                                      "cross-rank wait of their steps is not measured)")
-            s.pending.append((step, start, end))
+            _pair(start, end, step)
         _drain()
     except Exception as e:  # noqa: BLE001
         _off(e)
     return result
+
+
+def _pair(start, end, step):
+    s = _state
+    if len(s.pending) >= _MAX_PENDING:
+        s.pending.popleft()
+        s.dropped += 1
+        _steptrace.warn_once("waits.dropped", f"steptrace: more than {_MAX_PENDING} collective waits' events not yet "
+                                              "reached on the GPU: the oldest are dropped (their steps' cross-rank wait "
+                                              "is not measured)")
+    s.pending.append((step, start, end))
+
+
+def fsdp_hooks(torch, model, is_compiling):
+    """watch(): brackets FSDP's pre-forward hook on each FSDP module of `model`; returns the hook handles
+    (none when the model has no FSDP module)."""
+    try:
+        try:
+            from torch.distributed.fsdp import FSDPModule  # torch >= 2.6
+        except ImportError:
+            from torch.distributed._composable.fsdp import FSDPModule
+    except Exception:  # noqa: BLE001 - no FSDP2 in this torch
+        return []
+    handles = []
+    try:
+        mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    except Exception:  # noqa: BLE001
+        return []
+    for m in mods:
+        open_ = {}
+
+        def before(module, args, _open=open_):
+            if not _state.on or is_compiling() or not torch.is_grad_enabled():
+                return None
+            try:
+                step = _steptrace.steps_begun()
+                if step >= 0:
+                    e = torch.cuda.Event(enable_timing=True)
+                    e.record()
+                    _open["e"] = (step, e)
+            except Exception as ex:  # noqa: BLE001
+                _off(ex)
+            return None
+
+        def after(module, args, _open=open_):
+            opened = _open.pop("e", None)
+            if opened is None or not _state.on:
+                return None
+            try:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                _pair(opened[1], end, opened[0])
+            except Exception as ex:  # noqa: BLE001
+                _off(ex)
+            return None
+
+        try:
+            handles.append(m.register_forward_pre_hook(before, prepend=True))  # before FSDP's own
+            handles.append(m.register_forward_pre_hook(after))                 # after it
+        except Exception as ex:  # noqa: BLE001
+            _off(ex)
+            break
+    return handles
 
 
 def install(torch):

@@ -255,6 +255,10 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
             _steptrace.phase_exit()
         return None
 
+    # FSDP's waits for its all-gathers in forward, for the cross-rank view (steptrace/_waits.py): registered
+    # before the forward phase's pre-hook, which is prepended after them and so opens the step first.
+    from . import _waits
+    s.handles.extend(_waits.fsdp_hooks(torch, model, is_compiling))
     # First among the module's pre-hooks where torch allows (>= 2.0): what a wrapper's own pre-hook launches
     # (FSDP's all-gather of the parameters) is in the forward phase.
     prepend = "prepend" in inspect.signature(model.register_forward_pre_hook).parameters

@@ -83,9 +83,14 @@ struct RankSummary {
   double phase_ms[kSummaryPhases] = {};
   double untagged_ms = 0;     // step time in no built-in phase (outermost scopes), to the work's end
   double between_ms = 0;      // after the work's end until the next step, in no built-in phase
-  double wait_ms = 0;         // collective wait per step (wait_basis says from what; none: not measured)
+  // The collective wait per step as each kind of evidence measured it (index: WaitBasis; mean over the
+  // basis_steps steps that had it). A view compares ranks on a kind every rank has (aggregate_ranks).
+  double basis_wait_ms[5] = {};
+  int32_t basis_steps[5] = {};
+  // This rank's best evidence (kWaitPreference), what its own line says: derived by set_wait.
+  double wait_ms = 0;
   WaitBasis wait_basis = WaitBasis::none;
-  int32_t wait_steps = 0;     // steps the wait is the mean of
+  int32_t wait_steps = 0;
   int32_t steps = 0;          // steps in the window
   bool valid = false;
   // An operator's capture request this rank holds (core/capture_request.hpp): its tag (< 2^24; 0 =
@@ -96,10 +101,31 @@ struct RankSummary {
   int32_t every = 0;  // this rank's cross_rank_every (the exchange's cadence)
 
   double iteration_ms() const { return step_ms + between_ms; }
+  /// Records one kind's mean wait and re-derives the best.
+  void set_wait(WaitBasis b, double ms, int32_t n) {
+    const int i = static_cast<int>(b);
+    if (i < 1 || i > 4) return;
+    basis_wait_ms[i] = ms;
+    basis_steps[i] = n;
+    derive_best();
+  }
+  void derive_best() {
+    wait_basis = WaitBasis::none, wait_ms = 0, wait_steps = 0;
+    for (const WaitBasis b : kWaitPreference) {
+      const int i = static_cast<int>(b);
+      if (basis_steps[i] > 0) {
+        wait_basis = b, wait_ms = basis_wait_ms[i], wait_steps = basis_steps[i];
+        return;
+      }
+    }
+  }
 };
 
-// valid, rank, step, step_ms, phases, ask tag/steps, lag, every, untagged, between, wait, basis, wait steps, steps
-inline constexpr int kSummaryFloats = 14 + kSummaryPhases;
+// valid, rank, step, step_ms, phases, ask tag/steps, lag, every, untagged, between, steps, then per
+// basis (host_nccl, markers, backward_end, trace) its wait and its steps
+inline constexpr int kSummaryFloats = 11 + kSummaryPhases + 8;
+/// Where a basis's wait sits in the floats (its steps follow it).
+inline constexpr int summary_wait_index(WaitBasis b) { return 9 + kSummaryPhases + 2 * static_cast<int>(b); }
 
 /// Floats on the wire: step numbers up to 2^24 are exact in a float; the step is sent as two halves.
 inline void to_floats(const RankSummary& s, float* out) {
@@ -114,10 +140,11 @@ inline void to_floats(const RankSummary& s, float* out) {
   out[7 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.every, 0, 1 << 20));
   out[8 + kSummaryPhases] = static_cast<float>(s.untagged_ms);
   out[9 + kSummaryPhases] = static_cast<float>(s.between_ms);
-  out[10 + kSummaryPhases] = static_cast<float>(s.wait_ms);
-  out[11 + kSummaryPhases] = static_cast<float>(static_cast<int>(s.wait_basis));
-  out[12 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.wait_steps, 0, 1 << 20));
-  out[13 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.steps, 0, 1 << 20));
+  out[10 + kSummaryPhases] = static_cast<float>(std::clamp<int32_t>(s.steps, 0, 1 << 20));
+  for (int b = 1; b <= 4; ++b) {
+    out[9 + kSummaryPhases + 2 * b] = static_cast<float>(s.basis_wait_ms[b]);
+    out[10 + kSummaryPhases + 2 * b] = static_cast<float>(std::clamp<int32_t>(s.basis_steps[b], 0, 1 << 20));
+  }
 }
 inline RankSummary from_floats(const float* in, int64_t expected_step) {
   RankSummary s;
@@ -136,12 +163,13 @@ inline RankSummary from_floats(const float* in, int64_t expected_step) {
   s.every = count(in[7 + kSummaryPhases], 1e7f);
   s.untagged_ms = in[8 + kSummaryPhases];
   s.between_ms = in[9 + kSummaryPhases];
-  s.wait_ms = in[10 + kSummaryPhases];
-  const float basis = in[11 + kSummaryPhases];
-  s.wait_basis = basis >= 1 && basis <= 4 && basis == static_cast<float>(static_cast<int>(basis))
-                     ? static_cast<WaitBasis>(static_cast<int>(basis)) : WaitBasis::none;
-  s.wait_steps = count(in[12 + kSummaryPhases], 1e7f);
-  s.steps = count(in[13 + kSummaryPhases], 1e7f);
+  s.steps = count(in[10 + kSummaryPhases], 1e7f);
+  for (int b = 1; b <= 4; ++b) {
+    s.basis_wait_ms[b] = in[9 + kSummaryPhases + 2 * b];
+    s.basis_steps[b] = count(in[10 + kSummaryPhases + 2 * b], 1e7f);
+    if (!std::isfinite(s.basis_wait_ms[b]) || s.basis_wait_ms[b] < 0) s.basis_steps[b] = 0;  // not a wait: not measured
+  }
+  s.derive_best();
   return s;
 }
 
@@ -180,7 +208,7 @@ struct CrossRankView {
   double work_ms_median = 0, work_ms_min = 0, work_ms_max = 0;  // own work
   double wait_ms_median = 0, wait_ms_min = 0, wait_ms_max = 0;
   bool waits_measured = false;  // every reporting rank measured its wait (else: the host fallback)
-  std::string wait_basis;       // the ranks' basis, "mixed" when they differ
+  std::string wait_basis;       // the kind of wait compared (one every rank measured), "none" without
   int slowest_rank = -1;
   double skew = 0;
   double gap_ms = 0;     // slowest own work - median own work
@@ -197,8 +225,9 @@ struct CrossRankView {
     const char* w = reporting < 2 ? "fewer than two ranks reported"
                     : missing_count ? "a rank's summary is missing (it may be the slow one)"
                     : !(step_ms_median > 0) ? "no positive median step time"
-                    : !waits_measured ? "a rank measured no collective wait (no traced step, no stream markers on an "
-                                        "`nccl` phase, no backward_end events): step times alone cannot tell"
+                    : !waits_measured ? "no kind of collective wait was measured on every rank (backward_end events, "
+                                        "`nccl` phase markers, a traced step, an `nccl` phase): step times alone "
+                                        "cannot tell"
                                       : nullptr;
     if (why) *why = w;
     if (w) return std::nullopt;
@@ -217,15 +246,17 @@ inline double median_of(std::vector<double> v) {
   if (n % 2) return hi;
   return (hi + *std::max_element(v.begin(), v.begin() + n / 2)) / 2;
 }
-/// A rank's collective wait: measured, else (the host fallback) the host time of its `nccl` phase.
-inline double wait_of(const RankSummary& s) {
-  return std::max(0.0, s.wait_basis != WaitBasis::none ? s.wait_ms : s.phase_ms[kSummaryCommPhase]);
+/// A rank's collective wait by `basis` (a kind every rank measured); none: the host fallback, the host
+/// time of its `nccl` phase.
+inline double wait_of(const RankSummary& s, WaitBasis basis) {
+  return std::max(0.0, basis != WaitBasis::none ? s.basis_wait_ms[static_cast<int>(basis)] : s.phase_ms[kSummaryCommPhase]);
 }
 /// Own work: with a measured wait, the iteration less it; the host fallback, the step less its `nccl`
 /// phase (the time after the step's work, where a victim's host read waits, left out: it would hide the
 /// culprit).
-inline double work_of(const RankSummary& s, bool measured) {
-  return std::max(0.0, measured ? s.iteration_ms() - wait_of(s) : s.step_ms - s.phase_ms[kSummaryCommPhase]);
+inline double work_of(const RankSummary& s, WaitBasis basis) {
+  return std::max(0.0, basis != WaitBasis::none ? s.iteration_ms() - wait_of(s, basis)
+                                                : s.step_ms - s.phase_ms[kSummaryCommPhase]);
 }
 }  // namespace details
 
@@ -248,7 +279,8 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   for (std::size_t r = 0; r < summaries.size(); ++r) {
     const RankSummary& s = summaries[r];
     bool good = s.valid && s.rank == static_cast<int>(r) && s.step == step && std::isfinite(s.step_ms) &&
-                std::isfinite(s.between_ms) && std::isfinite(s.untagged_ms) && std::isfinite(s.wait_ms);
+                std::isfinite(s.between_ms) && std::isfinite(s.untagged_ms);
+    for (int b = 1; b <= 4; ++b) good = good && (s.basis_steps[b] == 0 || std::isfinite(s.basis_wait_ms[b]));
     for (int p = 0; p < kSummaryPhases; ++p) good = good && std::isfinite(s.phase_ms[p]);
     if (good) {
       ok.push_back(&s);
@@ -259,17 +291,26 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   }
   v.reporting = static_cast<int>(ok.size());
   if (ok.empty()) return v;
-  v.waits_measured = true;
-  for (const auto* s : ok) v.waits_measured = v.waits_measured && s->wait_basis != WaitBasis::none;
+  // The waits compared: the first kind (kWaitPreference) every reporting rank measured, so that no rank's
+  // wait is read against another kind of evidence (a C++ loop's traced step measures its NCCL kernel,
+  // 0.5 ms, where its `nccl` phase's host time, 5.4 ms, includes the queue the sync waited for).
+  WaitBasis basis = WaitBasis::none;
+  for (const WaitBasis b : kWaitPreference) {
+    bool all = true;
+    for (const auto* s : ok) all = all && s->basis_steps[static_cast<int>(b)] > 0;
+    if (all) {
+      basis = b;
+      break;
+    }
+  }
+  v.waits_measured = basis != WaitBasis::none;
   const bool measured = v.waits_measured;
-  v.wait_basis = wait_basis_name(ok.front()->wait_basis);
-  for (const auto* s : ok)
-    if (s->wait_basis != ok.front()->wait_basis) v.wait_basis = "mixed";
+  v.wait_basis = wait_basis_name(basis);
   std::vector<double> steps, works, waits;
   for (const auto* s : ok) {
     steps.push_back(measured ? s->iteration_ms() : s->step_ms);
-    works.push_back(details::work_of(*s, measured));
-    waits.push_back(details::wait_of(*s));
+    works.push_back(details::work_of(*s, basis));
+    waits.push_back(details::wait_of(*s, basis));
   }
   auto spread = [](const std::vector<double>& x, double& med, double& lo, double& hi) {
     med = details::median_of(x);
@@ -279,9 +320,7 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   spread(steps, v.step_ms_median, v.step_ms_min, v.step_ms_max);
   spread(works, v.work_ms_median, v.work_ms_min, v.work_ms_max);
   spread(waits, v.wait_ms_median, v.wait_ms_min, v.wait_ms_max);
-  auto rank_work = [&](std::size_t i) {
-    return RankWork{ok[i]->rank, works[i], waits[i], steps[i], ok[i]->wait_basis};
-  };
+  auto rank_work = [&](std::size_t i) { return RankWork{ok[i]->rank, works[i], waits[i], steps[i], basis}; };
   // The slowest: most own work (ties: the lower rank).
   std::size_t slow = 0;
   for (std::size_t i = 1; i < ok.size(); ++i)

@@ -139,7 +139,7 @@ inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
   out.field("step_time_ms", s.iteration_ms());
   out.field("wait_ms", measured ? std::optional<double>(s.wait_ms) : std::nullopt,
             "no step in the window measured its collective wait (no traced step, no `nccl` phase, no backward_end events)");
-  out.field("work_ms", measured ? std::optional<double>(details::work_of(s, true)) : std::nullopt,
+  out.field("work_ms", measured ? std::optional<double>(details::work_of(s, s.wait_basis)) : std::nullopt,
             "own work needs the collective wait");
   out.field("wait_basis", std::string(wait_basis_name(s.wait_basis))).field("wait_steps", static_cast<int64_t>(s.wait_steps));
   out.field("untagged_ms", s.untagged_ms).field("between_ms", s.between_ms);

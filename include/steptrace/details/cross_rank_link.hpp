@@ -267,7 +267,8 @@ class CrossRankLink {
     }
   }
 
-  // The window's means, the wait from its best basis.
+  // The window's means, the wait by every kind of evidence it has (the view compares ranks on a kind
+  // they all have; this rank's own line shows its best).
   RankSummary window_summary() const {
     RankSummary s;
     const Window& w = window_;
@@ -278,15 +279,8 @@ class CrossRankLink {
     s.untagged_ms = w.untagged_ms / n;
     s.between_ms = w.between_ms / n;
     for (int p = 0; p < kSummaryPhases; ++p) s.phase_ms[p] = w.phase_ms[p] / n;
-    for (const WaitBasis basis : kWaitPreference) {
-      const int b = static_cast<int>(basis);
-      if (w.waits[b].second > 0) {
-        s.wait_basis = static_cast<WaitBasis>(b);
-        s.wait_ms = w.waits[b].first / w.waits[b].second;
-        s.wait_steps = w.waits[b].second;
-        break;
-      }
-    }
+    for (int b = 1; b <= 4; ++b)
+      if (w.waits[b].second > 0) s.set_wait(static_cast<WaitBasis>(b), w.waits[b].first / w.waits[b].second, w.waits[b].second);
     return s;
   }
 
