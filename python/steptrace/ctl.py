@@ -249,8 +249,12 @@ def write_merge(args, run_ids, first, last, expected, ranges=None):
     o = doc["otherData"]
     which = (f"steps {o['steps'][0]}-{o['steps'][-1]}" if o["same_steps"] else
              "each rank's own steps, laid side by side in order")
+    waits = {r["rank"]: r.get("wait_ms") for r in o["per_rank"]}
+    held = (f", the rank the others wait for: it waits {waits[o['slowest_rank']]:.3g} ms a step, the most any rank "
+            f"waits {max(w for w in waits.values() if w is not None):.3g} ms" if o.get("waits_measured") else
+            " (host phases only: the traces hold no GPU records, so the rank that waits may be named)")
     print(f"merged {o['ranks']} ranks, {which} into {args.output}: slowest rank "
-          f"{o['slowest_rank']}" + (f" (culprit phase {o['culprit_phase']}, +{o['culprit_gap_ms']:.3g} ms over the "
+          f"{o['slowest_rank']}{held}" + (f" (culprit phase {o['culprit_phase']}, +{o['culprit_gap_ms']:.3g} ms over the "
                                     f"others' median)" if o["culprit_phase"] else "") +
           (f"; no trace from {o['ranks_missing_count']} rank(s): {o['ranks_missing']}"
            + (" ..." if o["ranks_missing_count"] > len(o["ranks_missing"]) else "") if o["ranks_missing"] else ""))

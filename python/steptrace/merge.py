@@ -117,6 +117,7 @@ class RankView:
         self.step_ms = {}
         self.phase_ms = {}      # step -> {phase: ms}: the outermost scopes on the step thread
         self.host_pid = None
+        self.gpu = {}           # step -> ([NCCL kernel intervals], [other GPU work intervals]), wall ns
         seen = set()
         on_step_thread = []     # (step, depth, name, ms) of phase scopes on a step thread
         for doc in docs:
@@ -160,6 +161,9 @@ class RankView:
                     usable = _usable(own, MAX_DUR_US / 1000) and own >= 0
                     self.step_ms[step] = own if usable else dur / 1000  # traces before the arg: to the next start
                 depth = (e.get("args") or {}).get("depth")
+                if e.get("ph") == "X" and e.get("cat") in ("kernel", "memcpy", "memset"):
+                    nccl = e.get("cat") == "kernel" and str(e.get("name", "")).startswith("nccl")
+                    self.gpu.setdefault(step, ([], []))[0 if nccl else 1].append((ts_ns, ts_ns + int(round(dur * 1000))))
                 if e.get("cat") == "phase" and e.get("ph") == "X" and e.get("tid") in step_threads and isinstance(depth, int):
                     on_step_thread.append((step, depth, str(e.get("name")), dur / 1000))
                 self.events.append((step, ts_ns, e))
@@ -180,16 +184,62 @@ class RankView:
         """The step's place in this rank's capture: 0 for its first asked step."""
         return step - self.first
 
-    def work_ms(self, step):
+    def measured(self):
+        """Whether the captured steps carry GPU records (the collective wait is then measured)."""
+        return any(s in self.gpu for s in self.step_ms)
+
+    def wait_ms(self, step):
+        """The step's collective wait: NCCL kernel time not overlapped by its other GPU work (the cross-rank
+        view's `trace` basis, core/cross_rank.hpp); the fast ranks' NCCL kernels run on while they wait."""
+        nccl, other = self.gpu.get(step, ([], []))
+        return (_union(nccl) - _overlap(nccl, other)) / 1e6
+
+    def work_ms(self, step, measured=False):
+        if measured:
+            return max(0.0, self.step_ms.get(step, 0.0) - self.wait_ms(step))
         return max(0.0, self.step_ms.get(step, 0.0) - self.phase_ms.get(step, {}).get(COMM_PHASE, 0.0))
 
-    def mean_work_ms(self, steps):
-        vals = [self.work_ms(s) for s in steps if s in self.step_ms]
+    def mean_work_ms(self, steps, measured=False):
+        vals = [self.work_ms(s, measured) for s in steps if s in self.step_ms]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    def mean_wait_ms(self, steps):
+        vals = [self.wait_ms(s) for s in steps if s in self.step_ms]
         return sum(vals) / len(vals) if vals else 0.0
 
     def mean_phase_ms(self, steps, phase):
         vals = [self.phase_ms.get(s, {}).get(phase, 0.0) for s in steps if s in self.step_ms]
         return sum(vals) / len(vals) if vals else 0.0
+
+
+def _merged(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _union(intervals):
+    return sum(b - a for a, b in _merged(intervals))
+
+
+def _overlap(xs, ys):
+    """Length of union(xs) ∩ union(ys)."""
+    a, b = _merged(xs), _merged(ys)
+    i = j = 0
+    total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 def culprit(views, slowest):
@@ -207,9 +257,9 @@ def culprit(views, slowest):
     return best, gap
 
 
-def choose_full(views, k):
+def choose_full(views, k, measured=False):
     """The ranks shown in full: the slowest, the fastest, the median, then the next slowest."""
-    by_work = sorted(views, key=lambda v: (v.mean_work_ms(v.steps()), v.rank))
+    by_work = sorted(views, key=lambda v: (v.mean_work_ms(v.steps(), measured), v.rank))
     order = [by_work[-1], by_work[0], by_work[len(by_work) // 2]] + list(reversed(by_work[:-1]))
     chosen = []
     for v in order:
@@ -255,10 +305,13 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
         return reference[view.ordinal(step)] - view.step_start_ns[step]
     origin = min(ts + shift(v, s) for v in views for s, ts, _ in v.events)
 
-    by_work = sorted(views, key=lambda v: (v.mean_work_ms(v.steps()), v.rank))
+    # The rank the others wait for: with GPU records on every rank, the most own work = step time less the
+    # collective wait (exposed NCCL time); without, the host rule (step time less the nccl phase).
+    measured = all(v.measured() for v in views)
+    by_work = sorted(views, key=lambda v: (v.mean_work_ms(v.steps(), measured), v.rank))
     slowest, fastest = by_work[-1], by_work[0]
     culprit_phase, culprit_gap = culprit(views, slowest)
-    full = choose_full(views, full_ranks)
+    full = choose_full(views, full_ranks, measured)
     full_set = {v.rank for v in full}
     out = []
     for v in full:
@@ -338,10 +391,16 @@ def merge(directory, run_ids, first, last, full_ranks=DEFAULT_FULL_RANKS, align=
         "fastest_rank": fastest.rank,
         "culprit_phase": culprit_phase,
         "culprit_gap_ms": culprit_gap,
-        "basis": "the captured steps' host phases (work = step time less the nccl phase, mean over the steps)",
+        "basis": ("the captured steps' GPU records: own work = step time less the collective wait (NCCL kernel time "
+                  "not overlapped by the rank's other GPU work), mean over the steps; the culprit phase from the host "
+                  "phases" if measured else
+                  "the captured steps' host phases (work = step time less the nccl phase, mean over the steps): "
+                  "a rank's traces hold no GPU records"),
+        "waits_measured": measured,
         "traces_skipped_count": len(skipped),
         "traces_skipped": [{"file": n, "why": r} for n, r in skipped[:MAX_SKIPPED_LISTED]],
-        "per_rank": [{"rank": v.rank, "work_ms": round(v.mean_work_ms(steps), 4),
+        "per_rank": [{"rank": v.rank, "work_ms": round(v.mean_work_ms(steps, measured), 4),
+                      "wait_ms": round(v.mean_wait_ms(steps), 4) if measured else None,
                       "step_ms": round(sum(v.step_ms.values()) / len(v.step_ms), 4),
                       "steps": v.steps()} for v in views],
     }

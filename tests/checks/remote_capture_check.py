@@ -98,8 +98,10 @@ def synthetic_trace(rank, run_id, steps, slow_rank, slow_phase):
             events.append({"ph": "X", "cat": "phase", "name": p, "pid": pid, "tid": tid, "ts": t * 1000,
                            "dur": durs[p] * 1000, "args": {"global_step": s, "depth": 0}})
             for k in range(2):
-                events.append({"ph": "X", "cat": "kernel", "name": f"{p}_kernel_{k}", "pid": gpu_pid, "tid": 13,
-                               "ts": t * 1000 + 10 + k * 100, "dur": 90,
+                # A fast rank's all-reduce kernel runs on while it waits for the slowest (its GPU's view).
+                dur = (durs[p] * 1000 - 20) / 2 if p == "nccl" else 90
+                events.append({"ph": "X", "cat": "kernel", "name": f"ncclDevKernel_AllReduce_{k}" if p == "nccl" else f"{p}_kernel_{k}",
+                               "pid": gpu_pid, "tid": 13, "ts": t * 1000 + 10 + k * dur, "dur": dur,
                                "args": {"global_step": s, "phase": p, "correlation": s * 100 + k + 10 * len(events)}})
             t += durs[p]
         events.append({"ph": "X", "cat": "step", "name": f"step {s}", "pid": pid, "tid": -1, "ts": start * 1000,
@@ -134,6 +136,10 @@ def scale(workdir):
     check(o["ranks"] == world, "1024 ranks: every rank's trace read")
     check(o["ranks_missing"] == [world], "1024 ranks: the rank with no trace is listed missing")
     check(o["slowest_rank"] == 700 and o["culprit_phase"] == "backward", "1024 ranks: slowest rank 700, culprit backward")
+    check(o["waits_measured"] is True, "1024 ranks: the waits read from the traces' NCCL kernels")
+    wait = {r["rank"]: r["wait_ms"] for r in o["per_rank"]}
+    check(wait[700] < 2.1 and all(wait[r] > 4.5 for r in (0, 1, 699, 1023)),
+          f"1024 ranks: the slow rank waits least (rank 700 {wait[700]:.3g} ms, rank 0 {wait[0]:.3g} ms)")
     check(abs(o["culprit_gap_ms"] - 3.0) < 0.1, "1024 ranks: the culprit's gap is the planted 3 ms")
     work = {r["rank"]: r["work_ms"] for r in o["per_rank"]}
     check(abs(work[0] - work[7]) < 0.1 and o["per_rank"][0]["steps"] == steps,
