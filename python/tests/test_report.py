@@ -157,6 +157,54 @@ def test_columns_phases_and_null_reasons_of_a_segment():
     assert seg["nulls"]["estimated_mfu"] == Counter({"flops per token unknown": 2})
 
 
+def test_the_report_opens_with_the_rank_the_others_wait_for():
+    """Two ranks' logs made here: rank 1 slowed in its input, rank 0 waits for it in its collective. The
+    report names rank 1 from rank 0's views (its share, its part, what the median rank waits), draws each
+    rank's wait and own work, picks the slowest by own work (step times agree), and tables rank x phase."""
+    from steptrace import report
+    d = tmpdir()
+    logs = []
+    for rank in (0, 1):
+        recs = []
+        for st in range(40):
+            extra = {}
+            if st % 10 == 0:  # an exchange every 10 steps: this rank's own summary
+                wait = 22.0 if rank == 0 else 1.0
+                extra["rank_wait"] = {"step": st, "steps": 10, "step_time_ms": 100.0, "wait_ms": wait,
+                                      "work_ms": 100.0 - wait, "wait_basis": "backward_end", "wait_steps": 10}
+            if rank == 0 and st % 10 == 0:
+                slow = 1 if st else 0  # the first view before the slowdown names rank 0
+                extra["cross_rank"] = {
+                    "step": st, "slowest_rank": slow, "gap_ms": 10.5, "wait_share": 0.21, "balanced": st == 0,
+                    "culprit_phase": "input" if slow == 1 else "between_steps", "wait_basis": "backward_end",
+                    "culprit": {"rank": slow, "wait_ms": 1.0}, "median_rank": {"rank": 1 - slow, "wait_ms": 22.0},
+                    "culprit_gap_ms": 20.0}
+            ph = {"input": {"host_ms": 21.0 if rank == 1 else 1.0, "self_ms": 21.0 if rank == 1 else 1.0, "count": 1},
+                  "forward": {"host_ms": 40.0, "self_ms": 40.0, "count": 1}}
+            recs.append(line(st, rank=rank, phases=ph, **extra))
+        recs.append(dict(line(40, rank=rank), cross_rank={"slowest_rank": "one"}))  # malformed: skipped
+        path = os.path.join(d, f"steps-{rank}.jsonl")
+        write_log(path, recs)
+        logs.append(path)
+    data = report.build(logs, "t", 400, 1)
+    hb = data["held_back"]
+    assert hb["views"] == 4 and hb["judged"] == 4 and hb["balanced"] == 1, hb
+    top = hb["culprits"][0]
+    assert top["rank"] == 1 and top["views"] == 3 and abs(top["share"] - 0.75) < 1e-9, hb
+    assert top["phase"] == "input" and top["phase_views"] == 3 and top["wait_gap_ms"] == 21.0, top
+    assert hb["bases"] == {"backward_end": 4}, hb
+    ids = [c["id"] for c in data["charts"]]
+    assert "rank_wait" in ids and "rank_work" in ids, ids
+    slow = next(c for c in data["charts"] if c["id"] == "slowest")
+    assert "own work" in slow["title"], slow["title"]
+    assert data["slowest_ranks"][0]["rank"] == 1, data["slowest_ranks"]  # by own work: step times are equal
+    rp = data["rank_phases"]
+    assert rp["phases"][:2] == ["forward", "input"], rp
+    r0, r1 = rp["rows"]
+    assert (r0["wait_ms"], r1["wait_ms"]) == (22.0, 1.0) and (r0["work_ms"], r1["work_ms"]) == (78.0, 99.0), rp
+    assert r1["phases"][1] == 21.0, rp  # the mean over the rank's lines read (the malformed one is not)
+
+
 def test_a_file_read_in_parts_is_the_file_read_whole():
     d = tmpdir()
     log = os.path.join(d, "big.jsonl")

@@ -141,6 +141,17 @@ def check_line(line, scalars):
             last = i == len(path) - 1
             _need(is_num(obj) if last else isinstance(obj, dict),
                   ".".join(path[:i + 1]) + (" is not a number" if last else " is not an object"))
+    xr = _opt(line, "cross_rank", dict, "cross_rank is not an object")
+    if xr:
+        for key in ("slowest_rank", "gap_ms", "wait_share", "culprit_gap_ms"):
+            _need(_num_or_none(xr.get(key)), f"cross_rank.{key} is not a number")
+        for key in ("culprit", "median_rank"):
+            _need(xr.get(key) is None or type(xr.get(key)) is dict, f"cross_rank.{key} is not an object")
+            _need(_num_or_none((xr.get(key) or {}).get("wait_ms")), f"cross_rank.{key}.wait_ms is not a number")
+        _opt(xr, "culprit_phase", str, "cross_rank.culprit_phase is not a string")
+        _opt(xr, "wait_basis", str, "cross_rank.wait_basis is not a string")
+        _need(xr.get("balanced") is None or isinstance(xr.get("balanced"), bool), "cross_rank.balanced is not a boolean")
+    _opt(line, "rank_wait", dict, "rank_wait is not an object")
     dev = _opt(line, "device", dict, "device is not an object")
     if dev:
         _opt(dev, "name", str, "device.name is not a string")

@@ -33,12 +33,14 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 </style></head><body>
 <header><h1 id="title"></h1><div class="kv" id="kv"></div><div class="runs" id="runs"></div></header>
 <main>
+<div class="verdict" id="heldback" style="display:none"></div>
 <div class="verdict" id="verdict"></div>
 <div id="notes"></div>
 <div class="grid" id="charts"></div>
 <div class="grid" style="margin-top:14px">
 <div class="card"><h2>Top kernels per phase</h2><div class="note">GPU time summed over each line's top 5 kernels of each phase (every rank's lines).</div><div id="top"></div></div>
 <div class="card"><h2>Diagnosis labels</h2><div id="labels"></div><h2 style="margin-top:12px">Slowest ranks</h2><div id="slowranks"></div></div>
+<div class="card" id="rankphases-card" style="display:none"><h2>Rank × phase</h2><div class="note">Each rank's mean host time per phase (self time, ms per line), its median step time, collective wait and own work (rank_wait: iteration less wait; the rank with the most is the one the others wait for).</div><div id="rankphases"></div></div>
 <div class="card"><h2>Stalls and endings</h2><div class="note">The stall watchdog's records (a step that did not end in time, and when it resumed) and the end records (docs/schema.md), dashed on every step chart (S, R, E).</div><div id="marks"></div></div>
 <div class="card"><h2>Traces of the steps that matter</h2><div class="note">Written by the flight recorder (docs/schema.md). Open one in chrome://tracing or ui.perfetto.dev.</div><div id="traces"></div></div>
 </div>
@@ -290,6 +292,31 @@ const vb = $("verdict");
 vb.style.borderLeftColor = own((D.charts.find(c => c.kind === "strip") || {colors: {}}).colors, H.dominant) || "#888";
 vb.innerHTML = `<b>${esc(H.dominant)}</b> (${esc(H.basis_text)}). ${esc(H.advice)}`;
 $("notes").innerHTML = D.notes.map(n => `<p class="note">${esc(n)}</p>`).join("");
+// Who held the step back: rank 0's cross-rank views (the rank the others wait for, from measured waits).
+const HB = D.held_back;
+if (HB) {
+  const hb = $("heldback"), c = HB.culprits[0];
+  hb.style.display = "";
+  hb.style.borderLeftColor = HB.judged && HB.balanced === HB.judged ? "#4a4" : "#c44";
+  const part = c && c.phase ? `, in <b>${esc(c.phase)}</b> (${esc(c.phase_views)} of its ${esc(c.views)} views)` : "";
+  const w = c ? (c.wait_gap_ms !== null ? c.wait_gap_ms : c.gap_ms) : null;  // the median rank's wait beyond the culprit's
+  const cost = w !== null ? `: the median rank waits ${esc(fmt(w, 2))} ms a step for it` : "";
+  hb.innerHTML = (c ? `<b>Held the step back: rank ${esc(c.rank)}</b>${part}${cost}, named on ${esc(fmt(c.share * 100, 0))} % of ` +
+    `${esc(HB.views)} cross-rank views (steps ${esc(HB.first_step)}–${esc(HB.last_step)}). ` : "") +
+    `Balanced on ${esc(HB.balanced)} of ${esc(HB.judged)} judged views; the rank that waits most loses ` +
+    `${esc(HB.wait_share_median === null ? "—" : fmt(HB.wait_share_median * 100, 1) + " %")} of its step (median wait_share). ` +
+    `Waits from: ${esc(Object.entries(HB.bases).map(([b, k]) => b + " " + k).join(", "))}.` +
+    (HB.culprits.length > 1 ? " Also named: " + HB.culprits.slice(1).map(x =>
+      `rank ${esc(x.rank)} (${esc(fmt(x.share * 100, 0))} %${x.phase ? ", " + esc(x.phase) : ""})`).join(", ") + "." : "");
+}
+const RP = D.rank_phases;
+if (RP) {
+  $("rankphases-card").style.display = "";
+  $("rankphases").innerHTML = "<table><tr><th>rank</th>" + RP.phases.map(p => `<th>${esc(p)}</th>`).join("") +
+    "<th>step</th><th>wait</th><th>own work</th></tr>" + RP.rows.map(r => `<tr><td>${esc(r.rank)}</td>` +
+    r.phases.map(v => `<td class="n">${esc(fmt(v, 2))}</td>`).join("") +
+    [r.step_ms, r.wait_ms, r.work_ms].map(v => `<td class="n">${esc(v === null ? "—" : fmt(v, 2))}</td>`).join("") + "</tr>").join("") + "</table>";
+}
 
 const drawn = {}, pending = [], notShown = [];
 for (const c of D.charts) {

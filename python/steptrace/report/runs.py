@@ -34,6 +34,18 @@ SCALARS = [
     ("allocated_bytes", ("memory", "allocator", "allocated_bytes")),
     ("reserved_bytes", ("memory", "allocator", "reserved_bytes")),
     ("dataloader_wait_ms", ("dataloader_wait_ms",)),
+    # Every rank's own summary as exchanged (rank_wait): its collective wait and own work per step.
+    ("rank_wait_ms", ("rank_wait", "wait_ms")),
+    ("rank_work_ms", ("rank_wait", "work_ms")),
+]
+# Rank 0's cross-rank view (cross_rank), kept per view: numbers checked as SCALARS are.
+VIEW_NUMBERS = [
+    ("slowest_rank", ("cross_rank", "slowest_rank")),
+    ("gap_ms", ("cross_rank", "gap_ms")),
+    ("wait_share", ("cross_rank", "wait_share")),
+    ("culprit_wait_ms", ("cross_rank", "culprit", "wait_ms")),
+    ("median_wait_ms", ("cross_rank", "median_rank", "wait_ms")),
+    ("culprit_gap_ms", ("cross_rank", "culprit_gap_ms")),
 ]
 
 
@@ -142,6 +154,7 @@ def new_segment(path, key):
             "inclusive_rows": 0,   # lines written before phases had self_ms: their host rows are inclusive
             "top": {}, "nulls": defaultdict(Counter),   # top: phase -> {kernel: [ms, calls]}
             "traces": [], "ends": [], "events": [], "events_left_out": 0, "devices": Counter(),
+            "views": [],   # rank 0's cross-rank views: {step, slowest_rank, gap_ms, ..., phase, balanced, basis}
             "reasons": {},   # reason code -> sentence (compact lines, schema steptrace.step/2)
             "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
 
@@ -195,6 +208,14 @@ def add_line(seg, line, pos):
         seg["nulls"][field][cut(why)] += 1  # a compact line's: a code, its sentence in seg["reasons"]
     for code, sentence in (line.get("reason_text") or {}).items():  # types checked (check_line)
         seg["reasons"].setdefault(code, cut(sentence))
+    xr = line.get("cross_rank")
+    if isinstance(xr, dict):
+        v = {k: dig(line, path) for k, path in VIEW_NUMBERS}
+        v["step"] = xr.get("step") if isinstance(xr.get("step"), int) else line["global_step"]
+        v["phase"] = cut(xr["culprit_phase"]) if isinstance(xr.get("culprit_phase"), str) else None
+        v["balanced"] = xr.get("balanced") if isinstance(xr.get("balanced"), bool) else None
+        v["basis"] = cut(xr["wait_basis"]) if isinstance(xr.get("wait_basis"), str) else None
+        seg["views"].append(v)
     t = line.get("trace")
     if t and t.get("file"):
         seg["traces"].append({"step": line["global_step"], "rank": line.get("rank", 0), "file": t["file"],
@@ -284,7 +305,7 @@ def append(out, p):
     out["steps"] += p["steps"]
     for k in out["cols"]:
         out["cols"][k] += p["cols"][k]
-    for key in ("labels", "bases", "gpu_rows", "traces", "ends"):
+    for key in ("labels", "bases", "gpu_rows", "traces", "ends", "views"):
         out[key] += p[key]
     out["inclusive_rows"] += p["inclusive_rows"]
     room = max(0, MAX_EVENTS - len(out["events"]))
