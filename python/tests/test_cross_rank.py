@@ -229,14 +229,24 @@ class _SimulatedRanks:
         for k in range(len(out)):  # each simulated rank claims its own rank
             out[k] = (k,) + tuple(obj[1:])
 
+    # Where a summary's backward_end wait and its steps sit (core/cross_rank.hpp, summary_wait_index).
+    WAIT, WAIT_STEPS = 21, 22
+
     def all_gather(self, outs, t, group=None, async_op=False):
+        """Every simulated rank's summary is rank 0's, as a synchronous data-parallel job makes them: each
+        measured a 0.5 ms wait at the end of backward; with a slow rank, that one spends 15 ms more in its
+        input and the others wait those 15 ms inside their step."""
         t0 = time.perf_counter()
         for k, out in enumerate(outs):
             out.copy_(t)
             out[1] = float(k)
-            if k == self.slow:
-                out[3] += 15.0  # step_ms
-                out[4] += 15.0  # input
+            out[self.WAIT], out[self.WAIT_STEPS] = 0.5, 2.0
+            if self.slow is not None:
+                out[3] += 15.0  # step_ms: every rank's step is as long as the slow one's
+                if k == self.slow:
+                    out[4] += 15.0  # input
+                else:
+                    out[self.WAIT] += 15.0
         self.simulated_s += time.perf_counter() - t0
         return self._Work()
 
@@ -266,7 +276,7 @@ def simulate(world, slow):
         for _ in range(20):
             simulated = sim.simulated_s
             t0 = time.perf_counter()
-            gather.post([1.0] * 14)
+            gather.post([1.0] * 25)
             gather.pump()
             costs.append(time.perf_counter() - t0 - (sim.simulated_s - simulated))
     finally:
@@ -282,7 +292,8 @@ def test_1024_ranks_simulated_one_slow_in_input():
     for v in views:
         assert v["world_size"] == 1024 and v["reporting"] == 1024, v
         assert v["slowest_rank"] == 777 and v["culprit_phase"] == "input", v
-        assert v["balanced"] is False
+        assert v["balanced"] is False and v["wait_basis"] == "backward_end", v
+        assert v["culprit"]["wait_ms"] == 0.5 and v["median_rank"]["wait_ms"] == 15.5, v
     # Printed, not asserted: a shared machine's timing.
     print(f"1024 simulated ranks: {len(views)} views, all name rank 777 in input; post + hand-back "
           f"{cost * 1e6:.0f} us per exchange on the training thread (median of 20)")
