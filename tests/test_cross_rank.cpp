@@ -316,14 +316,21 @@ TEST_CASE("cross-rank: ranks are compared on a kind of wait every rank measured,
   d.basis = WaitBasis::host_nccl, d.transfer_ms = 5.4;
   auto s = ddp(d);
   s[1].set_wait(WaitBasis::trace, 0.46, 1);
-  CHECK(s[1].wait_basis == WaitBasis::trace);  // its own line shows its best
+  CHECK(s[1].wait_basis == WaitBasis::host_nccl);  // its own line shows its best: the host's, ahead of a trace
+  s[0].set_wait(WaitBasis::host_nccl, 0, 0);       // rank 0's nccl phase unmeasured, a trace on rank 1 only
+  CHECK(aggregate_ranks(s, 30).wait_basis == "none");
+  s[0].set_wait(WaitBasis::host_nccl, 5.4, 10);
   const auto v = aggregate_ranks(s, 30);
   CHECK(v.wait_basis == "host_nccl");  // the view compares what both have
   CHECK(*v.balanced());
   CHECK(v.wait_share < 0.02);
-  // Both traced in the window: the better kind, common to both.
+  // Both traced in the window: still the nccl phase's host time, common to both and ahead of a trace.
   s[0].set_wait(WaitBasis::trace, 0.47, 1);
-  CHECK(aggregate_ranks(s, 30).wait_basis == "trace");
+  CHECK(aggregate_ranks(s, 30).wait_basis == "host_nccl");
+  // Markers on both: ahead of the host's time.
+  s[0].set_wait(WaitBasis::markers, 5.0, 10);
+  s[1].set_wait(WaitBasis::markers, 5.1, 10);
+  CHECK(aggregate_ranks(s, 30).wait_basis == "markers");
 }
 
 TEST_CASE("cross-rank: a rank without a measured wait: host fallback, balanced not judged", "[cross_rank]") {
@@ -439,7 +446,7 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   // The window of steps 1 and 2, means per step. Step 1: 5 ms, 2 in input. Step 2: its own 4 ms, the
   // input tagged before it (3), the optimizer's last ms (1); its untagged 1 ms (4 less input and nccl);
   // between steps the 40 ms since step 1's scope ended less the 4 ms tagged there.
-  const RankSummary s2 = from_floats((*sent)[1].data(), 2);
+  const RankSummary s2 = from_floats((*sent)[1].data(), 2);  // no evidence but the nccl phase's host time
   CHECK(s2.steps == 2);
   CHECK(s2.step_ms == Approx((5 + 8) / 2.0));
   CHECK(s2.phase_ms[tag::input] == Approx((2 + 5) / 2.0));
@@ -452,8 +459,8 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK(s2.wait_basis == WaitBasis::host_nccl);  // step 2's nccl phase: 1 ms
   CHECK(s2.wait_ms == Approx(1));
   CHECK(s2.wait_steps == 1);
-  // Waits measured on the GPU take over from the host's, the best basis the window has: backward_end
-  // events, then markers, then a trace (the measures of every step before the sampled one).
+  // The window's kinds, best first: backward_end events, markers, the nccl phase's host time, a trace
+  // (the measures of every step before the sampled one, whose lines come late and in bursts).
   link.add_wait(7, WaitBasis::markers);
   link.add_wait(9, WaitBasis::backward_end);
   link.add_wait(11, WaitBasis::backward_end);
@@ -485,6 +492,20 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   const RankSummary s8 = from_floats((*sent)[4].data(), 8);
   CHECK(s8.wait_basis == WaitBasis::backward_end);
   CHECK(s8.wait_ms == Approx(6));
+  CHECK(s8.basis_steps[int(WaitBasis::trace)] == 1);  // every kind travels (the view picks a common one)
+  link.add_wait(4, WaitBasis::trace);  // a trace alone: used
+  s3.index = 9, s4.index = 10;
+  link.post(s3);
+  link.post(s4);
+  CHECK(from_floats((*sent)[5].data(), 10).wait_basis == WaitBasis::trace);
+  link.add_wait(0.5, WaitBasis::trace);  // beside steps with an nccl phase: their host time first
+  steptrace::StepRecord n1 = r, n2 = r;
+  n1.index = 11, n2.index = 12;
+  link.post(n1);
+  link.post(n2);
+  const RankSummary s12 = from_floats((*sent)[6].data(), 12);
+  CHECK(s12.wait_basis == WaitBasis::host_nccl);
+  CHECK(s12.wait_ms == Approx(1));
   link.reset();
 }
 
