@@ -35,40 +35,11 @@ MICRO = 4
 SLEEP_MS = 5
 
 
-def build(torch, d=512, layers=6, seq=256, batch=8, vocab=8192):
-    import torch.nn as nn
-    import torch.nn.functional as F
-    torch.manual_seed(0)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, 8, d // 8).permute(2, 0, 3, 1, 4)
-            x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
-            return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d)
-            self.blocks = nn.ModuleList([Block() for _ in range(layers)])
-            self.head = nn.Linear(d, vocab)
-
-        def forward(self, idx, targets):
-            x = self.tok(idx)
-            for b in self.blocks:
-                x = b(x)
-            return F.cross_entropy(self.head(x).flatten(0, 1), targets.flatten())
-
-    g = torch.Generator().manual_seed(1)
-    pool = [torch.randint(0, vocab, (batch, seq + 1), generator=g).pin_memory() for _ in range(8)]
-    return GPT(), pool
+def build(torch):
+    """The small GPT of the GPU tests (python/tests/small_gpt.py), larger: d 512, 6 blocks of 8 heads, seq 256."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
+    from small_gpt import build_gpt
+    return build_gpt(torch, d=512, layers=6, heads=8, seq=256, vocab=8192, batch=8, pool_size=8)
 
 
 def fetch(torch, pool, i, slow):

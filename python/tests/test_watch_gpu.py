@@ -28,39 +28,9 @@ STEPS, ACCUMULATE, EVAL_EVERY, WARMUP = 24, 2, 5, 4
 
 
 def build(torch, device):
-    import torch.nn as nn
-    import torch.nn.functional as F
-    torch.manual_seed(0)
-    vocab, d, seq = 4096, 256, 128
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, 4, d // 4).permute(2, 0, 3, 1, 4)
-            x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
-            return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d)
-            self.blocks = nn.Sequential(*[Block() for _ in range(2)])
-            self.head = nn.Linear(d, vocab)
-
-        def forward(self, idx, targets):
-            logits = self.head(self.blocks(self.tok(idx)))
-            return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-
-    model = GPT().to(device)
-    g = torch.Generator().manual_seed(1)
-    pool = [torch.randint(0, vocab, (8, seq + 1), generator=g).pin_memory() for _ in range(4)]
-    return model, pool
+    from small_gpt import build_gpt
+    model, pool = build_gpt(torch, d=256, layers=2, heads=4, seq=128, vocab=4096, batch=8, pool_size=4)
+    return model.to(device), pool
 
 
 def batches(torch, pool, device, n, slow_ms=0):
