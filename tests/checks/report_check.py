@@ -790,6 +790,31 @@ def standard_checks(build, h100, keep, work):
         os.mkdir(d)
         problems += check(f"ranks{ranks}", ranks_from(h100, d, ranks), work, ["ranks", "slowest"],
                           must_slowest=ranks - 1)
+    # Two ranks of a DDP job on 2 H200s (python/tests/test_watch_gpu.py, session 59), rank 1's batch fetch
+    # slowed 20 ms, its first 24 steps: the page opens with rank 1 and its input, draws each rank's wait
+    # and own work, and names the slowest by own work (their step times agree).
+    ddp = [os.path.join(ROOT, "tests", "data", f"h200x2_ddp_rank1_slowed-{r}.jsonl") for r in (0, 1)]
+
+    def held_back(data, dom, sc, shot):
+        out = []
+        m = re.search(r'<div class="verdict" id="heldback"[^>]*>(.*?)</div>', dom, re.S)
+        text = html.unescape(re.sub(r"<[^>]+>", "", m.group(1))) if m else ""
+        if not text.startswith("Held the step back: rank 1, in input"):
+            out.append(f"the page does not open with rank 1 and its input: {text[:200]!r}")
+        if dom.find('id="heldback"') > dom.find('id="verdict"'):
+            out.append("the held-back verdict is not the first")
+        hb = data.get("held_back") or {}
+        top = (hb.get("culprits") or [{}])[0]
+        if not (top.get("rank") == 1 and top.get("share", 0) >= 0.9 and 15 < (top.get("wait_gap_ms") or 0) < 40):
+            out.append(f"held_back: {hb}")
+        rows = {r["rank"]: r for r in (data.get("rank_phases") or {}).get("rows", [])}
+        if not (rows.get(0, {}).get("wait_ms") or 0) > (rows.get(1, {}).get("wait_ms") or 0) + 10:
+            out.append(f"rank x phase: rank 0 should wait ~20 ms more than rank 1: {rows}")
+        if "<th>own work</th>" not in dom:
+            out.append("no rank x phase table on the page")
+        return out
+    problems += check("ddp-held-back", ddp, work, ["ranks", "rank_wait", "rank_work", "slowest"], must_slowest=1,
+                      more=held_back)
     return problems
 
 
