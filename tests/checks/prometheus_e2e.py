@@ -180,8 +180,8 @@ def expected(name, kind, path, scale, lines, step, labels, up):
     if kind == "cumulative":  # the last line that had it
         vals = [field(l, path) for l in upto if field(l, path) is not None]
         return float(vals[-1]) if vals else (None if name in ABSENT_UNTIL_SEEN else 0.0)
-    if kind == "view":
-        views = [l for l in upto if l.get("cross_rank")]
+    if kind == "view":  # the last line with the object (cross_rank, or the rank's own rank_wait): kept till the next
+        views = [l for l in upto if l.get(path.split(".")[0])]
         if not views:
             return None
         if path.endswith(".<stat>"):
