@@ -90,14 +90,15 @@ std::vector<RankSummary> ddp(const Ddp& d, int64_t step = 30) {
   const double slowest = *std::max_element(own.begin(), own.end());
   for (int r = 0; r < d.world; ++r) {
     RankSummary& x = s[static_cast<std::size_t>(r)];
-    x.set_wait(d.basis, d.transfer_ms + (slowest - own[static_cast<std::size_t>(r)]), 10);
+    const double wait = d.transfer_ms + (slowest - own[static_cast<std::size_t>(r)]);
     // Where the host sees the wait: a reader in its read after the step, the others nowhere in
     // particular (spread over the phases whose launches block): here, backward.
     const bool reads = std::find(d.readers.begin(), d.readers.end(), r) != d.readers.end();
-    (reads ? x.between_ms : x.phase_ms[phase_tag::backward]) += x.wait_ms;
+    (reads ? x.between_ms : x.phase_ms[phase_tag::backward]) += wait;
     double step = x.untagged_ms;
     for (int p = 0; p < kSummaryCommPhase; ++p) step += x.phase_ms[p];
     x.step_ms = step;
+    x.set_wait(d.basis, wait, 10);
   }
   return s;
 }
@@ -331,6 +332,17 @@ TEST_CASE("cross-rank: ranks are compared on a kind of wait every rank measured,
   s[0].set_wait(WaitBasis::markers, 5.0, 10);
   s[1].set_wait(WaitBasis::markers, 5.1, 10);
   CHECK(aggregate_ranks(s, 30).wait_basis == "markers");
+  // A kind that reads more than the rank's iteration (a trace's late burst) is not taken.
+  auto t = ddp(d);
+  for (auto& x : t) {
+    for (int b = 1; b <= 4; ++b) x.set_wait(static_cast<WaitBasis>(b), 0, 0);
+    x.set_wait(WaitBasis::trace, 10 * x.iteration_ms(), 3);
+  }
+  CHECK(t[0].wait_basis == WaitBasis::none);
+  const auto none = aggregate_ranks(t, 30);
+  CHECK(none.wait_basis == "none");
+  CHECK_FALSE(none.balanced().has_value());
+  CHECK(none.wait_share <= 1.0);
 }
 
 TEST_CASE("cross-rank: a rank without a measured wait: host fallback, balanced not judged", "[cross_rank]") {
@@ -461,9 +473,9 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK(s2.wait_steps == 1);
   // The window's kinds, best first: backward_end events, markers, the nccl phase's host time, a trace
   // (the measures of every step before the sampled one, whose lines come late and in bursts).
-  link.add_wait(7, WaitBasis::markers);
-  link.add_wait(9, WaitBasis::backward_end);
-  link.add_wait(11, WaitBasis::backward_end);
+  link.add_wait(3.5, WaitBasis::markers);  // these steps' iteration: 5 ms
+  link.add_wait(1.5, WaitBasis::backward_end);
+  link.add_wait(2.5, WaitBasis::backward_end);
   steptrace::StepRecord s3 = odd, s4 = odd;
   s3.index = 3, s4.index = 4;
   link.post(s3);
@@ -471,39 +483,46 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   REQUIRE(sent->size() == 3);
   const RankSummary s4s = from_floats((*sent)[2].data(), 4);
   CHECK(s4s.wait_basis == WaitBasis::backward_end);
-  CHECK(s4s.wait_ms == Approx(10));
+  CHECK(s4s.wait_ms == Approx(2));
   CHECK(s4s.wait_steps == 2);
   link.add_wait(-1, WaitBasis::trace);  // impossible: not counted
   link.add_wait(std::nan(""), WaitBasis::trace);
   link.add_wait(3, WaitBasis::trace);
-  link.add_wait(5, WaitBasis::markers);
+  link.add_wait(4.5, WaitBasis::markers);
   s3.index = 5, s4.index = 6;
   link.post(s3);
   link.post(s4);
   const RankSummary s6 = from_floats((*sent)[3].data(), 6);
   CHECK(s6.wait_basis == WaitBasis::markers);
-  CHECK(s6.wait_ms == Approx(5));
+  CHECK(s6.wait_ms == Approx(4.5));
   CHECK(s6.wait_steps == 1);
   link.add_wait(4, WaitBasis::trace);
-  link.add_wait(6, WaitBasis::backward_end);
+  link.add_wait(3, WaitBasis::backward_end);
   s3.index = 7, s4.index = 8;
   link.post(s3);
   link.post(s4);
   const RankSummary s8 = from_floats((*sent)[4].data(), 8);
   CHECK(s8.wait_basis == WaitBasis::backward_end);
-  CHECK(s8.wait_ms == Approx(6));
+  CHECK(s8.wait_ms == Approx(3));
   CHECK(s8.basis_steps[int(WaitBasis::trace)] == 1);  // every kind travels (the view picks a common one)
   link.add_wait(4, WaitBasis::trace);  // a trace alone: used
   s3.index = 9, s4.index = 10;
   link.post(s3);
   link.post(s4);
   CHECK(from_floats((*sent)[5].data(), 10).wait_basis == WaitBasis::trace);
+  link.add_wait(40, WaitBasis::trace);  // more than the 5 ms iteration: not taken (sent, not used)
+  s3.index = 11, s4.index = 12;
+  link.post(s3);
+  link.post(s4);
+  const RankSummary late = from_floats((*sent)[6].data(), 12);
+  CHECK(late.wait_basis == WaitBasis::none);
+  CHECK(late.basis_steps[int(WaitBasis::trace)] == 1);
   link.add_wait(0.5, WaitBasis::trace);  // beside steps with an nccl phase: their host time first
   steptrace::StepRecord n1 = r, n2 = r;
-  n1.index = 11, n2.index = 12;
+  n1.index = 13, n2.index = 14;
   link.post(n1);
   link.post(n2);
-  const RankSummary s12 = from_floats((*sent)[6].data(), 12);
+  const RankSummary s12 = from_floats((*sent)[7].data(), 14);
   CHECK(s12.wait_basis == WaitBasis::host_nccl);
   CHECK(s12.wait_ms == Approx(1));
   link.reset();
@@ -545,5 +564,28 @@ TEST_CASE("cross-rank: with log_every, the written lines carry the views (unwrit
     INFO("line of step " << lines[i]["global_step"]);
     REQUIRE(lines[i]["cross_rank"].is_object());
     CHECK(lines[i]["cross_rank"]["step"] == 5 * int(i));  // views of steps 0, 5, 10
+  }
+}
+
+TEST_CASE("cross-rank: with log_every above the exchange's cadence, a line takes the newest view and the "
+          "newest own summary, never a backlog", "[cross_rank]") {
+  const auto log = steptrace_test::fresh_log("cross_rank_log_every_newest");
+  steptrace::Config cfg = four_ranks_config(log);
+  cfg.log_every = 5;
+  REQUIRE(steptrace::start(cfg));
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<steptrace_test::FakeExchange>(), 1));
+  steptrace_test::run_input_nccl_steps(20);
+  steptrace::stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 4);  // steps 4, 9, 14, 19
+  for (const auto& l : lines) {
+    INFO("line of step " << l["global_step"]);
+    // Views every step: the line's own, not one 4 behind (the last step, closed by stop(), posts none:
+    // its line takes the step before's).
+    const int own = int(l["global_step"]) - (l["global_step"] == 19 ? 1 : 0);
+    REQUIRE(l["cross_rank"].is_object());
+    CHECK(l["cross_rank"]["step"] == own);
+    REQUIRE(l["rank_wait"].is_object());
+    CHECK(l["rank_wait"]["step"] == own);
   }
 }

@@ -271,7 +271,10 @@ PYBIND11_MODULE(_steptrace, m) {
   });
   m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
   m.def("step_work_done", [] { steptrace::details::mark_step_work_done(); });
-  m.def("collective_wait", [](double ms) { steptrace::details::add_collective_wait(ms); });
+  // The GIL released: the runtime's lock is taken here, and the exchange is destroyed under that lock in
+  // stop() (a Python object: it takes the GIL).
+  m.def("collective_wait", [](double ms) { steptrace::details::add_collective_wait(ms); },
+        py::call_guard<py::gil_scoped_release>());
   m.def("steps_begun", [] { return steptrace::details::steps_begun(); });
   // Ends the open step where its training work was done (stop() closing a step kept open for the next).
   m.def("step_exit_at_work_end", [] {

@@ -37,6 +37,7 @@ class _State:
         self.acc_step = None  # the step whose waits are being summed
         self.acc_ms = 0.0
         self.dropped = 0
+        self.framework = None  # DDP or FSDP in this process (decided at the first measured backward)
 
 
 _state = _State()
@@ -45,6 +46,8 @@ _state = _State()
 def _drain():
     """Hands the waits of steps whose events are all reached to the runtime (one value per step)."""
     s = _state
+    if s.torch is not None and _capturing(s.torch):
+        return
     while s.pending:
         step, start, end = s.pending[0]
         if not end.query():
@@ -68,41 +71,70 @@ def _first_tensor(tensors):
 def _off(e):
     _state.on = False
     _state.pending.clear()
+    _state.acc_step, _state.acc_ms = None, 0.0
     _steptrace.warn_once("waits.failed", f"steptrace: the backward_end wait measure failed ({type(e).__name__}: {e}); "
                                          "it is switched off, training goes on")
 
 
+def _capturing(torch):
+    """A CUDA graph is being captured on this thread's stream: no event, no query (either would break the
+    capture; the C++ stream markers skip capturing streams too)."""
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - an older torch: take it as capturing, measure nothing
+        return True
+
+
+def _framework_syncs(torch):
+    """Whether this process trains with a framework that waits for its gradient collectives at the end of
+    backward (DDP, FSDP): decided once, at the first measured backward, from the modules alive then.
+    Without one the end-of-backward wait would read ~0 on every rank whatever the job's collectives wait
+    (a manual all_reduce after backward, a sync in the optimizer), and a view could call that balanced:
+    the measure switches itself off."""
+    s = _state
+    if s.framework is None:
+        import gc
+        kinds = []
+        try:
+            from torch.nn.parallel import DistributedDataParallel
+            kinds.append(DistributedDataParallel)
+        except Exception:  # noqa: BLE001
+            pass
+        for where, name in (("torch.distributed.fsdp", "FSDPModule"), ("torch.distributed._composable.fsdp", "FSDPModule"),
+                            ("torch.distributed.fsdp", "FullyShardedDataParallel")):
+            try:
+                kinds.append(getattr(__import__(where, fromlist=[name]), name))
+            except Exception:  # noqa: BLE001
+                pass
+        kinds = tuple(kinds)
+        s.framework = bool(kinds) and any(isinstance(o, kinds) for o in gc.get_objects() if isinstance(o, torch.nn.Module))
+        if not s.framework:
+            s.on = False
+            _steptrace.warn_once("waits.no_framework", "steptrace: no DistributedDataParallel or FSDP module in this "
+                                                       "process: the end-of-backward wait is not measured (tag your "
+                                                       "collectives with steptrace.phase('nccl') for the cross-rank view)")
+    return s.framework
+
+
 def _measure(torch, inner, args, kwargs):
     """The program's backward between steptrace's two events; steptrace's own failure switches the
-    measure off, the program's exception passes through unchanged."""
+    measure off, the program's exception passes through unchanged (the backward runs once, outside any
+    handler of steptrace's)."""
+    handle = None
+    recorded = []
     try:
         t = _first_tensor(args[0] if args else kwargs.get("tensors"))
-        if t is None or not getattr(t, "requires_grad", False) or not getattr(t, "is_cuda", False):
-            return inner(*args, **kwargs)
-        step = _steptrace.steps_begun()
-        if step < 0:
-            return inner(*args, **kwargs)
-        start = torch.cuda.Event(enable_timing=True)
-        recorded = []
-
-        def at_end():  # an autograd final callback: every backward kernel launched, the framework's to run
-            try:
-                start.record()
-                recorded.append(True)
-            except Exception as e:  # noqa: BLE001
-                _off(e)
-
-        def at_root(grad):
-            try:
-                torch.autograd.Variable._execution_engine.queue_callback(at_end)
-            except Exception as e:  # noqa: BLE001
-                _off(e)
-            return None
-
-        handle = t.register_hook(at_root)
+        measure = (t is not None and getattr(t, "requires_grad", False) and getattr(t, "is_cuda", False)
+                   and not _capturing(torch) and _framework_syncs(torch))
+        step = _steptrace.steps_begun() if measure else -1
+        if step >= 0:
+            handle = _arm(torch, t, recorded)
     except Exception as e:  # noqa: BLE001
         _off(e)
+        handle = None
+    if handle is None:
         return inner(*args, **kwargs)
+    start = recorded.pop()  # the event the callback records
     try:
         result = inner(*args, **kwargs)
     finally:
@@ -111,7 +143,7 @@ def _measure(torch, inner, args, kwargs):
         except Exception as e:  # noqa: BLE001
             _off(e)
     try:
-        if recorded and _state.on:
+        if recorded and _state.on and not _capturing(torch):
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             _pair(start, end, step)
@@ -121,11 +153,39 @@ def _measure(torch, inner, args, kwargs):
     return result
 
 
+def _arm(torch, t, recorded):
+    """A hook at the loss that queues the end-of-backward callback; `recorded` holds the start event, then
+    True once the callback recorded it. Returns the hook's handle."""
+    start = torch.cuda.Event(enable_timing=True)
+
+    def at_end():  # an autograd final callback: every backward kernel launched, the framework's to run
+        try:
+            start.record()
+            recorded.append(True)
+        except Exception as e:  # noqa: BLE001
+            _off(e)
+
+    def at_root(grad):
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(at_end)
+        except Exception as e:  # noqa: BLE001
+            _off(e)
+        return None
+
+    handle = t.register_hook(at_root)
+    recorded.append(start)
+    return handle
+
+
 def _pair(start, end, step):
     s = _state
-    if len(s.pending) >= _MAX_PENDING:
-        s.pending.popleft()
-        s.dropped += 1
+    if len(s.pending) >= _MAX_PENDING:  # the oldest step's pairs all go: a partial sum is no step's wait
+        first = s.pending[0][0]
+        while s.pending and s.pending[0][0] == first:
+            s.pending.popleft()
+            s.dropped += 1
+        if s.acc_step == first:  # its summed part goes too
+            s.acc_step, s.acc_ms = None, 0.0
         _steptrace.warn_once("waits.dropped", f"steptrace: more than {_MAX_PENDING} collective waits' events not yet "
                                               "reached on the GPU: the oldest are dropped (their steps' cross-rank wait "
                                               "is not measured)")
@@ -151,7 +211,7 @@ def fsdp_hooks(torch, model, is_compiling):
         open_ = {}
 
         def before(module, args, _open=open_):
-            if not _state.on or is_compiling() or not torch.is_grad_enabled():
+            if not _state.on or is_compiling() or not torch.is_grad_enabled() or not module.training or _capturing(torch):
                 return None
             try:
                 step = _steptrace.steps_begun()
@@ -165,7 +225,7 @@ def fsdp_hooks(torch, model, is_compiling):
 
         def after(module, args, _open=open_):
             opened = _open.pop("e", None)
-            if opened is None or not _state.on:
+            if opened is None or not _state.on or is_compiling() or _capturing(torch):
                 return None
             try:
                 end = torch.cuda.Event(enable_timing=True)
@@ -211,6 +271,7 @@ def install(torch):
             torch.autograd.backward = backward
             s.installed = backward
         s.torch = torch
+        s.framework = None  # decided again at this run's first measured backward
         s.on = True
         return True
     except Exception as e:  # noqa: BLE001 - the view goes on with the evidence it has

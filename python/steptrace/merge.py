@@ -200,11 +200,13 @@ class RankView:
         return max(0.0, self.step_ms.get(step, 0.0) - self.phase_ms.get(step, {}).get(COMM_PHASE, 0.0))
 
     def mean_work_ms(self, steps, measured=False):
-        vals = [self.work_ms(s, measured) for s in steps if s in self.step_ms]
+        """Over the steps (with measured waits: the steps whose GPU records the capture holds; a step without
+        them would read no wait, and its whole time as work)."""
+        vals = [self.work_ms(s, measured) for s in steps if s in self.step_ms and (not measured or s in self.gpu)]
         return sum(vals) / len(vals) if vals else 0.0
 
     def mean_wait_ms(self, steps):
-        vals = [self.wait_ms(s) for s in steps if s in self.step_ms]
+        vals = [self.wait_ms(s) for s in steps if s in self.step_ms and s in self.gpu]
         return sum(vals) / len(vals) if vals else 0.0
 
     def mean_phase_ms(self, steps, phase):

@@ -205,6 +205,34 @@ def test_the_report_opens_with_the_rank_the_others_wait_for():
     assert r1["phases"][1] == 21.0, rp  # the mean over the rank's lines read (the malformed one is not)
 
 
+def test_rank_numbers_near_the_float_limit_build_a_page():
+    """Each value finite, their median or difference not (two 1.7e308 average to infinity): the held-back
+    summary and the rank x phase table say null there, and the page builds (its data is JSON)."""
+    from steptrace import report
+    d = tmpdir()
+    big = 1.7e308
+    logs = []
+    for rank in (0, 1):
+        recs = []
+        for st in range(4):
+            extra = {"rank_wait": {"step": st, "wait_ms": big, "work_ms": big}}
+            if rank == 0:
+                extra["cross_rank"] = {"step": st, "slowest_rank": 1, "gap_ms": big, "wait_share": big,
+                                       "culprit": {"wait_ms": -big}, "median_rank": {"wait_ms": big}}
+            ph = {"forward": {"host_ms": big, "self_ms": big, "count": 1}}
+            recs.append(line(st, rank=rank, phases=ph, **extra))
+        path = os.path.join(d, f"big-{rank}.jsonl")
+        write_log(path, recs)
+        logs.append(path)
+    data = report.build(logs, "t", 400, 1)
+    top = data["held_back"]["culprits"][0]
+    assert top["rank"] == 1 and top["gap_ms"] is None and top["wait_gap_ms"] is None, top
+    assert data["rank_phases"]["rows"][0]["phases"] == [None], data["rank_phases"]
+    out = os.path.join(d, "page.html")
+    report.main([*logs, "-o", out])
+    assert os.path.getsize(out) > 10000
+
+
 def test_a_file_read_in_parts_is_the_file_read_whole():
     d = tmpdir()
     log = os.path.join(d, "big.jsonl")

@@ -562,6 +562,44 @@ def test_bad_arguments():
         raise AssertionError("tokens=-1 accepted")
 
 
+def test_the_wait_measure_runs_a_backward_once_and_passes_its_error_through():
+    """cross_rank()'s end-of-backward measure (steptrace/_waits.py) on a backward it does not measure (a CPU
+    tensor): the program's backward runs once, its own exception reaches the program, and the measure is
+    not switched off for it. Its pending events drop a whole step at a time when full."""
+    from steptrace import _waits
+    calls = []
+
+    class Boom(Exception):
+        pass
+
+    def inner(*args, **kwargs):
+        calls.append(1)
+        raise Boom()
+
+    loss = torch.ones(2, requires_grad=True).sum()
+    _waits._state.on = True
+    try:
+        try:
+            _waits._measure(torch, inner, (loss,), {})
+        except Boom:
+            pass
+        else:
+            raise AssertionError("the program's exception did not reach it")
+        assert calls == [1], calls
+        assert _waits._state.on, "the program's own exception switched the measure off"
+        s = _waits._state
+        s.pending.clear()
+        for step in [7] * 3 + [8] * (_waits._MAX_PENDING - 3):
+            s.pending.append((step, None, None))
+        s.acc_step, s.acc_ms = 7, 1.5
+        _waits._pair(None, None, 9)
+        assert [p[0] for p in s.pending][:1] == [8] and len(s.pending) == _waits._MAX_PENDING - 2, len(s.pending)
+        assert s.acc_step is None and s.acc_ms == 0.0  # step 7's summed part went with it
+    finally:
+        _waits._state.on = False
+        _waits._state.pending.clear()
+
+
 def main():
     if torch is None:
         print("test_watch: skipped: torch cannot be imported here (Debian: apt-get install python3-torch)")

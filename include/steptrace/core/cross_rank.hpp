@@ -109,11 +109,17 @@ struct RankSummary {
     basis_steps[i] = n;
     derive_best();
   }
+  /// Whether kind `b` measured a wait this window can hold: some steps, not more than the iteration (a
+  /// wait happens within it; a trace's lines reach the window late and in bursts, and can read more).
+  bool plausible(WaitBasis b) const {
+    const int i = static_cast<int>(b);
+    return i >= 1 && i <= 4 && basis_steps[i] > 0 && basis_wait_ms[i] >= 0 && basis_wait_ms[i] <= iteration_ms();
+  }
   void derive_best() {
     wait_basis = WaitBasis::none, wait_ms = 0, wait_steps = 0;
     for (const WaitBasis b : kWaitPreference) {
       const int i = static_cast<int>(b);
-      if (basis_steps[i] > 0) {
+      if (plausible(b)) {
         wait_basis = b, wait_ms = basis_wait_ms[i], wait_steps = basis_steps[i];
         return;
       }
@@ -297,7 +303,7 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   WaitBasis basis = WaitBasis::none;
   for (const WaitBasis b : kWaitPreference) {
     bool all = true;
-    for (const auto* s : ok) all = all && s->basis_steps[static_cast<int>(b)] > 0;
+    for (const auto* s : ok) all = all && s->plausible(b);
     if (all) {
       basis = b;
       break;
@@ -337,7 +343,7 @@ inline CrossRankView aggregate_ranks(const std::vector<RankSummary>& summaries, 
   v.skew = v.work_ms_median > 0 ? (v.work_ms_max - v.work_ms_median) / v.work_ms_median : 0;
   v.gap_ms = v.work_ms_max - v.work_ms_median;
   v.step_skew = v.step_ms_median > 0 ? v.gap_ms / v.step_ms_median : 0;
-  v.wait_share = v.step_ms_median > 0 ? (v.wait_ms_max - v.wait_ms_min) / v.step_ms_median : 0;
+  v.wait_share = v.step_ms_median > 0 ? std::min(1.0, (v.wait_ms_max - v.wait_ms_min) / v.step_ms_median) : 0;
   // The part that explains the slowest rank's extra own work. Each rank's wait beyond the smallest is
   // taken out of its time between steps first (a host read there waits for the GPU, which waits for
   // the others); without measured waits the time between steps is not compared (the host fallback).

@@ -184,8 +184,8 @@ class CrossRankLink {
     }
   }
 
-  /// Background thread, for a line that is written: the oldest view of its own step or an earlier
-  /// one (lines may lag the exchange; a view never lands on an earlier step's line), or why none.
+  /// Background thread, for a line that is written: the newest view of its own step or an earlier one
+  /// (a view never lands on an earlier step's line), or why none.
   void fill_line(uint64_t step, int rank, StepLineInput& in) {
     std::lock_guard<std::mutex> lock(mutex_);
     in.cross_rank_every = every_;  // the cadence the views were gathered at, also after the exchange stopped
@@ -201,13 +201,19 @@ class CrossRankLink {
       in.cross_rank_null_reason = "no exchange completed since the previous line";
     else if (views_.front().step > static_cast<int64_t>(step))
       in.cross_rank_null_reason = "the next gathered view is of a later step (it waits for that step's line)";
+    // A line takes the newest view of its own step or an earlier one; older ones not yet on a line are
+    // dropped (lines not written, log_every: a line never carries a view many exchanges old).
+    const auto newest_upto = [step](auto& q) {
+      while (q.size() > 1 && q[1].step <= static_cast<int64_t>(step)) q.pop_front();
+    };
     if (rank == 0 && !views_.empty() && views_.front().step <= static_cast<int64_t>(step)) {
+      newest_upto(views_);
       in.cross_rank = std::move(views_.front());
       views_.pop_front();
     }
-    // Every rank's line: its own summaries as posted, oldest first, one a line, on the first line of its
-    // step or later (lines lag the posts as they lag the views; up to 64 wait).
+    // Every rank's line: its own summary as posted, the newest of its step or an earlier one, the same way.
     if (!own_.empty() && own_.front().step <= static_cast<int64_t>(step)) {
+      newest_upto(own_);
       in.rank_wait = std::move(own_.front());
       own_.pop_front();
     } else {

@@ -1,6 +1,7 @@
 """The report's view across ranks (one run, several ranks): who held the step back (rank 0's cross-rank
 views), each rank's step time, collective wait and own work over the steps, the slowest rank per window,
 and the rank x phase table."""
+import math
 import statistics
 from collections import Counter, defaultdict
 
@@ -8,6 +9,16 @@ from .numbers import PALETTE, median, rounded
 
 MAX_RANK_LINES = 8
 MAX_HEAT_ROWS = 64    # ranks in the per-rank heat map at most: the slowest (the median is over every rank)
+
+
+def _finite(v):
+    """v where it is a finite number, else None: the page's data is JSON without Infinity (each value read
+    is finite, but a median of two near the float limit, or a difference, need not be)."""
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def _median(xs):
+    return _finite(median([x for x in xs if _finite(x) is not None]))
 
 
 def held_back(view):
@@ -31,12 +42,12 @@ def held_back(view):
                  if v.get("median_wait_ms") is not None and v.get("culprit_wait_ms") is not None]
         phase, k = phases.most_common(1)[0] if phases else (None, 0)
         culprits.append({"rank": rk, "views": len(vs), "share": len(vs) / len(views),
-                         "gap_ms": median(gaps), "wait_gap_ms": median(waits), "phase": phase, "phase_views": k,
+                         "gap_ms": _median(gaps), "wait_gap_ms": _median(waits), "phase": phase, "phase_views": k,
                          "phases": dict(phases.most_common(4))})
     judged = [v["balanced"] for v in views if v.get("balanced") is not None]
     shares = [v["wait_share"] for v in views if v.get("wait_share") is not None]
     return {"views": len(views), "first_step": views[0]["step"], "last_step": views[-1]["step"],
-            "balanced": sum(judged), "judged": len(judged), "wait_share_median": median(shares),
+            "balanced": sum(judged), "judged": len(judged), "wait_share_median": _median(shares),
             "bases": dict(Counter(v["basis"] or "none" for v in views).most_common(3)), "culprits": culprits}
 
 
@@ -54,8 +65,8 @@ def rank_phase_table(view):
     for rk in view.ranks:
         seg = view.by_rank[rk]
         n = max(1, len(seg["steps"]))
-        mean_of = lambda key: median([v for v in seg["cols"][key] if v is not None])
-        rows.append({"rank": rk, "phases": [round(sum(seg["host"].get(p, {}).values()) / n, 4) for p in phases],
+        mean_of = lambda key: _median(seg["cols"][key])
+        rows.append({"rank": rk, "phases": [_finite(round(sum(seg["host"].get(p, {}).values()) / n, 4)) for p in phases],
                      "step_ms": mean_of("step_time_ms"), "wait_ms": mean_of("rank_wait_ms"),
                      "work_ms": mean_of("rank_work_ms")})
     if len(rows) > MAX_HEAT_ROWS:
