@@ -236,15 +236,16 @@ class _SimulatedRanks:
 
     def all_gather(self, outs, t, group=None, async_op=False):
         """Every simulated rank's summary is rank 0's, as a synchronous data-parallel job makes them: each
-        measured a 0.5 ms wait at the end of backward; with a slow rank, that one spends 15 ms more in its
-        input and the others wait those 15 ms inside their step."""
+        step holds a 0.5 ms wait at the end of backward (1 ms more of step time); with a slow rank, that one
+        spends 15 ms more in its input and the others wait those 15 ms inside their step."""
         t0 = time.perf_counter()
         for k, out in enumerate(outs):
             out.copy_(t)
             out[1] = float(k)
             out[self.WAIT], out[self.WAIT_STEPS] = 0.5, 2.0
+            out[3] += 1.0  # step_ms: the wait is within the step
             if self.slow is not None:
-                out[3] += 15.0  # step_ms: every rank's step is as long as the slow one's
+                out[3] += 15.0  # every rank's step is as long as the slow one's
                 if k == self.slow:
                     out[4] += 15.0  # input
                 else:
