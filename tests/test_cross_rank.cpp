@@ -5,6 +5,7 @@
 #include <steptrace/details/session.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <thread>
@@ -414,6 +415,55 @@ TEST_CASE("cross-rank: rank 0's line names the slow rank and phase (session, sim
   CHECK(views == 3);
   for (const auto& l : lines) CHECK(l["run_id"] == "feedfacecafebeef");  // rank 0's, taken at set_exchange
   CHECK(steptrace_test::read_events(log).back()["run_id"] == "feedfacecafebeef");
+}
+
+TEST_CASE("cross-rank: on the default (compact) lines, rank 0 names the rank the others wait for and every "
+          "line its own wait", "[cross_rank]") {
+  // The session test above forces full lines (host_config); users run compact ones: the compact line must
+  // carry the verdict (who, which part, balanced, on what) and the rank's own wait.
+  // CTest forces full lines through the environment (it wins over the Config): lifted for this run.
+  struct Unset {
+    std::string saved;
+    bool had = false;
+    Unset() {
+      if (const char* v = std::getenv("STEPTRACE_LINE_DETAIL")) saved = v, had = true;
+      unsetenv("STEPTRACE_LINE_DETAIL");
+    }
+    ~Unset() {
+      if (had) setenv("STEPTRACE_LINE_DETAIL", saved.c_str(), 1);
+    }
+  } unset;
+  const auto log = steptrace_test::fresh_log("cross_rank_session_compact");
+  steptrace::Config cfg = four_ranks_config(log);
+  cfg.line_detail = steptrace::Config{}.line_detail;  // the default
+  REQUIRE(cfg.line_detail == steptrace::LineDetail::compact);
+  REQUIRE(steptrace::start(cfg));
+  REQUIRE(steptrace::details::Session::current().set_exchange(std::make_unique<steptrace_test::FakeExchange>(), 2));
+  steptrace_test::run_input_nccl_steps(7);
+  steptrace::stop();
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 7);
+  int views = 0, own = 0;
+  for (const auto& l : lines) {
+    CHECK(l["schema"] == "steptrace.step/2");  // the compact line, as users get it
+    if (l.contains("rank_wait") && l["rank_wait"].is_object()) {
+      ++own;
+      CHECK(l["rank_wait"]["wait_basis"] == "host_nccl");
+      CHECK(double(l["rank_wait"]["wait_ms"]) > 0.5);  // its 1 ms nccl phase
+    }
+    if (!l.contains("cross_rank") || !l["cross_rank"].is_object()) continue;
+    ++views;
+    const auto& v = l["cross_rank"];
+    INFO(v.dump());
+    CHECK(v["slowest_rank"] == 2);
+    CHECK(v["culprit_phase"] == "input");
+    CHECK(v["balanced"] == false);
+    CHECK(v["wait_basis"] == "host_nccl");
+    CHECK(double(v["wait_share"]) > 0.5);
+    CHECK(double(v["median_rank"]["wait_ms"]) - double(v["culprit"]["wait_ms"]) == Approx(20).margin(0.5));
+  }
+  CHECK(views == 3);
+  CHECK(own == 3);
 }
 
 TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait between steps (a loss.item() after "
