@@ -318,7 +318,7 @@ TEST_CASE("cross-rank: ranks are compared on a kind of wait every rank measured,
   d.basis = WaitBasis::host_nccl, d.transfer_ms = 5.4;
   auto s = ddp(d);
   s[1].set_wait(WaitBasis::trace, 0.46, 1);
-  CHECK(s[1].wait_basis == WaitBasis::host_nccl);  // its own line shows its best: the host's, ahead of a trace
+  CHECK(s[1].wait_basis == WaitBasis::trace);  // its own line shows its best: the GPU's, ahead of the host's
   s[0].set_wait(WaitBasis::host_nccl, 0, 0);       // rank 0's nccl phase unmeasured, a trace on rank 1 only
   CHECK(aggregate_ranks(s, 30).wait_basis == "none");
   s[0].set_wait(WaitBasis::host_nccl, 5.4, 10);
@@ -326,10 +326,11 @@ TEST_CASE("cross-rank: ranks are compared on a kind of wait every rank measured,
   CHECK(v.wait_basis == "host_nccl");  // the view compares what both have
   CHECK(*v.balanced());
   CHECK(v.wait_share < 0.02);
-  // Both traced in the window: still the nccl phase's host time, common to both and ahead of a trace.
+  // Both traced in the window: the GPU's evidence, common to both, ahead of the host's time (which holds
+  // the rank's wait for its own GPU as well).
   s[0].set_wait(WaitBasis::trace, 0.47, 1);
-  CHECK(aggregate_ranks(s, 30).wait_basis == "host_nccl");
-  // Markers on both: ahead of the host's time.
+  CHECK(aggregate_ranks(s, 30).wait_basis == "trace");
+  // Markers on both: ahead of a trace.
   s[0].set_wait(WaitBasis::markers, 5.0, 10);
   s[1].set_wait(WaitBasis::markers, 5.1, 10);
   CHECK(aggregate_ranks(s, 30).wait_basis == "markers");
@@ -521,8 +522,8 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK(s2.wait_basis == WaitBasis::host_nccl);  // step 2's nccl phase: 1 ms
   CHECK(s2.wait_ms == Approx(1));
   CHECK(s2.wait_steps == 1);
-  // The window's kinds, best first: backward_end events, markers, the nccl phase's host time, a trace
-  // (the measures of every step before the sampled one, whose lines come late and in bursts).
+  // The window's kinds, best first: backward_end events, markers, a trace, the nccl phase's host time
+  // (which holds the rank's wait for its own GPU too).
   link.add_wait(3.5, WaitBasis::markers);  // these steps' iteration: 5 ms
   link.add_wait(1.5, WaitBasis::backward_end);
   link.add_wait(2.5, WaitBasis::backward_end);
@@ -567,14 +568,16 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   const RankSummary late = from_floats((*sent)[6].data(), 12);
   CHECK(late.wait_basis == WaitBasis::none);
   CHECK(late.basis_steps[int(WaitBasis::trace)] == 1);
-  link.add_wait(0.5, WaitBasis::trace);  // beside steps with an nccl phase: their host time first
+  link.add_wait(0.5, WaitBasis::trace);  // beside steps with an nccl phase: the trace first, both travel
   steptrace::StepRecord n1 = r, n2 = r;
   n1.index = 13, n2.index = 14;
   link.post(n1);
   link.post(n2);
   const RankSummary s12 = from_floats((*sent)[7].data(), 14);
-  CHECK(s12.wait_basis == WaitBasis::host_nccl);
-  CHECK(s12.wait_ms == Approx(1));
+  CHECK(s12.wait_basis == WaitBasis::trace);
+  CHECK(s12.wait_ms == Approx(0.5));
+  CHECK(s12.basis_steps[int(WaitBasis::host_nccl)] == 2);
+  CHECK(s12.basis_wait_ms[int(WaitBasis::host_nccl)] == Approx(1));
   link.reset();
 }
 

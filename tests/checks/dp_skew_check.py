@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""The cross-rank headline (`cross_rank.step_skew`, `balanced`) on two GPUs, with examples/dp_train.
+"""The cross-rank headline (`cross_rank.balanced`, the rank the others wait for) on two GPUs, with
+examples/dp_train.
 
     tests/checks/dp_skew_check.py DP_TRAIN OUT_DIR
 
-A balanced run must read `balanced` (step_skew below the documented threshold) in >= 95 % of rank 0's
-views; a run whose rank 1 spends 25 % of the median step more in `backward` from step 10 on must read
-not balanced, with rank 1 and `backward` named, from the first view of step 10 or later and in >= 95 % of
-those views. Prints the distributions (docs/multi-gpu-validation.md quotes them). Exit 77 (skipped) with fewer than two GPUs.
+Three runs, each checked against the program's own step clock (`steady_step_ms`, printed by dp_train):
+- balanced: >= 95 % of rank 0's views read `balanced`;
+- slow: rank 1 spends 25 % of the median step more in `input` from step 10 on (its GPU idle: the previous
+  step ended in a sync), so the step grows and rank 0 waits for it in the all-reduce; the views must read
+  not balanced, with rank 1 and `input` named, from the first view of step 10 or later and in >= 95 % of
+  them;
+- hidden: the same delay in `backward`, after its kernels are launched: the GPU's backward work covers it,
+  the step does not grow and nobody waits for rank 1 on the GPU; the views that compare the ranks on GPU
+  evidence (a trace's exposed NCCL time) must read balanced (>= 90 % of them). The views on the `nccl`
+  phase's host time alone are printed: that time holds each rank's wait for its own GPU.
+Prints the distributions (docs/multi-gpu-validation.md quotes them). Exit 77 (skipped) with fewer than two GPUs.
 """
 import os
 import subprocess
@@ -25,6 +33,7 @@ def gpu_count():
 
 
 def run(binary, out, name, extra):
+    """Runs dp_train on two GPUs; returns rank 0's views and each rank's steady step time (ms) and delay."""
     log = os.path.join(out, name + "-{rank}.jsonl")
     for r in range(2):
         path = log.replace("{rank}", str(r))
@@ -33,7 +42,13 @@ def run(binary, out, name, extra):
     env = dict(os.environ, STEPTRACE_SUMMARY="0", NCCL_NVLS_ENABLE="0")
     cmd = [binary, "--gpus", "2", "--cross-rank-every", "2", "--log", log] + extra
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, env=env, check=True)
+    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    print(done.stdout, end="")
+    clock = {}
+    for line in done.stdout.splitlines():
+        f = line.split()
+        if len(f) == 6 and f[0] == "rank" and f[2] == "steady_step_ms":
+            clock[int(f[1])] = (float(f[3]), float(f[5]))
     views, partial, without = [], 0, {}
     for l in step_lines(log.replace("{rank}", "0")):
         v = l.get("cross_rank")
@@ -44,7 +59,7 @@ def run(binary, out, name, extra):
             reason = l.get("null_reasons", {}).get("cross_rank", "")
             without[reason] = without.get(reason, 0) + 1
     print(f"  rank 0: {len(views)} views, {partial} missing a rank; lines without a view: {without}")
-    return views
+    return views, clock
 
 
 def quantiles(xs):
@@ -53,6 +68,13 @@ def quantiles(xs):
         return "none"
     q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]
     return f"min {xs[0]:.4f} median {q(0.5):.4f} p95 {q(0.95):.4f} max {xs[-1]:.4f}"
+
+
+def bases(views):
+    out = {}
+    for v in views:
+        out[v.get("wait_basis")] = out.get(v.get("wait_basis"), 0) + 1
+    return out
 
 
 def main():
@@ -66,33 +88,43 @@ def main():
     os.makedirs(out, exist_ok=True)
     ok = True
 
-    balanced = run(binary, out, "balanced", ["--steps", "200"])
+    balanced, calm_clock = run(binary, out, "balanced", ["--steps", "200"])
     n = len(balanced)
     calm = sum(1 for v in balanced if v.get("balanced") is True)
     print(f"balanced run: {n} views, {calm} balanced ({100.0 * calm / max(n, 1):.1f} %)")
-    print("  step_skew", quantiles([v.get("step_skew") for v in balanced]))
-    print("  skew     ", quantiles([v.get("skew") for v in balanced]))
-    print("  gap_ms   ", quantiles([v.get("gap_ms") for v in balanced]))
-    print("  step_ms  ", quantiles([v.get("step_time_ms", {}).get("median") for v in balanced]))
+    print("  wait_share", quantiles([v.get("wait_share") for v in balanced]))
+    print("  step_skew ", quantiles([v.get("step_skew") for v in balanced]))
+    print("  gap_ms    ", quantiles([v.get("gap_ms") for v in balanced]))
+    print("  step_ms   ", quantiles([v.get("step_time_ms", {}).get("median") for v in balanced]))
+    print("  bases     ", bases(balanced))
     if n < 50 or calm < 0.95 * n:
         print("FAIL: fewer than 95 % of the balanced run's views read balanced (or too few views)")
         ok = False
+    base_ms = calm_clock.get(0, (None, 0))[0]
 
-    slow = run(binary, out, "slow", ["--steps", "100", "--slow-rank", "1", "--slow-phase", "backward",
-                                     "--slow-pct", "25"])
+    slow, slow_clock = run(binary, out, "slow", ["--steps", "100", "--slow-rank", "1", "--slow-phase", "input",
+                                                 "--slow-pct", "25"])
     after = [v for v in slow if v["step"] >= 10]
-    print(f"slow run: {len(slow)} views, {len(after)} of step 10 or later")
-    print("  step_skew before step 10", quantiles([v.get("step_skew") for v in slow if v["step"] < 10]))
-    print("  step_skew from step 10  ", quantiles([v.get("step_skew") for v in after]))
-    print("  skew from step 10       ", quantiles([v.get("skew") for v in after]))
+    extra = slow_clock.get(1, (0, 0))[1]
+    grew = slow_clock.get(0, (0, 0))[0] - (base_ms or 0)
+    print(f"slow run (input): {len(slow)} views, {len(after)} of step 10 or later; delay {extra:.3f} ms a step, "
+          f"the program's step grew {grew:.3f} ms (against the balanced run)")
+    print("  wait_share before step 10", quantiles([v.get("wait_share") for v in slow if v["step"] < 10]))
+    print("  wait_share from step 10  ", quantiles([v.get("wait_share") for v in after]))
+    print("  gap_ms from step 10      ", quantiles([v.get("gap_ms") for v in after]))
+    print("  bases from step 10       ", bases(after))
+    if base_ms is None or extra <= 0 or grew < 0.5 * extra:
+        print("FAIL: the planted input delay did not lengthen the program's step: the run proves nothing")
+        ok = False
     # The slowdown is seen from the first view after it starts, and in >= 95 % of the views after (a
     # host stall on the other rank can outweigh the injected delay in one step: printed, not hidden).
     flagged = [v for v in after
-               if v.get("balanced") is False and v.get("slowest_rank") == 1 and v.get("culprit_phase") == "backward"]
+               if v.get("balanced") is False and v.get("slowest_rank") == 1 and v.get("culprit_phase") == "input"]
     for v in after:
         if v not in flagged:
             print(f"  view of step {v['step']}: reporting {v.get('reporting')} balanced {v.get('balanced')} "
-                  f"step_skew {v.get('step_skew')} slowest_rank {v.get('slowest_rank')} culprit {v.get('culprit_phase')}")
+                  f"wait_share {v.get('wait_share')} basis {v.get('wait_basis')} slowest_rank {v.get('slowest_rank')} "
+                  f"culprit {v.get('culprit_phase')}")
     if len(after) < 30 or after[0]["step"] > 11:
         print("FAIL: the slow run's views from step 10 are missing")
         ok = False
@@ -101,6 +133,26 @@ def main():
         ok = False
     if len(flagged) < 0.95 * len(after):
         print(f"FAIL: {len(flagged)} of {len(after)} views after the slowdown name it (95 % required)")
+        ok = False
+
+    hidden, hidden_clock = run(binary, out, "hidden", ["--steps", "100", "--slow-rank", "1", "--slow-phase",
+                                                       "backward", "--slow-pct", "25"])
+    after = [v for v in hidden if v["step"] >= 10]
+    extra = hidden_clock.get(1, (0, 0))[1]
+    grew = hidden_clock.get(0, (0, 0))[0] - (base_ms or 0)
+    gpu = [v for v in after if v.get("wait_basis") in ("trace", "markers")]
+    calm_gpu = [v for v in gpu if v.get("balanced") is True]
+    host = [v for v in after if v.get("wait_basis") == "host_nccl"]
+    print(f"hidden run (backward): delay {extra:.3f} ms a step, the program's step grew {grew:.3f} ms; "
+          f"{len(calm_gpu)} of {len(gpu)} views on GPU evidence balanced; {len(host)} views on the host's nccl "
+          f"time, {sum(1 for v in host if v.get('balanced') is False)} of them naming rank "
+          f"{sorted(set(v.get('slowest_rank') for v in host))}")
+    print("  wait_share (GPU evidence)", quantiles([v.get("wait_share") for v in gpu]))
+    print("  wait_share (host)        ", quantiles([v.get("wait_share") for v in host]))
+    if grew >= 0.5 * extra:
+        print("  (the delay was not hidden on this machine: the step grew; the GPU views are not judged)")
+    elif len(gpu) < 3 or len(calm_gpu) < 0.9 * len(gpu):
+        print("FAIL: a host delay hidden under the GPU's work is blamed on the GPU evidence")
         ok = False
     print("dp_skew_check:", "passed" if ok else "FAILED")
     return 0 if ok else 1

@@ -57,8 +57,8 @@ enum class WaitBasis : uint8_t {
   trace = 4,         // a traced step's NCCL kernel time not overlapped by its other kernels
 };
 /// The order a window's evidence is taken in (details/cross_rank_link.hpp says why).
-inline constexpr WaitBasis kWaitPreference[] = {WaitBasis::backward_end, WaitBasis::markers, WaitBasis::host_nccl,
-                                                WaitBasis::trace};
+inline constexpr WaitBasis kWaitPreference[] = {WaitBasis::backward_end, WaitBasis::markers, WaitBasis::trace,
+                                                WaitBasis::host_nccl};
 inline const char* wait_basis_name(WaitBasis b) {
   switch (b) {
     case WaitBasis::host_nccl: return "host_nccl";

@@ -8,11 +8,12 @@
 // of every rank reads the same kind. Python's backward_end events (steptrace/_waits.py: a CUDA event when
 // backward's kernels are all launched, before the framework's end-of-backward callbacks, and one after
 // backward returns; the GPU time between them is the collectives' tail the stream waited for), the
-// `nccl` phase's span in the stream markers (a collective on the marked stream: a C++ loop's), the
-// `nccl` phase's host time (a loop that syncs there), and last a traced step's exposed NCCL time (the
-// background thread, from its records): traced lines reach the window in bursts of older steps (on
-// examples/dp_train, 8-33 traced steps in a 2-step window, reading 0.5 ms on both ranks while the `nccl`
-// phase's host time read the slowed rank's 1.9 ms), and a traced step's tracing slows its own rank.
+// `nccl` phase's span in the stream markers (a collective on the marked stream: a C++ loop's), a traced
+// step's exposed NCCL time (the background thread, from its records; its lines reach the window late and
+// in bursts of older steps), and last the `nccl` phase's host time (a loop that syncs there), which also
+// holds the rank's wait for its own GPU: on examples/dp_train a host delay in backward, hidden under the
+// GPU's backward kernels, left the step at 6.19 -> 6.20 ms and the trace read 0.5 ms of exposed NCCL on
+// both ranks (balanced, the truth) while the host time read 1.9 ms more on the rank not delayed.
 // On 2 H200s backward_end and the trace
 // agree under DDP (a rank slowed 20 ms: 35.8 vs 38.4 ms, median per step, benchmarks/dp_culprit.py);
 // under FSDP eager, host-bound, the trace's exposed NCCL time counts the victim's GPU idle behind
