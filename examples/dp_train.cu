@@ -157,6 +157,9 @@ int run_rank(const Options& o, int rank, int read_fd, const std::vector<int>& wr
 
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+  // The loop's work runs on its own stream: markers there give every step its GPU evidence, the nccl
+  // phase's span among it (the wait the cross-rank view compares; docs/gpu.md, "Stream markers").
+  steptrace::set_marker_stream(stream);
   cublasHandle_t blas;
   CHECK(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS, "cublasCreate");
   cublasSetStream(blas, stream);

@@ -543,41 +543,59 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   s3.index = 5, s4.index = 6;
   link.post(s3);
   link.post(s4);
+  // No backward_end measure reached this window: the rank's latest two (every = 2) stand for it, the
+  // best kind still; the fresh kinds travel beside it.
   const RankSummary s6 = from_floats((*sent)[3].data(), 6);
-  CHECK(s6.wait_basis == WaitBasis::markers);
-  CHECK(s6.wait_ms == Approx(4.5));
-  CHECK(s6.wait_steps == 1);
+  CHECK(s6.wait_basis == WaitBasis::backward_end);
+  CHECK(s6.wait_ms == Approx(2));
+  CHECK(s6.wait_steps == 2);
+  CHECK(s6.basis_wait_ms[int(WaitBasis::markers)] == Approx(4.5));
+  CHECK(s6.basis_steps[int(WaitBasis::markers)] == 1);
+  CHECK(s6.basis_wait_ms[int(WaitBasis::trace)] == Approx(3));
+  CHECK(s6.basis_steps[int(WaitBasis::trace)] == 1);
   link.add_wait(4, WaitBasis::trace);
   link.add_wait(3, WaitBasis::backward_end);
   s3.index = 7, s4.index = 8;
   link.post(s3);
   link.post(s4);
   const RankSummary s8 = from_floats((*sent)[4].data(), 8);
-  CHECK(s8.wait_basis == WaitBasis::backward_end);
+  CHECK(s8.wait_basis == WaitBasis::backward_end);  // the window's own measure, not the carried ones
   CHECK(s8.wait_ms == Approx(3));
+  CHECK(s8.wait_steps == 1);
   CHECK(s8.basis_steps[int(WaitBasis::trace)] == 1);  // every kind travels (the view picks a common one)
-  link.add_wait(4, WaitBasis::trace);  // a trace alone: used
+  CHECK(s8.basis_wait_ms[int(WaitBasis::trace)] == Approx(4));
+  CHECK(s8.basis_wait_ms[int(WaitBasis::markers)] == Approx(4));  // carried: the latest two, 3.5 and 4.5
+  link.add_wait(40, WaitBasis::trace);  // more than the 5 ms iteration: travels, not taken
   s3.index = 9, s4.index = 10;
   link.post(s3);
   link.post(s4);
-  CHECK(from_floats((*sent)[5].data(), 10).wait_basis == WaitBasis::trace);
-  link.add_wait(40, WaitBasis::trace);  // more than the 5 ms iteration: not taken (sent, not used)
-  s3.index = 11, s4.index = 12;
-  link.post(s3);
-  link.post(s4);
-  const RankSummary late = from_floats((*sent)[6].data(), 12);
-  CHECK(late.wait_basis == WaitBasis::none);
+  const RankSummary late = from_floats((*sent)[5].data(), 10);
   CHECK(late.basis_steps[int(WaitBasis::trace)] == 1);
-  link.add_wait(0.5, WaitBasis::trace);  // beside steps with an nccl phase: the trace first, both travel
+  CHECK_FALSE(late.plausible(WaitBasis::trace));
+  CHECK(late.wait_basis == WaitBasis::backward_end);  // the carried one: 3 and 2.5, the latest two
+  CHECK(late.wait_ms == Approx(2.75));
+  // A carried measure stands for a window at most 64 steps after it came: then the fresh kinds decide.
+  steptrace::StepRecord n = odd;
+  for (int i = 11; i <= 76; ++i) {
+    n.index = static_cast<uint64_t>(i);
+    if (i >= 75) link.add_wait(i == 75 ? 0.6 : 0.5, WaitBasis::trace);
+    link.post(n);
+  }
+  const RankSummary s76 = from_floats(sent->back().data(), 76);
+  CHECK(s76.basis_steps[int(WaitBasis::backward_end)] == 0);
+  CHECK(s76.basis_steps[int(WaitBasis::markers)] == 0);
+  CHECK(s76.wait_basis == WaitBasis::trace);
+  CHECK(s76.wait_ms == Approx(0.55));
+  // Beside steps with an nccl phase: the trace (carried, 2 steps old) ahead of the host's time, both travel.
   steptrace::StepRecord n1 = r, n2 = r;
-  n1.index = 13, n2.index = 14;
+  n1.index = 77, n2.index = 78;
   link.post(n1);
   link.post(n2);
-  const RankSummary s12 = from_floats((*sent)[7].data(), 14);
-  CHECK(s12.wait_basis == WaitBasis::trace);
-  CHECK(s12.wait_ms == Approx(0.5));
-  CHECK(s12.basis_steps[int(WaitBasis::host_nccl)] == 2);
-  CHECK(s12.basis_wait_ms[int(WaitBasis::host_nccl)] == Approx(1));
+  const RankSummary s78 = from_floats(sent->back().data(), 78);
+  CHECK(s78.wait_basis == WaitBasis::trace);
+  CHECK(s78.wait_ms == Approx(0.55));  // the latest two traces
+  CHECK(s78.basis_steps[int(WaitBasis::host_nccl)] == 2);
+  CHECK(s78.basis_wait_ms[int(WaitBasis::host_nccl)] == Approx(1));
   link.reset();
 }
 

@@ -171,7 +171,7 @@ def distributed(mode, out, slow_ms, slow_rank=1, read=True, defaults=False):
     else:
         steptrace.start(log_path=log, summary=False, cross_rank_every=2, trace_every=2, line_detail="full")
     steptrace.cross_rank()
-    data = steptrace.watch(wrapped, opt, batches(torch, pool, f"cuda:{local}", 4 * STEPS,
+    data = steptrace.watch(wrapped, opt, batches(torch, pool, f"cuda:{local}", (8 if defaults else 4) * STEPS,
                                                  slow_ms if rank == slow_rank else 0))
     it = iter(data)
     for _ in range(8 * STEPS if defaults else 2 * STEPS):
@@ -233,7 +233,9 @@ def test_ddp_cross_rank_names_the_slow_rank_and_phase():
         assert len(named) >= 0.9 * len(views), (slow, shown)
         assert not any(v.get("balanced") for v in views), (slow, shown)
         assert sum(v.get("wait_basis") == "backward_end" for v in views) >= 0.8 * len(views), (slow, shown)
-        assert sum(v["culprit"]["wait_ms"] < v["median_rank"]["wait_ms"] for v in named) == len(named), (slow, shown)
+        measured = [v for v in named if v.get("wait_basis") != "none"]  # a first view can precede every wait
+        assert len(measured) >= 0.8 * len(views), (slow, shown)
+        assert all(v["culprit"]["wait_ms"] < v["median_rank"]["wait_ms"] for v in measured), (slow, shown)
         assert all(l.get("cross_rank") is None for l in r1)  # rank 0's lines carry the view
         own = sum(1 for l in r1 if l.get("rank_wait"))
         assert own >= len(views) - 1, (own, len(views))  # every rank's own series, one per exchange

@@ -8,12 +8,14 @@ Three runs, each checked against the program's own step clock (`steady_step_ms`,
 - balanced: >= 95 % of rank 0's views read `balanced`;
 - slow: rank 1 spends 25 % of the median step more in `input` from step 10 on (its GPU idle: the previous
   step ended in a sync), so the step grows and rank 0 waits for it in the all-reduce; the views must read
-  not balanced, with rank 1 and `input` named, from the first view of step 10 or later and in >= 95 % of
-  them;
+  not balanced, with rank 1 and `input` named, from step 60 at the latest (the GPU evidence reaches the
+  window 16-30 steps late at these 6 ms steps, and start-up tracing comes first) and in >= 95 % of the
+  views from step 60;
 - hidden: the same delay in `backward`, after its kernels are launched: the GPU's backward work covers it,
   the step does not grow and nobody waits for rank 1 on the GPU; the views that compare the ranks on GPU
-  evidence (a trace's exposed NCCL time) must read balanced (>= 90 % of them). The views on the `nccl`
-  phase's host time alone are printed: that time holds each rank's wait for its own GPU.
+  evidence (the `nccl` phase's span in the stream markers dp_train arms on its stream, a trace's exposed
+  NCCL time) from step 60 must read balanced (>= 90 % of them, at least 30). The views on the `nccl` phase's host time
+  alone are printed: that time holds each rank's wait for its own GPU, and blames the delayed rank here.
 Prints the distributions (docs/multi-gpu-validation.md quotes them). Exit 77 (skipped) with fewer than two GPUs.
 """
 import os
@@ -70,6 +72,9 @@ def quantiles(xs):
     return f"min {xs[0]:.4f} median {q(0.5):.4f} p95 {q(0.95):.4f} max {xs[-1]:.4f}"
 
 
+SETTLED = 60  # the step from which the slow runs' views are judged (see the docstring)
+
+
 def bases(views):
     out = {}
     for v in views:
@@ -102,42 +107,44 @@ def main():
         ok = False
     base_ms = calm_clock.get(0, (None, 0))[0]
 
-    slow, slow_clock = run(binary, out, "slow", ["--steps", "100", "--slow-rank", "1", "--slow-phase", "input",
+    slow, slow_clock = run(binary, out, "slow", ["--steps", "300", "--slow-rank", "1", "--slow-phase", "input",
                                                  "--slow-pct", "25"])
-    after = [v for v in slow if v["step"] >= 10]
+    after = [v for v in slow if v["step"] >= SETTLED]
     extra = slow_clock.get(1, (0, 0))[1]
     grew = slow_clock.get(0, (0, 0))[0] - (base_ms or 0)
-    print(f"slow run (input): {len(slow)} views, {len(after)} of step 10 or later; delay {extra:.3f} ms a step, "
+    print(f"slow run (input): {len(slow)} views, {len(after)} of step {SETTLED} or later; delay {extra:.3f} ms a step, "
           f"the program's step grew {grew:.3f} ms (against the balanced run)")
     print("  wait_share before step 10", quantiles([v.get("wait_share") for v in slow if v["step"] < 10]))
-    print("  wait_share from step 10  ", quantiles([v.get("wait_share") for v in after]))
-    print("  gap_ms from step 10      ", quantiles([v.get("gap_ms") for v in after]))
-    print("  bases from step 10       ", bases(after))
+    print("  wait_share from step 60  ", quantiles([v.get("wait_share") for v in after]))
+    print("  gap_ms from step 60      ", quantiles([v.get("gap_ms") for v in after]))
+    print("  bases from step 60       ", bases(after))
     if base_ms is None or extra <= 0 or grew < 0.5 * extra:
         print("FAIL: the planted input delay did not lengthen the program's step: the run proves nothing")
         ok = False
     # The slowdown is seen from the first view after it starts, and in >= 95 % of the views after (a
     # host stall on the other rank can outweigh the injected delay in one step: printed, not hidden).
-    flagged = [v for v in after
-               if v.get("balanced") is False and v.get("slowest_rank") == 1 and v.get("culprit_phase") == "input"]
+    named = lambda v: v.get("balanced") is False and v.get("slowest_rank") == 1 and v.get("culprit_phase") == "input"
+    flagged = [v for v in after if named(v)]
     for v in after:
         if v not in flagged:
             print(f"  view of step {v['step']}: reporting {v.get('reporting')} balanced {v.get('balanced')} "
                   f"wait_share {v.get('wait_share')} basis {v.get('wait_basis')} slowest_rank {v.get('slowest_rank')} "
                   f"culprit {v.get('culprit_phase')}")
-    if len(after) < 30 or after[0]["step"] > 11:
-        print("FAIL: the slow run's views from step 10 are missing")
+    first = next((v["step"] for v in slow if v["step"] >= 10 and named(v)), None)
+    print(f"  first view naming rank 1 and input: step {first} (the delay began at step 10)")
+    if len(after) < 100 or after[0]["step"] > SETTLED + 1:
+        print(f"FAIL: the slow run's views from step {SETTLED} are missing")
         ok = False
-    elif after[0] not in flagged:
-        print("FAIL: the first view after the slowdown does not name it")
+    elif first is None or first > SETTLED:
+        print(f"FAIL: no view up to step {SETTLED} names the slowdown")
         ok = False
     if len(flagged) < 0.95 * len(after):
         print(f"FAIL: {len(flagged)} of {len(after)} views after the slowdown name it (95 % required)")
         ok = False
 
-    hidden, hidden_clock = run(binary, out, "hidden", ["--steps", "100", "--slow-rank", "1", "--slow-phase",
+    hidden, hidden_clock = run(binary, out, "hidden", ["--steps", "300", "--slow-rank", "1", "--slow-phase",
                                                        "backward", "--slow-pct", "25"])
-    after = [v for v in hidden if v["step"] >= 10]
+    after = [v for v in hidden if v["step"] >= SETTLED]
     extra = hidden_clock.get(1, (0, 0))[1]
     grew = hidden_clock.get(0, (0, 0))[0] - (base_ms or 0)
     gpu = [v for v in after if v.get("wait_basis") in ("trace", "markers")]
@@ -151,7 +158,7 @@ def main():
     print("  wait_share (host)        ", quantiles([v.get("wait_share") for v in host]))
     if grew >= 0.5 * extra:
         print("  (the delay was not hidden on this machine: the step grew; the GPU views are not judged)")
-    elif len(gpu) < 3 or len(calm_gpu) < 0.9 * len(gpu):
+    elif len(gpu) < 30 or len(calm_gpu) < 0.9 * len(gpu):
         print("FAIL: a host delay hidden under the GPU's work is blamed on the GPU evidence")
         ok = False
     print("dp_skew_check:", "passed" if ok else "FAILED")
