@@ -256,6 +256,24 @@ def test_a_file_read_in_parts_is_the_file_read_whole():
     assert whole[0]["host"] == joined[0]["host"]
 
 
+
+def test_a_line_longer_than_any_steptrace_writes_is_skipped_unread():
+    """The report reads a log a line at a time (memory: one line, not the file): a valid JSON line of 3 MB
+    (a forged hostname) is counted as malformed and skipped, the lines around it read, whole or in parts."""
+    from steptrace.lines import MAX_LINE_BYTES
+    d = tmpdir()
+    log = os.path.join(d, "long.jsonl")
+    write_log(log, [line(0), line(1, hostname="h" * (3 * MAX_LINE_BYTES)), line(2), line(3)])
+    f = runs.load_file(log)
+    assert f["malformed"] == {f"a line longer than {MAX_LINE_BYTES} bytes": 1}, f["malformed"]
+    assert f["unparsable"] == 0
+    assert runs.segments([f])[0]["steps"] == [0, 2, 3]
+    size = os.path.getsize(log)
+    with open(log, "rb") as fh:
+        first = len(fh.readline())
+    parts = [runs.load_file(log, 0, first), runs.load_file(log, first, size)]
+    assert runs.segments([runs.merge(parts, log)])[0]["steps"] == [0, 2, 3]
+
 # ---- compact logs (schema steptrace.step/2) ----
 
 def compact_log(d):
