@@ -202,6 +202,36 @@ TEST_CASE("a log that fails part way keeps whole lines and counts what it lost",
   if (full) CHECK(lines.front()["dropped"]["lines_unwritten_total"] == 0);
 }
 
+TEST_CASE("a compact line is never written without its run record", "[exit]") {
+  // A device that refuses the run record while the lines would fit (record_write_fails.cpp): the lines
+  // of those steps are counted unwritten, and once the device takes writes again the record comes first.
+  const std::string log = steptrace_test::fresh_log("record_write_fails");
+  const std::string cmd = std::string(STEPTRACE_RECORD_FAILS_PROGRAM) + " " + log;
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(log);
+  std::string text;
+  bool run_record = false;
+  int lines = 0;
+  nlohmann::json end;
+  while (std::getline(in, text)) {
+    auto record = nlohmann::json::parse(text);
+    if (record.contains("event")) {
+      run_record = run_record || record["event"] == "run";
+      if (record["event"] == "end") end = record;
+      continue;
+    }
+    CHECK(record["schema"] == "steptrace.step/2");
+    CHECK(run_record);  // its host, pid and settings are in the record before it
+    ++lines;
+  }
+  REQUIRE(end.is_object());
+  const uint64_t lost = end["dropped"]["lines_unwritten_total"];
+  CHECK(lost > 0);
+  CHECK(lines + lost == 10);  // every step either has its line or is counted
+  CHECK(lines > 0);           // the lines after the device took writes again
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
