@@ -409,15 +409,45 @@ def test_line_basis_of_old_lines():
     assert diagnosis.line_basis({}, {}) == "none"
 
 
-def test_verdict_counts_only_lines_with_a_basis():
+def test_verdict_is_the_label_of_most_lines():
     unknown = diagnosis.verdict(Counter({("UNKNOWN", "none"): 10}))
-    assert unknown["dominant"] == "UNKNOWN" and unknown["dominant_share"] == 0.0
+    assert unknown["dominant"] == "UNKNOWN" and unknown["dominant_share"] == 1.0
     v = diagnosis.verdict(Counter({("COMPUTE_BOUND", "traced"): 2, ("COMPUTE_BOUND", "carried"): 5,
-                                   ("INPUT_BOUND", "host_only"): 3, ("UNKNOWN", "none"): 10}))
-    assert v["dominant"] == "COMPUTE_BOUND" and abs(v["dominant_share"] - 7 / 20) < 1e-12, v
-    assert v["basis_text"] == "35.0 % of the lines: 10.0 % traced, 25.0 % carried", v["basis_text"]
+                                   ("INPUT_BOUND", "host_only"): 3, ("UNKNOWN", "none"): 6}))
+    assert v["dominant"] == "COMPUTE_BOUND" and abs(v["dominant_share"] - 7 / 16) < 1e-12, v
+    assert v["basis_text"] == "43.8 % of the lines: 12.5 % traced, 31.2 % carried", v["basis_text"]
+    # One INPUT-BOUND line (the step that found the loader empty) among 200 UNKNOWN: the headline is
+    # UNKNOWN, with the rare label named as what it is.
+    rare = diagnosis.verdict(Counter({("INPUT-BOUND", "host_only"): 1, ("UNKNOWN", "none"): 200}))
+    assert rare["dominant"] == "UNKNOWN" and abs(rare["dominant_share"] - 200 / 201) < 1e-12, rare
+    assert rare["basis_text"] == ("99.5 % of the lines: nothing measured to name a bottleneck from; the most "
+                                  "frequent label of the others: INPUT-BOUND on 0.5 %"), rare["basis_text"]
+    tie = diagnosis.verdict(Counter({("HOST/LAUNCH-BOUND", "markers"): 5, ("UNKNOWN", "none"): 5}))
+    assert tie["dominant"] == "HOST/LAUNCH-BOUND", tie
     table = diagnosis.label_table(Counter({("A", "traced"): 1, ("B", "none"): 4, ("B", "carried"): 1}))
     assert table == [["B", 5, {"none": 4, "carried": 1}], ["A", 1, {"traced": 1}]], table
+
+
+def test_a_phase_keeps_its_colour_and_the_header_reads_as_the_summary():
+    """Two runs whose phases rank differently by time draw each phase in the same colour; the header's
+    p90 is the one stop()'s summary prints (core/summary.hpp's index); tokens/s unset is n/a, not 0."""
+    from steptrace import report
+    d = tmpdir()
+    colours = []
+    for name, sizes in (("a", (40.0, 10.0, 5.0)), ("b", (5.0, 10.0, 40.0))):
+        log = os.path.join(d, f"{name}.jsonl")
+        phases = {p: {"host_ms": ms, "self_ms": ms, "count": 1} for p, ms in zip(("forward", "backward", "my_loss"), sizes)}
+        write_log(log, [line(s, phases=phases, step_time_ms=float(s + 1)) for s in range(10)])
+        data = report.build([log], "t", 400, 1)
+        stack = next(c for c in data["charts"] if c["id"] == "phases_host")
+        colours.append({x["name"]: x["color"] for x in stack["series"]})
+        times = sorted(float(s + 1) for s in range(10))
+        assert data["header"]["step_time_p90_ms"] == times[min(9, 10 * 9 // 10)] == 10.0, data["header"]
+        assert data["header"]["tokens_per_second_median"] is None
+    assert colours[0] == colours[1], colours
+    assert colours[0]["forward"] == "#1f77b4" and len(set(colours[0].values())) == 3, colours
+    page = open(os.path.join(os.path.dirname(report.__file__), "page.py")).read()
+    assert "n/a (no line had tokens set)" in page and "ms p90" in page
 
 
 def test_strip_takes_each_buckets_commonest_label_and_shade():

@@ -24,7 +24,7 @@ from multiprocessing import Pool
 from ..files import FileRefused, replace_file
 from .diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, strip, verdict
 from .guard import MAX_NAME, OTHER, TOP_KERNELS, TOP_N, embed, fold, resolve_traces, skipped_note
-from .numbers import PALETTE, median, rounded
+from .numbers import OTHER_COLOR, PALETTE, median, p90, phase_color, rounded
 from .page import PAGE
 from .ranks import held_back, rank_charts, rank_phase_table
 from .runs import MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
@@ -248,10 +248,10 @@ def phase_series(view, src, title):
     keep, rest = fold({p: sum(rows.values()) for p, rows in main[src].items()})
     known = main["gpu_rows"] if src == "gpu" else [True] * n
     ss = []
-    for i, p in enumerate(keep):
+    for p in keep:
         col = [main[src][p].get(row, 0.0) if known[row] else None for row in range(n)]
         mean, _, _ = reduce(col, bks)
-        ss.append({"name": p, "color": PALETTE[i % len(PALETTE)], "y": rounded(mean)})
+        ss.append({"name": p, "color": phase_color(p), "y": rounded(mean)})
     if rest:
         col = [0.0 if k else None for k in known]
         for p in rest:
@@ -259,7 +259,7 @@ def phase_series(view, src, title):
                 if known[row]:
                     col[row] += v
         mean, _, _ = reduce(col, bks)
-        ss.append({"name": f"{OTHER} ({len(rest)} phases)", "color": PALETTE[TOP_N % len(PALETTE)],
+        ss.append({"name": f"{OTHER} ({len(rest)} phases)", "color": OTHER_COLOR,
                    "y": rounded(mean)})
         view.notes.append(f"{title[:-10]}: {len(keep) + len(rest)} phases; the {TOP_N} with the most "
                           f"{'GPU busy' if src == 'gpu' else 'host'} time over the run are drawn, the other "
@@ -352,7 +352,7 @@ def header_of(view, files, title, wanted):
         "first_step": view.axis[0], "last_step": view.axis[-1],
         "ranks": len(view.ranks),
         "step_time_median_ms": median(all_time),
-        "step_time_p95_ms": sorted(all_time)[int(0.95 * (len(all_time) - 1))] if all_time else None,
+        "step_time_p90_ms": p90(all_time),
         "tokens_per_second_median": median(all_tps),
         "mfu_median": median(all_mfu),
         "mfu_null": None if all_mfu else why_null(runs, "estimated_mfu"),

@@ -3,8 +3,9 @@ and the label table.
 
 A line's `diagnosis.basis` (docs/schema.md, issue #31) says what its label was decided from: `traced`
 (this step's GPU attribution), `carried` (an untraced step given the last traced step's GPU view),
-`host_only` (host-visible waits alone), `none` (nothing: label UNKNOWN). The headline counts every
-line whose basis is not `none`, so a run traced one step in N is not called UNKNOWN.
+`host_only` (host-visible waits alone), `none` (nothing: label UNKNOWN). The headline is the label of
+the most lines: an untraced line carried from a traced step has its label, so a run traced one step in N
+is not called UNKNOWN, and a label on a few lines is never shown over a majority that measured nothing.
 """
 from collections import Counter
 
@@ -60,18 +61,25 @@ def pct(share):
 
 
 def verdict(pairs):
-    """The header's dominant label from a Counter of (label, basis) over every line: the most frequent
-    label among lines whose basis is not none; UNKNOWN when every line's is. Its share is of all lines,
-    split by basis."""
+    """The header's label from a Counter of (label, basis) over every line: the label of the most lines,
+    UNKNOWN counted (a label on a few lines never stands over a majority that measured nothing); ties go
+    to a named label. Its share is of all lines, split by basis; when UNKNOWN leads, the text names the
+    most frequent label of the other lines too."""
     total = max(1, sum(pairs.values()))
-    known = Counter()
+    by_label, known = Counter(), Counter()
     for (label, basis), k in pairs.items():
+        by_label[label] += k
         if basis != "none":
             known[label] += k
-    if not known:
-        return {"dominant": "UNKNOWN", "dominant_share": 0.0, "advice": ADVICE["UNKNOWN"],
-                "basis_text": "every line's diagnosis.basis is none"}
-    dominant, n = known.most_common(1)[0]
+    if not by_label:
+        return {"dominant": "UNKNOWN", "dominant_share": 0.0, "advice": ADVICE["UNKNOWN"], "basis_text": "no lines"}
+    dominant, n = min(by_label.items(), key=lambda kv: (-kv[1], kv[0] == "UNKNOWN", kv[0]))
+    if dominant == "UNKNOWN":
+        text = f"{pct(n / total)} of the lines: nothing measured to name a bottleneck from"
+        if known:
+            other, k = min(known.items(), key=lambda kv: (-kv[1], kv[0]))
+            text += f"; the most frequent label of the others: {other} on {pct(k / total)}"
+        return {"dominant": "UNKNOWN", "dominant_share": n / total, "advice": ADVICE["UNKNOWN"], "basis_text": text}
     parts = [f"{pct(pairs[(dominant, b)] / total)} {b.replace('_', '-')}" for b in BASES
              if b != "none" and pairs[(dominant, b)]]
     return {"dominant": dominant, "dominant_share": n / total, "advice": ADVICE.get(dominant, ""),

@@ -281,8 +281,8 @@ document.title = H.title;
 $("title").textContent = H.title;
 const kv = [["run", H.run], ["GPU", H.gpus.join(", ")], ["ranks", H.ranks],
   ["steps", H.steps + " (" + H.first_step + "–" + H.last_step + ")"], ["lines", H.lines],
-  ["step time", fmt(H.step_time_median_ms, 2) + " ms median, " + fmt(H.step_time_p95_ms, 2) + " ms p95"],
-  ["tokens/s", fmt(H.tokens_per_second_median, 0) + " median"],
+  ["step time", fmt(H.step_time_median_ms, 2) + " ms median, " + fmt(H.step_time_p90_ms, 2) + " ms p90"],
+  ["tokens/s", H.tokens_per_second_median === null ? "n/a (no line had tokens set)" : fmt(H.tokens_per_second_median, 0) + " median"],
   ["MFU", H.mfu_median === null ? "null (" + H.mfu_null + ")" : fmt(H.mfu_median * 100, 1) + " % median"],
   ["stalls", H.stalls], ["ended", H.endings]];
 $("kv").innerHTML = kv.map(([k, v]) => `<span>${esc(k)}: <b>${esc(v)}</b></span>`).join("");
