@@ -340,6 +340,30 @@ def test_the_report_reads_a_compact_log():
         raise AssertionError("a reason_text of the wrong type was accepted")
 
 
+
+def test_a_compact_logs_traces_are_found_by_their_names():
+    """A compact log's lines name no trace file: the report finds the run's files by the recorder's names,
+    beside the log and in the run record's trace_dir, and links them; another run's or rank's are not taken."""
+    from steptrace import report
+    d = tmpdir()
+    path = compact_log(d)  # run cccccccc..., rank 0
+    elsewhere = os.path.join(d, "traces")
+    os.makedirs(elsewhere)
+    for where, name in ((d, "trace-cccccccc-r0-s2.json"), (elsewhere, "trace-cccccccc-r0-s3.json"),
+                        (d, "trace-cccccccc-r1-s2.json"), (d, "trace-dddddddd-r0-s2.json"), (d, "not-a-trace.json")):
+        with open(os.path.join(where, name), "w") as f:
+            f.write("{}")
+    recs = [json.loads(l) for l in open(path)]
+    recs[0]["settings"]["trace_dir"] = "traces"  # relative: beside the log
+    write_log(path, recs)
+    data = report.build([path], "t", 400, 1)
+    found = sorted((t["step"], os.path.basename(t["file"])) for t in data["traces"])
+    assert found == [(2, "trace-cccccccc-r0-s2.json"), (3, "trace-cccccccc-r0-s3.json")], found
+    out = os.path.join(d, "r.html")
+    report.main([path, "-o", out])
+    page = open(out).read()
+    assert "trace-cccccccc-r0-s3.json" in page and "trace-dddddddd" not in page
+
 # ---- diagnosis: bases, the verdict, the strip ----
 
 def test_the_lines_reader_on_a_file_someone_else_wrote():

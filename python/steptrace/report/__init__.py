@@ -23,11 +23,12 @@ from multiprocessing import Pool
 
 from ..files import FileRefused, replace_file
 from .diagnosis import CARRIED_COLORS, LABEL_COLORS, NONE_COLOR, label_table, strip, verdict
-from .guard import MAX_NAME, OTHER, TOP_KERNELS, TOP_N, embed, fold, resolve_traces, skipped_note
+from .guard import MAX_NAME, MAX_TRACES, OTHER, TOP_KERNELS, TOP_N, embed, fold, resolve_traces, skipped_note
 from .numbers import OTHER_COLOR, PALETTE, median, p90, phase_color, rounded
 from .page import PAGE
 from .ranks import held_back, rank_charts, rank_phase_table
-from .runs import MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
+from .runs import (MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points,
+                   traces_beside)
 
 MAX_POINTS = 1500
 MAX_RUN_SERIES = 14   # runs drawn with --run all at most: the latest (one colour each)
@@ -195,7 +196,7 @@ def build(paths, title, max_points, workers, wanted=None):
     runs = view.runs
     return {"header": header, "charts": view.charts, "notes": view.notes, "top_kernels": top_kernels,
             "slowest_ranks": slow_table, "held_back": held, "rank_phases": rank_phases,
-            "traces": [t for r in runs for t in r["traces"]],
+            "traces": [t for r in runs for t in r["traces"]] + traces_beside(runs, MAX_TRACES),
             "ends": sum(len(r["ends"]) for r in runs), "marks": marks,
             "files": [f["path"] for f in files if any(s["steps"] for s in f["segments"].values())],
             "build_s": time.time() - t0}

@@ -10,6 +10,7 @@ order breaks ties), `--run ID` another, `--run all` every run, one series each.
 """
 import math
 import os
+import re
 from collections import Counter, defaultdict
 from datetime import datetime
 
@@ -157,6 +158,7 @@ def new_segment(path, key):
             "traces": [], "ends": [], "events": [], "events_left_out": 0, "devices": Counter(),
             "views": [],   # rank 0's cross-rank views: {step, slowest_rank, gap_ms, ..., phase, balanced, basis}
             "reasons": {},   # reason code -> sentence (compact lines, schema steptrace.step/2)
+            "trace_dirs": [],   # the run record's trace_dir setting (a compact log's lines name no trace)
             "first_ms": None, "last_ms": None, "first_pos": None, "last_pos": None}
 
 
@@ -279,6 +281,10 @@ def load_file(path, start=0, end=None):
                 dev = line.get("device")
                 if isinstance(dev, dict) and isinstance(dev.get("name"), str):
                     seg["devices"][cut(dev["name"])] += 1
+                settings = line.get("settings")
+                where = settings.get("trace_dir") if isinstance(settings, dict) else None
+                if isinstance(where, str) and where and where not in seg["trace_dirs"] and len(seg["trace_dirs"]) < 4:
+                    seg["trace_dirs"].append(where)
                 reasons = line.get("null_reasons")
                 for field, why in (reasons.items() if isinstance(reasons, dict) else ()):
                     if isinstance(field, str) and isinstance(why, str):
@@ -326,6 +332,7 @@ def append(out, p):
         out["cols"][k] += p["cols"][k]
     for key in ("labels", "bases", "gpu_rows", "traces", "ends", "views"):
         out[key] += p[key]
+    out["trace_dirs"] += [d for d in p["trace_dirs"] if d not in out["trace_dirs"]][:max(0, 4 - len(out["trace_dirs"]))]
     out["inclusive_rows"] += p["inclusive_rows"]
     room = max(0, MAX_EVENTS - len(out["events"]))
     out["events"] += p["events"][:room]
@@ -365,6 +372,44 @@ def merge(parts, path):
             else:
                 out["segments"][key] = seg
     return out
+
+
+TRACE_FILE = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")  # details/flight_recorder.hpp's names
+MAX_LISTED_ENTRIES = 100_000  # a directory's entries looked at, at most
+
+
+def traces_beside(segs, limit):
+    """The trace files of these segments' runs that their lines do not name (a compact log's lines carry no
+    `trace`): in the run record's `trace_dir` (as given, and relative to the log) and the log's directory
+    (the default), by the recorder's file name trace-<run_id[0:8]>-r<rank>-s<first step>.json."""
+    found, listed = [], {}
+    for seg in segs:
+        if seg["traces"] or seg["run_id"] == NO_ID:
+            continue
+        base = os.path.dirname(os.path.abspath(seg["path"]))
+        dirs = [d if os.path.isabs(d) else os.path.join(base, d) for d in seg["trace_dirs"]] + [base]
+        for d in dict.fromkeys(os.path.realpath(x) for x in dirs):
+            if d not in listed:
+                names = []
+                try:
+                    with os.scandir(d) as it:
+                        for i, e in enumerate(it):
+                            if i >= MAX_LISTED_ENTRIES:
+                                break
+                            if TRACE_FILE.match(e.name):
+                                names.append(e.name)
+                except OSError:
+                    pass
+                listed[d] = sorted(names)
+            for name in listed[d]:
+                m = TRACE_FILE.match(name)
+                if m.group(1) != seg["run_id"][:8] or not isinstance(seg["rank"], int) or int(m.group(2)) != seg["rank"]:
+                    continue
+                found.append({"step": int(m.group(3)), "rank": seg["rank"], "file": os.path.join(d, name),
+                              "log": seg["path"], "reasons": ["found by its name (the lines do not name it)"]})
+                if len(found) >= limit:
+                    return found
+    return found
 
 
 def segments(files):
