@@ -93,6 +93,12 @@ TEST_CASE("a compact line holds the full line's verdicts, rounded, in at most 1.
     for (const auto& [pointer, v] : leaves) {
       if (pointer.rfind("/null_reasons", 0) == 0 || pointer.rfind("/reason_text", 0) == 0 || pointer == "/schema")
         continue;
+      if (pointer == "/diagnosis/reason") {  // an UNKNOWN line's: the code of the full line's sentence
+        CHECK(whole["diagnosis"]["label"] == "UNKNOWN");
+        CHECK(v == steptrace::details::reason_code(whole["diagnosis"]["reason"].get<std::string>()));
+        CHECK(book.written.count(v.get<std::string>()) == 1);
+        continue;
+      }
       const json::json_pointer p(pointer);
       REQUIRE(whole.contains(p));
       const json& w = whole[p];
@@ -131,6 +137,53 @@ TEST_CASE("a compact line holds the full line's verdicts, rounded, in at most 1.
   }
   CHECK(traced >= 1);
   CHECK(sized >= 2);
+}
+
+TEST_CASE("a compact line carries the step's GPU view from its markers", "[line_tiers]") {
+  // Real lines of a DDP run on 2 H200s (most of them untraced, with markers): the compact line holds the
+  // markers' busy lower bound, the step's GPU span and each top-level phase's, as the full line has them.
+  steptrace::ReasonBook book;
+  int marked = 0;
+  for (const std::string& text : committed("h200x2_ddp_rank1_slowed-0.jsonl")) {
+    const json whole = json::parse(text);
+    if (!whole.contains("global_step") || !whole["gpu_markers"].is_object()) continue;
+    const json c = json::parse(steptrace::make_compact_line(flatten(text), book));
+    INFO(c.dump());
+    const json& w = whole["gpu_markers"];
+    for (const char* f : {"pending_ms", "pending_share", "span_ms"})
+      if (w[f].is_number()) CHECK(c["gpu_markers"][f].get<double>() == Approx(w[f].get<double>()).epsilon(1e-5));
+    if (w["phases"].empty()) continue;  // the first marked step: armed in its middle
+    for (const auto& [name, ph] : w["phases"].items()) {
+      CHECK(c["gpu_markers"]["phases"][name]["span_ms"].get<double>() == Approx(ph["span_ms"].get<double>()).epsilon(1e-5));
+      CHECK_FALSE(c["gpu_markers"]["phases"][name].contains("scopes"));  // the full line's detail
+    }
+    ++marked;
+  }
+  CHECK(marked >= 10);
+}
+
+TEST_CASE("a compact UNKNOWN line says why by code; another label carries no reason", "[line_tiers]") {
+  steptrace::ReasonBook book;
+  const std::string why = "no GPU attribution and no host-side wait past its threshold (input 3 % < 30 %)";
+  const auto line = [&](const char* label) {
+    FlatJson f;
+    f["/schema"] = text("steptrace.step/1");
+    f["/global_step"] = number(1);
+    f["/step_time_ms"] = number(12.5);
+    f["/diagnosis/label"] = text(label);
+    f["/diagnosis/reason"] = text(why);
+    return json::parse(steptrace::make_compact_line(f, book));
+  };
+  const json first = line("UNKNOWN");
+  const std::string code = steptrace::details::reason_code(why);
+  CHECK(first["diagnosis"]["reason"] == code);
+  CHECK(first["reason_text"][code] == why);
+  const json second = line("UNKNOWN");
+  CHECK(second["diagnosis"]["reason"] == code);
+  CHECK_FALSE(second.contains("reason_text"));  // the sentence once per run
+  const json other = line("INPUT-BOUND");
+  CHECK(other["diagnosis"]["label"] == "INPUT-BOUND");
+  CHECK_FALSE(other["diagnosis"].contains("reason"));
 }
 
 TEST_CASE("a reason's sentence is written once per run, its code on every line", "[line_tiers]") {

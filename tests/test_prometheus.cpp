@@ -187,6 +187,27 @@ TEST_CASE("a line becomes metrics: units, nulls absent, phases, diagnosis, count
   CHECK_FALSE(series(m.render(true), "steptrace_window_loss"));  // steps 2-5: it aged out
 }
 
+TEST_CASE("every marked step's GPU view: its phases' marker spans and the held share", "[prometheus]") {
+  sink::PrometheusModel m("", 3, {});
+  auto marked = [](int step, const char* markers) {
+    return R"({"global_step":)" + std::to_string(step) + R"(,"rank":0,"local_rank":0,"world_size":1,"hostname":"h",)"
+           R"("step_time_ms":20,"traced":false,"gpu":null,"phases":{"forward":{"host_ms":5}},"gpu_markers":)" +
+           markers + R"(,"diagnosis":{"label":"COMPUTE-BOUND","basis":"markers"}})";
+  };
+  m.add_line(marked(0, R"({"pending_share":0.75,"span_ms":19,"phases":{"forward":{"span_ms":12.5,"scopes":1},"my/phase":{"span_ms":3}}})"));
+  std::string t = m.render(true);
+  INFO(t);
+  CHECK(series(t, "steptrace_gpu_held_ratio") == 0.75);
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="gpu_markers")") == Approx(0.0125));
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="my/phase",source="gpu_markers")") == Approx(0.003));
+  CHECK(series(t, "steptrace_phase_seconds", R"(phase="forward",source="host")") == Approx(0.005));
+  CHECK_FALSE(series(t, "steptrace_phase_seconds", R"(phase="forward",source="gpu")"));  // never traced
+  m.add_line(marked(1, "null"));  // a step whose markers were not read: its spans are gone, not carried
+  t = m.render(true);
+  CHECK_FALSE(series(t, "steptrace_gpu_held_ratio"));
+  CHECK_FALSE(series(t, "steptrace_phase_seconds", R"(phase="forward",source="gpu_markers")"));
+}
+
 TEST_CASE("between traced steps the GPU attribution stays the last traced step's", "[prometheus]") {
   sink::PrometheusModel m("", 3, {});
   auto untraced = [](int step) {

@@ -50,6 +50,8 @@ CREATE VIEW steps AS SELECT
   json_extract(s.line, '$.memory.device_used_peak_bytes') AS device_used_peak_bytes,  -- both
   json_extract(s.line, '$.loss') AS loss,
   json_extract(s.line, '$.traced') AS traced,
+  json_extract(s.line, '$.gpu_markers.pending_share') AS gpu_held_share,  -- markers: a lower bound of the busy share
+  json_extract(s.line, '$.gpu_markers.span_ms') AS gpu_marker_span_ms,
   json_extract(s.line, '$.diagnosis.label') AS diagnosis,
   s.line
 FROM lines AS s WHERE s.event IS NULL;
@@ -76,7 +78,10 @@ CREATE VIEW phases AS SELECT
   p.key AS phase,
   json_extract(p.value, '$.host_ms') AS host_ms,
   json_extract(p.value, '$.gpu.busy_ms') AS gpu_busy_ms,
-  json_extract(p.value, '$.gpu.kernel_ms') AS gpu_kernel_ms
+  json_extract(p.value, '$.gpu.kernel_ms') AS gpu_kernel_ms,
+  -- The phase's GPU time from its begin marker to its end marker (stream markers: every marked step,
+  -- traced or not; a top-level phase of the step's thread).
+  l.line -> '$.gpu_markers.phases' -> json_quote(p.key) ->> '$.span_ms' AS gpu_marker_span_ms
 FROM lines AS l, json_each(l.line, '$.phases') AS p
 WHERE l.event IS NULL;
 

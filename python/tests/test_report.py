@@ -474,6 +474,30 @@ def test_a_phase_keeps_its_colour_and_the_header_reads_as_the_summary():
     assert "n/a (no line had tokens set)" in page and "ms p90" in page
 
 
+def test_every_marked_line_has_its_gpu_view():
+    """A DDP run's real lines (2 H200s, tests/data; 8 of 25 traced, 17 with stream markers): the markers'
+    per-phase GPU span and the busy share's lower bound are drawn on the marked lines, the traced busy time
+    on the traced ones, told apart by chart and series."""
+    from steptrace import report
+    log = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data",
+                       "h200x2_ddp_rank1_slowed-0.jsonl")
+    lines = [json.loads(l) for l in open(log) if l.strip()]
+    marked = [l for l in lines if isinstance(l.get("gpu_markers"), dict) and (l["gpu_markers"].get("phases") or {})]
+    data = report.build([log], "t", 400, 1)
+    charts = {c["id"]: c for c in data["charts"]}
+    stack = charts["phases_markers"]
+    assert "empty" not in stack, stack.get("empty")
+    names = {x["name"] for x in stack["series"]}
+    assert {"input", "forward", "backward", "optimizer"} <= names, names
+    drawn = sum(1 for i in range(len(stack["x"])) if any(x["y"][i] is not None for x in stack["series"]))
+    assert drawn == len(marked), (drawn, len(marked))
+    fwd = next(x for x in stack["series"] if x["name"] == "forward")
+    first = next(i for i, l in enumerate(lines) if l in marked)
+    assert abs(fwd["y"][first] - marked[0]["gpu_markers"]["phases"]["forward"]["span_ms"]) < 1e-3
+    share = next(x for x in charts["utilization"]["series"] if "markers" in x["name"])
+    assert sum(v is not None for v in share["y"]) >= len(marked)
+
+
 def test_strip_takes_each_buckets_commonest_label_and_shade():
     labels = ["A", "A", "B", "B", "B", "A"]
     bases = ["traced", "traced", "carried", "carried", "none", "markers"]

@@ -184,6 +184,28 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"steps view over {n[0]['n']} lines without a run record: {time.monotonic() - t0:.2f} s")
     if n != [{"h": 0, "n": len(clines) + 20000}]:
         failures.append(f"the cut log's steps: {n}")
+# The stream markers' view (a GPU run's lines: a DDP run on 2 H200s, committed): every marked step's
+# busy share's lower bound and span, and each phase's marker span, as the lines give them.
+with tempfile.TemporaryDirectory() as tmp:
+    gpu_log = os.path.join(ROOT, "tests", "data", "h200x2_ddp_rank1_slowed-0.jsonl")
+    glines = [json.loads(l) for l in open(gpu_log) if l.strip()]
+    glines = [l for l in glines if "event" not in l]
+    gdb = os.path.join(tmp, "gpu.db")
+    load(gdb, gpu_log)
+    srows = {r["step"]: r for r in sql(gdb, "SELECT step, gpu_held_share, gpu_marker_span_ms FROM steps")}
+    marked = 0
+    for l in glines:
+        m = l.get("gpu_markers") or {}
+        r = srows.get(l["global_step"], {})
+        if r.get("gpu_held_share") != m.get("pending_share") or r.get("gpu_marker_span_ms") != m.get("span_ms"):
+            failures.append(f"markers of step {l['global_step']}: SQLite {r}, line {m}")
+        marked += bool(m.get("phases"))
+    prow = {(r["step"], r["phase"]): r["gpu_marker_span_ms"] for r in sql(gdb, "SELECT step, phase, gpu_marker_span_ms FROM phases")}
+    pwant = {(l["global_step"], p): ((l.get("gpu_markers") or {}).get("phases") or {}).get(p, {}).get("span_ms")
+             for l in glines for p in l["phases"]}
+    if prow != pwant or marked < 10:
+        failures.append(f"phases' marker spans differ ({marked} marked lines): {sorted(set(prow.items()) ^ set(pwant.items()))[:4]}")
+
 for f in failures:
     print("FAIL:", f)
 print("logs_sqlite:", "FAILED" if failures else f"passed ({len(lines)} lines)")

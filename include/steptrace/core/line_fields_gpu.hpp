@@ -367,11 +367,11 @@ inline constexpr LineField kGpuFields[] = {
         "bound of the time the GPU was busy with (or held by) the program's stream in the step. An upper "
         "bound cannot be had from markers (a marker on an idle stream is reached at once), so they show that "
         "the GPU held a step back, never that it did not",
-        "`pending_share`: the step has no time"),
+        "`pending_share`: the step has no time").in(kCompact),
     same("/gpu_markers/pending_share", F::number, "fraction").in(kCompact),
     row("markers", "/gpu_markers/span_ms", F::number, "ms",
         "GPU time from the step's begin marker to its end marker (idle gaps included)",
-        "the step's begin or end not marked"),
+        "the step's begin or end not marked").in(kCompact),
     row("markers", "/gpu_markers/end_lag_ms", F::number, "ms",
         "how far the GPU was behind the host at the step's end marker, and at the worst of its markers",
         "never (a step whose end is not marked has no `gpu_markers`)"),
@@ -389,7 +389,7 @@ inline constexpr LineField kGpuFields[] = {
         "scope's end, and its scope count",
         "(empty without phases)"),
     member("/gpu_markers/phases/*", F::object, "—"),
-    member("/gpu_markers/phases/*/span_ms", F::number, "ms"),
+    member("/gpu_markers/phases/*/span_ms", F::number, "ms").in(kCompact),
     member("/gpu_markers/phases/*/end_lag_ms", F::number, "ms"),
     member("/gpu_markers/phases/*/scopes", F::integer, "count"),
 };

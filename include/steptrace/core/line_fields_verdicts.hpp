@@ -16,8 +16,9 @@ inline constexpr LineField kVerdictFields[] = {
         "what holds the step back (rules in docs/gpu.md, \"Diagnosis\")",
         nullptr).in(kCompact),
     row("diagnosis", "/diagnosis/reason", F::string, "—",
-        "the deciding number in words",
-        nullptr),
+        "the deciding number in words. The compact line carries it on `UNKNOWN` lines only, as the "
+        "sentence's code (its sentence in `reason_text` the first time the run meets it, as a null's)",
+        nullptr).in(kCompact),
     row("diagnosis", "/diagnosis/evidence", F::object, "object `{input_share, h2d_share, comm_exposed_share, gpu_utilization, sm_efficiency}`",
         "shares of the step time; the GPU ones null without attribution",
         nullptr),

@@ -206,9 +206,13 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   std::vector<std::string> facts;
   std::map<std::string, const JsonLeaf*> reasons;  // null_reasons key -> sentence
   std::vector<std::string_view> segs;
+  // diagnosis.label UNKNOWN: its reason goes as a code (below); with any other label, no reason.
+  const auto label = full.find("/diagnosis/label");
+  const bool unknown = label != full.end() && label->second.kind == JsonLeaf::Kind::string && label->second.text == "UNKNOWN";
   for (const auto& [pointer, leaf] : full) {
     pointer_segments_into(pointer, segs);
     if (segs.empty()) continue;
+    if (pointer == "/diagnosis/reason" && (!unknown || leaf.kind != JsonLeaf::Kind::string)) continue;
     if (segs[0] == "null_reasons") {
       if (segs.size() == 2 && leaf.kind == JsonLeaf::Kind::string) reasons[unescape_segment(segs[1])] = &leaf;
       continue;
@@ -275,6 +279,7 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   });
   TierNode root;
   std::vector<std::string> nulls;  // pointers written null, for their reasons
+  std::pair<std::string, std::string> diagnosis_text;  // an UNKNOWN reason's code and sentence, new this run
   for (const Kept& k : kept) {
     if (k.names.size() >= 2 && k.names[0] == "phases" && !phase_kept[k.names[1]]) {
       if (k.leaf.kind == JsonLeaf::Kind::number) {
@@ -291,6 +296,15 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
     for (const std::string& s : k.names) n = &n->member(s);
     n->leaf = k.leaf;
     if (k.names.size() == 1 && k.names[0] == "schema") n->leaf->text = kCompactSchema;
+    if (k.names.size() == 2 && k.names[0] == "diagnosis" && k.names[1] == "reason") {
+      // An UNKNOWN line says why as a null does: the sentence's code, the sentence once per run.
+      const std::string code = reason_code(k.leaf.text);
+      if (book.written.emplace(code, k.leaf.text).second) {
+        book.last_added.push_back(code);
+        diagnosis_text = {code, k.leaf.text};
+      }
+      n->leaf->text = code;
+    }
     if (k.leaf.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(k.names));
   }
   if (folded) {
@@ -322,6 +336,8 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
       texts.member(code).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second->text};
     }
   }
+  if (!diagnosis_text.first.empty())
+    texts.member(diagnosis_text.first).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, diagnosis_text.second};
   root.members.emplace_back("null_reasons", std::move(codes));
   if (!texts.members.empty()) root.members.emplace_back("reason_text", std::move(texts));
   JsonWriter w;
@@ -331,6 +347,7 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   // Over the bound (names of many kilobytes): phases and scalars out, said in the line.
   TierNode small;
   std::vector<std::string> still;  // the codes the cut line still carries
+  if (!diagnosis_text.first.empty()) still.push_back(diagnosis_text.first);
   for (auto& [k, v] : root.members) {
     if (k == "phases" || k == "scalars") continue;
     if (k == "null_reasons") {

@@ -90,6 +90,7 @@ inline const std::vector<PromGaugeSpec>& prom_gauges() {
       {"steptrace_dataloader_wait_seconds", "/dataloader_wait_ms", 1e-3, "Time waiting for input in the step", true},
       {"steptrace_untracked_seconds", "/untracked_time_ms", 1e-3, "Step time outside every built-in phase", true},
       {"steptrace_gpu_busy_seconds", "/gpu/busy_ms", 1e-3, "GPU time with the step's work running (union of kernels, copies, memsets)", true},
+      {"steptrace_gpu_held_ratio", "/gpu_markers/pending_share", 1, "Share of the step the GPU was busy with or held by the program's stream, from the stream markers (a lower bound of its busy share; every marked step)", true},
       {"steptrace_nccl_seconds", "/nccl_time_ms", 1e-3, "NCCL kernel time in the step", true},
       {"steptrace_nccl_exposed_seconds", "/gpu/nccl_exposed_ms", 1e-3, "NCCL time not overlapped by other kernels", true},
       {"steptrace_loss", "/loss", 1, "Loss recorded in the step", true},
@@ -237,9 +238,16 @@ class PrometheusModel {
           set(std::string(part) + "/" + stat, v ? std::optional<double>(*v * 1e-3) : std::nullopt, false, false);
         }
     // Phases: /phases/<name>/host_ms and self_ms, and /phases/<name>/gpu/busy_ms on traced steps (kept
-    // between them).
+    // between them); /gpu_markers/phases/<name>/span_ms on marked steps.
     std::map<PhaseKey, double> now;
+    static const std::string kMarked = "/gpu_markers/phases/";
     for (const auto& [path, leaf] : f) {
+      if (path.rfind(kMarked, 0) == 0 && leaf.kind == JsonLeaf::Kind::number && std::isfinite(leaf.number)) {
+        const std::size_t slash = path.find('/', kMarked.size());
+        if (slash != std::string::npos && path.compare(slash, std::string::npos, "/span_ms") == 0)
+          now[{unescape_pointer(path.substr(kMarked.size(), slash - kMarked.size())), "gpu_markers"}] = leaf.number * 1e-3;
+        continue;
+      }
       if (path.rfind("/phases/", 0) != 0 || leaf.kind != JsonLeaf::Kind::number) continue;
       const std::size_t slash = path.find('/', 8);
       if (slash == std::string::npos) continue;
@@ -299,7 +307,8 @@ class PrometheusModel {
     for (const auto& [key, v] : phases_) phases.push_back({phase_labels(key), v});
     add(out, "steptrace_phase_seconds", "gauge",
         "Time in a phase in the step: host scope time (host), the same less the phases nested in it (host_self), "
-        "or GPU busy time of the work it launched (gpu)", phases);
+        "GPU busy time of the work it launched (gpu, traced steps), or GPU time from its begin marker to its end "
+        "marker on the program's stream (gpu_markers, marked steps)", phases);
     add(out, "steptrace_diagnosis", "gauge", "1 for what holds the last step back, 0 for the other labels", diagnosis_states(false));
     std::vector<PromSample> bases;
     for (DiagnosisBasis b : {DiagnosisBasis::traced, DiagnosisBasis::markers, DiagnosisBasis::carried, DiagnosisBasis::carried_scaled, DiagnosisBasis::host_only,

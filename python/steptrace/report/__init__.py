@@ -232,13 +232,19 @@ def phase_charts(view):
         view.notes.append(f"Per-phase host time: {view.main['inclusive_rows']} lines were written before phases "
                           "had self_ms; their stack holds a nested phase's time twice (in itself and in its parent).")
     for cid, src, title in (("phases_host", "host", "Per-phase host self time (stacked)"),
-                            ("phases_gpu", "gpu", "Per-phase GPU busy time (stacked)")):
+                            ("phases_gpu", "gpu", "Per-phase GPU busy time, traced lines (stacked)"),
+                            ("phases_markers", "markers", "Per-phase GPU span from stream markers, every marked "
+                             "line (stacked)")):
         ss = phase_series(view, src, title)
         view.chart(cid, title, "ms", ss, kind="stacked",
-                   empty_field=None if ss else ("gpu" if src == "gpu" else "phases"))
+                   note="From the CUDA events steptrace records on the program's stream at each top-level "
+                        "phase's begin and end: the GPU time from a phase's begin marker to its end marker "
+                        "(idle gaps included), on traced and untraced lines alike." if src == "markers" else None)
         if not ss:
-            view.charts[-1]["empty"] = ("no phase had GPU records: " + why_null(view.runs, "gpu")) if src == "gpu" \
-                else "no phase scopes in these lines"
+            view.charts[-1]["empty"] = {
+                "gpu": lambda: "no phase had GPU records: " + why_null(view.runs, "gpu"),
+                "markers": lambda: "no line had stream markers: " + why_null(view.runs, "gpu_markers"),
+                "host": lambda: "no phase scopes in these lines"}[src]()
 
 
 def phase_series(view, src, title):
@@ -247,7 +253,7 @@ def phase_series(view, src, title):
     attribution (`gpu` null: not traced) every GPU phase is unknown (None): a gap in the stack, never a zero."""
     main, n, bks = view.main, view.n, view.bks
     keep, rest = fold({p: sum(rows.values()) for p, rows in main[src].items()})
-    known = main["gpu_rows"] if src == "gpu" else [True] * n
+    known = main["gpu_rows"] if src == "gpu" else main["marked_rows"] if src == "markers" else [True] * n
     ss = []
     for p in keep:
         col = [main[src][p].get(row, 0.0) if known[row] else None for row in range(n)]
@@ -275,11 +281,13 @@ def device_charts(view):
                [series(main, "gpu_utilization", "GPU utilization (busy share)", PALETTE[0]),
                 series(main, "sm_activity", "SM activity", PALETTE[1]),
                 series(main, "tensor_core_or_pipe_utilization", "tensor pipe", PALETTE[2]),
-                series(main, "memory_bandwidth_utilization", "DRAM bandwidth", PALETTE[3])],
+                series(main, "memory_bandwidth_utilization", "DRAM bandwidth", PALETTE[3]),
+                series(main, "markers_pending_share", "held by the program's stream (markers, lower bound)", PALETTE[7])],
                empty_field="gpu_utilization", ymax=1.0,
                note="GPU utilization is the share of the step with any kernel or copy running (what nvidia-smi "
-                    "shows); SM activity is how much of the SMs' time was busy. The gap between them is the "
-                    "misleading-utilization gap.")
+                    "shows; traced lines); SM activity is how much of the SMs' time was busy. The gap between "
+                    "them is the misleading-utilization gap. The markers' share, on every marked line, is the "
+                    "part of the step the GPU was busy with (or held by) the program's stream: a lower bound.")
     gib = 1.0 / (1 << 30)
     view.chart("memory", "Memory", "GiB",
                [series(main, "device_used_peak_bytes", "device used (peak in step)", PALETTE[0], scale=gib),

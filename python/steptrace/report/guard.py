@@ -181,6 +181,10 @@ def check_line(line, scalars):
             name = t.get("name")
             _need(name is None or type(name) is str, "a kernel's name is not a string")
             _need(_num_or_none(t.get("ms")) and _num_or_none(t.get("calls")), "a kernel's ms or calls is not a number")
+    gm = _opt(line, "gpu_markers", dict, "gpu_markers is not an object")
+    for ph in (_opt(gm, "phases", dict, "gpu_markers.phases is not an object") or {}).values() if gm else ():
+        _need(type(ph) is dict, "a gpu_markers phase is not an object")
+        _need(_num_or_none(ph.get("span_ms")), "a gpu_markers phase's span_ms is not a number")
     tr = _opt(line, "trace", dict, "trace is not an object")
     if tr:
         _opt(tr, "file", str, "trace.file is not a string")

@@ -36,6 +36,10 @@ SCALARS = [
     ("allocated_bytes", ("memory", "allocator", "allocated_bytes")),
     ("reserved_bytes", ("memory", "allocator", "reserved_bytes")),
     ("dataloader_wait_ms", ("dataloader_wait_ms",)),
+    # The stream markers' view of every marked line (traced or not): the share of the step the GPU was
+    # held by the program's stream (a lower bound of its busy share), and the step's GPU span.
+    ("markers_pending_share", ("gpu_markers", "pending_share")),
+    ("markers_span_ms", ("gpu_markers", "span_ms")),
     # Every rank's own summary as exchanged (rank_wait): its collective wait and own work per step.
     ("rank_wait_ms", ("rank_wait", "wait_ms")),
     ("rank_work_ms", ("rank_wait", "work_ms")),
@@ -153,6 +157,8 @@ def new_segment(path, key):
     return {"path": path, "run_id": key[0], "rank": key[1], "steps": [], "cols": {k: [] for k, _ in SCALARS},
             "labels": [], "bases": [], "gpu_rows": [],   # gpu_rows: row -> the line has GPU attribution
             "host": defaultdict(dict), "gpu": defaultdict(dict),   # phase -> {row: ms}; host: self time
+            "markers": defaultdict(dict),   # phase -> {row: its GPU span from the stream markers}
+            "marked_rows": [],   # row -> the line has its phases' markers
             "inclusive_rows": 0,   # lines written before phases had self_ms: their host rows are inclusive
             "top": {}, "nulls": defaultdict(Counter),   # top: phase -> {kernel: [ms, calls]}
             "traces": [], "ends": [], "events": [], "events_left_out": 0, "devices": Counter(),
@@ -181,6 +187,11 @@ def add_line(seg, line, pos):
     seg["labels"].append(cut(diag.get("label") or "UNKNOWN"))
     seg["bases"].append(line_basis(line, diag))
     seg["gpu_rows"].append(isinstance(line.get("gpu"), dict))
+    gm = line.get("gpu_markers")
+    seg["marked_rows"].append(isinstance(gm, dict) and bool(gm.get("phases")))  # phases marked: spans known
+    for name, ph in ((gm.get("phases") or {}).items() if isinstance(gm, dict) else ()):  # types checked
+        if ph.get("span_ms") is not None:
+            seg["markers"][cut(name) if len(name) > MAX_NAME else name][row] = ph["span_ms"]
     inclusive = False
     for name, ph in (line.get("phases") or {}).items():  # types checked (check_line); names cut
         if len(name) > MAX_NAME:
@@ -301,7 +312,7 @@ def load_file(path, start=0, end=None):
             continue
         add_line(seg, line, here)
     for seg in segs.values():
-        seg["host"], seg["gpu"] = dict(seg["host"]), dict(seg["gpu"])
+        seg["host"], seg["gpu"], seg["markers"] = dict(seg["host"]), dict(seg["gpu"]), dict(seg["markers"])
         seg["nulls"] = dict(seg["nulls"])
     return {"path": path, "segments": segs, "unparsable": unparsable, "malformed": malformed}
 
@@ -330,14 +341,14 @@ def append(out, p):
     out["steps"] += p["steps"]
     for k in out["cols"]:
         out["cols"][k] += p["cols"][k]
-    for key in ("labels", "bases", "gpu_rows", "traces", "ends", "views"):
+    for key in ("labels", "bases", "gpu_rows", "marked_rows", "traces", "ends", "views"):
         out[key] += p[key]
     out["trace_dirs"] += [d for d in p["trace_dirs"] if d not in out["trace_dirs"]][:max(0, 4 - len(out["trace_dirs"]))]
     out["inclusive_rows"] += p["inclusive_rows"]
     room = max(0, MAX_EVENTS - len(out["events"]))
     out["events"] += p["events"][:room]
     out["events_left_out"] += p["events_left_out"] + max(0, len(p["events"]) - room)
-    for key in ("host", "gpu"):
+    for key in ("host", "gpu", "markers"):
         for phase, rows in p[key].items():
             dst = out[key].setdefault(phase, {})
             for row, v in rows.items():
