@@ -33,6 +33,9 @@ def free_port():
     return port
 
 
+lock = threading.Lock()
+
+
 def client(port, kind, stop, sent):
     huge = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * (64 << 10) + b"\r\n\r\n"
     plain = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
@@ -42,7 +45,8 @@ def client(port, kind, stop, sent):
         except OSError:
             time.sleep(0.001)  # not listening yet
             continue
-        sent[0] += 1
+        with lock:
+            sent[0] += 1
         try:
             with c:
                 c.sendall(huge if kind == "huge" else plain)
@@ -57,7 +61,8 @@ def run(binary, kind, steps, out, i):
     log = os.path.join(out, f"{kind}-{i}.jsonl")
     if os.path.exists(log):
         os.remove(log)
-    env = dict(os.environ, STEPTRACE_PROMETHEUS_LISTEN=f"127.0.0.1:{port}", STEPTRACE_SUMMARY="0")
+    env = {k: v for k, v in os.environ.items() if k != "STEPTRACE_LOG"}  # it would win over --log
+    env.update(STEPTRACE_PROMETHEUS_LISTEN=f"127.0.0.1:{port}", STEPTRACE_SUMMARY="0")
     stop, sent, threads = threading.Event(), [0], []
     if kind != "none":
         for _ in range(3):

@@ -574,28 +574,50 @@ TEST_CASE("cross-rank: a rank's summary is its own step time, not the wait betwe
   CHECK_FALSE(late.plausible(WaitBasis::trace));
   CHECK(late.wait_basis == WaitBasis::backward_end);  // the carried one: 3 and 2.5, the latest two
   CHECK(late.wait_ms == Approx(2.75));
-  // A carried measure stands for a window at most 64 steps after it came: then the fresh kinds decide.
+  // A carried measure stands for a window while the step it measured is at most 64 before the window's
+  // last: a markers measure of step 20, read when step 10 had closed (the background thread's lag).
+  link.add_wait(2, WaitBasis::markers, 20);
   steptrace::StepRecord n = odd;
-  for (int i = 11; i <= 76; ++i) {
-    n.index = static_cast<uint64_t>(i);
-    if (i >= 75) link.add_wait(i == 75 ? 0.6 : 0.5, WaitBasis::trace);
-    link.post(n);
-  }
-  const RankSummary s76 = from_floats(sent->back().data(), 76);
-  CHECK(s76.basis_steps[int(WaitBasis::backward_end)] == 0);
-  CHECK(s76.basis_steps[int(WaitBasis::markers)] == 0);
-  CHECK(s76.wait_basis == WaitBasis::trace);
-  CHECK(s76.wait_ms == Approx(0.55));
-  // Beside steps with an nccl phase: the trace (carried, 2 steps old) ahead of the host's time, both travel.
+  const auto post_odd = [&](int from, int to) {
+    for (int i = from; i <= to; ++i) {
+      n.index = static_cast<uint64_t>(i);
+      link.post(n);
+    }
+  };
+  post_odd(11, 84);
+  const RankSummary s84 = from_floats(sent->back().data(), 84);
+  CHECK(s84.wait_basis == WaitBasis::markers);  // step 20: 64 before 84
+  CHECK(s84.wait_ms == Approx(2));
+  CHECK(s84.wait_steps == 1);  // 3.5 and 4.5 measured steps 4 and 6: too old to join it
+  CHECK(s84.basis_steps[int(WaitBasis::backward_end)] == 0);  // step 8's: 76 before
+  post_odd(85, 86);
+  const RankSummary s86 = from_floats(sent->back().data(), 86);
+  CHECK(s86.basis_steps[int(WaitBasis::markers)] == 0);  // 66 before: gone
+  CHECK(s86.wait_basis == WaitBasis::none);
+  // Fresh traces, then carried beside steps with an nccl phase: ahead of the host's time, both travel.
+  link.add_wait(0.6, WaitBasis::trace, 87);
+  link.add_wait(0.5, WaitBasis::trace, 88);
+  post_odd(87, 88);
+  CHECK(from_floats(sent->back().data(), 88).wait_ms == Approx(0.55));
   steptrace::StepRecord n1 = r, n2 = r;
-  n1.index = 77, n2.index = 78;
+  n1.index = 89, n2.index = 90;
   link.post(n1);
   link.post(n2);
-  const RankSummary s78 = from_floats(sent->back().data(), 78);
-  CHECK(s78.wait_basis == WaitBasis::trace);
-  CHECK(s78.wait_ms == Approx(0.55));  // the latest two traces
-  CHECK(s78.basis_steps[int(WaitBasis::host_nccl)] == 2);
-  CHECK(s78.basis_wait_ms[int(WaitBasis::host_nccl)] == Approx(1));
+  const RankSummary s90 = from_floats(sent->back().data(), 90);
+  CHECK(s90.wait_basis == WaitBasis::trace);
+  CHECK(s90.wait_ms == Approx(0.55));  // the latest two traces
+  CHECK(s90.basis_steps[int(WaitBasis::host_nccl)] == 2);
+  CHECK(s90.basis_wait_ms[int(WaitBasis::host_nccl)] == Approx(1));
+  // A measure above a window's iteration is never carried: the 40 ms trace (these steps take 5) is left
+  // out of the later windows' mean, the two before it stand.
+  link.add_wait(40, WaitBasis::trace, 91);
+  post_odd(91, 92);
+  CHECK_FALSE(from_floats(sent->back().data(), 92).plausible(WaitBasis::trace));  // fresh: travels, not taken
+  post_odd(93, 94);
+  const RankSummary s94 = from_floats(sent->back().data(), 94);
+  CHECK(s94.wait_basis == WaitBasis::trace);
+  CHECK(s94.wait_ms == Approx(0.55));
+  CHECK(s94.wait_steps == 2);
   link.reset();
 }
 

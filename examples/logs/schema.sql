@@ -81,7 +81,8 @@ CREATE VIEW phases AS SELECT
   json_extract(p.value, '$.gpu.kernel_ms') AS gpu_kernel_ms,
   -- The phase's GPU time from its begin marker to its end marker (stream markers: every marked step,
   -- traced or not; a top-level phase of the step's thread).
-  l.line -> '$.gpu_markers.phases' -> json_quote(p.key) ->> '$.span_ms' AS gpu_marker_span_ms
+  (SELECT json_extract(m.value, '$.span_ms') FROM json_each(l.line, '$.gpu_markers.phases') AS m
+   WHERE m.key = p.key) AS gpu_marker_span_ms
 FROM lines AS l, json_each(l.line, '$.phases') AS p
 WHERE l.event IS NULL;
 

@@ -65,9 +65,10 @@ def split_records(records):
 
 def expand(records):
     """The records in order, each compact line (schema steptrace.step/2) given its run record's fields
-    (those it lacks) and its null_reasons as sentences: the run record's for its fields, the run's
-    `reason_text` for the codes (a code whose sentence no earlier line of the run carried reads
-    "reason code C"). Full lines and event records pass as they are."""
+    (those it lacks) and its null_reasons (and an UNKNOWN line's diagnosis.reason) as sentences: the run
+    record's for its fields, the run's `reason_text` for the codes (a code whose sentence no earlier line
+    of the run carried reads "reason code C"; a sentence's numbers are those of the first line that
+    carried it: the full line has each line's own). Full lines and event records pass as they are."""
     runs, texts = {}, {}
     for r in records:
         key = (r.get("run_id"), r.get("rank", 0))
@@ -83,6 +84,9 @@ def expand(records):
         out = dict(r)
         out.pop("reason_text", None)
         reasons = {k: book.get(code, f"reason code {code}") for k, code in (r.get("null_reasons") or {}).items()}
+        diag = r.get("diagnosis")
+        if isinstance(diag, dict) and isinstance(diag.get("reason"), str):  # an UNKNOWN line's reason, as a code
+            out["diagnosis"] = dict(diag, reason=book.get(diag["reason"], f"reason code {diag['reason']}"))
         run = runs.get(key)
         if run is not None:
             for k, v in run.items():

@@ -314,6 +314,10 @@ def test_expand_gives_a_compact_line_its_run_record_and_sentences():
     rec = reader.read_records(path)
     tail = [r for r in rec if r.get("global_step") in (2, 3)]
     assert next(reader.expand(tail))["null_reasons"]["sm_activity"] == "reason code 9f8335c3"
+    # A compact UNKNOWN line's diagnosis.reason is a code: given its sentence back.
+    unknown = [dict(rec[1], diagnosis={"label": "UNKNOWN", "basis": "none", "reason": "0badc0de"},
+                    reason_text={"0badc0de": "no GPU evidence and no host-side wait past its threshold"})]
+    assert next(reader.expand(unknown))["diagnosis"]["reason"] == "no GPU evidence and no host-side wait past its threshold"
     # Full lines pass as they are.
     full = line(0)
     assert list(reader.expand([full])) == [full]
@@ -354,7 +358,8 @@ def test_a_compact_logs_traces_are_found_by_their_names():
         with open(os.path.join(where, name), "w") as f:
             f.write("{}")
     recs = [json.loads(l) for l in open(path)]
-    recs[0]["settings"]["trace_dir"] = "traces"  # relative: beside the log
+    recs[0]["settings"]["trace_dir"] = "trac{rank}"  # relative: beside the log; {rank} the recorder's to fill
+    os.rename(elsewhere, os.path.join(d, "trac0"))
     write_log(path, recs)
     data = report.build([path], "t", 400, 1)
     found = sorted((t["step"], os.path.basename(t["file"])) for t in data["traces"])
@@ -448,6 +453,14 @@ def test_verdict_is_the_label_of_most_lines():
                                   "frequent label of the others: INPUT-BOUND on 0.5 %"), rare["basis_text"]
     tie = diagnosis.verdict(Counter({("HOST/LAUNCH-BOUND", "markers"): 5, ("UNKNOWN", "none"): 5}))
     assert tie["dominant"] == "HOST/LAUNCH-BOUND", tie
+    # UNKNOWN the most frequent label but not half the lines: the most frequent named one (ties by name).
+    split = diagnosis.verdict(Counter({("COMPUTE-BOUND", "traced"): 30, ("COMM-BOUND", "carried"): 30,
+                                       ("UNKNOWN", "none"): 40}))
+    assert split["dominant"] == "COMM-BOUND" and split["dominant_share"] == 0.3, split
+    # UNKNOWN lines whose basis is not none are still UNKNOWN, never "the other label".
+    odd = diagnosis.verdict(Counter({("UNKNOWN", "markers"): 4, ("UNKNOWN", "none"): 4, ("INPUT-BOUND", "host_only"): 2}))
+    assert odd["dominant"] == "UNKNOWN" and "INPUT-BOUND on 20.0 %" in odd["basis_text"], odd
+    assert odd["advice"] == diagnosis.ADVICE_MOSTLY_UNKNOWN
     table = diagnosis.label_table(Counter({("A", "traced"): 1, ("B", "none"): 4, ("B", "carried"): 1}))
     assert table == [["B", 5, {"none": 4, "carried": 1}], ["A", 1, {"traced": 1}]], table
 
@@ -470,6 +483,10 @@ def test_a_phase_keeps_its_colour_and_the_header_reads_as_the_summary():
         assert data["header"]["tokens_per_second_median"] is None
     assert colours[0] == colours[1], colours
     assert colours[0]["forward"] == "#1f77b4" and len(set(colours[0].values())) == 3, colours
+    from steptrace.report.numbers import BUILTIN_PHASE_COLORS, phase_color
+    custom = ["loss", "all_reduce", "backward_comm", "lr_sched", "prefetch", "attention", "mlp", "embedding",
+              "checkpoint", "eval", "zero_grad", "clip_grad"]
+    assert len({phase_color(n) for n in custom} | set(BUILTIN_PHASE_COLORS.values())) == len(custom) + 6
     page = open(os.path.join(os.path.dirname(report.__file__), "page.py")).read()
     assert "n/a (no line had tokens set)" in page and "ms p90" in page
 

@@ -153,8 +153,8 @@ inline constexpr LineField kGpuFields[] = {
         "best kind of evidence; null when no step of the window measured it), `work_ms` (own work = "
         "`step_time_ms` − `wait_ms`), `wait_basis` (that kind, named as `cross_rank.wait_basis`; the view may "
         "compare the ranks on another, one they all have) and `wait_steps` (steps the wait is the mean of; a window that no "
-        "GPU measure reached, read in batches as lines come due, carries this rank's latest `every` of that kind, "
-        "at most 64 steps old), `untagged_ms` and "
+        "GPU measure reached, read in batches as lines come due, carries this rank's latest `every` of that kind "
+        "that the window's iteration can hold, of steps at most 64 before the window's last), `untagged_ms` and "
         "`between_ms` (the parts `cross_rank.culprit_phase` names by those names)",
         "no communicator; no summary posted since the previous line; the next summary is of a later step"),
     member("/rank_wait/step", F::integer, "step").in(kCompact),

@@ -65,7 +65,7 @@ class CrossRankLink {
     window_ = {};
     own_.clear();
     for (auto& r : recent_) r.clear();
-    steps_ = 0;
+    last_step_ = -1;
   }
 
   /// Background thread: whether summaries are exchanged (a capture request can then be agreed on).
@@ -102,7 +102,7 @@ class CrossRankLink {
     window_ = {};
     own_.clear();
     for (auto& r : recent_) r.clear();
-    steps_ = 0;
+    last_step_ = -1;
     has_exchange_.store(true, std::memory_order_release);
     posted_.clear();
     null_reason_.clear();
@@ -124,7 +124,9 @@ class CrossRankLink {
   }
 
   /// Background thread (or Python's training thread): one step's collective wait, measured.
-  void add_wait(double ms, WaitBasis basis) {
+  /// `step`: the step it measured (a line's); -1: the latest step closed (Python's backward_end, read
+  /// within a step or two).
+  void add_wait(double ms, WaitBasis basis, int64_t step = -1) {
     if (!has_exchange_.load(std::memory_order_acquire) || !(ms >= 0) || !std::isfinite(ms) || basis == WaitBasis::none) return;
     std::lock_guard<std::mutex> lock(mutex_);
     auto& w = window_.waits[static_cast<int>(basis)];
@@ -132,7 +134,7 @@ class CrossRankLink {
     ++w.second;
     if (basis != WaitBasis::host_nccl) {  // GPU evidence, kept for the windows it reaches too late for
       auto& r = recent_[static_cast<int>(basis)];
-      r.emplace_back(ms, steps_);
+      r.emplace_back(ms, step >= 0 ? step : last_step_);
       if (r.size() > kRecentWaits) r.pop_front();
     }
   }
@@ -276,7 +278,7 @@ class CrossRankLink {
       between += std::max(0.0, ns_to_ms(r.between_ns()) - between_tagged);
     }
     ++w.steps;
-    ++steps_;
+    last_step_ = static_cast<int64_t>(r.index);
     w.step_ms += step;
     w.untagged_ms += untagged;
     w.between_ms += std::max(0.0, between);
@@ -308,14 +310,19 @@ class CrossRankLink {
       }
       // No new GPU measure in this window (the background thread reads a step's evidence once its line
       // is due, in batches: at 6 ms steps 16-30 steps late): the rank's latest `every` measures of that
-      // kind, when the newest is at most kCarrySteps steps old, so that the view can still compare the
-      // ranks on GPU evidence rather than fall back on the host's time.
+      // kind that this window's iteration can hold, of steps at most kCarrySteps before the window's
+      // last, so that the view can still compare the ranks on GPU evidence rather than fall back on the
+      // host's time. A measure above the iteration (a late burst) is never carried.
       const auto& r = recent_[b];
-      if (r.empty() || steps_ - r.back().second > kCarrySteps) continue;
-      const std::size_t k = std::min<std::size_t>(r.size(), static_cast<std::size_t>(std::max(every_, 1)));
+      const double iteration = s.iteration_ms();
+      const std::size_t want = static_cast<std::size_t>(std::max(every_, 1));
       double sum = 0;
-      for (std::size_t i = r.size() - k; i < r.size(); ++i) sum += r[i].first;
-      s.set_wait(static_cast<WaitBasis>(b), sum / static_cast<double>(k), static_cast<int32_t>(k));
+      std::size_t k = 0;
+      for (auto it = r.rbegin(); it != r.rend() && k < want; ++it) {
+        if (last_step_ - it->second > kCarrySteps) break;  // older measures came before it
+        if (it->first <= iteration) sum += it->first, ++k;
+      }
+      if (k > 0) s.set_wait(static_cast<WaitBasis>(b), sum / static_cast<double>(k), static_cast<int32_t>(k));
     }
     return s;
   }
@@ -336,9 +343,9 @@ class CrossRankLink {
   std::vector<CapturePlan> plans_;      // agreed, not yet taken by the worker
   Window window_;                       // the steps since the last post
   static constexpr std::size_t kRecentWaits = 64;  // GPU measures kept per kind
-  static constexpr int64_t kCarrySteps = 64;       // how old the newest may be to stand for a window
-  std::deque<std::pair<double, int64_t>> recent_[5];  // per kind: the measure, steps_ when it came
-  int64_t steps_ = 0;                   // steps added since set()
+  static constexpr int64_t kCarrySteps = 64;       // how many steps before the window's last a carried one may be
+  std::deque<std::pair<double, int64_t>> recent_[5];  // per kind: the measure and the step it measured
+  int64_t last_step_ = -1;              // the index of the last step added
   std::deque<RankSummary> own_;         // this rank's posted summaries, not yet on its own lines
 };
 

@@ -161,11 +161,13 @@ inline std::optional<BetweenGpu> Worker::gpu_after(int64_t step, std::string& wh
 /// a complete trace's exposed NCCL time, else the `nccl` phase's span in its stream markers.
 inline void Worker::feed_wait(const StepLineInput& in) {
   if (!s_.link->exchanging()) return;
+  const int64_t step = in.step ? static_cast<int64_t>(in.step->index) : -1;  // the step measured
   if (in.gpu && in.gpu->complete) {
-    s_.link->add_wait(ns_to_ms(in.gpu->nccl_exposed_ns), WaitBasis::trace);
+    s_.link->add_wait(ns_to_ms(in.gpu->nccl_exposed_ns), WaitBasis::trace, step);
   } else if (in.markers) {
     const auto it = in.markers->phases.find(phase_tag::nccl);
-    if (it != in.markers->phases.end() && it->second.count > 0) s_.link->add_wait(ns_to_ms(it->second.span_ns), WaitBasis::markers);
+    if (it != in.markers->phases.end() && it->second.count > 0)
+      s_.link->add_wait(ns_to_ms(it->second.span_ns), WaitBasis::markers, step);
   }
 }
 

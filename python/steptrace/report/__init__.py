@@ -269,7 +269,7 @@ def phase_series(view, src, title):
         ss.append({"name": f"{OTHER} ({len(rest)} phases)", "color": OTHER_COLOR,
                    "y": rounded(mean)})
         view.notes.append(f"{title[:-10]}: {len(keep) + len(rest)} phases; the {TOP_N} with the most "
-                          f"{'GPU busy' if src == 'gpu' else 'host'} time over the run are drawn, the other "
+                          f"{ {'gpu': 'GPU busy', 'markers': 'marked GPU'}.get(src, 'host') } time over the run are drawn, the other "
                           f"{len(rest)} summed as one series '{OTHER}'.")
     return ss
 

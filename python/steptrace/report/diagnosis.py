@@ -3,9 +3,10 @@ and the label table.
 
 A line's `diagnosis.basis` (docs/schema.md, issue #31) says what its label was decided from: `traced`
 (this step's GPU attribution), `carried` (an untraced step given the last traced step's GPU view),
-`host_only` (host-visible waits alone), `none` (nothing: label UNKNOWN). The headline is the label of
-the most lines: an untraced line carried from a traced step has its label, so a run traced one step in N
-is not called UNKNOWN, and a label on a few lines is never shown over a majority that measured nothing.
+`host_only` (host-visible waits alone), `none` (nothing: label UNKNOWN). The headline is UNKNOWN when
+more than half the lines are, else the most frequent other label: an untraced line carried from a traced
+step has its label, so a run traced one step in N is not called UNKNOWN, and a label on a few lines is
+never shown over a majority that measured nothing.
 """
 from collections import Counter
 
@@ -28,6 +29,8 @@ ADVICE = {
     "UNKNOWN": "Not enough was measured to name a bottleneck: no line had GPU attribution, a GPU view carried "
                "from a traced step, or a host-side wait past its threshold.",
 }
+ADVICE_MOSTLY_UNKNOWN = ("Most lines had neither GPU evidence (a trace, stream markers, a carried view) nor a host-side "
+                         "wait past its threshold; the label table below gives what the other lines say.")
 NONE_COLOR = "#b4b4b4"  # basis none (label UNKNOWN): neutral grey, nothing known
 LABEL_COLORS = {
     "INPUT-BOUND": "#d62728", "H2D-BOUND": "#ff7f0e", "COMM-BOUND": "#9467bd", "HOST/LAUNCH-BOUND": "#e377c2",
@@ -61,25 +64,26 @@ def pct(share):
 
 
 def verdict(pairs):
-    """The header's label from a Counter of (label, basis) over every line: the label of the most lines,
-    UNKNOWN counted (a label on a few lines never stands over a majority that measured nothing); ties go
-    to a named label. Its share is of all lines, split by basis; when UNKNOWN leads, the text names the
-    most frequent label of the other lines too."""
+    """The header's label from a Counter of (label, basis) over every line: UNKNOWN when more than half
+    the lines are UNKNOWN (a label on a few lines is never shown over a majority that measured nothing;
+    the text names the most frequent label of the others), else the most frequent other label (ties by
+    name). Its share is of all lines, split by basis."""
     total = max(1, sum(pairs.values()))
-    by_label, known = Counter(), Counter()
+    unknown, known = 0, Counter()
     for (label, basis), k in pairs.items():
-        by_label[label] += k
-        if basis != "none":
+        if label == "UNKNOWN":
+            unknown += k
+        else:
             known[label] += k
-    if not by_label:
-        return {"dominant": "UNKNOWN", "dominant_share": 0.0, "advice": ADVICE["UNKNOWN"], "basis_text": "no lines"}
-    dominant, n = min(by_label.items(), key=lambda kv: (-kv[1], kv[0] == "UNKNOWN", kv[0]))
-    if dominant == "UNKNOWN":
-        text = f"{pct(n / total)} of the lines: nothing measured to name a bottleneck from"
+    if not known or 2 * unknown > total:
+        text = (f"{pct(unknown / total)} of the lines: nothing measured to name a bottleneck from" if pairs
+                else "no lines")
         if known:
             other, k = min(known.items(), key=lambda kv: (-kv[1], kv[0]))
             text += f"; the most frequent label of the others: {other} on {pct(k / total)}"
-        return {"dominant": "UNKNOWN", "dominant_share": n / total, "advice": ADVICE["UNKNOWN"], "basis_text": text}
+        return {"dominant": "UNKNOWN", "dominant_share": unknown / total, "advice": ADVICE["UNKNOWN"]
+                if not known else ADVICE_MOSTLY_UNKNOWN, "basis_text": text}
+    dominant, n = min(known.items(), key=lambda kv: (-kv[1], kv[0]))
     parts = [f"{pct(pairs[(dominant, b)] / total)} {b.replace('_', '-')}" for b in BASES
              if b != "none" and pairs[(dominant, b)]]
     return {"dominant": dominant, "dominant_share": n / total, "advice": ADVICE.get(dominant, ""),

@@ -25,12 +25,26 @@ def p90(xs):
 
 
 # A phase's colour is its own in every report: the built-in phases fixed (input and h2d as the labels
-# INPUT-BOUND and H2D-BOUND, nccl as COMM-BOUND), any other name by a hash of it over the other colours.
+# INPUT-BOUND and H2D-BOUND, nccl as COMM-BOUND), any other name a hue of its own from a hash of the name
+# (360 hues, kept 30 degrees clear of the built-ins' and the other series' reds, so two names rarely meet).
 BUILTIN_PHASE_COLORS = {"input": "#d62728", "h2d": "#ff7f0e", "forward": "#1f77b4", "backward": "#2ca02c",
                         "optimizer": "#8c564b", "nccl": "#9467bd"}
 OTHER_COLOR = "#7f7f7f"  # the phases past the TOP_N drawn, summed
-_FREE = [c for c in PALETTE if c not in BUILTIN_PHASE_COLORS.values()]
+
+
+def _hsl(h, s, l):
+    """#rrggbb of hue h (degrees), saturation s and lightness l (0-1)."""
+    c = (1 - abs(2 * l - 1)) * s
+    x = c * (1 - abs((h / 60) % 2 - 1))
+    r, g, b = [(c, x, 0), (x, c, 0), (0, c, x), (0, x, c), (x, 0, c), (c, 0, x)][int(h // 60) % 6]
+    m = l - c / 2
+    return "#" + "".join(f"{round((v + m) * 255):02x}" for v in (r, g, b))
 
 
 def phase_color(name):
-    return BUILTIN_PHASE_COLORS.get(name) or _FREE[zlib.crc32(name.encode("utf-8", "replace")) % len(_FREE)]
+    if name in BUILTIN_PHASE_COLORS:
+        return BUILTIN_PHASE_COLORS[name]
+    h = zlib.crc32(name.encode("utf-8", "replace"))
+    hue = 30 + (h % 300)  # 30..329: not the reds of input and the labels
+    light = 0.38 + ((h >> 9) % 3) * 0.1  # three lightnesses: names of near hues still apart
+    return _hsl(hue, 0.6, light)

@@ -391,14 +391,19 @@ MAX_LISTED_ENTRIES = 100_000  # a directory's entries looked at, at most
 
 def traces_beside(segs, limit):
     """The trace files of these segments' runs that their lines do not name (a compact log's lines carry no
-    `trace`): in the run record's `trace_dir` (as given, and relative to the log) and the log's directory
+    `trace`): in the run record's `trace_dir` ({rank} filled in; a relative one as given, from here, and
+    from the log's directory: the program's working directory is not in the log) and the log's directory
     (the default), by the recorder's file name trace-<run_id[0:8]>-r<rank>-s<first step>.json."""
     found, listed = [], {}
     for seg in segs:
         if seg["traces"] or seg["run_id"] == NO_ID:
             continue
         base = os.path.dirname(os.path.abspath(seg["path"]))
-        dirs = [d if os.path.isabs(d) else os.path.join(base, d) for d in seg["trace_dirs"]] + [base]
+        dirs = []
+        for d in seg["trace_dirs"]:  # the setting as the program gave it: {rank} is the recorder's to fill
+            d = d.replace("{rank}", str(seg["rank"]))
+            dirs += [d] if os.path.isabs(d) else [os.path.abspath(d), os.path.join(base, d)]
+        dirs.append(base)
         for d in dict.fromkeys(os.path.realpath(x) for x in dirs):
             if d not in listed:
                 names = []
