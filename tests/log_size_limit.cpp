@@ -3,24 +3,13 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/session.hpp>
 
+#include "child_steps.hpp"
 #include "host_config.hpp"
 
 #include <chrono>
 #include <thread>
 
 #include <sys/resource.h>
-
-namespace {
-void steps(int n) {
-  for (int i = 0; i < n; ++i) {
-    TRACE_STEP();
-    TRACE_PHASE(forward);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-  }
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
@@ -32,7 +21,7 @@ int main(int argc, char** argv) {
   const rlim_t unlimited = limit.rlim_cur;
   limit.rlim_cur = 10000;  // room for a few lines, the next one cut part way
   setrlimit(RLIMIT_FSIZE, &limit);
-  steps(20);
+  steptrace_test::forward_steps(20);
   // Wait for the event: the background thread has met the limit (a line refused). The 20 steps' lines
   // are far past 10 000 bytes; a loaded machine may hold the thread back for long (up to 30 s here).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -40,7 +29,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   limit.rlim_cur = unlimited;
   setrlimit(RLIMIT_FSIZE, &limit);
-  steps(20);
+  steptrace_test::forward_steps(20);
   const auto s = steptrace::stop();
   return s.lines_failed > 0 ? 0 : 3;  // the test needs the limit to have been met
 }

@@ -9,6 +9,7 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/session.hpp>
 
+#include "child_steps.hpp"
 #include "host_config.hpp"
 
 #include <atomic>
@@ -23,16 +24,6 @@
 namespace {
 std::atomic<bool> refuse_records{false};
 std::atomic<int> refused{0};
-
-void steps(int n) {
-  for (int i = 0; i < n; ++i) {
-    TRACE_STEP();
-    TRACE_PHASE(forward);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-  }
-}
 }  // namespace
 
 extern "C" ssize_t write(int fd, const void* buf, size_t n) {
@@ -51,13 +42,13 @@ int main(int argc, char** argv) {
   cfg.line_detail = steptrace::LineDetail::compact;  // the default; the run record is the compact log's
   refuse_records = true;
   steptrace::start(cfg);
-  steps(5);
+  steptrace_test::forward_steps(5);
   // Wait for the event: the background thread has met the refusal (a line counted unwritten).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline && steptrace::details::Session::current().lines_failed_so_far() == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   refuse_records = false;
-  steps(5);
+  steptrace_test::forward_steps(5);
   const auto s = steptrace::stop();
   return s.lines_failed > 0 && refused.load() > 0 ? 0 : 3;  // the test needs the refusal to have been met
 }
