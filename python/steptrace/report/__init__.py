@@ -27,8 +27,8 @@ from .guard import MAX_NAME, MAX_TRACES, OTHER, TOP_KERNELS, TOP_N, embed, fold,
 from .numbers import OTHER_COLOR, PALETTE, median, p90, phase_color, rounded
 from .page import PAGE
 from .ranks import held_back, rank_charts, rank_phase_table
-from .runs import (MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points,
-                   traces_beside)
+from .runs import MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
+from .traces import traces_beside
 
 MAX_POINTS = 1500
 MAX_RUN_SERIES = 14   # runs drawn with --run all at most: the latest (one colour each)
