@@ -12,7 +12,9 @@ with the test's ports, 1 s scrapes) on 127.0.0.1 with free ports, then feeds the
   budget a GPU-bound H100 run under the default overhead budget (15 of 80 lines traced), replayed at
          20 lines a second (tests/data/h100_transformer_budget_lines.jsonl);
   carried the same lines with `diagnosis.basis` (issue #31): untraced lines carry the last traced
-         step's label, a few decided from host times, the first ones none.
+         step's label, a few decided from host times, the first ones none;
+  marked lines of a DDP run on 2 H200s (tests/data/h200x2_ddp_rank1_slowed-0.jsonl) with stream markers
+         on most of them.
 Then asks Prometheus's HTTP API: every metric of docs/prometheus.md, at every scrape, carries the common
 labels and equals what its kind says of the lines (the line of the scraped step for `last`, the window
 mean, the sum, the step-time histogram's buckets...), is absent where the field is null, and appears in
@@ -134,8 +136,13 @@ def expected(name, kind, path, scale, lines, step, labels, up):
     window, traced_window = upto[-WINDOW:], traced[-WINDOW:]
     if name in ("steptrace_phase_seconds", "steptrace_window_phase_seconds"):
         gpu = labels.get("source") == "gpu"
+        marked = labels.get("source") == "gpu_markers"
 
         def phase_value(l):
+            if marked:  # the phase's span between its stream markers: this line's own, when marked
+                ph = ((l.get("gpu_markers") or {}).get("phases") or {}).get(labels.get("phase"))
+                v = ph.get("span_ms") if ph else None
+                return None if v is None else v * 1e-3
             ph = (l.get("phases") or {}).get(labels.get("phase"))
             if ph is None:
                 return None
@@ -269,13 +276,24 @@ def main():
         if r.returncode != 0:
             fail(f"prometheus_feed replay (carried): {r.stderr}")
         sources["e2e-carried"] = read_lines(carried_lines)
+        # Stream markers on most lines (a DDP run on 2 H200s, rank 0): the held share and the phases'
+        # marker spans on every marked line, traced or not.
+        marked_lines = os.path.join(tmp, "marked.jsonl")  # its step lines (the log ends with its end record)
+        with open(marked_lines, "w") as out:
+            for l in read_lines(os.path.join(ROOT, "tests/data/h200x2_ddp_rank1_slowed-0.jsonl")):
+                out.write(json.dumps(l) + "\n")
+        r = subprocess.run([feed, "replay", marked_lines, os.path.join(textdir, "steptrace-marked.prom"), "e2e-marked", "50"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            fail(f"prometheus_feed replay (marked): {r.stderr}")
+        sources["e2e-marked"] = read_lines(marked_lines)
 
         # The textfiles' last writes (steptrace_up 0 for the runs that stopped) must have been scraped.
         for job in sources:
             wait_for(f"{job}'s final textfile scraped",
                      lambda: any(float(s["value"][1]) == 0 for s in query(f'steptrace_up{{steptrace_job="{job}",instance="127.0.0.1:{p_node}"}}')), 30)
         for name in ("steptrace-0.prom", "steptrace-cross.prom", "steptrace-gpu.prom", "steptrace-budget.prom",
-                     "steptrace-carried.prom"):
+                     "steptrace-carried.prom", "steptrace-marked.prom"):
             r = subprocess.run(["promtool", "check", "metrics"], stdin=open(os.path.join(textdir, name)), capture_output=True, text=True)
             if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
                 fail(f"promtool check metrics {name}: {r.stdout}{r.stderr}")
