@@ -1,6 +1,6 @@
 // steptrace/settings.hpp - every Config field as one row of a typed table: its name, environment
 // variable, accepted range or spellings, default and one line of documentation. The table drives
-// apply_environment() and validate(), and tests/test_settings.cpp checks docs/configuration.md's table against
+// apply_environment() and validate(), and tests/test_config.cpp checks docs/configuration.md's table against
 // it, so a setting cannot be spelled one way in code and another in the documentation.
 #pragma once
 #include "version.hpp"

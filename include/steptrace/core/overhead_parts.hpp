@@ -8,8 +8,10 @@
 //   attached    CUPTI's callbacks on untraced steps while it stays attached: modelled (overhead.hpp)
 //   host_api    steptrace's scopes and calls on the training thread (a TRACE_STEP, each phase scope,
 //               each record()): paid on every step, so no step shows it; modelled as calls x the
-//               measured cost of one (kScopeNs: benchmarks/README.md, `scope_cost`, 104-123 ns per
-//               scope on the GPU hosts; from Python 670-720 ns, docs/python.md), plus the stream
+//               cost of one (kScopeNs, 120 ns: above every median `scope_cost` measured on the GPU
+//               hosts, 54-101 ns per scope with the tick counter or steady_clock, the step boundary's
+//               share included, benchmarks/README.md "A phase scope without a lock" and its H100
+//               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md), plus the stream
 //               markers' CUDA event records, measured on the training thread as they are made
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
 //               time in them, measured (not their wall time: a reading may wait for a lock the
@@ -51,7 +53,7 @@ struct OverheadParts {
 /// What the background thread and the training thread's scopes spent over the recent steps.
 class OverheadLedger {
  public:
-  static constexpr double kScopeNs = 120;         // C++ scope, GPU hosts, upper end (benchmarks/README.md, scope_cost: 76-98 ns)
+  static constexpr double kScopeNs = 120;         // C++ scope: above every median measured (54-101 ns; see the top)
   static constexpr double kPythonScopeNs = 720;   // a scope or call from Python (docs/python.md)
   static constexpr std::size_t kWindow = 512;     // steps the fractions are over
 
