@@ -369,6 +369,29 @@ def test_a_compact_logs_traces_are_found_by_their_names():
     page = open(out).read()
     assert "trace-cccccccc-r0-s3.json" in page and "trace-dddddddd" not in page
 
+
+def test_a_compact_logs_top_kernels_come_from_its_traces():
+    """Compact lines carry no kernel names: the kernel table is made from the kernel events of the run's
+    trace files, their captured steps only (a neighbour step's kernels and other events left out)."""
+    from steptrace import report
+    d = tmpdir()
+    path = compact_log(d)  # run cccccccc..., rank 0
+    def kernel(step, phase, name, dur_us):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 2, "tid": 7, "ts": 10.0, "dur": dur_us,
+                "args": {"global_step": step, "phase": phase, "correlation": 1, "stream": 7}}
+    trace = {"traceEvents": [kernel(2, "forward", "gemm_a", 1500.0), kernel(2, "forward", "gemm_a", 500.0),
+                             kernel(2, "backward", "gemm_b", 3000.0), kernel(1, "forward", "neighbour", 9000.0),
+                             {"ph": "X", "cat": "phase", "name": "forward", "pid": 1, "tid": 1, "ts": 0, "dur": 5000,
+                              "args": {"global_step": 2}}],
+             "otherData": {"schema": "steptrace.trace/1", "run_id": "c" * 16, "rank": 0, "captured": [2]}}
+    with open(os.path.join(d, "trace-cccccccc-r0-s2.json"), "w") as f:
+        json.dump(trace, f)
+    with open(os.path.join(d, "trace-cccccccc-r0-s3.json"), "w") as f:
+        f.write("{not json")  # a file being written: skipped
+    data = report.build([path], "t", 400, 1)
+    assert data["top_kernels"] == {"backward": [["gemm_b", 3.0, 1]], "forward": [["gemm_a", 2.0, 2]]}, data["top_kernels"]
+    assert any("1 captured steps in 1 trace files" in n for n in data["notes"]), data["notes"]
+
 # ---- diagnosis: bases, the verdict, the strip ----
 
 def test_the_lines_reader_on_a_file_someone_else_wrote():

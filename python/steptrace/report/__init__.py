@@ -28,7 +28,7 @@ from .numbers import OTHER_COLOR, PALETTE, median, p90, phase_color, rounded
 from .page import PAGE
 from .ranks import held_back, rank_charts, rank_phase_table
 from .runs import MAX_EVENTS, UnknownRun, catalogue, choose, load_range, merge, runs_text, segments, split_points
-from .traces import traces_beside
+from .traces import kernels_from_traces, traces_beside
 
 MAX_POINTS = 1500
 MAX_RUN_SERIES = 14   # runs drawn with --run all at most: the latest (one colour each)
@@ -194,9 +194,16 @@ def build(paths, title, max_points, workers, wanted=None):
     header = header_of(view, files, title, wanted)
     marks = mark_records(view, header)
     runs = view.runs
+    traces = [t for r in runs for t in r["traces"]] + traces_beside(runs, MAX_TRACES)
+    if not top_kernels and traces:  # lines without kernel names (compact): the traced steps' own files
+        from_traces, n_files, n_steps = kernels_from_traces(traces)
+        if from_traces:
+            top_kernels = top_kernel_table(view, [from_traces])
+            view.notes.append(f"Top kernels per phase: from the kernel events of {n_steps} captured steps in "
+                              f"{n_files} trace files (these lines carry no kernel names: compact lines).")
     return {"header": header, "charts": view.charts, "notes": view.notes, "top_kernels": top_kernels,
             "slowest_ranks": slow_table, "held_back": held, "rank_phases": rank_phases,
-            "traces": [t for r in runs for t in r["traces"]] + traces_beside(runs, MAX_TRACES),
+            "traces": traces,
             "ends": sum(len(r["ends"]) for r in runs), "marks": marks,
             "files": [f["path"] for f in files if any(s["steps"] for s in f["segments"].values())],
             "build_s": time.time() - t0}
@@ -312,19 +319,21 @@ def diagnosis_chart(view):
                         "colors": LABEL_COLORS, "carried_colors": CARRIED_COLORS, "none_color": NONE_COLOR})
 
 
-def top_kernel_table(view):
-    """Top kernels per phase, over every line of every rank (each line lists its phase's top 5): the TOP_N
-    phases with the most kernel time, TOP_KERNELS kernels each; the other phases merged as one."""
+def top_kernel_table(view, sources=None):
+    """Top kernels per phase, over every line of every rank (each line lists its phase's top 5; `sources`:
+    other {phase: {kernel: [ms, calls]}} to count instead): the TOP_N phases with the most kernel time,
+    TOP_KERNELS kernels each; the other phases merged as one."""
+    sources = [r["top"] for r in view.runs] if sources is None else sources
     totals = Counter()
-    for r in view.runs:
-        for phase, d in r["top"].items():
+    for src in sources:
+        for phase, d in src.items():
             totals[phase] += sum(v[0] for v in d.values())
     keep, rest = fold(totals)
     other = f"{OTHER} ({len(rest)} phases)"
     into = {p: p for p in keep}
     top = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-    for r in view.runs:
-        for phase, d in r["top"].items():
+    for src in sources:
+        for phase, d in src.items():
             cells = top[into.get(phase, other)]
             for name, (ms, calls) in d.items():
                 cell = cells[name]

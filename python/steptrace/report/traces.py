@@ -46,3 +46,54 @@ def traces_beside(segs, limit):
                 if len(found) >= limit:
                     return found
     return found
+
+
+MAX_KERNEL_TRACE_BYTES = 16 << 20  # trace text read for the kernel table, all files together (~27x in memory)
+
+
+def kernels_from_traces(traces, budget=MAX_KERNEL_TRACE_BYTES):
+    """Top kernels per phase from the trace files' kernel events of their captured steps, for lines that
+    carry none (a compact log's): ({phase: {kernel: [ms, launches]}}, files read, captured steps). Only
+    files named as the recorder names them; each read as the tools read a file someone else wrote
+    (files.read_json: a regular file, bounded, non-finite numbers refused), `budget` bytes in all."""
+    from ..files import FileRefused, read_json
+    from .guard import cut, is_num
+    top, files, steps = {}, 0, set()
+    seen = set()
+    for t in traces:
+        f = t.get("file")
+        if not isinstance(f, str) or not TRACE_FILE.match(os.path.basename(f)):
+            continue
+        here = [f] if os.path.isabs(f) else [os.path.join(os.path.dirname(os.path.abspath(t["log"])), f), f]
+        path = next((p for p in here if os.path.isfile(p)), None)
+        if path is None or os.path.realpath(path) in seen:
+            continue
+        seen.add(os.path.realpath(path))
+        try:
+            size = os.stat(path).st_size
+            if size > budget:
+                continue
+            doc = read_json(path, budget)
+        except (OSError, FileRefused, MemoryError):
+            continue
+        budget -= size
+        other = doc.get("otherData") if isinstance(doc, dict) else None
+        events = doc.get("traceEvents") if isinstance(doc, dict) else None
+        if not isinstance(other, dict) or not isinstance(other.get("captured"), list) or not isinstance(events, list):
+            continue
+        captured = {c for c in other["captured"] if isinstance(c, int) and not isinstance(c, bool)}
+        files += 1
+        for e in events:
+            if not isinstance(e, dict) or e.get("cat") != "kernel" or e.get("ph") != "X":
+                continue
+            a = e.get("args")
+            step = a.get("global_step") if isinstance(a, dict) else None
+            dur = e.get("dur")
+            if step not in captured or not is_num(dur) or dur < 0:
+                continue
+            steps.add((path, step))
+            phase = cut(str(a.get("phase") or "?"))
+            cell = top.setdefault(phase, {}).setdefault(cut(str(e.get("name") or "kernel")), [0.0, 0])
+            cell[0] += dur / 1000.0
+            cell[1] += 1
+    return top, files, len(steps)
