@@ -476,10 +476,12 @@ def test_verdict_is_the_label_of_most_lines():
                                   "frequent label of the others: INPUT-BOUND on 0.5 %"), rare["basis_text"]
     tie = diagnosis.verdict(Counter({("HOST/LAUNCH-BOUND", "markers"): 5, ("UNKNOWN", "none"): 5}))
     assert tie["dominant"] == "HOST/LAUNCH-BOUND", tie
-    # UNKNOWN the most frequent label but not half the lines: the most frequent named one (ties by name).
+    # UNKNOWN the most frequent label, under half the lines: still UNKNOWN (stop()'s summary's rule), its
+    # advice not "no line had" anything, the most frequent other label (ties by name) beside it.
     split = diagnosis.verdict(Counter({("COMPUTE-BOUND", "traced"): 30, ("COMM-BOUND", "carried"): 30,
                                        ("UNKNOWN", "none"): 40}))
-    assert split["dominant"] == "COMM-BOUND" and split["dominant_share"] == 0.3, split
+    assert split["dominant"] == "UNKNOWN" and split["dominant_share"] == 0.4, split
+    assert split["advice"] == diagnosis.ADVICE_MOSTLY_UNKNOWN and "COMM-BOUND on 30.0 %" in split["basis_text"], split
     # UNKNOWN lines whose basis is not none are still UNKNOWN, never "the other label".
     odd = diagnosis.verdict(Counter({("UNKNOWN", "markers"): 4, ("UNKNOWN", "none"): 4, ("INPUT-BOUND", "host_only"): 2}))
     assert odd["dominant"] == "UNKNOWN" and "INPUT-BOUND on 20.0 %" in odd["basis_text"], odd

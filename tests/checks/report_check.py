@@ -9,7 +9,7 @@ are empty), a fake-GPU run with captured traces (tests/trace_feed), and 4 and 16
 H100 lines (one rank slowed) for the per-rank views, and the diagnosis basis (issue #31): a GPU-bound
 H100 run traced one step in 4 as written (lines without `diagnosis.basis`, untraced ones UNKNOWN) and
 rewritten in the new schema (untraced lines carry the last traced step's COMPUTE-BOUND): the first is
-headlined UNKNOWN (more than half its lines) with COMPUTE-BOUND named beside it, the second COMPUTE-BOUND
+headlined UNKNOWN (the most of its lines) with COMPUTE-BOUND named beside it, the second COMPUTE-BOUND
 with the right shares per basis, and their untraced steps must be gaps in the
 GPU charts (checked in the screenshot's pixels). And a log several runs appended to (issue #32: an
 old log's lines without run_id, then the example trainer run twice on the same STEPTRACE_LOG, each run
@@ -145,9 +145,9 @@ def with_basis(src_path, out_path):
 
 def expected_verdict(path):
     """What the header must say of the lines at path, computed here from the lines, not by the report:
-    UNKNOWN when more than half the lines are (with the most frequent other label beside it), else the
-    most frequent other label (ties by name), its share of every line and its shares per basis (old
-    lines: traced with a `gpu` object, else none when UNKNOWN, else host-only)."""
+    the label of the most lines, UNKNOWN counted (with the most frequent other label beside it; ties to
+    a named label, by name), its share of every line and its shares per basis (old lines: traced with a
+    `gpu` object, else none when UNKNOWN, else host-only)."""
     pairs = []
     for line in step_lines(path):
         d = line["diagnosis"]
@@ -156,7 +156,7 @@ def expected_verdict(path):
         pairs.append((d["label"], basis))
     known = [l for l, _ in pairs if l != "UNKNOWN"]
     label = min(set(known), key=lambda x: (-known.count(x), x))
-    if 2 * (len(pairs) - len(known)) > len(pairs):
+    if len(pairs) - len(known) > known.count(label):
         return (f"<b>UNKNOWN</b> ({100 * (len(pairs) - len(known)) / len(pairs):.1f} % of the lines: nothing measured "
                 f"to name a bottleneck from; the most frequent label of the others: {label} on "
                 f"{100 * known.count(label) / len(pairs):.1f} %)")
@@ -745,7 +745,7 @@ def standard_checks(build, h100, keep, work):
     carried = with_basis(budget, os.path.join(work, "carried.jsonl"))
     for case, path in (("basis-old", budget), ("basis-carried", carried)):
         want = expected_verdict(path)
-        # Old lines: 65 of 80 untraced UNKNOWN (more than half): UNKNOWN, COMPUTE-BOUND named beside it.
+        # Old lines: 65 of 80 untraced UNKNOWN (the most): UNKNOWN, COMPUTE-BOUND named beside it.
         # The new schema: the untraced lines carry COMPUTE-BOUND.
         if ("COMPUTE-BOUND" not in want or want.startswith("<b>UNKNOWN</b>") != (case == "basis-old")
                 or (case == "basis-carried") != ("carried" in want)):

@@ -3,10 +3,10 @@ and the label table.
 
 A line's `diagnosis.basis` (docs/schema.md, issue #31) says what its label was decided from: `traced`
 (this step's GPU attribution), `carried` (an untraced step given the last traced step's GPU view),
-`host_only` (host-visible waits alone), `none` (nothing: label UNKNOWN). The headline is UNKNOWN when
-more than half the lines are, else the most frequent other label: an untraced line carried from a traced
-step has its label, so a run traced one step in N is not called UNKNOWN, and a label on a few lines is
-never shown over a majority that measured nothing.
+`host_only` (host-visible waits alone), `none` (nothing: label UNKNOWN). The headline is the label of
+the most lines, UNKNOWN counted, as stop()'s summary takes it: an untraced line carried from a traced step
+has its label, so a run traced one step in N is not called UNKNOWN, and a label on a few lines is never
+shown over the many that measured nothing.
 """
 from collections import Counter
 
@@ -29,8 +29,9 @@ ADVICE = {
     "UNKNOWN": "Not enough was measured to name a bottleneck: no line had GPU attribution, a GPU view carried "
                "from a traced step, or a host-side wait past its threshold.",
 }
-ADVICE_MOSTLY_UNKNOWN = ("Most lines had neither GPU evidence (a trace, stream markers, a carried view) nor a host-side "
-                         "wait past its threshold; the label table below gives what the other lines say.")
+ADVICE_MOSTLY_UNKNOWN = ("More lines had neither GPU evidence (a trace, stream markers, a carried view) nor a "
+                         "host-side wait past its threshold than had any one label; the label table below gives "
+                         "what the other lines say.")
 NONE_COLOR = "#b4b4b4"  # basis none (label UNKNOWN): neutral grey, nothing known
 LABEL_COLORS = {
     "INPUT-BOUND": "#d62728", "H2D-BOUND": "#ff7f0e", "COMM-BOUND": "#9467bd", "HOST/LAUNCH-BOUND": "#e377c2",
@@ -64,10 +65,10 @@ def pct(share):
 
 
 def verdict(pairs):
-    """The header's label from a Counter of (label, basis) over every line: UNKNOWN when more than half
-    the lines are UNKNOWN (a label on a few lines is never shown over a majority that measured nothing;
-    the text names the most frequent label of the others), else the most frequent other label (ties by
-    name). Its share is of all lines, split by basis."""
+    """The header's label from a Counter of (label, basis) over every line: the label of the most lines,
+    UNKNOWN counted (as stop()'s summary takes it, core/diagnosis.hpp dominant_label: a label on a few
+    lines is never shown over the many that measured nothing), ties to a named label, by name. When
+    UNKNOWN leads, the text names the most frequent other label. Its share is of all lines, by basis."""
     total = max(1, sum(pairs.values()))
     unknown, known = 0, Counter()
     for (label, basis), k in pairs.items():
@@ -75,15 +76,15 @@ def verdict(pairs):
             unknown += k
         else:
             known[label] += k
-    if not known or 2 * unknown > total:
+    best = min(known.items(), key=lambda kv: (-kv[1], kv[0])) if known else None
+    if best is None or unknown > best[1]:
         text = (f"{pct(unknown / total)} of the lines: nothing measured to name a bottleneck from" if pairs
                 else "no lines")
-        if known:
-            other, k = min(known.items(), key=lambda kv: (-kv[1], kv[0]))
-            text += f"; the most frequent label of the others: {other} on {pct(k / total)}"
+        if best:
+            text += f"; the most frequent label of the others: {best[0]} on {pct(best[1] / total)}"
         return {"dominant": "UNKNOWN", "dominant_share": unknown / total, "advice": ADVICE["UNKNOWN"]
                 if not known else ADVICE_MOSTLY_UNKNOWN, "basis_text": text}
-    dominant, n = min(known.items(), key=lambda kv: (-kv[1], kv[0]))
+    dominant, n = best
     parts = [f"{pct(pairs[(dominant, b)] / total)} {b.replace('_', '-')}" for b in BASES
              if b != "none" and pairs[(dominant, b)]]
     return {"dominant": dominant, "dominant_share": n / total, "advice": ADVICE.get(dominant, ""),
