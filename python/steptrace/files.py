@@ -11,6 +11,7 @@ than the caller's bound (a link to /dev/zero, a 600 MB trace), parsed with non-f
 """
 import json
 import os
+import re
 import stat
 import tempfile
 
@@ -18,6 +19,8 @@ MAX_SMALL_FILE = 1 << 20   # presence, request and answer files: the runtime wri
 MAX_TRACE_FILE = 256 << 20  # a capture's trace file (the runtime bounds a capture's events; see docs/build.md)
 MAX_RANKS = 1 << 24         # world_size above this is not a run steptrace wrote (the runtime's bound too)
 MAX_DEPTH = 64              # JSON nesting: the runtime's files nest 5 deep at most
+# A flight-recorder trace file's name (details/flight_recorder.hpp): run_id[0:8], rank, first captured step.
+TRACE_NAME = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")
 
 
 class FileRefused(Exception):

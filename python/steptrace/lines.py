@@ -22,32 +22,47 @@ COMPACT_SCHEMA = "steptrace.step/2"
 _RUN_ONLY = ("event", "schema", "settings", "null_reasons", "from_step", "timestamp")
 
 
+def raw_lines(path, start=0, end=None):
+    """(offset, bytes without the newline) of each line of bytes start..end of `path` (a range that
+    begins at a line's start), read one at a time: memory one line. (offset, None) for a line longer
+    than MAX_LINE_BYTES, whose bytes are skipped unread."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos = start
+        while end is None or pos < end:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            here, pos = pos, pos + len(raw)
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # the rest of the over-long line
+                    raw = f.readline(MAX_LINE_BYTES + 1)
+                    pos += len(raw)
+                yield here, None
+                continue
+            yield here, raw.rstrip(b"\n")
+
+
 def iter_records(path, strict=True):
     """Every record of the log, in order, one at a time. strict: a line that does not parse (not JSON,
     not UTF-8, too deep, too long) raises ValueError; otherwise it is skipped (the fragment a killed run
     can leave). Blank lines are skipped."""
-    with open(path, "rb") as f:
-        while True:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                while raw and not raw.endswith(b"\n"):  # the rest of the over-long line, dropped
-                    raw = f.readline(MAX_LINE_BYTES + 1)
-                if strict:
-                    raise ValueError(f"a line longer than {MAX_LINE_BYTES} bytes")
-                continue
-            if not raw.strip():
-                continue
-            try:
-                record = loads(raw.decode("utf-8"), unique_keys=True)
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
-            except (ValueError, UnicodeDecodeError) as e:
-                if strict:
-                    raise ValueError(f"not a line steptrace wrote: {e}") from None
-                continue
-            yield record
+    for _, raw in raw_lines(path):
+        if raw is None:
+            if strict:
+                raise ValueError(f"a line longer than {MAX_LINE_BYTES} bytes")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            record = loads(raw.decode("utf-8"), unique_keys=True)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            if strict:
+                raise ValueError(f"not a line steptrace wrote: {e}") from None
+            continue
+        yield record
 
 
 def read_records(path, strict=True):

@@ -16,11 +16,10 @@ and writes one Trace Event file (chrome://tracing, Perfetto) with a process per 
 """
 import json
 import os
-import re
 import statistics
 import sys
 
-from .files import MAX_TRACE_FILE, FileRefused, printable, read_json, replace_file
+from .files import MAX_TRACE_FILE, TRACE_NAME, FileRefused, printable, read_json, replace_file
 
 MAX_MISSING_LISTED = 64  # ranks_missing lists this many; ranks_missing_count counts them all
 # Trace text parsed by one merge, all files together: Python holds a parsed trace at ~27x its size, so
@@ -30,7 +29,6 @@ MAX_TS_US = 1e15  # an event's ts (us from its file's origin): ~31 years; past i
 MAX_DUR_US = 1e12  # an event's dur: ~11.6 days
 MAX_SKIPPED_LISTED = 64
 
-TRACE_NAME = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")
 COMM_PHASE = "nccl"
 DEFAULT_FULL_RANKS = 3
 PID_BASE = 1000

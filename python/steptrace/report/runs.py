@@ -13,7 +13,7 @@ import os
 from collections import Counter, defaultdict
 from datetime import datetime
 
-from ..lines import MAX_LINE_BYTES
+from ..lines import MAX_LINE_BYTES, raw_lines
 from .diagnosis import line_basis
 from .guard import MAX_NAME, Malformed, check_line, cut, parse
 
@@ -235,26 +235,6 @@ def add_line(seg, line, pos):
                               "log": seg["path"], "reasons": [cut(r) for r in t.get("reasons") or []]})
 
 
-def _raw_lines(path, start, end):
-    """(offset, bytes) of each line of bytes start..end of `path`, read one at a time (memory: one line);
-    (offset, None) for a line longer than MAX_LINE_BYTES, whose bytes are skipped."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        pos = start
-        while end is None or pos < end:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            here, pos = pos, pos + len(raw)
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                while raw and not raw.endswith(b"\n"):  # the rest of the long line
-                    raw = f.readline(1 << 20)
-                    pos += len(raw)
-                yield here, None
-                continue
-            yield here, raw.rstrip(b"\n")
-
-
 def load_file(path, start=0, end=None):
     """One file's steps (or those of bytes start..end of it), as columns, one segment per (run_id, rank).
     Lines that do not parse (a killed writer's fragment) are counted, and so are lines the report will
@@ -262,7 +242,7 @@ def load_file(path, start=0, end=None):
     segs = {}
     unparsable = 0
     malformed = Counter()
-    for here, raw in _raw_lines(path, start, end):
+    for here, raw in raw_lines(path, start, end):
         if raw is None:  # longer than any line steptrace writes: skipped unread
             malformed[f"a line longer than {MAX_LINE_BYTES} bytes"] += 1
             continue

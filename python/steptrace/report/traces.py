@@ -1,11 +1,11 @@
 """The trace files of a run that its lines do not name: a compact log's lines carry no `trace`, so the
 report finds the flight recorder's files by their names (details/flight_recorder.hpp)."""
 import os
-import re
 
+from ..files import TRACE_NAME, FileRefused, read_json
+from .guard import cut, is_num
 from .runs import NO_ID
 
-TRACE_FILE = re.compile(r"^trace-([0-9a-f]{1,8})-r(\d+)-s(\d+)\.json$")  # details/flight_recorder.hpp's names
 MAX_LISTED_ENTRIES = 100_000  # a directory's entries looked at, at most
 
 
@@ -32,13 +32,13 @@ def traces_beside(segs, limit):
                         for i, e in enumerate(it):
                             if i >= MAX_LISTED_ENTRIES:
                                 break
-                            if TRACE_FILE.match(e.name):
+                            if TRACE_NAME.match(e.name):
                                 names.append(e.name)
                 except OSError:
                     pass
                 listed[d] = sorted(names)
             for name in listed[d]:
-                m = TRACE_FILE.match(name)
+                m = TRACE_NAME.match(name)
                 if m.group(1) != seg["run_id"][:8] or not isinstance(seg["rank"], int) or int(m.group(2)) != seg["rank"]:
                     continue
                 found.append({"step": int(m.group(3)), "rank": seg["rank"], "file": os.path.join(d, name),
@@ -56,13 +56,11 @@ def kernels_from_traces(traces, budget=MAX_KERNEL_TRACE_BYTES):
     carry none (a compact log's): ({phase: {kernel: [ms, launches]}}, files read, captured steps). Only
     files named as the recorder names them; each read as the tools read a file someone else wrote
     (files.read_json: a regular file, bounded, non-finite numbers refused), `budget` bytes in all."""
-    from ..files import FileRefused, read_json
-    from .guard import cut, is_num
     top, files, steps = {}, 0, set()
     seen = set()
     for t in traces:
         f = t.get("file")
-        if not isinstance(f, str) or not TRACE_FILE.match(os.path.basename(f)):
+        if not isinstance(f, str) or not TRACE_NAME.match(os.path.basename(f)):
             continue
         here = [f] if os.path.isabs(f) else [os.path.join(os.path.dirname(os.path.abspath(t["log"])), f), f]
         path = next((p for p in here if os.path.isfile(p)), None)
