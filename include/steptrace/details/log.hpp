@@ -55,9 +55,11 @@ inline std::mutex& warn_once_mutex() {  // also held across fork() (details/fork
   return *mutex;
 }
 inline bool warn_once(const std::string& key, const std::string& message) {
-  static std::set<std::string>* seen = new std::set<std::string>;
   {
     std::lock_guard<std::mutex> lock(warn_once_mutex());
+    // Made under the lock fork() holds (details/fork.hpp): a fork can never land while another thread
+    // is making it, which would leave its guard held in the child for good.
+    static std::set<std::string>* seen = new std::set<std::string>;
     if (!seen->insert(key).second) return false;
   }
   try {

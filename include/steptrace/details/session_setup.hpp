@@ -175,6 +175,26 @@ inline void Session::start_counters(LineContext& ctx) {
   ctx.counters_traced_only = counters_on_ && attribution_ && budget_decides(cfg);
 }
 
+/// The statics made on first use that the background thread, the scrape endpoint's thread or the exit
+/// hook read, made here, on the thread that calls start(), before any of those threads runs. A static
+/// first made on another thread holds its guard while it is made (the C++ ABI's __cxa_guard_acquire): a
+/// fork() from the training thread in that window leaves the guard held in the child, whose next
+/// start() then waits for it for good (seen: the compact line's tier patterns, 1 fork in ~400).
+inline void Session::make_lazy_statics() {
+  (void)record_fields(Record::step);
+  (void)record_fields(Record::end);
+  (void)details::record_field_segments(Record::step);
+  (void)details::record_field_segments(Record::end);
+  (void)tier_patterns();
+  (void)peak_flops_table();
+  (void)settings();
+  (void)phase_name(kNoPhase);
+  (void)sink::prom_step_time_buckets();
+  (void)sink::prom_gauges();
+  (void)sink::prom_counters();
+  (void)logger();
+}
+
 inline void Session::release_gpu() {
   marker_ring().detach();
   if (counters_on_) gpu_->stop_counters();
