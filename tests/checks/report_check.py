@@ -826,6 +826,19 @@ def standard_checks(build, h100, keep, work):
         return out
     problems += check("ddp-held-back", ddp, work, ["ranks", "rank_wait", "rank_work", "slowest"], must_slowest=1,
                       more=held_back)
+    # The same two ranks as the default writes them (run records and compact lines: tests/compact_log.cpp):
+    # the report of a default log draws every GPU chart from the compact lines alone, the markers' per-phase
+    # spans of untraced lines included, and opens with the same rank (issue #61).
+    compact_ddp = []
+    for r, path in enumerate(ddp):
+        out = os.path.join(work, f"ddp-compact-{r}.jsonl")
+        subprocess.run([os.path.join(build, "tests", "compact_log"), path, out], check=True, capture_output=True,
+                       timeout=120)
+        compact_ddp.append(out)
+    problems += check("ddp-compact", compact_ddp, work, ["step_time", "phases_host", "phases_gpu", "phases_markers",
+                                                         "utilization", "diagnosis", "ranks", "rank_wait",
+                                                         "rank_work", "slowest"],
+                      must_slowest=1, more=held_back)
     return problems
 
 
