@@ -1,7 +1,8 @@
 // compact_log FULL COMPACT - a log of full lines (steptrace.step/1) written again as the default line
 // detail writes it: a run record whenever the run's facts change, then each step's compact line
-// (steptrace.step/2), by the same calls as the background thread (details/worker_lines.hpp), with the
-// default settings in the record. Records that are not step lines (the end record) are copied as they
+// (steptrace.step/2), by the same calls as the background thread (details/worker_lines.hpp). The run
+// record's settings are the defaults' (a full line does not carry the settings its run had; the report
+// reads only trace_dir from them). Records that are not step lines (the end record) are copied as they
 // are. For report_check: the report of a default log made from GPU lines recorded on H200s.
 #include <steptrace/core/json_flat.hpp>
 #include <steptrace/core/line_tiers.hpp>

@@ -921,6 +921,9 @@ TEST_CASE("stream markers: a stream the program names is marked from the first s
   const auto log = fresh_log("runtime_markers_named");
   auto backend = marked_backend();
   backend->marker_stream = 9;
+  // A synthetic GPU far behind (every marker reached 1 s after it was recorded): pending through each
+  // step whatever the host's timing, so that the markers decide the untraced steps on any machine.
+  backend->fake_markers.lag_ns = 1'000'000'000;
   FakeRun run(std::move(backend));
   Config cfg = base_config(log);
   cfg.trace_every = 4;
@@ -936,12 +939,7 @@ TEST_CASE("stream markers: a stream the program names is marked from the first s
     CHECK(l["gpu_markers"]["points"] == 6);
   }
   CHECK(lines[0]["gpu_markers"]["agrees_with_records"] == true);
-  // Believed from traced step 0's agreement on: the markers decide where they saw the GPU hold the step
-  // back (the rule's 70 %). The fake GPU runs in real time, so a loaded machine may leave a step's GPU
-  // idle longer: the line's own share says which side of the rule it is on.
-  const double share = lines[1]["gpu_markers"]["pending_share"];
-  INFO("step 1: pending_share " << share);
-  CHECK((lines[1]["diagnosis"]["basis"] == "markers") == (share >= 0.7));
+  CHECK(lines[1]["diagnosis"]["basis"] == "markers");  // believed from traced step 0's agreement on
 }
 
 TEST_CASE("stream markers: a step with a marker not recorded is left out whole, and says why", "[runtime][markers]") {

@@ -1,6 +1,7 @@
 // Lifecycle and threads: start twice, stop without start, restart, steps from several threads,
 // phases on a data-loader thread.
 #include <memory>
+#include <optional>
 
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/host_clock.hpp>
@@ -81,7 +82,8 @@ TEST_CASE("a scope alive across stop() and a new start() with another clock is n
     steptrace::stop();
     steptrace_test::skip_test("tick clock not usable here: nothing to check");
   }
-  auto scope = std::make_unique<steptrace::PhaseScope>(steptrace::phase_tag::backward);
+  std::optional<steptrace::PhaseScope> scope;
+  scope.emplace(steptrace::phase_tag::backward);
   steptrace::stop();
   cfg.clock = steptrace::ClockSource::steady;
   REQUIRE(steptrace::start(cfg));

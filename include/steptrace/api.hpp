@@ -97,6 +97,11 @@ class STEPTRACE_API StepScope {
   StepScope(StepScope&&) = delete;
   StepScope& operator=(StepScope&&) = delete;
   ~StepScope();
+  // On the stack only, as NVTX3's scoped ranges (nvtx3.hpp's scoped_range_in deletes them too): a scope
+  // made with `new` could end on another thread, or never. (Placement into storage the program owns,
+  // `::new (p) StepScope`, stays possible: the Python binding's per-thread scope stack.)
+  static void* operator new(std::size_t) = delete;
+  static void* operator new[](std::size_t) = delete;
 
  private:
   StepScope(std::optional<double> tokens, std::optional<double> samples) noexcept;
@@ -112,6 +117,8 @@ class STEPTRACE_API PhaseScope {
   PhaseScope(PhaseScope&&) = delete;
   PhaseScope& operator=(PhaseScope&&) = delete;
   ~PhaseScope();
+  static void* operator new(std::size_t) = delete;  // on the stack only, as StepScope
+  static void* operator new[](std::size_t) = delete;
 
  private:
   details::ThreadState* ts_ = nullptr;  // the opening thread's state; null: not recorded

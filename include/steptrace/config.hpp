@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/metrics.hpp"
+#include "core/dtype.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 

@@ -96,7 +96,7 @@ struct ScopeStack {
       ++overflow;
       return;
     }
-    new (&slots[depth++]) Scope(std::forward<A>(a)...);
+    ::new (static_cast<void*>(&slots[depth++])) Scope(std::forward<A>(a)...);  // the scopes' own new is deleted
   }
   void pop() {
     if (overflow) {

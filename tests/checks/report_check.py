@@ -834,6 +834,10 @@ def standard_checks(build, h100, keep, work):
         out = os.path.join(work, f"ddp-compact-{r}.jsonl")
         subprocess.run([os.path.join(build, "tests", "compact_log"), path, out], check=True, capture_output=True,
                        timeout=120)
+        records = [json.loads(l) for l in open(out, encoding="utf-8") if l.strip()]
+        if not (records and records[0].get("event") == "run"
+                and all(r.get("schema") == "steptrace.step/2" for r in records if "event" not in r)):
+            problems.append(f"ddp-compact: {out} is not a compact log (a run record first, step/2 lines)")
         compact_ddp.append(out)
     problems += check("ddp-compact", compact_ddp, work, ["step_time", "phases_host", "phases_gpu", "phases_markers",
                                                          "utilization", "diagnosis", "ranks", "rank_wait",

@@ -75,7 +75,7 @@ class Session {
     // Before any lock or thread of this session: a fork from another thread meanwhile is handled.
     const std::string fork_err = install_fork_handlers(&Session::after_fork_in_child);
     if (!fork_err.empty()) warn_once("fork", fork_err + ": a child made by fork() may find steptrace's locks held");
-    make_lazy_statics();  // before any thread of this session reads them
+    make_lazy_statics();  // before any thread of this session reads them (a fork meanwhile waits)
     std::lock_guard<std::mutex> life(lifecycle_);
     if (running_flag().load()) {
       warn_once("start.twice", "steptrace::start() called while running; the second call is ignored");

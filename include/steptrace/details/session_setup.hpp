@@ -4,6 +4,7 @@
 // members; included at the end of session.hpp).
 #pragma once
 #include "session.hpp"
+#include "../backend/nvtx.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -175,12 +176,16 @@ inline void Session::start_counters(LineContext& ctx) {
   ctx.counters_traced_only = counters_on_ && attribution_ && budget_decides(cfg);
 }
 
-/// The statics made on first use that the background thread, the scrape endpoint's thread or the exit
-/// hook read, made here, on the thread that calls start(), before any of those threads runs. A static
-/// first made on another thread holds its guard while it is made (the C++ ABI's __cxa_guard_acquire): a
-/// fork() from the training thread in that window leaves the guard held in the child, whose next
-/// start() then waits for it for good (seen: the compact line's tier patterns, 1 fork in ~400).
+/// The statics made on first use that the background thread, the scrape endpoint's thread, the exit
+/// hook or any thread's first scope (the NVTX domain) read, made here, on the thread that calls
+/// start(), before any of those threads runs. A static first made on another thread holds its guard
+/// while it is made (the C++ ABI's __cxa_guard_acquire): a fork() from the training thread in that
+/// window leaves the guard held in the child, whose next start() then waits for it for good (seen: the
+/// compact line's tier patterns, 1 fork in ~400). Made under the first lock fork() holds
+/// (details/fork.hpp), so that a fork from another thread meanwhile waits for them.
 inline void Session::make_lazy_statics() {
+  std::lock_guard<std::mutex> forks_wait(end_install_mutex());
+  (void)backend::nvtx::active_domain();
   (void)record_fields(Record::step);
   (void)record_fields(Record::end);
   (void)details::record_field_segments(Record::step);
