@@ -37,13 +37,10 @@ extern "C" ssize_t write(int fd, const void* buf, size_t n) {
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
-  // The compact line (the default) and its run record: CTest's STEPTRACE_LINE_DETAIL=full, which the
-  // environment would set over the program's setting, is lifted here.
-  ::unsetenv("STEPTRACE_LINE_DETAIL");
-  steptrace::Config cfg = steptrace_test::host_config(argv[1]);
-  cfg.line_detail = steptrace::Config{}.line_detail;  // the default: compact lines and their run record
-  steptrace::start(cfg);
+  // The line detail the test's environment gives (host_config.hpp): the default's compact lines and
+  // their run record under `exit_default_lines`, full lines (no run record to refuse) under `exit`.
+  steptrace::start(steptrace_test::host_config(argv[1]));
   steptrace_test::forward_steps(10);
-  const auto s = steptrace::stop();
-  return s.lines_failed > 0 && refused.load() > kRefusals ? 0 : 3;  // the refusals met, and a record taken after
+  steptrace::stop();
+  return 0;  // what was written and counted is the test's to judge (test_exit.cpp)
 }
