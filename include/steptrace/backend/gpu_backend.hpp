@@ -72,6 +72,9 @@ class GpuBackend {
   virtual std::string start_attribution(bool detach_between_traces, const LaunchContextSource& launches) = 0;
   /// Sampled attribution, training thread at a step boundary: records on for traced steps.
   virtual std::string set_tracing(bool on) = 0;
+  /// Detach mode, training thread, between a step's end and the next step's begin when that step is to
+  /// be traced: attach now, so that the traced step does not pay for it. "" or what failed.
+  virtual std::string attach_ahead() { return {}; }
   /// Detach mode, background thread: the first `traced` traced steps (set_tracing(true) calls since
   /// start) have their lines; CUPTI may detach until the next one. false: records are still on (the
   /// switch-off has not happened yet), ask again.

@@ -83,6 +83,9 @@ struct GpuDrain {
   // When CUPTI was detached between traced steps (monotonic_ns(), core/clock.hpp), since the last
   // drain: the step or gap that paid for each detach (core/overhead.hpp measures it).
   std::vector<int64_t> detached_at_ns;
+  // When CUPTI was attached between steps, ahead of a traced step (detach mode), since the last drain:
+  // the gap before that step paid for it.
+  std::vector<int64_t> attached_ahead_at_ns;
 };
 
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves

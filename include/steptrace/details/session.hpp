@@ -344,8 +344,14 @@ class Session {
     const int64_t key = current_step().load(std::memory_order_relaxed);
     if (key >= 0) marker_ring().mark(static_cast<uint64_t>(key), MarkerKind::step_end, kNoPhase);
     const auto stats = call_allocator_hook();
-    DeferEndings held;
-    recorder_.end(stats);
+    {
+      DeferEndings held;
+      recorder_.end(stats);
+    }
+    // Detach mode: the next step traced attaches CUPTI here, between the steps, so that its own time
+    // and diagnosis are an untraced step's (the attach costs ~7-10 ms on an H200). A failure: that
+    // step attaches at its begin, as before.
+    if (attribution_ && sampling_possible(cfg_) && recorder_.open_view().next_traced) (void)gpu_->attach_ahead();
   }
   void set_step_counts(std::optional<double> tokens, std::optional<double> samples) {
     DeferEndings held;

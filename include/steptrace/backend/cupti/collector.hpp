@@ -83,10 +83,12 @@ class Collector {
     traced_begun_ = 0;
     detaches_ = 0;
     detach_requested_ = false;
+    attach_ahead_ = false;
     {
       std::lock_guard<std::mutex> staging(mutex_);
       pending_graphs_.clear();
       detached_at_ns_.clear();
+      attached_ahead_at_ns_.clear();
       in_flight_.clear();
       windowed_.clear();
     }
@@ -148,6 +150,9 @@ class Collector {
       settling_.store(false, std::memory_order_relaxed);  // (graphs still waiting keep their age)
       return {};
     }
+    // Attached ahead for a step the schedule then left untraced: nothing traced since, detach again.
+    if (attach_ahead_.exchange(false, std::memory_order_relaxed) && !on && !tracing_.load(std::memory_order_relaxed))
+      detach_requested_.store(true, std::memory_order_relaxed);
     if (on == tracing_.load(std::memory_order_relaxed)) return {};
     // Either mode: records stay on for this step. Detached, CUPTI leaves only at an API exit after the
     // traced step's line is out; a replay with records off before that overwrote the end times of the
@@ -185,16 +190,7 @@ class Collector {
       in_flight_.clear();
     }
     std::string err;
-    if (on && !attached_) {
-      err = attach(/*records=*/false);
-      if (err.empty()) {
-        std::lock_guard<std::mutex> staging(mutex_);
-        correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
-        windowed_.clear();               // ids of the previous attach: they would name new launches
-        pending_graphs_.clear();         // likewise (their records were read out at the detach)
-        unsettled_.clear();
-      }
-    }
+    if (on && !attached_) err = attach_again();  // not attached ahead (attach_ahead): paid inside the step
     if (err.empty()) {
       for (CUpti_ActivityKind kind : kRecordKinds) {
         const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
@@ -209,13 +205,20 @@ class Collector {
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
 
+  /// Detach mode, step's thread, after a step's end when the next step is to be traced: attaches CUPTI
+  /// now, records still off, so that the attach (~7-10 ms on an H200) is paid between the steps, not
+  /// inside the traced one; set_tracing(true) at its begin then only switches the records on. No detach
+  /// is asked until that step has begun. Returns "" or what failed (the traced step then tries again).
+  std::string attach_ahead();
+
   /// Detach mode, background thread: once the first `traced` traced steps (set_tracing(true) calls)
   /// have their lines, the next API exit on any thread detaches CUPTI (cuptiFinalize, from a callback
   /// as CUPTI documents). Ignored if a newer traced step began (its line will ask). Returns false
   /// only while records are still on, so that the caller asks again.
   bool request_detach(uint64_t traced) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
-    if (!detach_mode() || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed))
+    if (!detach_mode() || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed) ||
+        attach_ahead_.load(std::memory_order_relaxed))  // attached ahead for the next traced step
       return true;
     if (tracing_.load(std::memory_order_relaxed)) return false;
     detach_requested_.store(true, std::memory_order_relaxed);
@@ -252,6 +255,7 @@ class Collector {
     d.unsettled.swap(unsettled_);
     d.windowed.swap(windowed_);
     d.detached_at_ns.swap(detached_at_ns_);
+    d.attached_ahead_at_ns.swap(attached_ahead_at_ns_);
     return d;
   }
 
@@ -270,6 +274,7 @@ class Collector {
   bool settled();
 
   void set_tracing_off_quietly();
+  std::string attach_again();
 
   /// Subscribes, enables the launch-site callbacks and registers the buffers; `records`: also
   /// enables the record kinds. Caller holds cupti_mutex_. On failure nothing stays attached.
@@ -336,6 +341,7 @@ class Collector {
   std::atomic<uint64_t> traced_begun_{0};    // set_tracing(true) calls since start()
   std::string kernel_timestamps_ = "instrumented";  // guarded by cupti_mutex_
   std::atomic<bool> detach_requested_{false};
+  std::atomic<bool> attach_ahead_{false};  // attached ahead of a traced step that has not begun yet
   std::atomic<uint64_t> detaches_{0};
   std::atomic<uint64_t> periods_{0};  // tracing periods so far, all sessions (launch_tls() state is per period)
   bool correlations_restarted_ = false;  // guarded by mutex_
@@ -356,6 +362,7 @@ class Collector {
   std::unordered_map<const void*, PendingGraph> pending_graphs_;  // graph exec -> its latest traced launch
   std::atomic<uint64_t> boundaries_{0};  // step boundaries seen (set_tracing calls): a pending graph's age
   std::vector<int64_t> detached_at_ns_;  // monotonic_ns() of each detach not yet drained (GpuDrain::detached_at_ns)
+  std::vector<int64_t> attached_ahead_at_ns_;  // ... of each attach made ahead (GpuDrain::attached_ahead_at_ns)
   std::vector<UnsettledGraphs> unsettled_;
   std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)

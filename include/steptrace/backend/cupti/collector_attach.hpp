@@ -83,6 +83,34 @@ inline std::string Collector::attach(bool records) {
   return err;
 }
 
+/// Detach mode, attached again for a traced step: CUPTI numbers correlation ids from 1 again. Under cupti_mutex_.
+inline std::string Collector::attach_again() {
+  const std::string err = attach(/*records=*/false);
+  if (!err.empty()) return err;
+  std::lock_guard<std::mutex> staging(mutex_);
+  correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
+  windowed_.clear();               // ids of the previous attach: they would name new launches
+  pending_graphs_.clear();         // likewise (their records were read out at the detach)
+  unsettled_.clear();
+  return {};
+}
+
+inline std::string Collector::attach_ahead() {
+  if (!active_ || tracing_.load(std::memory_order_relaxed) || !detach_mode()) return {};
+  std::lock_guard<std::mutex> lock(cupti_mutex_);
+  detach_requested_.store(false, std::memory_order_relaxed);  // an exit that would detach it again
+  attach_ahead_.store(true, std::memory_order_relaxed);
+  if (attached_) return {};
+  const std::string err = attach_again();
+  if (!err.empty()) {
+    attach_ahead_.store(false, std::memory_order_relaxed);
+    return err;
+  }
+  std::lock_guard<std::mutex> staging(mutex_);
+  if (attached_ahead_at_ns_.size() < 1024) attached_ahead_at_ns_.push_back(monotonic_ns());
+  return {};
+}
+
 inline void Collector::enable_hardware_timestamps() {
 #if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
   const CUptiResult r = cuptiActivityEnableHWTrace(1);
