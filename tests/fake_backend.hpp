@@ -148,7 +148,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       return Read::done;
     }
     std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return b_.marker_stream; }
+    void set_stream(std::uintptr_t stream) override { stream_set = stream; }
     void close() override { ++closes; }
+    std::uintptr_t stream_set = 0;  // the last set_stream()
     std::atomic<int> opens{0}, closes{0}, records{0};
     int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail
     // Set: a synthetic GPU, every marker reached `lag_ns` after it was recorded and read back at once

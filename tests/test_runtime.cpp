@@ -981,7 +981,9 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
     return Read::done;
   }
   std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return 7u; }
+  void set_stream(std::uintptr_t stream) override { stream_set = stream; }
   void close() override {}
+  std::uintptr_t stream_set = 0;
   bool reached = true;
   int64_t lag_ns = 500;
 
@@ -990,6 +992,51 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
   int64_t clock_ = 0;
 };
 }  // namespace
+
+TEST_CASE("the marker ring learns the program's stream from traced steps' launches, follows it, leaves it when destroyed",
+          "[runtime][markers]") {
+  using Ring = steptrace::details::MarkerRing;
+  using steptrace::LaunchStreams;
+  auto ring = std::make_unique<Ring>();
+  ScriptedEvents events;
+  ring->attach(&events, "");
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0, 100, 100}, false);  // the legacy stream: the records decide
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0x5000, 89, 100}, false);  // not 9 in 10: the step's work is on several
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0x5000, 90, 100}, false);
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x5000);
+  CHECK(ring->stream_chosen());
+  CHECK_FALSE(ring->stream_named());
+  ring->mark(0, steptrace::MarkerKind::step_begin, steptrace::kNoPhase);  // opens the events on it
+  ring->learn_stream(LaunchStreams{0x6000, 100, 100}, false);  // a later traced step on another: followed
+  CHECK(ring->stream() == 0x6000);
+  CHECK(events.stream_set == 0x6000);
+  ring->learn_stream(LaunchStreams{0x7000, 100, 100}, true);  // detached between traces: once is not enough
+  CHECK(ring->stream() == 0x6000);
+  ring->learn_stream(LaunchStreams{0x7000, 100, 100}, true);
+  CHECK(ring->stream() == 0x7000);
+  CHECK(events.stream_set == 0x7000);
+  ring->forget_stream(0x6000);  // another stream destroyed: nothing changes
+  CHECK(ring->armed());
+  ring->forget_stream(0x7000);
+  CHECK_FALSE(ring->armed());
+  CHECK(ring->why_off().find("destroyed") != std::string::npos);
+  ring->learn_stream(LaunchStreams{0x8000, 100, 100}, false);  // the next traced step shows the next one
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x8000);
+  ring->detach();
+
+  // A stream the program named is never learned over.
+  auto named = std::make_unique<Ring>();
+  REQUIRE(named->name_stream(0x9));
+  named->attach(&events, "");
+  named->learn_stream(LaunchStreams{0x5000, 100, 100}, false);
+  CHECK(named->stream() == 0x9);
+  named->detach();
+}
 
 TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a step left out whole and why",
           "[runtime][markers]") {

@@ -294,6 +294,10 @@ class Session {
         recorder_.tracing_failed(*b.index);
       }
     }
+    // After a traced step: the stream its kernels went to is the markers' (learn_stream), unless named.
+    if (attribution_ && after_traced_)
+      markers.learn_stream(gpu_->take_launch_streams(), /*twice=*/gpu_->detach_since().has_value());
+    after_traced_ = b.traced && attribution_;
     if (b.traced && attribution_) markers.learn_stream_id();  // records are on: CUPTI names the stream
     marker_depth().store(thread_state().depth, std::memory_order_relaxed);
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
@@ -480,6 +484,7 @@ class Session {
   std::string log_path_;
   bool attribution_ = false;  // the backend collects launches and records
   bool detach_ = false;       // untraced_cupti=detach in effect
+  bool after_traced_ = false;  // training thread: the step begun last was traced
   bool counters_on_ = false;  // PM sampling started (the worker may stop it; stop() asks it)
 
   std::unique_ptr<Worker> worker_;

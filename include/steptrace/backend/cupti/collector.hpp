@@ -31,6 +31,7 @@
 #pragma once
 #include "../../version.hpp"
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -41,8 +42,9 @@
 #include <utility>
 #include <vector>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
-#include <cupti.h>
+#include <cupti.h>  // with the runtime calls' parameter structs (generated_cuda_runtime_api_meta.h)
 
 #include "../../core/clock.hpp"
 #include "../../core/gpu_records.hpp"
@@ -205,6 +207,25 @@ class Collector {
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
 
+  /// Step's thread, between steps: the stream most kernel launches went to while records were on since
+  /// the last call (LaunchStreams::stream, 0 with no launch or on the per-thread default stream), and
+  /// the tally starts over.
+  LaunchStreams take_launch_streams() {
+    std::lock_guard<std::mutex> staging(mutex_);
+    LaunchStreams out;
+    for (const auto& [stream, count] : stream_tally_) {
+      out.launches += count;
+      if (count > out.on_stream) out.stream = stream, out.on_stream = count;
+    }
+    out.launches += stream_tally_other_;
+    stream_tally_ = {};
+    stream_tally_other_ = 0;
+    return out;
+  }
+  /// Called (any thread, before the stream goes) when the program destroys a stream while CUPTI is
+  /// attached: the stream markers stop using it. Set before start().
+  void on_stream_destroy(void (*hook)(std::uintptr_t)) { stream_destroy_hook_.store(hook, std::memory_order_release); }
+
   /// Detach mode, step's thread, after a step's end when the next step is to be traced: attaches CUPTI
   /// now, records still off, so that the attach (~7-10 ms on an H200) is paid between the steps, not
   /// inside the traced one; set_tracing(true) at its begin then only switches the records on. No detach
@@ -262,7 +283,10 @@ class Collector {
   std::size_t buffers_allocated() const { return buffers_allocated_; }
 
  private:
-  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3 };
+  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3, kStreamDestroy = 4 };
+  /// Where a kernel launch site's parameters name its stream (StreamParam::none: not read).
+  enum class StreamParam : uint8_t { none, runtime_launch, runtime_launch_ex, driver_launch, driver_launch_ex };
+  static std::optional<std::uintptr_t> launch_stream(StreamParam kind, const void* params);
   static constexpr CUpti_ActivityKind kRecordKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                                         CUPTI_ACTIVITY_KIND_MEMSET};
 
@@ -318,7 +342,7 @@ class Collector {
   static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data);
 
   /// Returns whether the call is followed until it returns (returned()).
-  bool stage(LaunchRecord l, const void* graph_exec = nullptr);
+  bool stage(LaunchRecord l, const void* graph_exec = nullptr, std::optional<std::uintptr_t> stream = std::nullopt);
 
   /// A staged call returned (API exit): its work is with the driver, so its record comes even if
   /// records go off now. A failed call produces none: staged as failed, its step does not wait.
@@ -349,6 +373,8 @@ class Collector {
   DeviceTable devices_;
   LaunchContextSource launch_context_;  // the runtime's (start()): where a launch belongs
   std::vector<uint8_t> runtime_sites_, driver_sites_;
+  std::vector<StreamParam> runtime_streams_, driver_streams_;  // by callback id: how a launch names its stream
+  std::atomic<void (*)(std::uintptr_t)> stream_destroy_hook_{nullptr};
 
   std::mutex mutex_;  // staging, shared by the launching threads, CUPTI's thread and the background thread
   std::vector<LaunchRecord> launches_;
@@ -366,6 +392,8 @@ class Collector {
   std::vector<UnsettledGraphs> unsettled_;
   std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)
+  std::array<std::pair<std::uintptr_t, uint32_t>, 4> stream_tally_{};  // kernel launches by stream, while tracing
+  uint32_t stream_tally_other_ = 0;  // ... on a fifth stream or more
   std::atomic<int32_t> switch_tid_{0};  // the thread that last switched records (its calls are not followed)
   std::atomic<bool> settling_{false};
 

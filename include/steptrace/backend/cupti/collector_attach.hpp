@@ -143,7 +143,9 @@ inline void Collector::try_detach() {
 
 inline std::string Collector::enable_callbacks(CUpti_CallbackDomain domain, uint32_t count, const char* prefix) {
   auto& kinds = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_sites_ : driver_sites_;
+  auto& streams = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_streams_ : driver_streams_;
   kinds.assign(count, kNone);
+  streams.assign(count, StreamParam::none);
   const std::string p(prefix);
   for (uint32_t cbid = 1; cbid < count; ++cbid) {
     const char* name = nullptr;
@@ -154,7 +156,13 @@ inline std::string Collector::enable_callbacks(CUpti_CallbackDomain domain, uint
     if (n.rfind(p + "GraphLaunch", 0) == 0) kind = kGraphLaunch;
     else if (n.rfind(p + "Memset", 0) == 0) kind = kMemset;
     else if (n.rfind(p + "Launch", 0) == 0 || n.rfind(p + "Memcpy", 0) == 0) kind = kLaunch;
+    else if (n.rfind(p + "StreamDestroy", 0) == 0) kind = kStreamDestroy;  // the stream markers leave it
     if (kind == kNone) continue;
+    // Kernel launches whose parameters name the stream (launch_stream); the per-thread variants (_ptsz) too.
+    const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+    if (n.rfind(p + "LaunchKernelEx", 0) == 0) streams[cbid] = runtime ? StreamParam::runtime_launch_ex : StreamParam::driver_launch_ex;
+    else if (n.rfind(p + "LaunchKernel_", 0) == 0 || n == p + "LaunchKernel")
+      streams[cbid] = runtime ? StreamParam::runtime_launch : StreamParam::driver_launch;
     const CUptiResult r = cuptiEnableCallback(1, subscriber_, domain, cbid);
     if (r != CUPTI_SUCCESS) return result_text("cuptiEnableCallback", r);
     kinds[cbid] = kind;
