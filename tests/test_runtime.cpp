@@ -110,6 +110,38 @@ TEST_CASE("sampled tracing switches the backend at step boundaries; untraced lin
   }
 }
 
+TEST_CASE("a traced step's CUPTI is attached ahead, between the step before it and its begin", "[runtime]") {
+  const auto log = fresh_log("runtime_attach_ahead");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 3;
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 7, 2);
+  steptrace::stop();
+  // Steps 3 and 6 are traced: asked ahead at the end of steps 2 and 5, before their begins switch on.
+  CHECK(run.gpu->calls().switches == "+--a+--a+");
+}
+
+TEST_CASE("the stream markers learn the stream a traced step's kernels went to", "[runtime][markers]") {
+  const auto log = fresh_log("runtime_learn_stream");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->with_markers = true;
+  backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 9, 2);
+  steptrace::stop();
+  CHECK(run.gpu->fake_markers.opened_on == 0x5000);  // learned after step 0, marked from step 1 on
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 9);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    if (l["global_step"] >= 1) CHECK(l["gpu_markers"].is_object());
+  }
+}
+
 TEST_CASE("a backend that cannot switch tracing back on: the rest of the run is untraced, and says so", "[runtime]") {
   const auto log = fresh_log("runtime_toggle_fails");
   auto backend = std::make_unique<FakeBackend>();
