@@ -107,3 +107,40 @@ TEST_CASE("a traced step keeps an untraced step's time and label; the last one's
   CHECK(l["gpu"]["missing_launches"] == 0);
   CHECK(l["gpu"]["kernels"] == run.truth["kernels_per_step"]);
 }
+
+#ifdef STEPTRACE_REATTACH_STRESS
+TEST_CASE("1 000 attach and detach cycles with NCCL communicators made and destroyed between them", "[gpu][trace]") {
+  // Each traced step's kernel against the CUDA events around it: a timestamp broken by a re-attach
+  // (PyTorch issue #192021: a callback registered again each session) would not fit inside them.
+  const std::string log = steptrace_test::fresh_log("reattach_stress");
+  const std::string truth_path = "reattach_stress_truth.json";
+  const std::string cmd = std::string(STEPTRACE_REATTACH_STRESS) + " " + log + " " + truth_path + " 1000";
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);  // no crash, no heap damage seen by the allocator
+  const auto truth = nlohmann::json::parse(std::ifstream(truth_path));
+  const auto lines = steptrace_test::read_lines(log);
+  REQUIRE(lines.size() == 2000);
+  CHECK(truth["comms"] == 100);
+  CHECK(truth["detaches"].get<int>() >= 900);
+  int traced = 0, complete = 0, fits = 0;
+  double worst = 0;
+  for (const auto& l : lines) {
+    if (l["traced"] != true || !l["gpu"].is_object()) continue;
+    ++traced;
+    if (l["gpu"]["complete"] != true) continue;
+    ++complete;
+    const int step = l["global_step"];
+    const double kernel = l["gpu"]["kernel_ms"], events = truth["event_ms"][step];
+    // The kernel runs between the two events: never longer than they, and not much shorter (launch gaps).
+    const double off = std::max(kernel - events, events - kernel - 0.05);
+    worst = std::max(worst, off);
+    fits += off <= 0.005;
+  }
+  std::printf("reattach_stress: %d traced lines, %d complete, %d kernels inside their events (worst %.4f ms off), "
+              "%d detaches, %d communicators\n", traced, complete, fits, worst, truth["detaches"].get<int>(),
+              truth["comms"].get<int>());
+  CHECK(traced >= 990);
+  CHECK(complete >= traced - 2);  // the last at stop() included
+  CHECK(fits == complete);
+}
+#endif

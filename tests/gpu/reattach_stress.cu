@@ -1,0 +1,77 @@
+// reattach_stress LOG TRUTH [CYCLES] - steptrace attaching and detaching CUPTI CYCLES times (trace_every=2,
+// untraced_cupti=detach: one attach and one detach per two steps) while the program creates and destroys
+// NCCL communicators between steps, for test_trace_steps (issue #61, item 4: the re-attach hazards
+// PyTorch met - background flushes overlapping NCCL's set-up, kernel timestamps wrong after a
+// re-registration). Each step's kernel is bracketed by CUDA events on its stream: TRUTH holds the
+// events' time per step, to check each traced line's kernel time against it.
+#include <steptrace/steptrace.hpp>
+#include <steptrace/backend/cupti/collector.hpp>  // how many detaches the run made
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include "../../support/cuda_check.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) {
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: reattach_stress LOG TRUTH [CYCLES]\n");
+    return 2;
+  }
+  const int cycles = argc == 4 ? std::atoi(argv[3]) : 1000;
+  constexpr int kCommEvery = 20;  // steps between two communicators made and destroyed
+  int sms = 0, khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  int* sink = nullptr;
+  CHECK_CUDA(cudaMalloc(&sink, sizeof(int)));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t before, after;
+  CHECK_CUDA(cudaEventCreate(&before));
+  CHECK_CUDA(cudaEventCreate(&after));
+  steptrace::set_marker_stream(stream);
+  steptrace::Config cfg;
+  cfg.log_path = argv[1];
+  cfg.summary = false;
+  cfg.trace_every = 2;
+  cfg.untraced_cupti = steptrace::UntracedCupti::detach;
+  steptrace::start(cfg);
+  std::vector<float> event_ms;
+  int comms = 0;
+  for (int step = 0; step < 2 * cycles; ++step) {
+    if (step % kCommEvery == kCommEvery - 1) {  // between steps: a communicator made and destroyed
+      ncclComm_t comm;
+      int device = 0;
+      if (ncclCommInitAll(&comm, 1, &device) != ncclSuccess) {
+        std::fprintf(stderr, "ncclCommInitAll failed at step %d\n", step);
+        return 1;
+      }
+      if (ncclCommDestroy(comm) != ncclSuccess) return 1;
+      ++comms;
+    }
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    CHECK_CUDA(cudaEventRecord(before, stream));
+    spin<<<sms, 128, 0, stream>>>(static_cast<long long>(khz) / 10, sink);  // ~0.1 ms
+    CHECK_CUDA(cudaEventRecord(after, stream));
+    CHECK_CUDA(cudaEventSynchronize(after));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, before, after));
+    event_ms.push_back(ms);
+  }
+  steptrace::stop();
+  const uint64_t detaches = steptrace::backend::cupti::Collector::instance().detaches();
+  FILE* truth = std::fopen(argv[2], "w");
+  if (!truth) return 1;
+  std::fprintf(truth, "{\"steps\": %zu, \"comms\": %d, \"detaches\": %llu, \"event_ms\": [", event_ms.size(), comms,
+               static_cast<unsigned long long>(detaches));
+  for (std::size_t i = 0; i < event_ms.size(); ++i) std::fprintf(truth, "%s%.5f", i ? ", " : "", event_ms[i]);
+  std::fprintf(truth, "]}\n");
+  std::fclose(truth);
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
