@@ -11,10 +11,26 @@
 #include <nccl.h>
 #include "../../support/cuda_check.cuh"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
+
+namespace {
+bool comm_cycle(int step, int* comms) {
+  ncclComm_t comm;
+  int device = 0;
+  if (ncclCommInitAll(&comm, 1, &device) != ncclSuccess) {
+    std::fprintf(stderr, "ncclCommInitAll failed at step %d\n", step);
+    return false;
+  }
+  if (ncclCommDestroy(comm) != ncclSuccess) return false;
+  ++*comms;
+  return true;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 4) {
@@ -43,25 +59,24 @@ int main(int argc, char** argv) {
   std::vector<float> event_ms;
   int comms = 0;
   for (int step = 0; step < 2 * cycles; ++step) {
-    if (step % kCommEvery == kCommEvery - 1) {  // between steps: a communicator made and destroyed
-      ncclComm_t comm;
-      int device = 0;
-      if (ncclCommInitAll(&comm, 1, &device) != ncclSuccess) {
-        std::fprintf(stderr, "ncclCommInitAll failed at step %d\n", step);
-        return 1;
-      }
-      if (ncclCommDestroy(comm) != ncclSuccess) return 1;
-      ++comms;
-    }
+    // A communicator made and destroyed between two steps, and (in a step of the other parity, so in
+    // both traced and untraced ones) inside a step after its kernel.
+    if (step % kCommEvery == kCommEvery - 1 && !comm_cycle(step, &comms)) return 1;
     TRACE_STEP();
-    TRACE_PHASE(forward);
-    CHECK_CUDA(cudaEventRecord(before, stream));
-    spin<<<sms, 128, 0, stream>>>(static_cast<long long>(khz) / 10, sink);  // ~0.1 ms
-    CHECK_CUDA(cudaEventRecord(after, stream));
-    CHECK_CUDA(cudaEventSynchronize(after));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, before, after));
-    event_ms.push_back(ms);
+    {
+      TRACE_PHASE(forward);
+      CHECK_CUDA(cudaEventRecord(before, stream));
+      spin<<<sms, 128, 0, stream>>>(static_cast<long long>(khz) / 10, sink);  // ~0.1 ms
+      CHECK_CUDA(cudaEventRecord(after, stream));
+      CHECK_CUDA(cudaEventSynchronize(after));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, before, after));
+      event_ms.push_back(ms);
+    }
+    // The host's own wait (an input): the traced step's line is out before the next step ends, so
+    // CUPTI detaches in the untraced step and attaches again at its end, once per cycle.
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    if (step % kCommEvery == kCommEvery / 2 && !comm_cycle(step, &comms)) return 1;
   }
   steptrace::stop();
   const uint64_t detaches = steptrace::backend::cupti::Collector::instance().detaches();

@@ -120,9 +120,9 @@ TEST_CASE("1 000 attach and detach cycles with NCCL communicators made and destr
   const auto truth = nlohmann::json::parse(std::ifstream(truth_path));
   const auto lines = steptrace_test::read_lines(log);
   REQUIRE(lines.size() == 2000);
-  CHECK(truth["comms"] == 100);
+  CHECK(truth["comms"] == 200);
   CHECK(truth["detaches"].get<int>() >= 900);
-  int traced = 0, complete = 0, fits = 0;
+  int traced = 0, complete = 0, fits = 0, shown = 0;
   double worst = 0;
   for (const auto& l : lines) {
     if (l["traced"] != true || !l["gpu"].is_object()) continue;
@@ -135,6 +135,9 @@ TEST_CASE("1 000 attach and detach cycles with NCCL communicators made and destr
     const double off = std::max(kernel - events, events - kernel - 0.05);
     worst = std::max(worst, off);
     fits += off <= 0.005;
+    if (off > 0.005 && ++shown <= 12)
+      std::printf("reattach_stress: step %d kernel %.4f ms (%d kernels), events %.4f ms, complete %s\n", step, kernel,
+                  l["gpu"]["kernels"].get<int>(), events, l["gpu"]["complete"].dump().c_str());
   }
   std::printf("reattach_stress: %d traced lines, %d complete, %d kernels inside their events (worst %.4f ms off), "
               "%d detaches, %d communicators\n", traced, complete, fits, worst, truth["detaches"].get<int>(),

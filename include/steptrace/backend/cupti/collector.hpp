@@ -38,6 +38,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -145,6 +146,9 @@ class Collector {
   /// exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
     if (!active_) return {};
+    // Only this thread's launches tell the markers' stream (take_launch_streams): the markers are
+    // recorded here, and another thread's stream (a helper's, a loader's) is not the step's.
+    step_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     // A step begins: settling graphs age by one (one writer, the step's thread: no read-modify-write).
     boundaries_.store(boundaries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (on) traced_begun_.fetch_add(1, std::memory_order_relaxed);  // request_detach() counts against it
@@ -207,8 +211,8 @@ class Collector {
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
 
-  /// Step's thread, between steps: the stream most kernel launches went to while records were on since
-  /// the last call (LaunchStreams::stream, 0 with no launch or on the per-thread default stream), and
+  /// Step's thread, between steps: the stream most of the step thread's kernel launches went to while
+  /// records were on since the last call (other threads' launches are not counted) (LaunchStreams::stream, 0 with no launch or on the per-thread default stream), and
   /// the tally starts over.
   LaunchStreams take_launch_streams() {
     std::lock_guard<std::mutex> staging(mutex_);
@@ -394,6 +398,7 @@ class Collector {
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)
   std::array<std::pair<std::uintptr_t, uint32_t>, 4> stream_tally_{};  // kernel launches by stream, while tracing
   uint32_t stream_tally_other_ = 0;  // ... on a fifth stream or more
+  std::atomic<std::thread::id> step_thread_{};  // the thread that begins steps (set_tracing): the tally's
   std::atomic<int32_t> switch_tid_{0};  // the thread that last switched records (its calls are not followed)
   std::atomic<bool> settling_{false};
 

@@ -111,7 +111,8 @@ inline std::optional<std::uintptr_t> Collector::launch_stream(StreamParam kind, 
 
 inline bool Collector::stage(LaunchRecord l, const void* graph_exec, std::optional<std::uintptr_t> stream) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stream) {  // which stream the program's kernels go to (take_launch_streams)
+  // Which stream the step thread's kernels go to (take_launch_streams).
+  if (stream && std::this_thread::get_id() == step_thread_.load(std::memory_order_relaxed)) {
     auto slot = std::find_if(stream_tally_.begin(), stream_tally_.end(),
                              [&](const auto& e) { return e.second > 0 && e.first == *stream; });
     if (slot == stream_tally_.end())
