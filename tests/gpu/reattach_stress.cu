@@ -1,6 +1,6 @@
-// reattach_stress LOG TRUTH [CYCLES] - steptrace attaching and detaching CUPTI CYCLES times (trace_every=2,
-// untraced_cupti=detach: one attach and one detach per two steps) while the program creates and destroys
-// NCCL communicators between steps, for test_trace_steps (issue #61, item 4: the re-attach hazards
+// reattach_stress LOG TRUTH [CYCLES] - steptrace attaching and detaching CUPTI CYCLES times (trace_every=4,
+// untraced_cupti=detach: one attach and one detach per four steps of ~6 ms) while the program creates and
+// destroys NCCL communicators between steps and inside them, for test_trace_steps (issue #61, item 4: the re-attach hazards
 // PyTorch met - background flushes overlapping NCCL's set-up, kernel timestamps wrong after a
 // re-registration). Each step's kernel is bracketed by CUDA events on its stream: TRUTH holds the
 // events' time per step, to check each traced line's kernel time against it.
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int cycles = argc == 4 ? std::atoi(argv[3]) : 1000;
-  constexpr int kCommEvery = 20;  // steps between two communicators made and destroyed
+  constexpr int kCommEvery = 100;  // steps between two communicators made and destroyed
   int sms = 0, khz = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
@@ -53,12 +53,12 @@ int main(int argc, char** argv) {
   steptrace::Config cfg;
   cfg.log_path = argv[1];
   cfg.summary = false;
-  cfg.trace_every = 2;
+  cfg.trace_every = 4;
   cfg.untraced_cupti = steptrace::UntracedCupti::detach;
   steptrace::start(cfg);
   std::vector<float> event_ms;
   int comms = 0;
-  for (int step = 0; step < 2 * cycles; ++step) {
+  for (int step = 0; step < 4 * cycles; ++step) {
     // A communicator made and destroyed between two steps, and (in a step of the other parity, so in
     // both traced and untraced ones) inside a step after its kernel.
     if (step % kCommEvery == kCommEvery - 1 && !comm_cycle(step, &comms)) return 1;
@@ -73,17 +73,20 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaEventElapsedTime(&ms, before, after));
       event_ms.push_back(ms);
     }
-    // The host's own wait (an input): the traced step's line is out before the next step ends, so
-    // CUPTI detaches in the untraced step and attaches again at its end, once per cycle.
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    // The host's own wait (an input): a traced step's line is out (records flushed at most every 20 ms)
+    // within the three untraced steps after it, so CUPTI detaches in them and attaches again at the end
+    // of the third, once per cycle.
+    std::this_thread::sleep_for(std::chrono::milliseconds(6));
     if (step % kCommEvery == kCommEvery / 2 && !comm_cycle(step, &comms)) return 1;
   }
   steptrace::stop();
   const uint64_t detaches = steptrace::backend::cupti::Collector::instance().detaches();
   FILE* truth = std::fopen(argv[2], "w");
   if (!truth) return 1;
-  std::fprintf(truth, "{\"steps\": %zu, \"comms\": %d, \"detaches\": %llu, \"event_ms\": [", event_ms.size(), comms,
-               static_cast<unsigned long long>(detaches));
+  // The spin's least time: its cycles at the device's highest clock (cudaDevAttrClockRate, kHz).
+  const double spin_ms = static_cast<double>(static_cast<long long>(khz) / 10) / khz;
+  std::fprintf(truth, "{\"steps\": %zu, \"comms\": %d, \"detaches\": %llu, \"spin_ms\": %.6f, \"event_ms\": [",
+               event_ms.size(), comms, static_cast<unsigned long long>(detaches), spin_ms);
   for (std::size_t i = 0; i < event_ms.size(); ++i) std::fprintf(truth, "%s%.5f", i ? ", " : "", event_ms[i]);
   std::fprintf(truth, "]}\n");
   std::fclose(truth);

@@ -110,8 +110,8 @@ TEST_CASE("a traced step keeps an untraced step's time and label; the last one's
 
 #ifdef STEPTRACE_REATTACH_STRESS
 TEST_CASE("1 000 attach and detach cycles with NCCL communicators made and destroyed between them", "[gpu][trace]") {
-  // Each traced step's kernel against the CUDA events around it: a timestamp broken by a re-attach
-  // (PyTorch issue #192021: a callback registered again each session) would not fit inside them.
+  // Each traced step's kernel against the CUDA events around it and its least time: a timestamp broken
+  // by a re-attach (PyTorch issue #192021: a callback registered again each session) would not fit.
   const std::string log = steptrace_test::fresh_log("reattach_stress");
   const std::string truth_path = "reattach_stress_truth.json";
   const std::string cmd = std::string(STEPTRACE_REATTACH_STRESS) + " " + log + " " + truth_path + " 1000";
@@ -119,9 +119,10 @@ TEST_CASE("1 000 attach and detach cycles with NCCL communicators made and destr
   REQUIRE(std::system(cmd.c_str()) == 0);  // no crash, no heap damage seen by the allocator
   const auto truth = nlohmann::json::parse(std::ifstream(truth_path));
   const auto lines = steptrace_test::read_lines(log);
-  REQUIRE(lines.size() == 2000);
-  CHECK(truth["comms"] == 200);
-  CHECK(truth["detaches"].get<int>() >= 900);
+  REQUIRE(lines.size() == 4000);
+  CHECK(truth["comms"] == 80);
+  CHECK(truth["detaches"].get<int>() >= 900);  // a cycle may keep CUPTI when a line comes late
+  const double spin_ms = truth["spin_ms"];
   int traced = 0, complete = 0, fits = 0, shown = 0;
   double worst = 0;
   for (const auto& l : lines) {
@@ -131,15 +132,16 @@ TEST_CASE("1 000 attach and detach cycles with NCCL communicators made and destr
     ++complete;
     const int step = l["global_step"];
     const double kernel = l["gpu"]["kernel_ms"], events = truth["event_ms"][step];
-    // The kernel runs between the two events: never longer than they, and not much shorter (launch gaps).
-    const double off = std::max(kernel - events, events - kernel - 0.05);
+    // The kernel runs between the two events, so never longer than they (the events may hold more: a
+    // launch held back); and it spins its cycles, so never shorter than they take at the highest clock.
+    const double off = std::max(kernel - events, spin_ms - kernel);
     worst = std::max(worst, off);
     fits += off <= 0.005;
     if (off > 0.005 && ++shown <= 12)
-      std::printf("reattach_stress: step %d kernel %.4f ms (%d kernels), events %.4f ms, complete %s\n", step, kernel,
-                  l["gpu"]["kernels"].get<int>(), events, l["gpu"]["complete"].dump().c_str());
+      std::printf("reattach_stress: step %d kernel %.4f ms (%d kernels), events %.4f ms, least %.4f ms, complete %s\n", step, kernel,
+                  l["gpu"]["kernels"].get<int>(), events, spin_ms, l["gpu"]["complete"].dump().c_str());
   }
-  std::printf("reattach_stress: %d traced lines, %d complete, %d kernels inside their events (worst %.4f ms off), "
+  std::printf("reattach_stress: %d traced lines, %d complete, %d kernels within their events and least time (worst %.4f ms off), "
               "%d detaches, %d communicators\n", traced, complete, fits, worst, truth["detaches"].get<int>(),
               truth["comms"].get<int>());
   CHECK(traced >= 990);
