@@ -37,10 +37,12 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   bool with_markers = false;       // stream markers (markers()) on the stream of id marker_stream
   uint32_t marker_stream = 7;
   bool untraced_work_runs = false;  // launches on untraced steps still occupy their stream (no records)
+  steptrace::LaunchStreams launch_streams;  // what take_launch_streams() answers (the launches' stream)
 
   // ---- what the runtime did ----
   struct Calls {
     std::vector<bool> set_tracing;
+    std::string switches;  // in order: '+' set_tracing(true), '-' set_tracing(false), 'a' attach_ahead()
     std::vector<uint64_t> detach_requests;
     int detaches = 0;              // requests the collector would act on: records off, every traced step begun has its line
     int switches_to_detach = 0;    // switch_to_detach() calls
@@ -124,7 +126,8 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   class Markers final : public steptrace::backend::MarkerEvents {
    public:
     explicit Markers(FakeBackend& b) : b_(b) {}
-    std::string open(uint32_t slots, std::uintptr_t, bool*) override {
+    std::string open(uint32_t slots, std::uintptr_t stream, bool*) override {
+      opened_on = stream;
       gpu_.assign(slots, 0);
       ++opens;
       return {};
@@ -148,7 +151,10 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       return Read::done;
     }
     std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return b_.marker_stream; }
+    void set_stream(std::uintptr_t stream) override { stream_set = stream; }
     void close() override { ++closes; }
+    std::uintptr_t stream_set = 0;  // the last set_stream()
+    std::uintptr_t opened_on = 0;   // the stream open() was given
     std::atomic<int> opens{0}, closes{0}, records{0};
     int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail
     // Set: a synthetic GPU, every marker reached `lag_ns` after it was recorded and read back at once
@@ -200,9 +206,19 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     return tracing_;
   }
+  std::string attach_ahead() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    calls_.switches += 'a';
+    return {};
+  }
+  steptrace::LaunchStreams take_launch_streams() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return launch_streams;
+  }
   std::string set_tracing(bool on) override {
     std::lock_guard<std::mutex> lock(mutex_);
     calls_.set_tracing.push_back(on);
+    calls_.switches += on ? '+' : '-';
     if (on) ++traced_begun_;
     if (on && !tracing_error.empty()) return tracing_error;
     if (!on && tracing_ && pending_detach_) {  // as the collector: in force when records go off

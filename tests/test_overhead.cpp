@@ -180,6 +180,33 @@ TEST_CASE("detach mode: the step that paid for a detach is measured, also when i
   CHECK(u.polluted_steps > 0);
 }
 
+TEST_CASE("detach mode: an attach made in the gap before a traced step is that step's cost", "[overhead]") {
+  // One step in 10 traced; CUPTI is attached in the gap before it (+8 ms there), its own time is an
+  // untraced step's but for the records (+1 ms); detached 4 steps later (+5 ms in that gap). Marked,
+  // the traced step's class holds 1 + 8 ms and the gap is not pollution; unmarked, each traced step's
+  // gap reads as the program's own work between steps, and the step is left out of the comparison.
+  const auto run = [](bool marked) {
+    OverheadEstimator e({0.003, 1000, /*keep_attached=*/false});
+    for (uint64_t i = 0; i < 400; ++i) {
+      const bool traced = i % 10 == 0;
+      const bool detach = i % 10 == 4;
+      OverheadObservation o = step(i, traced, traced ? 51.0 : 50.0, 500);
+      o.between_ms = detach ? 5.05 : traced ? 8.05 : 0.05;
+      o.detached_in = detach;
+      o.attached_before = marked && traced;
+      e.observe(o);
+    }
+    return e;
+  };
+  const auto r = run(true).estimate(10);
+  REQUIRE(r.method == "measured");
+  CHECK(*r.traced_extra_ms == Approx(1.0 + 8.0 + 5.0));
+  CHECK(r.polluted_steps == 0);
+  const auto u = run(false).estimate(10);
+  CHECK(u.polluted_steps > 0);  // every traced step left out: its gap read as the program's work
+  if (u.traced_extra_ms) CHECK(*u.traced_extra_ms < 1.0 + 8.0);
+}
+
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {
   // Launch-bound: 10 000 launches, the GPU idle 80 % of the step. Kept attached, untraced steps still
   // pay 10 000 x 0.79 us = 7.9 ms of a 45 ms step (at least x 0.8 = 6.32 ms): 18 %, above any interval's reach.

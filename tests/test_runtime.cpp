@@ -110,6 +110,38 @@ TEST_CASE("sampled tracing switches the backend at step boundaries; untraced lin
   }
 }
 
+TEST_CASE("a traced step's CUPTI is attached ahead, between the step before it and its begin", "[runtime]") {
+  const auto log = fresh_log("runtime_attach_ahead");
+  FakeRun run(std::make_unique<FakeBackend>());
+  Config cfg = base_config(log);
+  cfg.trace_every = 3;
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 7, 2);
+  steptrace::stop();
+  // Steps 3 and 6 are traced: asked ahead at the end of steps 2 and 5, before their begins switch on.
+  CHECK(run.gpu->calls().switches == "+--a+--a+");
+}
+
+TEST_CASE("the stream markers learn the stream a traced step's kernels went to", "[runtime][markers]") {
+  const auto log = fresh_log("runtime_learn_stream");
+  auto backend = std::make_unique<FakeBackend>();
+  backend->with_markers = true;
+  backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  REQUIRE(run.start(cfg));
+  run_steps(*run.gpu, 9, 2);
+  steptrace::stop();
+  CHECK(run.gpu->fake_markers.opened_on == 0x5000);  // learned after step 0, marked from step 1 on
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 9);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    if (l["global_step"] >= 1) CHECK(l["gpu_markers"].is_object());
+  }
+}
+
 TEST_CASE("a backend that cannot switch tracing back on: the rest of the run is untraced, and says so", "[runtime]") {
   const auto log = fresh_log("runtime_toggle_fails");
   auto backend = std::make_unique<FakeBackend>();
@@ -981,7 +1013,9 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
     return Read::done;
   }
   std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return 7u; }
+  void set_stream(std::uintptr_t stream) override { stream_set = stream; }
   void close() override {}
+  std::uintptr_t stream_set = 0;
   bool reached = true;
   int64_t lag_ns = 500;
 
@@ -990,6 +1024,51 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
   int64_t clock_ = 0;
 };
 }  // namespace
+
+TEST_CASE("the marker ring learns the program's stream from traced steps' launches, follows it, leaves it when destroyed",
+          "[runtime][markers]") {
+  using Ring = steptrace::details::MarkerRing;
+  using steptrace::LaunchStreams;
+  auto ring = std::make_unique<Ring>();
+  ScriptedEvents events;
+  ring->attach(&events, "");
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0, 100, 100}, false);  // the legacy stream: the records decide
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0x5000, 89, 100}, false);  // not 9 in 10: the step's work is on several
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0x5000, 90, 100}, false);
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x5000);
+  CHECK(ring->stream_chosen());
+  CHECK_FALSE(ring->stream_named());
+  ring->mark(0, steptrace::MarkerKind::step_begin, steptrace::kNoPhase);  // opens the events on it
+  ring->learn_stream(LaunchStreams{0x6000, 100, 100}, false);  // a later traced step on another: followed
+  CHECK(ring->stream() == 0x6000);
+  CHECK(events.stream_set == 0x6000);
+  ring->learn_stream(LaunchStreams{0x7000, 100, 100}, true);  // detached between traces: once is not enough
+  CHECK(ring->stream() == 0x6000);
+  ring->learn_stream(LaunchStreams{0x7000, 100, 100}, true);
+  CHECK(ring->stream() == 0x7000);
+  CHECK(events.stream_set == 0x7000);
+  ring->forget_stream(0x6000);  // another stream destroyed: nothing changes
+  CHECK(ring->armed());
+  ring->forget_stream(0x7000);
+  CHECK_FALSE(ring->armed());
+  CHECK(ring->why_off().find("destroyed") != std::string::npos);
+  ring->learn_stream(LaunchStreams{0x8000, 100, 100}, false);  // the next traced step shows the next one
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x8000);
+  ring->detach();
+
+  // A stream the program named is never learned over.
+  auto named = std::make_unique<Ring>();
+  REQUIRE(named->name_stream(0x9));
+  named->attach(&events, "");
+  named->learn_stream(LaunchStreams{0x5000, 100, 100}, false);
+  CHECK(named->stream() == 0x9);
+  named->detach();
+}
 
 TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a step left out whole and why",
           "[runtime][markers]") {

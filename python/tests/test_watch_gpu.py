@@ -13,6 +13,8 @@ python_gpu runs it through tests/checks/python_check.sh gpu).
    balanced run's verdict follows its measured waits (the view's wait_share is the ranks' own); both
    ranks share rank 0's run_id; the report builds from both ranks' logs. And FSDP (fully_shard) with
    watch: forward, backward and optimizer phases on every rank, NCCL time in them; rank 1 slowed: named.
+3. An eager loop on a side stream under watch, on the defaults, no stream named: the stream markers
+   learn the stream (90 % of lines from step 10 marked, with watch's forward and backward spans).
 """
 import json
 import os
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else \
     tempfile.mkdtemp(prefix="steptrace-watch-gpu-")
 STEPS, ACCUMULATE, EVAL_EVERY, WARMUP = 24, 2, 5, 4
+SIDE_STEPS = 120
 
 
 def build(torch, device):
@@ -98,6 +101,26 @@ def alternate(out):
     print(json.dumps({"graph_breaks": breaks}))
 
 
+def side_stream(out):
+    """An eager loop on a side stream (`torch.cuda.stream`), watch on the defaults, nothing named: the
+    stream markers learn the stream from the traced steps' launches."""
+    import torch
+    import steptrace
+    model, pool = build(torch, "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    side = torch.cuda.Stream()
+    steptrace.start(log_path=os.path.join(out, "side_stream.jsonl"), summary=False)
+    with torch.cuda.stream(side):
+        for b in steptrace.watch(model, opt, batches(torch, pool, "cuda", SIDE_STEPS)):
+            loss = model(b[:, :-1], b[:, 1:])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    steptrace.unwatch()
+    steptrace.stop()
+
+
 def lines(path):
     """The step lines, compact ones (the default) given their run record's facts (steptrace.lines)."""
     from steptrace.lines import step_lines
@@ -143,6 +166,29 @@ def test_watch_matches_the_hand_instrumented_loop():
         assert m[name][2] == w[name][2], (name, "kernels", m[name][2], w[name][2])
         if m[name][1] > 0.05:
             assert abs(w[name][1] - m[name][1]) <= 0.01 * m[name][1], (name, "kernel ms", m[name][1], w[name][1])
+
+
+def test_side_stream_marked_without_a_call():
+    path = os.path.join(OUT, "side_stream.jsonl")
+    if os.path.exists(path):
+        os.remove(path)
+    r = subprocess.run([sys.executable, __file__, "--side-stream", OUT], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ls = lines(path)
+    assert len(ls) >= SIDE_STEPS - 2, len(ls)
+    later = ls[10:]
+    marked = [l for l in later if isinstance(l.get("gpu_markers"), dict)]
+    unmarked = [(l["global_step"], (l.get("null_reasons") or {}).get("gpu_markers")) for l in later
+                if not isinstance(l.get("gpu_markers"), dict)]
+    bases = {}
+    for l in later:
+        basis = (l.get("diagnosis") or {}).get("basis")
+        bases[basis] = bases.get(basis, 0) + 1
+    print(f"side stream: {len(marked)} of {len(later)} lines from step 10 marked; bases {bases}; unmarked {unmarked[:5]}")
+    assert len(marked) >= 0.9 * len(later), unmarked[:5]
+    # The markers' phases are watch's: forward and backward spans on the GPU.
+    spans = [l["gpu_markers"].get("phases") or {} for l in marked]
+    assert sum("forward" in p and "backward" in p for p in spans) >= 0.9 * len(marked), spans[:3]
 
 
 def distributed(mode, out, slow_ms, slow_rank=1, read=True, defaults=False):
@@ -310,6 +356,9 @@ def test_fsdp_phases_on_every_rank():
 if __name__ == "__main__":
     if "--alternate" in sys.argv:
         alternate(sys.argv[sys.argv.index("--alternate") + 1])
+        sys.exit(0)
+    if "--side-stream" in sys.argv:
+        side_stream(sys.argv[sys.argv.index("--side-stream") + 1])
         sys.exit(0)
     if "--rank" in sys.argv:
         i = sys.argv.index("--rank")

@@ -226,9 +226,12 @@ int switches(const char* log, const char* truth_path, int sms, long long ms, int
   constexpr int kSteps = 40;
   for (int step = 0; step < kSteps; ++step) {
     TRACE_STEP();
-    TRACE_PHASE(forward);
-    for (int i = 0; i < 4; ++i) tiny<<<1, 32, 0, own>>>(buf);
-    spin<<<1, 64, 0, own>>>(ms, sink);
+    {
+      // The wait after the phase: its markers' span is the spin's only on the stream it ran on.
+      TRACE_PHASE(forward);
+      for (int i = 0; i < 4; ++i) tiny<<<1, 32, 0, own>>>(buf);
+      spin<<<1, 64, 0, own>>>(ms, sink);
+    }
     CHECK_CUDA(cudaStreamSynchronize(own));
   }
   done = true;

@@ -38,6 +38,9 @@ class CudaBackend final : public GpuBackend {
     return cupti::Collector::instance().start(device_table(), launches, detach_between_traces);
   }
   std::string set_tracing(bool on) override { return cupti::Collector::instance().set_tracing(on); }
+  std::string attach_ahead() override { return cupti::Collector::instance().attach_ahead(); }
+  LaunchStreams take_launch_streams() override { return cupti::Collector::instance().take_launch_streams(); }
+  void on_stream_destroy(void (*hook)(std::uintptr_t)) override { cupti::Collector::instance().on_stream_destroy(hook); }
   bool request_detach(uint64_t traced) override { return cupti::Collector::instance().request_detach(traced); }
   void switch_to_detach() override { cupti::Collector::instance().switch_to_detach(); }
   std::optional<uint64_t> detach_since() override { return cupti::Collector::instance().detach_since(); }

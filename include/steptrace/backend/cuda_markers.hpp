@@ -140,6 +140,8 @@ class CudaMarkers final : public MarkerEvents {
     return id;
   }
 
+  void set_stream(std::uintptr_t stream) override { stream_ = reinterpret_cast<CUstream>(stream); }
+
   void close() override {
     if (!lib_) return;
     for (auto& e : events_)

@@ -54,6 +54,8 @@ class MarkerEvents {
   /// A stream's id in the GPU records (0: the legacy default stream), in the calling thread's
   /// context; asked on the step's thread while records are on.
   virtual std::optional<uint32_t> stream_record_id(std::uintptr_t stream) = 0;
+  /// Step's thread, between steps, once open: the events are recorded on `stream` from now on.
+  virtual void set_stream(std::uintptr_t stream) = 0;
   virtual void close() = 0;
 };
 
@@ -72,6 +74,14 @@ class GpuBackend {
   virtual std::string start_attribution(bool detach_between_traces, const LaunchContextSource& launches) = 0;
   /// Sampled attribution, training thread at a step boundary: records on for traced steps.
   virtual std::string set_tracing(bool on) = 0;
+  /// Detach mode, training thread, between a step's end and the next step's begin when that step is to
+  /// be traced: attach now, so that the traced step does not pay for it. "" or what failed.
+  virtual std::string attach_ahead() { return {}; }
+  /// Training thread, between steps: the stream most kernel launches went to while records were on
+  /// since the last call (the stream markers learn the program's stream from it); the tally starts over.
+  virtual LaunchStreams take_launch_streams() { return {}; }
+  /// Before start_attribution: called (any thread) when the program destroys a stream while CUPTI watches.
+  virtual void on_stream_destroy(void (*)(std::uintptr_t)) {}
   /// Detach mode, background thread: the first `traced` traced steps (set_tracing(true) calls since
   /// start) have their lines; CUPTI may detach until the next one. false: records are still on (the
   /// switch-off has not happened yet), ask again.

@@ -66,6 +66,13 @@ struct CopyRecord {
   int64_t delivered_ns = 0;  // as KernelRecord::delivered_ns
 };
 
+/// Kernel launches by stream over the traced steps since the last look (GpuBackend::take_launch_streams).
+struct LaunchStreams {
+  std::uintptr_t stream = 0;  // the stream most of them went to (0: none, or the legacy default stream)
+  uint32_t on_stream = 0;     // launches to it
+  uint32_t launches = 0;      // every launch counted
+};
+
 /// What the background thread takes from the GPU backend each time it looks: launches first
 /// (records join them by correlation id), then graphs left unsettled and launches made the switch's,
 /// then the records.
@@ -83,6 +90,9 @@ struct GpuDrain {
   // When CUPTI was detached between traced steps (monotonic_ns(), core/clock.hpp), since the last
   // drain: the step or gap that paid for each detach (core/overhead.hpp measures it).
   std::vector<int64_t> detached_at_ns;
+  // When CUPTI was attached between steps, ahead of a traced step (detach mode), since the last drain:
+  // the gap before that step paid for it.
+  std::vector<int64_t> attached_ahead_at_ns;
 };
 
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves

@@ -59,6 +59,7 @@ struct OverheadObservation {
   double step_ms = 0;      // the step's own time: its scope (never what runs between two steps)
   double between_ms = 0;   // the gap before it: the previous step's scope end to its begin (0: none)
   bool detached_in = false;  // CUPTI was detached (cuptiFinalize) in it or in the gap before it
+  bool attached_before = false;  // CUPTI was attached in the gap before it, ahead of it (a traced step)
   std::optional<uint32_t> launches;      // traced steps: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;  // traced steps: share of launches the GPU waited for (0-1)
 };
@@ -157,16 +158,18 @@ class OverheadEstimator {
     st.compared = o.index >= s_.warmup_steps;
     const double gap = std::isfinite(o.between_ms) ? std::max(0.0, o.between_ms) : 0.0;
     const double usual_gap = gaps_.empty() ? 0.0 : median(std::vector<double>(gaps_.begin(), gaps_.end()));
-    // The detach may have run in the gap before the step: the gap's excess over the usual one is its cost.
-    if (st.detach) st.ms += std::max(0.0, gap - usual_gap);
-    if (st.compared && !st.detach && gaps_.size() >= 8) {
+    // The detach may have run in the gap before the step, the attach ahead of a traced step did: the
+    // gap's excess over the usual one is its cost, the step's.
+    const bool paid_in_gap = st.detach || (o.attached_before && o.traced);
+    if (paid_in_gap) st.ms += std::max(0.0, gap - usual_gap);
+    if (st.compared && !paid_in_gap && gaps_.size() >= 8) {
       const double limit = kGapFactor * usual_gap + kGapStepShare * median(std::vector<double>(recent_ms_.begin(), recent_ms_.end()));
       if (gap > limit) {
         st.compared = false;
         ++polluted_;
       }
     }
-    if (o.index >= s_.warmup_steps) {
+    if (o.index >= s_.warmup_steps && !(o.attached_before && o.traced)) {  // the usual gap: no attach in it
       gaps_.push_back(gap);
       recent_ms_.push_back(o.step_ms);
       trim(gaps_, kGapHistory);

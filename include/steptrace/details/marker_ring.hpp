@@ -42,6 +42,8 @@ class MarkerRing {
     events_.store(events, std::memory_order_release);
     stream_id_.store(-1, std::memory_order_relaxed);
     id_attempts_ = 0;
+    learned_.store(false, std::memory_order_relaxed);
+    candidate_ = 0;
     head_.store(0, std::memory_order_relaxed);
     tail_.store(0, std::memory_order_relaxed);
     opened_.store(false, std::memory_order_relaxed);
@@ -66,8 +68,10 @@ class MarkerRing {
     while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();  // one event record at most
     if (backend::MarkerEvents* e = events_.exchange(nullptr)) e->close();
     opened_.store(false, std::memory_order_release);
-    // The program may destroy its stream once steptrace stopped: a next run is told again.
+    // The program may destroy its stream once steptrace stopped: a next run is told again, or learns it.
     named_.store(false, std::memory_order_relaxed);
+    learned_.store(false, std::memory_order_relaxed);
+    candidate_ = 0;
     stream_.store(0, std::memory_order_relaxed);
   }
   /// Before the markers are set up: the program's stream (0: the legacy default stream). false: too late.
@@ -79,6 +83,50 @@ class MarkerRing {
     return true;
   }
   bool stream_named() const { return named_.load(std::memory_order_relaxed); }
+  /// The stream was named by the program or learned from its launches: the records do not gate it.
+  bool stream_chosen() const { return named_.load(std::memory_order_relaxed) || learned_.load(std::memory_order_relaxed); }
+
+  /// Step's thread, between steps, after a traced step: where its kernel launches went
+  /// (GpuBackend::take_launch_streams). A stream that took 9 in 10 of them is the program's: the
+  /// markers are recorded there from the next step on (no call asked of the program), and follow it
+  /// when a later traced step shows another. A stream the program named is kept; the legacy and
+  /// per-thread default streams are left to the records (the worker's gate_markers). `twice`: a new
+  /// stream is taken only when two traced steps in a row show it (CUPTI detached between traced
+  /// steps does not see a stream destroyed; a stream kept across traced steps is the program's own).
+  void learn_stream(const LaunchStreams& l, bool twice) {
+    backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
+    if (!events || named_.load(std::memory_order_relaxed) || l.launches == 0) return;
+    // Handles 1 and 2 are CU_STREAM_LEGACY and CU_STREAM_PER_THREAD (cuda.h): not a stream of the program's.
+    if (l.stream <= 2 || static_cast<uint64_t>(l.on_stream) * 10 < static_cast<uint64_t>(l.launches) * 9) {
+      candidate_ = 0;
+      return;  // no stream of its own holds the step's work: the records decide (legacy), or nothing
+    }
+    const bool learned = learned_.load(std::memory_order_relaxed);
+    if (learned && l.stream == stream()) return;
+    if (twice && candidate_ != l.stream) {
+      candidate_ = l.stream;
+      return;
+    }
+    candidate_ = 0;
+    stream_.store(l.stream, std::memory_order_relaxed);
+    if (opened_.load(std::memory_order_acquire)) events->set_stream(l.stream);  // no mark runs: this is the step's thread
+    stream_id_.store(-1, std::memory_order_relaxed);  // its id in the records, at the next traced step
+    id_attempts_ = 0;
+    learned_.store(true, std::memory_order_release);
+    arm(true, {});
+  }
+  /// Any thread, as the program destroys a stream (CUPTI attached: the collector's hook): the
+  /// markers leave it first, the mark in progress (one event record at most) finished.
+  void forget_stream(std::uintptr_t s) {
+    if (!learned_.load(std::memory_order_acquire) && !named_.load(std::memory_order_acquire)) return;
+    if (s != stream()) return;
+    armed_.store(false, std::memory_order_seq_cst);
+    while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();
+    learned_.store(false, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(why_mutex_);
+    why_off_ = "the program destroyed the stream the markers were recorded on; a traced step shows the next one";
+    // A named stream stays named (never learned over): the program names the next one, or none.
+  }
   std::uintptr_t stream() const { return stream_.load(std::memory_order_relaxed); }
 
   /// Step's thread, at a traced step's begin (records on): the marker stream's id in the GPU records.
@@ -237,6 +285,8 @@ class MarkerRing {
   std::atomic<backend::MarkerEvents*> events_{nullptr};
   std::atomic<std::uintptr_t> stream_{0};
   std::atomic<bool> named_{false};
+  std::atomic<bool> learned_{false};  // stream_ learned from a traced step's launches (learn_stream)
+  std::uintptr_t candidate_ = 0;      // step's thread: a stream seen once, waiting for a second traced step
   std::atomic<int64_t> stream_id_{-1};
   int id_attempts_ = 0;  // step's thread
   std::atomic<bool> armed_{false};

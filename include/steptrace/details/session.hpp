@@ -294,6 +294,10 @@ class Session {
         recorder_.tracing_failed(*b.index);
       }
     }
+    // After a traced step: the stream its kernels went to is the markers' (learn_stream), unless named.
+    if (attribution_ && after_traced_)
+      markers.learn_stream(gpu_->take_launch_streams(), /*twice=*/gpu_->detach_since().has_value());
+    after_traced_ = b.traced && attribution_;
     if (b.traced && attribution_) markers.learn_stream_id();  // records are on: CUPTI names the stream
     marker_depth().store(thread_state().depth, std::memory_order_relaxed);
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
@@ -344,8 +348,14 @@ class Session {
     const int64_t key = current_step().load(std::memory_order_relaxed);
     if (key >= 0) marker_ring().mark(static_cast<uint64_t>(key), MarkerKind::step_end, kNoPhase);
     const auto stats = call_allocator_hook();
-    DeferEndings held;
-    recorder_.end(stats);
+    {
+      DeferEndings held;
+      recorder_.end(stats);
+    }
+    // Detach mode: the next step traced attaches CUPTI here, between the steps, so that its own time
+    // and diagnosis are an untraced step's (the attach costs ~7-10 ms on an H200). A failure: that
+    // step attaches at its begin, as before.
+    if (attribution_ && sampling_possible(cfg_) && recorder_.open_view().next_traced) (void)gpu_->attach_ahead();
   }
   void set_step_counts(std::optional<double> tokens, std::optional<double> samples) {
     DeferEndings held;
@@ -474,6 +484,7 @@ class Session {
   std::string log_path_;
   bool attribution_ = false;  // the backend collects launches and records
   bool detach_ = false;       // untraced_cupti=detach in effect
+  bool after_traced_ = false;  // training thread: the step begun last was traced
   bool counters_on_ = false;  // PM sampling started (the worker may stop it; stop() asks it)
 
   std::unique_ptr<Worker> worker_;

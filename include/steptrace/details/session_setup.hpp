@@ -111,7 +111,7 @@ inline void Session::probe_device(LineContext& ctx) {
 }
 
 inline void Session::start_attribution(LineContext& ctx) {
-  attribution_ = detach_ = false;
+  attribution_ = detach_ = after_traced_ = false;
   const Config& cfg = ctx.cfg;
   // A traced step shows which stream to mark, and checks the markers.
   marker_ring().attach(nullptr, "stream markers need GPU attribution");
@@ -133,6 +133,7 @@ inline void Session::start_attribution(LineContext& ctx) {
   launches.step_key = [] { return current_step().load(std::memory_order_relaxed); };
   launches.phase = [] { return launch_phase(); };
   launches.thread_id = [] { return this_thread_id(); };
+  gpu_->on_stream_destroy([](std::uintptr_t stream) { marker_ring().forget_stream(stream); });
   const std::string err = gpu_->start_attribution(detach_, launches);
   if (!err.empty()) {
     ctx.gpu_null_reason = "CUPTI unavailable: " + err;

@@ -46,6 +46,7 @@ struct ControllerStep {
   double step_ms = 0;              // the step's own time (its scope)
   double between_ms = 0;           // the gap before it (the previous step's scope end to its begin)
   bool detached_in = false;        // CUPTI was detached in it or in the gap before it
+  bool attached_before = false;    // CUPTI was attached in the gap before it (ahead of a traced step)
   std::optional<uint32_t> launches;          // traced: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;    // traced: share of launches the GPU waited for
   double host_api_fraction = 0;    // steptrace's calls on the training thread, share of the step (modelled)
@@ -87,6 +88,7 @@ class TraceController {
     ob.step_ms = step.step_ms;
     ob.between_ms = step.between_ms;
     ob.detached_in = step.detached_in;
+    ob.attached_before = step.attached_before;
     if (step.traced) ob.launches = step.launches, ob.host_bound_share = step.host_bound_share;
     estimator_.observe(ob);
     // The step-time estimate at the interval in force: tracing, CUPTI attached, the scopes.

@@ -167,6 +167,8 @@ class Worker {
     for (uint32_t corr : d.windowed) attributor_.make_window(corr);
     for (int64_t t : d.detached_at_ns)
       if (detach_times_.size() < 1024) detach_times_.push_back(t);
+    for (int64_t t : d.attached_ahead_at_ns)
+      if (attach_times_.size() < 1024) attach_times_.push_back(t);
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
@@ -280,6 +282,7 @@ class Worker {
   uint64_t detach_asked_for_ = 0;  // traced steps done when the worker last asked for a detach
   TraceController controller_;    // the trace interval and keep or detach (trace_controller.hpp)
   std::deque<int64_t> detach_times_;  // CUPTI's detaches not yet charged to a step (GpuDrain::detached_at_ns)
+  std::deque<int64_t> attach_times_;  // attaches ahead of a traced step not yet charged (GpuDrain::attached_ahead_at_ns)
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   ReadingsPoller readings_;        // memory, NVML, PM samples (after the members it is handed)
   std::string switch_why_;         // what staying attached was estimated to cost then

@@ -40,6 +40,11 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     detach_times_.pop_front();
     step.detached_in = true;
   }
+  // An attach made ahead of a traced step (detach mode) ran in the gap before it: charged to it.
+  while (!attach_times_.empty() && attach_times_.front() <= r.own_end_ns()) {
+    attach_times_.pop_front();
+    step.attached_before = true;
+  }
   if (step.traced) {
     uint32_t launches = gpu->kernels;
     for (const auto& [id, pg] : gpu->phases)

@@ -31,18 +31,21 @@
 #pragma once
 #include "../../version.hpp"
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
-#include <cupti.h>
+#include <cupti.h>  // with the runtime calls' parameter structs (generated_cuda_runtime_api_meta.h)
 
 #include "../../core/clock.hpp"
 #include "../../core/gpu_records.hpp"
@@ -83,10 +86,12 @@ class Collector {
     traced_begun_ = 0;
     detaches_ = 0;
     detach_requested_ = false;
+    attach_ahead_ = false;
     {
       std::lock_guard<std::mutex> staging(mutex_);
       pending_graphs_.clear();
       detached_at_ns_.clear();
+      attached_ahead_at_ns_.clear();
       in_flight_.clear();
       windowed_.clear();
     }
@@ -141,6 +146,9 @@ class Collector {
   /// exit detach CUPTI; on attaches it again first if it was detached (~7 ms on an H200).
   std::string set_tracing(bool on) {
     if (!active_) return {};
+    // Only this thread's launches tell the markers' stream (take_launch_streams): the markers are
+    // recorded here, and another thread's stream (a helper's, a loader's) is not the step's.
+    step_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     // A step begins: settling graphs age by one (one writer, the step's thread: no read-modify-write).
     boundaries_.store(boundaries_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (on) traced_begun_.fetch_add(1, std::memory_order_relaxed);  // request_detach() counts against it
@@ -148,6 +156,9 @@ class Collector {
       settling_.store(false, std::memory_order_relaxed);  // (graphs still waiting keep their age)
       return {};
     }
+    // Attached ahead for a step the schedule then left untraced: nothing traced since, detach again.
+    if (attach_ahead_.exchange(false, std::memory_order_relaxed) && !on && !tracing_.load(std::memory_order_relaxed))
+      detach_requested_.store(true, std::memory_order_relaxed);
     if (on == tracing_.load(std::memory_order_relaxed)) return {};
     // Either mode: records stay on for this step. Detached, CUPTI leaves only at an API exit after the
     // traced step's line is out; a replay with records off before that overwrote the end times of the
@@ -185,16 +196,7 @@ class Collector {
       in_flight_.clear();
     }
     std::string err;
-    if (on && !attached_) {
-      err = attach(/*records=*/false);
-      if (err.empty()) {
-        std::lock_guard<std::mutex> staging(mutex_);
-        correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
-        windowed_.clear();               // ids of the previous attach: they would name new launches
-        pending_graphs_.clear();         // likewise (their records were read out at the detach)
-        unsettled_.clear();
-      }
-    }
+    if (on && !attached_) err = attach_again();  // not attached ahead (attach_ahead): paid inside the step
     if (err.empty()) {
       for (CUpti_ActivityKind kind : kRecordKinds) {
         const CUptiResult r = on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind);
@@ -209,13 +211,39 @@ class Collector {
   }
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
 
+  /// Step's thread, between steps: the stream most of the step thread's kernel launches went to while
+  /// records were on since the last call (other threads' launches are not counted) (LaunchStreams::stream, 0 with no launch or on the per-thread default stream), and
+  /// the tally starts over.
+  LaunchStreams take_launch_streams() {
+    std::lock_guard<std::mutex> staging(mutex_);
+    LaunchStreams out;
+    for (const auto& [stream, count] : stream_tally_) {
+      out.launches += count;
+      if (count > out.on_stream) out.stream = stream, out.on_stream = count;
+    }
+    out.launches += stream_tally_other_;
+    stream_tally_ = {};
+    stream_tally_other_ = 0;
+    return out;
+  }
+  /// Called (any thread, before the stream goes) when the program destroys a stream while CUPTI is
+  /// attached: the stream markers stop using it. Set before start().
+  void on_stream_destroy(void (*hook)(std::uintptr_t)) { stream_destroy_hook_.store(hook, std::memory_order_release); }
+
+  /// Detach mode, step's thread, after a step's end when the next step is to be traced: attaches CUPTI
+  /// now, records still off, so that the attach (~7-10 ms on an H200) is paid between the steps, not
+  /// inside the traced one; set_tracing(true) at its begin then only switches the records on. No detach
+  /// is asked until that step has begun. Returns "" or what failed (the traced step then tries again).
+  std::string attach_ahead();
+
   /// Detach mode, background thread: once the first `traced` traced steps (set_tracing(true) calls)
   /// have their lines, the next API exit on any thread detaches CUPTI (cuptiFinalize, from a callback
   /// as CUPTI documents). Ignored if a newer traced step began (its line will ask). Returns false
   /// only while records are still on, so that the caller asks again.
   bool request_detach(uint64_t traced) {
     std::lock_guard<std::mutex> lock(cupti_mutex_);
-    if (!detach_mode() || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed))
+    if (!detach_mode() || !attached_ || traced != traced_begun_.load(std::memory_order_relaxed) ||
+        attach_ahead_.load(std::memory_order_relaxed))  // attached ahead for the next traced step
       return true;
     if (tracing_.load(std::memory_order_relaxed)) return false;
     detach_requested_.store(true, std::memory_order_relaxed);
@@ -252,13 +280,17 @@ class Collector {
     d.unsettled.swap(unsettled_);
     d.windowed.swap(windowed_);
     d.detached_at_ns.swap(detached_at_ns_);
+    d.attached_ahead_at_ns.swap(attached_ahead_at_ns_);
     return d;
   }
 
   std::size_t buffers_allocated() const { return buffers_allocated_; }
 
  private:
-  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3 };
+  enum SiteKind : uint8_t { kNone = 0, kLaunch = 1, kGraphLaunch = 2, kMemset = 3, kStreamDestroy = 4 };
+  /// Where a kernel launch site's parameters name its stream (StreamParam::none: not read).
+  enum class StreamParam : uint8_t { none, runtime_launch, runtime_launch_ex, driver_launch, driver_launch_ex };
+  static std::optional<std::uintptr_t> launch_stream(StreamParam kind, const void* params);
   static constexpr CUpti_ActivityKind kRecordKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                                         CUPTI_ACTIVITY_KIND_MEMSET};
 
@@ -270,6 +302,7 @@ class Collector {
   bool settled();
 
   void set_tracing_off_quietly();
+  std::string attach_again();
 
   /// Subscribes, enables the launch-site callbacks and registers the buffers; `records`: also
   /// enables the record kinds. Caller holds cupti_mutex_. On failure nothing stays attached.
@@ -313,7 +346,7 @@ class Collector {
   static void CUPTIAPI on_api(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data);
 
   /// Returns whether the call is followed until it returns (returned()).
-  bool stage(LaunchRecord l, const void* graph_exec = nullptr);
+  bool stage(LaunchRecord l, const void* graph_exec = nullptr, std::optional<std::uintptr_t> stream = std::nullopt);
 
   /// A staged call returned (API exit): its work is with the driver, so its record comes even if
   /// records go off now. A failed call produces none: staged as failed, its step does not wait.
@@ -336,6 +369,7 @@ class Collector {
   std::atomic<uint64_t> traced_begun_{0};    // set_tracing(true) calls since start()
   std::string kernel_timestamps_ = "instrumented";  // guarded by cupti_mutex_
   std::atomic<bool> detach_requested_{false};
+  std::atomic<bool> attach_ahead_{false};  // attached ahead of a traced step that has not begun yet
   std::atomic<uint64_t> detaches_{0};
   std::atomic<uint64_t> periods_{0};  // tracing periods so far, all sessions (launch_tls() state is per period)
   bool correlations_restarted_ = false;  // guarded by mutex_
@@ -343,6 +377,8 @@ class Collector {
   DeviceTable devices_;
   LaunchContextSource launch_context_;  // the runtime's (start()): where a launch belongs
   std::vector<uint8_t> runtime_sites_, driver_sites_;
+  std::vector<StreamParam> runtime_streams_, driver_streams_;  // by callback id: how a launch names its stream
+  std::atomic<void (*)(std::uintptr_t)> stream_destroy_hook_{nullptr};
 
   std::mutex mutex_;  // staging, shared by the launching threads, CUPTI's thread and the background thread
   std::vector<LaunchRecord> launches_;
@@ -356,9 +392,13 @@ class Collector {
   std::unordered_map<const void*, PendingGraph> pending_graphs_;  // graph exec -> its latest traced launch
   std::atomic<uint64_t> boundaries_{0};  // step boundaries seen (set_tracing calls): a pending graph's age
   std::vector<int64_t> detached_at_ns_;  // monotonic_ns() of each detach not yet drained (GpuDrain::detached_at_ns)
+  std::vector<int64_t> attached_ahead_at_ns_;  // ... of each attach made ahead (GpuDrain::attached_ahead_at_ns)
   std::vector<UnsettledGraphs> unsettled_;
   std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)
+  std::array<std::pair<std::uintptr_t, uint32_t>, 4> stream_tally_{};  // kernel launches by stream, while tracing
+  uint32_t stream_tally_other_ = 0;  // ... on a fifth stream or more
+  std::atomic<std::thread::id> step_thread_{};  // the thread that begins steps (set_tracing): the tally's
   std::atomic<int32_t> switch_tid_{0};  // the thread that last switched records (its calls are not followed)
   std::atomic<bool> settling_{false};
 

@@ -83,6 +83,34 @@ inline std::string Collector::attach(bool records) {
   return err;
 }
 
+/// Detach mode, attached again for a traced step: CUPTI numbers correlation ids from 1 again. Under cupti_mutex_.
+inline std::string Collector::attach_again() {
+  const std::string err = attach(/*records=*/false);
+  if (!err.empty()) return err;
+  std::lock_guard<std::mutex> staging(mutex_);
+  correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
+  windowed_.clear();               // ids of the previous attach: they would name new launches
+  pending_graphs_.clear();         // likewise (their records were read out at the detach)
+  unsettled_.clear();
+  return {};
+}
+
+inline std::string Collector::attach_ahead() {
+  if (!active_ || tracing_.load(std::memory_order_relaxed) || !detach_mode()) return {};
+  std::lock_guard<std::mutex> lock(cupti_mutex_);
+  detach_requested_.store(false, std::memory_order_relaxed);  // an exit that would detach it again
+  attach_ahead_.store(true, std::memory_order_relaxed);
+  if (attached_) return {};
+  const std::string err = attach_again();
+  if (!err.empty()) {
+    attach_ahead_.store(false, std::memory_order_relaxed);
+    return err;
+  }
+  std::lock_guard<std::mutex> staging(mutex_);
+  if (attached_ahead_at_ns_.size() < 1024) attached_ahead_at_ns_.push_back(monotonic_ns());
+  return {};
+}
+
 inline void Collector::enable_hardware_timestamps() {
 #if defined(CUPTI_API_VERSION) && CUPTI_API_VERSION >= 130000
   const CUptiResult r = cuptiActivityEnableHWTrace(1);
@@ -115,7 +143,9 @@ inline void Collector::try_detach() {
 
 inline std::string Collector::enable_callbacks(CUpti_CallbackDomain domain, uint32_t count, const char* prefix) {
   auto& kinds = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_sites_ : driver_sites_;
+  auto& streams = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_streams_ : driver_streams_;
   kinds.assign(count, kNone);
+  streams.assign(count, StreamParam::none);
   const std::string p(prefix);
   for (uint32_t cbid = 1; cbid < count; ++cbid) {
     const char* name = nullptr;
@@ -126,7 +156,13 @@ inline std::string Collector::enable_callbacks(CUpti_CallbackDomain domain, uint
     if (n.rfind(p + "GraphLaunch", 0) == 0) kind = kGraphLaunch;
     else if (n.rfind(p + "Memset", 0) == 0) kind = kMemset;
     else if (n.rfind(p + "Launch", 0) == 0 || n.rfind(p + "Memcpy", 0) == 0) kind = kLaunch;
+    else if (n.rfind(p + "StreamDestroy", 0) == 0) kind = kStreamDestroy;  // the stream markers leave it
     if (kind == kNone) continue;
+    // Kernel launches whose parameters name the stream (launch_stream); the per-thread variants (_ptsz) too.
+    const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+    if (n.rfind(p + "LaunchKernelEx", 0) == 0) streams[cbid] = runtime ? StreamParam::runtime_launch_ex : StreamParam::driver_launch_ex;
+    else if (n.rfind(p + "LaunchKernel_", 0) == 0 || n == p + "LaunchKernel")
+      streams[cbid] = runtime ? StreamParam::runtime_launch : StreamParam::driver_launch;
     const CUptiResult r = cuptiEnableCallback(1, subscriber_, domain, cbid);
     if (r != CUPTI_SUCCESS) return result_text("cuptiEnableCallback", r);
     kinds[cbid] = kind;

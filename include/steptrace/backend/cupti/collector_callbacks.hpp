@@ -10,14 +10,21 @@ inline void CUPTIAPI Collector::on_api(void* userdata, CUpti_CallbackDomain doma
   auto* self = static_cast<Collector*>(userdata);
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  const auto& sites = runtime ? self->runtime_sites_ : self->driver_sites_;
+  if (cb->callbackSite == CUPTI_API_ENTER && cbid < sites.size() && sites[cbid] == kStreamDestroy) {
+    // cudaStreamDestroy*_params and cuStreamDestroy*_params hold the stream alone (CUPTI's
+    // generated_cuda_runtime_api_meta.h, generated_cuda_meta.h): the markers leave it before it goes.
+    if (auto hook = self->stream_destroy_hook_.load(std::memory_order_acquire); hook && cb->functionParams)
+      hook(reinterpret_cast<std::uintptr_t>(*static_cast<void* const*>(cb->functionParams)));
+    return;
+  }
   const bool switching = self->switching_.load(std::memory_order_acquire);  // see set_tracing
   if (!switching && !self->tracing_.load(std::memory_order_acquire)) {  // between traced steps (either mode)
     if (cb->callbackSite == CUPTI_API_EXIT && self->detach_requested_.load(std::memory_order_relaxed)) self->try_detach();
     return;
   }
   if (!runtime && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-  const auto& sites = runtime ? self->runtime_sites_ : self->driver_sites_;
-  if (cbid >= sites.size() || sites[cbid] == kNone) return;
+  if (cbid >= sites.size() || sites[cbid] == kNone || sites[cbid] == kStreamDestroy) return;
   LaunchTls& tls = self->thread_launch_state();
   LaunchRecord l;
   l.correlation = cb->correlationId;
@@ -45,7 +52,11 @@ inline void CUPTIAPI Collector::on_api(void* userdata, CUpti_CallbackDomain doma
     // cudaGraphLaunch{,_ptsz}_v10000_params and cuGraphLaunch{,_ptsz}_params both begin with the
     // executable graph's handle (CUPTI's generated_cuda_runtime_api_meta.h, generated_cuda_meta.h).
     const void* exec = l.graph && cb->functionParams ? *static_cast<void* const*>(cb->functionParams) : nullptr;
-    if (self->stage(l, exec)) tls.staged = l.correlation;
+    const auto& streams = runtime ? self->runtime_streams_ : self->driver_streams_;
+    const std::optional<std::uintptr_t> stream =
+        l.outer_correlation == 0 && cbid < streams.size() && cb->functionParams
+            ? launch_stream(streams[cbid], cb->functionParams) : std::nullopt;
+    if (self->stage(l, exec, stream)) tls.staged = l.correlation;
     return;
   }
   // API exit: a failed call produces no GPU record; say so, so its step does not wait for one.
@@ -62,8 +73,57 @@ inline void CUPTIAPI Collector::on_api(void* userdata, CUpti_CallbackDomain doma
   if (staged || l.failed) self->returned(l, staged);
 }
 
-inline bool Collector::stage(LaunchRecord l, const void* graph_exec) {
+/// The stream a kernel launch names, from its parameters (the structs of CUPTI's
+/// generated_cuda_runtime_api_meta.h; the driver's, of generated_cuda_meta.h, mirrored below as that
+/// header needs the driver's legacy types). nullopt: not a kernel launch read here, or the per-thread
+/// default stream (a _ptsz call given stream 0), which has no handle a marker could be recorded on.
+inline std::optional<std::uintptr_t> Collector::launch_stream(StreamParam kind, const void* params) {
+  struct DriverLaunch {  // cuLaunchKernel_params, cuLaunchKernel_ptsz_params
+    CUfunction f;
+    unsigned int grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+    CUstream stream;
+  };
+  const void* stream = nullptr;
+  switch (kind) {
+    case StreamParam::runtime_launch:
+      stream = static_cast<const cudaLaunchKernel_v7000_params*>(params)->stream;
+      break;
+    case StreamParam::runtime_launch_ex: {
+      const cudaLaunchConfig_t* c = static_cast<const cudaLaunchKernelExC_v11060_params*>(params)->config;
+      if (!c) return std::nullopt;
+      stream = c->stream;
+      break;
+    }
+    case StreamParam::driver_launch:
+      stream = static_cast<const DriverLaunch*>(params)->stream;
+      break;
+    case StreamParam::driver_launch_ex: {  // cuLaunchKernelEx_params: the config first
+      const CUlaunchConfig* c = *static_cast<const CUlaunchConfig* const*>(params);
+      if (!c) return std::nullopt;
+      stream = c->hStream;
+      break;
+    }
+    case StreamParam::none:
+      return std::nullopt;
+  }
+  return reinterpret_cast<std::uintptr_t>(stream);
+}
+
+inline bool Collector::stage(LaunchRecord l, const void* graph_exec, std::optional<std::uintptr_t> stream) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Which stream the step thread's kernels go to (take_launch_streams).
+  if (stream && std::this_thread::get_id() == step_thread_.load(std::memory_order_relaxed)) {
+    auto slot = std::find_if(stream_tally_.begin(), stream_tally_.end(),
+                             [&](const auto& e) { return e.second > 0 && e.first == *stream; });
+    if (slot == stream_tally_.end())
+      slot = std::find_if(stream_tally_.begin(), stream_tally_.end(), [](const auto& e) { return e.second == 0; });
+    if (slot == stream_tally_.end()) {
+      ++stream_tally_other_;
+    } else {
+      slot->first = *stream;
+      ++slot->second;
+    }
+  }
   // Read again under the lock that set_tracing() takes after raising the flag: a call is either in
   // flight when records go off (and becomes the switch's there) or sees the switch here. Flag
   // first: it is lowered only after tracing_ has its new value.
