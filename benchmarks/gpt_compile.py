@@ -29,10 +29,12 @@ blocks and lines are named per rank (workload gpt_compile_ddp_rank<R>).
 
 Prints per block:
   block workload=gpt_compile round=R mode=M steps=S mean_ms=.. median_ms=.. p10_ms=.. p90_ms=.. lines=PATH|- wall_s=..
+and beside each block's lines, PATH.times.json: {"first_step": warmup, "ms": [each timed step's time]}.
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
 costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
 """
 import argparse
+import json
 import os
 import random
 import statistics
@@ -233,6 +235,9 @@ def main(argv):
                 torch.cuda.synchronize()
             if settings is not None:
                 steptrace.stop()
+            if lines != "-":  # the program's own clock per step, beside its lines (step warmup + i)
+                with open(lines + ".times.json", "w") as f:
+                    json.dump({"first_step": a.warmup, "ms": times}, f)
             print(f"block workload={workload} round={r} mode={mode} steps={len(times)} "
                   f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
                   f"p10_ms={quantile(sorted(times), 0.1):.4f} p90_ms={quantile(sorted(times), 0.9):.4f} lines={lines} "

@@ -27,8 +27,8 @@ def summarize(path):
     for l in marked:
         if not l["traced"]:
             continue
-        for phase, m in l["gpu_markers"]["phases"].items():
-            gpu = l["phases"].get(phase, {}).get("gpu") or {}
+        for phase, m in (l["gpu_markers"].get("phases") or {}).items():
+            gpu = (l.get("phases") or {}).get(phase, {}).get("gpu") or {}
             if gpu.get("busy_ms"):
                 ratios[phase].append(m["span_ms"] / gpu["busy_ms"])
     parts = (lines[-1].get("overhead") or {}).get("parts") or {} if lines else {}
@@ -39,11 +39,12 @@ def summarize(path):
         "basis": dict(collections.Counter(l["diagnosis"]["basis"] for l in lines)),
         "labels": dict(collections.Counter(l["diagnosis"]["label"] for l in lines)),
         "pending_share_untraced": {"median": round(statistics.median(pending), 3), "min": round(min(pending), 3)} if pending else None,
-        "traced_agreeing": f"{sum(1 for l in marked if l['traced'] and l['gpu_markers']['agrees_with_records'] is True)}"
+        # agrees_with_records is a full line's (line_detail=full); a compact line counts as not agreeing.
+        "traced_agreeing": f"{sum(1 for l in marked if l['traced'] and l['gpu_markers'].get('agrees_with_records') is True)}"
                            f" / {sum(1 for l in marked if l['traced'])}",
         "span_over_busy": {k: round(statistics.median(v), 3) for k, v in sorted(ratios.items())},
         "host_api_pct": None if host_api is None else round(host_api * 100, 3),
-        "no_markers_why": dict(collections.Counter(l["null_reasons"].get("gpu_markers", "")[:90]
+        "no_markers_why": dict(collections.Counter((l.get("null_reasons") or {}).get("gpu_markers", "")[:90]
                                                    for l in lines if l not in marked)),
     }
 

@@ -139,7 +139,8 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
   std::snprintf(buf, sizeof buf, "%.0f %%", (1 - share) * 100);
   ring.arm(false, "traced step " + std::to_string(step) + " ran " + buf +
                       " of its GPU work on other streams than the legacy default stream (a marker there would order "
-                      "them): name the program's stream with steptrace::set_marker_stream");
+                      "them), and no stream took 9 in 10 of the step thread's kernel launches: name the program's "
+                      "stream with steptrace::set_marker_stream");
 }
 
 inline std::optional<BetweenGpu> Worker::gpu_after(int64_t step, std::string& why) {
