@@ -261,8 +261,9 @@ inline const std::vector<Setting>& settings() {
                        "what CUPTI does between traced steps; `auto`: attached, detached by `overhead_budget` when "
                        "staying attached alone costs more than 80 % of the budget"));
     t.push_back(flag("stream_markers", "STEPTRACE_STREAM_MARKERS", &Config::stream_markers,
-                     "CUDA events at each step's and top-level phase's boundaries on the program's stream (the legacy "
-                     "default stream once a traced step shows the work there, or the one named by "
+                     "CUDA events at each step's and top-level phase's boundaries on the program's stream (the stream "
+                     "that took 9 in 10 of a traced step's kernel launches on the step's thread, learnt; the legacy "
+                     "default stream once a traced step shows the work there; or the one named by "
                      "`set_marker_stream`): GPU evidence of an untraced step's own (`gpu_markers`, `diagnosis.basis` "
                      "`markers`)"));
     t.push_back(integer("max_lag_steps", "STEPTRACE_MAX_LAG_STEPS", &Config::max_lag_steps, 0, 100000,
