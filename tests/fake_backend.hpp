@@ -144,6 +144,9 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       ++records;
       return true;
     }
+    // The host clock of `record`, pushed far ahead unless a test asks for boundaries to share markers
+    // (MarkerRing::kShareWithinNs: whether two boundaries share depends on the host's timing).
+    int64_t now_ns() const override { return steptrace::monotonic_ns() + (share_boundaries ? 0 : int64_t{1} << 50); }
     Read read(uint32_t slot, int64_t* gpu_ns) override {
       std::lock_guard<std::mutex> lock(b_.mutex_);
       if (!lag_ns && steptrace::monotonic_ns() < gpu_[slot]) return Read::pending;
@@ -154,6 +157,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     void set_stream(std::uintptr_t stream) override { stream_set = stream; }
     void close() override { ++closes; }
     std::uintptr_t stream_set = 0;  // the last set_stream()
+    bool share_boundaries = false;
     std::uintptr_t opened_on = 0;   // the stream open() was given
     std::atomic<int> opens{0}, closes{0}, records{0};
     int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail

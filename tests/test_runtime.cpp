@@ -1005,8 +1005,11 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
   }
   bool record(uint32_t slot, bool, int64_t* host_ns, std::string*) override {
     *host_ns = host_[slot] = ++clock_ * 1000;
+    ++records;
     return true;
   }
+  // The scripted host clock: each record advances it 1 us; `gap_ns` more has passed since the last one.
+  int64_t now_ns() const override { return clock_ * 1000 + gap_ns; }
   Read read(uint32_t slot, int64_t* gpu_ns) override {
     if (!reached) return Read::pending;
     *gpu_ns = host_[slot] + lag_ns;
@@ -1018,6 +1021,8 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
   std::uintptr_t stream_set = 0;
   bool reached = true;
   int64_t lag_ns = 500;
+  int64_t gap_ns = 0;
+  int records = 0;
 
  private:
   std::vector<int64_t> host_;
@@ -1132,5 +1137,73 @@ TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a
   CHECK(!ring->armed());
   CHECK(!ring->stream_named());  // forgotten at stop: a next run is told again
   CHECK(ring->name_stream(0x7));  // and can be: the markers are no longer set up
+  ring->detach();
+}
+
+TEST_CASE("the marker ring: a boundary right after another shares its marker, one later records its own",
+          "[runtime][markers]") {
+  using steptrace::MarkerKind;
+  using steptrace::MarkerPoint;
+  using Ring = steptrace::details::MarkerRing;
+  auto ring = std::make_unique<Ring>();
+  ScriptedEvents events;
+  ring->attach(&events, "");
+  REQUIRE(ring->name_stream(0x7));
+  const steptrace::PhaseId in = steptrace::phase_tag::input, fwd = steptrace::phase_tag::forward;
+  std::vector<MarkerPoint> points;
+  std::string why;
+
+  // Back to back (no host time between the boundaries): each phase's begin takes the marker before
+  // it (the step's begin, the last phase's end), the step's end its last phase's end. 6 marks, 3 records.
+  ring->mark(0, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(0, MarkerKind::phase_begin, in);
+  ring->mark(0, MarkerKind::phase_end, in);
+  ring->mark(0, MarkerKind::phase_begin, fwd);
+  ring->mark(0, MarkerKind::phase_end, fwd);
+  ring->mark(0, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(events.records == 3);
+  CHECK(ring->recorded() == 3);
+  CHECK(ring->shared() == 3);
+  REQUIRE(ring->collect(0, points, &why) == Ring::Collect::ready);
+  REQUIRE(points.size() == 6);  // every boundary is a point of the step
+  CHECK(points[1].gpu_ns == points[0].gpu_ns);  // input's begin is the step's begin on the GPU
+  CHECK(points[3].gpu_ns == points[2].gpu_ns);  // forward's begin is input's end
+  CHECK(points[5].gpu_ns == points[4].gpu_ns);  // the step's end is forward's end
+  std::string bad;
+  const auto m = steptrace::summarize_markers(points, 0, 1'000'000, &bad);
+  REQUIRE(m);
+  CHECK(m->phases.at(in).count == 1);
+  CHECK(m->phases.at(fwd).count == 1);
+  CHECK(m->phases.at(fwd).span_ns == points[4].gpu_ns - points[2].gpu_ns);
+  CHECK(m->span_ns == points[5].gpu_ns - points[0].gpu_ns);
+
+  // Host time between them past kShareWithinNs: each boundary records its own.
+  events.gap_ns = Ring::kShareWithinNs + 1;
+  ring->mark(1, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(1, MarkerKind::phase_begin, in);
+  ring->mark(1, MarkerKind::phase_end, in);
+  ring->mark(1, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(events.records == 3 + 4);
+  CHECK(ring->shared() == 3);
+  REQUIRE(ring->collect(1, points, &why) == Ring::Collect::ready);
+  REQUIRE(points.size() == 4);
+  CHECK(points[1].gpu_ns > points[0].gpu_ns);
+
+  // Never shared: a phase's end (it closes the phase's GPU work), a phase begun after another's
+  // begin (nested or repeated), a step's end after its begin, a boundary of another step.
+  events.gap_ns = 0;
+  ring->mark(2, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(2, MarkerKind::step_end, steptrace::kNoPhase);
+  ring->mark(3, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(3, MarkerKind::phase_begin, in);  // shares step 3's begin
+  ring->mark(3, MarkerKind::phase_begin, fwd);
+  ring->mark(3, MarkerKind::phase_end, fwd);
+  ring->mark(3, MarkerKind::phase_end, in);
+  ring->mark(3, MarkerKind::step_end, steptrace::kNoPhase);  // shares input's end
+  CHECK(events.records == 7 + 2 + 4);
+  CHECK(ring->shared() == 3 + 2);
+  REQUIRE(ring->collect(2, points, &why) == Ring::Collect::ready);
+  REQUIRE(ring->collect(3, points, &why) == Ring::Collect::ready);
+  CHECK(points.size() == 6);
   ring->detach();
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/clock.hpp"
 #include "../core/counters.hpp"
 #include "../core/phase.hpp"
 #include "../core/device_state.hpp"
@@ -48,6 +49,9 @@ class MarkerEvents {
   /// Step's thread: event `slot` recorded now (`host_ns`: when); false with `why` when it was not.
   /// `recalibrate`: the host-clock calibration is taken again first.
   virtual bool record(uint32_t slot, bool recalibrate, int64_t* host_ns, std::string* why) = 0;
+  /// Step's thread: the host clock `record` gives its `host_ns` on (a boundary close after the last one
+  /// shares its event: details/marker_ring.hpp).
+  virtual int64_t now_ns() const { return monotonic_ns(); }
   enum class Read { pending, done, failed };
   /// Background thread: when the GPU reached `slot`, on the host clock (monotonic_ns()).
   virtual Read read(uint32_t slot, int64_t* gpu_ns) = 0;

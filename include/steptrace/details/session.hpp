@@ -208,11 +208,13 @@ class Session {
     if (thread_.joinable()) thread_.join();
     link_.reset();
     counters_on_ = worker_->counters_on();
-    if (const uint64_t marks = marker_ring().recorded(), failed = marker_ring().failed(); marks + failed) {
-      const uint64_t once = std::min(marker_ring().open_marks(), marks + failed), after = marks + failed - once;
-      logger()->info("stream markers: {} recorded ({:.2f} us each on the training thread after the first marked "
-                     "step, trying included; {:.2f} ms once to make the events and for that step's {} marks), "
-                     "{} not recorded, {} steps' left out", marks,
+    if (const uint64_t marks = marker_ring().recorded(), shared = marker_ring().shared(), failed = marker_ring().failed();
+        marks + failed) {
+      const uint64_t all = marks + shared + failed;
+      const uint64_t once = std::min(marker_ring().open_marks(), all), after = all - once;
+      logger()->info("stream markers: {} recorded, {} sharing the marker of the boundary before them ({:.2f} us a mark on the "
+                     "training thread after the first marked step, trying included; {:.2f} ms once to make the "
+                     "events and for that step's {} marks), {} not recorded, {} steps' left out", marks, shared,
                      after ? static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(after) : 0.0,
                      static_cast<double>(marker_ring().open_ns()) / 1e6, once, failed, marker_ring().steps_left_out());
     }
