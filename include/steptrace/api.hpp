@@ -79,6 +79,11 @@ STEPTRACE_API void end_next_step_at_work_end() noexcept;
 STEPTRACE_API void add_collective_wait(double ms) noexcept;
 /// Steps begun so far in the running session (-1: none runs); the open step's global_step + 1.
 STEPTRACE_API int64_t steps_begun() noexcept;
+/// A binding's own warning (the Python package's) through the "steptrace" logger, said once per key.
+STEPTRACE_API bool binding_warn_once(const std::string& key, const std::string& message) noexcept;
+/// What one steptrace call on the training thread costs a binding, in ns, for the overhead's host_api
+/// part (Python's scopes cost more than C++'s: OverheadLedger::kPythonScopeNs); set before start().
+STEPTRACE_API void set_binding_call_ns(double ns) noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

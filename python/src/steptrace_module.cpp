@@ -9,8 +9,6 @@
 
 #include <steptrace/steptrace.hpp>
 #include <steptrace/core/overhead_parts.hpp>
-#include <steptrace/details/log.hpp>
-#include <steptrace/details/reading_pace.hpp>
 #include <steptrace/exchange.hpp>
 
 #include <deque>
@@ -219,7 +217,7 @@ std::optional<int64_t> int_field(const py::dict& d, const char* k) {
 PYBIND11_MODULE(_steptrace, m) {
   m.doc() = "steptrace's C++ runtime (use the steptrace package)";
   // Scopes and calls from Python cost more than a C++ scope: the overhead's host_api part says so.
-  steptrace::details::host_call_ns().store(steptrace::OverheadLedger::kPythonScopeNs, std::memory_order_relaxed);
+  steptrace::details::set_binding_call_ns(steptrace::OverheadLedger::kPythonScopeNs);
   m.def("start", [](py::kwargs kwargs) { return steptrace::start(config_from(kwargs)); },
         "Starts measuring with the given settings (Config fields); STEPTRACE_* variables override them.");
   // stop() waits for the background thread (records, lines, traces): other Python threads run meanwhile.
@@ -240,7 +238,7 @@ PYBIND11_MODULE(_steptrace, m) {
   });
   // The package's own warnings go through the same logger ("steptrace"), once per key.
   m.def("warn_once", [](const std::string& key, const std::string& message) {
-    return steptrace::details::warn_once("python." + key, message);
+    return steptrace::details::binding_warn_once("python." + key, message);
   });
   m.def("record", [](const std::string& name, double value) { steptrace::record(name, value); });
   m.def("set_step_tokens", [](double tokens, std::optional<double> samples) { steptrace::set_step_tokens(tokens, samples); },

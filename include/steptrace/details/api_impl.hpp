@@ -13,6 +13,8 @@
 #include "../backend/nvtx.hpp"
 #include "phase_api_impl.hpp"
 #include "instance.hpp"
+#include "log.hpp"
+#include "reading_pace.hpp"
 #include "thread_slots.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -135,6 +137,18 @@ int64_t steps_begun() noexcept {
   } catch (...) {
     return -1;
   }
+}
+
+bool binding_warn_once(const std::string& key, const std::string& message) noexcept {
+  try {
+    return warn_once(key, message);
+  } catch (...) {
+    return false;
+  }
+}
+
+void set_binding_call_ns(double ns) noexcept {
+  if (ns > 0) host_call_ns().store(ns, std::memory_order_relaxed);
 }
 
 void end_next_step_at_work_end() noexcept {

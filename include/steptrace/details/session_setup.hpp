@@ -1,9 +1,9 @@
 // steptrace/details/session_setup.hpp - what start() sets up beside the training thread's state: the
 // device probe, CUPTI attribution (handing the backend the launch context), PM-sampling counters, the
 // Prometheus exporter, the flight recorder's settings; and the GPU's release at stop() (Session's
-// members; included at the end of session.hpp).
+// members; session.hpp includes them).
 #pragma once
-#include "session.hpp"
+#include "session_decl.hpp"
 #include "../backend/nvtx.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {

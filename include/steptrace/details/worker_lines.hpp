@@ -1,8 +1,8 @@
 // steptrace/details/worker_lines.hpp - the background thread's lines: which waiting lines are ready
 // (line_policy.hpp), each one assembled and handed to the sinks, the GPU work after a step, and the
-// end record (Worker's members; included at the end of worker.hpp).
+// end record (Worker's members; worker.hpp includes them all).
 #pragma once
-#include "worker.hpp"
+#include "worker_decl.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 

@@ -1,8 +1,8 @@
 // steptrace/details/worker_overhead.hpp - the background thread's part in the overhead budget: each
 // line's overhead section from the step series (TraceController decides the interval and keep or
-// detach), and switching CUPTI to detach mode (Worker's members; included at the end of worker.hpp).
+// detach), and switching CUPTI to detach mode (Worker's members; worker.hpp includes them all).
 #pragma once
-#include "worker.hpp"
+#include "worker_decl.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 

@@ -1,8 +1,8 @@
 // steptrace/backend/cupti/collector_attach.hpp - the collector's hold on CUPTI: attaching (callbacks,
 // activity records, hardware timestamps), switching records off quietly once a traced step's graphs
-// settled, and detaching between traced steps (Collector's members; included at the end of collector.hpp).
+// settled, and detaching between traced steps (Collector's members; collector.hpp includes them).
 #pragma once
-#include "collector.hpp"
+#include "collector_decl.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 

@@ -1,8 +1,8 @@
 // steptrace/backend/cupti/collector_callbacks.hpp - what CUPTI calls: the launch callback (each
 // launch staged with the step, phase and thread the runtime's launch context names) and the activity
-// buffers' request and completion (Collector's members; included at the end of collector.hpp).
+// buffers' request and completion (Collector's members; collector.hpp includes them).
 #pragma once
-#include "collector.hpp"
+#include "collector_decl.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace backend { namespace cupti {
 
