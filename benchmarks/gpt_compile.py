@@ -19,6 +19,10 @@ from its own step 0). Modes:
   full     trace_every=1 (every step traced)
   detach   untraced_cupti=detach (the budget decides the interval, CUPTI detached between traces)
   keep     untraced_cupti=keep (the budget decides the interval, CUPTI attached between traces)
+  nomarkers stream_markers=false
+  profiler steptrace not started; torch.profiler(CPU+CUDA activities, schedule(wait=48, warmup=1,
+           active=1)) with a trace written per profiled step into LINES_DIR/<block>_profiler/, its
+           prof.step() inside each step's timing (what a user of it pays, exports included)
 steptrace is started before a block and stopped after it. A step's time is time.perf_counter() around
 the step (the evaluation is outside it: it runs between steps).
 
@@ -48,7 +52,12 @@ MODES = {  # each block's start() settings; None: not started
     "detach": {"untraced_cupti": "detach"},
     "keep": {"untraced_cupti": "keep"},
     "nomarkers": {"stream_markers": False},
+    "profiler": None,  # torch.profiler instead of steptrace (below)
 }
+# The peer, as its users run it always-on: torch.profiler (Kineto) with a periodic schedule, one step in
+# PROFILE_EVERY profiled (wait, warmup 1, active 1: PyTorch's recommended shape), each profiled step's
+# trace written by tensorboard_trace_handler.
+PROFILE_EVERY = 50
 
 
 def parse(argv):
@@ -137,8 +146,18 @@ def build(a, torch):
     return model, compiled, opt, pool, flops_per_token
 
 
-def run_block(a, torch, model, compiled, opt, pool, scopes):
-    """warmup + steps steps; returns the timed steps' times (ms) and their wall time (s)."""
+def profiler_for(a, torch, trace_dir):
+    """torch.profiler as its users leave it on: 1 step in PROFILE_EVERY, traces written."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device.startswith("cuda") else [])
+    os.makedirs(trace_dir, exist_ok=True)
+    return profile(activities=activities, schedule=schedule(wait=PROFILE_EVERY - 2, warmup=1, active=1),
+                   on_trace_ready=tensorboard_trace_handler(trace_dir))
+
+
+def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None):
+    """warmup + steps steps; returns the timed steps' times (ms) and their wall time (s). `after_step`:
+    called at each step's end, inside its timing (torch.profiler's prof.step())."""
     step_scope, phases = scopes
     tokens = a.micro_batch * a.seq * a.accumulate
     autocast = torch.autocast("cuda" if a.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
@@ -169,6 +188,8 @@ def run_block(a, torch, model, compiled, opt, pool, scopes):
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             loss.item()
+        if after_step is not None:
+            after_step()
         if s >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
         if a.eval_every and (s + 1) % a.eval_every == 0:  # between steps: no step scope is open
@@ -230,7 +251,13 @@ def main(argv):
             scopes = off
             if settings is not None:
                 scopes = (steptrace.step, {k: steptrace.phase(k) for k in ("input", "forward", "backward", "optimizer")})
-            times, wall_s = run_block(a, torch, model, compiled, opt, pool, scopes)
+            prof = profiler_for(a, torch, os.path.join(a.lines_dir, f"{workload}_{r}_profiler")) if mode == "profiler" else None
+            if prof is not None:
+                prof.__enter__()
+            times, wall_s = run_block(a, torch, model, compiled, opt, pool, scopes,
+                                      after_step=prof.step if prof is not None else None)
+            if prof is not None:
+                prof.__exit__(None, None, None)
             if a.device.startswith("cuda"):
                 torch.cuda.synchronize()
             if settings is not None:
