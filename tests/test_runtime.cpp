@@ -1061,9 +1061,29 @@ TEST_CASE("the marker ring learns the program's stream from traced steps' launch
   ring->forget_stream(0x7000);
   CHECK_FALSE(ring->armed());
   CHECK(ring->why_off().find("destroyed") != std::string::npos);
+  CHECK(ring->stream_forgotten());
+  CHECK(ring->stream_id() == -1);
+  ring->arm(true, {});  // a late traced line's records would arm it again: the destroyed handle is refused
+  CHECK_FALSE(ring->armed());
+  CHECK(ring->why_off().find("destroyed") != std::string::npos);
   ring->learn_stream(LaunchStreams{0x8000, 100, 100}, false);  // the next traced step shows the next one
   CHECK(ring->armed());
   CHECK(ring->stream() == 0x8000);
+  CHECK_FALSE(ring->stream_forgotten());
+  // Traced steps whose launches left the learnt stream (the legacy stream, or spread): once is noise,
+  // twice in a row the markers go back to the legacy stream, off until the records show the work there.
+  ring->learn_stream(LaunchStreams{0, 100, 100}, false);
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x8000);
+  ring->learn_stream(LaunchStreams{0x8000, 100, 100}, false);  // back on it: the count starts over
+  ring->learn_stream(LaunchStreams{0x9000, 50, 100}, false);
+  CHECK(ring->stream() == 0x8000);
+  ring->learn_stream(LaunchStreams{0x9000, 50, 100}, false);
+  CHECK_FALSE(ring->armed());
+  CHECK_FALSE(ring->stream_chosen());
+  CHECK(ring->stream() == 0);
+  CHECK(events.stream_set == 0);
+  CHECK(ring->why_off().find("spread over streams") != std::string::npos);
   ring->detach();
 
   // A stream the program named is never learned over.
@@ -1154,21 +1174,21 @@ TEST_CASE("the marker ring: a boundary right after another shares its marker, on
   std::string why;
 
   // Back to back (no host time between the boundaries): each phase's begin takes the marker before
-  // it (the step's begin, the last phase's end), the step's end its last phase's end. 6 marks, 3 records.
+  // it (the step's begin, the last phase's end); ends always record. 6 marks, 4 records.
   ring->mark(0, MarkerKind::step_begin, steptrace::kNoPhase);
   ring->mark(0, MarkerKind::phase_begin, in);
   ring->mark(0, MarkerKind::phase_end, in);
   ring->mark(0, MarkerKind::phase_begin, fwd);
   ring->mark(0, MarkerKind::phase_end, fwd);
   ring->mark(0, MarkerKind::step_end, steptrace::kNoPhase);
-  CHECK(events.records == 3);
-  CHECK(ring->recorded() == 3);
-  CHECK(ring->shared() == 3);
+  CHECK(events.records == 4);
+  CHECK(ring->recorded() == 4);
+  CHECK(ring->shared() == 2);
   REQUIRE(ring->collect(0, points, &why) == Ring::Collect::ready);
   REQUIRE(points.size() == 6);  // every boundary is a point of the step
   CHECK(points[1].gpu_ns == points[0].gpu_ns);  // input's begin is the step's begin on the GPU
   CHECK(points[3].gpu_ns == points[2].gpu_ns);  // forward's begin is input's end
-  CHECK(points[5].gpu_ns == points[4].gpu_ns);  // the step's end is forward's end
+  CHECK(points[5].gpu_ns > points[4].gpu_ns);  // the step's end its own: work after the last phase is the step's
   std::string bad;
   const auto m = steptrace::summarize_markers(points, 0, 1'000'000, &bad);
   REQUIRE(m);
@@ -1183,14 +1203,14 @@ TEST_CASE("the marker ring: a boundary right after another shares its marker, on
   ring->mark(1, MarkerKind::phase_begin, in);
   ring->mark(1, MarkerKind::phase_end, in);
   ring->mark(1, MarkerKind::step_end, steptrace::kNoPhase);
-  CHECK(events.records == 3 + 4);
-  CHECK(ring->shared() == 3);
+  CHECK(events.records == 4 + 4);
+  CHECK(ring->shared() == 2);
   REQUIRE(ring->collect(1, points, &why) == Ring::Collect::ready);
   REQUIRE(points.size() == 4);
   CHECK(points[1].gpu_ns > points[0].gpu_ns);
 
-  // Never shared: a phase's end (it closes the phase's GPU work), a phase begun after another's
-  // begin (nested or repeated), a step's end after its begin, a boundary of another step.
+  // Never shared: a phase's end or the step's end (they close the work before them), a phase begun
+  // after another's begin (nested or repeated), a boundary of another step.
   events.gap_ns = 0;
   ring->mark(2, MarkerKind::step_begin, steptrace::kNoPhase);
   ring->mark(2, MarkerKind::step_end, steptrace::kNoPhase);
@@ -1199,9 +1219,9 @@ TEST_CASE("the marker ring: a boundary right after another shares its marker, on
   ring->mark(3, MarkerKind::phase_begin, fwd);
   ring->mark(3, MarkerKind::phase_end, fwd);
   ring->mark(3, MarkerKind::phase_end, in);
-  ring->mark(3, MarkerKind::step_end, steptrace::kNoPhase);  // shares input's end
-  CHECK(events.records == 7 + 2 + 4);
-  CHECK(ring->shared() == 3 + 2);
+  ring->mark(3, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(events.records == 8 + 2 + 5);
+  CHECK(ring->shared() == 2 + 1);
   REQUIRE(ring->collect(2, points, &why) == Ring::Collect::ready);
   REQUIRE(ring->collect(3, points, &why) == Ring::Collect::ready);
   CHECK(points.size() == 6);

@@ -58,6 +58,7 @@ TEST_CASE("a C++ loop on its own stream, defaults, nothing named: the markers le
               "markers; %d lines say the stream was destroyed\n", marked, before, marked_after, by_markers, destroyed_said);
   CHECK(marked >= before * 9 / 10);  // learned from the first traced step: every line from step 2 on
   CHECK(by_markers >= 1);
+  CHECK(destroyed_said >= 1);  // the lines between the destroy and the next traced step say so
   CHECK(marked_after >= 1);  // a traced step after the new stream showed it
 }
 
@@ -85,6 +86,9 @@ TEST_CASE("a traced step keeps an untraced step's time and label; the last one's
     }
   }
   REQUIRE(traced_ms.size() >= 6);
+  // Detached between traced steps (each line out within the 4 untraced steps after it): the attach made
+  // ahead is what is measured here.
+  CHECK(run.truth["detaches"].get<int>() >= 4);
   const double t = median(traced_ms), u = median(untraced_ms), ot = median(own_traced), ou = median(own_untraced);
   std::printf("input_wait: traced step %.2f ms (program's clock %.2f), untraced %.2f ms (%.2f): traced / untraced %.3f\n",
               t, ot, u, ou, t / u);

@@ -6,6 +6,7 @@
 //                untraced_cupti=detach: the program's own clock per step, for the traced steps' time
 // TRUTH: the program's own per-step times (steady_clock around each step's scope) and what it did.
 #include <steptrace/steptrace.hpp>
+#include <steptrace/backend/cupti/collector.hpp>  // how many detaches the run made
 
 #include <cuda_runtime.h>
 #include "../../support/cuda_check.cuh"
@@ -114,6 +115,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   steptrace::stop();  // right after the last step: the last traced step's records must all be in
+  // How often CUPTI was detached (between traced steps, untraced_cupti=detach): the attach ahead is
+  // measured only if the traced steps had one.
+  extra += ", \"detaches\": " + std::to_string(steptrace::backend::cupti::Collector::instance().detaches());
   CHECK_CUDA(cudaStreamDestroy(own));
   CHECK_CUDA(cudaFree(sink));
   return write_truth(argv[2], step_ms, extra) ? 0 : 1;

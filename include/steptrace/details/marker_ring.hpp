@@ -4,12 +4,12 @@
 // wait. One producer, one consumer, a fixed number of slots: a mark that finds no free slot is not
 // recorded (the step's markers are then left out, counted).
 //
-// A boundary shares the marker before it when nothing could have run between them: a phase that begins
-// within kShareWithinNs (host time) of the previous phase's end or of the step's begin, and a step that
-// ends within it of its last phase's end, take that marker's event instead of recording one (a CUDA
-// event record costs the training thread ~2-8 us; four micro-batches of input, forward and backward
-// mark 28 boundaries, 15 after sharing). What the program launched in that gap (a few microseconds of
-// host time: at most a launch or two) counts in the next phase's span.
+// A phase's begin shares the marker before it when little can have run between them: a phase that
+// begins within kShareWithinNs (host time) of the previous phase's end or of the step's begin takes that
+// marker's event instead of recording one (a CUDA event record costs the training thread ~2-8 us; four
+// micro-batches of input, forward and backward mark 28 boundaries, 17 records after sharing). What the
+// program launched in that gap (up to 20 us of host time: a few launches) counts in the next phase's
+// span. A phase's end and the step's end always record: they close the work before them.
 //
 // Off until armed. A stream the program named is marked from the start (an event on the program's own
 // stream adds no dependency). The legacy default stream is marked once a traced step's line shows the
@@ -52,7 +52,9 @@ class MarkerRing {
     stream_id_.store(-1, std::memory_order_relaxed);
     id_attempts_ = 0;
     learned_.store(false, std::memory_order_relaxed);
+    forgotten_.store(false, std::memory_order_relaxed);
     candidate_ = 0;
+    contradicted_ = 0;
     head_.store(0, std::memory_order_relaxed);
     tail_.store(0, std::memory_order_relaxed);
     opened_.store(false, std::memory_order_relaxed);
@@ -81,7 +83,9 @@ class MarkerRing {
     // The program may destroy its stream once steptrace stopped: a next run is told again, or learns it.
     named_.store(false, std::memory_order_relaxed);
     learned_.store(false, std::memory_order_relaxed);
+    forgotten_.store(false, std::memory_order_relaxed);
     candidate_ = 0;
+    contradicted_ = 0;
     stream_.store(0, std::memory_order_relaxed);
   }
   /// Before the markers are set up: the program's stream (0: the legacy default stream). false: too late.
@@ -95,6 +99,9 @@ class MarkerRing {
   bool stream_named() const { return named_.load(std::memory_order_relaxed); }
   /// The stream was named by the program or learned from its launches: the records do not gate it.
   bool stream_chosen() const { return named_.load(std::memory_order_relaxed) || learned_.load(std::memory_order_relaxed); }
+  /// The program destroyed the marker stream: nothing is recorded on its handle until a traced step
+  /// shows the next stream (learn_stream); the records do not arm it again.
+  bool stream_forgotten() const { return forgotten_.load(std::memory_order_acquire); }
 
   /// Step's thread, between steps, after a traced step: where its kernel launches went
   /// (GpuBackend::take_launch_streams). A stream that took 9 in 10 of them is the program's: the
@@ -107,11 +114,18 @@ class MarkerRing {
     backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
     if (!events || named_.load(std::memory_order_relaxed) || l.launches == 0) return;
     // Handles 1 and 2 are CU_STREAM_LEGACY and CU_STREAM_PER_THREAD (cuda.h): not a stream of the program's.
+    const bool learned = learned_.load(std::memory_order_relaxed);
     if (l.stream <= 2 || static_cast<uint64_t>(l.on_stream) * 10 < static_cast<uint64_t>(l.launches) * 9) {
       candidate_ = 0;
-      return;  // no stream of its own holds the step's work: the records decide (legacy), or nothing
+      // No stream of its own holds the step's work: the records decide (legacy), or nothing. A learnt
+      // stream is left once two traced steps in a row say so (its markers would see an idle stream).
+      if (learned && ++contradicted_ >= 2) unlearn(l.stream <= 2 ? "the step thread's kernel launches moved to the "
+                                                                  "default stream; the records decide whether it is marked"
+                                                                : "the step thread's kernel launches spread over streams "
+                                                                  "(none took 9 in 10): name one with set_marker_stream");
+      return;
     }
-    const bool learned = learned_.load(std::memory_order_relaxed);
+    contradicted_ = 0;
     if (learned && l.stream == stream()) return;
     if (twice && candidate_ != l.stream) {
       candidate_ = l.stream;
@@ -122,19 +136,37 @@ class MarkerRing {
     if (opened_.load(std::memory_order_acquire)) events->set_stream(l.stream);  // no mark runs: this is the step's thread
     stream_id_.store(-1, std::memory_order_relaxed);  // its id in the records, at the next traced step
     id_attempts_ = 0;
+    forgotten_.store(false, std::memory_order_release);
     learned_.store(true, std::memory_order_release);
     arm(true, {});
+  }
+  /// Step's thread, between steps: the learnt stream left; the markers go back to the legacy default
+  /// stream, armed only when the records show the work there (the worker's gate_markers).
+  void unlearn(const std::string& why) {
+    backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
+    arm(false, why);
+    learned_.store(false, std::memory_order_release);
+    contradicted_ = 0;
+    stream_.store(0, std::memory_order_relaxed);
+    if (events && opened_.load(std::memory_order_acquire)) events->set_stream(0);
+    stream_id_.store(-1, std::memory_order_relaxed);
+    id_attempts_ = 0;
   }
   /// Any thread, as the program destroys a stream (CUPTI attached: the collector's hook): the
   /// markers leave it first, the mark in progress (one event record at most) finished.
   void forget_stream(std::uintptr_t s) {
     if (!learned_.load(std::memory_order_acquire) && !named_.load(std::memory_order_acquire)) return;
     if (s != stream()) return;
-    armed_.store(false, std::memory_order_seq_cst);
+    {
+      std::lock_guard<std::mutex> lock(why_mutex_);  // arm() checks forgotten_ under it: none arms after
+      forgotten_.store(true, std::memory_order_seq_cst);
+      armed_.store(false, std::memory_order_seq_cst);
+      why_off_ = "the program destroyed the stream the markers were recorded on; a traced step shows the next one";
+    }
+    // Not under the lock: a mark in progress may take it (its events failing to open).
     while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();
     learned_.store(false, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(why_mutex_);
-    why_off_ = "the program destroyed the stream the markers were recorded on; a traced step shows the next one";
+    stream_id_.store(-1, std::memory_order_relaxed);
     // A named stream stays named (never learned over): the program names the next one, or none.
   }
   std::uintptr_t stream() const { return stream_.load(std::memory_order_relaxed); }
@@ -142,7 +174,7 @@ class MarkerRing {
   /// Step's thread, at a traced step's begin (records on): the marker stream's id in the GPU records.
   void learn_stream_id() {
     backend::MarkerEvents* events = events_.load(std::memory_order_acquire);
-    if (!events || stream_id_.load(std::memory_order_relaxed) >= 0 || id_attempts_ >= 3) return;
+    if (!events || stream_forgotten() || stream_id_.load(std::memory_order_relaxed) >= 0 || id_attempts_ >= 3) return;
     ++id_attempts_;
     if (const auto id = events->stream_record_id(stream())) stream_id_.store(*id, std::memory_order_release);
   }
@@ -156,6 +188,7 @@ class MarkerRing {
   // ---- background thread ----
   void arm(bool on, const std::string& why_off) {
     std::lock_guard<std::mutex> lock(why_mutex_);
+    if (on && forgotten_.load(std::memory_order_acquire)) return;  // a destroyed stream's handle: never again
     if (!on) why_off_ = why_off;
     if (!open_failed_.load(std::memory_order_relaxed)) armed_.store(on, std::memory_order_release);
   }
@@ -240,13 +273,13 @@ class MarkerRing {
     uint32_t slot = 0;     // the event it reads: its own, or the one of the boundary it shares
   };
 
-  /// The entry before head `h`, if this mark may take its event: the same step, not yet read, a phase
-  /// end (or the step's begin, for a phase's begin) at most kShareWithinNs before `now`.
+  /// The entry before head `h`, if this mark (a phase's begin) may take its event: the same step, not
+  /// yet read, a phase's end or the step's begin at most kShareWithinNs before `now`.
   const Entry* shareable(uint64_t h, uint64_t step, MarkerKind kind, int64_t now) const {
-    if (kind != MarkerKind::phase_begin && kind != MarkerKind::step_end) return nullptr;
+    if (kind != MarkerKind::phase_begin) return nullptr;
     if (h == 0 || h - 1 < tail_.load(std::memory_order_acquire)) return nullptr;
     const Entry& prev = entries_[(h - 1) % kSlots];
-    const bool after = prev.kind == MarkerKind::phase_end || (kind == MarkerKind::phase_begin && prev.kind == MarkerKind::step_begin);
+    const bool after = prev.kind == MarkerKind::phase_end || prev.kind == MarkerKind::step_begin;
     if (prev.step != step || !after || now - prev.host_ns > kShareWithinNs) return nullptr;
     return &prev;
   }
@@ -285,8 +318,7 @@ class MarkerRing {
         if (skipped_in_step_ < UINT16_MAX) ++skipped_in_step_;
       } else if (const Entry* prev = shareable(h, step, kind, host_ns = events->now_ns())) {
         Entry& e = entries_[h % kSlots];
-        e.step = step, e.host_ns = host_ns, e.phase = phase, e.kind = kind, e.slot = prev->slot;
-        e.skipped = kind == MarkerKind::step_end ? skipped_in_step_ : 0;
+        e.step = step, e.host_ns = host_ns, e.phase = phase, e.kind = kind, e.slot = prev->slot, e.skipped = 0;
         head_.store(h + 1, std::memory_order_release);
         shared_.fetch_add(1, std::memory_order_relaxed);
       } else if (!events->record(static_cast<uint32_t>(h % kSlots), recalibrate_.exchange(false, std::memory_order_relaxed),
@@ -317,6 +349,8 @@ class MarkerRing {
   std::atomic<std::uintptr_t> stream_{0};
   std::atomic<bool> named_{false};
   std::atomic<bool> learned_{false};  // stream_ learned from a traced step's launches (learn_stream)
+  std::atomic<bool> forgotten_{false};  // the program destroyed stream_ (forget_stream)
+  int contradicted_ = 0;  // step's thread: traced steps in a row that showed no stream of the program's
   std::uintptr_t candidate_ = 0;      // step's thread: a stream seen once, waiting for a second traced step
   std::atomic<int64_t> stream_id_{-1};
   int id_attempts_ = 0;  // step's thread

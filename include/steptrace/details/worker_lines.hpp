@@ -123,7 +123,8 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
   int64_t total = 0;
   for (const auto& [stream, busy] : gpu.stream_busy_ns) total += busy;
   if (total <= 0) return;  // no GPU work: nothing learned
-  if (ring.stream_chosen()) return;  // the program's own stream: named, or learned from its launches
+  // The program's own stream (named, or learned from its launches), or one it destroyed (never armed again).
+  if (ring.stream_chosen() || ring.stream_forgotten()) return;
   const int64_t id = ring.stream_id();
   if (id < 0) {
     ring.arm(false, "the marker stream's id in the GPU records is not known (CUPTI did not give it)");

@@ -75,8 +75,9 @@ inline void CUPTIAPI Collector::on_api(void* userdata, CUpti_CallbackDomain doma
 
 /// The stream a kernel launch names, from its parameters (the structs of CUPTI's
 /// generated_cuda_runtime_api_meta.h; the driver's, of generated_cuda_meta.h, mirrored below as that
-/// header needs the driver's legacy types). nullopt: not a kernel launch read here, or the per-thread
-/// default stream (a _ptsz call given stream 0), which has no handle a marker could be recorded on.
+/// header needs the driver's legacy types). nullopt: not a kernel launch read here. The default streams
+/// come back as given (0, CU_STREAM_LEGACY 1, CU_STREAM_PER_THREAD 2; a _ptsz call's 0 is its thread's
+/// default stream): MarkerRing::learn_stream never takes them, the records decide there.
 inline std::optional<std::uintptr_t> Collector::launch_stream(StreamParam kind, const void* params) {
   struct DriverLaunch {  // cuLaunchKernel_params, cuLaunchKernel_ptsz_params
     CUfunction f;

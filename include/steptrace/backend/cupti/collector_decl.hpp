@@ -88,8 +88,13 @@ class Collector {
     detaches_ = 0;
     detach_requested_ = false;
     attach_ahead_ = false;
+    // The thread that starts is the steps' until a step says otherwise (set_tracing): a run that traces
+    // every step never switches tracing, and still learns its stream.
+    step_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> staging(mutex_);
+      stream_tally_ = {};
+      stream_tally_other_ = 0;
       pending_graphs_.clear();
       detached_at_ns_.clear();
       attached_ahead_at_ns_.clear();
