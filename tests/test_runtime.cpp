@@ -84,7 +84,8 @@ TEST_CASE("every step traced: each line has its kernels, complete, in its phase"
   CHECK(calls.device_state_closed);
 }
 
-TEST_CASE("sampled tracing switches the backend at step boundaries; untraced lines say why", "[runtime]") {
+TEST_CASE("sampled tracing switches the backend at step boundaries, attached ahead of each traced step; untraced "
+          "lines say why", "[runtime]") {
   const auto log = fresh_log("runtime_sampled");
   FakeRun run(std::make_unique<FakeBackend>());
   Config cfg = base_config(log);
@@ -94,6 +95,8 @@ TEST_CASE("sampled tracing switches the backend at step boundaries; untraced lin
   steptrace::stop();
   // Step k is traced when k % 3 == 0; the backend is asked at every step boundary (it ignores no-ops).
   CHECK(run.gpu->calls().set_tracing == std::vector<bool>{true, false, false, true, false, false, true});
+  // A traced step's CUPTI is attached ahead: at the end of steps 2 and 5, before 3 and 6 begin.
+  CHECK(run.gpu->calls().switches == "+--a+--a+");
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == 7);
   for (const auto& l : lines) {
@@ -108,18 +111,6 @@ TEST_CASE("sampled tracing switches the backend at step boundaries; untraced lin
       CHECK(l["null_reasons"]["gpu"].get<std::string>().find("trace_every=3") != std::string::npos);
     }
   }
-}
-
-TEST_CASE("a traced step's CUPTI is attached ahead, between the step before it and its begin", "[runtime]") {
-  const auto log = fresh_log("runtime_attach_ahead");
-  FakeRun run(std::make_unique<FakeBackend>());
-  Config cfg = base_config(log);
-  cfg.trace_every = 3;
-  REQUIRE(run.start(cfg));
-  run_steps(*run.gpu, 7, 2);
-  steptrace::stop();
-  // Steps 3 and 6 are traced: asked ahead at the end of steps 2 and 5, before their begins switch on.
-  CHECK(run.gpu->calls().switches == "+--a+--a+");
 }
 
 TEST_CASE("the stream markers learn the stream a traced step's kernels went to", "[runtime][markers]") {
