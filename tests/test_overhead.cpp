@@ -36,7 +36,7 @@ TEST_CASE("before any untraced step the model decides: launches x 1.1 us", "[ove
   for (uint64_t i = 0; i < 4; ++i) e.observe(step(i, true, 50.0));
   const auto r = e.estimate(1);
   REQUIRE(r.fraction);
-  CHECK(r.method == "launch_model");
+  CHECK(r.method == steptrace::EstimateMethod::launch_model);
   CHECK(*r.traced_extra_ms == Approx(1.1));          // 1000 launches x 1.1 us
   CHECK(*r.fraction == Approx(1.1 / 50.0));          // every step traced: the model's whole cost
   CHECK(*r.residual_ms == Approx(1000 * 0.79e-3));   // kept attached: 0.79 us per launch, charged whole
@@ -71,7 +71,7 @@ TEST_CASE("with untraced steps the cost is measured from the step times", "[over
   }
   const auto r = e.estimate(4);
   REQUIRE(r.fraction);
-  CHECK(r.method == "measured");
+  CHECK(r.method == steptrace::EstimateMethod::measured);
   CHECK(*r.clean_step_ms == Approx(50.0));
   CHECK(*r.traced_extra_ms == Approx(2.5));  // the traced step's 2 ms and the next step's 0.5 ms
   CHECK(*r.traced_extra_se_ms == 0);         // no spread in these steps
@@ -131,7 +131,7 @@ TEST_CASE("real loops: evaluation between steps, noise, a noisy zero", "[overhea
   };
   const auto e = run(3.0, 1.0, 2000);
   const auto r = e.estimate(16);
-  REQUIRE(r.method == "measured");
+  REQUIRE(r.method == steptrace::EstimateMethod::measured);
   CHECK(r.polluted_steps == 19);  // the steps after each evaluation, none other
   const double truth = 4.0 / (16 * 142.0);  // 0.176 %
   INFO("estimate " << *r.fraction << " in [" << *r.fraction_low << ", " << *r.fraction_high << "], truth " << truth);
@@ -143,7 +143,7 @@ TEST_CASE("real loops: evaluation between steps, noise, a noisy zero", "[overhea
   // A trace that costs nothing measured through the same noise: the estimate says ~0 with a range
   // above 0, and the interval is chosen on the range's high end - never 1.
   const auto z = run(0.0, 0.0, 2000).estimate(16);
-  REQUIRE(z.method == "measured");
+  REQUIRE(z.method == steptrace::EstimateMethod::measured);
   CHECK(*z.fraction_high > 0);
   CHECK(*z.fraction_low == 0);
   CHECK(z.every >= OverheadEstimator::kMinMeasuringEvery);
@@ -170,7 +170,7 @@ TEST_CASE("detach mode: the step that paid for a detach is measured, also when i
   };
   const auto marked = run(true);
   const auto r = marked.estimate(10);
-  REQUIRE(r.method == "measured");
+  REQUIRE(r.method == steptrace::EstimateMethod::measured);
   CHECK(*r.traced_extra_ms == Approx(3.0 + 5.0));  // the gap's excess over the usual 0.05 ms counted once
   CHECK(r.polluted_steps == 0);
   CHECK(*r.fraction == Approx(8.0 / (10 * 50.0)).epsilon(0.01));
@@ -199,7 +199,7 @@ TEST_CASE("detach mode: an attach made in the gap before a traced step is that s
     return e;
   };
   const auto r = run(true).estimate(10);
-  REQUIRE(r.method == "measured");
+  REQUIRE(r.method == steptrace::EstimateMethod::measured);
   CHECK(*r.traced_extra_ms == Approx(1.0 + 8.0 + 5.0));
   CHECK(r.polluted_steps == 0);
   const auto u = run(false).estimate(10);
@@ -287,11 +287,11 @@ TEST_CASE("the warm-up is not compared, and a measurement needs enough steps", "
   // After the warm-up: one traced step (52 ms) and three clean ones (50 ms): too few to measure.
   e.observe(step(8, true, 52.0));
   for (uint64_t i = 9; i < 12; ++i) e.observe(step(i, false, 50.0));
-  CHECK(e.estimate(8).method == "launch_model");
+  CHECK(e.estimate(8).method == steptrace::EstimateMethod::launch_model);
   // Every 8 up to step 39: 4 traced steps, 16 clean ones; the warm-up's 400 ms steps stay out.
   for (uint64_t i = 12; i < 40; ++i) e.observe(step(i, i % 8 == 0, i % 8 == 0 ? 52.0 : 50.0));
   const auto r = e.estimate(8);
-  CHECK(r.method == "measured");
+  CHECK(r.method == steptrace::EstimateMethod::measured);
   CHECK(*r.traced_extra_ms == Approx(2.0));
   CHECK(*r.clean_step_ms == Approx(50.0));
 }
@@ -304,13 +304,13 @@ TEST_CASE("only recent steps are compared: a baseline that moved is not charged 
     e.observe(step(i, i % 8 == 0, i % 8 == 0 ? base + 2 : base));
   }
   const auto r = e.estimate(8);
-  REQUIRE(r.method == "measured");
+  REQUIRE(r.method == steptrace::EstimateMethod::measured);
   CHECK(*r.clean_step_ms == Approx(80.0));
   CHECK(*r.traced_extra_ms == Approx(2.0));
   // With every 2 nothing recent is 3 steps from a trace: back to the model (the runtime then probes).
   OverheadEstimator f({0.005, 1000, true});
   for (uint64_t i = 0; i < 400; ++i) f.observe(step(i, i < 200 ? i % 8 == 0 : i % 2 == 0, 50.0));
-  CHECK(f.estimate(2).method == "launch_model");
+  CHECK(f.estimate(2).method == steptrace::EstimateMethod::launch_model);
 }
 
 TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds the budget", "[overhead]") {
@@ -350,7 +350,7 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   launch_bound.observe(step(10, true, 50.0, 10000, 0.2));
   const auto d = launch_bound.estimate(1);
   REQUIRE(d.fraction);
-  CHECK(d.method == "launch_model");
+  CHECK(d.method == steptrace::EstimateMethod::launch_model);
   CHECK(*d.residual_ms == 0);
   CHECK(*d.traced_extra_ms == Approx(11.0));  // every step traced: never detached, no attach to pay
   CHECK(*d.fraction == Approx(11.0 / 50.0));
@@ -399,13 +399,13 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
   CHECK(*p.background_memory == Approx(0.01));
   CHECK(*p.tracing.fraction + *p.attached.fraction + *p.host_api.fraction == Approx(*est.fraction));
   CHECK(*p.high == Approx(*est.fraction + 0.01 + 0.002));
-  CHECK(p.tracing.basis == "modelled");  // launch model: nothing untraced yet
-  CHECK(p.counters.basis == "in_tracing");
+  CHECK(p.tracing.basis == steptrace::PartBasis::modelled);  // launch model: nothing untraced yet
+  CHECK(p.counters.basis == steptrace::PartBasis::in_tracing);
   CHECK_FALSE(p.counters.fraction);
-  CHECK(p.captures.basis == "measured");
+  CHECK(p.captures.basis == steptrace::PartBasis::measured);
   const auto off = steptrace::make_overhead_parts(est, ledger, steptrace::CountersRun::off, std::nullopt);
   CHECK(off.counters.fraction == 0.0);
-  CHECK(off.captures.basis == "off");
+  CHECK(off.captures.basis == steptrace::PartBasis::off);
   CHECK(*off.high == Approx(*est.fraction + 0.01));
   // The warm-up's one-off costs are not counted.
   steptrace::OverheadLedger warm;
@@ -498,7 +498,7 @@ TEST_CASE("controller: a trace costing half a step settles on the interval its c
   for (std::size_t i = 200; i < r.steps.size(); ++i) {
     INFO("step " << i);
     const auto& e = *r.decisions[i].estimate;
-    CHECK(e.method == "measured");
+    CHECK(e.method == steptrace::EstimateMethod::measured);
     CHECK(r.steps[i].every == want);
     CHECK(*e.fraction == Approx(0.5 / want));  // exactly what was put in
     CHECK(e.within_budget);
@@ -526,7 +526,7 @@ TEST_CASE("controller: a trace costing more than a step is measured at the long 
   int measured = 0;
   for (std::size_t i = 10000; i < r.steps.size(); ++i) {
     const auto& e = *r.decisions[i].estimate;
-    measured += e.method == "measured";
+    measured += e.method == steptrace::EstimateMethod::measured;
     CHECK(e.within_budget);
   }
   CHECK(measured == static_cast<int>(r.steps.size()) - 10000);
@@ -558,7 +558,7 @@ TEST_CASE("controller: on the H100 transformer's recorded step times, within the
   int within = 0, late = 0;
   for (std::size_t i = 300; i < r.steps.size(); ++i) {
     const auto& e = *r.decisions[i].estimate;
-    CHECK(e.method == "measured");
+    CHECK(e.method == steptrace::EstimateMethod::measured);
     ++late;
     within += e.within_budget;
     // The estimate against what was put in at the interval in force: within 0.15 points.

@@ -244,14 +244,14 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   in.diagnosis.warnings = {"data-loader wait 12 % of the step (>= 10 %)"};
   OverheadLine& o = in.overhead;  // an estimate, the budget and every part
   o.estimate.fraction = o.estimate.fraction_low = o.estimate.fraction_high = 0.004;
-  o.estimate.method = "measured";
+  o.estimate.method = EstimateMethod::measured;
   o.estimate.traced_extra_ms = o.estimate.traced_extra_se_ms = o.estimate.clean_step_ms = 1.5;
   o.estimate.residual_ms = o.estimate.residual_low_ms = o.estimate.launches_per_step = 0.25;
   o.budget = 0.01;
   o.parts.present = true;
   for (OverheadPart* p : {&o.parts.tracing, &o.parts.attached, &o.parts.counters, &o.parts.host_api, &o.parts.background,
                           &o.parts.captures})
-    p->fraction = 0.001, p->basis = "measured";
+    p->fraction = 0.001, p->basis = PartBasis::measured;
   o.parts.background_memory = o.parts.background_device_state = o.parts.background_counters = o.parts.high = 0.0005;
   StepMarkers sm;
   sm.points = 4;

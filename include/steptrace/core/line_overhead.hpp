@@ -24,7 +24,7 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
   for (const auto& [name, part] : parts) {
     out.begin_object(name);
     out.field("fraction", part->fraction, part->null_reason.empty() ? why : part->null_reason);
-    out.field("basis", part->basis);
+    out.field("basis", std::string(basis_name(part->basis)));
     if (part == &p.background) {  // by reading, since the warm-up
       const char* warm_up = "no step counted yet (warm-up)";
       out.field("memory", p.background_memory, warm_up).field("device_state", p.background_device_state, warm_up);
@@ -41,7 +41,7 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   const std::string why = o.null_reason.empty() ? "no traced step observed yet" : o.null_reason;
   out.begin_object("overhead");
   out.field("estimated_fraction", e.fraction, why);
-  out.optional_text("method", e.fraction ? e.method : std::string(), why);
+  out.optional_text("method", e.fraction ? std::string(method_name(e.method)) : std::string(), why);
   out.field("trace_every", o.trace_every);
   out.field("decided_by", o.budget ? "overhead_budget" : "trace_every");
   out.field("budget", o.budget, o.no_budget_reason);

@@ -64,10 +64,25 @@ struct OverheadObservation {
   std::optional<double> host_bound_share;  // traced steps: share of launches the GPU waited for (0-1)
 };
 
+/// How an estimate was had (the line's `overhead.method`).
+enum class EstimateMethod : uint8_t {
+  none,          // nothing to estimate yet
+  launch_model,  // the traced steps' launches times a per-launch cost (no untraced step to compare with yet)
+  measured,      // traced steps against the clean untraced ones
+};
+inline const char* method_name(EstimateMethod m) {
+  switch (m) {
+    case EstimateMethod::launch_model: return "launch_model";
+    case EstimateMethod::measured: return "measured";
+    case EstimateMethod::none: break;
+  }
+  return "";
+}
+
 /// The estimate a line carries (`overhead`).
 struct OverheadEstimate {
   std::optional<double> fraction;      // of the program's step time without steptrace
-  std::string method;                  // "measured" | "launch_model" | "" (nothing to estimate yet)
+  EstimateMethod method = EstimateMethod::none;
   std::optional<double> traced_extra_ms;  // what one traced step (and its aftermath) costs
   std::optional<double> clean_step_ms;    // step time far from a trace
   std::optional<double> residual_ms;      // per untraced step, keep mode (model, the whole amount)
@@ -240,14 +255,14 @@ class OverheadEstimator {
       e.traced_extra_se_ms = se;
       extra_high = std::max(0.0, extra + kZ95 * se);
       extra_low = std::max(0.0, extra - kZ95 * se);
-      e.method = "measured";
+      e.method = EstimateMethod::measured;
       measured = true;
     } else if (e.launches_per_step && !all.empty()) {
       e.clean_step_ms = median(all);
       // Detached, a trace also costs an attach and a detach - unless every step is traced (no detach).
       e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 +
                           (s_.keep_attached || in_force == 1 ? 0 : kModelAttachDetachMs);
-      e.method = "launch_model";
+      e.method = EstimateMethod::launch_model;
     } else {
       return e;  // nothing traced yet, or no launch count
     }

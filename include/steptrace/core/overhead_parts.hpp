@@ -35,10 +35,24 @@
 
 STEPTRACE_BEGIN_NAMESPACE
 
+/// How a part of the estimate is known (the line's `overhead.parts.*.basis`).
+enum class PartBasis : uint8_t { none, measured, modelled, in_tracing, not_measured, off };
+inline const char* basis_name(PartBasis b) {
+  switch (b) {
+    case PartBasis::measured: return "measured";
+    case PartBasis::modelled: return "modelled";
+    case PartBasis::in_tracing: return "in_tracing";
+    case PartBasis::not_measured: return "not_measured";
+    case PartBasis::off: return "off";
+    case PartBasis::none: break;
+  }
+  return "";
+}
+
 /// One part of the estimate.
 struct OverheadPart {
   std::optional<double> fraction;
-  std::string basis;        // "measured" | "modelled" | "in_tracing"
+  PartBasis basis = PartBasis::none;
   std::string null_reason;  // why fraction is null
 };
 
@@ -165,37 +179,37 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
   p.present = true;
   const std::string pending = "no traced step observed yet", untimed = "no step timed yet";
   p.tracing.fraction = e.tracing_fraction;
-  p.tracing.basis = e.method == "measured" ? "measured" : "modelled";
+  p.tracing.basis = e.method == EstimateMethod::measured ? PartBasis::measured : PartBasis::modelled;
   if (!e.tracing_fraction) p.tracing.null_reason = pending;
   p.attached.fraction = e.attached_fraction;
-  p.attached.basis = "modelled";
+  p.attached.basis = PartBasis::modelled;
   if (!e.attached_fraction) p.attached.null_reason = pending;
   switch (counters) {
     case CountersRun::around_traced_steps:
-      p.counters.basis = "in_tracing";
+      p.counters.basis = PartBasis::in_tracing;
       p.counters.null_reason = "PM sampling runs only around traced steps: its cost is inside tracing's";
       break;
     case CountersRun::every_step:
-      p.counters.basis = "not_measured";
+      p.counters.basis = PartBasis::not_measured;
       p.counters.null_reason = "PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
                                "without it to compare with";
       break;
     case CountersRun::off:
-      p.counters.basis = "off";
+      p.counters.basis = PartBasis::off;
       p.counters.fraction = 0.0;
       break;
   }
   p.host_api.fraction = ledger.host_api_fraction();
-  p.host_api.basis = "modelled";
+  p.host_api.basis = PartBasis::modelled;
   if (!p.host_api.fraction) p.host_api.null_reason = untimed;
   p.background.fraction = ledger.background_fraction();
-  p.background.basis = "measured";
+  p.background.basis = PartBasis::measured;
   if (!p.background.fraction) p.background.null_reason = untimed;
   p.background_memory = ledger.work_fraction(OverheadLedger::Work::memory);
   p.background_device_state = ledger.work_fraction(OverheadLedger::Work::device_state);
   p.background_counters = ledger.work_fraction(OverheadLedger::Work::counters);
   p.captures.fraction = captures.value_or(0);
-  p.captures.basis = captures ? "measured" : "off";
+  p.captures.basis = captures ? PartBasis::measured : PartBasis::off;
   if (e.fraction) p.high = *e.fraction + p.background.fraction.value_or(0) + p.captures.fraction.value_or(0);
   return p;
 }

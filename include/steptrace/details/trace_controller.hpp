@@ -105,7 +105,7 @@ class TraceController {
       // estimator keeps 8 intervals of the longest (OverheadEstimator::window()), so a measurement
       // holds at any interval the budget picks, and once it is forgotten the probe repeats.
       int wanted = e.every;
-      if (e.method == "launch_model" && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
+      if (e.method == EstimateMethod::launch_model && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
       const int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim);
       if (next != current_every_) {
         current_every_ = next;
