@@ -1019,6 +1019,14 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
   std::vector<int64_t> host_;
   int64_t clock_ = 0;
 };
+
+/// A marker ring on scripted events, the stream named (0x7): marked from the first mark.
+std::unique_ptr<steptrace::details::MarkerRing> named_ring(ScriptedEvents& events) {
+  auto ring = std::make_unique<steptrace::details::MarkerRing>();
+  ring->attach(&events, "");
+  ring->name_stream(0x7);
+  return ring;
+}
 }  // namespace
 
 TEST_CASE("the marker ring learns the program's stream from traced steps' launches, follows it, leaves it when destroyed",
@@ -1154,14 +1162,12 @@ TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a
 TEST_CASE("the marker ring: a boundary right after another shares its marker, one later records its own",
           "[runtime][markers]") {
   using steptrace::MarkerKind;
-  using steptrace::MarkerPoint;
   using Ring = steptrace::details::MarkerRing;
-  auto ring = std::make_unique<Ring>();
   ScriptedEvents events;
-  ring->attach(&events, "");
-  REQUIRE(ring->name_stream(0x7));
+  const auto ring = named_ring(events);
+  REQUIRE(ring->armed());
   const steptrace::PhaseId in = steptrace::phase_tag::input, fwd = steptrace::phase_tag::forward;
-  std::vector<MarkerPoint> points;
+  std::vector<steptrace::MarkerPoint> points;
   std::string why;
 
   // Back to back (no host time between the boundaries): each phase's begin takes the marker before
