@@ -113,23 +113,39 @@ TEST_CASE("sampled tracing switches the backend at step boundaries, attached ahe
   }
 }
 
-TEST_CASE("the stream markers learn the stream a traced step's kernels went to", "[runtime][markers]") {
-  const auto log = fresh_log("runtime_learn_stream");
-  auto backend = std::make_unique<FakeBackend>();
-  backend->with_markers = true;
-  backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
-  FakeRun run(std::move(backend));
-  Config cfg = base_config(log);
-  cfg.trace_every = 4;
-  REQUIRE(run.start(cfg));
-  run_steps(*run.gpu, 9, 2);
-  steptrace::stop();
-  CHECK(run.gpu->fake_markers.opened_on == 0x5000);  // learned after step 0, marked from step 1 on
-  const auto lines = read_lines(log);
-  REQUIRE(lines.size() == 9);
-  for (const auto& l : lines) {
-    INFO(l.dump());
-    if (l["global_step"] >= 1) CHECK(l["gpu_markers"].is_object());
+TEST_CASE("the stream markers learn the stream a traced step's kernels went to (trace_every=4, and the defaults)",
+          "[runtime][markers]") {
+  for (const bool defaults : {false, true}) {
+    INFO((defaults ? "defaults: overhead_budget decides, compact lines" : "trace_every=4, full lines"));
+    const auto log = fresh_log(defaults ? "runtime_learn_stream_default" : "runtime_learn_stream");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->with_markers = true;
+    backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
+    FakeRun run(std::move(backend));
+    Config cfg;
+    cfg.log_path = log;
+    cfg.summary = false;
+    if (!defaults) cfg = base_config(log), cfg.trace_every = 4;
+    // CTest forces full lines through the environment: the defaults' case lifts it for its run.
+    const char* forced = std::getenv("STEPTRACE_LINE_DETAIL");
+    const std::string kept = forced ? forced : "";
+    if (defaults && forced) unsetenv("STEPTRACE_LINE_DETAIL");
+    const bool started = run.start(cfg);
+    if (defaults && forced) setenv("STEPTRACE_LINE_DETAIL", kept.c_str(), 1);
+    REQUIRE(started);
+    run_steps(*run.gpu, 9, 2);
+    steptrace::stop();
+    if (defaults) CHECK(read_lines(log).front()["schema"] == "steptrace.step/2");  // the default: compact lines
+    CHECK(run.gpu->fake_markers.opened_on == 0x5000);  // learned after step 0 (traced either way), marked from step 1 on
+    const auto lines = read_lines(log);
+    int steps = 0;
+    for (const auto& l : lines) {
+      if (!l.contains("global_step")) continue;  // the default log's run record
+      ++steps;
+      INFO(l.dump());
+      if (l["global_step"] >= 1) CHECK(l["gpu_markers"].is_object());
+    }
+    CHECK(steps == 9);
   }
 }
 
