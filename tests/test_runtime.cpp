@@ -113,23 +113,39 @@ TEST_CASE("sampled tracing switches the backend at step boundaries, attached ahe
   }
 }
 
-TEST_CASE("the stream markers learn the stream a traced step's kernels went to", "[runtime][markers]") {
-  const auto log = fresh_log("runtime_learn_stream");
-  auto backend = std::make_unique<FakeBackend>();
-  backend->with_markers = true;
-  backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
-  FakeRun run(std::move(backend));
-  Config cfg = base_config(log);
-  cfg.trace_every = 4;
-  REQUIRE(run.start(cfg));
-  run_steps(*run.gpu, 9, 2);
-  steptrace::stop();
-  CHECK(run.gpu->fake_markers.opened_on == 0x5000);  // learned after step 0, marked from step 1 on
-  const auto lines = read_lines(log);
-  REQUIRE(lines.size() == 9);
-  for (const auto& l : lines) {
-    INFO(l.dump());
-    if (l["global_step"] >= 1) CHECK(l["gpu_markers"].is_object());
+TEST_CASE("the stream markers learn the stream a traced step's kernels went to (trace_every=4, and the defaults)",
+          "[runtime][markers]") {
+  for (const bool defaults : {false, true}) {
+    INFO((defaults ? "defaults: overhead_budget decides, compact lines" : "trace_every=4, full lines"));
+    const auto log = fresh_log(defaults ? "runtime_learn_stream_default" : "runtime_learn_stream");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->with_markers = true;
+    backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
+    FakeRun run(std::move(backend));
+    Config cfg;
+    cfg.log_path = log;
+    cfg.summary = false;
+    if (!defaults) cfg = base_config(log), cfg.trace_every = 4;
+    // CTest forces full lines through the environment: the defaults' case lifts it for its run.
+    const char* forced = std::getenv("STEPTRACE_LINE_DETAIL");
+    const std::string kept = forced ? forced : "";
+    if (defaults && forced) unsetenv("STEPTRACE_LINE_DETAIL");
+    const bool started = run.start(cfg);
+    if (defaults && forced) setenv("STEPTRACE_LINE_DETAIL", kept.c_str(), 1);
+    REQUIRE(started);
+    run_steps(*run.gpu, 9, 2);
+    steptrace::stop();
+    if (defaults) CHECK(read_lines(log).front()["schema"] == "steptrace.step/2");  // the default: compact lines
+    CHECK(run.gpu->fake_markers.opened_on == 0x5000);  // learned after step 0 (traced either way), marked from step 1 on
+    const auto lines = read_lines(log);
+    int steps = 0;
+    for (const auto& l : lines) {
+      if (!l.contains("global_step")) continue;  // the default log's run record
+      ++steps;
+      INFO(l.dump());
+      if (l["global_step"] >= 1) CHECK(l["gpu_markers"].is_object());
+    }
+    CHECK(steps == 9);
   }
 }
 
@@ -1073,6 +1089,14 @@ class ScriptedEvents final : public steptrace::backend::MarkerEvents {
   std::vector<int64_t> host_;
   int64_t clock_ = 0;
 };
+
+/// A marker ring on scripted events, the stream named (0x7): marked from the first mark.
+std::unique_ptr<steptrace::details::MarkerRing> named_ring(ScriptedEvents& events) {
+  auto ring = std::make_unique<steptrace::details::MarkerRing>();
+  ring->attach(&events, "");
+  ring->name_stream(0x7);
+  return ring;
+}
 }  // namespace
 
 TEST_CASE("the marker ring learns the program's stream from traced steps' launches, follows it, leaves it when destroyed",
@@ -1208,14 +1232,12 @@ TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a
 TEST_CASE("the marker ring: a boundary right after another shares its marker, one later records its own",
           "[runtime][markers]") {
   using steptrace::MarkerKind;
-  using steptrace::MarkerPoint;
   using Ring = steptrace::details::MarkerRing;
-  auto ring = std::make_unique<Ring>();
   ScriptedEvents events;
-  ring->attach(&events, "");
-  REQUIRE(ring->name_stream(0x7));
+  const auto ring = named_ring(events);
+  REQUIRE(ring->armed());
   const steptrace::PhaseId in = steptrace::phase_tag::input, fwd = steptrace::phase_tag::forward;
-  std::vector<MarkerPoint> points;
+  std::vector<steptrace::MarkerPoint> points;
   std::string why;
 
   // Back to back (no host time between the boundaries): each phase's begin takes the marker before
