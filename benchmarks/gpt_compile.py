@@ -20,6 +20,8 @@ from its own step 0). Modes:
   detach   untraced_cupti=detach (the budget decides the interval, CUPTI detached between traces)
   keep     untraced_cupti=keep (the budget decides the interval, CUPTI attached between traces)
   nomarkers stream_markers=false
+  watch    the defaults with steptrace.watch(compiled model, optimizer, tokens=...) and no scope in the
+           loop: the one-line use (its step runs from one step's first training work to the next's)
   profiler steptrace not started; torch.profiler(CPU+CUDA activities, schedule(wait=48, warmup=1,
            active=1)) with a trace written per profiled step into LINES_DIR/<block>_profiler/, its
            prof.step() inside each step's timing (what a user of it pays, exports included)
@@ -48,11 +50,12 @@ import time
 MODES = {  # each block's start() settings; None: not started
     "off": None,
     "default": {},
-    "full": {"trace_every": 1},
+    "full": {"trace_every": 1, "line_detail": "full"},
     "detach": {"untraced_cupti": "detach"},
     "keep": {"untraced_cupti": "keep"},
     "nomarkers": {"stream_markers": False},
     "profiler": None,  # torch.profiler instead of steptrace (below)
+    "watch": {},       # the defaults, phases and steps from steptrace.watch()'s hooks, no scope in the loop
 }
 # The peer, as its users run it always-on: torch.profiler (Kineto) with a periodic schedule, one step in
 # PROFILE_EVERY profiled (wait, warmup 1, active 1: PyTorch's recommended shape), each profiled step's
@@ -249,7 +252,9 @@ def main(argv):
             settings = MODES[mode]
             lines = start_block(steptrace, a.lines_dir, f"{workload}_{r}_{mode}", settings, flops_per_token=flops_per_token)
             scopes = off
-            if settings is not None:
+            if mode == "watch":
+                steptrace.watch(compiled, opt, tokens=a.micro_batch * a.seq * a.accumulate)
+            elif settings is not None:
                 scopes = (steptrace.step, {k: steptrace.phase(k) for k in ("input", "forward", "backward", "optimizer")})
             prof = profiler_for(a, torch, os.path.join(a.lines_dir, f"{workload}_{r}_profiler")) if mode == "profiler" else None
             if prof is not None:
@@ -260,6 +265,8 @@ def main(argv):
                 prof.__exit__(None, None, None)
             if a.device.startswith("cuda"):
                 torch.cuda.synchronize()
+            if mode == "watch":
+                steptrace.unwatch()
             if settings is not None:
                 steptrace.stop()
             if lines != "-":  # the program's own clock per step, beside its lines (step warmup + i)
