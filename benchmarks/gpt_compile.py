@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A torch.compile GPT-2 training script, timed with and without steptrace in one process.
 
-    gpt_compile.py [--rounds 3] [--warmup 40] [--steps 200] [--layers 12] [--lines-dir DIR]
+    gpt_compile.py [--rounds 3] [--first-round 0] [--warmup 40] [--steps 200] [--layers 12] [--lines-dir DIR]
                    [--modes off,default,full] [--eval-every 100] [--eval-batches 10] [--device cuda]
 
 The shape of the program issue #48 measured: GPT-2 124M (12 layers, 12 heads, d_model 768, vocab 50 304,
@@ -66,6 +66,7 @@ PROFILE_EVERY = 50
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--first-round", type=int, default=0, help="the first round's number (its order's seed): a run split over calls")
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--layers", type=int, default=12)
@@ -245,7 +246,7 @@ def main(argv):
     print(f"compiled in {time.perf_counter() - t0:.1f} s; flops_per_token {flops_per_token:.4g}", flush=True)
     os.makedirs(a.lines_dir, exist_ok=True)
     workload = f"gpt_compile_ddp_rank{a.rank}" if a.world_size > 1 else "gpt_compile"
-    for r in range(a.rounds):
+    for r in range(a.first_round, a.first_round + a.rounds):
         order = list(a.modes)
         random.Random(r + 48).shuffle(order)
         for mode in order:
