@@ -24,7 +24,9 @@ from its own step 0). Modes:
            loop: the one-line use (its step runs from one step's first training work to the next's)
   profiler steptrace not started; torch.profiler(CPU+CUDA activities, schedule(wait=48, warmup=1,
            active=1)) with a trace written per profiled step into LINES_DIR/<block>_profiler/, its
-           prof.step() inside each step's timing (what a user of it pays, exports included)
+           prof.step() inside each step's timing (what a user of it pays, exports included). Only with
+           `off` in one process: Kineto keeps CUPTI subscribed once it has profiled, so a steptrace block
+           after it would run without CUPTI; run it as a second process beside the steptrace one
 steptrace is started before a block and stopped after it. A step's time is time.perf_counter() around
 the step (the evaluation is outside it: it runs between steps).
 
@@ -87,6 +89,11 @@ def parse(argv):
     bad = [m for m in a.modes if m not in MODES]
     if bad or not a.modes:
         p.error(f"--modes: choose from {', '.join(MODES)} (got {a.modes})")
+    if "profiler" in a.modes and any(MODES[m] is not None for m in a.modes):
+        # Kineto keeps CUPTI subscribed after its profiler exits: every later steptrace block in the process
+        # would run without CUPTI (it says so and falls back to host timings). Measured on an H200 (session
+        # 63): the profiler's blocks go in a process of their own, beside the off blocks they pair with.
+        p.error("--modes: profiler runs in a process of its own, with off only (Kineto keeps CUPTI after it)")
     if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.accumulate < 1:
         p.error("--rounds >= 1, --steps >= 1, --warmup >= 0, --accumulate >= 1")
     return a
