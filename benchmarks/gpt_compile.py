@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A torch.compile GPT-2 training script, timed with and without steptrace in one process.
 
-    gpt_compile.py [--rounds 3] [--warmup 40] [--steps 200] [--layers 12] [--lines-dir DIR]
+    gpt_compile.py [--rounds 3] [--first-round 0] [--warmup 40] [--steps 200] [--layers 12] [--lines-dir DIR]
                    [--modes off,default,full] [--eval-every 100] [--eval-batches 10] [--device cuda]
 
 The shape of the program issue #48 measured: GPT-2 124M (12 layers, 12 heads, d_model 768, vocab 50 304,
@@ -20,9 +20,13 @@ from its own step 0). Modes:
   detach   untraced_cupti=detach (the budget decides the interval, CUPTI detached between traces)
   keep     untraced_cupti=keep (the budget decides the interval, CUPTI attached between traces)
   nomarkers stream_markers=false
+  watch    the defaults with steptrace.watch(compiled model, optimizer, tokens=...) and no scope in the
+           loop: the one-line use (its step runs from one step's first training work to the next's)
   profiler steptrace not started; torch.profiler(CPU+CUDA activities, schedule(wait=48, warmup=1,
            active=1)) with a trace written per profiled step into LINES_DIR/<block>_profiler/, its
-           prof.step() inside each step's timing (what a user of it pays, exports included)
+           prof.step() inside each step's timing (what a user of it pays, exports included). Only with
+           `off` in one process: Kineto keeps CUPTI subscribed once it has profiled, so a steptrace block
+           after it would run without CUPTI; run it as a second process beside the steptrace one
 steptrace is started before a block and stopped after it. A step's time is time.perf_counter() around
 the step (the evaluation is outside it: it runs between steps).
 
@@ -48,11 +52,12 @@ import time
 MODES = {  # each block's start() settings; None: not started
     "off": None,
     "default": {},
-    "full": {"trace_every": 1},
+    "full": {"trace_every": 1, "line_detail": "full"},
     "detach": {"untraced_cupti": "detach"},
     "keep": {"untraced_cupti": "keep"},
     "nomarkers": {"stream_markers": False},
     "profiler": None,  # torch.profiler instead of steptrace (below)
+    "watch": {},       # the defaults, phases and steps from steptrace.watch()'s hooks, no scope in the loop
 }
 # The peer, as its users run it always-on: torch.profiler (Kineto) with a periodic schedule, one step in
 # PROFILE_EVERY profiled (wait, warmup 1, active 1: PyTorch's recommended shape), each profiled step's
@@ -63,6 +68,7 @@ PROFILE_EVERY = 50
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--first-round", type=int, default=0, help="the first round's number (its order's seed): a run split over calls")
     p.add_argument("--warmup", type=int, default=40)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--layers", type=int, default=12)
@@ -83,6 +89,11 @@ def parse(argv):
     bad = [m for m in a.modes if m not in MODES]
     if bad or not a.modes:
         p.error(f"--modes: choose from {', '.join(MODES)} (got {a.modes})")
+    if "profiler" in a.modes and any(MODES[m] is not None for m in a.modes):
+        # Kineto keeps CUPTI subscribed after its profiler exits: every later steptrace block in the process
+        # would run without CUPTI (it says so and falls back to host timings). Measured on an H200 (session
+        # 63): the profiler's blocks go in a process of their own, beside the off blocks they pair with.
+        p.error("--modes: profiler runs in a process of its own, with off only (Kineto keeps CUPTI after it)")
     if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.accumulate < 1:
         p.error("--rounds >= 1, --steps >= 1, --warmup >= 0, --accumulate >= 1")
     return a
@@ -242,14 +253,16 @@ def main(argv):
     print(f"compiled in {time.perf_counter() - t0:.1f} s; flops_per_token {flops_per_token:.4g}", flush=True)
     os.makedirs(a.lines_dir, exist_ok=True)
     workload = f"gpt_compile_ddp_rank{a.rank}" if a.world_size > 1 else "gpt_compile"
-    for r in range(a.rounds):
+    for r in range(a.first_round, a.first_round + a.rounds):
         order = list(a.modes)
         random.Random(r + 48).shuffle(order)
         for mode in order:
             settings = MODES[mode]
             lines = start_block(steptrace, a.lines_dir, f"{workload}_{r}_{mode}", settings, flops_per_token=flops_per_token)
             scopes = off
-            if settings is not None:
+            if mode == "watch":
+                steptrace.watch(compiled, opt, tokens=a.micro_batch * a.seq * a.accumulate)
+            elif settings is not None:
                 scopes = (steptrace.step, {k: steptrace.phase(k) for k in ("input", "forward", "backward", "optimizer")})
             prof = profiler_for(a, torch, os.path.join(a.lines_dir, f"{workload}_{r}_profiler")) if mode == "profiler" else None
             if prof is not None:
@@ -260,6 +273,8 @@ def main(argv):
                 prof.__exit__(None, None, None)
             if a.device.startswith("cuda"):
                 torch.cuda.synchronize()
+            if mode == "watch":
+                steptrace.unwatch()
             if settings is not None:
                 steptrace.stop()
             if lines != "-":  # the program's own clock per step, beside its lines (step warmup + i)

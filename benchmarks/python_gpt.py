@@ -21,7 +21,8 @@ Modes (the loop is the same code in all of them; off and floor run it with no-op
   full_nocounters  as full with STEPTRACE_COUNTERS=off
   default_nocounters  as default with STEPTRACE_COUNTERS=off
   alternate        --rounds R rounds in this one process, each one block of warmup + steps steps per mode
-                   of ALTERNATE (off, default, full, full_nocounters) in an order shuffled per round
+                   of ALTERNATE (off, default, full, full_nocounters, nomarkers; --alternate-modes a
+                   subset) in an order shuffled per round
                    (seed: the round); steptrace is started with the mode's settings before its block and
                    stopped after it (off: not started; steptrace is imported, its scopes replaced by
                    no-op ones as in mode off). The modes share the process - placement, memory layout,
@@ -57,8 +58,8 @@ MODES = ("off", "floor", "default", "full", "full_nocounters", "default_nocounte
 ALTERNATE = {  # --mode alternate: each block's start() settings (None: steptrace not started)
     "off": None,
     "default": {},
-    "full": {"trace_every": 1},
-    "full_nocounters": {"trace_every": 1, "counters": "off"},
+    "full": {"trace_every": 1, "line_detail": "full"},
+    "full_nocounters": {"trace_every": 1, "counters": "off", "line_detail": "full"},
     "nomarkers": {"stream_markers": False},
 }
 MODE_ENV = {  # what each steptrace mode sets, and nothing else (STEPTRACE_LOG aside)
@@ -85,9 +86,13 @@ def parse(argv):
     p.add_argument("--device", default="cuda", help="cuda; cpu only to check the script on a machine without a GPU")
     p.add_argument("--rounds", type=int, default=6, help="alternate: rounds of one block per mode")
     p.add_argument("--lines-dir", default=".", help="alternate: where each steptrace block's lines go")
+    p.add_argument("--alternate-modes", default=",".join(ALTERNATE), help="alternate: the modes of each round")
     a = p.parse_args(argv)
     if a.steps < 1 or a.warmup < 0 or a.layers < 1 or a.rounds < 1:
         p.error("--steps >= 1, --warmup >= 0, --layers >= 1, --rounds >= 1")
+    bad = [m for m in a.alternate_modes.split(",") if m and m not in ALTERNATE]
+    if bad:
+        p.error(f"--alternate-modes: choose from {', '.join(ALTERNATE)} (got {bad})")
     return a
 
 
@@ -235,9 +240,8 @@ def start_block(steptrace, lines_dir, name, settings, **extra):
     lines = os.path.abspath(os.path.join(lines_dir, name + ".jsonl"))
     if os.path.exists(lines):
         os.remove(lines)
-    # The full line: the summaries read its accounting (overhead.parts, gpu_markers); the compact line's
-    # own cost is benchmarks/line_bytes's (background thread).
-    settings = {"line_detail": "full", **settings}
+    # The lines as the settings make them: a block on the defaults writes the default (compact) line,
+    # what its users pay; a block that wants the full line's accounting names line_detail.
     if not steptrace.start(log_path=lines, summary=False, **extra, **settings):
         die(3, f"steptrace.start() returned False for block {name}")
     return lines
@@ -250,7 +254,7 @@ def alternate(a, torch, model, opt, pool):
     none = _NoScope()
     off_scopes = (lambda tokens=None: none, {name: none for name in ("input", "forward", "backward", "optimizer")}, None)
     for r in range(a.rounds):
-        order = list(ALTERNATE)
+        order = [m for m in a.alternate_modes.split(",") if m]
         random.Random(r + 31).shuffle(order)
         for mode in order:
             settings = ALTERNATE[mode]
@@ -264,6 +268,9 @@ def alternate(a, torch, model, opt, pool):
                 torch.cuda.synchronize()
             if settings is not None:
                 steptrace.stop()
+            if lines != "-":  # the program's own clock per step beside its lines (step warmup + i)
+                with open(lines + ".times.json", "w") as f:
+                    json.dump({"first_step": a.warmup, "ms": times}, f)
             print(f"block workload=python_gpt round={r} mode={mode} steps={len(times)} mean_ms={statistics.fmean(times):.4f} "
                   f"median_ms={statistics.median(times):.4f} launches_per_step=? lines={lines} wall_s={wall_s:.3f}", flush=True)
     return 0

@@ -8,14 +8,15 @@
 // floor under any record-based tool (other values of BENCH_RAW_CUPTI: see raw_cupti_start).
 //
 //   step_workloads --workload transformer|launch [--steps N] [--warmup W] [--layers L] [--batch B]
-//                  [--seq S] [--dmodel D] [--kernels K] [--head-start-us U] [--alternate R [--lines-dir D]]
+//                  [--seq S] [--dmodel D] [--kernels K] [--head-start-us U] [--alternate R [--lines-dir D]
+//                  [--modes off,default,...]]
 //
 // --alternate R (instrumented build, no STEPTRACE_* variable): R rounds, each running one block of
 //   W + N steps per mode - off (steptrace not started), default (start() with no setting), full
 //   (trace_every = 1), full_nocounters - in an order shuffled per round (seed: the round), steptrace
 //   started and stopped around each block, so that the modes share the process: its placement,
 //   memory layout, clocks and warm caches. The W steps let each block's start settle and are not
-//   timed. One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
+//   timed (--modes M,M: a subset, in that list's shuffled order). One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
 //   (benchmarks/alternate_summary.py pairs each mode's block with the off block of its round).
 //
 // --head-start-us U: each step starts with a one-block kernel that spins U µs, so the host queues the
@@ -175,6 +176,7 @@ struct Options {
   int head_start_us = 0;
   int alternate = 0;          // rounds of in-process blocks (instrumented build), 0 = one plain run
   std::string lines_dir = ".";  // --alternate: where each steptrace block's lines go
+  std::string modes = "off,default,full,full_nocounters";  // --alternate: the modes of each round
 };
 
 Options parse(int argc, char** argv) {
@@ -200,6 +202,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--kernels") o.kernels = next();
     else if (a == "--head-start-us") o.head_start_us = next();
     else if (a == "--alternate") o.alternate = next();
+    else if (a == "--modes") {
+      if (i + 1 >= argc) std::exit(2);
+      o.modes = argv[++i];
+    }
     else if (a == "--lines-dir") {
       if (i + 1 >= argc) std::exit(2);
       o.lines_dir = argv[++i];
@@ -505,7 +511,17 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
     std::fprintf(stderr, "step_workloads --alternate: --head-start-us is not supported with it\n");
     return 2;
   }
-  const std::vector<std::string> modes = {"off", "default", "full", "full_nocounters"};
+  std::vector<std::string> modes;
+  for (std::size_t from = 0; from <= o.modes.size();) {
+    const std::size_t comma = std::min(o.modes.find(',', from), o.modes.size());
+    const std::string m = o.modes.substr(from, comma - from);
+    if (m != "off" && m != "default" && m != "full" && m != "full_nocounters") {
+      std::fprintf(stderr, "step_workloads --modes: off, default, full, full_nocounters (got '%s')\n", m.c_str());
+      return 2;
+    }
+    modes.push_back(m);
+    from = comma + 1;
+  }
   for (int round = 0; round < o.alternate; ++round) {
     std::vector<std::string> order = modes;
     std::mt19937 rng(static_cast<unsigned>(round) + 31u);
@@ -518,8 +534,8 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         std::remove(lines.c_str());
         cfg.log_path = lines;
         cfg.summary = false;
-        cfg.line_detail = steptrace::LineDetail::full;  // the summaries read the full line's accounting
-        if (mode != "default") cfg.trace_every = 1;
+        // The default block is the defaults (compact lines); the others name what they force.
+        if (mode != "default") cfg.trace_every = 1, cfg.line_detail = steptrace::LineDetail::full;
         if (mode == "full_nocounters") cfg.counters = steptrace::Mode::off;
         if (!steptrace::start(cfg)) {
           std::fprintf(stderr, "step_workloads --alternate: start() failed in round %d (%s)\n", round, mode.c_str());
@@ -538,6 +554,14 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         if (s >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }
       if (mode != "off") steptrace::stop();
+      if (lines != "-") {  // the program's own clock per step beside its lines (step warmup + i)
+        if (std::FILE* f = std::fopen((lines + ".times.json").c_str(), "w")) {
+          std::fprintf(f, "{\"first_step\": %d, \"ms\": [", o.warmup);
+          for (std::size_t i = 0; i < ms.size(); ++i) std::fprintf(f, "%s%.4f", i ? ", " : "", ms[i]);
+          std::fprintf(f, "]}\n");
+          std::fclose(f);
+        }
+      }
       double sum = 0;
       for (double d : ms) sum += d;
       std::printf("block workload=%s round=%d mode=%s steps=%zu mean_ms=%.4f median_ms=%.4f launches_per_step=%ld lines=%s\n",

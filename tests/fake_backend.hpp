@@ -133,6 +133,11 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       return {};
     }
     bool record(uint32_t slot, bool, int64_t* host_ns, std::string* why) override {
+      if (record_cost_ns > 0) {  // what an event record costs the training thread, if a test says
+        const int64_t until = steptrace::monotonic_ns() + record_cost_ns;
+        while (steptrace::monotonic_ns() < until) {
+        }
+      }
       std::lock_guard<std::mutex> lock(b_.mutex_);
       const int n = calls_++;
       if (n >= refuse_from_record && n < refuse_from_record + refuse_count) {
@@ -158,6 +163,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     void close() override { ++closes; }
     std::uintptr_t stream_set = 0;  // the last set_stream()
     bool share_boundaries = false;
+    int64_t record_cost_ns = 0;
     std::uintptr_t opened_on = 0;   // the stream open() was given
     std::atomic<int> opens{0}, closes{0}, records{0};
     int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail

@@ -81,7 +81,7 @@ TEST_CASE("validate fixes out-of-range values and names each setting", "[config]
   CHECK(c.flops_per_token == 0);
   CHECK(c.log_every == 1);
   CHECK(c.trace_every == 0);  // the default: the budget decides
-  CHECK(c.overhead_budget == 0.003);
+  CHECK(c.overhead_budget == 0.001);
   CHECK(c.counters_interval_us == 1000);
   CHECK(c.memory_sample_ms == 10);
   CHECK(c.world_size == -1);

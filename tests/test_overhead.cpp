@@ -360,6 +360,31 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   CHECK(*d2.fraction == Approx(19.3 / 100.0));
 }
 
+TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N under half of the budget", "[overhead]") {
+  steptrace::OverheadLedger ledger;
+  CHECK_FALSE(ledger.marked_step_fraction());  // nothing marked yet
+  // 10 ms steps; every second one marked at 0.05 ms: a marked step costs 0.5 % of a step.
+  for (int i = 0; i < 100; ++i) ledger.step(10, 4, false, i % 2 ? 0.05 : 0.0);
+  REQUIRE(ledger.marked_step_fraction());
+  CHECK(*ledger.marked_step_fraction() == Approx(0.005));
+  CHECK(*ledger.host_api_fraction() == Approx((4 * steptrace::OverheadLedger::kScopeNs * 1e-6 + 0.025) / 10));
+
+  using steptrace::markers_every;
+  const double budget = 0.003;  // half: 0.15 %
+  CHECK(markers_every(0.0005, budget, 1) == 1);    // 0.05 %: every step
+  CHECK(markers_every(0.0015, budget, 1) == 1);    // at the cap: still every step
+  CHECK(markers_every(0.0016, budget, 1) == 2);    // just over: every second
+  CHECK(markers_every(0.005, budget, 1) == 4);     // 0.5 %: 0.125 % at 4
+  CHECK(markers_every(0.5, budget, 1) == steptrace::kMaxMarkersEvery);  // never past 64
+  // Down only with room: at 2, a cost of 0.13 % stays (at every step it is over 80 % of the cap) ...
+  CHECK(markers_every(0.0013, budget, 2) == 2);
+  // ... and comes back to every step once it is under 80 % of the cap.
+  CHECK(markers_every(0.0011, budget, 2) == 1);
+  CHECK(markers_every(0.0011, budget, 64) == 1);
+  CHECK(markers_every(0.005, budget, 64) == 8);  // 0.125 % at 4 is over 80 % of the cap: 8 holds
+  CHECK(markers_every(0.005, 0.0, 4) == 1);  // no budget: nothing thinned
+}
+
 TEST_CASE("overhead parts: the step-time parts sum to the estimate, the background ones to its high end", "[overhead]") {
   OverheadEstimator e({0.005, 1000, true});
   for (uint64_t i = 0; i < 4; ++i) e.observe(step(i, true, 50.0));

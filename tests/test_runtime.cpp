@@ -981,6 +981,60 @@ TEST_CASE("stream markers: a stream the program names is marked from the first s
   CHECK(lines[1]["diagnosis"]["basis"] == "markers");  // believed from traced step 0's agreement on
 }
 
+TEST_CASE("stream markers: thinned by overhead_budget where marking every step costs over half of it, "
+          "every step marked where it does not (the default's settings)", "[runtime][markers]") {
+  for (const bool costly : {true, false}) {
+    INFO((costly ? "40 us a marker" : "markers as cheap as they come"));
+    const auto log = fresh_log(costly ? "runtime_markers_thinned" : "runtime_markers_every_step");
+    auto backend = marked_backend();
+    backend->fake_markers.lag_ns = 1'000'000'000;  // a synthetic GPU: markers read whatever the host's timing
+    // 6 markers a step x 40 us against ~1 ms steps: ~24 % of the step, against half of the default
+    // budget (0.15 %): the most thinning there is (1 step in 64).
+    if (costly) backend->fake_markers.record_cost_ns = 40'000;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;  // the default: overhead_budget decides
+    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+    REQUIRE(run.start(cfg));
+    // Cheap markers (~0.2 us a record here) against 20 ms steps: ~0.01 % of the step, far under the cap.
+    constexpr int kSteps = 200;
+    for (int i = 0; i < kSteps; ++i) marked_step(*run.gpu, 500, costly ? 0 : 20'000);
+    steptrace::stop();
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == kSteps);
+    int thinned = 0, marked_after = 0;
+    int64_t first_thinned = -1;
+    for (const auto& l : lines) {
+      const int64_t step = l["global_step"];
+      INFO("step " << step << ": " << l["gpu_markers"].dump() << " " << l["null_reasons"].dump());
+      const bool marked = l["gpu_markers"].is_object();
+      if (l["traced"] == true) CHECK(marked);  // a traced step is always marked (the records check them)
+      if (!marked && l["null_reasons"].contains("gpu_markers") &&
+          std::string(l["null_reasons"]["gpu_markers"]).find("overhead_budget") != std::string::npos) {
+        CHECK(l["traced"] == false);
+        CHECK(std::string(l["null_reasons"]["gpu_markers"]).find("1 step in 64") != std::string::npos);
+        ++thinned;
+        if (first_thinned < 0) first_thinned = step;
+        continue;
+      }
+      CHECK(marked);  // any other step is marked
+      if (first_thinned >= 0 && l["traced"] == false) {
+        CHECK(step % 64 == 0);  // the untraced steps left marked are 1 in 64
+        ++marked_after;
+      }
+    }
+    if (costly) {
+      CHECK(thinned >= 60);
+      CHECK(first_thinned >= 8);  // not in the warm-up: its one-off costs are not counted
+      CHECK(first_thinned <= 100);
+    } else {
+      CHECK(thinned == 0);
+    }
+    std::printf("%s: %d lines thinned from step %lld, %d untraced lines marked after\n",
+                costly ? "costly markers" : "cheap markers", thinned, static_cast<long long>(first_thinned), marked_after);
+  }
+}
+
 TEST_CASE("stream markers: a step with a marker not recorded is left out whole, and says why", "[runtime][markers]") {
   const auto log = fresh_log("runtime_markers_refused");
   auto backend = marked_backend();

@@ -60,7 +60,7 @@ struct Config {
   ClockSource clock = ClockSource::automatic;  // STEPTRACE_CLOCK
   int cross_rank_every = 10;                 // STEPTRACE_CROSS_RANK_EVERY
   int trace_every = 0;                       // STEPTRACE_TRACE_EVERY (0 = overhead_budget decides)
-  double overhead_budget = 0.003;            // STEPTRACE_OVERHEAD_BUDGET (fraction of step time; 0 = off)
+  double overhead_budget = 0.001;            // STEPTRACE_OVERHEAD_BUDGET (fraction of step time; 0 = off)
   UntracedCupti untraced_cupti = UntracedCupti::automatic;  // STEPTRACE_UNTRACED_CUPTI
   bool stream_markers = true;                // STEPTRACE_STREAM_MARKERS: CUDA events at step and phase boundaries
   int max_lag_steps = 2;                     // STEPTRACE_MAX_LAG_STEPS

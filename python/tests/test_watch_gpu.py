@@ -178,14 +178,20 @@ def test_side_stream_marked_without_a_call():
     assert len(ls) >= SIDE_STEPS - 2, len(ls)
     later = ls[10:]
     marked = [l for l in later if isinstance(l.get("gpu_markers"), dict)]
-    unmarked = [(l["global_step"], (l.get("null_reasons") or {}).get("gpu_markers")) for l in later
-                if not isinstance(l.get("gpu_markers"), dict)]
+    why = [(l["global_step"], (l.get("null_reasons") or {}).get("gpu_markers") or "") for l in later
+           if not isinstance(l.get("gpu_markers"), dict)]
+    # Left unmarked by overhead_budget (1 step in N where marking every step costs over half of it): the
+    # stream is known; the budget chose.
+    thinned = [w for w in why if "overhead_budget" in w[1]]
+    unmarked = [w for w in why if "overhead_budget" not in w[1]]
     bases = {}
     for l in later:
         basis = (l.get("diagnosis") or {}).get("basis")
         bases[basis] = bases.get(basis, 0) + 1
-    print(f"side stream: {len(marked)} of {len(later)} lines from step 10 marked; bases {bases}; unmarked {unmarked[:5]}")
-    assert len(marked) >= 0.9 * len(later), unmarked[:5]
+    print(f"side stream: {len(marked)} of {len(later)} lines from step 10 marked, {len(thinned)} thinned by the budget; "
+          f"bases {bases}; unmarked {unmarked[:5]}")
+    assert len(marked) + len(thinned) >= 0.9 * len(later), unmarked[:5]
+    assert len(marked) >= 8, len(marked)
     # The markers' phases are watch's: forward and backward spans on the GPU.
     spans = [l["gpu_markers"].get("phases") or {} for l in marked]
     assert sum("forward" in p and "backward" in p for p in spans) >= 0.9 * len(marked), spans[:3]

@@ -264,7 +264,7 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
   const auto run = run_workloads("budget_counters");
   const auto& lines = run.lines;
   REQUIRE(lines.size() == size_t(run.truth["steps"]));
-  int traced = 0, traced_with_counters = 0, untraced = 0, carried = 0, late_traced = 0;
+  int traced = 0, traced_with_counters = 0, untraced = 0, carried = 0, late_traced = 0, thinned = 0;
   std::vector<double> early_coverage, late_coverage;  // sampling on every step (warm-up) / resumed for the step
   std::vector<double> traced_forward_busy, untraced_forward_span;
   bool believed = false;
@@ -331,7 +331,12 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
         CHECK(l["diagnosis"]["label"] == "COMPUTE-BOUND");
         CHECK(l["diagnosis"]["carried_from_step"].is_number());
       }
-      if (believed) {  // after a traced step whose markers agreed with its records
+      if (believed && l["gpu_markers"].is_null()) {
+        // Thinned: marking every step of this short loop costs over half of overhead_budget (0.30 % of
+        // the step on one H200: 1 step in 2).
+        CHECK(std::string(l["null_reasons"]["gpu_markers"]).find("overhead_budget") != std::string::npos);
+        ++thinned;
+      } else if (believed) {  // after a traced step whose markers agreed with its records
         REQUIRE(l["gpu_markers"].is_object());
         // A lower bound: the 3 ms forward is seen pending (the host ran ahead of it); the 2 ms backward
         // ran while the host waited in cudaDeviceSynchronize inside the backward scope, where no
@@ -347,12 +352,14 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
   // Per-phase GPU time on untraced lines from markers: the forward kernel's time as the traced steps'
   // records measure it (its span holds the launch latency too: within 10 % + 0.1 ms).
   REQUIRE(traced_forward_busy.size() >= 2);
-  REQUIRE(untraced_forward_span.size() >= 5);
+  REQUIRE(untraced_forward_span.size() >= 4);
+  CHECK(thinned <= untraced - int(untraced_forward_span.size()));
   std::sort(traced_forward_busy.begin(), traced_forward_busy.end());
   std::sort(untraced_forward_span.begin(), untraced_forward_span.end());
   const double busy = traced_forward_busy[traced_forward_busy.size() / 2];
   const double span = untraced_forward_span[untraced_forward_span.size() / 2];
-  std::printf("budget_counters: forward busy %.3f ms (traced, records), span %.3f ms (untraced, markers)\n", busy, span);
+  std::printf("budget_counters: forward busy %.3f ms (traced, records), span %.3f ms (untraced, markers); %d untraced lines "
+              "thinned\n", busy, span, thinned);
   CHECK(span >= busy * 0.98);
   CHECK(span <= busy * 1.1 + 0.1);
   // Enough untraced lines to hold the claim. How many is the budget's, i.e. the card's and the

@@ -41,7 +41,7 @@ TEST_CASE("a C++ loop on its own stream, defaults, nothing named: the markers le
   const Run run = run_mode("own_stream");
   const int recreated = run.truth["recreated_at"];
   REQUIRE(run.lines.size() == std::size_t(run.truth["steps"]));
-  int marked = 0, before = 0, destroyed_said = 0, marked_after = 0, by_markers = 0;
+  int marked = 0, before = 0, destroyed_said = 0, marked_after = 0, by_markers = 0, thinned = 0;
   for (const auto& l : run.lines) {
     const int step = l["global_step"];
     INFO("step " << step << ": " << l["gpu_markers"].dump() << " " << l["null_reasons"].dump());
@@ -50,12 +50,17 @@ TEST_CASE("a C++ loop on its own stream, defaults, nothing named: the markers le
       REQUIRE(l["null_reasons"].contains("gpu_markers"));
       if (text_of(l["null_reasons"], "gpu_markers").find("destroyed") != std::string::npos) ++destroyed_said;
     }
-    if (step >= 2 && step < recreated) ++before, marked += has;
+    // Left unmarked by overhead_budget (marking every one of these 3.5 ms steps costs over half of it):
+    // the stream is known, the budget chose 1 step in N.
+    const bool thin = !has && text_of(l["null_reasons"], "gpu_markers").find("overhead_budget") != std::string::npos;
+    thinned += thin;
+    if (step >= 2 && step < recreated) ++before, marked += has || thin;
     if (step > recreated) marked_after += has;
     if (l["traced"] == false && l["diagnosis"]["basis"] == "markers") ++by_markers;
   }
-  std::printf("own_stream: %d of %d lines before the new stream marked, %d after it; %d untraced lines decided by "
-              "markers; %d lines say the stream was destroyed\n", marked, before, marked_after, by_markers, destroyed_said);
+  std::printf("own_stream: %d of %d lines before the new stream marked or thinned by the budget (%d thinned), %d marked "
+              "after it; %d untraced lines decided by markers; %d lines say the stream was destroyed\n", marked, before,
+              thinned, marked_after, by_markers, destroyed_said);
   CHECK(marked >= before * 9 / 10);  // learned from the first traced step: every line from step 2 on
   CHECK(by_markers >= 1);
   CHECK(destroyed_said >= 1);  // the lines between the destroy and the next traced step say so

@@ -358,7 +358,9 @@ inline constexpr LineField kGpuFields[] = {
          "where the program's work runs; a traced step's work was spread over streams none of which took 9 in "
          "10 of the step thread's kernel launches: name it with `set_marker_stream`; the program destroyed the "
          "marker stream, until a traced step shows the next; two traced steps in a row showed the step thread's "
-         "launches off the learnt stream, until the records show the work on the default stream), a marker of the step not recorded (a CUDA graph capture, another context "
+         "launches off the learnt stream, until the records show the work on the default stream), the step "
+         "left unmarked by overhead_budget (1 step in N where marking every step costs over half of it; traced "
+         "steps always marked), a marker of the step not recorded (a CUDA graph capture, another context "
          "current, no free slot) or unread, the GPU had not reached the step's last marker when its line was "
          "due, a marker's GPU time out of order or before its host time by more than 0.1 ms (reason)"),
     row("markers", "/gpu_markers/points", F::integer, "count",

@@ -95,19 +95,30 @@ class OverheadLedger {
     if (!(step_ms > 0)) return;
     total_step_ms_ += step_ms;
     measured_ms = std::max(0.0, measured_ms);
-    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms});
+    const double measured_steps = measured_ms > 0 ? 1 : 0;
+    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps});
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
     sum_.calls += static_cast<double>(calls);
     sum_.measured_ms += measured_ms;
+    sum_.measured_steps += measured_steps;
     pending_background_ms_ = 0;
     if (steps_.size() > kWindow) {
       sum_.step_ms -= steps_.front().step_ms;
       sum_.background_ms -= steps_.front().background_ms;
       sum_.calls -= steps_.front().calls;
       sum_.measured_ms -= steps_.front().measured_ms;
+      sum_.measured_steps -= steps_.front().measured_steps;
       steps_.pop_front();
     }
+  }
+
+  /// The stream markers' measured cost of one step that has them, over the step time of one step (the
+  /// window's mean): what marking every step would cost. nullopt before a marked step was counted.
+  std::optional<double> marked_step_fraction() const {
+    if (!(sum_.step_ms > 0) || !(sum_.measured_steps > 0)) return std::nullopt;
+    const double per_marked_ms = sum_.measured_ms / sum_.measured_steps;
+    return per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
   }
 
   std::optional<double> host_api_fraction() const {
@@ -126,7 +137,7 @@ class OverheadLedger {
 
  private:
   struct Entry {
-    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0;
+    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0;
   };
   double ns_per_call_;
   std::deque<Entry> steps_;
@@ -135,6 +146,26 @@ class OverheadLedger {
   double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
   double total_step_ms_ = 0;
 };
+
+/// The stream markers' share of overhead_budget: above it, only 1 step in N is marked (our choice: half,
+/// so that a step's own GPU view and its traces share the budget, and the trace interval still fits).
+inline constexpr double kMarkersShareOfBudget = 0.5;
+/// The most steps between two marked ones.
+inline constexpr int kMaxMarkersEvery = 64;
+
+/// 1 step in how many the stream markers mark (a power of two), so that they cost at most
+/// kMarkersShareOfBudget of `budget`: `marked_fraction` is what marking every step costs
+/// (OverheadLedger::marked_step_fraction). From `current`, it goes down only with room to spare (the
+/// halved interval under 80 % of the cap), so that it does not swing between two values.
+inline int markers_every(double marked_fraction, double budget, int current) {
+  const double cap = kMarkersShareOfBudget * budget;
+  if (!(marked_fraction > 0) || !(cap > 0)) return 1;
+  current = std::max(1, std::min(current, kMaxMarkersEvery));
+  int every = current;
+  while (every < kMaxMarkersEvery && marked_fraction / every > cap) every *= 2;
+  while (every > 1 && marked_fraction / (every / 2) <= 0.8 * cap) every /= 2;
+  return every;
+}
 
 /// How the hardware counters run, for the `counters` part.
 enum class CountersRun { around_traced_steps, every_step, off };

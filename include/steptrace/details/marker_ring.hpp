@@ -11,6 +11,11 @@
 // program launched in that gap (up to 20 us of host time: a few launches) counts in the next phase's
 // span. A phase's end and the step's end always record: they close the work before them.
 //
+// Thinned by overhead_budget: where marking every step would cost more than half of the budget (a
+// host-bound loop, short framework steps), the background thread asks for 1 step in N
+// (core/overhead_parts.hpp, markers_every); traced steps are always marked, and a step left unmarked
+// says why in its line.
+//
 // Off until armed. A stream the program named is marked from the start (an event on the program's own
 // stream adds no dependency). The legacy default stream is marked once a traced step's line shows the
 // step's GPU work there (the background thread arms it; at the start of a run that line can come some
@@ -22,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +74,14 @@ class MarkerRing {
     open_marks_.store(0, std::memory_order_relaxed);
     recorded_.store(0, std::memory_order_relaxed);
     shared_.store(0, std::memory_order_relaxed);
+    wanted_every_.store(1, std::memory_order_relaxed);
+    every_ = 1;
+    thin_step_.store(UINT64_MAX, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(why_mutex_);
+      thinning_.clear();
+      wanted_why_.clear();
+    }
     failed_.store(0, std::memory_order_relaxed);
     steps_left_out_ = 0;
     first_marked_.store(-1, std::memory_order_relaxed);
@@ -255,9 +269,45 @@ class MarkerRing {
     return Collect::ready;
   }
 
+  // ---- thinning (overhead_budget) ----
+  /// Background thread: from the next step on, 1 step in `every` is marked (traced steps always);
+  /// `why`: what the lines of the steps left unmarked say.
+  void want_every(int every, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(why_mutex_);
+      wanted_why_ = why;
+    }
+    wanted_every_.store(std::max(1, every), std::memory_order_release);
+  }
+  int wanted_every() const { return wanted_every_.load(std::memory_order_relaxed); }
+  /// Step's thread, as a step begins: whether it is marked (a new interval asked for starts here).
+  bool marks_step(uint64_t step, bool traced) {
+    const int want = wanted_every_.load(std::memory_order_acquire);
+    if (want != every_) {
+      std::lock_guard<std::mutex> lock(why_mutex_);
+      if (thinning_.size() == kThinningKept) thinning_.erase(thinning_.begin());
+      thinning_.push_back({step, want, wanted_why_});
+      every_ = want;
+    }
+    const bool on = every_ <= 1 || traced || step % static_cast<uint64_t>(every_) == 0;
+    thin_step_.store(on ? UINT64_MAX : step, std::memory_order_relaxed);
+    return on;
+  }
+  /// Background thread: why an untraced step has no markers, if thinning left it out.
+  std::optional<std::string> thinned(uint64_t step) const {
+    std::lock_guard<std::mutex> lock(why_mutex_);
+    for (auto it = thinning_.rbegin(); it != thinning_.rend(); ++it) {
+      if (it->from > step) continue;
+      if (it->every <= 1 || step % static_cast<uint64_t>(it->every) == 0) return std::nullopt;
+      return it->why;
+    }
+    return std::nullopt;
+  }
+
   // ---- the step's thread ----
   void mark(uint64_t step, MarkerKind kind, PhaseId phase) noexcept {
     if (!armed_.load(std::memory_order_acquire)) return;
+    if (step == thin_step_.load(std::memory_order_relaxed)) return;  // thinned out (marks_step)
     in_mark_.store(true, std::memory_order_seq_cst);
     if (armed_.load(std::memory_order_seq_cst)) mark_armed(step, kind, phase);
     in_mark_.store(false, std::memory_order_release);
@@ -367,6 +417,17 @@ class MarkerRing {
   std::atomic<uint64_t> open_marks_{0};
   uint64_t open_step_ = UINT64_MAX;  // step's thread: the step the events were made in
   std::atomic<uint64_t> recorded_{0}, shared_{0}, failed_{0};
+  struct Thinning {
+    uint64_t from = 0;  // the first step it applied to
+    int every = 1;
+    std::string why;
+  };
+  static constexpr std::size_t kThinningKept = 16;  // older changes are for lines long written
+  std::atomic<int> wanted_every_{1};
+  int every_ = 1;                                     // step's thread
+  std::atomic<uint64_t> thin_step_{UINT64_MAX};       // the step begun unmarked (step's thread writes)
+  std::vector<Thinning> thinning_;                    // under why_mutex_
+  std::string wanted_why_;                            // under why_mutex_
   std::atomic<int64_t> first_marked_{-1};
   uint64_t steps_left_out_ = 0;  // background thread
   mutable std::mutex why_mutex_;

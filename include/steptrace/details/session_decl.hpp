@@ -302,6 +302,7 @@ class Session {
     after_traced_ = b.traced && attribution_;
     if (b.traced && attribution_) markers.learn_stream_id();  // records are on: CUPTI names the stream
     marker_depth().store(thread_state().depth, std::memory_order_relaxed);
+    markers.marks_step(*b.index, b.traced);  // thinned by overhead_budget: this step left unmarked
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
     if (b.closed) {
       link_.post(*b.closed);

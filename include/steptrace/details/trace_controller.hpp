@@ -22,12 +22,13 @@
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
-// The longest interval overhead_budget chooses. 1000: host-bound loops whose traced step costs more
+// The longest interval overhead_budget chooses. 4000: host-bound loops whose traced step costs more
 // than a step (the detached launch-bound step on an H200: 12 ms extra on 7 ms steps, the PyTorch eager
-// GPT 15 ms on 14 ms) need 400-700 to stay under the default 0.3 %; at 100 their lines said 1.1-1.9 %
-// (benchmarks/results/2026-11-25-h200-alternate). A step in 1000 still traces one every 10-60 s on
-// such loops, and every line between carries the last traced step's diagnosis.
-inline constexpr int kMaxBudgetTraceEvery = 1000;
+// GPT 15 ms on 14 ms) need 400-700 to stay under 0.3 % (benchmarks/results/2026-11-25-h200-alternate),
+// 1 500-2 500 under the default 0.1 % once the markers' and scopes' share is taken out. A step in 4000
+// still traces one every 30-60 s on such loops (7-16 ms steps), and every line between carries the last
+// traced step's diagnosis.
+inline constexpr int kMaxBudgetTraceEvery = 4000;
 // Keep or detach is decided on the detached trace's cost spread over this many steps, not over the
 // longest interval: the decision ends the hardware counters for the run, and an interval past 100 is
 // what the budget reaches for only on loops whose traced step costs more than a step.

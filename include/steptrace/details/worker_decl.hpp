@@ -242,6 +242,8 @@ class Worker {
   /// A traced step's records show where its GPU work ran: markers on the legacy default stream are armed
   /// only while that is where it runs (an event there would order the program's other blocking streams).
   void gate_markers(const StepGpu& gpu, uint64_t step);
+  /// overhead_budget: how many steps the stream markers skip (MarkerRing::want_every).
+  void pace_markers(const Config& cfg);
 
   /// Feeds the step to the controller (trace_controller.hpp) and applies what it decides: a new trace
   /// interval for the recorder, the switch to detach. Returns the line's `overhead` section.

@@ -95,6 +95,10 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
         break;
       }
       case MarkerRing::Collect::none: {
+        if (const auto thinned = r.traced ? std::nullopt : ring.thinned(r.index)) {
+          t.why = *thinned;
+          break;
+        }
         const int64_t first = ring.first_marked_step();
         t.why = !ring.armed() ? ring.why_off()
                 : first < 0 || static_cast<int64_t>(r.index) < first

@@ -1,8 +1,8 @@
 // steptrace/details/worker_overhead.hpp - the background thread's part in the overhead budget: each
 // line's overhead section from the step series (TraceController decides the interval and keep or
-// detach), and switching CUPTI to detach mode (Worker's members; worker.hpp includes them all).
+// detach), and switching CUPTI to detach mode (Worker's members; included at the end of worker.hpp).
 #pragma once
-#include "worker_decl.hpp"
+#include "worker.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -71,7 +71,23 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                 flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt);
   if (d.detach) switch_to_detach(r, o.estimate);
   if (d.next_every) s_.recorder->set_trace_every(*d.next_every);
+  if (budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg);
   return o;
+}
+
+inline void Worker::pace_markers(const Config& cfg) {
+  MarkerRing& ring = marker_ring();
+  const std::optional<double> marked = ledger_.marked_step_fraction();
+  if (!marked || !ring.armed()) return;
+  const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every());
+  if (every == ring.wanted_every()) return;
+  char why[224];
+  std::snprintf(why, sizeof why,
+                "stream markers on 1 step in %d (traced steps always): marking every step costs %.3f %% of step "
+                "time, over half of overhead_budget=%s",
+                every, 100 * *marked, format_fraction(cfg.overhead_budget).c_str());
+  ring.want_every(every, every > 1 ? why : "");
+  if (every > 1) warn_once("markers.thinned", std::string(why) + " (the unmarked lines say so; said once)");
 }
 
 inline std::string Worker::untraced_cupti_of(const StepRecord& r) const {
