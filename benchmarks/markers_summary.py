@@ -39,9 +39,10 @@ def summarize(path):
         "basis": dict(collections.Counter(l["diagnosis"]["basis"] for l in lines)),
         "labels": dict(collections.Counter(l["diagnosis"]["label"] for l in lines)),
         "pending_share_untraced": {"median": round(statistics.median(pending), 3), "min": round(min(pending), 3)} if pending else None,
-        # agrees_with_records is a full line's (line_detail=full); a compact line counts as not agreeing.
-        "traced_agreeing": f"{sum(1 for l in marked if l['traced'] and l['gpu_markers'].get('agrees_with_records') is True)}"
-                           f" / {sum(1 for l in marked if l['traced'])}",
+        # agrees_with_records is a full line's (line_detail=full): compact lines say nothing of it (None).
+        "traced_agreeing": (f"{sum(1 for l in marked if l['traced'] and l['gpu_markers'].get('agrees_with_records') is True)}"
+                            f" / {sum(1 for l in marked if l['traced'])}")
+                           if any("agrees_with_records" in l["gpu_markers"] for l in marked) else None,
         "span_over_busy": {k: round(statistics.median(v), 3) for k, v in sorted(ratios.items())},
         "host_api_pct": None if host_api is None else round(host_api * 100, 3),
         "no_markers_why": dict(collections.Counter((l.get("null_reasons") or {}).get("gpu_markers", "")[:90]
