@@ -60,6 +60,7 @@ setup(
     version="0.1.0",
     description="Per-step GPU time attribution for training programs (Python bindings of the C++ header)",
     packages=["steptrace", "steptrace.report"],
+    package_data={"steptrace": ["schema.json"]},  # the line's declaration as data (steptrace.schema)
     ext_modules=[Extension("steptrace._steptrace", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["steptrace-report=steptrace.report:main", "steptrace-ctl=steptrace.ctl:main"]},

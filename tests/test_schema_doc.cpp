@@ -5,6 +5,7 @@
 // differs, the test writes the document as the rows give it to build/tests/schema.md. Members (rows
 // a parent's row describes) are held to that row's text.
 #include <steptrace/core/line_fields.hpp>
+#include <steptrace/core/schema_data.hpp>
 
 #include <cctype>
 #include <fstream>
@@ -157,6 +158,23 @@ std::string render_schema_tables(const std::string& doc, std::set<std::string>& 
 }
 
 }  // namespace
+
+// The declaration shipped as data (core/schema_data.hpp) is the rows as they are: when it differs, the
+// test writes the file the rows give to build/tests/schema.json.
+TEST_CASE("python/steptrace/schema.json is core/line_fields.hpp's rows", "[schema]") {
+  const std::string shipped = steptrace_test::source_text("python/steptrace/schema.json");
+  const std::string rendered = schema_data_json();
+  if (rendered != shipped) {
+    std::ofstream("schema.json") << rendered;
+    FAIL("python/steptrace/schema.json differs from core/line_fields.hpp's rows; the file the rows give is in "
+         "build/tests/schema.json");
+  }
+  // What the readers rely on: each record's rows, a pointer each, the step line's tiers named.
+  CHECK(rendered.find("\"path\": \"/step_time_ms\", \"type\": \"number\", \"tiers\": [\"full\", \"compact\"") !=
+        std::string::npos);
+  CHECK(rendered.find("\"path\": \"/last_global_step\"") != std::string::npos);  // the end record's
+  CHECK(rendered.find("\"format\": \"steptrace.schema/1\"") == 1);
+}
 
 TEST_CASE("docs/schema.md's field tables are core/line_fields.hpp's rows", "[schema]") {
   const std::string doc = steptrace_test::source_text("docs/schema.md");

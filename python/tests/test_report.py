@@ -9,6 +9,7 @@ the tools import without the extension and that the runtime then says what is mi
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 from collections import Counter
@@ -17,7 +18,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runner import run_tests  # noqa: E402
 
 import steptrace  # noqa: E402
+from steptrace import schema  # noqa: E402
 from steptrace.report import diagnosis, guard, runs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _dirs = []
 
@@ -545,6 +549,74 @@ def test_strip_takes_each_buckets_commonest_label_and_shade():
     bases = ["traced", "traced", "carried", "carried", "none", "markers"]
     out = diagnosis.strip(labels, bases, [(0, 2), (2, 5), (5, 6), (6, 6)])
     assert out == (["A", "B", "A", None], ["own", "carried", "own", None]), out
+
+
+# ---- the declaration as data (steptrace/schema.json, from the C++ rows) ----
+
+def test_the_report_reads_declared_numbers():
+    for key, path in runs.SCALARS + runs.VIEW_NUMBERS:
+        row = schema.field("step", path)
+        assert schema.is_number(row), f"the report's {key} reads {'.'.join(path)}: declared {row}"
+    assert len(runs.SCALARS) >= 10
+    assert schema.field("step", ("gpu", "no_such_field")) is None  # the rule can fail
+    assert not schema.is_number(schema.field("step", ("gpu",)))     # an object is no number
+    assert schema.field("step", ("phases", "forward", "host_ms"))["path"] == "/phases/*/host_ms"
+    assert schema.field("end", ("last_global_step",))["type"] == "integer"
+    assert schema.field("end", ("step_time_ms",)) is None           # the step line's, not the end record's
+
+
+def synthetic(record):
+    """A record holding every field its rows declare, of the declared type: a name of a `names` object
+    is "p", an array has one element."""
+    rows = schema.fields(record)
+    kinds = {r["path"]: r["type"] for r in rows}
+    leaf = {"string": "x", "number": 1.5, "integer": 1, "boolean": True}
+    doc = {}
+    for r in rows:
+        segs = r["path"].split("/")[1:]
+        node, prefix = doc, ""
+        for i, seg in enumerate(segs):
+            last = i == len(segs) - 1
+            kind = kinds.get(prefix + "/" + seg, "object")
+            value = leaf[kind] if last and kind in leaf else ([] if kind == "array" else {})
+            if isinstance(node, list):
+                if not node:
+                    node.append(value)
+                node = node[0]
+            else:
+                key = "p" if seg == "*" else seg
+                node = node.setdefault(key, value)
+            prefix += "/" + seg
+    return doc
+
+
+def views_missing(sql):
+    """The columns of examples/logs/schema.sql's views that read nothing from lines holding every
+    declared field ([view.column, ...]): a path no row declares reads NULL."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(sql)
+    step, end = synthetic("step"), synthetic("end")
+    for key, event, line_ in (("s", None, step), ("e", "end", end)):
+        db.execute("INSERT INTO lines(line_key, run_id, rank, global_step, event, file, line) VALUES (?, ?, 0, 0, ?, 'f', ?)",
+                   (key, "r" * 16, event, json.dumps(line_)))
+    missing = []
+    for view in ("steps", "ends", "phases", "runs"):
+        cur = db.execute(f"SELECT * FROM {view}")
+        got = cur.fetchall()
+        names = [d[0] for d in cur.description]
+        assert len(got) == 1, (view, got)
+        missing += [f"{view}.{n}" for n, v in zip(names, got[0]) if v is None]
+    db.close()
+    return missing
+
+
+def test_the_sqlite_views_read_declared_fields():
+    with open(os.path.join(ROOT, "examples", "logs", "schema.sql"), encoding="utf-8") as f:
+        sql = f.read()
+    assert views_missing(sql) == []
+    # The check can fail: a path no row declares reads NULL.
+    assert views_missing(sql.replace("'$.step_time_ms'", "'$.step_time_msec'")) == ["steps.step_time_ms"]
+    assert views_missing(sql.replace("'$.last_global_step'", "'$.last_step'")) == ["ends.last_step"]
 
 
 # ---- the package: the tools without the extension ----

@@ -2,9 +2,10 @@
 // carry, a typed row each (core/line_fields_step.hpp, _gpu.hpp, _verdicts.hpp; the end record's
 // core/line_fields_end.hpp). The step line's rows decide the compact line and the run record
 // (core/line_tiers.hpp: which fields, how their numbers are written), and tests/test_schema.cpp holds
-// every other output to the rows: the writers (every field a record carries has its row and type;
-// every row is carried by some record), the Prometheus exporter's pointers, the SQLite views and the
-// report's fields; tests/test_schema_doc.cpp renders docs/schema.md's field tables from the rows. Adding a field is a row
+// the writers (every field a record carries has its row and type; every row is carried by some record)
+// and the Prometheus exporter's pointers to the rows; tests/test_schema_doc.cpp renders docs/schema.md's
+// field tables from the rows and holds python/steptrace/schema.json (core/schema_data.hpp: the rows as
+// data, which the report's fields and the SQLite views are tested against). Adding a field is a row
 // here plus its computation in a writer (core/line_sections*.hpp, core/end_line.hpp).
 #pragma once
 #include "../version.hpp"
