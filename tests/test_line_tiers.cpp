@@ -210,6 +210,55 @@ TEST_CASE("a reason's sentence is written once per run, its code on every line",
   CHECK(reason_code("x").size() == 8);
 }
 
+// The reasons' table (core/reasons.hpp): each row's code stays when its sentence is reworded; a kPrefix
+// row's detail makes a code of its own (its sentence goes into reason_text under it), continued from the
+// row's code.
+TEST_CASE("a reason of the table is written as its row's code", "[line_tiers][reasons]") {
+  using steptrace::Reason;
+  using steptrace::reason_rows;
+  using steptrace::reason_text;
+  using steptrace::details::reason_code;
+  using steptrace::details::reason_hash;
+  std::set<std::string> codes, names;
+  for (const steptrace::ReasonRow& r : reason_rows()) {
+    INFO(r.name << " " << r.code);
+    CHECK(std::string(r.code).size() == 8);
+    CHECK(std::string(r.code).find_first_not_of("0123456789abcdef") == std::string::npos);
+    CHECK(codes.insert(r.code).second);  // one code per row
+    CHECK(names.insert(r.name).second);
+    CHECK(&r == &reason_rows()[static_cast<std::size_t>(r.id)]);  // the id indexes its row
+    CHECK(reason_code(r.sentence) == r.code);                      // a whole sentence, a prefix with no detail
+    CHECK(steptrace::reason_of(r.sentence) == &r);
+  }
+  CHECK(codes.size() > 25);
+  // A whole row: its code whatever the text hashes to (the row, not the words, names it).
+  CHECK(reason_code(reason_text(Reason::tokens_unknown)) == std::string(reason_rows()[0].code));
+  // A prefix row: one code per detail, numbers aside, from the row's code on.
+  const std::string a = reason_text(Reason::cupti_unavailable, "cuptiSubscribe: CUPTI_ERROR_NOT_INITIALIZED (15)");
+  const std::string b = reason_text(Reason::cupti_unavailable, "cuptiSubscribe: CUPTI_ERROR_NOT_INITIALIZED (16)");
+  const std::string c = reason_text(Reason::cupti_unavailable, "cuptiSubscribe: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES");
+  CHECK(reason_code(a) == reason_code(b));
+  CHECK(reason_code(a) != reason_code(c));
+  const std::string row_code = reason_rows()[static_cast<std::size_t>(Reason::cupti_unavailable)].code;
+  CHECK(reason_code(a) == reason_hash("cuptiSubscribe: CUPTI_ERROR_NOT_INITIALIZED ()",
+                                      static_cast<uint32_t>(std::stoul(row_code, nullptr, 16))));
+  CHECK(reason_code(a) != row_code);
+  // A sentence without a row: hashed whole, as before the table.
+  CHECK(steptrace::reason_of("a reason nobody declared") == nullptr);
+  CHECK(reason_code("a reason nobody declared") == reason_hash("a reason nobody declared"));
+  // The compact line writes the row's code for a null whose reason is the row's sentence.
+  steptrace::ReasonBook book;
+  steptrace::FlatJson leaves;
+  leaves.emplace("/schema", steptrace::JsonLeaf{steptrace::JsonLeaf::Kind::string, 0, "steptrace.step/1"});
+  leaves.emplace("/tokens", steptrace::JsonLeaf{});
+  leaves.emplace("/null_reasons/tokens",
+                      steptrace::JsonLeaf{steptrace::JsonLeaf::Kind::string, 0, reason_text(Reason::tokens_unknown)});
+  const json compact = json::parse(steptrace::make_compact_line(leaves, book));
+  INFO(compact.dump());
+  CHECK(compact["null_reasons"]["tokens"] == reason_rows()[static_cast<std::size_t>(Reason::tokens_unknown)].code);
+  CHECK(compact["reason_text"][compact["null_reasons"]["tokens"].get<std::string>()] == reason_text(Reason::tokens_unknown));
+}
+
 // mfu_inputs.tokens_per_second_per_gpu is a step's value (no run tier) beside the run's mfu_inputs: its
 // null reason on a step without tokens made a new, identical run record every time it flipped.
 TEST_CASE("a step value's null reason beside run fields changes no run record", "[line_tiers]") {

@@ -13,6 +13,7 @@
 #include "attribution.hpp"
 #include "phase.hpp"
 #include "step_metrics.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -124,7 +125,7 @@ inline Diagnosis decide_label(const StepShares& s, const DiagnosisThresholds& t)
   }
   if (!s.gpu_utilization) {
     d.label = Bottleneck::unknown;
-    d.reason = "no GPU attribution for this step; host-side waits are below their thresholds";
+    d.reason = reason_text(Reason::unknown_no_attribution);
     return d;
   }
   if (*s.gpu_utilization < t.gpu_busy) {
@@ -201,7 +202,7 @@ inline Diagnosis diagnose_untraced(const StepShares& host, uint64_t step, double
   if (d.label != Bottleneck::unknown) return d;
   char buf[200];
   if (!last) {
-    d.reason = "no GPU attribution for this step and no traced step before it; host-side waits are below their thresholds";
+    d.reason = reason_text(Reason::unknown_nothing_traced);
     return d;
   }
   const uint64_t age = step > last->step ? step - last->step : 0;

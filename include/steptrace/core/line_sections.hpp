@@ -12,6 +12,7 @@
 
 #include "line_out.hpp"
 #include "line_sections_gpu.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -49,8 +50,8 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
   out.field("step_time_basis", step.end_is_next_step && step.own_end_ns() == step.end_ns ? "next_step_start" : "scope_end");
   out.field("step_scope_ms", ns_to_ms(host.scope_time_ns));
   out.field("step_interval_ms", ns_to_ms(host.interval_ns));
-  const std::string no_tokens = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
-  const std::string no_samples = "samples per step unknown (set samples_per_step or TRACE_STEP(tokens, samples))";
+  const std::string no_tokens = reason_text(Reason::tokens_unknown);
+  const std::string no_samples = reason_text(Reason::samples_unknown);
   out.field("tokens", step.tokens, no_tokens);
   const auto no_rate = [&](const std::optional<double>& count, const std::string& unknown) {
     if (!count) return unknown;
@@ -87,7 +88,7 @@ inline void write_scalars(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
   for (const char* name : {"loss", "grad_norm", "overflow_count"}) {
     const auto v = scalar(step, name);
-    const std::string why = v ? nonfinite_reason(step, name, *v) : "not recorded (steptrace::record(\"" + std::string(name) + "\", v))";
+    const std::string why = v ? nonfinite_reason(step, name, *v) : reason_text(Reason::not_recorded, "\"" + std::string(name) + "\", v))");
     out.field(name, why.empty() ? v : std::nullopt, why);
   }
   out.begin_object("scalars");
@@ -127,7 +128,7 @@ inline void write_between_gpu(LineOut& out, const std::optional<BetweenGpu>& gpu
 inline void write_between_steps(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
   if (step.index == 0) {
-    out.null("between_steps", "the first step: GPU work launched before it is gpu.before_first_step_ms");
+    out.null("between_steps", reason_text(Reason::first_step_between));
     return;
   }
   out.begin_object("between_steps");

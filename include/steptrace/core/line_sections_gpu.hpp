@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "line_out.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -40,7 +41,7 @@ inline constexpr CounterValueField kCounterOccupancy{"occupancy", &CounterSummar
 
 /// Why a counter value over a span ("step", "phase") is null though counters ran.
 inline std::string counter_null_reason(const CounterSummary& c, bool values_excluded, const char* span) {
-  return !c.samples ? std::string("no PM sample covered this ") + span
+  return !c.samples ? reason_text(Reason::no_pm_sample, span)
          : values_excluded
              ? std::string("no value in [0, 1] over this ") + span +
                    ": PM sample values outside it are left out (counters.excluded_values), "
@@ -236,7 +237,7 @@ inline void write_memory(LineOut& out, const StepLineInput& in) {
         .field("ooms", a.ooms, not_given)
         .end_object();
   } else {
-    out.null("allocator", "no allocator statistics hook (steptrace::set_allocator_stats_hook; in Python, use_torch_memory())");
+    out.null("allocator", reason_text(Reason::no_allocator_hook));
   }
   out.end_object();
 }
@@ -258,7 +259,7 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
   out.field("data_parallel_size", in.mfu.data_parallel_size ? std::optional<int64_t>(*in.mfu.data_parallel_size) : std::nullopt,
             in.mfu.parallel_null_reason);
   out.field("tokens_per_second_per_gpu", in.mfu.tokens_per_second_per_gpu,
-            "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))");
+            reason_text(Reason::tokens_unknown));
   out.end_object();
 }
 
@@ -276,13 +277,13 @@ inline void write_markers(LineOut& out, const StepLineInput& in) {
   out.field("pending_share", step_ms > 0 ? std::optional<double>(ns_to_ms(m.pending_ns) / step_ms) : std::nullopt,
             "the step has no time");
   out.field("span_ms", m.span_ns ? std::optional<double>(ns_to_ms(*m.span_ns)) : std::nullopt,
-            "the step's begin or end was not marked");
+            reason_text(Reason::markers_span_unmarked));
   out.field("end_lag_ms", m.end_lag_ns ? std::optional<double>(ns_to_ms(*m.end_lag_ns)) : std::nullopt,
             "the step's end was not marked");
   out.field("max_lag_ms", ns_to_ms(m.max_lag_ns));
   out.field("agrees_with_records", in.markers_agree,
             !in.gpu        ? "the step was not traced: no records to compare with"
-            : !m.span_ns   ? "the step's begin or end was not marked: nothing whole to compare"
+            : !m.span_ns   ? reason_text(Reason::markers_span_unmarked, ": nothing whole to compare")
                            : "the step's GPU records are incomplete");
   out.begin_object("phases");
   for (const auto& [id, p] : m.phases) {

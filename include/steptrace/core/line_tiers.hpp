@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "json_flat.hpp"
 #include "json_writer.hpp"
 #include "line_fields.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -158,11 +160,11 @@ struct TierNode {
   }
 };
 
-/// 8 hex digits: FNV-1a (32 bits) of the sentence with its digits left out, so a reason that names a
-/// number ("3 of 12 samples") keeps one code whatever the number.
-inline std::string reason_code(std::string_view sentence) {
-  uint32_t h = 2166136261u;  // FNV-1a's offset basis and prime (Fowler, Noll, Vo; IETF draft-eastlake-fnv)
-  for (char c : sentence) {
+/// FNV-1a (32 bits) of `text` with its digits left out, from `state` (FNV-1a's offset basis: the code of
+/// a sentence without a row), as 8 hex digits.
+inline std::string reason_hash(std::string_view text, uint32_t state = 2166136261u) {
+  uint32_t h = state;  // FNV-1a's offset basis and prime (Fowler, Noll, Vo; IETF draft-eastlake-fnv)
+  for (char c : text) {
     if (c >= '0' && c <= '9') continue;
     h ^= static_cast<unsigned char>(c);
     h *= 16777619u;
@@ -170,6 +172,20 @@ inline std::string reason_code(std::string_view sentence) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", h);
   return buf;
+}
+/// A reason's code, 8 hex digits. A sentence without a row (core/reasons.hpp): reason_hash(sentence), so
+/// a reason that names a number ("3 of 12 samples") keeps one code whatever the number. A row's sentence:
+/// the row's code, which never changes when the sentence is reworded; a kPrefix row's sentence with a
+/// detail: the hash of the detail continued from the row's code (FNV-1a runs left to right, and the code
+/// is its state after the start as first worded, so the code is the whole sentence's as it was first
+/// written, and stays so when the start is reworded): one code per detail, as each carries its own
+/// sentence in `reason_text`.
+inline std::string reason_code(std::string_view sentence) {
+  const ReasonRow* row = reason_of(sentence);
+  if (!row) return reason_hash(sentence);
+  if (row->match == reason_row::kWhole) return row->code;
+  const std::string_view detail = sentence.substr(std::strlen(row->sentence));
+  return reason_hash(detail, static_cast<uint32_t>(std::strtoul(row->code, nullptr, 16)));
 }
 
 }  // namespace details

@@ -12,6 +12,7 @@
 #include "intervals.hpp"
 #include "metrics.hpp"
 #include "records.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -145,8 +146,8 @@ inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>
                              std::to_string(parallel.world_size);
   }
   if (tokens_per_second && mp >= 1) r.tokens_per_second_per_gpu = *tokens_per_second / static_cast<double>(mp);
-  if (!(flops_per_token > 0)) r.null_reason = "flops_per_token is not set";
-  else if (!tokens_per_second) r.null_reason = "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))";
+  if (!(flops_per_token > 0)) r.null_reason = reason_text(Reason::flops_not_set);
+  else if (!tokens_per_second) r.null_reason = reason_text(Reason::tokens_unknown);
   else if (!peak.flops_per_second) r.null_reason = peak.null_reason;
   else if (!r.data_parallel_size) r.null_reason = r.parallel_null_reason + ": the sizes are wrong, so is any MFU";
   if (!r.null_reason.empty()) return r;

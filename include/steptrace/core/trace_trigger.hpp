@@ -16,6 +16,7 @@
 
 #include "diagnosis.hpp"
 #include "step_ranges.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -32,7 +33,7 @@ struct StepTrace {
 /// Counts for the end record (`traces`).
 struct TraceStats {
   bool on = false;
-  std::string off_reason = "flight recorder off (trace_keep_steps=0)";  // when !on
+  std::string off_reason = reason_text(Reason::flight_recorder_off);  // when !on
   int keep_steps = 0;
   uint64_t max_bytes = 0, bytes = 0, bytes_peak = 0, step_bytes_max = 0;
   uint64_t steps_kept = 0, steps_evicted_for_bytes = 0, records_left_out = 0;

@@ -41,6 +41,7 @@
 #include "../core/step_line.hpp"
 #include "../exchange.hpp"
 #include "log.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -160,7 +161,7 @@ class CrossRankLink {
     to_floats(sum, wire.data());
     const std::string err = exchange_->post(wire);
     if (!err.empty()) {
-      null_reason_ = "cross-rank exchange stopped: " + err;
+      null_reason_ = reason_text(Reason::exchange_stopped, err);
       warn_once("cross_rank.post", null_reason_);
       exchange_.reset();
       has_exchange_.store(false, std::memory_order_release);
@@ -204,17 +205,15 @@ class CrossRankLink {
     std::lock_guard<std::mutex> lock(mutex_);
     in.cross_rank_every = every_;  // the cadence the views were gathered at, also after the exchange stopped
     if (!exchange_ && null_reason_.empty())
-      in.cross_rank_null_reason = "no communicator handed to steptrace (C++: steptrace::enable_cross_rank, steptrace/nccl.hpp; "
-                                  "Python: steptrace.cross_rank()); "
-                                  "aggregate the ranks' lines by rank in the dashboard instead";
+      in.cross_rank_null_reason = reason_text(Reason::no_communicator);
     else if (!exchange_)
       in.cross_rank_null_reason = null_reason_;
     else if (rank != 0)
-      in.cross_rank_null_reason = "rank 0's line carries the cross-rank view";
+      in.cross_rank_null_reason = reason_text(Reason::view_on_rank0);
     else if (views_.empty())
-      in.cross_rank_null_reason = "no exchange completed since the previous line";
+      in.cross_rank_null_reason = reason_text(Reason::no_exchange_yet);
     else if (views_.front().step > static_cast<int64_t>(step))
-      in.cross_rank_null_reason = "the next gathered view is of a later step (it waits for that step's line)";
+      in.cross_rank_null_reason = reason_text(Reason::view_of_later_step);
     // A line takes the newest view of its own step or an earlier one; older ones not yet on a line are
     // dropped (lines not written, log_every: a line never carries a view many exchanges old).
     const auto newest_upto = [step](auto& q) {

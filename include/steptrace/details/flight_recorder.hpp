@@ -32,6 +32,7 @@
 #include "host_clock.hpp"
 #include "log.hpp"
 #include "thread_slots.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -89,7 +90,7 @@ class FlightRecorder {
     std::string device_name;
     TraceTrigger::Settings trigger;
     double budget = 0;  // overhead_budget: automatic captures spend at most CaptureBudget::kShare of it
-    std::string off_reason = "flight recorder off (trace_keep_steps=0)";  // keep_steps 0: why
+    std::string off_reason = reason_text(Reason::flight_recorder_off);  // keep_steps 0: why
   };
   static constexpr std::size_t kMaxNames = 1 << 16;
 

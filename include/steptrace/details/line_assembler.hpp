@@ -25,6 +25,7 @@
 #include "../core/step_metrics.hpp"
 #include "../core/summary.hpp"
 #include "log.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -129,8 +130,7 @@ class LineAssembler {
     in.gpu_null_reason = untraced.empty() ? ctx_.gpu_null_reason : untraced;
     in.counters_null_reason = ctx_.counters_null_reason;
     if (ctx_.counters_traced_only && !in.gpu && ctx_.counters_null_reason.empty()) {
-      in.counters_null_reason = "hardware counters run on traced steps only (overhead_budget decides the trace "
-                                "interval) and this step was not traced";
+      in.counters_null_reason = reason_text(Reason::counters_traced_only);
       drop_counter_samples_before(r.end_ns + gpu_clock_offset_ns_);
     } else if (ctx_.counters_on || !counter_samples_.empty()) {
       attribute_counters(r, in);

@@ -12,6 +12,7 @@
 
 #include "../config.hpp"
 #include "../core/records.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -136,14 +137,14 @@ inline bool line_due(const LineWait& w, const Config& cfg) {
 /// `detach`: the step ran with CUPTI detached between traced steps (set, or chosen by the budget).
 inline std::string untraced_reason(const StepRecord& step, const Config& cfg, bool detach) {
   if (step.trace_every > 1 && !schedule_of(step, cfg).traced(step.index))
-    return "step not traced: trace_every=" + std::to_string(step.trace_every) +
+    return reason_text(Reason::not_traced_interval, std::to_string(step.trace_every)) +
            (budget_decides(cfg) ? " (chosen by overhead_budget=" + format_fraction(cfg.overhead_budget) + ")" : "") +
            " attributes one step in " + std::to_string(step.trace_every) + "; host timings only" +
            (detach ? cfg.untraced_cupti == UntracedCupti::detach
                          ? " (CUPTI detached between traced steps: untraced_cupti=detach)"
                          : " (CUPTI detached between traced steps: chosen by overhead_budget, untraced_cupti=auto)"
                    : "");
-  return "step not traced: CUPTI could not be switched back on (see the steptrace warning)";
+  return reason_text(Reason::not_traced_stopped);
 }
 
 } STEPTRACE_END_NAMESPACE  // steptrace::details

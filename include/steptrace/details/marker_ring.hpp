@@ -37,6 +37,7 @@
 #include "../core/markers.hpp"
 #include "launch_context.hpp"
 #include "log.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -85,7 +86,7 @@ class MarkerRing {
     failed_.store(0, std::memory_order_relaxed);
     steps_left_out_ = 0;
     first_marked_.store(-1, std::memory_order_relaxed);
-    why_off_ = events ? "no traced step has shown where the program's GPU work runs yet" : why_none;
+    why_off_ = events ? reason_text(Reason::markers_no_stream_yet) : why_none;
     armed_.store(events && named_.load(std::memory_order_relaxed), std::memory_order_release);
   }
   /// stop(): off, the last mark finished, the events released.

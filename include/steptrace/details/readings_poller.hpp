@@ -21,6 +21,7 @@
 #include "reading_pace.hpp"
 #include "stall_watchdog.hpp"
 #include "step_recorder.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -132,12 +133,12 @@ class ReadingsPoller {
     LineContext& ctx = lines_.context();
     ctx.device_state_on = false;
     if (!ctx.run.device) {
-      ctx.device_state_null_reason = "no GPU measured: " + ctx.run.device_null_reason;
+      ctx.device_state_null_reason = reason_text(Reason::no_gpu_measured, ctx.run.device_null_reason);
       return;
     }
     const std::string err = gpu_.open_device_state(ctx.run.device->index);
     if (!err.empty()) {
-      ctx.device_state_null_reason = "NVML unavailable: " + err;
+      ctx.device_state_null_reason = reason_text(Reason::nvml_unavailable, err);
       warn_once("nvml", ctx.device_state_null_reason + "; power, clocks and temperature are null");
       return;
     }

@@ -5,6 +5,7 @@
 #pragma once
 #include "session_decl.hpp"
 #include "../backend/nvtx.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -98,8 +99,7 @@ inline void Session::probe_device(LineContext& ctx) {
     return;
   }
   if (forked_after_cuda().load(std::memory_order_relaxed)) {  // details/fork.hpp
-    ctx.run.device_null_reason = "a child made by fork() after its parent's steptrace used CUDA (CUDA cannot be used "
-                                 "in such a child; start steptrace in a process made by spawn or exec)";
+    ctx.run.device_null_reason = reason_text(Reason::fork_child);
     warn_once("no_gpu.fork", ctx.run.device_null_reason + "; host timings only, GPU fields are null");
     return;
   }
@@ -114,13 +114,13 @@ inline void Session::start_attribution(LineContext& ctx) {
   attribution_ = detach_ = after_traced_ = false;
   const Config& cfg = ctx.cfg;
   // A traced step shows which stream to mark, and checks the markers.
-  marker_ring().attach(nullptr, "stream markers need GPU attribution");
+  marker_ring().attach(nullptr, reason_text(Reason::markers_need_attribution));
   if (!ctx.run.device) {
-    ctx.gpu_null_reason = "no GPU measured: " + ctx.run.device_null_reason;
+    ctx.gpu_null_reason = reason_text(Reason::no_gpu_measured, ctx.run.device_null_reason);
     return;
   }
   if (cfg.cupti == Mode::off) {
-    ctx.gpu_null_reason = "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)";
+    ctx.gpu_null_reason = reason_text(Reason::cupti_off);
     return;
   }
   // Detach from the start when asked and some steps may go untraced (an interval > 1, or the
@@ -136,7 +136,7 @@ inline void Session::start_attribution(LineContext& ctx) {
   gpu_->on_stream_destroy([](std::uintptr_t stream) { marker_ring().forget_stream(stream); });
   const std::string err = gpu_->start_attribution(detach_, launches);
   if (!err.empty()) {
-    ctx.gpu_null_reason = "CUPTI unavailable: " + err;
+    ctx.gpu_null_reason = reason_text(Reason::cupti_unavailable, err);
     warn_once("cupti", ctx.gpu_null_reason + "; falling back to host timings");
     detach_ = false;
     return;

@@ -3,6 +3,7 @@
 // end record (Worker's members; worker.hpp includes them all).
 #pragma once
 #include "worker_decl.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -85,7 +86,7 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
   TakenMarkers t;
   t.step = static_cast<int64_t>(r.index);
   if (!ring.has_events()) {
-    t.why = s_.attribution ? ring.why_off() : "stream markers need GPU attribution: " + lines_.context().gpu_null_reason;
+    t.why = s_.attribution ? ring.why_off() : reason_text(Reason::markers_need_attribution, ": " + lines_.context().gpu_null_reason);
   } else {
     std::vector<MarkerPoint> points;
     switch (ring.collect(r.index, points, &t.why)) {
@@ -102,7 +103,7 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
         const int64_t first = ring.first_marked_step();
         t.why = !ring.armed() ? ring.why_off()
                 : first < 0 || static_cast<int64_t>(r.index) < first
-                    ? "the stream markers were armed after this step ran (by the first traced step's line)"
+                    ? reason_text(Reason::markers_armed_late)
                     : "no marker was recorded in this step";
         break;
       }
@@ -191,7 +192,7 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
       x.markers = std::move(markers_.markers);
       x.markers_null_reason = std::move(markers_.why);
     } else {
-      x.markers_null_reason = "stream markers not read for this step";
+      x.markers_null_reason = reason_text(Reason::markers_not_read);
     }
     x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
     x.steps_dropped_total = s_.queue->dropped();

@@ -3,6 +3,7 @@
 // detach), and switching CUPTI to detach mode (Worker's members; included at the end of worker.hpp).
 #pragma once
 #include "worker.hpp"
+#include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
 
@@ -19,7 +20,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
                ns_to_ms(marked_ns - std::exchange(marked_ns_seen_, marked_ns)));
   if (!s_.attribution) {
-    o.null_reason = "CUPTI attribution is off (" + lines_.context().gpu_null_reason +
+    o.null_reason = reason_text(Reason::estimate_without_attribution, lines_.context().gpu_null_reason) +
                     "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
     return o;
   }
@@ -55,7 +56,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   step.host_api_fraction = ledger_.host_api_fraction().value_or(0);
   const ControllerDecision d = controller_.observe(step);
   if (d.stopped) {
-    o.null_reason = "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)";
+    o.null_reason = reason_text(Reason::tracing_stopped);
     return o;
   }
   // The step-time estimate: tracing (its measurement holds what the counters and the background
@@ -81,13 +82,14 @@ inline void Worker::pace_markers(const Config& cfg) {
   if (!marked || !ring.armed()) return;
   const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every());
   if (every == ring.wanted_every()) return;
-  char why[224];
-  std::snprintf(why, sizeof why,
-                "stream markers on 1 step in %d (traced steps always): marking every step costs %.3f %% of step "
-                "time, over half of overhead_budget=%s",
+  char detail[192];
+  std::snprintf(detail, sizeof detail,
+                "%d (traced steps always): marking every step costs %.3f %% of step time, over half of "
+                "overhead_budget=%s",
                 every, 100 * *marked, format_fraction(cfg.overhead_budget).c_str());
-  ring.want_every(every, every > 1 ? why : "");
-  if (every > 1) warn_once("markers.thinned", std::string(why) + " (the unmarked lines say so; said once)");
+  const std::string why = reason_text(Reason::markers_thinned, detail);
+  ring.want_every(every, every > 1 ? why : std::string());
+  if (every > 1) warn_once("markers.thinned", why + " (the unmarked lines say so; said once)");
 }
 
 inline std::string Worker::untraced_cupti_of(const StepRecord& r) const {
@@ -108,7 +110,7 @@ inline void Worker::switch_to_detach(const StepRecord& r, const OverheadEstimate
 }
 
 inline void Worker::stop_counters_for_detach() {
-  readings_.stop_counters("hardware counters stopped from step " + std::to_string(*detach_since_) +
+  readings_.stop_counters(reason_text(Reason::counters_stopped_detached, std::to_string(*detach_since_)) +
                           " on: overhead_budget detaches CUPTI between traced steps (" + switch_why_ +
                           "), which ends PM sampling; set untraced_cupti=keep to keep them");
 }

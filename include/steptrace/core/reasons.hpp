@@ -1,0 +1,121 @@
+// steptrace/core/reasons.hpp - the reasons steptrace gives for a null (and for an UNKNOWN diagnosis),
+// declared once, as the settings are (settings.hpp): an id, a stable code, and the sentence. The
+// compact line writes a reason as its code (core/line_tiers.hpp), and dashboards group by it, so a
+// row's code never changes: a reworded sentence keeps it. Each code was the FNV-1a hash of its
+// sentence as first worded, digits left out (what a sentence without a row is coded by), so codes
+// written before this table are the same codes. A `kPrefix` row is the fixed start of a sentence that
+// goes on with a detail (an error, a setting's value, another reason): such a sentence's code is the
+// detail's hash continued from the row's code (core/line_tiers.hpp, reason_code), one code per detail
+// (each carries its own sentence), unchanged when the start is reworded. Producers write a row's
+// sentence through reason_text(), so that it has one home. Pure C++17.
+#pragma once
+#include "../version.hpp"
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+STEPTRACE_BEGIN_NAMESPACE
+
+namespace reason_row {
+enum Match : uint8_t { kWhole, kPrefix };
+}  // namespace reason_row
+
+// X(id, code, match, sentence)
+#define STEPTRACE_REASONS(X) \
+  X(tokens_unknown, "952a608e", kWhole, "tokens per step unknown (set tokens_per_step or TRACE_STEP(tokens))") \
+  X(samples_unknown, "c6662b4f", kWhole, "samples per step unknown (set samples_per_step or TRACE_STEP(tokens, samples))") \
+  X(flops_not_set, "57692708", kWhole, "flops_per_token is not set") \
+  X(no_allocator_hook, "5c0399c0", kWhole, "no allocator statistics hook (steptrace::set_allocator_stats_hook; in Python, use_torch_memory())") \
+  X(not_recorded, "5749a390", kPrefix, "not recorded (steptrace::record(") \
+  X(no_communicator, "e9fbfe58", kWhole, "no communicator handed to steptrace (C++: steptrace::enable_cross_rank, steptrace/nccl.hpp; Python: steptrace.cross_rank()); aggregate the ranks' lines by rank in the dashboard instead") \
+  X(view_on_rank0, "d501b2a5", kWhole, "rank 0's line carries the cross-rank view") \
+  X(no_exchange_yet, "91af46c6", kWhole, "no exchange completed since the previous line") \
+  X(view_of_later_step, "d1a43dee", kWhole, "the next gathered view is of a later step (it waits for that step's line)") \
+  X(exchange_stopped, "b75d40ba", kPrefix, "cross-rank exchange stopped: ") \
+  X(fork_child, "e57599de", kWhole, "a child made by fork() after its parent's steptrace used CUDA (CUDA cannot be used in such a child; start steptrace in a process made by spawn or exec)") \
+  X(no_gpu_measured, "43193842", kPrefix, "no GPU measured: ") \
+  X(cupti_off, "bc074a87", kWhole, "CUPTI attribution switched off (cupti=off / STEPTRACE_CUPTI=off)") \
+  X(cupti_unavailable, "c4649598", kPrefix, "CUPTI unavailable: ") \
+  X(nvml_unavailable, "e4361a2c", kPrefix, "NVML unavailable: ") \
+  X(estimate_without_attribution, "b353ac56", kPrefix, "CUPTI attribution is off (") \
+  X(not_traced_interval, "58ff2d1f", kPrefix, "step not traced: trace_every=") \
+  X(not_traced_stopped, "36b5c21a", kWhole, "step not traced: CUPTI could not be switched back on (see the steptrace warning)") \
+  X(tracing_stopped, "eced8403", kWhole, "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)") \
+  X(counters_traced_only, "07052861", kWhole, "hardware counters run on traced steps only (overhead_budget decides the trace interval) and this step was not traced") \
+  X(counters_stopped_detached, "606823f3", kPrefix, "hardware counters stopped from step ") \
+  X(no_pm_sample, "8382f83b", kPrefix, "no PM sample covered this ") \
+  X(markers_need_attribution, "ed4fdb7d", kPrefix, "stream markers need GPU attribution") \
+  X(markers_no_stream_yet, "2ce75f1b", kWhole, "no traced step has shown where the program's GPU work runs yet") \
+  X(markers_armed_late, "85fec65e", kWhole, "the stream markers were armed after this step ran (by the first traced step's line)") \
+  X(markers_thinned, "1a9ab004", kPrefix, "stream markers on 1 step in ") \
+  X(markers_not_read, "6d11f0c4", kWhole, "stream markers not read for this step") \
+  X(markers_span_unmarked, "11f9f645", kPrefix, "the step's begin or end was not marked") \
+  X(first_step_between, "88b2aa27", kWhole, "the first step: GPU work launched before it is gpu.before_first_step_ms") \
+  X(flight_recorder_off, "e438ac0f", kWhole, "flight recorder off (trace_keep_steps=0)") \
+  X(unknown_no_attribution, "978fb68a", kWhole, "no GPU attribution for this step; host-side waits are below their thresholds") \
+  X(unknown_nothing_traced, "04840ef1", kWhole, "no GPU attribution for this step and no traced step before it; host-side waits are below their thresholds")
+
+/// A reason's id.
+enum class Reason : uint16_t {
+#define STEPTRACE_REASON_ID(id, code, match, sentence) id,
+  STEPTRACE_REASONS(STEPTRACE_REASON_ID)
+#undef STEPTRACE_REASON_ID
+};
+
+struct ReasonRow {
+  Reason id;
+  const char* name;      // the id as written in the table
+  const char* code;      // 8 hex digits, stable
+  reason_row::Match match;
+  const char* sentence;  // the whole sentence, or (kPrefix) its fixed start
+};
+
+/// Every row, in the table's order.
+inline const std::vector<ReasonRow>& reason_rows() {
+  using namespace reason_row;
+  // Never destroyed (docs/architecture.md, "statics"): read by the exit hook's last lines.
+  static const std::vector<ReasonRow>* rows = new std::vector<ReasonRow>{
+#define STEPTRACE_REASON_ROW(id, code, match, sentence) {Reason::id, #id, code, match, sentence},
+      STEPTRACE_REASONS(STEPTRACE_REASON_ROW)
+#undef STEPTRACE_REASON_ROW
+  };
+  return *rows;
+}
+
+/// A row's sentence (a kPrefix row's start: the producer appends its detail).
+inline const char* reason_text(Reason r) { return reason_rows()[static_cast<std::size_t>(r)].sentence; }
+/// A kPrefix row's sentence with its detail.
+inline std::string reason_text(Reason r, std::string_view detail) {
+  std::string s = reason_text(r);
+  s.append(detail.data(), detail.size());
+  return s;
+}
+
+/// The row a written sentence is: the row whose sentence it is, else the longest kPrefix row it starts
+/// with; nullptr: none (a reason not in the table).
+inline const ReasonRow* reason_of(std::string_view text) {
+  struct Index {
+    std::unordered_map<std::string_view, const ReasonRow*> whole;
+    std::vector<const ReasonRow*> prefixes;  // longest first
+  };
+  static const Index* index = [] {  // never destroyed, as reason_rows()
+    auto* ix = new Index;
+    for (const ReasonRow& r : reason_rows()) {
+      if (r.match == reason_row::kWhole) ix->whole.emplace(r.sentence, &r);
+      else ix->prefixes.push_back(&r);
+    }
+    std::sort(ix->prefixes.begin(), ix->prefixes.end(),
+              [](const ReasonRow* a, const ReasonRow* b) { return std::strlen(a->sentence) > std::strlen(b->sentence); });
+    return ix;
+  }();
+  if (const auto it = index->whole.find(text); it != index->whole.end()) return it->second;
+  for (const ReasonRow* r : index->prefixes)
+    if (text.substr(0, std::strlen(r->sentence)) == r->sentence) return r;
+  return nullptr;
+}
+
+STEPTRACE_END_NAMESPACE  // steptrace
