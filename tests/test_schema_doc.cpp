@@ -8,16 +8,34 @@
 #include <steptrace/core/schema_data.hpp>
 
 #include <cctype>
+#include <cstring>
+#include <iterator>
 #include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "../docs/schema_prose.hpp"
 #include "support.hpp"
 
 using namespace steptrace;
 
 namespace {
+
+// A row's meaning as the renderer uses it: its prose (docs/schema_prose.hpp), kAsAbove for a row shown
+// with the row above, nullptr for a member (its parent's row says).
+constexpr const char kAsAbove[] = "(as above)";
+const line_prose::FieldProse* prose(Record r, const LineField& f) {
+  return f.shown == Shown::own ? line_prose::prose_of(r, f.path) : nullptr;
+}
+std::vector<const char*> meanings(Record r) {
+  std::vector<const char*> out;
+  for (const LineField& f : record_fields(r)) {
+    const line_prose::FieldProse* p = prose(r, f);
+    out.push_back(f.shown == Shown::with_above ? kAsAbove : p ? p->meaning : nullptr);
+  }
+  return out;
+}
 
 // A row's name as its table shows it: dotted, under the table's base (the per-phase GPU table's
 // `phases.<name>.gpu.`).
@@ -51,18 +69,18 @@ bool names_word(const std::string& text, const std::string& name) {
 // Whether the member row `all[i]` is documented: named in the unit or meaning of the shown row of its
 // nearest ancestor (a kAsAbove row counts as its group's head), unless it is a container's element or
 // entry (`*`) or an object some of whose members are shown rows of their own.
-bool member_documented(const std::vector<LineField>& all, std::size_t i) {
+bool member_documented(const std::vector<LineField>& all, const std::vector<const char*>& meaning, std::size_t i) {
   const std::string path = all[i].path;
   const std::string name = path.substr(path.rfind('/') + 1);
   if (name == "*") return true;
-  for (const LineField& f : all)
-    if (f.meaning && std::string(f.path).rfind(path + "/", 0) == 0) return true;
+  for (std::size_t j = 0; j < all.size(); ++j)
+    if (meaning[j] && std::string(all[j].path).rfind(path + "/", 0) == 0) return true;
   for (std::string anc = path.substr(0, path.rfind('/')); !anc.empty(); anc = anc.substr(0, anc.rfind('/')))
     for (std::size_t j = 0; j < all.size(); ++j) {
-      if (anc != all[j].path || !all[j].meaning) continue;
+      if (anc != all[j].path || !meaning[j]) continue;
       std::size_t head = j;
-      while (head > 0 && all[head].meaning == kAsAbove) --head;
-      return names_word(std::string(all[head].unit) + " " + all[head].meaning, name);
+      while (head > 0 && meaning[head] == kAsAbove) --head;
+      return names_word(std::string(all[head].unit) + " " + meaning[head], name);
     }
   return false;
 }
@@ -81,8 +99,11 @@ std::string render_table(const std::string& id, bool null_column) {
     const auto& all = record_fields(record);
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!all[i].table || id != all[i].table) continue;
+      const line_prose::FieldProse* text = prose(record, all[i]);
+      INFO(all[i].path << ": a row of its own with no prose in docs/schema_prose.hpp");
+      REQUIRE(text);
       std::vector<const LineField*> group{&all[i]};
-      for (std::size_t j = i + 1; j < all.size() && all[j].meaning == kAsAbove; ++j) group.push_back(&all[j]);
+      for (std::size_t j = i + 1; j < all.size() && all[j].shown == Shown::with_above; ++j) group.push_back(&all[j]);
       std::string names, types, units;
       bool same_type = true, same_unit = true;
       for (const LineField* f : group) {
@@ -93,10 +114,10 @@ std::string render_table(const std::string& id, bool null_column) {
         same_unit = same_unit && std::string(f->unit) == group.front()->unit;
       }
       out += "| " + names + " | " + (same_type ? type_name(group.front()->type) : types) + " | " +
-             (same_unit ? cell(group.front()->unit) : cell(units.c_str())) + " | " + cell(all[i].meaning) + " |";
+             (same_unit ? cell(group.front()->unit) : cell(units.c_str())) + " | " + cell(text->meaning) + " |";
       INFO(all[i].path << " says when it is null; table " << id << " has no column for it");
-      CHECK((null_column || !all[i].null_when));
-      if (null_column) out += " " + cell(all[i].null_when ? all[i].null_when : "") + " |";
+      CHECK((null_column || !text->null_when));
+      if (null_column) out += " " + cell(text->null_when ? text->null_when : "") + " |";
       out += "\n";
     }
   }
@@ -199,22 +220,35 @@ TEST_CASE("docs/schema.md's field tables are core/line_fields.hpp's rows", "[sch
   CHECK(shown > 100);
   for (const Record record : {Record::step, Record::end}) {
     const auto& all = record_fields(record);
+    const std::vector<const char*> meaning = meanings(record);
+    std::size_t own = 0;
     for (std::size_t i = 0; i < all.size(); ++i) {
       const LineField& f = all[i];
       INFO(f.path);
+      // A row of its own has its prose, and "never" there is the row's Nulls::never.
+      if (f.shown == Shown::own) {
+        ++own;
+        const line_prose::FieldProse* p = prose(record, f);
+        REQUIRE(p);
+        CHECK(f.table);
+        CHECK((p->null_when && std::strncmp(p->null_when, "never", 5) == 0) == (f.nulls == Nulls::never));
+      }
       // A row shown with the row above follows it (or another such row): else no table shows it.
-      if (f.meaning == kAsAbove) CHECK((i > 0 && (all[i - 1].table || all[i - 1].meaning == kAsAbove)));
+      if (f.shown == Shown::with_above)
+        CHECK((i > 0 && (all[i - 1].table || all[i - 1].shown == Shown::with_above)));
       // A member is named in the row that shows its nearest ancestor (`device`'s `{index, name, ...}`),
       // unless it is an element or entry of a container (`*`) or an object whose members have rows.
-      if (!f.meaning) CHECK(member_documented(all, i));
+      if (f.shown == Shown::member) CHECK(member_documented(all, meaning, i));
       // What the compact line or the run record carries is a value, never an object.
       if (f.tiers) CHECK((f.type != FieldType::object && f.type != FieldType::names && f.type != FieldType::array));
     }
+    // No prose without its row: as many as the rows of their own.
+    CHECK(own == (record == Record::step ? std::size(line_prose::kStepProse) : std::size(line_prose::kEndProse)));
   }
   // The member rule can fail: `b` is named in no row.
-  const std::vector<LineField> rows = {line_field::row("t", "/x", FieldType::object, "object `{a}`", "m", nullptr),
+  const std::vector<LineField> rows = {line_field::row("t", "/x", FieldType::object, "object `{a}`", Nulls::possible),
                                        line_field::member("/x/a", FieldType::number, "ms"),
                                        line_field::member("/x/ab", FieldType::number, "ms")};
-  CHECK(member_documented(rows, 1));
-  CHECK_FALSE(member_documented(rows, 2));
+  CHECK(member_documented(rows, {"m", nullptr, nullptr}, 1));
+  CHECK_FALSE(member_documented(rows, {"m", nullptr, nullptr}, 2));
 }

@@ -1,6 +1,7 @@
 // steptrace/core/line_field.hpp - what one row of the line's declaration holds (core/line_fields.hpp):
 // a field's JSON pointer, its JSON type, the tiers that carry it besides the full line, how its number
-// is written there, and the unit, meaning and null cases docs/schema.md shows for it.
+// is written there, its unit, how docs/schema.md shows it and whether it can be null. Its meaning and
+// null cases are docs/schema_prose.hpp's.
 #pragma once
 #include "../version.hpp"
 #include <cstdint>
@@ -25,9 +26,17 @@ enum FieldTier : uint8_t { kFullOnly = 0, kCompact = 1, kRun = 2 };
 /// the millisecond).
 enum class Digits : uint8_t { six, integer };
 
-/// The meaning of a row that docs/schema.md shows with the row above it (one table row naming both).
-inline constexpr const char kAsAbove[] = "(as above)";
+/// How docs/schema.md shows a row: in a table row of its own, with the row above it (one table row naming
+/// both: "`samples`, `samples_per_second` | samples, samples/s"), or as a member its parent's row
+/// describes (`device`'s `{index, name, ...}`).
+enum class Shown : uint8_t { own, with_above, member };
+/// Whether the field can be null: `never`, or possibly (its null cases: docs/schema.md). A row shown with
+/// the row above takes that row's in record_fields().
+enum class Nulls : uint8_t { never, possible };
 
+/// A row's machine columns: what the line's writers, the compact line, the run record and the checks
+/// read. What a field means and when it is null are prose, kept out of the library: docs/schema_prose.hpp
+/// (the docs renderer's and the schema tests' only), keyed by the row's path.
 struct LineField {
   const char* table;  // the docs/schema.md table that shows it; nullptr: shown by the row above or by
                       // its parent's row
@@ -37,9 +46,8 @@ struct LineField {
   uint8_t tiers;  // FieldTier bits
   Digits digits;
   const char* unit;
-  const char* meaning;    // where it comes from and what it says; kAsAbove; nullptr: its parent's row says
-  const char* null_when;  // when it is null ("never…": never); nullptr: its table has no such column or
-                          // none is said (a member); a kAsAbove row takes the row above's in record_fields()
+  Shown shown;
+  Nulls nulls;
 
   /// This row, carried by `tier` too, its numbers written to `d` there.
   constexpr LineField in(line_field::FieldTier tier, Digits d) const {
@@ -55,18 +63,17 @@ namespace line_field {
 
 constexpr Digits digits_of(FieldType t) { return t == FieldType::integer ? Digits::integer : Digits::six; }
 
-/// A field docs/schema.md's table `table` shows in a row of its own.
-constexpr LineField row(const char* table, const char* path, FieldType type, const char* unit, const char* meaning,
-                        const char* null_when) {
-  return LineField{table, path, type, kFullOnly, digits_of(type), unit, meaning, null_when};
+/// A field docs/schema.md's table `table` shows in a row of its own (its prose: docs/schema_prose.hpp).
+constexpr LineField row(const char* table, const char* path, FieldType type, const char* unit, Nulls nulls) {
+  return LineField{table, path, type, kFullOnly, digits_of(type), unit, Shown::own, nulls};
 }
 /// A field shown in the row above, with its own unit ("`samples`, `samples_per_second` | samples, samples/s").
 constexpr LineField same(const char* path, FieldType type, const char* unit) {
-  return LineField{nullptr, path, type, kFullOnly, digits_of(type), unit, kAsAbove, nullptr};
+  return LineField{nullptr, path, type, kFullOnly, digits_of(type), unit, Shown::with_above, Nulls::possible};
 }
 /// A member its parent's row describes (`device`'s `{index, name, ...}`).
 constexpr LineField member(const char* path, FieldType type, const char* unit) {
-  return LineField{nullptr, path, type, kFullOnly, digits_of(type), unit, nullptr, nullptr};
+  return LineField{nullptr, path, type, kFullOnly, digits_of(type), unit, Shown::member, Nulls::possible};
 }
 
 }  // namespace line_field

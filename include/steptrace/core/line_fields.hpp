@@ -30,11 +30,11 @@ enum class Record : uint8_t { step, end };
 
 /// Every row of a record, in the order of docs/schema.md's sections (the step line's: step, GPU,
 /// verdicts). The compact line and the run record write their fields in this order.
-/// A row shown with the row above it (kAsAbove) takes that row's null cases here.
+/// A row shown with the row above it (Shown::with_above) takes that row's nullability here.
 inline const std::vector<LineField>& record_fields(Record r) {
   const auto add = [](std::vector<LineField>& v, const auto& rows) {
     for (LineField f : rows) {
-      if (f.meaning == kAsAbove && !v.empty()) f.null_when = v.back().null_when;
+      if (f.shown == Shown::with_above && !v.empty()) f.nulls = v.back().nulls;
       v.push_back(f);
     }
   };
@@ -95,9 +95,9 @@ inline const LineField* line_field_at(std::string_view pointer) {
   return line_field_at(details::pointer_segments(pointer));
 }
 
-/// Whether a row's field is never null: its null cases begin with "never". A member's row says
-/// nothing: null is not ruled out.
-inline bool never_null(const LineField& f) { return f.null_when && std::strncmp(f.null_when, "never", 5) == 0; }
+/// Whether a row's field is never null (docs/schema.md: its null cases begin with "never"). A member's
+/// row says nothing: null is not ruled out.
+inline bool never_null(const LineField& f) { return f.nulls == Nulls::never; }
 
 /// A written value's JSON kind, as a row's type is checked against it.
 enum class ValueKind : uint8_t { null, boolean, number, string, object, array };
