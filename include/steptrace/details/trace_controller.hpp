@@ -107,7 +107,8 @@ class TraceController {
       // holds at any interval the budget picks, and once it is forgotten the probe repeats.
       int wanted = e.every;
       if (e.method == EstimateMethod::launch_model && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
-      const int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim);
+      const int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
+                                        e.method == EstimateMethod::measured);
       if (next != current_every_) {
         current_every_ = next;
         every_changed_at_ = step.index;
