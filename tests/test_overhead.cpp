@@ -370,6 +370,12 @@ TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N unde
   for (int i = 0; i < 100; ++i) ledger.step(10, 4, false, i % 2 ? 0.05 : 0.0);
   REQUIRE(ledger.marked_step_fraction());
   CHECK(*ledger.marked_step_fraction() == Approx(0.005));
+  // A record the thread was preempted in (20 ms once) moves the typical marked step's cost nowhere; the
+  // sum (host_api) has it.
+  steptrace::OverheadLedger stalled;
+  for (int i = 0; i < 100; ++i) stalled.step(10, 4, false, i == 51 ? 20.0 : i % 2 ? 0.05 : 0.0);
+  CHECK(*stalled.marked_step_fraction() == Approx(0.005));
+  CHECK(*stalled.host_api_fraction() > *ledger.host_api_fraction() + 0.015);
   CHECK(*ledger.host_api_fraction() == Approx((4 * steptrace::OverheadLedger::kScopeNs * 1e-6 + 0.025) / 10));
 
   using steptrace::markers_every;
