@@ -490,13 +490,20 @@ inline constexpr FieldProse kStepProse[] = {
     {"/overhead/trace_every",
      "the interval in force for this step: one step in N is traced; the budget asks for the shortest "
      "interval whose estimate (its `estimated_fraction_ci_high`) is at most 80 % of `budget`, at least 4 "
-     "once `measured` (shorter, no step is 3 from a trace), at most 1000 (headroom for the host side, "
+     "once `measured` (shorter, no step is 3 from a trace), at most 4000 (headroom for the host side, "
      "which the estimate leaves out, and for its spread)",
      "never"},
     {"/overhead/decided_by",
      "who set the interval: the budget (`trace_every` 0 and `overhead_budget` > 0, the default) or "
      "`trace_every` (set explicitly, or `overhead_budget` 0: every step)",
      "never"},
+    {"/overhead/markers_every",
+     "the stream markers' pace when this step's line was made: they mark 1 step in N (a power of two, at "
+     "most 64; traced steps always), N = 1 unless marking every step costs over half of `overhead_budget` "
+     "(the median marked step's measured event records against the mean step time). The steps left "
+     "unmarked say so in `null_reasons.gpu_markers`",
+     "the stream markers not armed (`stream_markers=false`, no GPU attribution, or no traced step has "
+     "shown the stream yet: reason)"},
     {"/overhead/budget",
      "`overhead_budget`",
      "`trace_every` set explicitly, `overhead_budget` 0 (reason)"},

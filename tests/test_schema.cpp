@@ -248,6 +248,7 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   o.estimate.traced_extra_ms = o.estimate.traced_extra_se_ms = o.estimate.clean_step_ms = 1.5;
   o.estimate.residual_ms = o.estimate.residual_low_ms = o.estimate.launches_per_step = 0.25;
   o.budget = 0.01;
+  o.markers_every = 4;
   o.parts.present = true;
   for (OverheadPart* p : {&o.parts.tracing, &o.parts.attached, &o.parts.counters, &o.parts.host_api, &o.parts.background,
                           &o.parts.captures})

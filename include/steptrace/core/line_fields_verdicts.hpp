@@ -29,6 +29,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("overhead", "/overhead/method", F::string, "`measured` | `launch_model`", Nulls::possible),
     row("overhead", "/overhead/trace_every", F::integer, "steps", Nulls::never),
     row("overhead", "/overhead/decided_by", F::string, "`overhead_budget` | `trace_every`", Nulls::never),
+    row("overhead", "/overhead/markers_every", F::integer, "steps", Nulls::possible),
     row("overhead", "/overhead/budget", F::number, "fraction", Nulls::possible),
     row("overhead", "/overhead/within_budget", F::boolean, "—", Nulls::possible).in(kCompact),
     row("overhead", "/overhead/estimated_fraction_ci_low", F::number, "fraction", Nulls::possible),

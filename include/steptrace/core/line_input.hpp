@@ -55,6 +55,8 @@ struct OverheadLine {
   OverheadEstimate estimate;
   OverheadParts parts;                  // the estimate part by part (core/overhead_parts.hpp)
   int trace_every = 1;                  // the interval in force for this step
+  std::optional<int> markers_every;     // the stream markers mark 1 step in N (overhead_budget's pace)
+  std::string markers_every_null_reason;  // why markers_every is null
   std::string untraced_cupti;           // "keep" | "detach" while this step ran; "" without attribution
   std::string kernel_timestamps;        // how kernel records are timed; "" without attribution
   std::optional<double> budget;         // overhead_budget, when it chose the interval (trace_every 0)

@@ -44,6 +44,8 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   out.optional_text("method", e.fraction ? std::string(method_name(e.method)) : std::string(), why);
   out.field("trace_every", o.trace_every);
   out.field("decided_by", o.budget ? "overhead_budget" : "trace_every");
+  out.field("markers_every", o.markers_every,
+            o.markers_every_null_reason.empty() ? "the stream markers are not armed" : o.markers_every_null_reason);
   out.field("budget", o.budget, o.no_budget_reason);
   out.field("within_budget", o.budget && e.fraction ? std::optional<bool>(e.within_budget) : std::nullopt,
             o.budget ? why : o.no_budget_reason);
