@@ -102,7 +102,15 @@ def main(argv):
     out = []
     for workload in sorted({b["workload"] for b in blocks}):
         mine = [b for b in blocks if b["workload"] == workload]
-        off = {b["round"]: b for b in mine if b["mode"] == "off"}
+        # A block pairs with the off block of its own round in its own file (one process): two files'
+        # rounds 0 are two processes' (gpt_compile.py's profiler runs in a process of its own).
+        off = {}
+        for b in mine:
+            if b["mode"] == "off":
+                if (b["source"], b["round"]) in off:
+                    print(f"alternate_summary: two off blocks of round {b['round']} in {b['source']}", file=sys.stderr)
+                    return 1
+                off[(b["source"], b["round"])] = b
         offs = [b[stat] for b in off.values()]
         out.append(f"### {workload}\n")
         if offs:
@@ -122,10 +130,11 @@ def main(argv):
             bs = sorted((b for b in mine if b["mode"] == mode), key=lambda b: b["round"])
             if not bs:
                 continue
-            paired = [b for b in bs if b["round"] in off]
-            ratios = [b[stat] / off[b["round"]][stat] - 1 for b in paired]
-            others = [b[other] / off[b["round"]][other] - 1 for b in paired
-                      if b.get(other) is not None and off[b["round"]].get(other) is not None]
+            key = lambda b: (b["source"], b["round"])  # noqa: E731
+            paired = [b for b in bs if key(b) in off]
+            ratios = [b[stat] / off[key(b)][stat] - 1 for b in paired]
+            others = [b[other] / off[key(b)][other] - 1 for b in paired
+                      if b.get(other) is not None and off[key(b)].get(other) is not None]
             got = [last_estimate(b["lines"], root) for b in bs]
             def med(key):
                 v = [g[key] for g in got if g.get(key) is not None]

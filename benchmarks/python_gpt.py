@@ -90,8 +90,9 @@ def parse(argv):
     a = p.parse_args(argv)
     if a.steps < 1 or a.warmup < 0 or a.layers < 1 or a.rounds < 1:
         p.error("--steps >= 1, --warmup >= 0, --layers >= 1, --rounds >= 1")
-    bad = [m for m in a.alternate_modes.split(",") if m and m not in ALTERNATE]
-    if bad:
+    modes = [m for m in a.alternate_modes.split(",") if m]
+    bad = [m for m in modes if m not in ALTERNATE]
+    if bad or not modes:
         p.error(f"--alternate-modes: choose from {', '.join(ALTERNATE)} (got {bad})")
     return a
 

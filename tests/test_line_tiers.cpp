@@ -228,6 +228,10 @@ TEST_CASE("a reason of the table is written as its row's code", "[line_tiers][re
     CHECK(names.insert(r.name).second);
     CHECK(&r == &reason_rows()[static_cast<std::size_t>(r.id)]);  // the id indexes its row
     CHECK(reason_code(r.sentence) == r.code);                      // a whole sentence, a prefix with no detail
+    // Each code is its sentence's hash as first worded (the code it had before the table): a row whose
+    // sentence is reworded later goes into `reworded`, its code kept.
+    static const std::set<std::string> reworded = {};
+    if (!reworded.count(r.name)) CHECK(reason_hash(r.sentence) == r.code);
     CHECK(steptrace::reason_of(r.sentence) == &r);
   }
   CHECK(codes.size() > 25);

@@ -565,14 +565,17 @@ def test_the_report_reads_declared_numbers():
     assert schema.field("end", ("step_time_ms",)) is None           # the step line's, not the end record's
 
 
-def synthetic(record):
-    """A record holding every field its rows declare, of the declared type: a name of a `names` object
-    is "p", an array has one element."""
+def synthetic(record, tier="full"):
+    """A record holding every field its rows declare for `tier` (full: all; compact, run: the rows that
+    tier carries), of the declared type: a name of a `names` object is "input" (a phase the views name),
+    an array has one element."""
     rows = schema.fields(record)
     kinds = {r["path"]: r["type"] for r in rows}
     leaf = {"string": "x", "number": 1.5, "integer": 1, "boolean": True}
     doc = {}
     for r in rows:
+        if tier not in r["tiers"]:
+            continue
         segs = r["path"].split("/")[1:]
         node, prefix = doc, ""
         for i, seg in enumerate(segs):
@@ -584,19 +587,23 @@ def synthetic(record):
                     node.append(value)
                 node = node[0]
             else:
-                key = "p" if seg == "*" else seg
+                key = "input" if seg == "*" else seg
                 node = node.setdefault(key, value)
             prefix += "/" + seg
     return doc
 
 
-def views_missing(sql):
+def views_missing(sql, tier="full"):
     """The columns of examples/logs/schema.sql's views that read nothing from lines holding every
-    declared field ([view.column, ...]): a path no row declares reads NULL."""
+    declared field ([view.column, ...]): a path no row declares reads NULL. tier "compact": the step line
+    is a compact one (the default log), beside its run record."""
     db = sqlite3.connect(":memory:")
     db.executescript(sql)
-    step, end = synthetic("step"), synthetic("end")
-    for key, event, line_ in (("s", None, step), ("e", "end", end)):
+    step, end = synthetic("step", tier), synthetic("end")
+    records = [("s", None, step), ("e", "end", end)]
+    if tier == "compact":
+        records.append(("r", "run", dict(synthetic("step", "run"), event="run")))
+    for key, event, line_ in records:
         db.execute("INSERT INTO lines(line_key, run_id, rank, global_step, event, file, line) VALUES (?, ?, 0, 0, ?, 'f', ?)",
                    (key, "r" * 16, event, json.dumps(line_)))
     missing = []
@@ -617,6 +624,13 @@ def test_the_sqlite_views_read_declared_fields():
     # The check can fail: a path no row declares reads NULL.
     assert views_missing(sql.replace("'$.step_time_ms'", "'$.step_time_msec'")) == ["steps.step_time_ms"]
     assert views_missing(sql.replace("'$.last_global_step'", "'$.last_step'")) == ["ends.last_step"]
+    # The default log's compact lines: what the views fall back on for them (the run record's hostname, the
+    # start time, the input phase) is declared too; only the full line's own fields read nothing.
+    full_only = ["steps.peak_memory_bytes", "phases.gpu_kernel_ms"]
+    assert sorted(views_missing(sql, "compact")) == sorted(full_only), views_missing(sql, "compact")
+    assert "steps.timestamp" in views_missing(sql.replace("'$.start_unix_ms'", "'$.start_ms'"), "compact")
+    assert "steps.dataloader_wait_ms" in views_missing(sql.replace("'$.phases.input.host_ms'", "'$.phases.input.ms'"), "compact")
+    assert "steps.hostname" in views_missing(sql.replace("json_extract(r.line, '$.hostname')", "json_extract(r.line, '$.host')"), "compact")
 
 
 # ---- the package: the tools without the extension ----

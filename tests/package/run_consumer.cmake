@@ -27,6 +27,9 @@ if(MODE STREQUAL "find_package")
       message(FATAL_ERROR "the installed steptrace-report wrote no ${WORK}/report.html")
     endif()
     run(${WORK}/install/bin/steptrace-ctl merge --help)
+    # The line's declaration as data ships with the tools (steptrace.schema reads schema.json).
+    find_program(python3 NAMES python3 REQUIRED)
+    run(${python3} -c "import sys; sys.path.insert(0, '${WORK}/install/share/steptrace/python'); from steptrace import schema; assert schema.field('step', ('step_time_ms',))['type'] == 'number'")
   endif()
 endif()
 run(${CMAKE_COMMAND} -S ${SOURCE}/tests/package/consumer -B ${WORK}/build -DSTEPTRACE_MODE=${MODE}

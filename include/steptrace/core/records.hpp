@@ -64,6 +64,8 @@ struct StepRecord {
   uint32_t spans_outside_step = 0;     // phase scopes that ended while no step was open
   uint32_t spans_dropped = 0;          // over the per-step span bound
   uint32_t scalars_dropped = 0;
+  int64_t markers_ns_at_close = -1;  // the stream markers' recording time so far, taken as the next step began
+                                     // (its own markers and those before it since the previous step's; -1: not taken)
   std::vector<PhaseSpan> between_spans;  // phase scopes that ended after the previous step's scope ended
 
   /// The step's own end: its scope's end when the scope ended before the next step began (what runs

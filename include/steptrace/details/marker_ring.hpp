@@ -274,18 +274,16 @@ class MarkerRing {
   /// Background thread: from the next step on, 1 step in `every` is marked (traced steps always);
   /// `why`: what the lines of the steps left unmarked say.
   void want_every(int every, const std::string& why) {
-    {
-      std::lock_guard<std::mutex> lock(why_mutex_);
-      wanted_why_ = why;
-    }
+    std::lock_guard<std::mutex> lock(why_mutex_);  // the interval and its reason change together
+    wanted_why_ = why;
     wanted_every_.store(std::max(1, every), std::memory_order_release);
   }
   int wanted_every() const { return wanted_every_.load(std::memory_order_relaxed); }
   /// Step's thread, as a step begins: whether it is marked (a new interval asked for starts here).
   bool marks_step(uint64_t step, bool traced) {
-    const int want = wanted_every_.load(std::memory_order_acquire);
-    if (want != every_) {
+    if (wanted_every_.load(std::memory_order_acquire) != every_) {  // the lock only when it changed
       std::lock_guard<std::mutex> lock(why_mutex_);
+      const int want = wanted_every_.load(std::memory_order_relaxed);  // with its reason, as written together
       if (thinning_.size() == kThinningKept) thinning_.erase(thinning_.begin());
       thinning_.push_back({step, want, wanted_why_});
       every_ = want;

@@ -303,6 +303,9 @@ class Session {
     if (b.traced && attribution_) markers.learn_stream_id();  // records are on: CUPTI names the stream
     marker_depth().store(thread_state().depth, std::memory_order_relaxed);
     markers.marks_step(*b.index, b.traced);  // thinned by overhead_budget: this step left unmarked
+    // What the closed step's markers cost, by difference with the step before it (the budget's ledger):
+    // taken here, per step, not when the background thread reaches the line (lines come in batches).
+    if (b.closed) b.closed->markers_ns_at_close = markers.recorded_ns();
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
     if (b.closed) {
       link_.post(*b.closed);

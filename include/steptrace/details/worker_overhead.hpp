@@ -18,9 +18,13 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
   else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                  : "overhead_budget=0: every step is traced";
-  const int64_t marked_ns = marker_ring().recorded_ns();  // the stream markers' records, as measured
+  // The stream markers' records this step, as measured on the step's thread (taken as the next step
+  // began; the last step has none: its markers' cost goes uncounted).
+  double marked_ms = 0;
+  if (r.markers_ns_at_close >= 0)
+    marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
-               ns_to_ms(marked_ns - std::exchange(marked_ns_seen_, marked_ns)));
+               marked_ms);
   if (!s_.attribution) {
     o.null_reason = reason_text(Reason::estimate_without_attribution, lines_.context().gpu_null_reason) +
                     "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
