@@ -148,12 +148,12 @@ inline void write_between_steps(LineOut& out, const StepLineInput& in) {
 
 /// A phase's GPU work: kernels, copies, its top kernels and its counters.
 inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, const PhaseGpu& pg) {
-  const char* no_kernel = "no kernel ran in this phase";
+  const char* no_kernel = reason_text(Reason::phase_no_kernel);
   out.begin_object("gpu");
   out.field("kernel_ms", ns_to_ms(pg.kernel_ns)).field("busy_ms", ns_to_ms(pg.busy_ns)).field("kernels", pg.kernels);
   out.field("sm_efficiency", pg.kernels ? std::optional<double>(pg.sm_efficiency) : std::nullopt, no_kernel);
   out.field("occupancy", pg.kernels && pg.occupancy > 0 ? std::optional<double>(pg.occupancy) : std::nullopt,
-            pg.kernels ? "the occupancy calculator had no inputs for this phase's kernels (device properties or kernel attributes unknown)"
+            pg.kernels ? reason_text(Reason::phase_occupancy_unknown)
                        : no_kernel);
   for (int k = 0; k < kCopyKindCount; ++k) {
     const CopyTotals& c = pg.copies[k];
@@ -161,7 +161,7 @@ inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, c
     out.begin_object(copy_kind_name(static_cast<CopyKind>(k)));
     out.field("bytes", c.bytes).field("ms", ns_to_ms(c.total_ns)).field("count", c.count);
     out.field("gb_per_second", c.total_ns > 0 ? std::optional<double>(static_cast<double>(c.bytes) / static_cast<double>(c.total_ns)) : std::nullopt,
-              "the copies took no measurable time");
+              reason_text(Reason::copies_untimed));
     out.end_object();
   }
   out.begin_array("top_kernels");
@@ -205,7 +205,7 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
 /// The bottleneck label, its reason and evidence.
 inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
   const std::string no_gpu = in.host.step_time_ns <= 0 ? "the step has no time"
-                             : in.gpu ? "no kernel ran in this step"
+                             : in.gpu ? reason_text(Reason::step_no_kernel)
                                       : "this step has no GPU attribution (" + in.gpu_null_reason + ")";
   out.begin_object("diagnosis");
   out.field("label", bottleneck_name(in.diagnosis.label)).field("reason", in.diagnosis.reason);
@@ -220,8 +220,8 @@ inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
   out.end_array();
   out.field("basis", diagnosis_basis_name(in.diagnosis.basis));
   out.field("carried_from_step", in.diagnosis.carried_from_step,
-            in.diagnosis.basis == DiagnosisBasis::traced ? "this step's own GPU attribution decided"
-                                                         : "no traced step's GPU view was carried: see diagnosis.reason");
+            in.diagnosis.basis == DiagnosisBasis::traced ? reason_text(Reason::evidence_own_attribution)
+                                                         : reason_text(Reason::evidence_not_carried));
   out.end_object();
 }
 
@@ -234,7 +234,7 @@ inline void write_window(LineOut& out, const StepLineInput& in) {
       .field("step_time_ms_mean", s.step_time_ms_mean)
       .field("step_time_ms_min", s.step_time_ms_min)
       .field("step_time_ms_max", s.step_time_ms_max)
-      .field("tokens_per_second_mean", s.tokens_per_second_mean, "no step of the window had tokens and a step time");
+      .field("tokens_per_second_mean", s.tokens_per_second_mean, reason_text(Reason::window_no_tokens));
   out.end_object();
 }
 

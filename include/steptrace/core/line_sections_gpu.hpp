@@ -46,7 +46,7 @@ inline std::string counter_null_reason(const CounterSummary& c, bool values_excl
              ? std::string("no value in [0, 1] over this ") + span +
                    ": PM sample values outside it are left out (counters.excluded_values), "
                    "or the metric is not available from PM sampling on this GPU"
-             : "this metric is not available from PM sampling on this GPU";
+             : reason_text(Reason::counter_not_sampled);
 }
 /// The samples behind the values: how many, their time inside the span, coverage, edge-only.
 inline void write_counter_samples(LineOut& out, const CounterSummary& c) {
@@ -89,7 +89,7 @@ inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool val
 /// The cross-rank view (rank 0's lines), or why none.
 inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
   if (!in.cross_rank) {
-    out.null("cross_rank", in.cross_rank_null_reason.empty() ? "no cross-rank exchange" : in.cross_rank_null_reason);
+    out.null("cross_rank", in.cross_rank_null_reason.empty() ? reason_text(Reason::no_cross_rank_exchange) : in.cross_rank_null_reason);
     return;
   }
   const CrossRankView& v = *in.cross_rank;
@@ -107,7 +107,7 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
     const char* why = nullptr;
     const std::optional<bool> balanced = v.balanced(&why);
     out.field("wait_share", v.waits_measured ? std::optional<double>(v.wait_share) : std::nullopt,
-              "a rank measured no collective wait");
+              reason_text(Reason::no_rank_waited));
     out.field("balanced", balanced, why ? why : "");
     out.field("gap_ms", v.gap_ms).field("skew", v.skew);
     auto rank_work = [&](const char* key, const RankWork& w) {
@@ -117,7 +117,7 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
     rank_work("culprit", v.culprit);
     rank_work("median_rank", v.median_rank);
     out.field("culprit_phase", v.culprit_phase.empty() ? std::nullopt : std::optional<std::string>(v.culprit_phase),
-              "no part of the slowest rank's step exceeds the other ranks' median");
+              reason_text(Reason::no_part_exceeds));
     out.field("culprit_gap_ms", v.culprit_gap_ms);
     out.begin_array("lowest_scores");
     for (const auto& sc : v.lowest_scores)
@@ -131,7 +131,7 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
 /// Every rank's line: its own summary as it was exchanged (core/cross_rank.hpp).
 inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
   if (!in.rank_wait) {
-    out.null("rank_wait", in.rank_wait_null_reason.empty() ? "no cross-rank exchange" : in.rank_wait_null_reason);
+    out.null("rank_wait", in.rank_wait_null_reason.empty() ? reason_text(Reason::no_cross_rank_exchange) : in.rank_wait_null_reason);
     return;
   }
   const RankSummary& s = *in.rank_wait;
@@ -139,7 +139,7 @@ inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
   out.begin_object("rank_wait").field("step", s.step).field("steps", static_cast<int64_t>(s.steps));
   out.field("step_time_ms", s.iteration_ms());
   out.field("wait_ms", measured ? std::optional<double>(s.wait_ms) : std::nullopt,
-            "no step in the window measured its collective wait (no traced step, no `nccl` phase, no backward_end events)");
+            reason_text(Reason::no_wait_measured));
   out.field("work_ms", measured ? std::optional<double>(details::work_of(s, s.wait_basis)) : std::nullopt,
             "own work needs the collective wait");
   out.field("wait_basis", std::string(wait_basis_name(s.wait_basis))).field("wait_steps", static_cast<int64_t>(s.wait_steps));
@@ -155,7 +155,7 @@ inline void write_device_state(LineOut& out, const StepLineInput& in) {
   }
   const DeviceStateSummary& d = *in.device_state;
   out.begin_object("device_state").field("samples", d.samples);
-  const char* not_read = "NVML gave no such reading for this GPU";
+  const char* not_read = reason_text(Reason::nvml_no_reading);
   out.field("power_w_mean", d.power_w_mean, not_read).field("power_w_max", d.power_w_max, not_read);
   out.field("sm_clock_mhz_mean", d.sm_clock_mhz_mean, not_read).field("sm_clock_mhz_min", d.sm_clock_mhz_min, not_read);
   out.field("temperature_c_max", d.temperature_c_max, not_read);
@@ -164,7 +164,7 @@ inline void write_device_state(LineOut& out, const StepLineInput& in) {
     for (const auto& r : clock_event_reason_names(*d.clock_event_reasons)) out.element(r);
     out.end_array();
   } else {
-    out.null("clock_event_reasons", "NVML gave no clock event reasons for this GPU");
+    out.null("clock_event_reasons", reason_text(Reason::nvml_no_clock_reasons));
   }
   out.end_object();
 }
@@ -185,11 +185,11 @@ inline void write_gpu(LineOut& out, const StepLineInput& in) {
   out.field("idle_ms", ns_to_ms(gpu_window_ns(g, host.step_time_ns) - g.busy_ns));  // null where a check left it out
   out.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
   // No kernel, no efficiency: null, never 0.
-  out.field("sm_efficiency", g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt, "no kernel ran in this step");
+  out.field("sm_efficiency", g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt, reason_text(Reason::step_no_kernel));
   out.field("invariant_exclusions", in.excluded.size());
   out.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
   out.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt,
-            "no NCCL kernel ran in this step");
+            reason_text(Reason::step_no_nccl_kernel));
   out.begin_object("nccl_collectives");
   for (const auto& [op, t] : g.nccl_collectives) out.begin_object(op).field("ms", ns_to_ms(t.first)).field("kernels", t.second).end_object();
   out.end_object();
@@ -218,7 +218,7 @@ inline void write_memory(LineOut& out, const StepLineInput& in) {
     peak_allocated = in.memory.device_used_peak_bytes;
     peak_source = "device_used_sampled";
   }
-  const std::string no_sample = in.memory.null_reason.empty() ? "no memory sample fell inside this step" : in.memory.null_reason;
+  const std::string no_sample = in.memory.null_reason.empty() ? reason_text(Reason::no_memory_sample) : in.memory.null_reason;
   out.field("peak_memory_allocated", peak_allocated, no_sample);
   out.optional_text("peak_memory_source", peak_source, no_sample);
   out.begin_object("memory");
@@ -227,7 +227,7 @@ inline void write_memory(LineOut& out, const StepLineInput& in) {
   out.field("samples", in.memory.samples);
   if (step.allocator) {
     const AllocatorStats& a = *step.allocator;
-    const char* not_given = "the allocator hook did not give it";
+    const char* not_given = reason_text(Reason::allocator_field_missing);
     out.begin_object("allocator")
         .field("allocated_bytes", a.allocated_bytes, not_given)
         .field("reserved_bytes", a.reserved_bytes, not_given)
@@ -247,7 +247,7 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
   out.field("estimated_mfu", in.mfu.value, in.mfu.null_reason);
   out.begin_object("mfu_inputs");
   out.field("flops_per_token", in.flops_per_token > 0 ? std::optional<double>(in.flops_per_token) : std::nullopt,
-            "flops_per_token not set (Config::flops_per_token, STEPTRACE_FLOPS_PER_TOKEN)");
+            reason_text(Reason::flops_per_token_unset));
   out.field("peak_flops", in.peak.flops_per_second, in.peak.null_reason);
   out.field("peak_source", in.peak.flops_per_second ? in.peak.source : in.peak.null_reason);
   out.field("above_one", in.mfu.above_one);
@@ -279,12 +279,12 @@ inline void write_markers(LineOut& out, const StepLineInput& in) {
   out.field("span_ms", m.span_ns ? std::optional<double>(ns_to_ms(*m.span_ns)) : std::nullopt,
             reason_text(Reason::markers_span_unmarked));
   out.field("end_lag_ms", m.end_lag_ns ? std::optional<double>(ns_to_ms(*m.end_lag_ns)) : std::nullopt,
-            "the step's end was not marked");
+            reason_text(Reason::markers_end_unmarked));
   out.field("max_lag_ms", ns_to_ms(m.max_lag_ns));
   out.field("agrees_with_records", in.markers_agree,
-            !in.gpu        ? "the step was not traced: no records to compare with"
+            !in.gpu        ? reason_text(Reason::markers_not_traced)
             : !m.span_ns   ? reason_text(Reason::markers_span_unmarked, ": nothing whole to compare")
-                           : "the step's GPU records are incomplete");
+                           : reason_text(Reason::records_incomplete));
   out.begin_object("phases");
   for (const auto& [id, p] : m.phases) {
     out.begin_object(phase_name(id));

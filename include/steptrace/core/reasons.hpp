@@ -57,7 +57,28 @@ enum Match : uint8_t { kWhole, kPrefix };
   X(first_step_between, "88b2aa27", kWhole, "the first step: GPU work launched before it is gpu.before_first_step_ms") \
   X(flight_recorder_off, "e438ac0f", kWhole, "flight recorder off (trace_keep_steps=0)") \
   X(unknown_no_attribution, "978fb68a", kWhole, "no GPU attribution for this step; host-side waits are below their thresholds") \
-  X(unknown_nothing_traced, "04840ef1", kWhole, "no GPU attribution for this step and no traced step before it; host-side waits are below their thresholds")
+  X(unknown_nothing_traced, "04840ef1", kWhole, "no GPU attribution for this step and no traced step before it; host-side waits are below their thresholds") \
+  X(phase_no_kernel, "afaa6848", kWhole, "no kernel ran in this phase") \
+  X(phase_occupancy_unknown, "13d3b23f", kWhole, "the occupancy calculator had no inputs for this phase's kernels (device properties or kernel attributes unknown)") \
+  X(copies_untimed, "780aca6d", kWhole, "the copies took no measurable time") \
+  X(step_no_kernel, "d051f25f", kWhole, "no kernel ran in this step") \
+  X(evidence_own_attribution, "94a52ca4", kWhole, "this step's own GPU attribution decided") \
+  X(evidence_not_carried, "e14b4b0f", kWhole, "no traced step's GPU view was carried: see diagnosis.reason") \
+  X(window_no_tokens, "584d8e3e", kWhole, "no step of the window had tokens and a step time") \
+  X(counter_not_sampled, "76abfd84", kWhole, "this metric is not available from PM sampling on this GPU") \
+  X(no_cross_rank_exchange, "d5da9384", kWhole, "no cross-rank exchange") \
+  X(no_rank_waited, "65b11e08", kWhole, "a rank measured no collective wait") \
+  X(no_part_exceeds, "f38cc090", kWhole, "no part of the slowest rank's step exceeds the other ranks' median") \
+  X(no_wait_measured, "48c80267", kWhole, "no step in the window measured its collective wait (no traced step, no `nccl` phase, no backward_end events)") \
+  X(nvml_no_reading, "80661af2", kWhole, "NVML gave no such reading for this GPU") \
+  X(nvml_no_clock_reasons, "b9826bae", kWhole, "NVML gave no clock event reasons for this GPU") \
+  X(step_no_nccl_kernel, "8de99d73", kWhole, "no NCCL kernel ran in this step") \
+  X(no_memory_sample, "80f21c7c", kWhole, "no memory sample fell inside this step") \
+  X(allocator_field_missing, "ee7636d6", kWhole, "the allocator hook did not give it") \
+  X(flops_per_token_unset, "c37504a3", kWhole, "flops_per_token not set (Config::flops_per_token, STEPTRACE_FLOPS_PER_TOKEN)") \
+  X(markers_end_unmarked, "ba1f437f", kWhole, "the step's end was not marked") \
+  X(markers_not_traced, "cbd52c40", kWhole, "the step was not traced: no records to compare with") \
+  X(records_incomplete, "69a02012", kWhole, "the step's GPU records are incomplete")
 
 /// A reason's id.
 enum class Reason : uint16_t {
