@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <map>
 #include <optional>
 
 #include "fake_backend.hpp"
@@ -40,6 +41,20 @@ Config base_config(const std::string& log) {
   cfg.trace_every = 1;  // every step traced unless a test says otherwise (the default lets overhead_budget decide)
   cfg.line_detail = steptrace::LineDetail::full;  // the fields the tests read (the compact line: test_line_tiers)
   return cfg;
+}
+
+/// start() on the defaults but the log (and no summary): CTest forces full lines through the environment
+/// (STEPTRACE_LINE_DETAIL), which this lifts for the start, so that the run writes what users get.
+bool start_on_defaults(FakeRun& run, const std::string& log) {
+  Config cfg;
+  cfg.log_path = log;
+  cfg.summary = false;
+  const char* forced = std::getenv("STEPTRACE_LINE_DETAIL");
+  const std::string kept = forced ? forced : "";
+  if (forced) unsetenv("STEPTRACE_LINE_DETAIL");
+  const bool started = run.start(cfg);
+  if (forced) setenv("STEPTRACE_LINE_DETAIL", kept.c_str(), 1);
+  return started;
 }
 
 /// `steps` steps, each a `forward` phase launching `kernels` kernels of 100 us.
@@ -122,17 +137,9 @@ TEST_CASE("the stream markers learn the stream a traced step's kernels went to (
     backend->with_markers = true;
     backend->launch_streams = steptrace::LaunchStreams{0x5000, 19, 20};  // the program's own stream, unnamed
     FakeRun run(std::move(backend));
-    Config cfg;
-    cfg.log_path = log;
-    cfg.summary = false;
-    if (!defaults) cfg = base_config(log), cfg.trace_every = 4;
-    // CTest forces full lines through the environment: the defaults' case lifts it for its run.
-    const char* forced = std::getenv("STEPTRACE_LINE_DETAIL");
-    const std::string kept = forced ? forced : "";
-    if (defaults && forced) unsetenv("STEPTRACE_LINE_DETAIL");
-    const bool started = run.start(cfg);
-    if (defaults && forced) setenv("STEPTRACE_LINE_DETAIL", kept.c_str(), 1);
-    REQUIRE(started);
+    Config cfg = base_config(log);
+    cfg.trace_every = 4;
+    REQUIRE((defaults ? start_on_defaults(run, log) : run.start(cfg)));
     run_steps(*run.gpu, 9, 2);
     steptrace::stop();
     if (defaults) CHECK(read_lines(log).front()["schema"] == "steptrace.step/2");  // the default: compact lines
@@ -983,36 +990,51 @@ TEST_CASE("stream markers: a stream the program names is marked from the first s
 
 TEST_CASE("stream markers: thinned by overhead_budget where marking every step costs over half of it, "
           "every step marked where it does not (the default's settings)", "[runtime][markers]") {
-  for (const bool costly : {true, false}) {
-    INFO((costly ? "40 us a marker" : "markers as cheap as they come"));
-    const auto log = fresh_log(costly ? "runtime_markers_thinned" : "runtime_markers_every_step");
+  // Full lines (the budget deciding, as by default), costly and cheap markers; then the costly ones on the
+  // defaults alone: compact lines, where an unmarked line's reason is a code and its sentence comes once.
+  enum class Case { costly, cheap, costly_defaults };
+  for (const Case c : {Case::costly, Case::cheap, Case::costly_defaults}) {
+    const bool costly = c != Case::cheap, compact = c == Case::costly_defaults;
+    INFO((c == Case::costly ? "40 us a marker" : c == Case::cheap ? "markers as cheap as they come"
+                                                                   : "40 us a marker, the defaults (compact lines)"));
+    const auto log = fresh_log(c == Case::costly  ? "runtime_markers_thinned"
+                               : c == Case::cheap ? "runtime_markers_every_step"
+                                                  : "runtime_markers_thinned_default");
     auto backend = marked_backend();
     backend->fake_markers.lag_ns = 1'000'000'000;  // a synthetic GPU: markers read whatever the host's timing
     // 6 markers a step x 40 us against ~1 ms steps: ~24 % of the step, against half of the default
-    // budget (0.15 %): the most thinning there is (1 step in 64).
+    // budget (0.05 %): the most thinning there is (1 step in 64).
     if (costly) backend->fake_markers.record_cost_ns = 40'000;
     FakeRun run(std::move(backend));
     Config cfg = base_config(log);
     cfg.trace_every = 0;  // the default: overhead_budget decides
     steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
-    REQUIRE(run.start(cfg));
+    REQUIRE((compact ? start_on_defaults(run, log) : run.start(cfg)));
     // Cheap markers (~0.2 us a record here) against 20 ms steps: ~0.01 % of the step, far under the cap.
     constexpr int kSteps = 200;
     for (int i = 0; i < kSteps; ++i) marked_step(*run.gpu, 500, costly ? 0 : 20'000);
     steptrace::stop();
-    const auto lines = read_lines(log);
+    std::vector<nlohmann::json> lines;
+    for (auto& l : read_lines(log))
+      if (l.contains("global_step")) lines.push_back(std::move(l));  // (the compact log's run record aside)
     REQUIRE(lines.size() == kSteps);
+    if (compact) CHECK(lines.front()["schema"] == "steptrace.step/2");
+    std::map<std::string, std::string> sentences;  // a compact log's codes, as its lines bring them
     int thinned = 0, marked_after = 0;
     int64_t first_thinned = -1;
     for (const auto& l : lines) {
       const int64_t step = l["global_step"];
       INFO("step " << step << ": " << l["gpu_markers"].dump() << " " << l["null_reasons"].dump());
+      if (l.contains("reason_text"))
+        for (const auto& [code, text] : l["reason_text"].items()) sentences.emplace(code, text.get<std::string>());
       const bool marked = l["gpu_markers"].is_object();
       if (l["traced"] == true) CHECK(marked);  // a traced step is always marked (the records check them)
-      if (!marked && l["null_reasons"].contains("gpu_markers") &&
-          std::string(l["null_reasons"]["gpu_markers"]).find("overhead_budget") != std::string::npos) {
+      std::string why = l["null_reasons"].contains("gpu_markers") ? l["null_reasons"]["gpu_markers"].get<std::string>() : "";
+      if (compact && sentences.count(why)) why = sentences[why];  // a code: its sentence
+      if (!marked && why.find("overhead_budget") != std::string::npos) {
         CHECK(l["traced"] == false);
-        CHECK(std::string(l["null_reasons"]["gpu_markers"]).find("1 step in 64") != std::string::npos);
+        CHECK(why.rfind(steptrace::reason_text(steptrace::Reason::markers_thinned), 0) == 0);
+        CHECK(why.find("1 step in 64") != std::string::npos);
         ++thinned;
         if (first_thinned < 0) first_thinned = step;
         continue;
@@ -1030,8 +1052,11 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     } else {
       CHECK(thinned == 0);
     }
+    // The full line says the pace in force (overhead.markers_every).
+    if (!compact) CHECK(lines.back()["overhead"]["markers_every"] == (costly ? 64 : 1));
     std::printf("%s: %d lines thinned from step %lld, %d untraced lines marked after\n",
-                costly ? "costly markers" : "cheap markers", thinned, static_cast<long long>(first_thinned), marked_after);
+                c == Case::costly ? "costly markers" : c == Case::cheap ? "cheap markers" : "costly markers, defaults",
+                thinned, static_cast<long long>(first_thinned), marked_after);
   }
 }
 
