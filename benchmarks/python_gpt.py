@@ -21,8 +21,8 @@ Modes (the loop is the same code in all of them; off and floor run it with no-op
   full_nocounters  as full with STEPTRACE_COUNTERS=off
   default_nocounters  as default with STEPTRACE_COUNTERS=off
   alternate        --rounds R rounds in this one process, each one block of warmup + steps steps per mode
-                   of ALTERNATE (off, default, full, full_nocounters, nomarkers; --alternate-modes a
-                   subset) in an order shuffled per round
+                   of ALTERNATE (off, default, full, full_nocounters, nomarkers, default_full, nocupti,
+                   nosampler; --alternate-modes a subset) in an order shuffled per round
                    (seed: the round); steptrace is started with the mode's settings before its block and
                    stopped after it (off: not started; steptrace is imported, its scopes replaced by
                    no-op ones as in mode off). The modes share the process - placement, memory layout,
@@ -61,6 +61,9 @@ ALTERNATE = {  # --mode alternate: each block's start() settings (None: steptrac
     "full": {"trace_every": 1, "line_detail": "full"},
     "full_nocounters": {"trace_every": 1, "counters": "off", "line_detail": "full"},
     "nomarkers": {"stream_markers": False},
+    "default_full": {"line_detail": "full"},     # the defaults, full lines (the overhead's parts to read)
+    "nocupti": {"cupti": "off"},                 # no CUPTI at all: scopes, markers, samplers, lines
+    "nosampler": {"memory_sample_ms": 60000},    # the defaults but the memory/NVML readings
 }
 MODE_ENV = {  # what each steptrace mode sets, and nothing else (STEPTRACE_LOG aside)
     "default": {},

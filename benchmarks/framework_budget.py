@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Whether the default budget holds on short framework steps: PyTorch Lightning and the Hugging Face Trainer,
+each with steptrace's callback on the defaults (no setting but the log path), trained long enough for the
+budget's controller to settle.
+
+    framework_budget.py [--steps 600] [--steady-from 250] [--out DIR] [--frameworks lightning,transformers]
+
+The models are python/tests/test_callbacks_gpu.py's (Lightning: embedding + MLP over a 1 000-token
+vocabulary; transformers: a 2-layer GPT-2 of d_model 128), 4 x 64 tokens a batch, 2 batches accumulated
+per optimizer step, an evaluation of 2 batches every 100 steps: steps of a few milliseconds, host-bound,
+where a fixed per-step cost weighs most. Each run's lines are the default (compact) ones unless --line-detail
+says otherwise.
+
+Prints per framework, over the lines from --steady-from on (the steady state):
+  framework=F lines=N steady=M traced=T step_ms_median=.. trace_every_last=.. estimate_mean=..
+  estimate_last=.. over_budget=K within_budget_last=true|false|null markers_every_last=..
+  untraced_cupti_last=.. method_last=.. traced_step_extra_ms_last=.. clean_step_ms_last=.. parts_last={..}
+(over_budget: steady lines whose overhead.within_budget was false; markers_every, untraced_cupti, method,
+traced_step_extra_ms, clean_step_ms and parts are on full lines only (--line-detail full), `-` otherwise).
+A framework that is not installed prints `framework=F skipped: WHY`.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # one GPU: HF's Trainer would wrap the model in DataParallel
+
+import steptrace  # noqa: F401,E402  (before torch, as a user's script does)
+import torch  # noqa: E402
+
+VOCAB, SEQ, BATCH, ACCUMULATE, EVAL_EVERY = 1000, 64, 4, 2, 100
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=600, help="optimizer steps per framework")
+    p.add_argument("--steady-from", type=int, default=250, help="the first step counted as steady")
+    p.add_argument("--out", default="", help="where the lines go (a temporary folder if empty)")
+    p.add_argument("--frameworks", default="lightning,transformers")
+    p.add_argument("--line-detail", default="", help="full: the overhead's parts in the lines (default: the defaults' compact lines)")
+    return p.parse_args(argv)
+
+
+def dataset(n):
+    g = torch.Generator().manual_seed(0)
+    return [{"input_ids": torch.randint(0, VOCAB, (SEQ,), generator=g)} for _ in range(n)]
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(VOCAB, 128)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, VOCAB))
+
+    def forward(self, input_ids):
+        return self.mlp(self.emb(input_ids))
+
+
+def run_lightning(steps, log, settings):
+    import steptrace.lightning as stl
+    pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = Tiny()
+
+        def training_step(self, batch, batch_idx):
+            ids = batch["input_ids"]
+            logits = self.net(ids[:, :-1])
+            return torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+
+        def validation_step(self, batch, batch_idx):
+            return self.training_step(batch, batch_idx)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    loader = torch.utils.data.DataLoader(dataset(steps * ACCUMULATE * BATCH), batch_size=BATCH)
+    val = torch.utils.data.DataLoader(dataset(2 * BATCH), batch_size=BATCH)
+    trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=ACCUMULATE, accelerator="gpu", devices=1,
+                         val_check_interval=EVAL_EVERY * ACCUMULATE, limit_val_batches=2, num_sanity_val_steps=0,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[stl.StepTrace(log_path=log, **settings)])
+    trainer.fit(Module(), loader, val)
+
+
+def run_transformers(steps, log, settings):
+    import steptrace.transformers as sth
+    import transformers
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=128, n_layer=2, n_head=4)
+    model = transformers.GPT2LMHeadModel(config)
+    train = [dict(d, labels=d["input_ids"]) for d in dataset(steps * ACCUMULATE * BATCH)]
+    evals = [dict(d, labels=d["input_ids"]) for d in dataset(2 * BATCH)]
+    args = transformers.TrainingArguments(output_dir=os.path.join(os.path.dirname(log), "hf"), max_steps=steps,
+                                          per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
+                                          gradient_accumulation_steps=ACCUMULATE, eval_strategy="steps",
+                                          eval_steps=EVAL_EVERY, save_strategy="no", report_to=[],
+                                          logging_steps=100000, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
+                                   callbacks=[sth.StepTraceCallback(log_path=log, **settings)])
+    trainer.train()
+
+
+def summary(name, log, steady_from):
+    steps = []
+    with open(log) as f:
+        for text in f:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(line, dict) and "event" not in line:
+                steps.append(line)
+    steady = [s for s in steps if (s.get("global_step") or 0) >= steady_from]
+    if not steady:
+        return f"framework={name} lines={len(steps)} steady=0 (fewer steps than --steady-from)"
+    ov = [s.get("overhead") or {} for s in steady]
+    est = [o.get("estimated_fraction") for o in ov if o.get("estimated_fraction") is not None]
+    times = [s["step_time_ms"] for s in steady if s.get("step_time_ms") is not None]
+    last = ov[-1]
+
+    def show(v):
+        return "-" if v is None else json.dumps(v)
+
+    fields = [f"framework={name}", f"lines={len(steps)}", f"steady={len(steady)}",
+              f"traced={sum(1 for s in steady if s.get('traced'))}",
+              f"step_ms_median={statistics.median(times):.3f}" if times else "step_ms_median=-",
+              f"trace_every_last={show(last.get('trace_every'))}",
+              f"estimate_mean={statistics.mean(est):.5f}" if est else "estimate_mean=-",
+              f"estimate_last={show(last.get('estimated_fraction'))}",
+              f"over_budget={sum(1 for o in ov if o.get('within_budget') is False)}",
+              f"within_budget_last={show(last.get('within_budget'))}",
+              f"markers_every_last={show(last.get('markers_every'))}",
+              f"untraced_cupti_last={show(last.get('untraced_cupti'))}",
+              f"method_last={show(last.get('method'))}",
+              f"traced_step_extra_ms_last={show(last.get('traced_step_extra_ms'))}",
+              f"clean_step_ms_last={show(last.get('clean_step_ms'))}",
+              "parts_last=" + json.dumps({k: v.get("fraction") for k, v in (last.get("parts") or {}).items()
+                                          if isinstance(v, dict)}, separators=(",", ":"))]
+    return " ".join(fields)
+
+
+def main(argv):
+    a = parse(argv)
+    if not torch.cuda.is_available():
+        print("framework_budget: no GPU")
+        return 1
+    out = a.out or tempfile.mkdtemp(prefix="steptrace-frameworks-")
+    os.makedirs(out, exist_ok=True)
+    runs = {"lightning": run_lightning, "transformers": run_transformers}
+    for name in a.frameworks.split(","):
+        log = os.path.join(out, f"{name}.jsonl")
+        if os.path.exists(log):
+            os.remove(log)
+        try:
+            runs[name](a.steps, log, {"line_detail": a.line_detail} if a.line_detail else {})
+        except ImportError as e:
+            print(f"framework={name} skipped: {e}")
+            continue
+        print(summary(name, log, a.steady_from), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
