@@ -561,9 +561,16 @@ inline constexpr FieldProse kStepProse[] = {
      "switching them while another thread launches crashed CUPTI) or `detach` (`untraced_cupti=detach`, "
      "or chosen by the budget under `untraced_cupti=auto` when staying attached alone costs more than 80 "
      "% of the budget at any interval and detaching is modelled cheaper: launches × 1.1 µs + 8.3 ms for "
-     "an attach and a detach, over 1000 steps (the longest interval); the warning `overhead.detach` and "
+     "an attach and a detach, over 4000 steps (the longest interval the budget picks); the warning `overhead.detach` and "
      "the counters' null reason say when)",
      "CUPTI attribution off (reason)"},
+    {"/overhead/estimated_fraction_floor",
+     "`estimated_fraction` at the longest interval the budget picks (4000), CUPTI's mode and the other "
+     "parts as they are: the least steptrace can cost this program by tracing less often. Above `budget`, "
+     "`within_budget` stays false whatever the interval (one trace costs more than 4000 steps' share of "
+     "the budget, or the markers and scopes alone exceed it); at or below it, a `within_budget: false` "
+     "line is on its way down (the interval is moving)",
+     "as `estimated_fraction`"},
     {"/overhead/estimated_fraction_high",
      "the high end of the estimate's interval: `estimated_fraction` plus what the background thread spent "
      "in CPU time (`parts.background`, `parts.captures`), which costs the program's steps nothing on a "

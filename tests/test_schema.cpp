@@ -244,6 +244,7 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   in.diagnosis.warnings = {"data-loader wait 12 % of the step (>= 10 %)"};
   OverheadLine& o = in.overhead;  // an estimate, the budget and every part
   o.estimate.fraction = o.estimate.fraction_low = o.estimate.fraction_high = 0.004;
+  o.estimate.floor_fraction = 0.0002;
   o.estimate.method = EstimateMethod::measured;
   o.estimate.traced_extra_ms = o.estimate.traced_extra_se_ms = o.estimate.clean_step_ms = 1.5;
   o.estimate.residual_ms = o.estimate.residual_low_ms = o.estimate.launches_per_step = 0.25;

@@ -96,6 +96,8 @@ struct OverheadEstimate {
   bool within_aim = true;              // fraction_high <= kAim x the budget: no reason to trace less often
   std::optional<double> tracing_fraction;   // the traced steps' share of `fraction` at the interval in force
   std::optional<double> attached_fraction;  // CUPTI attached on untraced steps (keep mode)
+  std::optional<double> floor_fraction;     // `fraction` at the longest interval (Settings::max_every):
+                                            // the least the budget can reach with CUPTI's mode in force
   double other_fraction = 0;                // the parts the caller added (core/overhead_parts.hpp)
 };
 
@@ -291,6 +293,7 @@ class OverheadEstimator {
     e.fraction = cost(a, e.every) + e.other_fraction;
     e.fraction_high = cost(a_high, e.every) + e.other_fraction;
     e.fraction_low = cost(a_low, e.every) - b + b_low + e.other_fraction;
+    e.floor_fraction = cost(a, std::max(1, s_.max_every)) + e.other_fraction;
     e.within_budget = *e.fraction <= s_.budget * (1 + 1e-9);
     // The shortest interval whose cost, at the high end of the measurement, fits kAim of the budget
     // less the other parts (the longest allowed if none does).
