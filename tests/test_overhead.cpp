@@ -557,6 +557,29 @@ TEST_CASE("controller: a GPU-bound step settles at the default budget once a mea
   CHECK(*e.fraction == Approx(a / want));
 }
 
+TEST_CASE("controller: after the budget detaches CUPTI, the interval is the detached one's, not the kept one's", "[overhead][controller]") {
+  // Session 64's torch.compile GPT-2 step on an H200 under the defaults (untraced_cupti=auto): 139 ms,
+  // 2 700 launches. Kept attached every step pays 2 700 x 0.79 us = 2.1 ms (1.5 %, over the 0.1 %
+  // budget at any interval), so the keep-mode estimate asks for the longest interval and the budget
+  // detaches; detached, a trace costs ~10 ms and the budget asks for about 1 in 100. The device ran
+  // with the keep-mode answer (4000, taken whole over the aim) and traced no step after the warm-up in
+  // 300; the interval must follow the detached estimate once it is in force.
+  const auto step_ms = [](int, bool traced, bool detached) {
+    return 139.0 + (traced ? (detached ? 10.0 : 3.0) : (detached ? 0.0 : 2.1));
+  };
+  const auto r = simulate(TraceController(budget(0.001)), 1500, step_ms, 2700, 0.04);
+  REQUIRE(r.detach_at >= 8);
+  CHECK(r.detach_at < 20);
+  INFO("interval at the end " << r.every.back());
+  CHECK(r.every.back() >= 64);
+  CHECK(r.every.back() <= 400);
+  int traced_late = 0;
+  for (std::size_t i = 500; i < r.steps.size(); ++i) traced_late += r.steps[i].traced;
+  CHECK(traced_late >= 2);
+  const auto& e = *r.decisions.back().estimate;
+  CHECK(e.within_budget);
+}
+
 TEST_CASE("controller: a trace costing more than a step is measured at the long interval it asks for", "[overhead][controller]") {
   // As the detached launch-bound step and the PyTorch eager loop on an H200 (a traced step 10-17 ms on
   // 6-14 ms steps): 1 ms steps, 2.5 ms when traced, under the default 0.3 %: the interval asked is

@@ -85,7 +85,10 @@ class TraceController {
       return d;
     }
     // The estimator starts over with the first step run detached (steps before it paid the other mode).
-    if (step.detached && estimator_.keep_attached()) estimator_.switch_to_detach();
+    if (step.detached && estimator_.keep_attached()) {
+      estimator_.switch_to_detach();
+      mode_switched_ = true;
+    }
     OverheadObservation ob;
     ob.index = step.index;
     ob.traced = step.traced;
@@ -110,8 +113,14 @@ class TraceController {
       // holds at any interval the budget picks, and once it is forgotten the probe repeats.
       int wanted = e.every;
       if (e.method == EstimateMethod::launch_model && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
-      const int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
-                                        e.method == EstimateMethod::measured);
+      int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
+                                  e.method == EstimateMethod::measured);
+      // Asked to detach, not yet detached: the kept mode's estimate (its floor over the aim: the longest
+      // interval) is about to be obsolete, so the interval holds at no more than the probe's until the
+      // first detached step; then the detached estimate's interval is taken whole (a long interval
+      // chosen for the kept mode would otherwise hold for two of its intervals: 8 000 steps).
+      if (detach_asked_ && estimator_.keep_attached()) next = std::min(std::max(current_every_, kProbeEvery), std::max(next, kProbeEvery));
+      if (mode_switched_) next = wanted, mode_switched_ = false;
       if (next != current_every_) {
         current_every_ = next;
         every_changed_at_ = step.index;
@@ -130,6 +139,7 @@ class TraceController {
   OverheadEstimator estimator_;
   bool stopped_ = false;
   bool detach_asked_ = false;
+  bool mode_switched_ = false;  // the estimator has just switched to detach: its first interval is taken whole
   int current_every_ = 1;          // the interval last asked of the recorder
   uint64_t every_changed_at_ = 0;  // the step whose line moved it
 };
