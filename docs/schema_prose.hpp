@@ -489,7 +489,8 @@ inline constexpr FieldProse kStepProse[] = {
      "as `estimated_fraction`"},
     {"/overhead/trace_every",
      "the interval in force for this step: one step in N is traced; the budget asks for the shortest "
-     "interval whose estimate (its `estimated_fraction_ci_high`) is at most 80 % of `budget`, at least 4 "
+     "interval whose estimate (its `estimated_fraction_ci_high`) is at most 80 % of `budget` (where CUPTI kept "
+     "attached costs that alone, the shortest within `budget`, else the longest), at least 4 "
      "once `measured` (shorter, no step is 3 from a trace), at most 4000 (headroom for the host side, "
      "which the estimate leaves out, and for its spread)",
      "never"},
@@ -561,16 +562,19 @@ inline constexpr FieldProse kStepProse[] = {
      "switching them while another thread launches crashed CUPTI) or `detach` (`untraced_cupti=detach`, "
      "or chosen by the budget under `untraced_cupti=auto` when staying attached alone costs more than 80 "
      "% of the budget at any interval and detaching is modelled cheaper: launches × 1.1 µs + 8.3 ms for "
-     "an attach and a detach, over 4000 steps (the longest interval the budget picks); the warning `overhead.detach` and "
+     "an attach and a detach, over 100 steps, or over 4000 (the longest interval) where the launches the GPU "
+     "waited for (`untraced_residual_low_ms`) alone cost more than 80 % of the budget; the warning `overhead.detach` and "
      "the counters' null reason say when)",
      "CUPTI attribution off (reason)"},
     {"/overhead/estimated_fraction_floor",
      "`estimated_fraction` at the longest interval the budget picks (4000), CUPTI's mode and the other "
      "parts as they are: the least steptrace can cost this program by tracing less often. Above `budget`, "
-     "`within_budget` stays false whatever the interval (one trace costs more than 4000 steps' share of "
-     "the budget, or the markers and scopes alone exceed it); at or below it, a `within_budget: false` "
-     "line is on its way down (the interval is moving)",
-     "as `estimated_fraction`"},
+     "no interval brings the line within it in this mode: CUPTI kept attached costs more alone "
+     "(`untraced_residual_ms`; under `untraced_cupti=auto` the budget may still detach it, and the floor "
+     "falls then), the markers and scopes do (`parts.host_api`), or one trace costs more than 4000 "
+     "steps' share; at or below it, a `within_budget: false` line is on its way down (the interval is "
+     "moving)",
+     "no budget (the reason), as `estimated_fraction`"},
     {"/overhead/estimated_fraction_high",
      "the high end of the estimate's interval: `estimated_fraction` plus what the background thread spent "
      "in CPU time (`parts.background`, `parts.captures`), which costs the program's steps nothing on a "

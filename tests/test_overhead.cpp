@@ -95,8 +95,10 @@ TEST_CASE("with untraced steps the cost is measured from the step times", "[over
   CHECK(with_other.other_fraction == 0.001);
   CHECK(with_other.every == 17);
   CHECK_FALSE(with_other.within_aim);
-  // Other parts past the whole aim: the longest interval.
-  CHECK(e.estimate(13, 0.0045).every == 1000);
+  // Other parts past the whole aim but not the budget: the shortest interval within the budget itself,
+  // 2.5 / (50 n) <= 0.5 % - 0.45 % from n = 100; past the budget: the longest interval.
+  CHECK(e.estimate(13, 0.0045).every == 100);
+  CHECK(e.estimate(13, 0.0055).every == 1000);
 }
 
 namespace {
@@ -277,7 +279,9 @@ TEST_CASE("the schedule: an interval counts from its anchor; the budget moves it
   CHECK(next_trace_every(10, 11, 40, true) == 11);   // over the budget: up, however little
   CHECK(next_trace_every(10, 9, 40, false) == 10);   // down by less than a quarter: stays
   CHECK(next_trace_every(10, 14, 19, false) == 10);  // inside the aim: two intervals not yet run
-  CHECK(next_trace_every(10, 14, 8, true) == 14);    // over it: 8 steps are enough
+  CHECK(next_trace_every(10, 14, 8, true) == 14);    // over it: 8 steps are enough for a quarter more
+  CHECK(next_trace_every(10, 12, 8, true) == 10);    // ... a smaller rise waits two intervals (an anchor is traced)
+  CHECK(next_trace_every(10, 12, 20, true) == 12);
   CHECK(next_trace_every(10, 6, 19, true) == 10);    // down: two intervals, over the aim or not
   CHECK(next_trace_every(10, 14, 20, false) == 14);
   CHECK(next_trace_every(10, 1, 20, false) == 1);    // back to every step
@@ -664,7 +668,8 @@ TEST_CASE("controller: a short framework step with few launches detaches to keep
   // launches the GPU waits for. Attached, every step pays 70 x 0.79 us = 55 us (1.4 %) whatever the
   // interval: over the 0.1 % budget for good. Detached, a trace costs its step again plus an attach
   // (~7 ms): spread over 100 steps that is more than staying attached (the rule this replaces kept it
-  // attached, its lines over budget on every step), over the longest interval (4000) it fits the budget.
+  // attached, its lines over budget on every step); the GPU waited for every launch, so staying attached
+  // certainly costs that much, and the horizon is the longest interval (4000), where detaching fits.
   const auto step_ms = [](int, bool traced, bool detached) {
     return 3.9 + (traced ? 3.9 + (detached ? 7.0 : 0.0) : detached ? 0.0 : 0.055);
   };
@@ -703,10 +708,27 @@ TEST_CASE("controller: a short framework step with few launches detaches to keep
   CHECK(last_over < static_cast<std::size_t>(r.detach_at) + 300);
 }
 
+TEST_CASE("controller: a GPU-bound step with few launches the GPU never waited for keeps CUPTI attached", "[overhead][controller]") {
+  // 20 launches in a 3 ms step the GPU runs behind (none waited for): attached, the model charges
+  // 20 x 0.79 us = 0.53 % at any interval, over the 0.1 % aim, but its low end is 0 (the launching
+  // thread is not what the step waits for). Not certain, so keep-or-detach spreads a detached trace over
+  // 100 steps: (20 x 1.1 us + 8.3 ms) / 300 ms = 2.8 %, more than staying attached: the counters stay on.
+  const auto step_ms = [](int, bool traced, bool) { return 3.0 + (traced ? 0.05 : 0.0); };
+  const auto r = simulate(TraceController(budget(0.001)), 400, step_ms, 20, 0.0);
+  CHECK(r.detach_at == -1);
+  // The same launches all waited for (host-bound): certain, spread over 4000 steps: detached.
+  CHECK(simulate(TraceController(budget(0.001)), 400, step_ms, 20, 1.0).detach_at >= 8);
+  // While the detach is pending the interval is the probe's, and the run traces on after the switch.
+  const auto d = simulate(TraceController(budget(0.001)), 2000, step_ms, 20, 1.0);
+  REQUIRE(d.detach_at >= 8);
+  CHECK(d.every[static_cast<std::size_t>(d.detach_at) + 3] == steptrace::details::kProbeEvery);
+}
+
 TEST_CASE("controller: a launch-bound step detaches once (auto), never under keep or a fixed interval", "[overhead][controller]") {
   // 2 000 launches in a 3 ms step, every launch waited for by the GPU (host_bound 1): kept attached,
   // CUPTI costs 2 000 x 0.79 us = 1.6 ms per step (53 %) at any interval; detached, the model charges
-  // 2 000 x 1.1 us + an attach and detach per trace over 100 steps (kDetachHorizonSteps): detaching pays.
+  // 2 000 x 1.1 us + an attach and detach per trace over 4000 steps (every launch waited for:
+  // kDetachHorizonCertainSteps): detaching pays.
   const auto step_ms = [](int, bool traced, bool detached) { return 3.0 + (traced ? 2.2 : detached ? 0.0 : 1.2); };
   const auto r = simulate(TraceController(budget(0.05)), 200, step_ms, 2000, 1.0);
   REQUIRE(r.detach_at >= 8);  // never during the warm-up

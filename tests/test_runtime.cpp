@@ -406,8 +406,8 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
   REQUIRE(Config{}.untraced_cupti == steptrace::UntracedCupti::automatic);  // the default
   REQUIRE(run.start(budget_config(log)));
   // 2 000 launches in 3 ms, the GPU busy ~1 %: kept attached, CUPTI would cost 2 000 x 0.6 us = 1.2 ms
-  // per step (~40 %) at any interval. Detached, the model's trace costs 2.2 + 8.3 ms over 100 steps
-  // of 3 ms (3.5 %): detaching pays.
+  // per step (~40 %) at any interval. Detached, the model's trace costs 2.2 + 8.3 ms, over 4000 steps
+  // of 3 ms where the GPU waited for the launches (over 100, 3.5 %, where it did not): detaching pays.
   // The switch is decided on a line (step 8's at the earliest) and a detach follows a traced line:
   // whenever the background thread gets to them (a sanitizer's slowdown makes that hundreds of steps
   // later). The program runs until CUPTI was detached once, then 120 steps more.

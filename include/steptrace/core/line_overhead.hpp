@@ -49,7 +49,7 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   out.field("budget", o.budget, o.no_budget_reason);
   out.field("within_budget", o.budget && e.fraction ? std::optional<bool>(e.within_budget) : std::nullopt,
             o.budget ? why : o.no_budget_reason);
-  out.field("estimated_fraction_floor", e.floor_fraction, why);
+  out.field("estimated_fraction_floor", o.budget ? e.floor_fraction : std::nullopt, o.budget ? why : o.no_budget_reason);
   const char* no_range = "no estimate yet";
   out.field("estimated_fraction_ci_low", e.fraction_low, e.fraction ? no_range : why);
   out.field("estimated_fraction_ci_high", e.fraction_high, e.fraction ? no_range : why);

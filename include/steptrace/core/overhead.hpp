@@ -302,7 +302,12 @@ class OverheadEstimator {
     e.within_aim = *e.fraction_high <= whole_aim * (1 + 1e-9);
     int want = 1;
     if (cost(a_high, 1) > aim) {
-      const double n = b < aim ? std::ceil((a_high + attach) / (aim - b)) : static_cast<double>(s_.max_every);
+      // None fits the aim (CUPTI attached costs it alone): the shortest interval that fits the budget
+      // itself, where one does; else the longest (the least it can cost).
+      const double room = s_.budget - e.other_fraction;
+      const double n = b < aim    ? std::ceil((a_high + attach) / (aim - b))
+                       : b < room ? std::ceil((a_high + attach) / (room - b))
+                                  : static_cast<double>(s_.max_every);
       want = static_cast<int>(std::clamp(n, 2.0, static_cast<double>(s_.max_every)));
     }
     // A measurement needs clean steps: never shorter than kMinMeasuringEvery once one speaks.

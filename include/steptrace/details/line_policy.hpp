@@ -77,11 +77,12 @@ inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 ||
 /// The interval the budget moves to, given the one in force, the estimator's recommendation, how many
 /// steps ran since the last change and whether the cost now exceeds what the budget aims at
 /// (OverheadEstimator::kAim of it).
-/// Over the aim, a longer interval is taken whole once 8 steps ran since the last change, model or
-/// measurement: the budget is what the user asked for, and a longer interval can only cost less (what
-/// it gives up - traces - each line says). Waiting two intervals and climbing 4x at a time kept a 4 ms
-/// Lightning step over the 0.1 % budget for 1 300 steps after CUPTI detached (8 -> 32 -> 128 -> 512 ->
-/// 2048, H200, session 64) and a GPT-2 step for 150-200 (session 63).
+/// Over the aim, a longer interval more than a quarter longer is taken whole once 8 steps ran since the
+/// last change, model or measurement: the budget is what the user asked for, and a longer interval can
+/// only cost less (what it gives up - traces - each line says). Waiting two intervals and climbing 4x at
+/// a time kept a 4 ms Lightning step over the 0.1 % budget for 1 300 steps after CUPTI detached (8 -> 32
+/// -> 128 -> 512 -> 2048, H200, session 64) and a GPT-2 step for 150-200 (session 63). Smaller rises wait
+/// two intervals as before: each change anchors the schedule anew, and the anchor is traced.
 /// Inside the aim it waits two intervals' worth of steps (at least 8) after a change, then moves only
 /// by more than a quarter, so that noise in the estimate does not move the schedule; up by 4x at most at
 /// a time while only the launch model speaks (`measured` false: a model can be wrong by more than that on
@@ -90,8 +91,9 @@ inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 ||
 inline int next_trace_every(int current, int recommended, uint64_t steps_since_change, bool over_aim,
                             bool measured = false) {
   if (recommended == current || steps_since_change < 8) return current;
-  if (recommended > current && over_aim) return recommended;
+  if (recommended > current && over_aim && recommended > 1.25 * current) return recommended;
   if (steps_since_change < 2 * static_cast<uint64_t>(current)) return current;
+  if (recommended > current && over_aim) return recommended;  // over the aim: up, however little
   if (recommended > current && !measured) recommended = std::min(recommended, 4 * current);  // a model moves it 4x at most
   const double ratio = static_cast<double>(recommended) / current;
   return (ratio > 1.25 || ratio < 0.8 || recommended == 1) ? recommended : current;

@@ -29,13 +29,18 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 // still traces one every 30-60 s on such loops (7-16 ms steps), and every line between carries the last
 // traced step's diagnosis.
 inline constexpr int kMaxBudgetTraceEvery = 4000;
-// Keep or detach is decided on the detached trace's cost spread over the longest interval the budget
-// may pick: where staying attached alone exceeds the budget's aim at any interval, detaching is the only
-// way back under it, however long the interval it then needs (short framework steps with few launches:
-// Lightning's 4 ms step with ~70 launches pays 1.4 % attached; detached, a trace every ~2 700 steps fits
-// 0.1 %; benchmarks/results/2026-11-29-h200-session64). The decision ends the hardware counters for the
-// run; the log and every line say so.
-inline constexpr int kDetachHorizonSteps = kMaxBudgetTraceEvery;
+// Keep or detach is decided on the detached trace's cost spread over kDetachHorizonSteps, not over the
+// longest interval: the decision ends the hardware counters for the run, and an interval past 100 is
+// what the budget reaches for only on loops whose traced step costs more than a step. Except where
+// staying attached is certain to cost more than the budget's aim: the residual's low end (its launches
+// weighted by the share the GPU waited for, OverheadEstimate::residual_low_ms) alone over it. Then
+// detaching is the only way back under the budget, however long the interval it needs, and the horizon
+// is the longest interval (short framework steps with few launches, all waited for: Lightning's 5 ms
+// step with 71 launches paid 1.4 % attached; detached, a trace every ~2 700 steps fits 0.1 %;
+// benchmarks/results/2026-11-29-h200-session64). A GPU-bound step whose launches the GPU never waited
+// for keeps its counters (its residual may cost it nothing). The log and every line say when.
+inline constexpr int kDetachHorizonSteps = 100;
+inline constexpr int kDetachHorizonCertainSteps = kMaxBudgetTraceEvery;
 inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
 inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
@@ -103,7 +108,7 @@ class TraceController {
     const OverheadEstimate& e = *d.estimate;
     const bool deciding = s_.decides;
     if (s_.may_detach && deciding && !detach_asked_ && e.fraction && step.index >= kProbeAfterSteps &&
-        OverheadEstimator::detach_pays(e, s_.budget, kDetachHorizonSteps)) {
+        OverheadEstimator::detach_pays(e, s_.budget, detach_horizon(e))) {
       d.detach = detach_asked_ = true;
     }
     if (deciding && e.fraction) {
@@ -116,10 +121,12 @@ class TraceController {
       int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
                                   e.method == EstimateMethod::measured);
       // Asked to detach, not yet detached: the kept mode's estimate (its floor over the aim: the longest
-      // interval) is about to be obsolete, so the interval holds at no more than the probe's until the
-      // first detached step; then the detached estimate's interval is taken whole (a long interval
-      // chosen for the kept mode would otherwise hold for two of its intervals: 8 000 steps).
-      if (detach_asked_ && estimator_.keep_attached()) next = std::min(std::max(current_every_, kProbeEvery), std::max(next, kProbeEvery));
+      // interval) is about to be obsolete. The interval is the probe's until the first detached step:
+      // the switch waits for a traced step's records to go off, so a long interval would put it off
+      // (up to 4000 steps), and every step traced would cost the kept mode's trace. Then the detached
+      // estimate's interval is taken whole (a long interval chosen for the kept mode would otherwise
+      // hold for two of its intervals: 8 000 steps).
+      if (detach_asked_ && estimator_.keep_attached()) next = kProbeEvery;
       if (mode_switched_) next = wanted, mode_switched_ = false;
       if (next != current_every_) {
         current_every_ = next;
@@ -131,6 +138,12 @@ class TraceController {
   }
 
   int current_every() const { return current_every_; }
+  /// The steps a detached trace's cost is spread over in keep-or-detach (kDetachHorizonSteps above).
+  int detach_horizon(const OverheadEstimate& e) const {
+    const bool certain = e.residual_low_ms && e.clean_step_ms && *e.clean_step_ms > 0 &&
+                         *e.residual_low_ms / *e.clean_step_ms > s_.budget * OverheadEstimator::kAim;
+    return certain ? kDetachHorizonCertainSteps : kDetachHorizonSteps;
+  }
   bool detach_asked() const { return detach_asked_; }  // a decision said detach (the switch is the backend's)
   bool stopped() const { return stopped_; }
 
