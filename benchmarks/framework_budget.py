@@ -31,6 +31,12 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # one GPU: HF's Trainer woul
 import steptrace  # noqa: F401,E402  (before torch, as a user's script does)
 import torch  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # default_cost_summary: one reader of steptrace's lines
+sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))  # framework_models: the callbacks' test's model
+from default_cost_summary import read_lines  # noqa: E402
+import framework_models  # noqa: E402
+
 VOCAB, SEQ, BATCH, ACCUMULATE, EVAL_EVERY = 1000, 64, 4, 2, 100
 
 
@@ -45,47 +51,19 @@ def parse(argv):
 
 
 def dataset(n):
-    g = torch.Generator().manual_seed(0)
-    return [{"input_ids": torch.randint(0, VOCAB, (SEQ,), generator=g)} for _ in range(n)]
-
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(VOCAB, 128)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, VOCAB))
-
-    def forward(self, input_ids):
-        return self.mlp(self.emb(input_ids))
+    return framework_models.dataset(torch, n, VOCAB, SEQ)
 
 
 def run_lightning(steps, log, settings):
     import steptrace.lightning as stl
     pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
-
-    class Module(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = Tiny()
-
-        def training_step(self, batch, batch_idx):
-            ids = batch["input_ids"]
-            logits = self.net(ids[:, :-1])
-            return torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
-
-        def validation_step(self, batch, batch_idx):
-            return self.training_step(batch, batch_idx)
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
     loader = torch.utils.data.DataLoader(dataset(steps * ACCUMULATE * BATCH), batch_size=BATCH)
     val = torch.utils.data.DataLoader(dataset(2 * BATCH), batch_size=BATCH)
     trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=ACCUMULATE, accelerator="gpu", devices=1,
                          val_check_interval=EVAL_EVERY * ACCUMULATE, limit_val_batches=2, num_sanity_val_steps=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[stl.StepTrace(log_path=log, **settings)])
-    trainer.fit(Module(), loader, val)
+    trainer.fit(framework_models.lightning_module(pl, torch, VOCAB), loader, val)
 
 
 def run_transformers(steps, log, settings):
@@ -106,15 +84,8 @@ def run_transformers(steps, log, settings):
 
 
 def summary(name, log, steady_from):
-    steps = []
-    with open(log) as f:
-        for text in f:
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(line, dict) and "event" not in line:
-                steps.append(line)
+    steps, _ = read_lines(log)
+    steps = steps or []
     steady = [s for s in steps if (s.get("global_step") or 0) >= steady_from]
     if not steady:
         return f"framework={name} lines={len(steps)} steady=0 (fewer steps than --steady-from)"

@@ -24,6 +24,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runner import run_tests  # noqa: E402
+import framework_models  # noqa: E402
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="steptrace-callbacks-")
 VOCAB, SEQ, BATCH, STEPS, ACCUMULATE = 1000, 64, 4, 12, 2
@@ -60,19 +61,8 @@ def check_lines(path, what):
     return problems
 
 
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(VOCAB, 128)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, VOCAB))
-
-    def forward(self, input_ids):
-        return self.mlp(self.emb(input_ids))
-
-
 def dataset(n):
-    g = torch.Generator().manual_seed(0)
-    return [{"input_ids": torch.randint(0, VOCAB, (SEQ,), generator=g)} for _ in range(n)]
+    return framework_models.dataset(torch, n, VOCAB, SEQ)
 
 
 def test_lightning():
@@ -82,23 +72,6 @@ def test_lightning():
         print(f"SKIPPED lightning: {e}")
         return
     pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
-
-    class Module(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = Tiny()
-
-        def training_step(self, batch, batch_idx):
-            ids = batch["input_ids"]
-            logits = self.net(ids[:, :-1])
-            return torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
-
-        def validation_step(self, batch, batch_idx):
-            return self.training_step(batch, batch_idx)
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
     log = os.path.join(OUT, "lightning.jsonl")
     if os.path.exists(log):
         os.remove(log)
@@ -109,7 +82,7 @@ def test_lightning():
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False,
                          callbacks=[stl.StepTrace(log_path=log, summary=False, trace_every=2, line_detail="full")])
-    trainer.fit(Module(), loader, val)
+    trainer.fit(framework_models.lightning_module(pl, torch, VOCAB), loader, val)
     problems = check_lines(log, "lightning")
     assert not problems, problems
 
