@@ -3,6 +3,7 @@
 #include <steptrace/core/overhead.hpp>
 #include <steptrace/core/overhead_parts.hpp>
 #include <steptrace/details/line_policy.hpp>
+#include <steptrace/details/step_recorder.hpp>
 #include <steptrace/details/trace_controller.hpp>
 
 #include <cmath>
@@ -272,21 +273,23 @@ TEST_CASE("the schedule: an interval counts from its anchor; the budget moves it
   }
   for (int k = 0; k < 4; ++k) CHECK(offsets[k] > 60);  // every place in the block, ~100 times each
   CHECK(next_trace_every(1, 5, 3, true) == 1);     // too soon after the last change (8 steps)
-  CHECK(next_trace_every(1, 5, 8, false) == 4);     // inside the aim: up by 4x at most on the model
-  CHECK(next_trace_every(1, 5, 8, true) == 5);      // over it: the recommendation whole
+  CHECK(next_trace_every(1, 5, 8, false) == 4);     // up by 4x at most on the model
+  CHECK(next_trace_every(1, 5, 8, true) == 4);      // over the aim too
+  CHECK(next_trace_every(1, 5, 8, true, /*measured=*/true) == 5);
   CHECK(next_trace_every(2, 5, 8, true) == 5);
   CHECK(next_trace_every(10, 11, 40, false) == 10);  // within a quarter and inside the budget: stays
   CHECK(next_trace_every(10, 11, 40, true) == 11);   // over the budget: up, however little
   CHECK(next_trace_every(10, 9, 40, false) == 10);   // down by less than a quarter: stays
   CHECK(next_trace_every(10, 14, 19, false) == 10);  // inside the aim: two intervals not yet run
-  CHECK(next_trace_every(10, 14, 8, true) == 14);    // over it: 8 steps are enough for a quarter more
-  CHECK(next_trace_every(10, 12, 8, true) == 10);    // ... a smaller rise waits two intervals (an anchor is traced)
+  CHECK(next_trace_every(10, 14, 8, true, /*measured=*/true) == 14);  // a measurement over it: 8 steps for a quarter more
+  CHECK(next_trace_every(10, 14, 8, true) == 10);    // the model waits two intervals
+  CHECK(next_trace_every(10, 12, 8, true, true) == 10);  // ... a smaller rise waits two intervals (an anchor is traced)
   CHECK(next_trace_every(10, 12, 20, true) == 12);
   CHECK(next_trace_every(10, 6, 19, true) == 10);    // down: two intervals, over the aim or not
   CHECK(next_trace_every(10, 14, 20, false) == 14);
   CHECK(next_trace_every(10, 1, 20, false) == 1);    // back to every step
-  CHECK(next_trace_every(8, 90, 16, false) == 32);    // up by 4x at most on the launch model inside the aim
-  CHECK(next_trace_every(8, 90, 16, true) == 90);     // over it, the model's interval whole
+  CHECK(next_trace_every(8, 90, 16, false) == 32);    // up by 4x at most on the launch model
+  CHECK(next_trace_every(8, 90, 16, true) == 32);     // over the aim too
   CHECK(next_trace_every(8, 90, 16, false, /*measured=*/true) == 90);  // a measurement's interval whole
   CHECK(next_trace_every(8, 90, 15, false, /*measured=*/true) == 8);   // ... two intervals after a change
   CHECK(next_trace_every(90, 60, 180, false, /*measured=*/true) == 60);  // down as before
@@ -456,6 +459,7 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
   Simulated out;
   TraceSchedule schedule{1, 0, true};
   int wanted = 1;
+  bool decided = false;  // as the recorder: before a decision, the budget's own start (budget_start_every)
   bool detached = false;
   int detach_from = -1;
   std::deque<ControllerStep> pending;
@@ -463,10 +467,12 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
     out.steps.push_back(s);
     out.decisions.push_back(c.observe(s));
     const ControllerDecision& d = out.decisions.back();
-    if (d.next_every) wanted = *d.next_every;
+    if (d.next_every) wanted = *d.next_every, decided = true;
     if (d.detach) out.detach_at = static_cast<int>(s.index), detach_from = static_cast<int>(s.index) + lag + 1;
   };
   for (int i = 0; i < steps; ++i) {
+    if (c.decides() && !decided && static_cast<uint64_t>(i) == steptrace::details::kProbeAfterSteps)
+      wanted = steptrace::details::budget_start_every(static_cast<uint64_t>(i));
     if (wanted != schedule.every) schedule = TraceSchedule{wanted, static_cast<uint64_t>(i), true};
     if (detach_from >= 0 && i >= detach_from) detached = true;
     ControllerStep s;
@@ -508,7 +514,7 @@ TEST_CASE("controller: a trace costing half a step settles on the interval its c
   const int want = static_cast<int>(std::ceil(0.5 / (OverheadEstimator::kAim * 0.05 * 1.0) - 1e-9));
   REQUIRE(want == 13);
   for (int i = 0; i < 8; ++i) CHECK(r.every[static_cast<std::size_t>(i)] == 1);  // the warm-up traces every step
-  CHECK(r.every[12] == 4);  // the probe (8) begun once the warm-up's lines are in: 4x at a time at most
+  CHECK(r.every[8] == steptrace::details::kProbeEvery);  // the budget's own start: the probe from step 8 on
   for (int e : r.every) CHECK(e <= want);  // never past what the cost asks
   CHECK(r.every.back() == want);
   int traced_late = 0;
@@ -525,6 +531,66 @@ TEST_CASE("controller: a trace costing half a step settles on the interval its c
   CHECK(traced_late >= 100 / want - 1);
   CHECK(traced_late <= 100 / want + 1);
   CHECK(r.detach_at == -1);  // detached from the start: nothing to switch
+}
+
+TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 however late the first decision", "[overhead]") {
+  namespace d = steptrace::details;
+  // One step: begun and ended; returns the traced flag and the interval of the step it began.
+  const auto run = [](d::StepRecorder& rec, int steps, int decide_at, int decide_every) {
+    std::vector<std::pair<bool, int>> out;
+    for (int i = 0; i < steps; ++i) {
+      if (i == decide_at) rec.set_trace_every(decide_every);
+      const auto begun = rec.begin(std::nullopt, std::nullopt);
+      rec.end(std::nullopt);
+      if (begun.closed) out.emplace_back(begun.closed->traced, static_cast<int>(begun.closed->trace_every));
+    }
+    return out;  // steps 0 .. steps-2 (the last one is still open)
+  };
+  steptrace::Config cfg;  // the defaults: the budget decides
+  REQUIRE(d::budget_decides(cfg));
+  d::StepRecorder rec;
+  rec.reset(cfg);
+  auto steps = run(rec, 41, -1, 0);  // no decision reaches it (lines tens of steps late)
+  REQUIRE(steps.size() == 40);
+  for (int i = 0; i < 8; ++i) CHECK(steps[i] == std::make_pair(true, 1));  // the warm-up: every step
+  CHECK(steps[8] == std::make_pair(true, d::kProbeEvery));                  // the probe's interval, anchored here
+  for (int block = 1; block < 4; ++block) {                                 // then one step in each 8
+    int traced = 0;
+    for (int k = 0; k < 8; ++k) traced += steps[8 + 8 * block + k].first;
+    CHECK(traced == 1);
+  }
+  for (int i = 9; i < 16; ++i) CHECK_FALSE(steps[i].first);
+  // A decision before step 8 is the one in force: no start of its own.
+  rec.reset(cfg);
+  steps = run(rec, 21, 5, 32);
+  CHECK(steps[5].second == 32);
+  CHECK(steps[8].second == 32);
+  CHECK(steps[19].second == 32);
+  // A fixed interval (trace_every set) is left as it is.
+  cfg.trace_every = 4;
+  rec.reset(cfg);
+  steps = run(rec, 21, -1, 0);
+  for (const auto& s : steps) CHECK(s.second == 4);
+  cfg.trace_every = 0;
+  cfg.overhead_budget = 0;  // no budget: every step
+  rec.reset(cfg);
+  steps = run(rec, 21, -1, 0);
+  for (const auto& s : steps) CHECK(s == std::make_pair(true, 1));
+}
+
+TEST_CASE("controller: with lines 50 steps late the warm-up still ends at step 8", "[overhead][controller]") {
+  // Lightning's 5 ms step (lines ~30 steps late on the H200): the warm-up's every-step tracing lasted
+  // until the first decision landed (steps 0-39 traced). With the budget's own start, steps 9-50 are
+  // traced 1 in 8 at most, and the controller counts the switch as its own (its interval in force is 8).
+  const auto step_ms = [](int, bool traced, bool) { return 5.0 + (traced ? 5.0 : 0.0); };
+  const auto r = simulate(TraceController(budget(0.001, /*may_detach=*/false)), 200, step_ms, 70, 1.0, /*lag=*/50);
+  int traced = 0;
+  for (int i = 9; i < 50; ++i) traced += r.steps[static_cast<std::size_t>(i)].traced;
+  CHECK(traced <= 6);
+  CHECK(r.every[20] == steptrace::details::kProbeEvery);
+  // Once the first decisions land, the interval does not fall back under the probe's (the controller
+  // counted the recorder's switch as its own, not as an interval of 1 to climb from 4x at a time).
+  for (std::size_t i = 55; i < 120; ++i) CHECK(r.every[i] >= steptrace::details::kProbeEvery);
 }
 
 TEST_CASE("controller: a GPU-bound step settles at the default budget once a measurement speaks", "[overhead][controller]") {

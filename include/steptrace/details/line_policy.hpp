@@ -74,16 +74,29 @@ inline int initial_trace_every(const Config& cfg) { return cfg.trace_every >= 1 
 /// Whether CUPTI may be switched between steps (a fixed interval > 1, or one the budget may raise).
 inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 || budget_decides(cfg); }
 
+inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
+inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
+
+/// The budget's interval before its first decision reaches the recorder, from step `index` on: every
+/// step for the warm-up, then the probe's. The recorder switches on its own at step kProbeAfterSteps and
+/// the controller counts the switch as its own (TraceController::observe): lines reach the controller in
+/// batches, tens of steps late on short steps, and the warm-up's every-step tracing lasted until the
+/// first decision landed (Lightning's 5 ms step traced its first 40 steps, a GPT-2 step its first 13;
+/// H200, session 64).
+inline int budget_start_every(uint64_t index) { return index < kProbeAfterSteps ? 1 : kProbeEvery; }
+
 /// The interval the budget moves to, given the one in force, the estimator's recommendation, how many
 /// steps ran since the last change and whether the cost now exceeds what the budget aims at
 /// (OverheadEstimator::kAim of it).
-/// Over the aim, a longer interval more than a quarter longer is taken whole once 8 steps ran since the
-/// last change, model or measurement: the budget is what the user asked for, and a longer interval can
-/// only cost less (what it gives up - traces - each line says). Waiting two intervals and climbing 4x at
-/// a time kept a 4 ms Lightning step over the 0.1 % budget for 1 300 steps after CUPTI detached (8 -> 32
-/// -> 128 -> 512 -> 2048, H200, session 64) and a GPT-2 step for 150-200 (session 63). Smaller rises wait
-/// two intervals as before: each change anchors the schedule anew, and the anchor is traced.
-/// Inside the aim it waits two intervals' worth of steps (at least 8) after a change, then moves only
+/// A measurement over the aim that asks for an interval more than a quarter longer is taken whole once 8
+/// steps ran since the last change: the budget is what the user asked for, and a longer interval can only
+/// cost less (what it gives up - traces - each line says). Smaller rises wait two intervals: each change
+/// anchors the schedule anew, and the anchor is traced. The launch model is not trusted that far: on a
+/// detached step it charges an attach per trace, which a step may not pay, and an interval it set too long
+/// would hold off the measurement that corrects it (a measurement needs 8 intervals). (After CUPTI
+/// detaches, TraceController takes the detached estimate's first interval whole: Lightning's 5 ms step
+/// climbing 4x two intervals apart stayed over the 0.1 % budget for 1 300 steps; H200, session 64.)
+/// Otherwise it waits two intervals' worth of steps (at least 8) after a change, then moves only
 /// by more than a quarter, so that noise in the estimate does not move the schedule; up by 4x at most at
 /// a time while only the launch model speaks (`measured` false: a model can be wrong by more than that on
 /// a host-bound step); a measured estimate's recommendation is taken whole, being chosen on its 95 %
@@ -91,10 +104,10 @@ inline bool sampling_possible(const Config& cfg) { return cfg.trace_every > 1 ||
 inline int next_trace_every(int current, int recommended, uint64_t steps_since_change, bool over_aim,
                             bool measured = false) {
   if (recommended == current || steps_since_change < 8) return current;
-  if (recommended > current && over_aim && recommended > 1.25 * current) return recommended;
+  if (recommended > current && over_aim && measured && recommended > 1.25 * current) return recommended;
   if (steps_since_change < 2 * static_cast<uint64_t>(current)) return current;
-  if (recommended > current && over_aim) return recommended;  // over the aim: up, however little
   if (recommended > current && !measured) recommended = std::min(recommended, 4 * current);  // a model moves it 4x at most
+  if (recommended > current && over_aim) return recommended;  // over the aim: up, however little
   const double ratio = static_cast<double>(recommended) / current;
   return (ratio > 1.25 || ratio < 0.8 || recommended == 1) ? recommended : current;
 }

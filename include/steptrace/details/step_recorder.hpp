@@ -52,6 +52,8 @@ class StepRecorder {
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
+    budget_started_ = budget_decides(cfg);
+    decided_.store(false, std::memory_order_relaxed);
     publish_begun(BegunStep{});
   }
 
@@ -98,7 +100,12 @@ class StepRecorder {
     r.begin_ns = now;
     r.begin_unix_ns = unix_ns();
     r.spans.reserve(16);
-    const int wanted = wanted_every_.load(std::memory_order_relaxed);
+    int wanted = wanted_every_.load(std::memory_order_relaxed);
+    // No decision yet: the budget's own start (every step for the warm-up, then the probe's interval),
+    // unless one lands meanwhile (the worker's store wins the exchange).
+    if (budget_started_ && !decided_.load(std::memory_order_relaxed) && r.index == kProbeAfterSteps &&
+        wanted_every_.compare_exchange_strong(wanted, budget_start_every(r.index), std::memory_order_relaxed))
+      wanted = budget_start_every(r.index);
     if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index, true};  // the new interval starts here
     r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
     r.trace_every = static_cast<uint32_t>(schedule_.every);
@@ -368,6 +375,7 @@ class StepRecorder {
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
   void set_trace_every(int every) {
     wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
+    decided_.store(true, std::memory_order_relaxed);
     next_traced_.store(true, std::memory_order_relaxed);  // a new interval is anchored at, and traces, the next step
   }
 
@@ -480,6 +488,8 @@ class StepRecorder {
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
+  std::atomic<bool> decided_{false};       // the worker has asked for one (else the budget's start: budget_start_every)
+  bool budget_started_ = false;            // overhead_budget decides the interval (under mutex_)
   TickClock tick_clock_;  // anchored by the worker, read by to_ns
   std::vector<PhaseSpan> gathered_;  // gather_locked()'s buffer, kept between calls
 };

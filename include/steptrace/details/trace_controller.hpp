@@ -41,8 +41,6 @@ inline constexpr int kMaxBudgetTraceEvery = 4000;
 // for keeps its counters (its residual may cost it nothing). The log and every line say when.
 inline constexpr int kDetachHorizonSteps = 100;
 inline constexpr int kDetachHorizonCertainSteps = kMaxBudgetTraceEvery;
-inline constexpr int kProbeEvery = 8;               // the interval that measures a cost the model cannot
-inline constexpr uint64_t kProbeAfterSteps = 8;     // steps traced before the first probe (warm-up)
 
 /// One step as the controller sees it: the step's record and its line's GPU part.
 struct ControllerStep {
@@ -107,6 +105,13 @@ class TraceController {
     d.estimate = estimator_.estimate(step.every, step.host_api_fraction);
     const OverheadEstimate& e = *d.estimate;
     const bool deciding = s_.decides;
+    // The recorder's own switch to the probe's interval at the end of the warm-up (budget_start_every),
+    // seen in the interval this step ran under: counted as this controller's change.
+    if (deciding && every_changed_at_ == 0 && current_every_ == 1 && step.index >= kProbeAfterSteps &&
+        step.every == budget_start_every(kProbeAfterSteps)) {
+      current_every_ = step.every;
+      every_changed_at_ = kProbeAfterSteps;
+    }
     if (s_.may_detach && deciding && !detach_asked_ && e.fraction && step.index >= kProbeAfterSteps &&
         OverheadEstimator::detach_pays(e, s_.budget, detach_horizon(e))) {
       d.detach = detach_asked_ = true;
@@ -138,6 +143,7 @@ class TraceController {
   }
 
   int current_every() const { return current_every_; }
+  bool decides() const { return s_.decides; }
   /// The steps a detached trace's cost is spread over in keep-or-detach (kDetachHorizonSteps above).
   int detach_horizon(const OverheadEstimate& e) const {
     const bool certain = e.residual_low_ms && e.clean_step_ms && *e.clean_step_ms > 0 &&
