@@ -560,6 +560,11 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
     CHECK(traced == 1);
   }
   for (int i = 9; i < 16; ++i) CHECK_FALSE(steps[i].first);
+  // Without GPU attribution (start() says so) no controller decides: every step keeps interval 1.
+  rec.reset(cfg);
+  rec.set_budget_start(false);
+  steps = run(rec, 21, -1, 0);
+  for (const auto& s : steps) CHECK(s.second == 1);
   // A decision before step 8 is the one in force: no start of its own.
   rec.reset(cfg);
   steps = run(rec, 21, 5, 32);

@@ -286,6 +286,24 @@ TEST_CASE("each unavailable part of the backend gives its section a reason that 
     CHECK(l["null_reasons"]["counters"] == "no GPU measured: no usable GPU: fake says so");
     CHECK(run.gpu->calls().attribution_starts == 0);
   }
+  SECTION("no device, the budget deciding: no interval of its own past the warm-up (nothing is traced)") {
+    const auto log = fresh_log("runtime_no_device_budget");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->probe_error = "no usable GPU: fake says so";
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;  // the budget decides (the default)
+    REQUIRE(run.start(cfg));
+    run_steps(*run.gpu, 20, 1);
+    steptrace::stop();
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 20);
+    for (const auto& l : lines) {
+      INFO(l.dump());
+      CHECK(l["overhead"]["trace_every"] == 1);
+      CHECK(l["traced"] == false);
+    }
+  }
   SECTION("CUPTI held by another tool, counters locked, NVML missing") {
     const auto log = fresh_log("runtime_unavailable");
     auto backend = std::make_unique<FakeBackend>();

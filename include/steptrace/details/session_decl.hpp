@@ -94,6 +94,7 @@ class Session {
     ctx.run = discover_run(cfg);
     probe_device(ctx);
     start_attribution(ctx);
+    recorder_.set_budget_start(attribution_);
     start_counters(ctx);
     ctx.peak = resolve_peak_flops(ctx.run.device ? std::optional<std::string_view>(ctx.run.device->name) : std::nullopt,
                                   cfg.dtype, cfg.peak_flops);

@@ -54,6 +54,7 @@ class StepRecorder {
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     budget_started_ = budget_decides(cfg);
     decided_.store(false, std::memory_order_relaxed);
+    open_every_.store(schedule_.every, std::memory_order_relaxed);
     publish_begun(BegunStep{});
   }
 
@@ -109,6 +110,7 @@ class StepRecorder {
     if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index, true};  // the new interval starts here
     r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
     r.trace_every = static_cast<uint32_t>(schedule_.every);
+    open_every_.store(schedule_.every, std::memory_order_relaxed);
     r.trace_anchor = schedule_.anchor;
     if (tokens) r.tokens = tokens;
     else if (cfg_.tokens_per_step > 0) r.tokens = cfg_.tokens_per_step;
@@ -372,6 +374,16 @@ class StepRecorder {
     forced_[slot].store(first << 8 | length, std::memory_order_relaxed);
   }
 
+  /// Whether the budget's own start (budget_start_every) applies: the budget decides and GPU
+  /// attribution runs (start() says no where it could not start it: no controller would ever decide,
+  /// and the lines would say an interval nothing traces by).
+  void set_budget_start(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    budget_started_ = on && budget_decides(cfg_);
+  }
+  /// The interval in force for the step begun last (the stall record's; read without the lock).
+  int trace_every_in_force() const { return open_every_.load(std::memory_order_relaxed); }
+
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
   void set_trace_every(int every) {
     wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
@@ -489,6 +501,7 @@ class StepRecorder {
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
   std::atomic<bool> decided_{false};       // the worker has asked for one (else the budget's start: budget_start_every)
+  std::atomic<int> open_every_{1};         // the interval the step begun last ran under
   bool budget_started_ = false;            // overhead_budget decides the interval (under mutex_)
   TickClock tick_clock_;  // anchored by the worker, read by to_ns
   std::vector<PhaseSpan> gathered_;  // gather_locked()'s buffer, kept between calls

@@ -8,9 +8,9 @@
 //
 // The rules, each in its own place: the cost estimate (core/overhead.hpp, OverheadEstimator), the
 // interval's hysteresis (next_trace_every) and the schedule of traced steps (TraceSchedule), both in
-// line_policy.hpp. Here: the warm-up (every step traced for kProbeAfterSteps steps), the probe (an
-// interval of kProbeEvery once the warm-up is over while only the launch model speaks, so that untraced
-// steps exist to measure against), and keep or detach (untraced_cupti=auto, decided once).
+// line_policy.hpp. Here: the probe (an interval of kProbeEvery while only the launch model speaks, so
+// that untraced steps exist to measure against; the recorder starts it on its own at the end of the
+// warm-up, budget_start_every), and keep or detach (untraced_cupti=auto, decided once).
 #pragma once
 #include "../version.hpp"
 #include <cstdint>

@@ -208,7 +208,7 @@ class Worker {
         else if (readings_.counters_paused())  // the samples held are from the last traced step, not from now
           g.counters_off_reason = "PM sampling paused between traced steps (overhead_budget decides): no recent sample";
         if (!s_.recorder->open_view().traced)
-          g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(controller_.current_every()) +
+          g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(s_.recorder->trace_every_in_force()) +
                               "): its launches are not followed";
       } else {
         g.off_reason = "no GPU attribution: " + ctx.gpu_null_reason;
