@@ -488,7 +488,8 @@ inline constexpr FieldProse kStepProse[] = {
      "step is 3 from a trace, and the budget then traces one step in 8 for a while to measure again)",
      "as `estimated_fraction`"},
     {"/overhead/trace_every",
-     "the interval in force for this step: one step in N is traced; the budget asks for the shortest "
+     "the interval in force for this step: one step in N is traced; 1 for the first 8 steps and 8 from "
+     "there until the budget's first decision (GPU attribution running); the budget asks for the shortest "
      "interval whose estimate (its `estimated_fraction_ci_high`) is at most 80 % of `budget` (where CUPTI kept "
      "attached costs that alone, the shortest within `budget`, else the longest), at least 4 "
      "once `measured` (shorter, no step is 3 from a trace), at most 4000 (headroom for the host side, "
