@@ -9,6 +9,8 @@ import math
 import numbers
 import threading
 
+import steptrace  # the package is whole by now: this module is imported by its callbacks, never by it
+
 from . import _steptrace
 
 
@@ -46,6 +48,10 @@ class CallbackSteps:
         if samples is not None and not callable(samples) and not _is_auto(samples):
             samples = _check_number(who, "samples", samples)
         self.tokens, self.samples, self.settings, self.who = tokens, samples, dict(settings), who
+        # Per batch, what gives its counts (None: not counted per batch); decided once, not at every batch.
+        self._tokens_of = tokens if callable(tokens) else batch_tokens if _is_auto(tokens) else None
+        self._samples_of = samples if callable(samples) else batch_samples if _is_auto(samples) else None
+        self._phases = {}      # name -> steptrace.phase(name), looked up once
         self.started = False   # steptrace started here: stopped at the end of training
         self.step = None       # the open steptrace.step
         self.ending = False    # its framework step ended: it ends where the next begins
@@ -58,7 +64,6 @@ class CallbackSteps:
         """`known_rank`: (rank, world_size) as the framework knows them (Lightning's trainer.global_rank,
         the Trainer's args.process_index), given to start() unless the program set a rank; a session the
         program started with another rank is told so, once, by name."""
-        import steptrace
         from .ranks import check_rank, framework_rank, rank_settings
         self.close_now()  # what an earlier training that raised left open
         self.owner = threading.get_ident()
@@ -72,7 +77,6 @@ class CallbackSteps:
                                  f"settings {sorted(self.settings)} were not applied")
 
     def end_training(self):
-        import steptrace
         self.close_now()
         if self.started and steptrace.is_running():
             steptrace.stop()
@@ -80,10 +84,11 @@ class CallbackSteps:
 
     # ---- steps and phases ----
     def open_step(self):
-        import steptrace
-        if self.step is not None and self.ending:
+        if self.step is not None:
+            if not self.ending:
+                return  # a micro-batch of the open step
             self.close_now()  # the previous step ends where this one begins
-        if self.step is not None or not steptrace.is_running():
+        if not _steptrace.is_running():
             return
         tokens = self.tokens if isinstance(self.tokens, float) else None
         samples = self.samples if isinstance(self.samples, float) and tokens is not None else None
@@ -94,25 +99,26 @@ class CallbackSteps:
 
     def count_batch(self, batch):
         """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
-        if self.step is None or threading.get_ident() != self.owner:
+        if self.step is None or self._tokens_of is None or threading.get_ident() != self.owner:
             return
-        t = self.tokens(batch) if callable(self.tokens) else batch_tokens(batch) if _is_auto(self.tokens) else None
-        t = self._count(t, "tokens")
+        t = self._count(self._tokens_of(batch), "tokens")
         if t is None:
             return
         self.step_tokens = (self.step_tokens or 0.0) + t
-        s = self.samples(batch) if callable(self.samples) else batch_samples(batch) if _is_auto(self.samples) else None
-        s = self._count(s, "samples")
+        s = self._count(self._samples_of(batch), "samples") if self._samples_of is not None else None
         if s is not None:
             self.step_samples = (self.step_samples or 0.0) + s
-        import steptrace
-        steptrace.set_step_tokens(self.step_tokens, self.step_samples)
+        _steptrace.set_step_tokens(self.step_tokens, self.step_samples)
 
     def _count(self, v, what):
         """A count from a batch as a float; a tensor on a GPU is refused (reading it would wait for the
         GPU at every batch), said once; so is a value that is not a finite number >= 0."""
         if v is None:
             return None
+        if type(v) is float or type(v) is int:  # what batch_tokens gives, and most count functions
+            f = float(v)
+            if f >= 0 and f != float("inf"):
+                return f
         if getattr(v, "is_cuda", False):
             _steptrace.warn_once(self.who + "." + what + ".cuda", f"{self.who}: the {what} function returned a CUDA "
                                  "tensor (reading it waits for the GPU every batch): return a Python number; ignored")
@@ -129,12 +135,15 @@ class CallbackSteps:
 
     def enter(self, name):
         """`name` becomes the open phase (the one open before is closed)."""
-        import steptrace
-        self.exit()
-        if self.step is None or not steptrace.is_running():
+        if self.phase is not None:
+            self.exit()
+        if self.step is None or not _steptrace.is_running():
             return
-        self.phase = steptrace.phase(name)
-        self.phase.__enter__()
+        phase = self._phases.get(name)
+        if phase is None:
+            phase = self._phases[name] = steptrace.phase(name)
+        phase.__enter__()
+        self.phase = phase
 
     def exit(self):
         if self.phase is not None:
@@ -146,10 +155,9 @@ class CallbackSteps:
         or work that is no step's does (steptrace._ending)."""
         self.exit()
         if self.step is not None and not self.ending:
-            from . import _keep_until_next
             self.ending = True
             _steptrace.step_work_done()  # the cross-rank view compares ranks up to here
-            _keep_until_next(self.close_now)
+            steptrace._keep_until_next(self.close_now)
 
     def close_if_ending(self):
         """Work that is no step's begins: the step kept open for the next one ends here; one still before its
@@ -159,9 +167,9 @@ class CallbackSteps:
 
     def close_now(self):
         """Ends the open step at once (validation, a checkpoint, the end of training begin)."""
-        from . import _ending
-        if _ending.close == self.close_now:
-            _ending.close = None
+        ending = steptrace._ending
+        if ending.close == self.close_now:
+            ending.close = None
         self.exit()
         self.ending = False
         if self.step is not None:
