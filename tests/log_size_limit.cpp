@@ -15,11 +15,14 @@ int main(int argc, char** argv) {
   if (argc != 2) return 2;
   // SIGXFSZ keeps its default action (end the process): steptrace's writes must not raise it where it
   // would end the program (issue #17).
-  steptrace::start(steptrace_test::host_config(argv[1]));
+  const steptrace::Config cfg = steptrace_test::host_config(argv[1]);
+  steptrace::start(cfg);
   rlimit limit{};
   getrlimit(RLIMIT_FSIZE, &limit);
   const rlim_t unlimited = limit.rlim_cur;
-  limit.rlim_cur = 10000;  // room for a few lines, the next one cut part way
+  // Room for a few lines, the next one cut part way: a full line here is ~10.3 KB (two fit), a compact
+  // one 1.5-2.8 KB after a run record of ~1.9 KB.
+  limit.rlim_cur = cfg.line_detail == steptrace::LineDetail::full ? 25000 : 10000;
   setrlimit(RLIMIT_FSIZE, &limit);
   steptrace_test::forward_steps(20);
   // Wait for the event: the background thread has met the limit (a line refused). The 20 steps' lines
