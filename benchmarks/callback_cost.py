@@ -14,13 +14,12 @@ none of it, so its cost is the loop's time less an empty loop's (`cost_us`); the
 stopped (each returns at its first check: `stopped_us`) split it into the Python bookkeeping and the
 rest (steptrace's host calls and what they do).
 
-Prints per repeat and their median:
+Prints per repeat and their median (the lines are full: the phases' counts are not on compact ones):
   repeat=R steps=N on_us=.. stopped_us=.. empty_us=.. cost_us=.. model_us=.. calls=..
 where model_us = calls x 0.72 µs, calls = 1 + the step's phase scopes + its scalars (the ledger's count:
 details/worker_overhead.hpp), read from the lines written.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,6 +28,8 @@ import time
 
 import steptrace
 from steptrace._callback_steps import CallbackSteps
+
+from default_cost_summary import read_lines  # beside this file: one reader of steptrace's lines
 
 PYTHON_CALL_US = 0.72  # core/overhead_parts.hpp OverheadLedger::kPythonScopeNs
 
@@ -87,8 +88,7 @@ def main(argv):
         steps.end_training()
         stopped = timed(steps, batch, a.steps, a.accumulate)  # every call returns at its first check
         empty = timed_empty(a.steps, a.accumulate)
-        lines = [json.loads(t) for t in open(log) if t.strip()]
-        last = [l for l in lines if "event" not in l][-1]
+        last = read_lines(log)[0][-1]  # full lines: the phases' counts are not on compact ones
         calls = 1 + sum(v.get("count", 0) for v in last["phases"].values()) + len(last.get("scalars") or {})
         rows.append((on, stopped, empty, on - empty, calls * PYTHON_CALL_US, calls))
         print(f"repeat={r} steps={a.steps} on_us={on:.2f} stopped_us={stopped:.2f} empty_us={empty:.2f} "

@@ -645,6 +645,15 @@ TEST_CASE("controller: after the budget detaches CUPTI, the interval is the deta
   const auto r = simulate(TraceController(budget(0.001)), 1500, step_ms, 2700, 0.04);
   REQUIRE(r.detach_at >= 8);
   CHECK(r.detach_at < 20);
+  // The first detached step's decision is the detached estimate's interval, whole (not 4x from the
+  // probe's 8, two intervals apart).
+  std::size_t first = 0;
+  while (first < r.steps.size() && !r.steps[first].detached) ++first;
+  REQUIRE(first < r.steps.size());
+  REQUIRE(r.decisions[first].estimate);
+  REQUIRE(r.decisions[first].next_every);
+  CHECK(*r.decisions[first].next_every == r.decisions[first].estimate->every);
+  CHECK(*r.decisions[first].next_every > 4 * steptrace::details::kProbeEvery);
   INFO("interval at the end " << r.every.back());
   CHECK(r.every.back() >= 64);
   CHECK(r.every.back() <= 400);

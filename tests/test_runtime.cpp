@@ -304,6 +304,31 @@ TEST_CASE("each unavailable part of the backend gives its section a reason that 
       CHECK(l["traced"] == false);
     }
   }
+  SECTION("no device, on the defaults (compact lines): nothing traced, the floor null with its reason") {
+    const auto log = fresh_log("runtime_no_device_defaults");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->probe_error = "no usable GPU: fake says so";
+    FakeRun run(std::move(backend));
+    REQUIRE(start_on_defaults(run, log));
+    run_steps(*run.gpu, 20, 1);
+    steptrace::stop();
+    std::vector<nlohmann::json> lines;
+    for (auto& l : read_lines(log))
+      if (l.contains("global_step")) lines.push_back(std::move(l));  // (the run record aside)
+    REQUIRE(lines.size() == 20);
+    std::map<std::string, std::string> sentences;  // the compact log's codes, as its lines bring them
+    for (const auto& l : lines) {
+      INFO(l.dump());
+      CHECK(l["schema"] == "steptrace.step/2");
+      if (l.contains("reason_text"))
+        for (const auto& [code, text] : l["reason_text"].items()) sentences.emplace(code, text.get<std::string>());
+      CHECK(l["traced"] == false);
+      CHECK(l["overhead"]["estimated_fraction_floor"].is_null());
+      const std::string code = l["null_reasons"]["overhead.estimated_fraction_floor"];
+      REQUIRE(sentences.count(code));
+      CHECK(sentences[code].find("no GPU measured: no usable GPU: fake says so") != std::string::npos);
+    }
+  }
   SECTION("CUPTI held by another tool, counters locked, NVML missing") {
     const auto log = fresh_log("runtime_unavailable");
     auto backend = std::make_unique<FakeBackend>();
