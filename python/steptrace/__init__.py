@@ -62,8 +62,6 @@ _phases_lock = threading.Lock()
 _atexit_registered = False
 _pending = []        # (name, host tensor, event): values recorded from CUDA tensors, read at the step's end
 _staging = {}        # (name, dtype) -> (pinned host tensor, event), made once and reused every step
-_loader_step = threading.local()
-_step_state = threading.local()  # current: the step() open on this thread; owed: exits of steps closed early
 
 
 def _after_fork_in_child():
@@ -74,7 +72,7 @@ def _after_fork_in_child():
     _phases_lock = threading.Lock()
     _pending.clear()
     _staging.clear()
-    _ending.close = None  # the parent's step: not the child's to close
+    _driver.forget()  # the parent's step: not the child's to close
 
 
 if hasattr(os, "register_at_fork"):
@@ -108,7 +106,7 @@ def start(**settings_):
 def _stop_at_exit():
     if _steptrace.is_running():
         try:
-            _end_ending(at_work_end=True)
+            _driver.close_at_stop()
             _resolve_pending()
         finally:
             _ranks._end()
@@ -118,10 +116,9 @@ def _stop_at_exit():
 def stop():
     """Closes the last step, writes the remaining lines and releases CUPTI (a profiler started after
     this can use it). Returns the run's summary as a dict."""
-    from .watch import _close_step, _on_owner
-    _end_ending(at_work_end=True)  # a step kept open for the next one (watch, the callbacks): the last line
-    if _on_owner():
-        _close_step()  # a step watch() holds open (stopped mid-step); another thread's: the runtime closes it
+    # A step kept open for the next one (watch, the callbacks) ends where its training work was done: the
+    # last line; one watch() holds open mid-step ends now; another thread's: the runtime closes it.
+    _driver.close_at_stop()
     _resolve_pending()
     _ranks._end()  # the cross-rank exchange ends with the run (a next one sets it up again)
     return _steptrace.stop()
@@ -143,45 +140,6 @@ class _Scope:
         return wrapped
 
 
-class _Ending(threading.local):
-    """A step kept open past its last training work (watch() after optimizer.step(), the framework
-    callbacks after their step's end): it ends where the next step's work begins, so its time is the
-    iteration's, the GPU wait of a read after the step included (the host returns from optimizer.step()
-    long before the GPU is done). Work that is no step's ends it first, at its own start: an evaluation
-    (a forward in eval mode or without gradients), a phase the program opens between steps
-    (steptrace.phase("checkpoint")), the framework's validation or checkpoint, stop(). Each thread's own
-    (threading.local): two trainers on two threads keep theirs apart, and stop() on another thread finds
-    none and leaves the step to the runtime's stop(), which closes it where its training work was done."""
-    def __init__(self):  # run again in each thread that reads it (no __slots__: they would be shared)
-        self.close = None  # what ends this thread's kept-open step, or None
-
-
-_ending = _Ending()
-
-
-def _keep_until_next(close):
-    """The step `close` ends is done with its training work: it ends where the next one begins."""
-    _ending.close = close
-
-
-_at_work_end = [False]  # _end_step ends the scope where its training work was done (stop())
-
-
-def _end_ending(at_work_end=False):
-    """Ends this thread's kept-open step now, or, at_work_end (stop()), where its training work was done:
-    what the program does after its last optimizer step is no step's. True when one was ended."""
-    c = _ending.close
-    if c is None:
-        return False
-    _ending.close = None
-    _at_work_end[0] = at_work_end
-    try:
-        c()
-    finally:
-        _at_work_end[0] = False
-    return True
-
-
 class _Phase(_Scope):
     __slots__ = ("name", "_id")
 
@@ -190,8 +148,8 @@ class _Phase(_Scope):
         self._id = id_
 
     def __enter__(self):
-        if _ending.close is not None:
-            _end_ending()  # a phase the program opens between steps: no step's
+        if _thread_step.ending:
+            _driver.end_if_ending()  # a phase the program opens between steps: no step's
         _steptrace.phase_enter(self._id)
         return self
 
@@ -244,8 +202,11 @@ def _number(what, v):
 class step(_Scope):
     """One training step: ``with steptrace.step(tokens=4096):`` or ``@steptrace.step()``. Step N's time
     runs from its start to step N+1's start. tokens/samples: this rank's, when tokens_per_step is not
-    the same every step."""
+    the same every step. A step that watch() or a framework callback holds open ends where this one
+    begins (the program's own steps win; watch then adds phases only)."""
     __slots__ = ("tokens", "samples")
+    kind = "steptrace.step()"
+    close_at_stop = False
 
     def __init__(self, tokens=None, samples=None):
         self.tokens = _number("tokens", tokens)
@@ -254,46 +215,45 @@ class step(_Scope):
             raise ValueError("steptrace.step(samples=...): give tokens too")
 
     def __enter__(self):
-        if getattr(_loader_step, "open", False):
+        held = _driver.holder()
+        if isinstance(held, _LoaderSteps):
             raise RuntimeError("steptrace.step() inside a steptrace.loader() loop: the loader makes the steps")
-        state = _step_state
-        if getattr(state, "current", None) is not None:
+        if isinstance(held, step) and not _driver.ending():
             # A step is open on this thread: one entered and never exited (an exception path that skipped
             # __exit__, a generator left half-way) or a step inside a step. Left so, every later step would
             # be ignored; instead it is closed here, and the __exit__ it may still owe does nothing.
             _steptrace.warn_once("step.nested", "steptrace.step() entered while another step is open on this thread "
                                                 "(entered and never exited, or nested): the open step is closed here")
-            state.owed = getattr(state, "owed", 0) + 1
-            state.current = None
-            _end_step()
-        _steptrace.step_enter(self.tokens, self.samples)
-        state.current = self
+            _driver._driver.owed += 1
+            _driver.close_step()
+        _driver.open_step(self, self.tokens, self.samples, always=True)
         return self
 
     def __exit__(self, *exc):
-        state = _step_state
-        current = getattr(state, "current", None)
-        if current is not self:
-            if getattr(state, "owed", 0):
-                state.owed -= 1
+        d = _driver._driver
+        if d.holder is not self:
+            if d.owed:
+                d.owed -= 1
                 return False  # a step closed when the next one began: its exit has nothing left to close
-            if current is not None:
+            if d.holder is not None or not _steptrace.is_running():
                 return False  # not this thread's open step (a generator finalised elsewhere): left alone
-        state.current = None
-        _end_step()
+            _driver.end_step()  # a step entered on another thread, exited here: the runtime's open step
+            return False
+        _driver.close_step()
         return False
 
+    def closing(self):
+        pass
 
-def _end_step():
-    """Closes the open step; the values recorded in it are read first (the step closes even if that fails)."""
-    try:
-        _resolve_pending()
-    finally:
-        if _at_work_end[0]:
-            _steptrace.step_exit_at_work_end()
-        else:
-            _steptrace.step_exit()
-        _ranks._pump()  # gathers of the cross-rank view that completed: handed back
+
+class _LoaderSteps:
+    """A steptrace.loader() loop's steps (one holder per loop)."""
+    __slots__ = ()
+    kind = "steptrace.loader()"
+    close_at_stop = False
+
+    def closing(self):
+        pass
 
 
 def _resolve_pending():
@@ -378,17 +338,14 @@ def loader(iterable, tokens=None, samples=None):
     the program does after the loop (evaluation, a checkpoint) belongs to no step: it is the next
     line's `between_steps`, or the end record's `after_last_step` after the last one."""
     it = iter(iterable)
-    state = _loader_step
-    open_ = False
+    me = _LoaderSteps()
     try:
         while True:
-            if open_:
-                state.open = open_ = False
-                _end_step()
+            if _driver.holds(me):
+                _driver.close_step()
             t = None if callable(tokens) else _number("tokens", tokens)
             s = None if callable(samples) else _number("samples", samples)
-            _steptrace.step_enter(t, s)
-            state.open = open_ = True
+            _driver.open_step(me, t, s, always=True)
             _steptrace.phase_enter(0)  # input
             try:
                 batch = next(it)
@@ -405,10 +362,9 @@ def loader(iterable, tokens=None, samples=None):
                 _steptrace.set_step_tokens(t, s2)
             yield batch
     finally:
-        if open_:
-            state.open = False
+        if _driver.holds(me):
             try:
-                _end_step()
+                _driver.close_step()
             except ValueError:
                 pass  # finalized on another thread (garbage collection): the next step closes it
 
@@ -443,5 +399,7 @@ def use_torch_memory(device=None):
 
 
 from . import ranks as _ranks  # noqa: E402  (imports torch only when called)
+from . import _driver  # noqa: E402  (the thread's step: who holds it, where it ends)
+_thread_step = _driver._driver  # read by every phase's __enter__
 from .ranks import cross_rank  # noqa: E402
 from .watch import watch, unwatch  # noqa: E402

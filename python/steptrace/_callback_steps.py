@@ -4,14 +4,15 @@ its time is the iteration's: what the framework does after the optimizer step, a
 for the GPU among it, is in the step), or until work that is no step's begins (validation, a checkpoint,
 an evaluation forward, the end of training); one phase open at a time, tokens and samples summed over
 the step's batches, steptrace started (and stopped at the end of training) when the program has not
-started it itself."""
+started it itself. Where a step begins and ends is the thread's step driver's (steptrace._driver), as for
+step(), loader() and watch()."""
 import math
 import numbers
 import threading
 
 import steptrace  # the package is whole by now: this module is imported by its callbacks, never by it
 
-from . import _steptrace
+from . import _driver, _steptrace
 
 
 def batch_tokens(batch):
@@ -40,7 +41,9 @@ def batch_samples(batch):
 
 
 class CallbackSteps:
-    """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread)."""
+    """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread),
+    holding its steps in the thread's step driver."""
+    close_at_stop = False  # stopped mid-step: the runtime closes it
 
     def __init__(self, tokens, samples, settings, who):
         if tokens is not None and not callable(tokens) and not _is_auto(tokens):
@@ -52,9 +55,8 @@ class CallbackSteps:
         self._tokens_of = tokens if callable(tokens) else batch_tokens if _is_auto(tokens) else None
         self._samples_of = samples if callable(samples) else batch_samples if _is_auto(samples) else None
         self._phases = {}      # name -> steptrace.phase(name), looked up once
+        self.kind = who
         self.started = False   # steptrace started here: stopped at the end of training
-        self.step = None       # the open steptrace.step
-        self.ending = False    # its framework step ended: it ends where the next begins
         self.phase = None      # the open phase scope
         self.step_tokens = self.step_samples = None
         self.owner = None      # the training thread (the one training began on): other threads pass through
@@ -83,23 +85,26 @@ class CallbackSteps:
         self.started = False
 
     # ---- steps and phases ----
+    @property
+    def open(self):
+        """A step of these callbacks is open on this thread."""
+        return _driver.holds(self)
+
+    def closing(self):
+        """The driver closes the step: its phase first."""
+        self.exit()
+
     def open_step(self):
-        if self.step is not None:
-            if not self.ending:
-                return  # a micro-batch of the open step
-            self.close_now()  # the previous step ends where this one begins
-        if not _steptrace.is_running():
-            return
+        """The framework's step begins: a step, unless one of its micro-batches' is open; one kept open
+        ends here (the driver)."""
         tokens = self.tokens if isinstance(self.tokens, float) else None
         samples = self.samples if isinstance(self.samples, float) and tokens is not None else None
-        self.step = steptrace.step(tokens=tokens, samples=samples)
-        self.step.__enter__()
-        self.ending = False
-        self.step_tokens = self.step_samples = None
+        if _driver.open_step(self, tokens, samples):
+            self.step_tokens = self.step_samples = None
 
     def count_batch(self, batch):
         """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
-        if self.step is None or self._tokens_of is None or threading.get_ident() != self.owner:
+        if self._tokens_of is None or threading.get_ident() != self.owner or not _driver.holds(self):
             return
         t = self._count(self._tokens_of(batch), "tokens")
         if t is None:
@@ -137,7 +142,7 @@ class CallbackSteps:
         """`name` becomes the open phase (the one open before is closed)."""
         if self.phase is not None:
             self.exit()
-        if self.step is None or not _steptrace.is_running():
+        if not _driver.holds(self) or not _steptrace.is_running():
             return
         phase = self._phases.get(name)
         if phase is None:
@@ -152,29 +157,21 @@ class CallbackSteps:
 
     def close_step(self):
         """The framework's step ended: its phase closes; the step stays open until the next one begins
-        or work that is no step's does (steptrace._ending)."""
+        or work that is no step's does (steptrace._driver)."""
         self.exit()
-        if self.step is not None and not self.ending:
-            self.ending = True
-            _steptrace.step_work_done()  # the cross-rank view compares ranks up to here
-            steptrace._keep_until_next(self.close_now)
+        _driver.work_done(self)  # the cross-rank view compares ranks up to here
 
     def close_if_ending(self):
         """Work that is no step's begins: the step kept open for the next one ends here; one still before its
         optimizer step (inside its accumulation window) is left open, not split in two."""
-        if self.ending:
-            self.close_now()
+        if _driver.holds(self) and _driver.ending():
+            _driver.close_step()
 
     def close_now(self):
         """Ends the open step at once (validation, a checkpoint, the end of training begin)."""
-        ending = steptrace._ending
-        if ending.close == self.close_now:
-            ending.close = None
         self.exit()
-        self.ending = False
-        if self.step is not None:
-            step, self.step = self.step, None
-            step.__exit__(None, None, None)
+        if _driver.holds(self):
+            _driver.close_step()
 
 
 def _is_auto(v):

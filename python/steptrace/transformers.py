@@ -43,8 +43,7 @@ class StepTraceCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         import steptrace
-        # The submodule's state, not `steptrace.watch` (the package's name for the function).
-        from .watch import _state as watch_state
+        from .watch import watching
         self._teardown()  # what a train() that raised left (transformers has no on_exception)
         rank, world = getattr(args, "process_index", None), getattr(args, "world_size", None)
         known = (int(rank), int(world)) if isinstance(rank, int) and isinstance(world, int) and world >= 1 else None
@@ -52,7 +51,7 @@ class StepTraceCallback(TrainerCallback):
         if self._cross_rank and getattr(args, "world_size", 1) > 1:
             steptrace.cross_rank()
         if model is not None and steptrace.is_running():
-            if watch_state.active:
+            if watching():
                 _steptrace_warn("the program already runs steptrace.watch(): its hooks are kept, the callback adds "
                                 "the optimizer phase and the steps only")
             else:
@@ -79,7 +78,7 @@ class StepTraceCallback(TrainerCallback):
         def count(module, args, kwargs):
             # Not inside a region torch.compile traces (no graph break), not on another thread (DataParallel's
             # replicas), only training forwards of an open step.
-            if is_compiling() or steps.step is None or not module.training or not torch.is_grad_enabled():
+            if is_compiling() or not steps.open or not module.training or not torch.is_grad_enabled():
                 return None
             ids = kwargs.get("input_ids", args[0] if args else None)
             if hasattr(ids, "numel"):

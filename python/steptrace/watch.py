@@ -35,7 +35,7 @@ call on every rank (``steptrace.cross_rank()``): a collective, so it is never ma
 back."""
 import threading
 
-from . import _steptrace
+from . import _driver, _steptrace
 
 _PHASE_IDS = {"input": 0, "forward": 2, "backward": 3, "optimizer": 4}  # core/phase.hpp's built-in ids
 
@@ -45,14 +45,11 @@ class _State:
         self.lock = threading.Lock()
         self.handles = []        # hook handles to remove
         self.restore = []        # (object, attribute, original) to put back
-        self.step_open = False   # a step opened by watch and not yet closed
         self.backward_seen = False
         self.forward_seen = False  # a forward phase in the open step
         self.blind_steps = 0     # steps in a row with a backward and no forward phase
-        self.thread = None       # the thread the step was opened on
         self.owner = None        # the thread that called watch(): the training thread
         self.in_optimizer = False  # an optimizer phase open (a step that raised leaves it so: closed at the next)
-        self.ending = False      # the open step's training work is done: it ends where the next begins
         self.tokens = None       # number or callable(batch)
         self.samples = None
         self.step_tokens = 0.0   # the open step's batches' tokens so far (tokens callable)
@@ -82,29 +79,47 @@ def _compiling_check(torch):
     return fn if fn is not None else (lambda: False)
 
 
-def _user_step_open():
-    from . import _step_state, _loader_step
-    return getattr(_step_state, "current", None) is not None or getattr(_loader_step, "open", False)
-
-
 def _on_owner():
     """Steps and phases are the training thread's (the one that called watch()): work on other threads
     (a prefetching loader, autograd's threads re-running a checkpointed forward) passes through."""
     return threading.get_ident() == _state.owner
 
 
+class _WatchSteps:
+    """watch()'s steps, as the thread's step driver (steptrace._driver) knows their opener."""
+    kind = "steptrace.watch()"
+    close_at_stop = True  # stopped mid-step: its line is written now
+
+    def closing(self):
+        s = _state
+        if not _steptrace.is_running():
+            return  # stopped meanwhile: stop() closed it
+        s.blind_steps = s.blind_steps + 1 if s.backward_seen and not s.forward_seen else 0
+        if s.blind_steps == 2:
+            _steptrace.warn_once("watch.no_forward", _NO_FORWARD)
+
+
+_WATCH = _WatchSteps()
+
+
+def _step_open():
+    """watch's step is the one open on this thread."""
+    return _driver.holds(_WATCH)
+
+
 def _open_step():
-    """The step watch keeps: opened by the first training work after the previous one closed."""
+    """The step watch keeps: opened by the first training work after the previous one closed (which ends
+    there); none while the program's own step, a loader()'s or a callback's is open (phases only then)."""
     s = _state
-    if s.step_open and s.ending:
-        _close_step()  # the previous step ends where this one begins
-    if not s.steps or s.step_open or not _steptrace.is_running() or _user_step_open():
+    held = _driver.holder()
+    if held is _WATCH and not _driver.ending():
+        return False  # a micro-batch of the open step
+    if not s.steps or (held is not None and held is not _WATCH):
         return False
     tokens = None if callable(s.tokens) else s.tokens
     samples = None if callable(s.samples) else s.samples
-    _steptrace.step_enter(tokens, samples)
-    s.step_open = True
-    s.ending = False
+    if not _driver.open_step(_WATCH, tokens, samples):
+        return False
     s.backward_seen = s.forward_seen = False
     s.step_tokens, s.step_samples = 0.0, None
     return True
@@ -112,32 +127,13 @@ def _open_step():
 
 def _done_with_training_work():
     """The open step's training work is done (optimizer.step() returned): it stays open until the next
-    step's work begins, or work that is no step's does (steptrace._ending)."""
-    s = _state
-    if not s.step_open or s.ending:
-        return
-    s.ending = True
-    _steptrace.step_work_done()  # the cross-rank view compares ranks up to here
-    from . import _keep_until_next
-    _keep_until_next(_close_step)
+    step's work begins, or work that is no step's does (steptrace._driver)."""
+    _driver.work_done(_WATCH)
 
 
 def _close_step():
-    s = _state
-    if not s.step_open:
-        return
-    s.step_open = False
-    s.ending = False
-    from . import _ending
-    if _ending.close is _close_step:
-        _ending.close = None
-    if not _steptrace.is_running():
-        return  # stopped meanwhile: stop() closed it
-    s.blind_steps = s.blind_steps + 1 if s.backward_seen and not s.forward_seen else 0
-    if s.blind_steps == 2:
-        _steptrace.warn_once("watch.no_forward", _NO_FORWARD)
-    from . import _end_step
-    _end_step()
+    if _driver.holds(_WATCH):
+        _driver.close_step()
 
 
 class _Loader:
@@ -176,7 +172,7 @@ class _Loader:
                 raise
             _steptrace.phase_exit()
             s = _state
-            if s.step_open and callable(s.tokens):
+            if _step_open() and callable(s.tokens):
                 # A step of several micro-batches holds all their tokens (and samples).
                 from . import _number
                 s.step_tokens += _number("tokens", s.tokens(batch))
@@ -210,7 +206,6 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
             _number(what, v)
     unwatch()
     is_compiling = _compiling_check(torch)  # looked up once: each hook calls it
-    from . import _end_ending, _ending as _ending_step
     s = _state
     s.tokens, s.samples = tokens, samples
     s.owner = threading.get_ident()
@@ -228,8 +223,8 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
             return None
         if not (module.training and torch.is_grad_enabled()):
             # An evaluation: no step's. A step done with its training work (watch's, a callback's) ends here.
-            if _ending_step.close is not None:
-                _end_ending()
+            if _driver.ending():
+                _driver.end_if_ending()
             return None
         n = getattr(depth, "n", 0)
         if n and not always:
@@ -317,7 +312,7 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
 
     def zero_grad_pre(*_):
         # A step whose optimizer step was skipped (GradScaler found inf): done with its training work here.
-        if _state.active and _on_owner() and _state.step_open and _state.backward_seen:
+        if _state.active and _on_owner() and _state.backward_seen and _step_open():
             _done_with_training_work()
 
     # model.eval() (model.train(False)) on the watched module: an evaluation begins, whatever module object
@@ -326,8 +321,8 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
     original_train = model.train
 
     def train_mode(mode=True):
-        if not mode and _state.active and _on_owner() and _ending_step.close is not None:
-            _end_ending()
+        if not mode and _state.active and _on_owner() and _driver.ending():
+            _driver.end_if_ending()
         return original_train(mode)
     had_train = "train" in vars(model)
     model.train = train_mode
@@ -363,6 +358,11 @@ def watch(model, optimizer=None, loader=None, tokens=None, samples=None):
     return _Loader(loader) if loader is not None else None
 
 
+def watching():
+    """Whether watch()'s hooks are in place."""
+    return _state.active
+
+
 def unwatch():
     """Removes watch()'s hooks; a step it opened is closed."""
     s = _state
@@ -387,8 +387,8 @@ def unwatch():
             setattr(owner, name, original)
     s.restore.clear()
     s.in_optimizer = False
-    if s.step_open:
+    if _step_open():  # this thread's (the training thread's when it unwatches)
         try:
             _close_step()
         except Exception:
-            s.step_open = False
+            _driver.forget()

@@ -175,6 +175,46 @@ def test_manual_phases_nest_and_user_steps_are_kept():
         assert {"attention", "forward", "backward", "optimizer"} <= set(l["phases"]), l["phases"].keys()
 
 
+def test_the_programs_own_steps_take_over_a_step_watch_kept_open():
+    """One step driver: watch() keeps its step open past optimizer.step(); a steptrace.loader() loop or a
+    `with steptrace.step()` the program begins next ends it there and makes the steps from then on (watch
+    adds phases only): every iteration one line with its own forward, backward and optimizer, no step
+    closed twice, no warning. In both line modes."""
+    for full, settings in line_modes():
+        for how in ("loader", "step"):
+            log = fresh("take_over_" + how)
+            model, opt, data = model_and_data(4)
+            assert steptrace.start(log_path=log, summary=False, gpu="off", **settings)
+            steptrace.watch(model, opt)
+            loss_fn = torch.nn.CrossEntropyLoss()
+
+            def iteration(x, y):
+                loss_fn(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+            for x, y in data[:2]:  # watch's steps; the second is kept open past its optimizer step
+                iteration(x, y)
+            assert steptrace._driver.ending()
+            if how == "loader":
+                for x, y in steptrace.loader(data[2:]):
+                    iteration(x, y)
+            else:
+                for x, y in data[2:]:
+                    with steptrace.step():
+                        iteration(x, y)
+            steptrace.stop()
+            steptrace.unwatch()
+            lines = step_lines(log)
+            # the loader's last wait (it finds the loader exhausted) is one more step
+            assert len(lines) == 4 + (how == "loader"), (how, len(lines))
+            assert [l["global_step"] for l in lines] == list(range(len(lines))), how
+            for l in lines[:4]:
+                assert {"forward", "backward", "optimizer"} <= set(l["phases"]), (how, l["global_step"], l["phases"].keys())
+                if full:
+                    assert l["phases"]["optimizer"]["count"] == 1, (how, l["global_step"])
+            assert steptrace._driver.holder() is None
+
+
 def test_unwatch_removes_everything():
     model, opt, data = model_and_data(2)
     backward, autograd_backward = torch.Tensor.backward, torch.autograd.backward
@@ -469,7 +509,7 @@ def stop_from_another_thread(settings):
     t = threading.Thread(target=train_thread)
     t.start()
     t.join()
-    assert steptrace._ending.close is None  # the training thread's slot, not this one's
+    assert steptrace._driver.holder() is None  # the training thread's step, not this one's
     steptrace.stop()  # raised ValueError ("exited more often than entered") before each thread had its own
     steptrace.unwatch()
     assert not errors, errors
