@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <steptrace/core/line_fields.hpp>
+#include <steptrace/core/measured.hpp>
 
 namespace steptrace_test {
 
@@ -70,6 +71,7 @@ inline std::vector<nlohmann::json> read_records(const std::string& path) {
     INFO("line: " << line);
     REQUIRE_NOTHROW(lines.push_back(nlohmann::json::parse(line)));
     check_declared_text(line);
+    CHECK(line.find(steptrace::details::kNoReasonGiven) == std::string::npos);  // every null came with its reason
   }
   return lines;
 }

@@ -322,6 +322,6 @@ TEST_CASE("a traced step's markers not marked whole: agrees_with_records is null
   CHECK(reason().find("begin or end was not marked") != std::string::npos);
   in.markers->span_ns = 9'000'000;  // marked whole, but no verdict (the records were incomplete)
   CHECK(reason() == "the step's GPU records are incomplete");
-  in.gpu.reset();
+  in.gpu.unknown("not traced (the test's step)");
   CHECK(reason().find("not traced") != std::string::npos);
 }

@@ -64,6 +64,34 @@ TEST_CASE("LineOut: a container a check left out is null with its reason, nothin
   CHECK(j["null_reasons"] == nlohmann::json{{"a.b", "b left out"}, {"a.list", "list left out"}});
 }
 
+TEST_CASE("Measured: a value or its reason as one; a later value drops the reason; no reason is counted", "[json]") {
+  const auto bugs = details::measured_without_reason().load();
+  Measured<double> m("not yet measured");
+  CHECK_FALSE(m);
+  CHECK(m.why() == "not yet measured");
+  m = 2.5;
+  REQUIRE(m);
+  CHECK(*m == 2.5);
+  CHECK(m.why().empty());  // the reason of the unknown value does not outlive it
+  m.set(std::nullopt, "the sum is not a finite number");
+  CHECK_FALSE(m.has_value());
+  CHECK(m.why() == "the sum is not a finite number");
+  CHECK(details::measured_without_reason().load() == bugs);
+  Measured<int> forgot(std::optional<int>(), "");  // a producer that gives no reason: said as a bug, counted
+  CHECK(forgot.why() == details::kNoReasonGiven);
+  CHECK(details::measured_without_reason().load() == bugs + 1);
+  const std::optional<double>& as_optional = m;  // reads as the optional it holds
+  CHECK_FALSE(as_optional.has_value());
+
+  LineOut out;
+  m = 1.25;
+  out.begin().field("known", m).field("unknown", Measured<int>("never counted"));
+  const auto j = nlohmann::json::parse(out.finish());
+  CHECK(j["known"] == 1.25);
+  CHECK(j["unknown"].is_null());
+  CHECK(j["null_reasons"] == nlohmann::json{{"unknown", "never counted"}});
+}
+
 TEST_CASE("LineOut: an extra close is ignored and finish() closes what is open, both counted", "[json]") {
   const auto before = details::line_out_unbalanced().load();
   LineOut extra;

@@ -58,12 +58,12 @@ TEST_CASE("MFU = flops_per_token * tokens/s / peak", "[mfu]") {
 TEST_CASE("MFU is null with the reason when an input is missing, and flagged above 1", "[mfu]") {
   const PeakFlops peak = resolve_peak_flops(std::nullopt, Dtype::bf16, 1e15);
   CHECK(peak.source == "config peak_flops");
-  CHECK(compute_mfu(0, 1e5, peak).null_reason == "flops_per_token is not set");
-  CHECK(compute_mfu(1e9, std::nullopt, peak).null_reason.find("tokens per step unknown") == 0);
+  CHECK(compute_mfu(0, 1e5, peak).value.why() == "flops_per_token is not set");
+  CHECK(compute_mfu(1e9, std::nullopt, peak).value.why().find("tokens per step unknown") == 0);
   const PeakFlops unknown = resolve_peak_flops(std::string_view("NVIDIA GeForce RTX 4090"), Dtype::bf16, 0);
   const auto r = compute_mfu(1e9, 1e5, unknown);
   CHECK_FALSE(r.value);
-  CHECK(r.null_reason.find("RTX 4090") != std::string::npos);
+  CHECK(r.value.why().find("RTX 4090") != std::string::npos);
   const auto high = compute_mfu(1e10, 1e6, peak);  // 1e16 / 1e15
   REQUIRE(high.value);
   CHECK(*high.value == Approx(10.0));
@@ -98,7 +98,7 @@ TEST_CASE("MFU under model parallelism: tokens per GPU are the replica's tokens 
   const MfuResult bad = compute_mfu(6e9, 65536.0, peak, ParallelSizes{3, 1, 1, 64});
   CHECK_FALSE(bad.value);
   CHECK_FALSE(bad.data_parallel_size);
-  CHECK(bad.null_reason.find("does not divide world_size 64") != std::string::npos);
+  CHECK(bad.value.why().find("does not divide world_size 64") != std::string::npos);
   CHECK(*bad.tokens_per_second_per_gpu == Approx(65536.0 / 3));
 }
 

@@ -283,8 +283,10 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   empty.step = &bare;
   empty.run = &nothing;
   empty.host = compute_host_metrics(bare);
-  empty.gpu_null_reason = empty.counters_null_reason = empty.cross_rank_null_reason = "off";
-  empty.device_state_null_reason = "off";
+  empty.counters_null_reason = "off";
+  empty.gpu.unknown("off");
+  empty.cross_rank.unknown("off");
+  empty.device_state.unknown("off");
   empty.trace.captured = true;  // captured, not written
   empty.trace.reasons = {"capture_steps"};
   empty.trace.not_written = "over trace_max_files";

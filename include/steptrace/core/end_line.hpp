@@ -28,8 +28,7 @@ struct EndRecord {
   // What ran after the last step's scope ended (evaluation, a checkpoint before stop()): its time and
   // the GPU work launched in it (known when the last step was traced).
   std::optional<int64_t> after_last_step_ns;
-  std::optional<BetweenGpu> after_last_step_gpu;
-  std::string after_last_step_gpu_null_reason;
+  Measured<BetweenGpu> after_last_step_gpu{"no step ended"};
 };
 
 /// The flight recorder's counts: traces written, refused, failed; what its ring held.
@@ -81,7 +80,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJso
   write_trace_stats(out, e.traces);
   if (e.after_last_step_ns) {
     out.begin_object("after_last_step").field("host_ms", ns_to_ms(*e.after_last_step_ns));
-    write_between_gpu(out, e.after_last_step_gpu, e.after_last_step_gpu_null_reason);
+    write_between_gpu(out, e.after_last_step_gpu);
     out.end_object();
   } else {
     out.null("after_last_step", "no step, or the last step's scope was still open at the end");

@@ -17,8 +17,10 @@
 #include "device_state.hpp"
 #include "diagnosis.hpp"
 #include "markers.hpp"
+#include "measured.hpp"
 #include "json_writer.hpp"
 #include "phase.hpp"
+#include "reasons.hpp"
 #include "run_info.hpp"
 #include "step_metrics.hpp"
 #include "trace_trigger.hpp"
@@ -55,8 +57,7 @@ struct OverheadLine {
   OverheadEstimate estimate;
   OverheadParts parts;                  // the estimate part by part (core/overhead_parts.hpp)
   int trace_every = 1;                  // the interval in force for this step
-  std::optional<int> markers_every;     // the stream markers mark 1 step in N (overhead_budget's pace)
-  std::string markers_every_null_reason;  // why markers_every is null
+  Measured<int> markers_every{"the stream markers are not armed"};  // they mark 1 step in N (overhead_budget's pace)
   std::string untraced_cupti;           // "keep" | "detach" while this step ran; "" without attribution
   std::string kernel_timestamps;        // how kernel records are timed; "" without attribution
   std::optional<double> budget;         // overhead_budget, when it chose the interval (trace_every 0)
@@ -73,29 +74,24 @@ struct StepLineInput {
   MfuResult mfu;
   double flops_per_token = 0;
   PeakFlops peak;
-  std::optional<StepGpu> gpu;            // CUPTI attribution of the step's launches
-  std::string gpu_null_reason;           // why there is none
+  Measured<StepGpu> gpu{"no GPU attribution"};  // CUPTI attribution of the step's launches, or why none
   std::string counters_null_reason;      // why sm_activity, memory_bandwidth_utilization, tensor... are null
   std::optional<CounterSummary> counters;             // PM sampling over the step's window
   std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
   double counters_interval_us = 0;
   uint64_t counter_values_excluded = 0;  // PM sample values outside [0, 1] left out so far (run total)
-  std::optional<CrossRankView> cross_rank;            // rank 0: the latest gathered view
-  std::string cross_rank_null_reason;
+  Measured<CrossRankView> cross_rank{reason_text(Reason::no_cross_rank_exchange)};  // rank 0: the latest gathered view
   int cross_rank_every = 0;
-  std::optional<RankSummary> rank_wait;               // every rank: its own last posted summary
-  std::string rank_wait_null_reason;
-  std::optional<DeviceStateSummary> device_state;     // NVML readings within the step
-  std::string device_state_null_reason;               // why device_state is null
+  Measured<RankSummary> rank_wait{reason_text(Reason::no_cross_rank_exchange)};  // every rank: its own last posted summary
+  Measured<DeviceStateSummary> device_state{"NVML is not read"};  // NVML readings within the step
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
   StepShares shares;
   Diagnosis diagnosis;
   std::optional<WindowSummary> window;
   // Tokens and samples of every step since start() (written or not: log_every), for monotonic
-  // counters; nullopt while no step had a count (or the sum left the finite numbers: `totals_reason`).
-  std::optional<double> tokens_total, samples_total;
-  std::string tokens_total_reason = "no step since start() had tokens (set tokens_per_step or TRACE_STEP(tokens))";
-  std::string samples_total_reason = "no step since start() had samples (set samples_per_step or TRACE_STEP(tokens, samples))";
+  // counters; unknown, and why, while no step had a count (or the sum left the finite numbers).
+  Measured<double> tokens_total{"no step since start() had tokens (set tokens_per_step or TRACE_STEP(tokens))"};
+  Measured<double> samples_total{"no step since start() had samples (set samples_per_step or TRACE_STEP(tokens, samples))"};
   OverheadLine overhead;
   StepTrace trace;                      // the flight recorder's capture of this step (details/flight_recorder.hpp)
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
@@ -103,11 +99,9 @@ struct StepLineInput {
   std::vector<std::string> warnings;
   // GPU work launched between the previous step's scope end and this step's begin (records on only
   // when the previous step was traced); the host side is in the step record (between_ns, between_spans).
-  std::optional<BetweenGpu> between_gpu;
-  std::optional<StepMarkers> markers;    // the step's stream markers (core/markers.hpp)
-  std::string markers_null_reason;       // why markers is unknown
+  Measured<BetweenGpu> between_gpu{"no GPU records between steps"};
+  Measured<StepMarkers> markers{"no stream markers"};  // the step's stream markers (core/markers.hpp)
   std::optional<bool> markers_agree;     // traced steps with markers: whether they agree with the records
-  std::string between_gpu_null_reason;   // why between_gpu is unknown
   // Values that failed a check that needs no ground truth (core/line_invariants.hpp): field path ->
   // why; written null with that reason and counted (gpu.invariant_exclusions).
   std::map<std::string, std::string> excluded;

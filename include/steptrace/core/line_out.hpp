@@ -145,6 +145,11 @@ class LineOut {
   LineOut& field(std::string_view name, const std::optional<T>& v, std::string_view reason) {
     return v ? field(name, *v) : null(name, reason);
   }
+  /// A value or why it is null, as one thing (core/measured.hpp).
+  template <class T>
+  LineOut& field(std::string_view name, const Measured<T>& v) {
+    return v ? field(name, *v) : null(name, v.why());
+  }
   /// A text that is empty when unknown: null with `reason` then.
   LineOut& optional_text(std::string_view name, const std::string& v, std::string_view reason) {
     return v.empty() ? null(name, reason) : field(name, v);

@@ -23,7 +23,7 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
       {"host_api", &p.host_api},   {"background", &p.background}, {"captures", &p.captures}};
   for (const auto& [name, part] : parts) {
     out.begin_object(name);
-    out.field("fraction", part->fraction, part->null_reason.empty() ? why : part->null_reason);
+    out.field("fraction", part->fraction);
     out.field("basis", std::string(basis_name(part->basis)));
     if (part == &p.background) {  // by reading, since the warm-up
       const char* warm_up = "no step counted yet (warm-up)";
@@ -44,8 +44,7 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   out.optional_text("method", e.fraction ? std::string(method_name(e.method)) : std::string(), why);
   out.field("trace_every", o.trace_every);
   out.field("decided_by", o.budget ? "overhead_budget" : "trace_every");
-  out.field("markers_every", o.markers_every,
-            o.markers_every_null_reason.empty() ? "the stream markers are not armed" : o.markers_every_null_reason);
+  out.field("markers_every", o.markers_every);
   out.field("budget", o.budget, o.no_budget_reason);
   out.field("within_budget", o.budget && e.fraction ? std::optional<bool>(e.within_budget) : std::nullopt,
             o.budget ? why : o.no_budget_reason);

@@ -62,8 +62,8 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
   out.field("tokens_per_second", host.tokens_per_second, no_rate(step.tokens, no_tokens));
   out.field("samples", step.samples, no_samples);
   out.field("samples_per_second", host.samples_per_second, no_rate(step.samples, no_samples));
-  out.field("tokens_total", in.tokens_total, in.tokens_total_reason);
-  out.field("samples_total", in.samples_total, in.samples_total_reason);
+  out.field("tokens_total", in.tokens_total);
+  out.field("samples_total", in.samples_total);
   write_phase_field(out, in, "dataloader_wait_ms", phase_tag::input);
   write_phase_field(out, in, "h2d_time_ms", phase_tag::h2d);
   write_phase_field(out, in, "forward_time_ms", phase_tag::forward);
@@ -106,9 +106,9 @@ inline void write_scalars(LineOut& out, const StepLineInput& in) {
 }
 
 /// GPU work outside every step (between two steps, after the last): the `gpu` member of the open object.
-inline void write_between_gpu(LineOut& out, const std::optional<BetweenGpu>& gpu, const std::string& reason) {
+inline void write_between_gpu(LineOut& out, const Measured<BetweenGpu>& gpu) {
   if (!gpu) {
-    out.null("gpu", reason);
+    out.null("gpu", gpu.why());
     return;
   }
   const BetweenGpu& g = *gpu;
@@ -142,7 +142,7 @@ inline void write_between_steps(LineOut& out, const StepLineInput& in) {
   }
   for (const auto& [name, p] : phases) out.begin_object(name).field("host_ms", ns_to_ms(p.first)).field("count", p.second).end_object();
   out.end_object();
-  write_between_gpu(out, in.between_gpu, in.between_gpu_null_reason);
+  write_between_gpu(out, in.between_gpu);
   out.end_object();
 }
 
@@ -206,7 +206,7 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
 inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
   const std::string no_gpu = in.host.step_time_ns <= 0 ? "the step has no time"
                              : in.gpu ? reason_text(Reason::step_no_kernel)
-                                      : "this step has no GPU attribution (" + in.gpu_null_reason + ")";
+                                      : "this step has no GPU attribution (" + in.gpu.why() + ")";
   out.begin_object("diagnosis");
   out.field("label", bottleneck_name(in.diagnosis.label)).field("reason", in.diagnosis.reason);
   out.begin_object("evidence");

@@ -23,7 +23,7 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
                                      static_cast<double>(gpu_window_ns(*in.gpu, host.step_time_ns)));  // null where a check left it out
     out.field("nccl_time_ms", ns_to_ms(in.gpu->nccl_ns));
   } else {
-    const std::string why = in.gpu ? "the step has no time" : in.gpu_null_reason;
+    const std::string why = in.gpu ? "the step has no time" : in.gpu.why();
     out.null("gpu_utilization", why).null("nccl_time_ms", why);
   }
 }
@@ -89,7 +89,7 @@ inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool val
 /// The cross-rank view (rank 0's lines), or why none.
 inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
   if (!in.cross_rank) {
-    out.null("cross_rank", in.cross_rank_null_reason.empty() ? reason_text(Reason::no_cross_rank_exchange) : in.cross_rank_null_reason);
+    out.null("cross_rank", in.cross_rank.why());
     return;
   }
   const CrossRankView& v = *in.cross_rank;
@@ -131,7 +131,7 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
 /// Every rank's line: its own summary as it was exchanged (core/cross_rank.hpp).
 inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
   if (!in.rank_wait) {
-    out.null("rank_wait", in.rank_wait_null_reason.empty() ? reason_text(Reason::no_cross_rank_exchange) : in.rank_wait_null_reason);
+    out.null("rank_wait", in.rank_wait.why());
     return;
   }
   const RankSummary& s = *in.rank_wait;
@@ -150,7 +150,7 @@ inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
 /// NVML readings within the step.
 inline void write_device_state(LineOut& out, const StepLineInput& in) {
   if (!in.device_state) {
-    out.null("device_state", in.device_state_null_reason);
+    out.null("device_state", in.device_state.why());
     return;
   }
   const DeviceStateSummary& d = *in.device_state;
@@ -174,7 +174,7 @@ inline void write_gpu(LineOut& out, const StepLineInput& in) {
   const HostStepMetrics& host = in.host;
   out.field("traced", in.gpu.has_value());
   if (!in.gpu) {
-    out.null("gpu", in.gpu_null_reason);
+    out.null("gpu", in.gpu.why());
     return;
   }
   const StepGpu& g = *in.gpu;
@@ -244,7 +244,7 @@ inline void write_memory(LineOut& out, const StepLineInput& in) {
 
 /// Estimated MFU and its inputs.
 inline void write_mfu(LineOut& out, const StepLineInput& in) {
-  out.field("estimated_mfu", in.mfu.value, in.mfu.null_reason);
+  out.field("estimated_mfu", in.mfu.value);
   out.begin_object("mfu_inputs");
   out.field("flops_per_token", in.flops_per_token > 0 ? std::optional<double>(in.flops_per_token) : std::nullopt,
             reason_text(Reason::flops_per_token_unset));
@@ -266,7 +266,7 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
 /// The step's stream markers (core/markers.hpp): GPU evidence of its own, traced or not.
 inline void write_markers(LineOut& out, const StepLineInput& in) {
   if (!in.markers) {
-    out.null("gpu_markers", in.markers_null_reason.empty() ? "no stream markers" : in.markers_null_reason);
+    out.null("gpu_markers", in.markers.why());
     return;
   }
   const StepMarkers& m = *in.markers;

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "measured.hpp"
 #include "overhead.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -52,9 +53,8 @@ inline const char* basis_name(PartBasis b) {
 
 /// One part of the estimate.
 struct OverheadPart {
-  std::optional<double> fraction;
+  Measured<double> fraction{"the estimate's parts were not computed for this line"};  // share of the step, or why not
   PartBasis basis = PartBasis::none;
-  std::string null_reason;  // why fraction is null
 };
 
 struct OverheadParts {
@@ -191,33 +191,29 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
   OverheadParts p;
   p.present = true;
   const std::string pending = "no traced step observed yet", untimed = "no step timed yet";
-  p.tracing.fraction = e.tracing_fraction;
+  p.tracing.fraction.set(e.tracing_fraction, pending);
   p.tracing.basis = e.method == EstimateMethod::measured ? PartBasis::measured : PartBasis::modelled;
-  if (!e.tracing_fraction) p.tracing.null_reason = pending;
-  p.attached.fraction = e.attached_fraction;
+  p.attached.fraction.set(e.attached_fraction, pending);
   p.attached.basis = PartBasis::modelled;
-  if (!e.attached_fraction) p.attached.null_reason = pending;
   switch (counters) {
     case CountersRun::around_traced_steps:
       p.counters.basis = PartBasis::in_tracing;
-      p.counters.null_reason = "PM sampling runs only around traced steps: its cost is inside tracing's";
+      p.counters.fraction.unknown("PM sampling runs only around traced steps: its cost is inside tracing's");
       break;
     case CountersRun::every_step:
       p.counters.basis = PartBasis::not_measured;
-      p.counters.null_reason = "PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
-                               "without it to compare with";
+      p.counters.fraction.unknown("PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
+                                  "without it to compare with");
       break;
     case CountersRun::off:
       p.counters.basis = PartBasis::off;
       p.counters.fraction = 0.0;
       break;
   }
-  p.host_api.fraction = ledger.host_api_fraction();
+  p.host_api.fraction.set(ledger.host_api_fraction(), untimed);
   p.host_api.basis = PartBasis::modelled;
-  if (!p.host_api.fraction) p.host_api.null_reason = untimed;
-  p.background.fraction = ledger.background_fraction();
+  p.background.fraction.set(ledger.background_fraction(), untimed);
   p.background.basis = PartBasis::measured;
-  if (!p.background.fraction) p.background.null_reason = untimed;
   p.background_memory = ledger.work_fraction(OverheadLedger::Work::memory);
   p.background_device_state = ledger.work_fraction(OverheadLedger::Work::device_state);
   p.background_counters = ledger.work_fraction(OverheadLedger::Work::counters);

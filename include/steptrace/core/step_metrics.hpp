@@ -10,7 +10,9 @@
 
 #include "clock.hpp"
 #include "intervals.hpp"
+#include "measured.hpp"
 #include "metrics.hpp"
+#include "reasons.hpp"
 #include "records.hpp"
 #include "reasons.hpp"
 
@@ -114,8 +116,7 @@ struct ParallelSizes {
 
 /// MFU with its inputs, or the reason it cannot be computed.
 struct MfuResult {
-  std::optional<double> value;
-  std::string null_reason;
+  Measured<double> value{reason_text(Reason::flops_not_set)};
   bool above_one = false;  // a number above 1 is impossible: the FLOPs count or the peak is wrong
   ParallelSizes parallel;
   std::optional<long long> data_parallel_size;       // world_size / (tensor x pipeline x context)
@@ -146,13 +147,18 @@ inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>
                              std::to_string(parallel.world_size);
   }
   if (tokens_per_second && mp >= 1) r.tokens_per_second_per_gpu = *tokens_per_second / static_cast<double>(mp);
-  if (!(flops_per_token > 0)) r.null_reason = reason_text(Reason::flops_not_set);
-  else if (!tokens_per_second) r.null_reason = reason_text(Reason::tokens_unknown);
-  else if (!peak.flops_per_second) r.null_reason = peak.null_reason;
-  else if (!r.data_parallel_size) r.null_reason = r.parallel_null_reason + ": the sizes are wrong, so is any MFU";
-  if (!r.null_reason.empty()) return r;
-  r.value = model_flops_utilization(flops_per_token, *r.tokens_per_second_per_gpu, *peak.flops_per_second);
-  r.above_one = *r.value > 1.0;
+  if (!(flops_per_token > 0)) {
+    r.value.unknown(reason_text(Reason::flops_not_set));
+  } else if (!tokens_per_second) {
+    r.value.unknown(reason_text(Reason::tokens_unknown));
+  } else if (!peak.flops_per_second) {
+    r.value.unknown(peak.null_reason);
+  } else if (!r.data_parallel_size) {
+    r.value.unknown(r.parallel_null_reason + ": the sizes are wrong, so is any MFU");
+  } else {
+    r.value = model_flops_utilization(flops_per_token, *r.tokens_per_second_per_gpu, *peak.flops_per_second);
+    r.above_one = *r.value > 1.0;
+  }
   return r;
 }
 

@@ -204,16 +204,18 @@ class CrossRankLink {
   void fill_line(uint64_t step, int rank, StepLineInput& in) {
     std::lock_guard<std::mutex> lock(mutex_);
     in.cross_rank_every = every_;  // the cadence the views were gathered at, also after the exchange stopped
+    std::string no_view;  // why this line has no view (set while it has none)
     if (!exchange_ && null_reason_.empty())
-      in.cross_rank_null_reason = reason_text(Reason::no_communicator);
+      no_view = reason_text(Reason::no_communicator);
     else if (!exchange_)
-      in.cross_rank_null_reason = null_reason_;
+      no_view = null_reason_;
     else if (rank != 0)
-      in.cross_rank_null_reason = reason_text(Reason::view_on_rank0);
+      no_view = reason_text(Reason::view_on_rank0);
     else if (views_.empty())
-      in.cross_rank_null_reason = reason_text(Reason::no_exchange_yet);
+      no_view = reason_text(Reason::no_exchange_yet);
     else if (views_.front().step > static_cast<int64_t>(step))
-      in.cross_rank_null_reason = reason_text(Reason::view_of_later_step);
+      no_view = reason_text(Reason::view_of_later_step);
+    if (!no_view.empty()) in.cross_rank.unknown(no_view);
     // A line takes the newest view of its own step or an earlier one; older ones not yet on a line are
     // dropped (lines not written, log_every: a line never carries a view many exchanges old).
     const auto newest_upto = [step](auto& q) {
@@ -230,9 +232,9 @@ class CrossRankLink {
       in.rank_wait = std::move(own_.front());
       own_.pop_front();
     } else {
-      in.rank_wait_null_reason = !exchange_ && own_.empty() ? in.cross_rank_null_reason
-                                 : !own_.empty() ? "this rank's next summary is of a later step"
-                                                 : "no summary posted since the previous line (one every cross_rank_every steps)";
+      in.rank_wait.unknown(!exchange_ && own_.empty() && !no_view.empty() ? no_view
+                           : !own_.empty() ? "this rank's next summary is of a later step"
+                                           : "no summary posted since the previous line (one every cross_rank_every steps)");
     }
   }
 

@@ -42,7 +42,7 @@ struct LineContext {
   bool counters_on = false;
   bool counters_traced_only = false;  // PM sampling paused between traced steps (overhead_budget decides)
   bool device_state_on = false;
-  std::string device_state_null_reason;
+  std::string device_state_null_reason = "NVML is not open yet (the background thread opens it after start())";
   std::string memory_null_reason;  // updated by the worker when memory sampling stops
 };
 
@@ -109,8 +109,7 @@ class LineAssembler {
     uint64_t gpu_dropped_records = 0;
     uint64_t steps_dropped_total = 0;
     uint64_t lines_unwritten_total = 0;
-    std::optional<StepMarkers> markers;  // the step's stream markers, read back (details/marker_ring.hpp)
-    std::string markers_null_reason;
+    Measured<StepMarkers> markers{"no stream markers"};  // the step's stream markers, read back (details/marker_ring.hpp)
   };
   StepLineInput assemble(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced, const Extra& x) {
     StepLineInput in;
@@ -126,8 +125,7 @@ class LineAssembler {
     parallel.context = ctx_.cfg.model_parallel.context;
     parallel.world_size = ctx_.run.world_size;
     in.mfu = compute_mfu(ctx_.cfg.flops_per_token, in.host.tokens_per_second, ctx_.peak, parallel);
-    in.gpu = std::move(gpu);
-    in.gpu_null_reason = untraced.empty() ? ctx_.gpu_null_reason : untraced;
+    in.gpu.set(std::move(gpu), untraced.empty() ? ctx_.gpu_null_reason : untraced);
     in.counters_null_reason = ctx_.counters_null_reason;
     if (ctx_.counters_traced_only && !in.gpu && ctx_.counters_null_reason.empty()) {
       in.counters_null_reason = reason_text(Reason::counters_traced_only);
@@ -135,17 +133,17 @@ class LineAssembler {
     } else if (ctx_.counters_on || !counter_samples_.empty()) {
       attribute_counters(r, in);
     }
-    if (ctx_.device_state_on) in.device_state = summarize_device_state(device_states_, r.begin_ns, r.own_end_ns());
-    in.device_state_null_reason = !ctx_.device_state_on ? ctx_.device_state_null_reason
-                                                        : "no NVML reading within or before this step yet (NVML opens in "
-                                                          "the background after start())";
+    if (ctx_.device_state_on)
+      in.device_state.set(summarize_device_state(device_states_, r.begin_ns, r.own_end_ns()),
+                          "no NVML reading within or before this step yet (NVML opens in the background after start())");
+    else
+      in.device_state.unknown(ctx_.device_state_null_reason);
     // device_states_: keep the latest reading before this step (fallback for a short next step).
     while (device_states_.size() > 1 && device_states_[1].time_ns <= r.begin_ns) device_states_.pop_front();
     in.gpu_dropped_records = x.gpu_dropped_records;
     in.steps_dropped_total = x.steps_dropped_total;
     in.lines_unwritten_total = x.lines_unwritten_total;
     in.markers = x.markers;
-    in.markers_null_reason = x.markers_null_reason;
     if (in.mfu.above_one)
       warn_once("mfu.above_one",
                 "estimated_mfu > 1 (" + std::to_string(*in.mfu.value) + "): flops_per_token or peak_flops is wrong");
@@ -224,19 +222,17 @@ class LineAssembler {
 
   /// Every step's tokens and samples since start() into the line's `tokens_total` / `samples_total`.
   void add_totals(const StepRecord& r, StepLineInput& in) {
-    const auto add = [](const std::optional<double>& count, Total& t, std::optional<double>& out, std::string& why,
-                        const char* what) {
+    const auto add = [](const std::optional<double>& count, Total& t, Measured<double>& out, const char* what) {
       if (count) t.sum += *count, t.seen = true;
-      if (!t.seen) {
-        why = std::string("no step since start() had ") + what + " (set " + what + "_per_step or TRACE_STEP(tokens, samples))";
-      } else if (!std::isfinite(t.sum)) {
-        why = std::string("the sum of the steps' ") + what + " is not a finite number";
-      } else {
+      if (!t.seen)
+        out.unknown(std::string("no step since start() had ") + what + " (set " + what + "_per_step or TRACE_STEP(tokens, samples))");
+      else if (!std::isfinite(t.sum))
+        out.unknown(std::string("the sum of the steps' ") + what + " is not a finite number");
+      else
         out = t.sum;
-      }
     };
-    add(r.tokens, tokens_total_, in.tokens_total, in.tokens_total_reason, "tokens");
-    add(r.samples, samples_total_, in.samples_total, in.samples_total_reason, "samples");
+    add(r.tokens, tokens_total_, in.tokens_total, "tokens");
+    add(r.samples, samples_total_, in.samples_total, "samples");
   }
 
   void add_to_window(double ms, std::optional<double> tokens_per_second) {

@@ -169,9 +169,10 @@ class MarkerRing {
   }
   /// Any thread, as the program destroys a stream (CUPTI attached: the collector's hook): the
   /// markers leave it first, the mark in progress (one event record at most) finished.
-  void forget_stream(std::uintptr_t s) {
-    if (!learned_.load(std::memory_order_acquire) && !named_.load(std::memory_order_acquire)) return;
-    if (s != stream()) return;
+  /// True when it was the markers' stream (forgotten now).
+  bool forget_stream(std::uintptr_t s) {
+    if (!learned_.load(std::memory_order_acquire) && !named_.load(std::memory_order_acquire)) return false;
+    if (s != stream()) return false;
     {
       std::lock_guard<std::mutex> lock(why_mutex_);  // arm() checks forgotten_ under it: none arms after
       forgotten_.store(true, std::memory_order_seq_cst);
@@ -183,6 +184,7 @@ class MarkerRing {
     learned_.store(false, std::memory_order_release);
     stream_id_.store(-1, std::memory_order_relaxed);
     // A named stream stays named (never learned over): the program names the next one, or none.
+    return true;
   }
   std::uintptr_t stream() const { return stream_.load(std::memory_order_relaxed); }
 

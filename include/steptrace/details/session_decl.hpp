@@ -88,6 +88,7 @@ class Session {
       return false;
     }
     recorder_.reset(cfg);
+    relearned_at_.store(kNeverRelearned, std::memory_order_relaxed);
     const std::string clock_reason = recorder_.begin_clock_calibration(cfg.clock);
     LineContext ctx;
     ctx.cfg = cfg;
@@ -322,6 +323,21 @@ class Session {
   /// torch.distributed's). Training thread, while running.
   std::pair<int, int> rank_and_world() const { return {run_.rank, run_.world_size}; }
 
+  /// The program destroyed the stream the markers were recorded on (any thread, from CUPTI's callback as
+  /// it destroys it): the next step to begin is traced, whatever the interval, so that its launches show
+  /// the stream that took the work (the markers learn it after the traced step; the lines between say
+  /// why they have none). Without it, the markers would wait for the budget's next trace: up to
+  /// kMaxBudgetTraceEvery steps. At most one such trace every kRelearnEverySteps steps: a program that
+  /// makes a stream per step is not traced every step.
+  void relearn_marker_stream() {
+    const uint64_t next = recorder_.steps_begun();  // the next step to begin (an open one is past)
+    uint64_t last = relearned_at_.load(std::memory_order_relaxed);
+    if (last != kNeverRelearned && next < last + kRelearnEverySteps) return;
+    if (!relearned_at_.compare_exchange_strong(last, next, std::memory_order_relaxed)) return;
+    recorder_.force_trace(next, next);
+  }
+  static constexpr uint64_t kRelearnEverySteps = 100;
+
   /// capture_steps(n): the next n steps to begin are written as a trace.
   bool capture_steps(int n) {
     if (n <= 0) {
@@ -487,6 +503,8 @@ class Session {
   Config cfg_;
   RunInfo run_;
   static constexpr uint64_t kNotEnded = ~uint64_t{0};
+  static constexpr uint64_t kNeverRelearned = ~uint64_t{0};
+  std::atomic<uint64_t> relearned_at_{kNeverRelearned};  // the step relearn_marker_stream() last traced
   std::atomic<uint64_t> ended_at_begun_{kNotEnded};  // steps begun when an ending was served (end_now)
   std::string log_path_;
   bool attribution_ = false;  // the backend collects launches and records

@@ -133,7 +133,9 @@ inline void Session::start_attribution(LineContext& ctx) {
   launches.step_key = [] { return current_step().load(std::memory_order_relaxed); };
   launches.phase = [] { return launch_phase(); };
   launches.thread_id = [] { return this_thread_id(); };
-  gpu_->on_stream_destroy([](std::uintptr_t stream) { marker_ring().forget_stream(stream); });
+  gpu_->on_stream_destroy([](std::uintptr_t stream) {
+    if (marker_ring().forget_stream(stream)) Session::current().relearn_marker_stream();
+  });
   const std::string err = gpu_->start_attribution(detach_, launches);
   if (!err.empty()) {
     ctx.gpu_null_reason = reason_text(Reason::cupti_unavailable, err);

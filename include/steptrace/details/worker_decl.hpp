@@ -226,12 +226,12 @@ class Worker {
   void emit_ready(bool stopping);
 
   /// The GPU work launched after `step`'s scope ended and before the next step began (or the end):
-  /// known when `step` was traced (records stay on until the next step begins); else nullopt and why.
-  std::optional<BetweenGpu> gpu_after(int64_t step, std::string& why);
+  /// known when `step` was traced (records stay on until the next step begins); else why not.
+  Measured<BetweenGpu> gpu_after(int64_t step);
 
   /// One step's line: assembled (line_assembler.hpp), checked, handed to the sinks and the flight recorder.
   void process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
-               std::optional<BetweenGpu> between = std::nullopt, const std::string& between_reason = {});
+               Measured<BetweenGpu> between = Measured<BetweenGpu>(reason_text(Reason::first_step_between)));
 
   /// Whether a line still waiting for something of its GPU evidence goes out now (line_due).
   bool incomplete_line_due(const StepRecord& r, bool stopping) const;

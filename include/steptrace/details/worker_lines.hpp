@@ -30,8 +30,7 @@ inline void Worker::emit_ready(bool stopping) {
     const bool between_in = before < 0 || attributor_.between_complete(before, stopping);
     if (s_.attribution && !r.traced && !between_in && !incomplete_line_due(r, stopping)) return;
     if (!take_markers(r, stopping)) return;
-    std::string between_reason;
-    std::optional<BetweenGpu> between = before >= 0 ? gpu_after(before, between_reason) : std::nullopt;
+    Measured<BetweenGpu> between = before >= 0 ? gpu_after(before) : Measured<BetweenGpu>(reason_text(Reason::first_step_between));
     prev_traced_ = r.traced;
     last_taken_ = LastTaken{static_cast<int64_t>(r.index), r.scope_end_ns};
     if (s_.attribution && !r.traced) {
@@ -57,7 +56,7 @@ inline void Worker::emit_ready(bool stopping) {
         for (auto& t : pg.top_kernels) t.name = demangle_(t.name);
     }
     const bool traced = gpu.has_value(), complete = gpu && gpu->complete;
-    process(r, std::move(gpu), untraced, std::move(between), between_reason);
+    process(r, std::move(gpu), untraced, std::move(between));
     try {
       flight_.keep(r, traced ? &activity : nullptr, complete,
                    traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
@@ -149,19 +148,16 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
                       "stream with steptrace::set_marker_stream");
 }
 
-inline std::optional<BetweenGpu> Worker::gpu_after(int64_t step, std::string& why) {
-  if (!s_.attribution) {
-    why = lines_.context().gpu_null_reason;
-    return std::nullopt;
-  }
+inline Measured<BetweenGpu> Worker::gpu_after(int64_t step) {
+  if (!s_.attribution) return Measured<BetweenGpu>(lines_.context().gpu_null_reason);
   std::optional<BetweenGpu> g = attributor_.take_between(step);
   if (g) {
     for (auto& t : g->top_kernels) t.name = demangle_(t.name);
-    return g;
+    return {std::move(g), {}};
   }
-  if (prev_traced_) return BetweenGpu{};  // records were on and nothing was launched
-  why = "step " + std::to_string(step) + " was not traced: GPU records run from a traced step's begin to the next step's begin";
-  return std::nullopt;
+  if (prev_traced_) return {BetweenGpu{}, {}};  // records were on and nothing was launched
+  return Measured<BetweenGpu>("step " + std::to_string(step) +
+                              " was not traced: GPU records run from a traced step's begin to the next step's begin");
 }
 
 /// A step's collective wait for the cross-rank window (cross_rank_link.hpp), from its own GPU evidence:
@@ -179,7 +175,7 @@ inline void Worker::feed_wait(const StepLineInput& in) {
 }
 
 inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced,
-                            std::optional<BetweenGpu> between, const std::string& between_reason) {
+                            Measured<BetweenGpu> between) {
   try {
     for (const auto& [name, v] : r.scalars)
       if (!std::isfinite(v))
@@ -188,12 +184,8 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
                                           "): a non-finite value is written as null, with the reason in null_reasons "
                                           "(said once; every such line says it)");
     LineAssembler::Extra x;
-    if (markers_.step == static_cast<int64_t>(r.index)) {
-      x.markers = std::move(markers_.markers);
-      x.markers_null_reason = std::move(markers_.why);
-    } else {
-      x.markers_null_reason = reason_text(Reason::markers_not_read);
-    }
+    if (markers_.step == static_cast<int64_t>(r.index)) x.markers.set(std::move(markers_.markers), std::move(markers_.why));
+    else x.markers.unknown(reason_text(Reason::markers_not_read));
     x.gpu_dropped_records = std::exchange(gpu_dropped_records_, 0);
     x.steps_dropped_total = s_.queue->dropped();
     x.lines_unwritten_total = lines_failed_.load(std::memory_order_relaxed);
@@ -202,7 +194,6 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     feed_wait(in);
     in.overhead = std::move(overhead);
     in.between_gpu = std::move(between);
-    in.between_gpu_null_reason = between_reason;
     in.trace = flight_.decide(r.index, ns_to_ms(in.host.step_time_ns),
                               in.gpu ? std::optional<Bottleneck>(in.diagnosis.label) : std::nullopt,
                               s_.captures && s_.captures->covers(r.index), lines_.context().run.run_id);
@@ -300,7 +291,7 @@ inline void Worker::write_end(const std::string& reason, uint64_t steps_cut) {
     e.steps_cut_at_end = steps_cut;
     if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
       e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);
-      e.after_last_step_gpu = gpu_after(last_taken_.index, e.after_last_step_gpu_null_reason);
+      e.after_last_step_gpu = gpu_after(last_taken_.index);
     }
     const std::string line = make_end_line(e, lines_.context().run);
     for (sink::LineSink* sink : s_.sinks)

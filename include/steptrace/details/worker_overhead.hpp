@@ -14,7 +14,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   o.untraced_cupti = untraced_cupti_of(r);
   if (s_.attribution) o.kernel_timestamps = s_.gpu->kernel_timestamps();  // asked again at every attach
   if (marker_ring().armed()) o.markers_every = marker_ring().wanted_every();
-  else o.markers_every_null_reason = cfg.stream_markers ? marker_ring().why_off() : "stream_markers=false";
+  else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : "stream_markers=false");
   if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
   else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                  : "overhead_budget=0: every step is traced";
