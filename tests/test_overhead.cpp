@@ -388,6 +388,19 @@ TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N unde
   CHECK(*stalled.marked_step_fraction() == Approx(0.005));
   CHECK(*stalled.host_api_fraction() > *ledger.host_api_fraction() + 0.015);
   CHECK(*ledger.host_api_fraction() == Approx((4 * steptrace::OverheadLedger::kScopeNs * 1e-6 + 0.025) / 10));
+  // At the pace in force: the calls, and a typical marked step's cost x the share marked now. Every
+  // second step marked, as fed: the sum's value; the outlier is no cost of the pace.
+  const double calls = 4 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 10;
+  CHECK(*ledger.host_api_fraction_at(2) == Approx(*ledger.host_api_fraction()));
+  CHECK(*stalled.host_api_fraction_at(2) == Approx(*ledger.host_api_fraction()));
+  CHECK(*ledger.host_api_fraction_at(16) == Approx(calls + 0.005 / 16));  // thinned: what is paid from now on
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));                // not marking
+  // Steps marked at every step until the budget thinned them to 1 in 16 (session 65's 5 ms GPU-bound
+  // step, ~20 us a marked step): the window's sum still holds them; the pace in force does not.
+  steptrace::OverheadLedger thinned;
+  for (int i = 0; i < 80; ++i) thinned.step(5, 3, false, i < 40 || i % 16 == 0 ? 0.02 : 0.0);
+  CHECK(*thinned.host_api_fraction() > 0.002);                     // 0.2 % of the step: the early steps
+  CHECK(*thinned.host_api_fraction_at(16) < 0.0004);               // ~0.03 %: 0.4 % / 16 plus the calls
 
   using steptrace::markers_every;
   const double budget = 0.003;  // half: 0.15 %

@@ -63,13 +63,15 @@ TEST_CASE("a C++ loop on its own stream, defaults, nothing named: the markers le
               thinned, marked_after, by_markers, destroyed_said);
   CHECK(marked >= before * 9 / 10);  // learned from the first traced step: every line from step 2 on
   CHECK(by_markers >= 1);
-  CHECK(destroyed_said >= 1);  // the lines between the destroy and the next traced step say so
   const auto& first_new = run.lines[std::size_t(recreated)];
   std::printf("own_stream: step %d (the first on the new stream) traced %s; CUPTI %s between traces, interval %d\n",
               recreated, first_new["traced"].dump().c_str(), first_new["overhead"]["untraced_cupti"].dump().c_str(),
               int(first_new["overhead"]["trace_every"]));
-  // CUPTI attached (the collector heard the destroy): that step is traced whatever the interval.
+  // CUPTI attached (the collector heard the destroy): that step is traced whatever the interval, and
+  // the markers are on the new stream from the step after it. Otherwise the lines between the destroy
+  // and the next traced step say why they have no markers.
   if (first_new["overhead"]["untraced_cupti"] == "keep") CHECK(first_new["traced"] == true);
+  if (first_new["traced"] != true) CHECK(destroyed_said >= 1);
   // The program destroyed the markers' stream: the next step was traced (Session::relearn_marker_stream),
   // whatever the budget's interval (1 in ~60 or more on this 3.5 ms step), and it showed the new stream.
   CHECK(marked_after >= 1);

@@ -12,7 +12,8 @@
 //               hosts, 54-101 ns per scope with the tick counter or steady_clock, the step boundary's
 //               share included, benchmarks/README.md "A phase scope without a lock" and its H100
 //               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md), plus the stream
-//               markers' CUDA event records, measured on the training thread as they are made
+//               markers' CUDA event records, measured on the training thread as they are made: a
+//               marked step's typical cost x the share of steps the markers' pace marks now
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
 //               time in them, measured (not their wall time: a reading may wait for a lock the
 //               training thread's CUDA call holds, which costs neither of them a core)
@@ -134,9 +135,25 @@ class OverheadLedger {
     return per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
   }
 
+  /// What the window's steps paid: the calls as modelled, the markers' records as measured (their sum).
   std::optional<double> host_api_fraction() const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
     return std::max(0.0, (sum_.calls * ns_per_call_ * 1e-6 + sum_.measured_ms) / sum_.step_ms);
+  }
+  /// What the steps pay at the markers' pace in force (1 step in `markers_every`; 0: not marking): the
+  /// calls as modelled over the window, and one marked step's typical cost (marked_step_fraction) times
+  /// the share marked now. The line's host_api and the interval's decision read this, not the window's
+  /// sum: the sum holds the steps marked before overhead_budget thinned the markers for up to kWindow
+  /// steps (session 65, a 5 ms GPU-bound step marked every step at ~20 us for 40 steps: the sum still
+  /// said 0.2 % of the step 40 steps after the markers went to 1 in 16, ~0.03 %, and the budget, taking
+  /// it for a cost no interval could fix, set the longest interval), and a record the thread was
+  /// preempted in, or waited in for a driver lock, is no cost of the markers' pace. A traced step's
+  /// markers are in its measured extra (tracing), not here.
+  std::optional<double> host_api_fraction_at(int markers_every) const {
+    if (!(sum_.step_ms > 0)) return std::nullopt;
+    const double calls = sum_.calls * ns_per_call_ * 1e-6 / sum_.step_ms;
+    const std::optional<double> marked = markers_every >= 1 ? marked_step_fraction() : std::nullopt;
+    return std::max(0.0, calls + (marked ? *marked / markers_every : 0.0));
   }
   std::optional<double> background_fraction() const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
@@ -187,7 +204,7 @@ enum class CountersRun { around_traced_steps, every_step, off };
 /// ledger's host and background ones, the captures' (`captures`: CaptureBudget::fraction(); nullopt
 /// without the flight recorder).
 inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const OverheadLedger& ledger, CountersRun counters,
-                                         std::optional<double> captures) {
+                                         std::optional<double> captures, int markers_every = 1) {
   OverheadParts p;
   p.present = true;
   const std::string pending = "no traced step observed yet", untimed = "no step timed yet";
@@ -210,7 +227,7 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
       p.counters.fraction = 0.0;
       break;
   }
-  p.host_api.fraction.set(ledger.host_api_fraction(), untimed);
+  p.host_api.fraction.set(ledger.host_api_fraction_at(markers_every), untimed);
   p.host_api.basis = PartBasis::modelled;
   p.background.fraction.set(ledger.background_fraction(), untimed);
   p.background.basis = PartBasis::measured;
