@@ -207,6 +207,7 @@ class step(_Scope):
     __slots__ = ("tokens", "samples")
     kind = "steptrace.step()"
     close_at_stop = False
+    yields_to_program = False
 
     def __init__(self, tokens=None, samples=None):
         self.tokens = _number("tokens", tokens)
@@ -218,28 +219,30 @@ class step(_Scope):
         held = _driver.holder()
         if isinstance(held, _LoaderSteps):
             raise RuntimeError("steptrace.step() inside a steptrace.loader() loop: the loader makes the steps")
-        if isinstance(held, step) and not _driver.ending():
-            # A step is open on this thread: one entered and never exited (an exception path that skipped
-            # __exit__, a generator left half-way) or a step inside a step. Left so, every later step would
-            # be ignored; instead it is closed here, and the __exit__ it may still owe does nothing.
-            _steptrace.warn_once("step.nested", "steptrace.step() entered while another step is open on this thread "
+        if held is not None and not _driver.ending():
+            if held.yields_to_program:
+                # watch()'s step, opened by its loader's wait for this batch: the program's own step
+                # takes it over (one line per iteration; watch adds phases only from here on).
+                _driver.hand_over(self)
+                if self.tokens is not None:
+                    _steptrace.set_step_tokens(self.tokens, self.samples)
+                return self
+            # A step is open on this thread: one entered and never exited (an exception path that
+            # skipped __exit__, a generator left half-way), a step inside a step, or a framework
+            # callback's. Left so, every later step would be ignored; instead it is closed here (the
+            # __exit__ it may still owe finds nothing of its own to close).
+            what = "another step" if isinstance(held, step) else "a step " + held.kind + " opened"
+            _steptrace.warn_once("step.nested", f"steptrace.step() entered while {what} is open on this thread "
                                                 "(entered and never exited, or nested): the open step is closed here")
-            _driver._driver.owed += 1
             _driver.close_step()
         _driver.open_step(self, self.tokens, self.samples, always=True)
         return self
 
     def __exit__(self, *exc):
-        d = _driver._driver
-        if d.holder is not self:
-            if d.owed:
-                d.owed -= 1
-                return False  # a step closed when the next one began: its exit has nothing left to close
-            if d.holder is not None or not _steptrace.is_running():
-                return False  # not this thread's open step (a generator finalised elsewhere): left alone
-            _driver.end_step()  # a step entered on another thread, exited here: the runtime's open step
-            return False
-        _driver.close_step()
+        # Its own open step closes; one closed already (when the next began, or by another opener) or
+        # entered on another thread (a generator finalised elsewhere) leaves nothing here to close.
+        if _driver.holds(self):
+            _driver.close_step()
         return False
 
     def closing(self):
@@ -251,6 +254,7 @@ class _LoaderSteps:
     __slots__ = ()
     kind = "steptrace.loader()"
     close_at_stop = False
+    yields_to_program = False
 
     def closing(self):
         pass
@@ -362,11 +366,10 @@ def loader(iterable, tokens=None, samples=None):
                 _steptrace.set_step_tokens(t, s2)
             yield batch
     finally:
+        # Finalised on another thread (garbage collection): that thread holds none of it; the training
+        # thread's next step closes it (steptrace._driver).
         if _driver.holds(me):
-            try:
-                _driver.close_step()
-            except ValueError:
-                pass  # finalized on another thread (garbage collection): the next step closes it
+            _driver.close_step()
 
 
 def use_torch_memory(device=None):

@@ -44,6 +44,7 @@ class CallbackSteps:
     """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread),
     holding its steps in the thread's step driver."""
     close_at_stop = False  # stopped mid-step: the runtime closes it
+    yields_to_program = False  # the program's own step() inside a framework step: that step is closed (said)
 
     def __init__(self, tokens, samples, settings, who):
         if tokens is not None and not callable(tokens) and not _is_auto(tokens):

@@ -10,10 +10,15 @@ open and close steps only through it, so one rule decides for all of them:
   that waits for it comes after); work that is no step's ends it first, at its own start: an
   evaluation, a phase the program opens between steps, the framework's validation or checkpoint,
   stop() (which ends it where its training work was done);
-- a step another opener begins while one is open ends the open one there (the program's own
-  `with steptrace.step()` wins over watch's; a new loop over a kept-open step);
+- a step another opener begins while one is open ends the open one there (a new loop over a kept-open
+  step; a callback's step inside the program's); the program's own `with steptrace.step()` meeting a
+  step watch() opened and still doing training work (its loader's wait for the batch) takes that step
+  over instead: one line per iteration, watch then adds phases only;
 - an opener that only adds phases (watch without an optimizer, or watch inside the program's or a
-  callback's steps) opens none while another holds the step.
+  callback's steps) opens none while another holds the step;
+- a step closes in the extension whether or not steptrace still runs: its scope is on the thread's
+  stack from the open (a stopped runtime ignores the close), so a program that opens steps before
+  start() or after stop() leaves nothing behind.
 
 Per thread (threading.local): two trainers on two threads keep theirs apart, and stop() on another
 thread than the training one finds none and leaves the step to the runtime's stop(), which closes it
@@ -27,9 +32,12 @@ from . import _steptrace
 class Holder:
     """What opens steps through the driver. `kind` names it in messages; closing() runs just before its
     step closes (a phase the opener keeps open closes first); close_at_stop: stop() closes a step it holds
-    that is still doing training work (watch's: stopped mid-step) rather than leaving it to the runtime."""
+    that is still doing training work (watch's: stopped mid-step) rather than leaving it to the runtime;
+    yields_to_program: the program's own step() takes over a step it holds that is still doing training
+    work (watch's), rather than closing it."""
     kind = "opener"
     close_at_stop = False
+    yields_to_program = False
 
     def closing(self):
         pass
@@ -39,7 +47,6 @@ class _Driver(threading.local):
     def __init__(self):  # run again in each thread that reads it (no __slots__: they would be shared)
         self.holder = None   # the open step's opener, or None: no step open on this thread
         self.ending = False  # its training work is done: it ends where the next step's work begins
-        self.owed = 0        # exits still owed by `step` objects whose steps closed early
 
 
 _driver = _Driver()
@@ -75,6 +82,15 @@ def open_step(h, tokens=None, samples=None, always=False):
     return True
 
 
+def hand_over(h):
+    """`h` takes over the open step (still doing training work) from its opener: it closes it from now on."""
+    d = _driver
+    if d.holder is not None and not d.ending:
+        d.holder = h
+        return True
+    return False
+
+
 def work_done(h):
     """`h`'s step is done with its training work: it ends where the next step's work begins, or where work
     that is no step's does. The cross-rank view compares ranks up to here."""
@@ -97,8 +113,7 @@ def close_step(at_work_end=False):
     try:
         h.closing()
     finally:
-        if _steptrace.is_running():  # stopped meanwhile: the runtime's stop() closed it
-            end_step(at_work_end)
+        end_step(at_work_end)  # also when stopped meanwhile: the scope leaves the thread's stack
     return True
 
 
@@ -124,7 +139,7 @@ def close_at_stop():
 def forget():
     """A fork's child: the parent's step is not its to close."""
     d = _driver
-    d.holder, d.ending, d.owed = None, False, 0
+    d.holder, d.ending = None, False
 
 
 def end_step(at_work_end=False):

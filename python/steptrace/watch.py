@@ -88,7 +88,8 @@ def _on_owner():
 class _WatchSteps:
     """watch()'s steps, as the thread's step driver (steptrace._driver) knows their opener."""
     kind = "steptrace.watch()"
-    close_at_stop = True  # stopped mid-step: its line is written now
+    close_at_stop = True      # stopped mid-step: its line is written now
+    yields_to_program = True  # the program's own step() takes over the step its loader's wait opened
 
     def closing(self):
         s = _state

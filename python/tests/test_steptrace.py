@@ -512,6 +512,43 @@ def test_a_step_never_exited_does_not_swallow_the_later_ones():
     assert all(l["phases"]["forward"]["count"] == 1 for l in steps[1:6]), [l["phases"] for l in steps]
 
 
+def test_steps_opened_while_off_leave_nothing_behind():
+    """A step closes in the extension whether or not steptrace runs (its scope is on the thread's stack
+    from the open): 100 steps before start(), a loader() loop stopped part way and started again, and a
+    loader() inside a program's step() (which it closes) all leave the later steps whole, and no exit
+    raises into the program."""
+    for _ in range(100):  # a warm-up before steptrace starts
+        with steptrace.step():
+            pass
+    log = fresh("after_off_steps")
+    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    for _ in range(5):
+        with steptrace.step():
+            with steptrace.phase("forward"):
+                pass
+    assert steptrace.stop()["steps"] == 5
+    assert len(lines_of(log)[0]) == 5
+    first, second = fresh("loader_stopped"), fresh("loader_again")
+    assert steptrace.start(log_path=first, summary=False, gpu="off")
+    for i, _ in enumerate(steptrace.loader(range(80))):  # the first 10 steps of an epoch only
+        if i == 10:
+            steptrace.stop()
+    assert steptrace.start(log_path=second, summary=False, gpu="off")
+    for _ in steptrace.loader(range(5)):
+        pass
+    assert steptrace.stop()["steps"] == 6  # 5 batches and the wait that finds the loader exhausted
+    assert len(lines_of(first)[0]) == 11 and len(lines_of(second)[0]) == 6
+    nested = fresh("loader_in_step")
+    assert steptrace.start(log_path=nested, summary=False, gpu="off")
+    for _ in range(2):
+        with steptrace.step():  # closed where the loader's first step begins; its exit finds nothing
+            for _ in steptrace.loader(range(3)):
+                pass
+    assert steptrace.stop()["steps"] == 10
+    from steptrace import _driver
+    assert _driver.holder() is None
+
+
 def test_stop_without_start_and_scopes_when_off():
     assert not steptrace.is_running()
     with steptrace.step():

@@ -215,6 +215,29 @@ def test_the_programs_own_steps_take_over_a_step_watch_kept_open():
             assert steptrace._driver.holder() is None
 
 
+def test_the_programs_own_step_takes_over_the_step_watchs_loader_opened():
+    """watch(model, opt, loader) with the program's own `with steptrace.step()` inside the loop: the step
+    watch's loader opened for the batch's wait is the program's from its step() on (watch adds phases
+    only): one line per iteration holding input, forward, backward and optimizer, not two."""
+    for _, settings in line_modes():
+        log = fresh("take_over_loader")
+        model, opt, data = model_and_data(4)
+        assert steptrace.start(log_path=log, summary=False, gpu="off", **settings)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for x, y in steptrace.watch(model, opt, data):
+            with steptrace.step(tokens=8):
+                loss_fn(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+        steptrace.stop()
+        steptrace.unwatch()
+        lines = step_lines(log)
+        assert len(lines) == 5, [sorted(l["phases"]) for l in lines]  # and the wait that finds the loader exhausted
+        for l in lines[:4]:
+            assert {"input", "forward", "backward", "optimizer"} <= set(l["phases"]), sorted(l["phases"])
+            assert l["tokens"] == 8
+
+
 def test_unwatch_removes_everything():
     model, opt, data = model_and_data(2)
     backward, autograd_backward = torch.Tensor.backward, torch.autograd.backward

@@ -119,7 +119,8 @@ class OverheadLedger {
   /// window's mean): what marking every step would cost. The median over the window's marked steps, not
   /// the mean: the training thread can be preempted inside a record, and one such ms would otherwise
   /// thin the markers for the whole window (a CTest run on a loaded 2-core machine did that: 0.05 % where
-  /// every record's own cost was 0.006 %). What the markers cost in all (host_api) is still the sum.
+  /// every record's own cost was 0.006 %). host_api_fraction_at() charges this x the share marked now;
+  /// host_api_fraction() keeps the window's sum.
   /// nullopt before a marked step was counted.
   std::optional<double> marked_step_fraction() const {
     if (!(sum_.step_ms > 0) || !(sum_.measured_steps > 0)) return std::nullopt;

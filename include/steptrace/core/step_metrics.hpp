@@ -14,7 +14,6 @@
 #include "metrics.hpp"
 #include "reasons.hpp"
 #include "records.hpp"
-#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 

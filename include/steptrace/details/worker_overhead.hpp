@@ -13,7 +13,10 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   o.trace_every = static_cast<int>(r.trace_every);
   o.untraced_cupti = untraced_cupti_of(r);
   if (s_.attribution) o.kernel_timestamps = s_.gpu->kernel_timestamps();  // asked again at every attach
-  if (marker_ring().armed()) o.markers_every = marker_ring().wanted_every();
+  // The markers' pace in force (0: not marking), read once: the line's markers_every and what the steps
+  // pay for the markers from here on (host_api_fraction_at, below) say the same.
+  const int markers_pace = marker_ring().armed() ? marker_ring().wanted_every() : 0;
+  if (markers_pace > 0) o.markers_every = markers_pace;
   else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : "stream_markers=false");
   if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
   else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
@@ -59,8 +62,6 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     step.launches = launches;
     if (gpu->launch_timed) step.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
   }
-  // The markers' pace in force (0: not marking): what the steps pay from here on (host_api_fraction_at).
-  const int markers_pace = marker_ring().armed() ? marker_ring().wanted_every() : 0;
   step.host_api_fraction = ledger_.host_api_fraction_at(markers_pace).value_or(0);
   const ControllerDecision d = controller_.observe(step);
   if (d.stopped) {
