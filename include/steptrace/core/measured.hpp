@@ -1,4 +1,4 @@
-// steptrace/core/measured.hpp - Measured<T>: a value a line may lack and why it does, as one thing.
+// steptrace/core/measured.hpp - a value a line may lack, and why it does, as one thing (Measured<T>).
 #pragma once
 #include "../version.hpp"
 #include <atomic>

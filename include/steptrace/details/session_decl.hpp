@@ -324,20 +324,8 @@ class Session {
   std::pair<int, int> rank_and_world() const { return {run_.rank, run_.world_size}; }
 
   /// The program destroyed the stream the markers were recorded on (any thread, from CUPTI's callback as
-  /// it destroys it): the next step to begin is traced, whatever the interval, so that its launches show
-  /// the stream that took the work (the markers learn it after the traced step; the lines between say
-  /// why they have none). Without it, the markers would wait for the budget's next trace: up to
-  /// kMaxBudgetTraceEvery steps. Two steps: with CUPTI detached between traced steps the markers take a
-  /// new stream only when two traced steps in a row show it (learn_stream's `twice`). At most once every
-  /// kRelearnEverySteps steps: a program that makes a stream per step is not traced every step (and the
-  /// recorder's few forced windows stay for captures asked from outside).
-  void relearn_marker_stream() {
-    const uint64_t next = recorder_.steps_begun();  // the next step to begin (an open one is past)
-    uint64_t last = relearned_at_.load(std::memory_order_relaxed);
-    if (last != kNeverRelearned && next < last + kRelearnEverySteps) return;
-    if (!relearned_at_.compare_exchange_strong(last, next, std::memory_order_relaxed)) return;
-    recorder_.force_trace(next, next + 1);
-  }
+  /// it destroys it): the next two steps are traced whatever the interval (session_setup.hpp).
+  void relearn_marker_stream();
   static constexpr uint64_t kRelearnEverySteps = 100;
 
   /// capture_steps(n): the next n steps to begin are written as a trace.

@@ -148,6 +148,22 @@ inline void Session::start_attribution(LineContext& ctx) {
   else marker_ring().attach(nullptr, "stream markers switched off (stream_markers=false / STEPTRACE_STREAM_MARKERS=0)");
 }
 
+/// The program destroyed the stream the markers were recorded on (any thread, from CUPTI's callback as
+/// it destroys it): the next step to begin is traced, whatever the interval, so that its launches show
+/// the stream that took the work (the markers learn it after the traced step; the lines between say
+/// why they have none). Without it, the markers would wait for the budget's next trace: up to
+/// kMaxBudgetTraceEvery steps. Two steps: with CUPTI detached between traced steps the markers take a
+/// new stream only when two traced steps in a row show it (learn_stream's `twice`). At most once every
+/// kRelearnEverySteps steps: a program that makes a stream per step is not traced every step (and the
+/// recorder's few forced windows stay for captures asked from outside).
+inline void Session::relearn_marker_stream() {
+  const uint64_t next = recorder_.steps_begun();  // the next step to begin (an open one is past)
+  uint64_t last = relearned_at_.load(std::memory_order_relaxed);
+  if (last != kNeverRelearned && next < last + kRelearnEverySteps) return;
+  if (!relearned_at_.compare_exchange_strong(last, next, std::memory_order_relaxed)) return;
+  recorder_.force_trace(next, next + 1);
+}
+
 inline void Session::start_counters(LineContext& ctx) {
   counters_on_ = false;
   const Config& cfg = ctx.cfg;
