@@ -15,11 +15,9 @@ stopped (each returns at its first check: `stopped_us`) split it into the Python
 rest (steptrace's host calls and what they do).
 
 Prints per repeat and their median (the lines are full: the phases' counts are not on compact ones):
-  repeat=R steps=N on_us=.. stopped_us=.. empty_us=.. cost_us=.. model_us=.. charged_us=.. calls=..
+  repeat=R steps=N on_us=.. stopped_us=.. empty_us=.. cost_us=.. model_us=.. calls=..
 where model_us = calls x 0.72 µs, calls = 1 + the step's phase scopes + its scalars (the ledger's count:
-details/worker_overhead.hpp), read from the lines written, and charged_us = calls x the cost of one call
-the callbacks measured on their timed steps (one in 32) and gave the runtime: what the lines' host_api
-part charges them now, against cost_us.
+details/worker_overhead.hpp), read from the lines written.
 """
 import argparse
 import os
@@ -86,21 +84,18 @@ def main(argv):
                               "callback_cost")
         steps.begin_training()
         on = timed(steps, batch, a.steps, a.accumulate)
-        call_ns = steptrace._steptrace.call_ns()  # what the callbacks' timed steps said one call costs
         steps.close_now()
         steps.end_training()
         stopped = timed(steps, batch, a.steps, a.accumulate)  # every call returns at its first check
         empty = timed_empty(a.steps, a.accumulate)
         last = read_lines(log)[0][-1]  # full lines: the phases' counts are not on compact ones
         calls = 1 + sum(v.get("count", 0) for v in last["phases"].values()) + len(last.get("scalars") or {})
-        rows.append((on, stopped, empty, on - empty, calls * PYTHON_CALL_US, calls * call_ns / 1000, calls))
+        rows.append((on, stopped, empty, on - empty, calls * PYTHON_CALL_US, calls))
         print(f"repeat={r} steps={a.steps} on_us={on:.2f} stopped_us={stopped:.2f} empty_us={empty:.2f} "
-              f"cost_us={on - empty:.2f} model_us={calls * PYTHON_CALL_US:.2f} charged_us={calls * call_ns / 1000:.2f} "
-              f"calls={calls}", flush=True)
+              f"cost_us={on - empty:.2f} model_us={calls * PYTHON_CALL_US:.2f} calls={calls}", flush=True)
     med = [statistics.median(col) for col in zip(*rows)]
     print(f"median on_us={med[0]:.2f} stopped_us={med[1]:.2f} empty_us={med[2]:.2f} cost_us={med[3]:.2f} "
-          f"model_us={med[4]:.2f} charged_us={med[5]:.2f} measured/model={med[3] / med[4]:.2f} "
-          f"measured/charged={med[3] / med[5]:.2f}")
+          f"model_us={med[4]:.2f} measured/model={med[3] / med[4]:.2f}")
     return 0
 
 

@@ -395,14 +395,6 @@ TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N unde
   CHECK(*stalled.host_api_fraction_at(2) == Approx(*ledger.host_api_fraction()));
   CHECK(*ledger.host_api_fraction_at(16) == Approx(calls + 0.005 / 16));  // thinned: what is paid from now on
   CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));                // not marking
-  // A binding that timed its calls (the Python callbacks): the window's calls at that cost.
-  steptrace::OverheadLedger timed_calls(steptrace::OverheadLedger::kPythonScopeNs);
-  for (int i = 0; i < 10; ++i) timed_calls.step(10, 6);
-  CHECK(*timed_calls.host_api_fraction_at(0) == Approx(6 * 720e-6 / 10));
-  timed_calls.set_ns_per_call(1500);
-  CHECK(*timed_calls.host_api_fraction_at(0) == Approx(6 * 1500e-6 / 10));
-  timed_calls.set_ns_per_call(-1);  // ignored
-  CHECK(timed_calls.ns_per_call() == 1500);
   // Steps marked at every step until the budget thinned them to 1 in 16 (session 65's 5 ms GPU-bound
   // step, ~20 us a marked step): the window's sum still holds them; the pace in force does not.
   steptrace::OverheadLedger thinned;

@@ -82,11 +82,8 @@ STEPTRACE_API int64_t steps_begun() noexcept;
 /// A binding's own warning (the Python package's) through the "steptrace" logger, said once per key.
 STEPTRACE_API bool binding_warn_once(const std::string& key, const std::string& message) noexcept;
 /// What one steptrace call on the training thread costs a binding, in ns, for the overhead's host_api
-/// part (Python's scopes cost more than C++'s: OverheadLedger::kPythonScopeNs): set before start(), and
-/// again as the binding times its own calls (the framework callbacks: python/steptrace/_callback_steps.py).
+/// part (Python's scopes cost more than C++'s: OverheadLedger::kPythonScopeNs); set before start().
 STEPTRACE_API void set_binding_call_ns(double ns) noexcept;
-/// The cost of one call the overhead's host_api part charges now, in ns.
-STEPTRACE_API double binding_call_ns() noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

@@ -230,10 +230,6 @@ PYBIND11_MODULE(_steptrace, m) {
     return summary_dict(s);
   });
   m.def("is_running", [] { return steptrace::is_running(); });
-  // The framework callbacks time their own bookkeeping on some steps and say what one call costs.
-  m.def("set_call_ns", [](double ns) { steptrace::details::set_binding_call_ns(ns); });
-  m.def("call_ns", [] { return steptrace::details::binding_call_ns(); });
-  m.attr("python_call_ns") = steptrace::OverheadLedger::kPythonScopeNs;
   // (rank, world_size) the lines say, or None when steptrace is not running.
   m.def("run_rank", []() -> py::object {
     int rank = 0, world = 1;

@@ -96,7 +96,6 @@ def start(**settings_):
     # The rank torch.distributed knows (a launcher without RANK: Lightning's, mp.spawn), where the
     # program and STEPTRACE_RANK give none.
     settings_ = _ranks.rank_settings(settings_, _ranks.framework_rank())
-    _steptrace.set_call_ns(_steptrace.python_call_ns)  # the model's, until a binding times its calls anew
     ok = _steptrace.start(**settings_)
     if ok and not _atexit_registered:
         atexit.register(_stop_at_exit)

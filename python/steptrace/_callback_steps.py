@@ -9,20 +9,10 @@ step(), loader() and watch()."""
 import math
 import numbers
 import threading
-import time
 
 import steptrace  # the package is whole by now: this module is imported by its callbacks, never by it
 
 from . import _driver, _steptrace
-
-
-# One framework step in _TIMED_EVERY has its bookkeeping timed (the hooks' calls below, not the
-# framework's dispatch to them), and the runtime is told what one of its calls costs: the overhead's
-# host_api part charges the calls it counts (the step and its phase scopes) at that cost, not at the
-# model's 0.72 us (benchmarks/callback_cost.py measured 1.5-1.7x that on a VM). The other steps pay
-# nothing for it: the timing wrappers are instance attributes only while a step is timed.
-_TIMED_EVERY = 32
-_TIMED = ("open_step", "count_batch", "enter", "exit", "close_step")
 
 
 def batch_tokens(batch):
@@ -71,7 +61,6 @@ class CallbackSteps:
         self.phase = None      # the open phase scope
         self.step_tokens = self.step_samples = None
         self.owner = None      # the training thread (the one training began on): other threads pass through
-        self._reset_timing()
 
     # ---- the run ----
     def begin_training(self, known_rank=None, framework=None):
@@ -80,7 +69,6 @@ class CallbackSteps:
         program started with another rank is told so, once, by name."""
         from .ranks import check_rank, framework_rank, rank_settings
         self.close_now()  # what an earlier training that raised left open
-        self._reset_timing()
         self.owner = threading.get_ident()
         known = known_rank if known_rank is not None else framework_rank()
         if not steptrace.is_running():
@@ -173,11 +161,6 @@ class CallbackSteps:
         or work that is no step's does (steptrace._driver)."""
         self.exit()
         _driver.work_done(self)  # the cross-rank view compares ranks up to here
-        self._steps_done += 1
-        if self._timing:
-            self._timing_close = True  # the timed step's last call: its timing ends as this call returns
-        elif self._steps_done % _TIMED_EVERY == 0 and threading.get_ident() == self.owner:
-            self._start_timing()  # the next framework step is timed
 
     def close_if_ending(self):
         """Work that is no step's begins: the step kept open for the next one ends here; one still before its
@@ -190,68 +173,6 @@ class CallbackSteps:
         self.exit()
         if _driver.holds(self):
             _driver.close_step()
-
-
-    # ---- timing the bookkeeping of one step in _TIMED_EVERY ----
-    def _reset_timing(self):
-        for name in _TIMED:
-            self.__dict__.pop(name, None)
-        self._steps_done = 0
-        self._timing = self._timing_close = False
-        self._depth = 0
-        self._timed_ns = self._timed_wraps = self._timed_enters = 0
-        self._call_ns = None  # smoothed cost of one counted call, ns
-        self._wrap_ns = None  # what one timing wrapper adds, ns (measured once)
-
-    def _wrap(self, fn, name):
-        clock = time.perf_counter_ns
-
-        def timed(*args):
-            if self._depth:  # a call inside a timed one (enter's exit): timed with it
-                return fn(self, *args)
-            self._depth = 1
-            t0 = clock()
-            try:
-                return fn(self, *args)
-            finally:
-                self._timed_ns += clock() - t0
-                self._depth = 0
-                self._timed_wraps += 1
-                if name == "enter":
-                    self._timed_enters += 1
-                if self._timing_close:
-                    self._finish_timing()
-        return timed
-
-    def _start_timing(self):
-        if self._wrap_ns is None:
-            self._wrap_ns = _wrapper_ns()
-        self._timed_ns = self._timed_wraps = self._timed_enters = 0
-        for name in _TIMED:
-            setattr(self, name, self._wrap(getattr(CallbackSteps, name), name))
-        self._timing = True
-
-    def _finish_timing(self):
-        for name in _TIMED:
-            self.__dict__.pop(name, None)
-        self._timing = self._timing_close = False
-        calls = 1 + self._timed_enters  # as the runtime counts them: the step and its phase scopes
-        ns = max(0.0, self._timed_ns - self._timed_wraps * self._wrap_ns) / calls
-        self._call_ns = ns if self._call_ns is None else 0.75 * self._call_ns + 0.25 * ns
-        if _steptrace.is_running():
-            _steptrace.set_call_ns(max(_steptrace.python_call_ns, self._call_ns))
-
-
-def _wrapper_ns():
-    """What a timing wrapper adds to the time it measures, ns: two clock reads with nothing between
-    (the median of 1 001)."""
-    clock = time.perf_counter_ns
-    d = []
-    for _ in range(1001):
-        t0 = clock()
-        d.append(clock() - t0)
-    d.sort()
-    return d[500]
 
 
 def _is_auto(v):

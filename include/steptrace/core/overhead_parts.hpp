@@ -11,8 +11,7 @@
 //               cost of one (kScopeNs, 120 ns: above every median `scope_cost` measured on the GPU
 //               hosts, 54-101 ns per scope with the tick counter or steady_clock, the step boundary's
 //               share included, benchmarks/README.md "A phase scope without a lock" and its H100
-//               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md, or what the framework
-//               callbacks time one of their calls at, python/steptrace/_callback_steps.py), plus the stream
+//               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md), plus the stream
 //               markers' CUDA event records, measured on the training thread as they are made: a
 //               marked step's typical cost x the share of steps the markers' pace marks now
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
@@ -77,12 +76,6 @@ class OverheadLedger {
   enum class Work { memory, device_state, counters };
 
   explicit OverheadLedger(double ns_per_call = kScopeNs) : ns_per_call_(ns_per_call) {}
-  /// What one call costs from now on (a binding that times its own calls: the Python callbacks'); the
-  /// window's calls are charged at it.
-  void set_ns_per_call(double ns) {
-    if (ns > 0) ns_per_call_ = ns;
-  }
-  double ns_per_call() const { return ns_per_call_; }
 
   /// The background thread spent `ms` of CPU time on a reading.
   void spent(Work w, double ms) {

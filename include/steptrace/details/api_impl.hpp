@@ -148,9 +148,8 @@ bool binding_warn_once(const std::string& key, const std::string& message) noexc
 }
 
 void set_binding_call_ns(double ns) noexcept {
-  if (ns > 0 && std::isfinite(ns)) host_call_ns().store(ns, std::memory_order_relaxed);
+  if (ns > 0) host_call_ns().store(ns, std::memory_order_relaxed);
 }
-double binding_call_ns() noexcept { return host_call_ns().load(std::memory_order_relaxed); }
 
 void end_next_step_at_work_end() noexcept {
   if (!is_running()) return;

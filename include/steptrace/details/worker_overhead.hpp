@@ -26,7 +26,6 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   double marked_ms = 0;
   if (r.markers_ns_at_close >= 0)
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
-  ledger_.set_ns_per_call(host_call_ns().load(std::memory_order_relaxed));  // a binding may time its calls as it runs
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
                marked_ms);
   if (!s_.attribution) {
