@@ -50,6 +50,8 @@ try:
 except ImportError as _error:
     _steptrace = _ExtensionMissing(_error)
 
+from . import _driver  # noqa: E402  (the thread's step: who holds it, where it ends; needs _steptrace above)
+
 __all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
            "set_marker_stream", "loader", "watch", "unwatch", "cross_rank", "use_torch_memory", "settings"]
 
@@ -199,15 +201,13 @@ def _number(what, v):
     return float(v)
 
 
-class step(_Scope):
+class step(_Scope, _driver.Holder):
     """One training step: ``with steptrace.step(tokens=4096):`` or ``@steptrace.step()``. Step N's time
     runs from its start to step N+1's start. tokens/samples: this rank's, when tokens_per_step is not
     the same every step. A step that watch() or a framework callback holds open ends where this one
     begins (the program's own steps win; watch then adds phases only)."""
     __slots__ = ("tokens", "samples")
     kind = "steptrace.step()"
-    close_at_stop = False
-    yields_to_program = False
 
     def __init__(self, tokens=None, samples=None):
         self.tokens = _number("tokens", tokens)
@@ -245,19 +245,11 @@ class step(_Scope):
             _driver.close_step()
         return False
 
-    def closing(self):
-        pass
 
-
-class _LoaderSteps:
+class _LoaderSteps(_driver.Holder):
     """A steptrace.loader() loop's steps (one holder per loop)."""
     __slots__ = ()
     kind = "steptrace.loader()"
-    close_at_stop = False
-    yields_to_program = False
-
-    def closing(self):
-        pass
 
 
 def _resolve_pending():
@@ -402,7 +394,6 @@ def use_torch_memory(device=None):
 
 
 from . import ranks as _ranks  # noqa: E402  (imports torch only when called)
-from . import _driver  # noqa: E402  (the thread's step: who holds it, where it ends)
 _thread_step = _driver._driver  # read by every phase's __enter__
 from .ranks import cross_rank  # noqa: E402
 from .watch import watch, unwatch  # noqa: E402

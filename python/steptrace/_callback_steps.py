@@ -40,7 +40,7 @@ def batch_samples(batch):
     return float(shape[0]) if shape is not None and len(shape) > 0 else None
 
 
-class CallbackSteps:
+class CallbackSteps(_driver.Holder):
     """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread),
     holding its steps in the thread's step driver."""
     close_at_stop = False  # stopped mid-step: the runtime closes it

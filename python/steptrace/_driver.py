@@ -35,6 +35,7 @@ class Holder:
     that is still doing training work (watch's: stopped mid-step) rather than leaving it to the runtime;
     yields_to_program: the program's own step() takes over a step it holds that is still doing training
     work (watch's), rather than closing it."""
+    __slots__ = ()
     kind = "opener"
     close_at_stop = False
     yields_to_program = False

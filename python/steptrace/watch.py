@@ -85,7 +85,7 @@ def _on_owner():
     return threading.get_ident() == _state.owner
 
 
-class _WatchSteps:
+class _WatchSteps(_driver.Holder):
     """watch()'s steps, as the thread's step driver (steptrace._driver) knows their opener."""
     kind = "steptrace.watch()"
     close_at_stop = True      # stopped mid-step: its line is written now
