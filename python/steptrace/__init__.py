@@ -51,6 +51,7 @@ except ImportError as _error:
     _steptrace = _ExtensionMissing(_error)
 
 from . import _driver  # noqa: E402  (the thread's step: who holds it, where it ends; needs _steptrace above)
+_thread_step = _driver._driver  # read by every phase's __enter__
 
 __all__ = ["start", "stop", "is_running", "step", "phase", "record", "set_step_tokens", "capture_steps",
            "set_marker_stream", "loader", "watch", "unwatch", "cross_rank", "use_torch_memory", "settings"]
@@ -394,6 +395,5 @@ def use_torch_memory(device=None):
 
 
 from . import ranks as _ranks  # noqa: E402  (imports torch only when called)
-_thread_step = _driver._driver  # read by every phase's __enter__
 from .ranks import cross_rank  # noqa: E402
 from .watch import watch, unwatch  # noqa: E402

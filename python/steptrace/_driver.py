@@ -88,8 +88,6 @@ def hand_over(h):
     d = _driver
     if d.holder is not None and not d.ending:
         d.holder = h
-        return True
-    return False
 
 
 def work_done(h):

@@ -516,30 +516,41 @@ def test_steps_opened_while_off_leave_nothing_behind():
     """A step closes in the extension whether or not steptrace runs (its scope is on the thread's stack
     from the open): 100 steps before start(), a loader() loop stopped part way and started again, and a
     loader() inside a program's step() (which it closes) all leave the later steps whole, and no exit
-    raises into the program."""
+    raises into the program. In both line modes: the defaults (compact lines) and full ones."""
+    saved = os.environ.pop("STEPTRACE_LINE_DETAIL", None)  # CTest asks for full lines: the defaults too
+    try:
+        for settings in ({}, {"line_detail": "full"}):
+            steps_opened_while_off(settings)
+    finally:
+        if saved is not None:
+            os.environ["STEPTRACE_LINE_DETAIL"] = saved
+
+
+def steps_opened_while_off(settings):
     for _ in range(100):  # a warm-up before steptrace starts
         with steptrace.step():
             pass
     log = fresh("after_off_steps")
-    assert steptrace.start(log_path=log, summary=False, gpu="off")
+    assert steptrace.start(log_path=log, summary=False, gpu="off", **settings)
     for _ in range(5):
         with steptrace.step():
             with steptrace.phase("forward"):
                 pass
     assert steptrace.stop()["steps"] == 5
     assert len(lines_of(log)[0]) == 5
+    assert lines_of(log)[0][0]["schema"] == ("steptrace.step/1" if settings else "steptrace.step/2")  # the mode in force
     first, second = fresh("loader_stopped"), fresh("loader_again")
-    assert steptrace.start(log_path=first, summary=False, gpu="off")
+    assert steptrace.start(log_path=first, summary=False, gpu="off", **settings)
     for i, _ in enumerate(steptrace.loader(range(80))):  # the first 10 steps of an epoch only
         if i == 10:
             steptrace.stop()
-    assert steptrace.start(log_path=second, summary=False, gpu="off")
+    assert steptrace.start(log_path=second, summary=False, gpu="off", **settings)
     for _ in steptrace.loader(range(5)):
         pass
     assert steptrace.stop()["steps"] == 6  # 5 batches and the wait that finds the loader exhausted
     assert len(lines_of(first)[0]) == 11 and len(lines_of(second)[0]) == 6
     nested = fresh("loader_in_step")
-    assert steptrace.start(log_path=nested, summary=False, gpu="off")
+    assert steptrace.start(log_path=nested, summary=False, gpu="off", **settings)
     for _ in range(2):
         with steptrace.step():  # closed where the loader's first step begins; its exit finds nothing
             for _ in steptrace.loader(range(3)):

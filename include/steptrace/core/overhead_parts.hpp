@@ -102,14 +102,12 @@ class OverheadLedger {
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
     sum_.calls += static_cast<double>(calls);
-    sum_.measured_ms += measured_ms;
     sum_.measured_steps += measured_steps;
     pending_background_ms_ = 0;
     if (steps_.size() > kWindow) {
       sum_.step_ms -= steps_.front().step_ms;
       sum_.background_ms -= steps_.front().background_ms;
       sum_.calls -= steps_.front().calls;
-      sum_.measured_ms -= steps_.front().measured_ms;
       sum_.measured_steps -= steps_.front().measured_steps;
       steps_.pop_front();
     }
@@ -119,8 +117,7 @@ class OverheadLedger {
   /// window's mean): what marking every step would cost. The median over the window's marked steps, not
   /// the mean: the training thread can be preempted inside a record, and one such ms would otherwise
   /// thin the markers for the whole window (a CTest run on a loaded 2-core machine did that: 0.05 % where
-  /// every record's own cost was 0.006 %). host_api_fraction_at() charges this x the share marked now;
-  /// host_api_fraction() keeps the window's sum.
+  /// every record's own cost was 0.006 %). host_api_fraction_at() charges this x the share marked now.
   /// nullopt before a marked step was counted.
   std::optional<double> marked_step_fraction() const {
     if (!(sum_.step_ms > 0) || !(sum_.measured_steps > 0)) return std::nullopt;
@@ -136,15 +133,10 @@ class OverheadLedger {
     return per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
   }
 
-  /// What the window's steps paid: the calls as modelled, the markers' records as measured (their sum).
-  std::optional<double> host_api_fraction() const {
-    if (!(sum_.step_ms > 0)) return std::nullopt;
-    return std::max(0.0, (sum_.calls * ns_per_call_ * 1e-6 + sum_.measured_ms) / sum_.step_ms);
-  }
   /// What the steps pay at the markers' pace in force (1 step in `markers_every`; 0: not marking): the
   /// calls as modelled over the window, and one marked step's typical cost (marked_step_fraction) times
   /// the share marked now. The line's host_api and the interval's decision read this, not the window's
-  /// sum: the sum holds the steps marked before overhead_budget thinned the markers for up to kWindow
+  /// sum of the records' time: that sum held the steps marked before overhead_budget thinned the markers for up to kWindow
   /// steps (session 65, a 5 ms GPU-bound step marked every step at ~20 us for 40 steps: the sum still
   /// said 0.2 % of the step 40 steps after the markers went to 1 in 16, ~0.03 %, and the budget, taking
   /// it for a cost no interval could fix, set the longest interval), and a record the thread was
@@ -204,8 +196,9 @@ enum class CountersRun { around_traced_steps, every_step, off };
 /// The line's `overhead.parts`: the estimator's tracing and attached shares (core/overhead.hpp), the
 /// ledger's host and background ones, the captures' (`captures`: CaptureBudget::fraction(); nullopt
 /// without the flight recorder).
+/// `host_api`: the ledger's host_api_fraction_at() the estimate was made with (computed once per line).
 inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const OverheadLedger& ledger, CountersRun counters,
-                                         std::optional<double> captures, int markers_every = 1) {
+                                         std::optional<double> captures, std::optional<double> host_api) {
   OverheadParts p;
   p.present = true;
   const std::string pending = "no traced step observed yet", untimed = "no step timed yet";
@@ -228,7 +221,7 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
       p.counters.fraction = 0.0;
       break;
   }
-  p.host_api.fraction.set(ledger.host_api_fraction_at(markers_every), untimed);
+  p.host_api.fraction.set(host_api, untimed);
   p.host_api.basis = PartBasis::modelled;
   p.background.fraction.set(ledger.background_fraction(), untimed);
   p.background.basis = PartBasis::measured;

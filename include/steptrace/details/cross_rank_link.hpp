@@ -232,7 +232,7 @@ class CrossRankLink {
       in.rank_wait = std::move(own_.front());
       own_.pop_front();
     } else {
-      in.rank_wait.unknown(!exchange_ && own_.empty() && !no_view.empty() ? no_view
+      in.rank_wait.unknown(!exchange_ && own_.empty() ? no_view  // set whenever there is no exchange
                            : !own_.empty() ? "this rank's next summary is of a later step"
                                            : "no summary posted since the previous line (one every cross_rank_every steps)");
     }

@@ -62,7 +62,8 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     step.launches = launches;
     if (gpu->launch_timed) step.host_bound_share = static_cast<double>(gpu->launch_waited) / gpu->launch_timed;
   }
-  step.host_api_fraction = ledger_.host_api_fraction_at(markers_pace).value_or(0);
+  const std::optional<double> host_api = ledger_.host_api_fraction_at(markers_pace);  // the estimate's and its part's
+  step.host_api_fraction = host_api.value_or(0);
   const ControllerDecision d = controller_.observe(step);
   if (d.stopped) {
     o.null_reason = reason_text(Reason::tracing_stopped);
@@ -78,7 +79,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                 !ctx.counters_on           ? CountersRun::off
                                 : ctx.counters_traced_only ? CountersRun::around_traced_steps
                                                            : CountersRun::every_step,
-                                flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, markers_pace);
+                                flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, host_api);
   if (d.detach) switch_to_detach(r, o.estimate);
   if (d.next_every) s_.recorder->set_trace_every(*d.next_every);
   if (budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg);
