@@ -196,9 +196,16 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     p.device = d;
     return p;
   }
+  /// As cudaDeviceSynchronize: returns once every stream has run what it was given (stop() relies on
+  /// it: the last step's markers and records are in when its line is written).
   void synchronize(int) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++calls_.synchronizes;
+    int64_t end = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++calls_.synchronizes;
+      for (const auto& s : stream_end_) end = std::max(end, s.second);
+    }
+    while (steptrace::monotonic_ns() < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   std::string start_attribution(bool detach, const steptrace::backend::LaunchContextSource& launches) override {
     std::lock_guard<std::mutex> lock(mutex_);
