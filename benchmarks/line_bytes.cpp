@@ -7,7 +7,12 @@
 // per line the time to make the compact line and the run record's facts (what line_detail=compact adds
 // after make_step_line), and the time the writer spends recording the line's leaves (line_detail=compact
 // has the writer record them; a run with the Prometheus exporter already does): the same line written by
-// core/json_writer.hpp with and without record_leaves. Medians of 200 repetitions per line. And every
+// core/json_writer.hpp with and without record_leaves. Then the line rewritten through LineOut, as
+// make_step_line writes it: its time, and what the compact line (with the run record's facts) adds on
+// the two paths - from the line's leaves read back and matched against the rows (the runtime's before
+// the same pass), or from the values LineOut took as it wrote them, finding each one's row
+// (core/tier_leaves.hpp: the runtime's now) - and whether the two compact lines are the same.
+// Medians of 200 repetitions per line. And every
 // full line's and end record's leaves against their declaration (core/line_fields.hpp): the leaves
 // checked and any a row does not declare or declares of another type, or a line that does not parse
 // (the first 8 named, and how many lines had one). Read from text, a whole number reads as an integer:
@@ -16,6 +21,7 @@
 #include <steptrace/core/json_flat.hpp>
 #include <steptrace/core/json_writer.hpp>
 #include <steptrace/core/line_fields.hpp>
+#include <steptrace/core/line_out.hpp>
 #include <steptrace/core/line_tiers.hpp>
 
 #include <algorithm>
@@ -43,6 +49,12 @@ struct Rewriter {
   steptrace::details::JsonWriter& w;
   void space() {
     while (i < s.size() && (s[i] == ' ' || s[i] == '\n')) ++i;
+  }
+  std::string string_at(std::size_t& at) {
+    i = at;
+    std::string out = string();
+    at = i;
+    return out;
   }
   std::string string() {
     std::string out;
@@ -115,6 +127,148 @@ struct Rewriter {
   }
 };
 
+/// Rewrites a full step line's text through LineOut (core/line_out.hpp), as make_step_line writes a
+/// line: members by name, nulls with their reasons (`reasons`: the line's null_reasons), its own
+/// null_reasons left to LineOut. With the declaration's rows and TierLeaves, the compact line's and
+/// the run record's values are taken in the same pass.
+struct LineRewriter {
+  std::string_view s;
+  std::size_t i = 0;
+  steptrace::LineOut& out;
+  const steptrace::FlatJson& reasons;
+  std::vector<std::string> path;  // the open names, for a null's reason
+  void space() {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\n')) ++i;
+  }
+  std::string string() { return Rewriter{s, i, dummy}.string_at(i); }
+  steptrace::details::JsonWriter dummy;
+  std::string reason(const std::string& name) const {
+    std::string pointer = "/null_reasons/";
+    for (const std::string& p : path) pointer += steptrace::details::path_segment(p) + ".";
+    pointer += steptrace::details::path_segment(name);
+    const auto it = reasons.find(pointer);
+    return it == reasons.end() ? std::string("no reason") : it->second.text;
+  }
+  void record() {
+    space();
+    ++i;  // {
+    out.begin();
+    members(true);
+  }
+  void members(bool top = false) {
+    space();
+    if (s[i] == '}') {
+      ++i;
+      return;
+    }
+    while (true) {
+      space();
+      const std::string k = string();
+      space();
+      ++i;  // :
+      if (top && k == "null_reasons") skip();
+      else member(k);
+      space();
+      if (s[i++] == '}') break;
+    }
+  }
+  void skip() {  // a value not rewritten (LineOut writes its own null_reasons)
+    steptrace::details::JsonWriter w;
+    Rewriter r{s, i, w};
+    r.value();
+    i = r.i;
+  }
+  void member(const std::string& k) {
+    space();
+    const char c = s[i];
+    if (c == '{') {
+      ++i;
+      out.begin_object(k);
+      path.push_back(k);
+      members();
+      path.pop_back();
+      out.end_object();
+    } else if (c == '[') {
+      ++i;
+      out.begin_array(k);
+      path.push_back(k);
+      elements();
+      path.pop_back();
+      out.end_array();
+    } else if (c == '"') {
+      out.field(k, string());
+    } else if (s.compare(i, 4, "null") == 0) {
+      i += 4;
+      out.null(k, reason(k));
+    } else if (s.compare(i, 4, "true") == 0) {
+      i += 4;
+      out.field(k, true);
+    } else if (s.compare(i, 5, "false") == 0) {
+      i += 5;
+      out.field(k, false);
+    } else {
+      const std::size_t from = i;
+      char* end = nullptr;
+      const double d = std::strtod(s.data() + i, &end);
+      i = static_cast<std::size_t>(end - s.data());
+      if (s.substr(from, i - from).find_first_of(".eE") == std::string_view::npos) out.field(k, static_cast<int64_t>(d));
+      else out.field(k, d);
+    }
+  }
+  void elements() {
+    space();
+    if (s[i] == ']') {
+      ++i;
+      return;
+    }
+    for (std::size_t n = 0;; ++n) {
+      space();
+      if (s[i] == '{') {
+        ++i;
+        out.begin_element();
+        path.push_back(std::to_string(n));
+        members();
+        path.pop_back();
+        out.end_object();
+      } else if (s[i] == '"') {
+        out.element(string());
+      } else {
+        char* end = nullptr;
+        const double d = std::strtod(s.data() + i, &end);
+        i = static_cast<std::size_t>(end - s.data());
+        out.element(static_cast<int64_t>(d));
+      }
+      space();
+      if (s[i++] == ']') break;
+    }
+  }
+};
+
+/// The line rewritten through LineOut: `how` 0 plain, 1 with the FlatJson leaves and the compact line
+/// made from them (the path before the same pass), 2 with the rows and the compact line made from the
+/// same pass's TierLeaves. Medians of `reps`, in us; `text` (optional): the last compact line.
+double lineout_us(const std::string& line, const steptrace::FlatJson& reasons, int how, const steptrace::ReasonBook& book,
+                  int reps, std::string* text = nullptr) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    steptrace::ReasonBook warm = book;
+    const auto t0 = Clock::now();
+    steptrace::FlatJson f;
+    steptrace::TierLeaves tiers;
+    steptrace::LineOut out(nullptr, how == 1 ? &f : nullptr, how == 2 ? &steptrace::details::RowTree::step() : nullptr,
+                           how == 2 ? &tiers : nullptr);
+    LineRewriter{line, 0, out, reasons, {}, {}}.record();
+    const std::string full = out.finish();
+    std::string facts, compact;
+    if (how == 1) compact = steptrace::make_compact_line(f, warm, &facts);
+    if (how == 2) compact = steptrace::make_compact_line(tiers, warm, &facts);
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (full.empty() || (how && facts.empty())) std::printf("?");
+    if (text) *text = compact;
+  }
+  return median(t);
+}
+
 double rewrite_us(const std::string& line, bool leaves, int reps) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
@@ -143,7 +297,8 @@ int main(int argc, char** argv) {
               "cmp_med", "cmp_max", "cmp_first", "run_rec", "compact_us", "leaves_us", "write_us");
   for (int a = 1; a < argc; ++a) {
     std::ifstream in(argv[a]);
-    std::vector<double> full_b, cmp_b, cmp_us, leaf_us, plain_us;
+    std::vector<double> full_b, cmp_b, cmp_us, leaf_us, plain_us, via_leaves_us, same_pass_us, lineout_plain_us;
+    std::size_t same_pass_differs = 0;
     double first_b = 0, run_b = 0;
     steptrace::ReasonBook book;
     std::vector<std::pair<std::string, std::string>> settings;
@@ -186,6 +341,26 @@ int main(int argc, char** argv) {
       cmp_us.push_back(median(t));
       leaf_us.push_back(rewrite_us(line, true, kReps));
       plain_us.push_back(rewrite_us(line, false, kReps));
+      // The line as make_step_line writes it (LineOut), then the compact line: from its leaves read
+      // back against the rows, or from the values the same pass took (the runtime's path).
+      std::string same_pass;
+      const double line_us = lineout_us(line, f, 0, book, kReps);
+      via_leaves_us.push_back(lineout_us(line, f, 1, book, kReps) - line_us);
+      same_pass_us.push_back(lineout_us(line, f, 2, book, kReps, &same_pass) - line_us);
+      lineout_plain_us.push_back(line_us);
+      steptrace::ReasonBook warm = book;
+      // Rewritten, a whole number reads back as an integer: compared with the text's own compact line
+      // made from the rewrite's leaves, so that only the path differs.
+      steptrace::FlatJson rewritten;
+      {
+        steptrace::LineOut out(nullptr, &rewritten);
+        LineRewriter{line, 0, out, f, {}, {}}.record();
+        out.finish();
+      }
+      if (same_pass != steptrace::make_compact_line(rewritten, warm)) {
+        ++same_pass_differs;
+        if (problems.size() < 8) problems.push_back("the same pass's compact line differs from the one read back: " + same_pass);
+      }
     }
     std::string name = argv[a];
     if (name.size() > 44) name = "…" + name.substr(name.size() - 43);
@@ -196,6 +371,12 @@ int main(int argc, char** argv) {
                 median(leaf_us) - median(plain_us), median(plain_us));
     else
       std::printf("%-44s: no full step line\n", name.c_str());
+    if (!full_b.empty())
+      std::printf("  LineOut: the line %.1f us; its compact line (and the run facts) %.1f us more from its leaves read "
+                  "back against the rows, %.1f us more from the values the same pass took; %zu of %zu compact lines "
+                  "differ between the two\n",
+                  median(lineout_plain_us), median(via_leaves_us), median(same_pass_us), same_pass_differs, full_b.size());
+    lines_with_problems += same_pass_differs;
     std::printf("  declared (core/line_fields.hpp): %zu leaves checked, %s\n", checked,
                 problems.empty() ? "every one declared, of its type" : "not all:");
     for (const std::string& p : problems) std::printf("    %s\n", p.c_str());

@@ -388,6 +388,38 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   std::set<const LineField*> used;
   for (const auto* input : {&in, &empty, &odd, &dots}) check_declared(nlohmann::json::parse(make_step_line(*input)), used);
   CHECK(used.size() > 150);
+  // The writer finds each value's row as it writes (core/tier_leaves.hpp): the same row the
+  // declaration's pointer lookup finds for each leaf, nothing undeclared, and the compact line and run
+  // record it makes in the same pass are those made from the full line read back.
+  const uint64_t undeclared_before = details::line_out_undeclared().load();
+  for (const auto* input : {&in, &empty, &odd, &dots}) {
+    FlatJson leaves;
+    TierLeaves tiers;
+    const std::string text = make_step_line(*input, &leaves, &tiers);
+    CHECK(text == make_step_line(*input));
+    std::vector<std::string_view> segs;
+    for (const auto& [pointer, leaf] : leaves) {
+      if (pointer.rfind("/null_reasons/", 0) == 0) continue;
+      details::pointer_segments_into(pointer, segs);
+      const LineField* by_pointer = line_field_at(segs);
+      const auto* node = details::RowTree::step().node(details::RowTree::step().find(segs));
+      INFO(pointer);
+      REQUIRE(by_pointer != nullptr);
+      REQUIRE(node != nullptr);
+      CHECK(&line_fields()[static_cast<std::size_t>(node->row)] == by_pointer);
+    }
+    CHECK(tiers.leaves.size() > 10);
+    FlatJson read_back;
+    flatten_json(text, read_back);
+    ReasonBook same_pass, from_text;
+    std::string facts_same_pass, facts_from_text;
+    CHECK(make_compact_line(tiers, same_pass, &facts_same_pass) == make_compact_line(read_back, from_text, &facts_from_text));
+    CHECK(facts_same_pass == facts_from_text);
+    CHECK(same_pass.written == from_text.written);
+    const std::vector<std::pair<std::string, std::string>> settings = {{"trace_every", "auto"}};
+    CHECK(make_run_record(tiers, settings) == make_run_record(read_back, settings));
+  }
+  CHECK(details::line_out_undeclared().load() == undeclared_before);
   // Between them, every row is carried by a line this code writes (a row carried only by a committed
   // line, written by an older build, could be one the writer no longer writes).
   for (const LineField& f : line_fields()) {
@@ -406,6 +438,33 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   CHECK(type_error("/local_rank", nlohmann::json()) != "");  // shown with `rank`, never null like it
   CHECK(type_error("/gpu/kernels", nlohmann::json(3)) == "");
   CHECK(type_error("/phases/forward/host_ms", nlohmann::json(2)) == "");  // a whole number is a number
+}
+
+TEST_CASE("a value written where no row declares it, or of another type than its row's, is counted as it is written",
+          "[schema]") {
+  const uint64_t before = details::line_out_undeclared().load();
+  TierLeaves tiers;
+  LineOut out(nullptr, nullptr, &details::RowTree::step(), &tiers);
+  out.begin();
+  out.field("global_step", int64_t{3});                           // its row: an integer, compact
+  out.field("no_such_field", 1.0);                                // no row
+  out.begin_object("gpu").field("kernels", 1.5).end_object();     // an integer row written from a double
+  out.null("gpu_markers", "why");                                 // a null object standing for its rows
+  out.begin_object("phases").begin_object("fwd").field("host_ms", 2.0).end_object().end_object();
+  out.finish();
+  CHECK(details::line_out_undeclared().load() - before == 2);
+  // The tiers' values, each under its row: global_step, the null gpu_markers (standing for its compact
+  // rows), phases.fwd.host_ms; gpu.kernels (the full line's only) and no_such_field are in no tier.
+  std::vector<std::string> paths;
+  for (const TierLeaf& t : tiers.leaves) {
+    std::string p;
+    for (const std::string& n : t.names) p += "/" + n;
+    paths.push_back(p);
+    CHECK(t.row[static_cast<int>(LineTier::compact)] >= 0);
+  }
+  CHECK(paths == std::vector<std::string>{"/global_step", "/gpu_markers", "/phases/fwd/host_ms"});
+  CHECK(tiers.reasons.at("gpu_markers") == "why");
+  CHECK(tiers.reasons.count("no_such_field") == 0);
 }
 
 TEST_CASE("a number read without a fraction or an exponent is integral; one the writer wrote from a double is not",

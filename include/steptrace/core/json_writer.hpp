@@ -81,6 +81,17 @@ class JsonWriter {
 
   const std::string& str() const { return out_; }
   std::string release() { return std::move(out_); }  // the text, without a copy; the writer is spent
+  /// A string as the text carries it once read back: bytes that start no well-formed UTF-8 sequence
+  /// become U+FFFD (string_literal's rule).
+  static std::string valid_utf8(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (static_cast<unsigned char>(s[i]) < 0x80) out += s[i];
+      else i += append_non_ascii(s, i, out) - 1;
+    }
+    return out;
+  }
 
  private:
   JsonWriter& open(char c) {
@@ -129,17 +140,6 @@ class JsonWriter {
     std::string pointer = path_;
     element_pointer(pointer);
     (*leaves_)[std::move(pointer)] = std::move(l);
-  }
-  /// A string as the text carries it once read back: bytes that start no well-formed UTF-8 sequence
-  /// become U+FFFD (string_literal's rule).
-  static std::string valid_utf8(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (static_cast<unsigned char>(s[i]) < 0x80) out += s[i];
-      else i += append_non_ascii(s, i, out) - 1;
-    }
-    return out;
   }
   JsonWriter& raw(std::string_view s) {
     comma();

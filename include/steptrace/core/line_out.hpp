@@ -17,6 +17,7 @@
 
 #include "json_writer.hpp"
 #include "line_input.hpp"
+#include "tier_leaves.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -73,17 +74,22 @@ inline std::atomic<uint64_t>& line_out_unbalanced() {
 /// comes; an object or array a check left out is written null the same way, and whatever a section then
 /// writes into it is dropped. Containers close in the order they opened; an extra close is ignored and
 /// finish() closes what is still open (both counted in details::line_out_unbalanced()).
+/// Given its record's rows (`rows`: core/tier_leaves.hpp), LineOut finds each value's row as it writes
+/// it: a value with no row, or not of its row's type, is counted (details::line_out_undeclared(): a
+/// steptrace bug), and `tiers` (optional) receives the values of the compact line's and the run
+/// record's rows, with the null reasons, for core/line_tiers.hpp to make them from.
 class LineOut {
  public:
-  explicit LineOut(const std::map<std::string, std::string>* excluded = nullptr, FlatJson* leaves = nullptr)
-      : excluded_(excluded) {
+  explicit LineOut(const std::map<std::string, std::string>* excluded = nullptr, FlatJson* leaves = nullptr,
+                   const details::RowTree* rows = nullptr, TierLeaves* tiers = nullptr)
+      : excluded_(excluded), rows_(rows), tiers_(rows ? tiers : nullptr) {
     w_.record_leaves(leaves);
   }
 
   // ---- the record, objects and arrays ----
   LineOut& begin() {
     w_.begin_object();
-    levels_.push_back({0, false, 0, false});
+    levels_.push_back({0, false, 0, false, rows_ ? details::RowTree::kRoot : -1});
     return *this;
   }
   /// `null_reasons` (every null filed, then what a check left out that no section wrote), closes the
@@ -103,7 +109,10 @@ class LineOut {
     w_.key("null_reasons").begin_object();
     for (const auto& [path, why] : nulls_) w_.field(path, why);
     w_.end_object().end_object();
+    if (tiers_)  // as the text reads back: the later of a path filed twice
+      for (const auto& [path, why] : nulls_) tiers_->reasons[details::JsonWriter::valid_utf8(path)] = details::JsonWriter::valid_utf8(why);
     levels_.clear();
+    names_.clear();
     return w_.release();
   }
   LineOut& begin_object(std::string_view name) { return open(name, false); }
@@ -115,10 +124,12 @@ class LineOut {
     ensure_record();
     const std::size_t parent = path_.size();
     if (dropped()) return drop_level(false);
+    const std::size_t index = levels_.back().next_index++;
     path_ += path_.empty() ? "" : ".";
-    path_ += std::to_string(levels_.back().next_index++);
+    path_ += std::to_string(index);
     w_.begin_object();
-    levels_.push_back({parent, false, 0, false});
+    if (tiers_) names_.push_back(std::to_string(index));
+    levels_.push_back({parent, false, 0, false, rows_ ? rows_->element(levels_.back().node) : -1});
     return *this;
   }
 
@@ -159,6 +170,7 @@ class LineOut {
     if (dropped()) return *this;
     std::string path = member_path(name);
     const std::string* left = excluded(path);
+    if (rows_) declared(rows_->child(levels_.back().node, name), name, JsonLeaf{});
     w_.key(name).null();
     nulls_.emplace_back(std::move(path), left ? *left : std::string(reason));
     return *this;
@@ -172,6 +184,7 @@ class LineOut {
   LineOut& element(std::string_view v) {
     ensure_record();
     if (dropped()) return *this;
+    if (rows_) declared_element(JsonLeaf{JsonLeaf::Kind::string, 0, details::JsonWriter::valid_utf8(v)});
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -183,6 +196,7 @@ class LineOut {
   LineOut& element(int64_t v) {
     ensure_record();
     if (dropped()) return *this;
+    if (rows_) declared_element(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true});
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -194,7 +208,44 @@ class LineOut {
     bool array;
     std::size_t next_index;
     bool dropped;  // left out by a check (or inside one that was): nothing of it is written
+    int32_t node;  // its node of rows_ (-1: none, or no rows given)
   };
+  /// A value about to be written as the member `name` (or element) at node `node` of rows_: checked
+  /// against its row, and kept for the tiers when one of theirs.
+  void declared(int32_t node, std::string_view name, JsonLeaf leaf) {
+    const bool null = leaf.kind == JsonLeaf::Kind::null;
+    const details::RowTree::Node* n = rows_->node(node);
+    bool fits = n && (n->row >= 0 || (null && !n->children.empty()) || (null && n->any >= 0));
+    if (fits && !null) {
+      const LineField& f = record_fields(rows_->record())[static_cast<std::size_t>(n->row)];
+      const ValueKind kind = leaf.kind == JsonLeaf::Kind::boolean  ? ValueKind::boolean
+                             : leaf.kind == JsonLeaf::Kind::string ? ValueKind::string
+                                                                   : ValueKind::number;
+      fits = value_fits(f, kind, leaf.integral);
+    }
+    if (!fits) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
+    if (!tiers_) return;
+    if (levels_.size() == 1 && name == "timestamp") tiers_->timestamp = leaf;
+    const int32_t compact = rows_->tier_row(node, LineTier::compact, null), run = rows_->tier_row(node, LineTier::run, null);
+    if (compact < 0 && run < 0) return;
+    TierLeaf t;
+    t.row[static_cast<int>(LineTier::compact)] = compact;
+    t.row[static_cast<int>(LineTier::run)] = run;
+    t.names.reserve(names_.size() + 1);
+    t.names = names_;
+    t.names.push_back(details::JsonWriter::valid_utf8(name));
+    t.leaf = std::move(leaf);
+    tiers_->leaves.push_back(std::move(t));
+  }
+  void declared_element(JsonLeaf leaf) {
+    const int32_t node = rows_->element(levels_.back().node);
+    declared(node, tiers_ ? std::to_string(levels_.back().next_index) : std::string(), std::move(leaf));
+  }
+  static JsonLeaf leaf_of(bool v) { return JsonLeaf{JsonLeaf::Kind::boolean, v ? 1.0 : 0.0, {}}; }
+  static JsonLeaf leaf_of(std::string_view v) { return JsonLeaf{JsonLeaf::Kind::string, 0, details::JsonWriter::valid_utf8(v)}; }
+  static JsonLeaf leaf_of(int64_t v) { return JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true}; }
+  static JsonLeaf leaf_of(uint64_t v) { return JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true}; }
+  static JsonLeaf leaf_of(double v) { return JsonLeaf{JsonLeaf::Kind::number, v, {}}; }
   std::string member_path(std::string_view name) const {
     std::string p = path_;
     if (!p.empty()) p += '.';
@@ -213,7 +264,8 @@ class LineOut {
   }
   /// A container whose contents are not written (it was written null, or it lies inside one that was).
   LineOut& drop_level(bool array) {
-    levels_.push_back({path_.size(), array, 0, true});
+    if (tiers_) names_.emplace_back();
+    levels_.push_back({path_.size(), array, 0, true, -1});
     return *this;
   }
   /// Whether the open container is one whose contents are not written (a level inside a dropped one is
@@ -229,6 +281,7 @@ class LineOut {
     ensure_record();
     if (dropped()) return *this;
     if (const std::string* why = left_out_reason(name)) return null(name, *why);
+    if (rows_) declared(rows_->child(levels_.back().node, name), name, leaf_of(v));
     w_.field(name, v);
     return *this;
   }
@@ -244,7 +297,8 @@ class LineOut {
     w_.key(name);
     if (array) w_.begin_array();
     else w_.begin_object();
-    levels_.push_back({parent, array, 0, false});
+    if (tiers_) names_.push_back(details::JsonWriter::valid_utf8(name));
+    levels_.push_back({parent, array, 0, false, rows_ ? rows_->child(levels_.back().node, name) : -1});
     return *this;
   }
   LineOut& close() {
@@ -258,11 +312,15 @@ class LineOut {
     }
     path_.resize(levels_.back().parent);
     levels_.pop_back();
+    if (tiers_ && !names_.empty()) names_.pop_back();
     return *this;
   }
 
   details::JsonWriter w_;
   const std::map<std::string, std::string>* excluded_;
+  const details::RowTree* rows_;
+  TierLeaves* tiers_;
+  std::vector<std::string> names_;  // the open containers' names, for tiers_ (an element's: its index)
   std::vector<std::pair<std::string, std::string>> nulls_;
   std::vector<Level> levels_;
   std::string path_;  // the open container's path ("" at the record's top level)

@@ -1,8 +1,10 @@
 // steptrace/core/line_tiers.hpp - the compact line (schema "steptrace.step/2") and the run record
-// (event "run"), both made from a full line's leaves (core/json_flat.hpp's FlatJson, as the writer
-// records them). The line's declaration (core/line_fields.hpp) says which field goes where: its rows
-// marked kCompact make the compact line (in their order), those marked kRun the run record; every other
-// field is in the full line only (`line_detail=full`, schema "steptrace.step/1").
+// (event "run"), both made from the values of their rows as the full line's writer wrote them
+// (core/tier_leaves.hpp's TierLeaves, which LineOut fills in the same pass), or from a full line's
+// leaves read back (a line given as text: tier_leaves_of). The line's declaration (core/line_fields.hpp)
+// says which field goes where: its rows marked kCompact make the compact line (in their order), those
+// marked kRun the run record; every other field is in the full line only (`line_detail=full`, schema
+// "steptrace.step/1").
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "json_writer.hpp"
 #include "line_fields.hpp"
 #include "reasons.hpp"
+#include "tier_leaves.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -35,54 +38,7 @@ inline constexpr std::size_t kCompactMaxPhases = 16;    // phases kept by name, 
 inline constexpr std::size_t kCompactMaxScalars = 32;   // scalars kept (by name order), the rest counted
 inline constexpr std::size_t kMaxLineBytes = 16000;     // container runtimes split stdout lines past 16 KiB
 
-enum class LineTier : uint8_t { compact, run };
-
 namespace details {
-
-/// The rows of each tier (core/line_fields.hpp, in its order) as segments, and the first segments of
-/// each tier's rows (sorted): a leaf whose first segment is in neither is in the full line only. Made once.
-struct TierPatterns {
-  struct Row {
-    std::vector<std::string_view> segs;
-    const LineField* field;
-  };
-  std::vector<Row> rows[2];                // by LineTier
-  std::vector<std::string_view> first[2];  // by LineTier
-};
-inline const TierPatterns& tier_patterns() {
-  // Never destroyed (docs/architecture.md, "statics"): the exit hook writes compact lines after
-  // static destructors have run.
-  static const TierPatterns* t = new TierPatterns([] {
-    TierPatterns p;
-    const auto& segs = line_field_segments();
-    for (std::size_t i = 0; i < line_fields().size(); ++i) {
-      const LineField& f = line_fields()[i];
-      for (const LineTier tier : {LineTier::compact, LineTier::run}) {
-        if (!(f.tiers & (tier == LineTier::compact ? line_field::kCompact : line_field::kRun))) continue;
-        p.rows[static_cast<int>(tier)].push_back({segs[i], &f});
-        p.first[static_cast<int>(tier)].push_back(segs[i].front());
-      }
-    }
-    for (auto& v : p.first) {
-      std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
-    }
-    return p;
-  }());
-  return *t;
-}
-
-/// The first row of `tier` a leaf at `segs` belongs to (an index into tier_patterns().rows[tier]): its
-/// pattern matched, or (a null object standing for the fields it would hold) a proper prefix of it.
-/// -1: none.
-inline int tier_row(const std::vector<std::string_view>& segs, const JsonLeaf& leaf, LineTier tier) {
-  const auto& rows = tier_patterns().rows[static_cast<int>(tier)];
-  for (std::size_t r = 0; r < rows.size(); ++r)
-    if (segments_match(rows[r].segs, segs) || (leaf.kind == JsonLeaf::Kind::null && segments_prefix(rows[r].segs, segs)))
-      return static_cast<int>(r);
-  return -1;
-}
-inline Digits tier_digits(LineTier tier, int row) { return tier_patterns().rows[static_cast<int>(tier)][row].field->digits; }
 
 /// A JSON pointer segment as the name it stands for (`~1` -> `/`, `~0` -> `~`).
 inline std::string unescape_segment(std::string_view s) {
@@ -202,48 +158,87 @@ struct ReasonBook {
   }
 };
 
-/// The compact line of a full line's leaves. `book`: the run's sentences so far (updated). `run_facts`
-/// (optional): the run tier's leaves as one text, to tell a run record that changed (one pass for both).
-inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std::string* run_facts = nullptr) {
+/// The values of the tiers' rows in a full line's leaves (a line given as text, read back by
+/// core/json_flat.hpp): what LineOut hands over as it writes (core/tier_leaves.hpp).
+inline TierLeaves tier_leaves_of(const FlatJson& full) {
   using namespace details;
-  struct Kept {
-    std::size_t row;
-    std::vector<std::string> names;  // the segments, unescaped
-    JsonLeaf leaf;
-    Digits digits;
-  };
-  std::vector<Kept> kept;
-  const TierPatterns& tp = tier_patterns();
-  book.last_added.clear();
-  const auto in_tier = [&](LineTier t, std::string_view first) {
-    const auto& v = tp.first[static_cast<int>(t)];
-    return std::binary_search(v.begin(), v.end(), first);
-  };
-  std::vector<std::string> facts;
-  std::map<std::string, const JsonLeaf*> reasons;  // null_reasons key -> sentence
+  const RowTree& rows = RowTree::step();
+  TierLeaves out;
   std::vector<std::string_view> segs;
-  // diagnosis.label UNKNOWN: its reason goes as a code (below); with any other label, no reason.
-  const auto label = full.find("/diagnosis/label");
-  const bool unknown = label != full.end() && label->second.kind == JsonLeaf::Kind::string && label->second.text == "UNKNOWN";
   for (const auto& [pointer, leaf] : full) {
     pointer_segments_into(pointer, segs);
     if (segs.empty()) continue;
-    if (pointer == "/diagnosis/reason" && (!unknown || leaf.kind != JsonLeaf::Kind::string)) continue;
     if (segs[0] == "null_reasons") {
-      if (segs.size() == 2 && leaf.kind == JsonLeaf::Kind::string) reasons[unescape_segment(segs[1])] = &leaf;
+      if (segs.size() == 2 && leaf.kind == JsonLeaf::Kind::string) out.reasons[unescape_segment(segs[1])] = leaf.text;
       continue;
     }
-    if (run_facts && in_tier(LineTier::run, segs[0]) && tier_row(segs, leaf, LineTier::run) >= 0)
-      facts.push_back(pointer + (leaf.kind == JsonLeaf::Kind::string ? "=" + leaf.text
-                                 : leaf.kind == JsonLeaf::Kind::null ? std::string("=null")
-                                 : "=" + std::to_string(leaf.number)));
-    const int r = in_tier(LineTier::compact, segs[0]) ? tier_row(segs, leaf, LineTier::compact) : -1;
+    if (pointer == "/timestamp") out.timestamp = leaf;
+    const int32_t node = rows.find(segs);
+    const bool null = leaf.kind == JsonLeaf::Kind::null;
+    const int32_t compact = rows.tier_row(node, LineTier::compact, null), run = rows.tier_row(node, LineTier::run, null);
+    if (compact < 0 && run < 0) continue;
+    TierLeaf t;
+    t.row[static_cast<int>(LineTier::compact)] = compact;
+    t.row[static_cast<int>(LineTier::run)] = run;
+    for (auto sv : segs) t.names.push_back(unescape_segment(sv));
+    t.leaf = leaf;
+    out.leaves.push_back(std::move(t));
+  }
+  return out;
+}
+
+namespace details {
+/// A leaf's JSON pointer (RFC 6901) from its names.
+inline std::string pointer_of(const std::vector<std::string>& names) {
+  std::string p;
+  for (const std::string& n : names) {
+    p += '/';
+    for (char c : n) {
+      if (c == '~') p += "~0";
+      else if (c == '/') p += "~1";
+      else p += c;
+    }
+  }
+  return p;
+}
+}  // namespace details
+
+/// The compact line of a full line's tier values (TierLeaves: from its writer, or tier_leaves_of a
+/// line read back). `book`: the run's sentences so far (updated). `run_facts` (optional): the run
+/// tier's values as one text, to tell a run record that changed (one pass for both).
+inline std::string make_compact_line(const TierLeaves& full, ReasonBook& book, std::string* run_facts = nullptr) {
+  using namespace details;
+  constexpr int kCompactTier = static_cast<int>(LineTier::compact), kRunTier = static_cast<int>(LineTier::run);
+  struct Kept {
+    std::size_t row;
+    const std::vector<std::string>* path;  // the TierLeaf's names
+    JsonLeaf leaf;
+    const std::vector<std::string>& names() const { return *path; }
+  };
+  std::vector<Kept> kept;
+  book.last_added.clear();
+  std::vector<std::string> facts;
+  // diagnosis.label UNKNOWN: its reason goes as a code (below); with any other label, no reason.
+  bool unknown = false;
+  for (const TierLeaf& t : full.leaves)
+    if (t.names.size() == 2 && t.names[0] == "diagnosis" && t.names[1] == "label")
+      unknown = t.leaf.kind == JsonLeaf::Kind::string && t.leaf.text == "UNKNOWN";
+  for (const TierLeaf& t : full.leaves) {
+    const JsonLeaf& leaf = t.leaf;
+    if (t.names.size() == 2 && t.names[0] == "diagnosis" && t.names[1] == "reason" &&
+        (!unknown || leaf.kind != JsonLeaf::Kind::string))
+      continue;
+    if (run_facts && t.row[kRunTier] >= 0)
+      facts.push_back(pointer_of(t.names) + (leaf.kind == JsonLeaf::Kind::string ? "=" + leaf.text
+                                             : leaf.kind == JsonLeaf::Kind::null ? std::string("=null")
+                                             : "=" + std::to_string(leaf.number)));
+    const int32_t r = t.row[kCompactTier];
     if (r < 0) continue;
-    Kept k{static_cast<std::size_t>(r), {}, leaf, tier_digits(LineTier::compact, r)};
-    for (auto sv : segs) k.names.push_back(unescape_segment(sv));
-    if (k.leaf.kind == JsonLeaf::Kind::number) k.leaf.number = rounded(k.leaf.number, k.digits);
+    Kept k{static_cast<std::size_t>(r), &t.names, leaf};
+    if (k.leaf.kind == JsonLeaf::Kind::number) k.leaf.number = rounded(k.leaf.number, line_fields()[k.row].digits);
     kept.push_back(std::move(k));
   }
+  const std::map<std::string, std::string>& reasons = full.reasons;  // null_reasons key -> sentence
   if (run_facts) {
     std::sort(facts.begin(), facts.end());
     run_facts->clear();
@@ -251,10 +246,9 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
     // A null's reason is a fact too (a device found later changes it), when its field is the run
     // record's: not a step's value beside run fields (mfu_inputs.tokens_per_second_per_gpu, null on a
     // step without tokens, set on the next, made a new, identical record each time: issue #58).
-    const JsonLeaf null_leaf{JsonLeaf::Kind::null, 0, {}};
+    const RowTree& rows = RowTree::step();
     std::vector<std::string_view> key_segs;
     for (const auto& [key, why] : reasons) {
-      if (!in_tier(LineTier::run, key.substr(0, key.find('.')))) continue;
       key_segs.clear();
       for (std::size_t from = 0;;) {
         const std::size_t dot = key.find('.', from);
@@ -262,7 +256,7 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
         if (dot == std::string::npos) break;
         from = dot + 1;
       }
-      if (tier_row(key_segs, null_leaf, LineTier::run) >= 0) (*run_facts += key + "=" + why->text) += '\n';
+      if (rows.tier_row(rows.find(key_segs), LineTier::run, true) >= 0) (*run_facts += key + "=" + why) += '\n';
     }
   }
   // Phases: the kCompactMaxPhases with the most host time (then GPU time) by name; the rest summed
@@ -270,12 +264,12 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   std::map<std::string, double> phase_weight;
   std::vector<std::string> scalar_names;
   for (const Kept& k : kept) {
-    if (k.names.size() >= 2 && k.names[0] == "phases") {
-      double& w = phase_weight[k.names[1]];
-      if (k.leaf.kind == JsonLeaf::Kind::number && (k.names[2] == "host_ms" || k.names.back() == "busy_ms"))
+    if (k.names().size() >= 2 && k.names()[0] == "phases") {
+      double& w = phase_weight[k.names()[1]];
+      if (k.leaf.kind == JsonLeaf::Kind::number && (k.names()[2] == "host_ms" || k.names().back() == "busy_ms"))
         w += std::fabs(k.leaf.number);
-    } else if (k.names.size() == 2 && k.names[0] == "scalars") {
-      scalar_names.push_back(k.names[1]);
+    } else if (k.names().size() == 2 && k.names()[0] == "scalars") {
+      scalar_names.push_back(k.names()[1]);
     }
   }
   std::vector<std::pair<std::string, double>> by_weight(phase_weight.begin(), phase_weight.end());
@@ -291,28 +285,28 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   // Build in the table's order; phases and scalars by name.
   std::stable_sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
     if (a.row != b.row) return a.row < b.row;
-    return a.names < b.names;
+    return a.names() < b.names();
   });
   TierNode root;
   std::vector<std::string> nulls;  // pointers written null, for their reasons
   std::pair<std::string, std::string> diagnosis_text;  // an UNKNOWN reason's code and sentence, new this run
   for (const Kept& k : kept) {
-    if (k.names.size() >= 2 && k.names[0] == "phases" && !phase_kept[k.names[1]]) {
+    if (k.names().size() >= 2 && k.names()[0] == "phases" && !phase_kept[k.names()[1]]) {
       if (k.leaf.kind == JsonLeaf::Kind::number) {
         std::string field;
-        for (std::size_t i = 2; i < k.names.size(); ++i) field += (field.empty() ? "" : "/") + k.names[i];
+        for (std::size_t i = 2; i < k.names().size(); ++i) field += (field.empty() ? "" : "/") + k.names()[i];
         other[field] += k.leaf.number;
       }
       continue;
     }
-    if (k.names.size() == 2 && k.names[0] == "scalars" &&
-        !std::binary_search(scalar_names.begin(), scalar_names.end(), k.names[1]))
+    if (k.names().size() == 2 && k.names()[0] == "scalars" &&
+        !std::binary_search(scalar_names.begin(), scalar_names.end(), k.names()[1]))
       continue;
     TierNode* n = &root;
-    for (const std::string& s : k.names) n = &n->member(s);
+    for (const std::string& s : k.names()) n = &n->member(s);
     n->leaf = k.leaf;
-    if (k.names.size() == 1 && k.names[0] == "schema") n->leaf->text = kCompactSchema;
-    if (k.names.size() == 2 && k.names[0] == "diagnosis" && k.names[1] == "reason") {
+    if (k.names().size() == 1 && k.names()[0] == "schema") n->leaf->text = kCompactSchema;
+    if (k.names().size() == 2 && k.names()[0] == "diagnosis" && k.names()[1] == "reason") {
       // An UNKNOWN line says why as a null does: the sentence's code, the sentence once per run.
       const std::string code = reason_code(k.leaf.text);
       if (book.written.emplace(code, k.leaf.text).second) {
@@ -321,7 +315,7 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
       }
       n->leaf->text = code;
     }
-    if (k.leaf.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(k.names));
+    if (k.leaf.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(k.names()));
   }
   if (folded) {
     TierNode& o = root.member("phases").member("(other)");
@@ -345,11 +339,11 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   for (const std::string& dotted : nulls) {
     const auto it = reasons.find(dotted);
     if (it == reasons.end()) continue;
-    const std::string code = reason_code(it->second->text);
+    const std::string code = reason_code(it->second);
     codes.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, code};
-    if (book.written.emplace(code, it->second->text).second) {
+    if (book.written.emplace(code, it->second).second) {
       book.last_added.push_back(code);
-      texts.member(code).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second->text};
+      texts.member(code).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second};
     }
   }
   if (!diagnosis_text.first.empty())
@@ -398,59 +392,59 @@ inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std
   return w2.release();
 }
 
-/// The run record of a full line's leaves: `{"event":"run","schema":"steptrace.run/2", ...}` with the
-/// run tier's fields, their null reasons (sentences) and `settings` (name -> value in force). `stamped`:
-/// with `from_step` and `timestamp`, the line's it precedes (without them: its facts alone, the text
-/// to compare with the last record's).
-inline std::string make_run_record(const FlatJson& full, const std::vector<std::pair<std::string, std::string>>& settings,
+/// The run record of a full line's tier values: `{"event":"run","schema":"steptrace.run/2", ...}` with
+/// the run tier's fields, their null reasons (sentences) and `settings` (name -> value in force).
+/// `stamped`: with `from_step` and `timestamp`, the line's it precedes (without them: its facts alone,
+/// the text to compare with the last record's).
+inline std::string make_run_record(const TierLeaves& full, const std::vector<std::pair<std::string, std::string>>& settings,
                                    bool stamped = true) {
   using namespace details;
+  constexpr int kRunTier = static_cast<int>(LineTier::run);
   TierNode root;
   root.member("event").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, "run"};
   root.member("schema").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, kRunSchema};
-  // Each leaf of the run tier, under the first row it meets; written in the table's order, by name.
-  std::vector<std::tuple<std::size_t, std::vector<std::string>, JsonLeaf>> found;
-  std::vector<std::string_view> segs;
-  for (const auto& [pointer, leaf] : full) {
-    pointer_segments_into(pointer, segs);
-    const int r = tier_row(segs, leaf, LineTier::run);
-    if (r < 0) continue;
-    std::vector<std::string> names;
-    for (auto sv : segs) names.push_back(unescape_segment(sv));
-    JsonLeaf l = leaf;
-    if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, tier_digits(LineTier::run, r));
-    found.emplace_back(static_cast<std::size_t>(r), std::move(names), std::move(l));
+  // Each value of the run tier, under the first row it meets; written in the table's order, by name.
+  std::vector<const TierLeaf*> found;
+  const TierLeaf* global_step = nullptr;
+  for (const TierLeaf& t : full.leaves) {
+    if (t.names.size() == 1 && t.names[0] == "global_step") global_step = &t;
+    if (t.row[kRunTier] >= 0) found.push_back(&t);
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
-    return std::get<0>(a) != std::get<0>(b) ? std::get<0>(a) < std::get<0>(b) : std::get<1>(a) < std::get<1>(b);
+  std::stable_sort(found.begin(), found.end(), [](const TierLeaf* a, const TierLeaf* b) {
+    return a->row[kRunTier] != b->row[kRunTier] ? a->row[kRunTier] < b->row[kRunTier] : a->names < b->names;
   });
   std::vector<std::string> nulls;
-  for (auto& [row, names, leaf] : found) {
+  for (const TierLeaf* t : found) {
     TierNode* n = &root;
-    for (const std::string& s : names) n = &n->member(s);
-    if (leaf.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(names));
-    n->leaf = std::move(leaf);
+    for (const std::string& s : t->names) n = &n->member(s);
+    JsonLeaf l = t->leaf;
+    if (l.kind == JsonLeaf::Kind::number) l.number = rounded(l.number, line_fields()[static_cast<std::size_t>(t->row[kRunTier])].digits);
+    if (l.kind == JsonLeaf::Kind::null) nulls.push_back(dotted_path(t->names));
+    n->leaf = std::move(l);
   }
   TierNode& set = root.member("settings");
   for (const auto& [name, value] : settings) set.member(name).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, value};
   TierNode& why = root.member("null_reasons");
   for (const std::string& dotted : nulls) {
-    std::string pointer = "/null_reasons/";
-    for (char c : dotted) pointer += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
-    const auto it = full.find(pointer);
-    if (it != full.end() && it->second.kind == JsonLeaf::Kind::string)
-      why.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second.text};
+    const auto it = full.reasons.find(dotted);
+    if (it != full.reasons.end()) why.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second};
   }
   if (stamped) {
-    for (const auto& [name, pointer] : {std::pair<const char*, const char*>{"from_step", "/global_step"},
-                                        std::pair<const char*, const char*>{"timestamp", "/timestamp"}}) {
-      const auto it = full.find(pointer);
-      root.member(name).leaf = it != full.end() ? it->second : JsonLeaf{};
-    }
+    root.member("from_step").leaf = global_step ? global_step->leaf : JsonLeaf{};
+    root.member("timestamp").leaf = full.timestamp ? *full.timestamp : JsonLeaf{};
   }
   JsonWriter w;
   root.write(w);
   return w.release();
+}
+
+/// make_compact_line and make_run_record of a full line's leaves (a line given as text, read back).
+inline std::string make_compact_line(const FlatJson& full, ReasonBook& book, std::string* run_facts = nullptr) {
+  return make_compact_line(tier_leaves_of(full), book, run_facts);
+}
+inline std::string make_run_record(const FlatJson& full, const std::vector<std::pair<std::string, std::string>>& settings,
+                                   bool stamped = true) {
+  return make_run_record(tier_leaves_of(full), settings, stamped);
 }
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -31,9 +31,12 @@ inline void write_trace(LineOut& out, const StepLineInput& in) {
 }
 
 /// Renders one step as a single JSON object without a trailing newline. `fields` (optional): every
-/// leaf of it by JSON pointer, as reading the text back would give them (a sink's typed view).
-inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nullptr) {
-  LineOut out(&in.excluded, fields);
+/// leaf of it by JSON pointer, as reading the text back would give them (a sink's typed view). `tiers`
+/// (optional): the values of the compact line's and the run record's rows, written in the same pass
+/// (core/line_tiers.hpp makes them from it). Every value is checked against its row as it is written
+/// (details::line_out_undeclared()).
+inline std::string make_step_line(const StepLineInput& in, FlatJson* fields = nullptr, TierLeaves* tiers = nullptr) {
+  LineOut out(&in.excluded, fields, &details::RowTree::step(), tiers);
   out.begin();
   write_identity(out, in);
   write_time(out, in);

@@ -200,7 +200,7 @@ inline void Session::start_counters(LineContext& ctx) {
 /// start(), before any of those threads runs. A static first made on another thread holds its guard
 /// while it is made (the C++ ABI's __cxa_guard_acquire): a fork() from the training thread in that
 /// window leaves the guard held in the child, whose next start() then waits for it for good (seen: the
-/// compact line's tier patterns, 1 fork in ~400). Made under the first lock fork() holds
+/// compact line's tier patterns, now core/tier_leaves.hpp's RowTree, 1 fork in ~400). Made under the first lock fork() holds
 /// (details/fork.hpp), so that a fork from another thread meanwhile waits for them.
 inline void Session::make_lazy_statics() {
   std::lock_guard<std::mutex> forks_wait(end_install_mutex());
@@ -209,7 +209,7 @@ inline void Session::make_lazy_statics() {
   (void)record_fields(Record::end);
   (void)details::record_field_segments(Record::step);
   (void)details::record_field_segments(Record::end);
-  (void)tier_patterns();
+  (void)RowTree::step();
   (void)peak_flops_table();
   (void)settings();
   (void)phase_name(kNoPhase);

@@ -205,10 +205,11 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     bool log_sink = false;  // a sink that holds the lines (the log), not a view of them (the exporter)
     for (const sink::LineSink* sink : s_.sinks) log_sink = log_sink || sink->counts_lines();
     const bool compact = ctx.cfg.line_detail == LineDetail::compact && log_sink;
-    bool fields_read = compact;
+    bool fields_read = false;
     for (const sink::LineSink* sink : s_.sinks) fields_read = fields_read || sink->reads_fields();
-    FlatJson fields;  // the line's leaves, for a sink that reads fields (the Prometheus exporter)
-    const std::string line = make_step_line(in, fields_read ? &fields : nullptr);
+    FlatJson fields;    // the line's leaves, for a sink that reads fields (the Prometheus exporter)
+    TierLeaves tiers;   // the compact line's and the run record's values, from the same pass
+    const std::string line = make_step_line(in, fields_read ? &fields : nullptr, compact ? &tiers : nullptr);
     // line_detail=compact: the log's sinks get the compact line, after the run record when it is new
     // or changed (a new record starts the reasons' sentences anew: its run_id may be another, rank 0's);
     // a view of the lines (the exporter) keeps the full one. What a failed write did not carry (the
@@ -220,11 +221,11 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
     std::vector<const sink::LineSink*> record_failed;
     if (compact) {
       std::string facts;
-      compact_line = make_compact_line(fields, reasons_written_, &facts);
+      compact_line = make_compact_line(tiers, reasons_written_, &facts);
       if (facts != run_record_) {
         if (settings_in_force_.empty())
           for (const Setting& s : settings()) settings_in_force_.emplace_back(s.name, s.text(ctx.cfg));
-        const std::string record = make_run_record(fields, settings_in_force_, true);
+        const std::string record = make_run_record(tiers, settings_in_force_, true);
         bool written = true;
         for (sink::LineSink* sink : s_.sinks)
           if (sink->counts_lines() && !sink->write_line(record).empty()) {
@@ -233,9 +234,12 @@ inline void Worker::process(const StepRecord& r, std::optional<StepGpu> gpu, con
           }
         run_record_ = written ? std::move(facts) : std::string();
         reasons_written_ = ReasonBook{};  // the line after a new record carries every sentence again
-        compact_line = make_compact_line(fields, reasons_written_);
+        compact_line = make_compact_line(tiers, reasons_written_);
       }
     }
+    if (details::line_out_undeclared().load(std::memory_order_relaxed))
+      warn_once("line_out.undeclared", "a line's writer wrote a value its declaration (core/line_fields.hpp) does not hold "
+                                       "(a steptrace bug; the line is written as it is): please report it");
     if (details::line_out_unbalanced().load(std::memory_order_relaxed))
       warn_once("line_out", "a line's writer closed an object it had not opened or left one open (a steptrace bug; "
                             "the lines are kept well formed): please report it");
