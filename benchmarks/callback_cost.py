@@ -15,9 +15,12 @@ stopped (each returns at its first check: `stopped_us`) split it into the Python
 rest (steptrace's host calls and what they do).
 
 Prints per repeat and their median (the lines are full: the phases' counts are not on compact ones):
-  repeat=R steps=N on_us=.. stopped_us=.. empty_us=.. cost_us=.. model_us=.. calls=..
+  repeat=R steps=N on_us=.. stopped_us=.. empty_us=.. cost_us=.. model_us=.. charged_us=.. calls=..
 where model_us = calls x 0.72 µs, calls = 1 + the step's phase scopes + its scalars (the ledger's count:
-details/worker_overhead.hpp), read from the lines written.
+details/worker_overhead.hpp), read from the lines written; charged_us = model_us + what the callbacks
+measured of their own bookkeeping beyond the model (timed on one step in 37, the median of the last 9:
+steptrace._callback_steps), which the lines' host_api charges per step. The median line also prints
+charged/measured: the estimate against the measurement.
 """
 import argparse
 import os
@@ -27,6 +30,7 @@ import tempfile
 import time
 
 import steptrace
+from steptrace import _steptrace
 from steptrace._callback_steps import CallbackSteps
 
 from default_cost_summary import read_lines  # beside this file: one reader of steptrace's lines
@@ -84,18 +88,22 @@ def main(argv):
                               "callback_cost")
         steps.begin_training()
         on = timed(steps, batch, a.steps, a.accumulate)
+        extra = _steptrace.step_extra_ns() / 1e3  # what the callbacks measured beyond the model, per step
         steps.close_now()
         steps.end_training()
         stopped = timed(steps, batch, a.steps, a.accumulate)  # every call returns at its first check
         empty = timed_empty(a.steps, a.accumulate)
         last = read_lines(log)[0][-1]  # full lines: the phases' counts are not on compact ones
         calls = 1 + sum(v.get("count", 0) for v in last["phases"].values()) + len(last.get("scalars") or {})
-        rows.append((on, stopped, empty, on - empty, calls * PYTHON_CALL_US, calls))
+        charged = calls * PYTHON_CALL_US + extra
+        rows.append((on, stopped, empty, on - empty, calls * PYTHON_CALL_US, charged, calls))
         print(f"repeat={r} steps={a.steps} on_us={on:.2f} stopped_us={stopped:.2f} empty_us={empty:.2f} "
-              f"cost_us={on - empty:.2f} model_us={calls * PYTHON_CALL_US:.2f} calls={calls}", flush=True)
+              f"cost_us={on - empty:.2f} model_us={calls * PYTHON_CALL_US:.2f} charged_us={charged:.2f} "
+              f"calls={calls}", flush=True)
     med = [statistics.median(col) for col in zip(*rows)]
     print(f"median on_us={med[0]:.2f} stopped_us={med[1]:.2f} empty_us={med[2]:.2f} cost_us={med[3]:.2f} "
-          f"model_us={med[4]:.2f} measured/model={med[3] / med[4]:.2f}")
+          f"model_us={med[4]:.2f} charged_us={med[5]:.2f} measured/model={med[3] / med[4]:.2f} "
+          f"charged/measured={med[5] / med[3]:.2f}")
     return 0
 
 

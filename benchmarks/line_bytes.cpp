@@ -4,20 +4,20 @@
 //
 // Per file: the full lines' bytes (median, max), the compact lines' made from them (median, max; the
 // run's first line, which carries the reasons' sentences, counted apart), the run records' bytes, and
-// per line the time to make the compact line and the run record's facts (what line_detail=compact adds
-// after make_step_line), and the time the writer spends recording the line's leaves (line_detail=compact
-// has the writer record them; a run with the Prometheus exporter already does): the same line written by
-// core/json_writer.hpp with and without record_leaves. Then the line rewritten through LineOut, as
-// make_step_line writes it: its time, and what the compact line (with the run record's facts) adds on
-// the two paths - from the line's leaves read back and matched against the rows (the runtime's before
-// the same pass), or from the values LineOut took as it wrote them, finding each one's row
-// (core/tier_leaves.hpp: the runtime's now) - and whether the two compact lines are the same.
-// Medians of 200 repetitions per line. And every
-// full line's and end record's leaves against their declaration (core/line_fields.hpp): the leaves
-// checked and any a row does not declare or declares of another type, or a line that does not parse
-// (the first 8 named, and how many lines had one). Read from text, a whole number reads as an integer:
-// the check of integer rows against the writer's types is test_schema's. Exit status 1 when a file has
-// such a line, so a script can use it as a check.
+// per line the time to make the compact line and the run record's facts from the line's leaves read
+// back, and the time the writer spends recording the line's leaves (what a run with the Prometheus
+// exporter pays): the same line written by core/json_writer.hpp with and without record_leaves. Then
+// the line rewritten through LineOut, as make_step_line writes it: its time, and what the compact line
+// (with the run record's facts) adds on two paths - from the line's leaves read back, or from the
+// values LineOut took as it wrote them, finding each one's row (core/tier_leaves.hpp: the runtime's
+// path) - and whether the two give the same compact line, run facts and run record. The runtime's
+// path before the same pass (leaves recorded, then each matched against the rows one by one) is an
+// older build's compact_us + leaves_us; this build's read-back finds the rows in the same tree.
+// Medians of 200 repetitions per line. And every full line's and end record's leaves against their
+// declaration (core/line_fields.hpp): the leaves checked and any a row does not declare or declares of
+// another type, or a line that does not parse (the first 8 named, and how many lines had one). Read
+// from text, a whole number reads as an integer: the check of integer rows against the writer's types
+// is test_schema's. Exit status 1 when a file has such a line, so a script can use it as a check.
 #include <steptrace/core/json_flat.hpp>
 #include <steptrace/core/json_writer.hpp>
 #include <steptrace/core/line_fields.hpp>
@@ -348,18 +348,23 @@ int main(int argc, char** argv) {
       via_leaves_us.push_back(lineout_us(line, f, 1, book, kReps) - line_us);
       same_pass_us.push_back(lineout_us(line, f, 2, book, kReps, &same_pass) - line_us);
       lineout_plain_us.push_back(line_us);
-      steptrace::ReasonBook warm = book;
-      // Rewritten, a whole number reads back as an integer: compared with the text's own compact line
-      // made from the rewrite's leaves, so that only the path differs.
+      // Rewritten, a whole number reads back as an integer: the same pass's compact line, run facts and
+      // run record compared with those made from the rewrite's own leaves, so that only the path differs.
       steptrace::FlatJson rewritten;
+      steptrace::TierLeaves tiers;
       {
-        steptrace::LineOut out(nullptr, &rewritten);
+        steptrace::LineOut out(nullptr, &rewritten, &steptrace::details::RowTree::step(), &tiers);
         LineRewriter{line, 0, out, f, {}, {}}.record();
         out.finish();
       }
-      if (same_pass != steptrace::make_compact_line(rewritten, warm)) {
+      steptrace::ReasonBook warm = book, warm_read = book;
+      std::string facts, facts_read;
+      const std::string same = steptrace::make_compact_line(tiers, warm, &facts);
+      if (same != same_pass || same != steptrace::make_compact_line(rewritten, warm_read, &facts_read) ||
+          facts != facts_read ||
+          steptrace::make_run_record(tiers, settings) != steptrace::make_run_record(rewritten, settings)) {
         ++same_pass_differs;
-        if (problems.size() < 8) problems.push_back("the same pass's compact line differs from the one read back: " + same_pass);
+        if (problems.size() < 8) problems.push_back("the same pass's compact line, run facts or run record differ from those read back: " + same);
       }
     }
     std::string name = argv[a];

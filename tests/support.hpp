@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <steptrace/core/line_fields.hpp>
 #include <steptrace/core/measured.hpp>
+#include <steptrace/core/tier_leaves.hpp>
 
 namespace steptrace_test {
 
@@ -73,6 +74,12 @@ inline std::vector<nlohmann::json> read_records(const std::string& path) {
     check_declared_text(line);
     CHECK(line.find(steptrace::details::kNoReasonGiven) == std::string::npos);  // every null came with its reason
   }
+  // Every value this process's writers wrote (the compact lines' too: the writer checks them against
+  // their rows as it writes, core/tier_leaves.hpp) has its row, of its row's type, null only where the
+  // row may be. (A runtime linked from the compiled library keeps its own counter: not this one.)
+#ifndef STEPTRACE_COMPILED_LIB
+  CHECK(steptrace::details::line_out_undeclared().load() == 0);
+#endif
   return lines;
 }
 

@@ -374,6 +374,27 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   CHECK(*d2.fraction == Approx(19.3 / 100.0));
 }
 
+TEST_CASE("host_api charges a binding's measured bookkeeping beyond the calls' model on the steps it was set for",
+          "[overhead]") {
+  // 10 ms steps of 5 calls at the Python call's 0.72 us; the callbacks measured 6 us a step beyond them
+  // from step 100 on (as details::set_binding_step_extra_ns hands it to the worker's ledger), then
+  // forgot it at step 300 (end of training): the window's charge follows what each step was given.
+  steptrace::OverheadLedger ledger(steptrace::OverheadLedger::kPythonScopeNs);
+  const double calls = 5 * steptrace::OverheadLedger::kPythonScopeNs * 1e-6 / 10;
+  for (int i = 0; i < 100; ++i) ledger.step(10, 5);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));
+  for (int i = 0; i < 100; ++i) ledger.step(10, 5, false, 0, 0.006);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.006 / 10 / 2));  // half the window's steps
+  for (int i = 0; i < 1000; ++i) ledger.step(10, 5, false, 0, 0.006);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.006 / 10));  // the whole window
+  for (int i = 0; i < 1000; ++i) ledger.step(10, 5, false, 0, 0.0);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));  // forgotten: the window's steps had none
+  // What cannot be a cost is none: negative, NaN.
+  steptrace::OverheadLedger odd(steptrace::OverheadLedger::kPythonScopeNs);
+  for (int i = 0; i < 10; ++i) odd.step(10, 5, false, 0, i % 2 ? -1.0 : std::nan(""));
+  CHECK(*odd.host_api_fraction_at(0) == Approx(calls));
+}
+
 TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N under half of the budget", "[overhead]") {
   steptrace::OverheadLedger ledger;
   CHECK_FALSE(ledger.marked_step_fraction());  // nothing marked yet

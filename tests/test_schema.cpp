@@ -392,7 +392,29 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   // declaration's pointer lookup finds for each leaf, nothing undeclared, and the compact line and run
   // record it makes in the same pass are those made from the full line read back.
   const uint64_t undeclared_before = details::line_out_undeclared().load();
-  for (const auto* input : {&in, &empty, &odd, &dots}) {
+  // Two scalars whose names are one once made valid UTF-8: the full line carries the key twice, and
+  // reading it back keeps the last - so must the same pass.
+  StepRecord dup_step = *in.step;
+  dup_step.scalars.push_back({"x\xff", std::numeric_limits<double>::quiet_NaN()});
+  dup_step.scalars.push_back({"x\xfe", 1.0});
+  StepLineInput dup = in;
+  dup.step = &dup_step;
+  // The rows' tree has no name beside a "*" (it would take the name and never try the "*").
+  for (std::size_t n = 0; n < details::RowTree::step().size(); ++n) {
+    const auto* node = details::RowTree::step().node(static_cast<int32_t>(n));
+    CHECK((node->children.empty() || node->any < 0));
+  }
+  // The row of each tier a value belongs to, by the rule written out: the first row of the tier, in
+  // the table's order, whose pattern matches its path - or, for a null, lies below it.
+  const auto first_tier_row = [](const std::vector<std::string_view>& segs, bool null, uint8_t tier) {
+    const auto& patterns = details::line_field_segments();
+    for (std::size_t i = 0; i < patterns.size(); ++i)
+      if ((line_fields()[i].tiers & tier) &&
+          (details::segments_match(patterns[i], segs) || (null && details::segments_prefix(patterns[i], segs))))
+        return static_cast<int32_t>(i);
+    return int32_t{-1};
+  };
+  for (const auto* input : {&in, &empty, &odd, &dots, &dup}) {
     FlatJson leaves;
     TierLeaves tiers;
     const std::string text = make_step_line(*input, &leaves, &tiers);
@@ -407,7 +429,15 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
       REQUIRE(by_pointer != nullptr);
       REQUIRE(node != nullptr);
       CHECK(&line_fields()[static_cast<std::size_t>(node->row)] == by_pointer);
+      const bool null = leaf.kind == JsonLeaf::Kind::null;
+      const int32_t n = details::RowTree::step().find(segs);
+      CHECK(details::RowTree::step().tier_row(n, LineTier::compact, null) == first_tier_row(segs, null, line_field::kCompact));
+      CHECK(details::RowTree::step().tier_row(n, LineTier::run, null) == first_tier_row(segs, null, line_field::kRun));
     }
+    // A null object standing for the rows below it (`gpu_markers` absent whole), by the same rule.
+    const std::vector<std::string_view> absent{"gpu_markers"};
+    CHECK(details::RowTree::step().tier_row(details::RowTree::step().find(absent), LineTier::compact, true) ==
+          first_tier_row(absent, true, line_field::kCompact));
     CHECK(tiers.leaves.size() > 10);
     FlatJson read_back;
     flatten_json(text, read_back);
@@ -453,6 +483,7 @@ TEST_CASE("a value written where no row declares it, or of another type than its
   out.begin_object("phases").begin_object("fwd").field("host_ms", 2.0).end_object().end_object();
   out.finish();
   CHECK(details::line_out_undeclared().load() - before == 2);
+  details::line_out_undeclared().store(before);  // the two were this test's own (support.hpp holds it at 0)
   // The tiers' values, each under its row: global_step, the null gpu_markers (standing for its compact
   // rows), phases.fwd.host_ms; gpu.kernels (the full line's only) and no_such_field are in no tier.
   std::vector<std::string> paths;
@@ -464,7 +495,7 @@ TEST_CASE("a value written where no row declares it, or of another type than its
   }
   CHECK(paths == std::vector<std::string>{"/global_step", "/gpu_markers", "/phases/fwd/host_ms"});
   CHECK(tiers.reasons.at("gpu_markers") == "why");
-  CHECK(tiers.reasons.count("no_such_field") == 0);
+  CHECK((tiers.global_step && tiers.global_step->number == 3));  // the run record's stamp
 }
 
 TEST_CASE("a number read without a fraction or an exponent is integral; one the writer wrote from a double is not",

@@ -230,6 +230,12 @@ PYBIND11_MODULE(_steptrace, m) {
     return summary_dict(s);
   });
   m.def("is_running", [] { return steptrace::is_running(); });
+  // The framework callbacks time their own bookkeeping on some steps (steptrace._callback_steps): what
+  // one call is modelled to cost, the markers' records to take out, and what they measured beyond it.
+  m.attr("python_call_ns") = steptrace::OverheadLedger::kPythonScopeNs;
+  m.def("marker_record_ns", [] { return steptrace::details::marker_record_ns(); });
+  m.def("set_step_extra_ns", [](double ns) { steptrace::details::set_binding_step_extra_ns(ns); });
+  m.def("step_extra_ns", [] { return steptrace::details::binding_step_extra_ns(); });
   // (rank, world_size) the lines say, or None when steptrace is not running.
   m.def("run_rank", []() -> py::object {
     int rank = 0, world = 1;

@@ -6,9 +6,12 @@ an evaluation forward, the end of training); one phase open at a time, tokens an
 the step's batches, steptrace started (and stopped at the end of training) when the program has not
 started it itself. Where a step begins and ends is the thread's step driver's (steptrace._driver), as for
 step(), loader() and watch()."""
+import collections
 import math
 import numbers
+import statistics
 import threading
+import time
 
 import steptrace  # the package is whole by now: this module is imported by its callbacks, never by it
 
@@ -61,6 +64,12 @@ class CallbackSteps(_driver.Holder):
         self.phase = None      # the open phase scope
         self.step_tokens = self.step_samples = None
         self.owner = None      # the training thread (the one training began on): other threads pass through
+        # What this bookkeeping costs per step beyond its calls as modelled: timed on one framework step
+        # in TIME_EVERY (the instance's class is _TimedSteps for that step), the median of the last
+        # TIME_SAMPLES told to the runtime, which charges it in the lines' overhead (host_api).
+        self._closed = 0                  # framework steps closed since training began
+        self._samples = collections.deque(maxlen=TIME_SAMPLES)
+        self._spent = self._calls = self._entered = self._depth = self._markers = 0
 
     # ---- the run ----
     def begin_training(self, known_rank=None, framework=None):
@@ -69,6 +78,7 @@ class CallbackSteps(_driver.Holder):
         program started with another rank is told so, once, by name."""
         from .ranks import check_rank, framework_rank, rank_settings
         self.close_now()  # what an earlier training that raised left open
+        self._forget_cost()
         self.owner = threading.get_ident()
         known = known_rank if known_rank is not None else framework_rank()
         if not steptrace.is_running():
@@ -81,9 +91,39 @@ class CallbackSteps(_driver.Holder):
 
     def end_training(self):
         self.close_now()
+        self._forget_cost()  # this training's cost is no later program's
         if self.started and steptrace.is_running():
             steptrace.stop()
         self.started = False
+
+    # ---- what the bookkeeping costs ----
+    def _time_next_step(self):
+        """At a framework step's end: the next one is timed when it is one in TIME_EVERY (past the start)."""
+        self._closed += 1
+        if (self._closed >= TIME_FROM and self._closed % TIME_EVERY == 0 and type(self) is CallbackSteps
+                and _steptrace.is_running()):
+            self._spent = self._calls = self._entered = self._depth = 0
+            self._markers = _steptrace.marker_record_ns()
+            self.__class__ = _TimedSteps
+
+    def _timed_step_ends(self, keep):
+        """The timed step ends (`keep`: closed as a framework step, its time a sample): back to untimed."""
+        self.__class__ = CallbackSteps
+        if not keep:
+            return
+        markers = max(0, _steptrace.marker_record_ns() - self._markers)  # the markers' records: their own part
+        modelled = (1 + self._entered) * _steptrace.python_call_ns  # the step and its phases, as charged
+        self._samples.append(self._spent - self._calls * clock_ns() - markers - modelled)
+        if len(self._samples) >= 3:
+            _steptrace.set_step_extra_ns(max(0.0, statistics.median(self._samples)))
+
+    def _forget_cost(self):
+        if type(self) is not CallbackSteps:
+            self._timed_step_ends(False)
+        if self._samples:
+            self._samples.clear()
+            _steptrace.set_step_extra_ns(0.0)
+        self._closed = 0
 
     # ---- steps and phases ----
     @property
@@ -159,6 +199,10 @@ class CallbackSteps(_driver.Holder):
     def close_step(self):
         """The framework's step ended: its phase closes; the step stays open until the next one begins
         or work that is no step's does (steptrace._driver)."""
+        self._end_step()
+        self._time_next_step()
+
+    def _end_step(self):
         self.exit()
         _driver.work_done(self)  # the cross-rank view compares ranks up to here
 
@@ -173,6 +217,87 @@ class CallbackSteps(_driver.Holder):
         self.exit()
         if _driver.holds(self):
             _driver.close_step()
+
+
+# One framework step in TIME_EVERY, from the TIME_FROM-th on (the start-up steps' one-off costs left out),
+# has its bookkeeping timed; the median of the last TIME_SAMPLES timed steps is what the runtime charges.
+# A prime: a traced step's attach, which its step boundary pays and the lines charge as tracing, falls
+# on a timed step only where the trace interval is a multiple of it (a fixed trace_every=32 would have
+# put every timed step on a traced one); the median keeps the few that do out.
+TIME_EVERY = 37
+TIME_FROM = 64
+TIME_SAMPLES = 9
+
+
+def _measure_clock_ns():
+    """What one time.perf_counter_ns() costs here: the median of back-to-back pairs (taken out of each
+    timed call, which reads the clock twice)."""
+    clock = time.perf_counter_ns
+    pairs = []
+    for _ in range(101):
+        t0 = clock()
+        pairs.append(clock() - t0)
+    pairs.sort()
+    return pairs[50]
+
+
+_clock_ns = None
+
+
+def clock_ns():
+    global _clock_ns
+    if _clock_ns is None:
+        _clock_ns = _measure_clock_ns()
+    return _clock_ns
+
+
+def _timed(method):
+    """`method` of CallbackSteps with its time added to the step's (a call inside another timed call is
+    the outer call's time already)."""
+    def call(self, *args):
+        if self._depth:
+            return method(self, *args)
+        self._depth = 1
+        t0 = time.perf_counter_ns()
+        try:
+            return method(self, *args)
+        finally:
+            self._spent += time.perf_counter_ns() - t0
+            self._calls += 1
+            self._depth = 0
+    call.__name__, call.__doc__ = method.__name__, method.__doc__
+    return call
+
+
+class _TimedSteps(CallbackSteps):
+    """A CallbackSteps for the one framework step being timed: its calls' time summed; at its end
+    (close_step) the time less the clock's, the markers' records' and what the model charges for its
+    calls is one sample. Work that is no step's (close_now, close_if_ending, end_training) ends it
+    without a sample. A class, not wrappers on the instance: the callbacks stay picklable."""
+    open_step = _timed(CallbackSteps.open_step)
+    count_batch = _timed(CallbackSteps.count_batch)
+    exit = _timed(CallbackSteps.exit)
+
+    def enter(self, name):
+        _TimedSteps._enter(self, name)
+        if self.phase is not None:
+            self._entered += 1
+    _enter = _timed(CallbackSteps.enter)
+
+    def close_step(self):
+        _TimedSteps._end_step_timed(self)
+        self._timed_step_ends(True)
+        self._time_next_step()
+    _end_step_timed = _timed(CallbackSteps._end_step)
+
+    def close_now(self):
+        self._timed_step_ends(False)
+        CallbackSteps.close_now(self)
+
+    def close_if_ending(self):
+        if _driver.holds(self) and _driver.ending():
+            self._timed_step_ends(False)
+        CallbackSteps.close_if_ending(self)
 
 
 def _is_auto(v):

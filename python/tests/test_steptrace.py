@@ -234,6 +234,65 @@ def test_framework_callbacks_are_optional_and_their_steps_add_up():
     assert any(e.get("event") == "end" for e in events)
 
 
+def test_framework_callbacks_time_their_own_bookkeeping():
+    """The callbacks time their bookkeeping on one framework step in 37 (from the 64th) and tell the runtime
+    what it costs per step beyond what the model charges for their calls (the lines' host_api part adds
+    it): a tokens function that spins 300 us a batch (2 batches a step) shows as ~600 us a step; without
+    it the extra is a few us at most; the untimed steps run as the plain class; a timed step's callbacks
+    pickle; a validation that ends the kept step drops that sample; end_training forgets the cost."""
+    import pickle
+
+    from steptrace import _steptrace
+    from steptrace._callback_steps import CallbackSteps, TIME_EVERY, TIME_FROM
+
+    class Ids:
+        shape = (4, 128)
+
+        def numel(self):
+            return 512
+
+    def spin(us):
+        end = time.perf_counter() + us * 1e-6
+        while time.perf_counter() < end:
+            pass
+
+    def slow_tokens(batch):
+        spin(300)
+        return 512.0
+
+    first = -(-TIME_FROM // TIME_EVERY) * TIME_EVERY  # timed: first, then every TIME_EVERY steps
+    steps_run = first + 4 * TIME_EVERY - TIME_EVERY + 1  # 4 timed (a validation before the 4th drops it)
+    for tokens, low, high in ((slow_tokens, 500_000, 3_000_000), ("auto", 0, 100_000)):
+        steps = CallbackSteps(tokens, None, {"log_path": fresh("callback_timing"), "summary": False, "gpu": "off"}, "test")
+        steps.begin_training()
+        assert _steptrace.step_extra_ns() == 0  # start() resets it
+        timed = []
+        for step in range(steps_run):
+            timed.append(type(steps) is not CallbackSteps)
+            if timed[-1] and step == first + 2 * TIME_EVERY and tokens == "auto":
+                copy = pickle.loads(pickle.dumps(steps))  # Lightning's ddp_spawn pickles its callbacks
+                assert type(copy) is type(steps) and copy._samples == steps._samples
+            if step == first + 3 * TIME_EVERY:
+                steps.close_if_ending()  # validation before the timed step: the kept step ends, no sample
+            for micro in range(2):
+                steps.open_step()
+                steps.count_batch({"input_ids": Ids()})
+                steps.enter("forward")
+                steps.enter("backward")
+                steps.exit()
+                if micro == 1:
+                    steps.enter("optimizer")
+                    steps.exit()
+                    steps.close_step()
+        samples = list(steps._samples)
+        extra = _steptrace.step_extra_ns()
+        assert [i for i, t in enumerate(timed) if t] == [first + k * TIME_EVERY for k in range(4)], timed
+        assert len(samples) == 3, samples  # the 4th was dropped
+        assert low <= extra < high, (tokens, extra, samples)
+        steps.end_training()
+        assert _steptrace.step_extra_ns() == 0  # forgotten with the training
+
+
 def test_loader_makes_steps_with_input_phase():
     log = fresh("loader")
     steptrace.start(log_path=log, summary=False, gpu="off")

@@ -215,17 +215,20 @@ class LineOut {
   void declared(int32_t node, std::string_view name, JsonLeaf leaf) {
     const bool null = leaf.kind == JsonLeaf::Kind::null;
     const details::RowTree::Node* n = rows_->node(node);
-    bool fits = n && (n->row >= 0 || (null && !n->children.empty()) || (null && n->any >= 0));
-    if (fits && !null) {
+    // A null where no row is stands for the rows below it (an object absent whole).
+    bool fits = n && (n->row >= 0 || (null && (!n->children.empty() || n->any >= 0)));
+    if (fits && n->row >= 0) {
       const LineField& f = record_fields(rows_->record())[static_cast<std::size_t>(n->row)];
-      const ValueKind kind = leaf.kind == JsonLeaf::Kind::boolean  ? ValueKind::boolean
-                             : leaf.kind == JsonLeaf::Kind::string ? ValueKind::string
-                                                                   : ValueKind::number;
-      fits = value_fits(f, kind, leaf.integral);
+      const ValueKind kind = null                                  ? ValueKind::null
+                             : leaf.kind == JsonLeaf::Kind::boolean ? ValueKind::boolean
+                             : leaf.kind == JsonLeaf::Kind::string  ? ValueKind::string
+                                                                    : ValueKind::number;
+      fits = value_fits(f, kind, leaf.integral);  // a null where the row is never null too
     }
     if (!fits) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
     if (!tiers_) return;
     if (levels_.size() == 1 && name == "timestamp") tiers_->timestamp = leaf;
+    if (levels_.size() == 1 && name == "global_step") tiers_->global_step = leaf;
     const int32_t compact = rows_->tier_row(node, LineTier::compact, null), run = rows_->tier_row(node, LineTier::run, null);
     if (compact < 0 && run < 0) return;
     TierLeaf t;

@@ -173,6 +173,7 @@ inline TierLeaves tier_leaves_of(const FlatJson& full) {
       continue;
     }
     if (pointer == "/timestamp") out.timestamp = leaf;
+    if (pointer == "/global_step") out.global_step = leaf;
     const int32_t node = rows.find(segs);
     const bool null = leaf.kind == JsonLeaf::Kind::null;
     const int32_t compact = rows.tier_row(node, LineTier::compact, null), run = rows.tier_row(node, LineTier::run, null);
@@ -188,6 +189,21 @@ inline TierLeaves tier_leaves_of(const FlatJson& full) {
 }
 
 namespace details {
+/// The values of `full`, one per path: the last written where a path came twice (two names that are
+/// one once made valid UTF-8 - scalars "x\xff" and "x\xfe" both write "x\uFFFD" - as reading the text
+/// back keeps the last). In the order of their paths.
+inline std::vector<const TierLeaf*> last_of_each_path(const TierLeaves& full) {
+  std::vector<const TierLeaf*> v;
+  v.reserve(full.leaves.size());
+  for (const TierLeaf& t : full.leaves) v.push_back(&t);
+  std::stable_sort(v.begin(), v.end(), [](const TierLeaf* a, const TierLeaf* b) { return a->names < b->names; });
+  std::vector<const TierLeaf*> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (i + 1 == v.size() || v[i + 1]->names != v[i]->names) out.push_back(v[i]);
+  return out;
+}
+
 /// A leaf's JSON pointer (RFC 6901) from its names.
 inline std::string pointer_of(const std::vector<std::string>& names) {
   std::string p;
@@ -220,10 +236,12 @@ inline std::string make_compact_line(const TierLeaves& full, ReasonBook& book, s
   std::vector<std::string> facts;
   // diagnosis.label UNKNOWN: its reason goes as a code (below); with any other label, no reason.
   bool unknown = false;
-  for (const TierLeaf& t : full.leaves)
-    if (t.names.size() == 2 && t.names[0] == "diagnosis" && t.names[1] == "label")
-      unknown = t.leaf.kind == JsonLeaf::Kind::string && t.leaf.text == "UNKNOWN";
-  for (const TierLeaf& t : full.leaves) {
+  const std::vector<const TierLeaf*> leaves = last_of_each_path(full);
+  for (const TierLeaf* t : leaves)
+    if (t->names.size() == 2 && t->names[0] == "diagnosis" && t->names[1] == "label")
+      unknown = t->leaf.kind == JsonLeaf::Kind::string && t->leaf.text == "UNKNOWN";
+  for (const TierLeaf* tp : leaves) {
+    const TierLeaf& t = *tp;
     const JsonLeaf& leaf = t.leaf;
     if (t.names.size() == 2 && t.names[0] == "diagnosis" && t.names[1] == "reason" &&
         (!unknown || leaf.kind != JsonLeaf::Kind::string))
@@ -405,11 +423,8 @@ inline std::string make_run_record(const TierLeaves& full, const std::vector<std
   root.member("schema").leaf = JsonLeaf{JsonLeaf::Kind::string, 0, kRunSchema};
   // Each value of the run tier, under the first row it meets; written in the table's order, by name.
   std::vector<const TierLeaf*> found;
-  const TierLeaf* global_step = nullptr;
-  for (const TierLeaf& t : full.leaves) {
-    if (t.names.size() == 1 && t.names[0] == "global_step") global_step = &t;
-    if (t.row[kRunTier] >= 0) found.push_back(&t);
-  }
+  for (const TierLeaf* t : last_of_each_path(full))
+    if (t->row[kRunTier] >= 0) found.push_back(t);
   std::stable_sort(found.begin(), found.end(), [](const TierLeaf* a, const TierLeaf* b) {
     return a->row[kRunTier] != b->row[kRunTier] ? a->row[kRunTier] < b->row[kRunTier] : a->names < b->names;
   });
@@ -430,7 +445,7 @@ inline std::string make_run_record(const TierLeaves& full, const std::vector<std
     if (it != full.reasons.end()) why.member(dotted).leaf = JsonLeaf{JsonLeaf::Kind::string, 0, it->second};
   }
   if (stamped) {
-    root.member("from_step").leaf = global_step ? global_step->leaf : JsonLeaf{};
+    root.member("from_step").leaf = full.global_step ? *full.global_step : JsonLeaf{};
     root.member("timestamp").leaf = full.timestamp ? *full.timestamp : JsonLeaf{};
   }
   JsonWriter w;

@@ -11,9 +11,11 @@
 //               cost of one (kScopeNs, 120 ns: above every median `scope_cost` measured on the GPU
 //               hosts, 54-101 ns per scope with the tick counter or steady_clock, the step boundary's
 //               share included, benchmarks/README.md "A phase scope without a lock" and its H100
-//               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md), plus the stream
-//               markers' CUDA event records, measured on the training thread as they are made: a
-//               marked step's typical cost x the share of steps the markers' pace marks now
+//               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md), plus what a binding
+//               measured of its own bookkeeping per step beyond that model (the framework callbacks time
+//               one step in 37: python/steptrace/_callback_steps.py), plus the stream markers' CUDA
+//               event records, measured on the training thread as they are made: a marked step's
+//               typical cost x the share of steps the markers' pace marks now
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
 //               time in them, measured (not their wall time: a reading may wait for a lock the
 //               training thread's CUDA call holds, which costs neither of them a core)
@@ -27,6 +29,7 @@
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -87,8 +90,9 @@ class OverheadLedger {
   /// `warm_up`: the start-up steps, whose one-off costs (first readings, CUDA on a new thread) would
   /// stay in the window for hundreds of steps, are not counted.
   /// `measured_ms`: the training thread's own measured time in steptrace's work since the last step
-  /// (the stream markers' event records).
-  void step(double step_ms, uint64_t calls, bool warm_up = false, double measured_ms = 0) {
+  /// (the stream markers' event records). `extra_ms`: a binding's bookkeeping beyond its calls as
+  /// modelled, as it measured it (the Python framework callbacks': details::set_binding_step_extra_ns).
+  void step(double step_ms, uint64_t calls, bool warm_up = false, double measured_ms = 0, double extra_ms = 0) {
     if (warm_up) {
       pending_background_ms_ = 0;
       for (double& w : by_work_) w = 0;
@@ -98,17 +102,20 @@ class OverheadLedger {
     total_step_ms_ += step_ms;
     measured_ms = std::max(0.0, measured_ms);
     const double measured_steps = measured_ms > 0 ? 1 : 0;
-    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps});
+    extra_ms = std::isfinite(extra_ms) ? std::max(0.0, extra_ms) : 0.0;
+    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps, extra_ms});
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
     sum_.calls += static_cast<double>(calls);
     sum_.measured_steps += measured_steps;
+    sum_.extra_ms += extra_ms;
     pending_background_ms_ = 0;
     if (steps_.size() > kWindow) {
       sum_.step_ms -= steps_.front().step_ms;
       sum_.background_ms -= steps_.front().background_ms;
       sum_.calls -= steps_.front().calls;
       sum_.measured_steps -= steps_.front().measured_steps;
+      sum_.extra_ms -= steps_.front().extra_ms;
       steps_.pop_front();
     }
   }
@@ -134,8 +141,8 @@ class OverheadLedger {
   }
 
   /// What the steps pay at the markers' pace in force (1 step in `markers_every`; 0: not marking): the
-  /// calls as modelled over the window, and one marked step's typical cost (marked_step_fraction) times
-  /// the share marked now. The line's host_api and the interval's decision read this, not the window's
+  /// calls as modelled over the window, a binding's measured bookkeeping beyond them (step()'s
+  /// `extra_ms`), and one marked step's typical cost (marked_step_fraction) times the share marked now. The line's host_api and the interval's decision read this, not the window's
   /// sum of the records' time: that sum held the steps marked before overhead_budget thinned the markers for up to kWindow
   /// steps (session 65, a 5 ms GPU-bound step marked every step at ~20 us for 40 steps: the sum still
   /// said 0.2 % of the step 40 steps after the markers went to 1 in 16, ~0.03 %, and the budget, taking
@@ -144,7 +151,7 @@ class OverheadLedger {
   /// markers are in its measured extra (tracing), not here.
   std::optional<double> host_api_fraction_at(int markers_every) const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
-    const double calls = sum_.calls * ns_per_call_ * 1e-6 / sum_.step_ms;
+    const double calls = (sum_.calls * ns_per_call_ * 1e-6 + std::max(0.0, sum_.extra_ms)) / sum_.step_ms;
     const std::optional<double> marked = markers_every >= 1 ? marked_step_fraction() : std::nullopt;
     return std::max(0.0, calls + (marked ? *marked / markers_every : 0.0));
   }
@@ -160,7 +167,7 @@ class OverheadLedger {
 
  private:
   struct Entry {
-    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0;
+    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0, extra_ms = 0;
   };
   double ns_per_call_;
   std::deque<Entry> steps_;

@@ -64,6 +64,7 @@ class RowTree {
     }
   }
   Record record() const { return record_; }
+  std::size_t size() const { return nodes_.size(); }
 
   /// The child of `node` named `name` (its own, else the "*" one); -1: none, or `node` is -1.
   int32_t child(int32_t node, std::string_view name) const {
@@ -142,11 +143,11 @@ struct TierLeaf {
 };
 
 /// What the compact line and the run record are made of: the values of their rows, the line's null
-/// reasons and its timestamp (the run record's stamp; the full line's only).
+/// reasons and the run record's stamp (its global_step and timestamp, whatever tiers carry them).
 struct TierLeaves {
   std::vector<TierLeaf> leaves;                // in the order written
   std::map<std::string, std::string> reasons;  // `null_reasons`: dotted path -> sentence
-  std::optional<JsonLeaf> timestamp;
+  std::optional<JsonLeaf> global_step, timestamp;
 };
 
 STEPTRACE_END_NAMESPACE  // steptrace

@@ -4,6 +4,7 @@
 // place where the public API meets the runtime (the process's Session, NVTX, the logger).
 #pragma once
 #include "../version.hpp"
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <string>
@@ -23,6 +24,7 @@ STEPTRACE_API extern const char steptrace_is_not_compiled_define_STEPTRACE_IMPLE
 
 bool start(const Config& cfg) noexcept {
   try {
+    details::binding_step_extra_ns_now().store(0, std::memory_order_relaxed);  // a binding measures its own anew
     return details::Session::instance().start(cfg);
   } catch (const std::exception& e) {
     details::warn_once("start.exception", std::string("start() failed: ") + e.what() + "; steptrace stays off");
@@ -150,6 +152,13 @@ bool binding_warn_once(const std::string& key, const std::string& message) noexc
 void set_binding_call_ns(double ns) noexcept {
   if (ns > 0) host_call_ns().store(ns, std::memory_order_relaxed);
 }
+void set_binding_step_extra_ns(double ns) noexcept {
+  // A step's bookkeeping beyond the model: never negative, never above 100 ms (a measurement that says
+  // more is a preempted thread, not a cost).
+  if (std::isfinite(ns)) binding_step_extra_ns_now().store(std::clamp(ns, 0.0, 1e8), std::memory_order_relaxed);
+}
+double binding_step_extra_ns() noexcept { return binding_step_extra_ns_now().load(std::memory_order_relaxed); }
+int64_t marker_record_ns() noexcept { return marker_ring().recorded_ns(); }
 
 void end_next_step_at_work_end() noexcept {
   if (!is_running()) return;

@@ -18,6 +18,13 @@ inline std::atomic<double>& host_call_ns() {
   return ns;
 }
 
+/// What a binding's bookkeeping costs per step beyond its calls as modelled (ns), as the binding measured
+/// it (details::set_binding_step_extra_ns: the Python framework callbacks'); 0 from each start().
+inline std::atomic<double>& binding_step_extra_ns_now() {
+  static std::atomic<double> ns{0};
+  return ns;
+}
+
 // Under overhead_budget each kind of background reading (device memory, NVML) may spend this share of
 // the budget in CPU time: its period grows past memory_sample_ms when one reading costs more.
 inline constexpr double kReadingShare = 0.1;
