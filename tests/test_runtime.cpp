@@ -614,6 +614,38 @@ TEST_CASE("overhead: an explicit trace_every wins; without attribution the estim
   }
 }
 
+TEST_CASE("a binding's measured bookkeeping is charged in host_api on the steps that closed while it was set",
+          "[runtime]") {
+  // 1 ms steps; from step 100 the binding says its bookkeeping costs 0.1 ms a step beyond its calls'
+  // model (as the Python callbacks do: details::set_binding_step_extra_ns), until step 200; the lines'
+  // host_api carries it for the steps that closed while it was set, and a start() set it back to 0.
+  steptrace::details::set_binding_step_extra_ns(5e6);  // an earlier run's (clamped to 1 ms)
+  CHECK(steptrace::details::binding_step_extra_ns() == 1e6);
+  const auto log = fresh_log("runtime_binding_extra");
+  FakeRun run(std::make_unique<FakeBackend>());
+  REQUIRE(run.start(base_config(log)));
+  CHECK(steptrace::details::binding_step_extra_ns() == 0);
+  for (int i = 0; i < 300; ++i) {
+    if (i == 100) steptrace::details::set_binding_step_extra_ns(100'000);
+    if (i == 200) steptrace::details::set_binding_step_extra_ns(0);
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    steptrace_test::spin_for_us(1000);
+  }
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 300);
+  const auto host_api = [&](int step) { return lines[static_cast<std::size_t>(step)]["overhead"]["parts"]["host_api"]["fraction"].get<double>(); };
+  // Step 98's window had none: the calls' model alone (2 calls x 120 ns of ~1 ms steps). (Step 99
+  // closed as step 100 began, after the value was set: it is charged.)
+  CHECK(host_api(98) < 0.001);
+  // Step 199's window (steps 8-199; the warm-up's not counted): the 100 steps that closed with it set
+  // (the step open as it was set closes with it too) carry 0.1 ms each: ~0.1 x 100/192 of the time.
+  CHECK(host_api(199) == Approx(0.1 * 100.0 / 192.0).epsilon(0.25));
+  // Step 299's: those 100 steps of 292, the later ones none.
+  CHECK(host_api(299) == Approx(0.1 * 100.0 / 292.0).epsilon(0.25));
+}
+
 TEST_CASE("overhead_budget: counters run around traced steps only; untraced lines say so; parts in every line",
           "[runtime]") {
   const auto log = fresh_log("runtime_counters_duty");

@@ -86,13 +86,16 @@ STEPTRACE_API bool binding_warn_once(const std::string& key, const std::string& 
 STEPTRACE_API void set_binding_call_ns(double ns) noexcept;
 /// What a binding's bookkeeping costs the training thread per step beyond its calls as modelled, in ns,
 /// as the binding measured it (the framework callbacks time theirs on some steps:
-/// python/steptrace/_callback_steps.py); the overhead's host_api part charges it on every step from the
-/// next line on. 0 (start()'s) charges the model alone.
+/// python/steptrace/_callback_steps.py), at most 1 ms; the overhead's host_api part charges it on each
+/// step that closes while it is set. 0 (each start()'s) charges the model alone.
 STEPTRACE_API void set_binding_step_extra_ns(double ns) noexcept;
 STEPTRACE_API double binding_step_extra_ns() noexcept;
 /// The stream markers' event records' time on the training thread so far, in ns (what the overhead's
 /// host_api part charges them from): a binding timing its own calls takes it out of theirs.
 STEPTRACE_API int64_t marker_record_ns() noexcept;
+/// Step boundaries so far that switched tracing or attached CUPTI ahead (what the lines charge as
+/// tracing): a binding timing its own calls leaves out a step whose calls met one.
+STEPTRACE_API uint64_t tracing_boundaries_so_far() noexcept;
 }  // namespace details
 
 /// RAII: one training step. Constructing it starts step N (and closes step N-1, whose step time runs

@@ -233,7 +233,9 @@ PYBIND11_MODULE(_steptrace, m) {
   // The framework callbacks time their own bookkeeping on some steps (steptrace._callback_steps): what
   // one call is modelled to cost, the markers' records to take out, and what they measured beyond it.
   m.attr("python_call_ns") = steptrace::OverheadLedger::kPythonScopeNs;
-  m.def("marker_record_ns", [] { return steptrace::details::marker_record_ns(); });
+  m.def("timing_marks", [] {  // what a timed call takes out, read around it: (markers' ns, tracing boundaries)
+    return py::make_tuple(steptrace::details::marker_record_ns(), steptrace::details::tracing_boundaries_so_far());
+  });
   m.def("set_step_extra_ns", [](double ns) { steptrace::details::set_binding_step_extra_ns(ns); });
   m.def("step_extra_ns", [] { return steptrace::details::binding_step_extra_ns(); });
   // (rank, world_size) the lines say, or None when steptrace is not running.

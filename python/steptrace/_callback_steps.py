@@ -65,11 +65,17 @@ class CallbackSteps(_driver.Holder):
         self.step_tokens = self.step_samples = None
         self.owner = None      # the training thread (the one training began on): other threads pass through
         # What this bookkeeping costs per step beyond its calls as modelled: timed on one framework step
-        # in TIME_EVERY (the instance's class is _TimedSteps for that step), the median of the last
-        # TIME_SAMPLES told to the runtime, which charges it in the lines' overhead (host_api).
+        # in TIME_EVERY (while `_timing`, each call's time is summed), the median of the last
+        # TIME_SAMPLES told to the runtime, which charges it in the lines' overhead (host_api). Untimed,
+        # a call pays one attribute check. (Switching the instance's class for the timed step instead
+        # made every call ~0.2 us slower: the interpreter's specialised attribute lookups at the hooks'
+        # call sites saw two classes.)
+        self._timing = False              # the calls are timed now (a timed step, outside a timed call)
+        self._timed_step = False          # a timed step is under way
         self._closed = 0                  # framework steps closed since training began
         self._samples = collections.deque(maxlen=TIME_SAMPLES)
-        self._spent = self._calls = self._entered = self._depth = self._markers = 0
+        self._spent = self._calls = self._entered = self._markers = 0
+        self._tainted = False             # the timed step met work the lines charge elsewhere: no sample
 
     # ---- the run ----
     def begin_training(self, known_rank=None, framework=None):
@@ -100,29 +106,48 @@ class CallbackSteps(_driver.Holder):
     def _time_next_step(self):
         """At a framework step's end: the next one is timed when it is one in TIME_EVERY (past the start)."""
         self._closed += 1
-        if (self._closed >= TIME_FROM and self._closed % TIME_EVERY == 0 and type(self) is CallbackSteps
-                and _steptrace.is_running()):
-            self._spent = self._calls = self._entered = self._depth = 0
-            self._markers = _steptrace.marker_record_ns()
-            self.__class__ = _TimedSteps
+        if self._closed >= TIME_FROM and self._closed % TIME_EVERY == 0 and _steptrace.is_running():
+            self._spent = self._calls = self._entered = self._markers = 0
+            self._tainted = False
+            self._timing = self._timed_step = True
+
+    def _timed(self, method, *args):
+        """`method` (a CallbackSteps function) run with its time added to the timed step's; the calls it
+        makes in turn (enter's exit, the driver's closing) run untimed inside it. The stream markers'
+        records made inside it are taken out (the lines charge them on their own); a step boundary that
+        switched tracing inside it (the lines' tracing part), or values recorded from CUDA tensors that a
+        step's close waits for, leave the step without a sample."""
+        self._timing = False
+        markers, boundaries = _steptrace.timing_marks()
+        if steptrace._pending:
+            self._tainted = True
+        t0 = time.perf_counter_ns()
+        try:
+            return method(self, *args)
+        finally:
+            self._spent += time.perf_counter_ns() - t0
+            markers_after, boundaries_after = _steptrace.timing_marks()
+            self._markers += max(0, markers_after - markers)
+            self._tainted = self._tainted or boundaries_after != boundaries
+            self._calls += 1
+            self._timing = self._timed_step  # unless the call ended the timed step
 
     def _timed_step_ends(self, keep):
-        """The timed step ends (`keep`: closed as a framework step, its time a sample): back to untimed."""
-        self.__class__ = CallbackSteps
+        """The timed step ends (`keep`: closed as a framework step, its time a sample)."""
+        self._timing = self._timed_step = False
         if not keep:
             return
-        markers = max(0, _steptrace.marker_record_ns() - self._markers)  # the markers' records: their own part
+        if self._tainted:
+            return
         modelled = (1 + self._entered) * _steptrace.python_call_ns  # the step and its phases, as charged
-        self._samples.append(self._spent - self._calls * clock_ns() - markers - modelled)
-        if len(self._samples) >= 3:
+        self._samples.append(self._spent - self._calls * clock_ns() - self._markers - modelled)
+        if len(self._samples) >= TIME_SAMPLES_FIRST:
             _steptrace.set_step_extra_ns(max(0.0, statistics.median(self._samples)))
 
     def _forget_cost(self):
-        if type(self) is not CallbackSteps:
-            self._timed_step_ends(False)
-        if self._samples:
-            self._samples.clear()
-            _steptrace.set_step_extra_ns(0.0)
+        self._timing = self._timed_step = False
+        self._samples.clear()
+        _steptrace.set_step_extra_ns(0.0)  # an earlier training's (one that raised) included
         self._closed = 0
 
     # ---- steps and phases ----
@@ -138,6 +163,8 @@ class CallbackSteps(_driver.Holder):
     def open_step(self):
         """The framework's step begins: a step, unless one of its micro-batches' is open; one kept open
         ends here (the driver)."""
+        if self._timing:
+            return self._timed(CallbackSteps.open_step)
         tokens = self.tokens if isinstance(self.tokens, float) else None
         samples = self.samples if isinstance(self.samples, float) and tokens is not None else None
         if _driver.open_step(self, tokens, samples):
@@ -145,6 +172,8 @@ class CallbackSteps(_driver.Holder):
 
     def count_batch(self, batch):
         """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
+        if self._timing:
+            return self._timed(CallbackSteps.count_batch, batch)
         if self._tokens_of is None or threading.get_ident() != self.owner or not _driver.holds(self):
             return
         t = self._count(self._tokens_of(batch), "tokens")
@@ -181,6 +210,10 @@ class CallbackSteps(_driver.Holder):
 
     def enter(self, name):
         """`name` becomes the open phase (the one open before is closed)."""
+        if self._timing:
+            self._timed(CallbackSteps.enter, name)
+            self._entered += self.phase is not None  # a phase scope the model charges
+            return
         if self.phase is not None:
             self.exit()
         if not _driver.holds(self) or not _steptrace.is_running():
@@ -192,6 +225,8 @@ class CallbackSteps(_driver.Holder):
         self.phase = phase
 
     def exit(self):
+        if self._timing:
+            return self._timed(CallbackSteps.exit)
         if self.phase is not None:
             phase, self.phase = self.phase, None
             phase.__exit__(None, None, None)
@@ -199,7 +234,11 @@ class CallbackSteps(_driver.Holder):
     def close_step(self):
         """The framework's step ended: its phase closes; the step stays open until the next one begins
         or work that is no step's does (steptrace._driver)."""
-        self._end_step()
+        if self._timing:
+            self._timed(CallbackSteps._end_step)
+            self._timed_step_ends(True)
+        else:
+            self._end_step()
         self._time_next_step()
 
     def _end_step(self):
@@ -210,10 +249,12 @@ class CallbackSteps(_driver.Holder):
         """Work that is no step's begins: the step kept open for the next one ends here; one still before its
         optimizer step (inside its accumulation window) is left open, not split in two."""
         if _driver.holds(self) and _driver.ending():
+            self._timed_step_ends(False)  # a step timed from here would hold the close's markers: none
             _driver.close_step()
 
     def close_now(self):
         """Ends the open step at once (validation, a checkpoint, the end of training begin)."""
+        self._timed_step_ends(False)
         self.exit()
         if _driver.holds(self):
             _driver.close_step()
@@ -221,22 +262,21 @@ class CallbackSteps(_driver.Holder):
 
 # One framework step in TIME_EVERY, from the TIME_FROM-th on (the start-up steps' one-off costs left out),
 # has its bookkeeping timed; the median of the last TIME_SAMPLES timed steps is what the runtime charges.
-# A prime: a traced step's attach, which its step boundary pays and the lines charge as tracing, falls
-# on a timed step only where the trace interval is a multiple of it (a fixed trace_every=32 would have
-# put every timed step on a traced one); the median keeps the few that do out.
+# A prime: a timed step whose calls meet a boundary that switches tracing gives no sample (the lines
+# charge that as tracing), and a fixed trace_every=32 would have put every timed step on one.
 TIME_EVERY = 37
 TIME_FROM = 64
 TIME_SAMPLES = 9
+TIME_SAMPLES_FIRST = 5  # the median of fewer would be one preempted step away from wrong
 
 
 def _measure_clock_ns():
     """What one time.perf_counter_ns() costs here: the median of back-to-back pairs (taken out of each
     timed call, which reads the clock twice)."""
-    clock = time.perf_counter_ns
     pairs = []
-    for _ in range(101):
-        t0 = clock()
-        pairs.append(clock() - t0)
+    for _ in range(101):  # read as a timed call reads it
+        t0 = time.perf_counter_ns()
+        pairs.append(time.perf_counter_ns() - t0)
     pairs.sort()
     return pairs[50]
 
@@ -249,55 +289,6 @@ def clock_ns():
     if _clock_ns is None:
         _clock_ns = _measure_clock_ns()
     return _clock_ns
-
-
-def _timed(method):
-    """`method` of CallbackSteps with its time added to the step's (a call inside another timed call is
-    the outer call's time already)."""
-    def call(self, *args):
-        if self._depth:
-            return method(self, *args)
-        self._depth = 1
-        t0 = time.perf_counter_ns()
-        try:
-            return method(self, *args)
-        finally:
-            self._spent += time.perf_counter_ns() - t0
-            self._calls += 1
-            self._depth = 0
-    call.__name__, call.__doc__ = method.__name__, method.__doc__
-    return call
-
-
-class _TimedSteps(CallbackSteps):
-    """A CallbackSteps for the one framework step being timed: its calls' time summed; at its end
-    (close_step) the time less the clock's, the markers' records' and what the model charges for its
-    calls is one sample. Work that is no step's (close_now, close_if_ending, end_training) ends it
-    without a sample. A class, not wrappers on the instance: the callbacks stay picklable."""
-    open_step = _timed(CallbackSteps.open_step)
-    count_batch = _timed(CallbackSteps.count_batch)
-    exit = _timed(CallbackSteps.exit)
-
-    def enter(self, name):
-        _TimedSteps._enter(self, name)
-        if self.phase is not None:
-            self._entered += 1
-    _enter = _timed(CallbackSteps.enter)
-
-    def close_step(self):
-        _TimedSteps._end_step_timed(self)
-        self._timed_step_ends(True)
-        self._time_next_step()
-    _end_step_timed = _timed(CallbackSteps._end_step)
-
-    def close_now(self):
-        self._timed_step_ends(False)
-        CallbackSteps.close_now(self)
-
-    def close_if_ending(self):
-        if _driver.holds(self) and _driver.ending():
-            self._timed_step_ends(False)
-        CallbackSteps.close_if_ending(self)
 
 
 def _is_auto(v):

@@ -235,21 +235,27 @@ def test_framework_callbacks_are_optional_and_their_steps_add_up():
 
 
 def test_framework_callbacks_time_their_own_bookkeeping():
-    """The callbacks time their bookkeeping on one framework step in 37 (from the 64th) and tell the runtime
-    what it costs per step beyond what the model charges for their calls (the lines' host_api part adds
-    it): a tokens function that spins 300 us a batch (2 batches a step) shows as ~600 us a step; without
-    it the extra is a few us at most; the untimed steps run as the plain class; a timed step's callbacks
-    pickle; a validation that ends the kept step drops that sample; end_training forgets the cost."""
+    """The callbacks time their bookkeeping on one framework step in TIME_EVERY (from TIME_FROM) and, from
+    TIME_SAMPLES_FIRST samples on, tell the runtime the median of what it costs per step beyond what the
+    model charges for their calls (the lines' host_api part adds it): a tokens function that spins 300 us
+    a batch (2 batches a step) shows as ~600 us a step; without it the extra is a few us at most. Only
+    the steps due are timed; a timed step's callbacks pickle; a validation that ends the kept step, or a
+    value recorded from a CUDA tensor (its close waits for the GPU), leaves that step without a sample;
+    start() and begin_training/end_training set the value back to 0, a start() refused does not."""
     import pickle
 
     from steptrace import _steptrace
-    from steptrace._callback_steps import CallbackSteps, TIME_EVERY, TIME_FROM
+    from steptrace._callback_steps import CallbackSteps, TIME_EVERY, TIME_FROM, TIME_SAMPLES_FIRST
 
     class Ids:
         shape = (4, 128)
 
         def numel(self):
             return 512
+
+    class Ready:  # a recorded CUDA value's copy event, as the step's close waits for it
+        def synchronize(self):
+            pass
 
     def spin(us):
         end = time.perf_counter() + us * 1e-6
@@ -260,19 +266,29 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         spin(300)
         return 512.0
 
+    # start() sets it back to 0; a start() refused (already running) leaves it.
+    _steptrace.set_step_extra_ns(12345.0)
+    steptrace.start(log_path=fresh("callback_timing_start"), summary=False, gpu="off")
+    assert _steptrace.step_extra_ns() == 0
+    _steptrace.set_step_extra_ns(777.0)
+    assert not steptrace.start(log_path=fresh("callback_timing_start"), summary=False, gpu="off")
+    assert _steptrace.step_extra_ns() == 777.0
+    steptrace.stop()
     first = -(-TIME_FROM // TIME_EVERY) * TIME_EVERY  # timed: first, then every TIME_EVERY steps
-    steps_run = first + 4 * TIME_EVERY - TIME_EVERY + 1  # 4 timed (a validation before the 4th drops it)
+    due = [first + k * TIME_EVERY for k in range(TIME_SAMPLES_FIRST + 2)]
+    validation, cuda_value = due[2], due[4]  # two timed steps that give no sample
     for tokens, low, high in ((slow_tokens, 500_000, 3_000_000), ("auto", 0, 100_000)):
         steps = CallbackSteps(tokens, None, {"log_path": fresh("callback_timing"), "summary": False, "gpu": "off"}, "test")
+        _steptrace.set_step_extra_ns(4242.0)  # an earlier training's, which raised
         steps.begin_training()
-        assert _steptrace.step_extra_ns() == 0  # start() resets it
+        assert _steptrace.step_extra_ns() == 0
         timed = []
-        for step in range(steps_run):
-            timed.append(type(steps) is not CallbackSteps)
-            if timed[-1] and step == first + 2 * TIME_EVERY and tokens == "auto":
+        for step in range(due[-1] + 1):
+            timed.append(steps._timed_step)
+            if timed[-1] and step == due[1] and tokens == "auto":
                 copy = pickle.loads(pickle.dumps(steps))  # Lightning's ddp_spawn pickles its callbacks
-                assert type(copy) is type(steps) and copy._samples == steps._samples
-            if step == first + 3 * TIME_EVERY:
+                assert copy._timed_step and copy._samples == steps._samples
+            if step == validation:
                 steps.close_if_ending()  # validation before the timed step: the kept step ends, no sample
             for micro in range(2):
                 steps.open_step()
@@ -284,10 +300,12 @@ def test_framework_callbacks_time_their_own_bookkeeping():
                     steps.enter("optimizer")
                     steps.exit()
                     steps.close_step()
+            if step == cuda_value - 1:
+                steptrace._pending.append(("loss", 1.0, Ready()))  # waited for in the timed step's first open
         samples = list(steps._samples)
         extra = _steptrace.step_extra_ns()
-        assert [i for i, t in enumerate(timed) if t] == [first + k * TIME_EVERY for k in range(4)], timed
-        assert len(samples) == 3, samples  # the 4th was dropped
+        assert [i for i, t in enumerate(timed) if t] == due, timed
+        assert len(samples) == len(due) - 2, samples  # the validation's and the CUDA value's: none
         assert low <= extra < high, (tokens, extra, samples)
         steps.end_training()
         assert _steptrace.step_extra_ns() == 0  # forgotten with the training

@@ -66,6 +66,8 @@ struct StepRecord {
   uint32_t scalars_dropped = 0;
   int64_t markers_ns_at_close = -1;  // the stream markers' recording time so far, taken as the next step began
                                      // (its own markers and those before it since the previous step's; -1: not taken)
+  double binding_extra_ns = 0;  // a binding's measured bookkeeping beyond its calls' model, in force as the
+                                // step closed (details::set_binding_step_extra_ns)
   std::vector<PhaseSpan> between_spans;  // phase scopes that ended after the previous step's scope ended
 
   /// The step's own end: its scope's end when the scope ended before the next step began (what runs

@@ -24,6 +24,12 @@ inline std::atomic<double>& binding_step_extra_ns_now() {
   static std::atomic<double> ns{0};
   return ns;
 }
+/// Step boundaries so far that switched tracing on or off, or attached CUPTI ahead of a traced step
+/// (their cost is the lines' tracing part): a binding timing its own calls leaves out a step that met one.
+inline std::atomic<uint64_t>& tracing_boundaries() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
 
 // Under overhead_budget each kind of background reading (device memory, NVML) may spend this share of
 // the budget in CPU time: its period grows past memory_sample_ms when one reading costs more.

@@ -38,6 +38,7 @@
 #include "line_policy.hpp"
 #include "log.hpp"
 #include "marker_ring.hpp"
+#include "reading_pace.hpp"
 #include "signals.hpp"
 #include "step_queue.hpp"
 #include "step_recorder.hpp"
@@ -81,6 +82,7 @@ class Session {
       warn_once("start.twice", "steptrace::start() called while running; the second call is ignored");
       return false;
     }
+    binding_step_extra_ns_now().store(0, std::memory_order_relaxed);  // a binding measures its own anew
     for (const auto& e : apply_environment(cfg, env)) report_config_error(e);
     for (const auto& e : validate(cfg)) report_config_error(e);
     if (!cfg.enabled) {
@@ -298,6 +300,9 @@ class Session {
         recorder_.tracing_failed(*b.index);
       }
     }
+    // A boundary that switches tracing (into a traced step, or out of one) costs the thread what the
+    // lines charge as tracing: a binding timing its own calls leaves such steps out (tracing_boundaries).
+    if (attribution_ && (b.traced || after_traced_)) tracing_boundaries().fetch_add(1, std::memory_order_relaxed);
     // After a traced step: the stream its kernels went to is the markers' (learn_stream), unless named.
     if (attribution_ && after_traced_)
       markers.learn_stream(gpu_->take_launch_streams(), /*twice=*/gpu_->detach_since().has_value());
@@ -307,7 +312,10 @@ class Session {
     markers.marks_step(*b.index, b.traced);  // thinned by overhead_budget: this step left unmarked
     // What the closed step's markers cost, by difference with the step before it (the budget's ledger):
     // taken here, per step, not when the background thread reaches the line (lines come in batches).
-    if (b.closed) b.closed->markers_ns_at_close = markers.recorded_ns();
+    if (b.closed) {
+      b.closed->markers_ns_at_close = markers.recorded_ns();
+      b.closed->binding_extra_ns = binding_step_extra_ns_now().load(std::memory_order_relaxed);
+    }
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
     if (b.closed) {
       link_.post(*b.closed);
@@ -368,7 +376,10 @@ class Session {
     // Detach mode: the next step traced attaches CUPTI here, between the steps, so that its own time
     // and diagnosis are an untraced step's (the attach costs ~7-10 ms on an H200). A failure: that
     // step attaches at its begin, as before.
-    if (attribution_ && sampling_possible(cfg_) && recorder_.open_view().next_traced) (void)gpu_->attach_ahead();
+    if (attribution_ && sampling_possible(cfg_) && recorder_.open_view().next_traced) {
+      tracing_boundaries().fetch_add(1, std::memory_order_relaxed);
+      (void)gpu_->attach_ahead();
+    }
   }
   void set_step_counts(std::optional<double> tokens, std::optional<double> samples) {
     DeferEndings held;

@@ -27,7 +27,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (r.markers_ns_at_close >= 0)
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
-               marked_ms, binding_step_extra_ns_now().load(std::memory_order_relaxed) * 1e-6);
+               marked_ms, r.binding_extra_ns * 1e-6);
   if (!s_.attribution) {
     o.null_reason = reason_text(Reason::estimate_without_attribution, lines_.context().gpu_null_reason) +
                     "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
