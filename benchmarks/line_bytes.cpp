@@ -7,7 +7,8 @@
 // per line the time to make the compact line and the run record's facts from the line's leaves read
 // back, and the time the writer spends recording the line's leaves (what a run with the Prometheus
 // exporter pays): the same line written by core/json_writer.hpp with and without record_leaves. Then
-// the line rewritten through LineOut, as make_step_line writes it: its time, and what the compact line
+// the line rewritten through LineOut, as make_step_line writes it: its time (and with each value's row
+// found and checked, as the runtime writes every line), and what the compact line
 // (with the run record's facts) adds on two paths - from the line's leaves read back, or from the
 // values LineOut took as it wrote them, finding each one's row (core/tier_leaves.hpp: the runtime's
 // path) - and whether the two give the same compact line, run facts and run record. The runtime's
@@ -246,7 +247,8 @@ struct LineRewriter {
 
 /// The line rewritten through LineOut: `how` 0 plain, 1 with the FlatJson leaves and the compact line
 /// made from them (the path before the same pass), 2 with the rows and the compact line made from the
-/// same pass's TierLeaves. Medians of `reps`, in us; `text` (optional): the last compact line.
+/// same pass's TierLeaves, 3 with the rows only (each value's row found and checked: a full line's
+/// cost in the runtime). Medians of `reps`, in us; `text` (optional): the last compact line.
 double lineout_us(const std::string& line, const steptrace::FlatJson& reasons, int how, const steptrace::ReasonBook& book,
                   int reps, std::string* text = nullptr) {
   std::vector<double> t;
@@ -255,7 +257,7 @@ double lineout_us(const std::string& line, const steptrace::FlatJson& reasons, i
     const auto t0 = Clock::now();
     steptrace::FlatJson f;
     steptrace::TierLeaves tiers;
-    steptrace::LineOut out(nullptr, how == 1 ? &f : nullptr, how == 2 ? &steptrace::details::RowTree::step() : nullptr,
+    steptrace::LineOut out(nullptr, how == 1 ? &f : nullptr, how >= 2 ? &steptrace::details::RowTree::step() : nullptr,
                            how == 2 ? &tiers : nullptr);
     LineRewriter{line, 0, out, reasons, {}, {}}.record();
     const std::string full = out.finish();
@@ -263,7 +265,7 @@ double lineout_us(const std::string& line, const steptrace::FlatJson& reasons, i
     if (how == 1) compact = steptrace::make_compact_line(f, warm, &facts);
     if (how == 2) compact = steptrace::make_compact_line(tiers, warm, &facts);
     t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    if (full.empty() || (how && facts.empty())) std::printf("?");
+    if (full.empty() || ((how == 1 || how == 2) && facts.empty())) std::printf("?");
     if (text) *text = compact;
   }
   return median(t);
@@ -297,7 +299,8 @@ int main(int argc, char** argv) {
               "cmp_med", "cmp_max", "cmp_first", "run_rec", "compact_us", "leaves_us", "write_us");
   for (int a = 1; a < argc; ++a) {
     std::ifstream in(argv[a]);
-    std::vector<double> full_b, cmp_b, cmp_us, leaf_us, plain_us, via_leaves_us, same_pass_us, lineout_plain_us;
+    std::vector<double> full_b, cmp_b, cmp_us, leaf_us, plain_us, via_leaves_us, same_pass_us, lineout_plain_us,
+        rows_checked_us;
     std::size_t same_pass_differs = 0;
     double first_b = 0, run_b = 0;
     steptrace::ReasonBook book;
@@ -348,6 +351,7 @@ int main(int argc, char** argv) {
       via_leaves_us.push_back(lineout_us(line, f, 1, book, kReps) - line_us);
       same_pass_us.push_back(lineout_us(line, f, 2, book, kReps, &same_pass) - line_us);
       lineout_plain_us.push_back(line_us);
+      rows_checked_us.push_back(lineout_us(line, f, 3, book, kReps) - line_us);
       // Rewritten, a whole number reads back as an integer: the same pass's compact line, run facts and
       // run record compared with those made from the rewrite's own leaves, so that only the path differs.
       steptrace::FlatJson rewritten;
@@ -377,10 +381,11 @@ int main(int argc, char** argv) {
     else
       std::printf("%-44s: no full step line\n", name.c_str());
     if (!full_b.empty())
-      std::printf("  LineOut: the line %.1f us; its compact line (and the run facts) %.1f us more from its leaves read "
-                  "back against the rows, %.1f us more from the values the same pass took; %zu of %zu compact lines "
-                  "differ between the two\n",
-                  median(lineout_plain_us), median(via_leaves_us), median(same_pass_us), same_pass_differs, full_b.size());
+      std::printf("  LineOut: the line %.1f us (%.1f us more with each value's row found and checked); its compact "
+                  "line (and the run facts) %.1f us more from its leaves read back against the rows, %.1f us more from "
+                  "the values the same pass took; %zu of %zu compact lines differ between the two\n",
+                  median(lineout_plain_us), median(rows_checked_us), median(via_leaves_us), median(same_pass_us),
+                  same_pass_differs, full_b.size());
     lines_with_problems += same_pass_differs;
     std::printf("  declared (core/line_fields.hpp): %zu leaves checked, %s\n", checked,
                 problems.empty() ? "every one declared, of its type" : "not all:");
