@@ -76,6 +76,7 @@ class CallbackSteps(_driver.Holder):
         self._samples = collections.deque(maxlen=TIME_SAMPLES)
         self._spent = self._calls = self._entered = self._markers = 0
         self._tainted = False             # the timed step met work the lines charge elsewhere: no sample
+        self._steps_at_sample = 0         # steps begun in the run as the last sample was taken
 
     # ---- the run ----
     def begin_training(self, known_rank=None, framework=None):
@@ -107,6 +108,8 @@ class CallbackSteps(_driver.Holder):
         """At a framework step's end: the next one is timed when it is one in TIME_EVERY (past the start)."""
         self._closed += 1
         if self._closed >= TIME_FROM and self._closed % TIME_EVERY == 0 and _steptrace.is_running():
+            if _steptrace.steps_begun() < self._steps_at_sample:
+                self._samples.clear()  # steptrace was started again: the samples were another run's
             self._spent = self._calls = self._entered = self._markers = 0
             self._tainted = False
             self._timing = self._timed_step = True
@@ -115,12 +118,9 @@ class CallbackSteps(_driver.Holder):
         """`method` (a CallbackSteps function) run with its time added to the timed step's; the calls it
         makes in turn (enter's exit, the driver's closing) run untimed inside it. The stream markers'
         records made inside it are taken out (the lines charge them on their own); a step boundary that
-        switched tracing inside it (the lines' tracing part), or values recorded from CUDA tensors that a
-        step's close waits for, leave the step without a sample."""
+        switched tracing inside it (the lines' tracing part) leaves the step without a sample."""
         self._timing = False
         markers, boundaries = _steptrace.timing_marks()
-        if steptrace._pending:
-            self._tainted = True
         t0 = time.perf_counter_ns()
         try:
             return method(self, *args)
@@ -135,10 +135,9 @@ class CallbackSteps(_driver.Holder):
     def _timed_step_ends(self, keep):
         """The timed step ends (`keep`: closed as a framework step, its time a sample)."""
         self._timing = self._timed_step = False
-        if not keep:
+        if not keep or self._tainted or not _steptrace.is_running():
             return
-        if self._tainted:
-            return
+        self._steps_at_sample = _steptrace.steps_begun()
         modelled = (1 + self._entered) * _steptrace.python_call_ns  # the step and its phases, as charged
         self._samples.append(self._spent - self._calls * clock_ns() - self._markers - modelled)
         if len(self._samples) >= TIME_SAMPLES_FIRST:
@@ -147,6 +146,7 @@ class CallbackSteps(_driver.Holder):
     def _forget_cost(self):
         self._timing = self._timed_step = False
         self._samples.clear()
+        self._steps_at_sample = 0
         _steptrace.set_step_extra_ns(0.0)  # an earlier training's (one that raised) included
         self._closed = 0
 
@@ -164,6 +164,10 @@ class CallbackSteps(_driver.Holder):
         """The framework's step begins: a step, unless one of its micro-batches' is open; one kept open
         ends here (the driver)."""
         if self._timing:
+            if not self._calls and steptrace._pending:
+                # The step kept open (untimed) waits for its values recorded from CUDA tensors as this
+                # call closes it: waited for here, outside the time (the GPU's, not the bookkeeping's).
+                steptrace._resolve_pending()
             return self._timed(CallbackSteps.open_step)
         tokens = self.tokens if isinstance(self.tokens, float) else None
         samples = self.samples if isinstance(self.samples, float) and tokens is not None else None
@@ -172,7 +176,7 @@ class CallbackSteps(_driver.Holder):
 
     def count_batch(self, batch):
         """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
-        if self._timing:
+        if self._timing and threading.get_ident() == self.owner:  # another thread's call: not this step's
             return self._timed(CallbackSteps.count_batch, batch)
         if self._tokens_of is None or threading.get_ident() != self.owner or not _driver.holds(self):
             return

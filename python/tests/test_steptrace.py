@@ -239,9 +239,10 @@ def test_framework_callbacks_time_their_own_bookkeeping():
     TIME_SAMPLES_FIRST samples on, tell the runtime the median of what it costs per step beyond what the
     model charges for their calls (the lines' host_api part adds it): a tokens function that spins 300 us
     a batch (2 batches a step) shows as ~600 us a step; without it the extra is a few us at most. Only
-    the steps due are timed; a timed step's callbacks pickle; a validation that ends the kept step, or a
-    value recorded from a CUDA tensor (its close waits for the GPU), leaves that step without a sample;
-    start() and begin_training/end_training set the value back to 0, a start() refused does not."""
+    the steps due are timed; a timed step's callbacks pickle; a validation that ends the kept step leaves
+    that step without a sample; waiting for values recorded from CUDA tensors (3 ms here, recorded
+    before and inside a timed step) is not in its time; start() and begin_training/end_training set the
+    value back to 0, a start() refused does not."""
     import pickle
 
     from steptrace import _steptrace
@@ -253,9 +254,9 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         def numel(self):
             return 512
 
-    class Ready:  # a recorded CUDA value's copy event, as the step's close waits for it
+    class Ready:  # a recorded CUDA value's copy event, as the step's close waits for it (3 ms of GPU)
         def synchronize(self):
-            pass
+            spin(3000)
 
     def spin(us):
         end = time.perf_counter() + us * 1e-6
@@ -276,7 +277,7 @@ def test_framework_callbacks_time_their_own_bookkeeping():
     steptrace.stop()
     first = -(-TIME_FROM // TIME_EVERY) * TIME_EVERY  # timed: first, then every TIME_EVERY steps
     due = [first + k * TIME_EVERY for k in range(TIME_SAMPLES_FIRST + 2)]
-    validation, cuda_value = due[2], due[4]  # two timed steps that give no sample
+    validation, cuda_value = due[2], due[4]  # a timed step that gives no sample; one with CUDA values
     for tokens, low, high in ((slow_tokens, 500_000, 3_000_000), ("auto", 0, 100_000)):
         steps = CallbackSteps(tokens, None, {"log_path": fresh("callback_timing"), "summary": False, "gpu": "off"}, "test")
         _steptrace.set_step_extra_ns(4242.0)  # an earlier training's, which raised
@@ -292,6 +293,8 @@ def test_framework_callbacks_time_their_own_bookkeeping():
                 steps.close_if_ending()  # validation before the timed step: the kept step ends, no sample
             for micro in range(2):
                 steps.open_step()
+                if step == cuda_value and micro == 0:
+                    steptrace._pending.append(("loss", 1.0, Ready()))  # recorded inside the timed step
                 steps.count_batch({"input_ids": Ids()})
                 steps.enter("forward")
                 steps.enter("backward")
@@ -305,7 +308,8 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         samples = list(steps._samples)
         extra = _steptrace.step_extra_ns()
         assert [i for i, t in enumerate(timed) if t] == due, timed
-        assert len(samples) == len(due) - 2, samples  # the validation's and the CUDA value's: none
+        assert len(samples) == len(due) - 1, samples  # the validation's: none
+        assert max(samples) < 2_000_000, samples  # the CUDA values' 3 ms waits are not the bookkeeping's
         assert low <= extra < high, (tokens, extra, samples)
         steps.end_training()
         assert _steptrace.step_extra_ns() == 0  # forgotten with the training

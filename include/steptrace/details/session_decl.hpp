@@ -300,9 +300,11 @@ class Session {
         recorder_.tracing_failed(*b.index);
       }
     }
-    // A boundary that switches tracing (into a traced step, or out of one) costs the thread what the
-    // lines charge as tracing: a binding timing its own calls leaves such steps out (tracing_boundaries).
-    if (attribution_ && (b.traced || after_traced_)) tracing_boundaries().fetch_add(1, std::memory_order_relaxed);
+    // A boundary that switches tracing (into a traced step from an untraced one, or out) costs the thread
+    // what the lines charge as tracing: a binding timing its own calls leaves such steps out
+    // (tracing_boundaries). Traced after traced switches nothing.
+    if (attribution_ && sampling_possible(cfg_) && b.traced != after_traced_)
+      tracing_boundaries().fetch_add(1, std::memory_order_relaxed);
     // After a traced step: the stream its kernels went to is the markers' (learn_stream), unless named.
     if (attribution_ && after_traced_)
       markers.learn_stream(gpu_->take_launch_streams(), /*twice=*/gpu_->detach_since().has_value());
