@@ -241,7 +241,7 @@ def test_framework_callbacks_time_their_own_bookkeeping():
     a batch (2 batches a step) shows as ~600 us a step; without it the extra is a few us at most. Only
     the steps due are timed; a timed step's callbacks pickle; a validation that ends the kept step leaves
     that step without a sample; waiting for values recorded from CUDA tensors (3 ms here, recorded
-    before and inside a timed step) is not in its time; start() and begin_training/end_training set the
+    before and inside each timed step) is not in its time; start() and begin_training/end_training set the
     value back to 0, a start() refused does not."""
     import pickle
 
@@ -277,41 +277,44 @@ def test_framework_callbacks_time_their_own_bookkeeping():
     steptrace.stop()
     first = -(-TIME_FROM // TIME_EVERY) * TIME_EVERY  # timed: first, then every TIME_EVERY steps
     due = [first + k * TIME_EVERY for k in range(TIME_SAMPLES_FIRST + 2)]
-    validation, cuda_value = due[2], due[4]  # a timed step that gives no sample; one with CUDA values
-    for tokens, low, high in ((slow_tokens, 500_000, 3_000_000), ("auto", 0, 100_000)):
+    validation = due[2]  # a timed step that gives no sample
+    # (The runtime takes at most 1 ms: the slow case's bound is its low one.)
+    for tokens, low, high in ((slow_tokens, 500_000, 1_000_001), ("auto", 0, 100_000)):
         steps = CallbackSteps(tokens, None, {"log_path": fresh("callback_timing"), "summary": False, "gpu": "off"}, "test")
         _steptrace.set_step_extra_ns(4242.0)  # an earlier training's, which raised
         steps.begin_training()
-        assert _steptrace.step_extra_ns() == 0
-        timed = []
-        for step in range(due[-1] + 1):
-            timed.append(steps._timed_step)
-            if timed[-1] and step == due[1] and tokens == "auto":
-                copy = pickle.loads(pickle.dumps(steps))  # Lightning's ddp_spawn pickles its callbacks
-                assert copy._timed_step and copy._samples == steps._samples
-            if step == validation:
-                steps.close_if_ending()  # validation before the timed step: the kept step ends, no sample
-            for micro in range(2):
-                steps.open_step()
-                if step == cuda_value and micro == 0:
-                    steptrace._pending.append(("loss", 1.0, Ready()))  # recorded inside the timed step
-                steps.count_batch({"input_ids": Ids()})
-                steps.enter("forward")
-                steps.enter("backward")
-                steps.exit()
-                if micro == 1:
-                    steps.enter("optimizer")
+        try:
+            assert _steptrace.step_extra_ns() == 0
+            timed = []
+            for step in range(due[-1] + 1):
+                timed.append(steps._timed_step)
+                if timed[-1] and step == due[1] and tokens == "auto":
+                    copy = pickle.loads(pickle.dumps(steps))  # Lightning's ddp_spawn pickles its callbacks
+                    assert copy._timed_step and copy._samples == steps._samples
+                if step == validation:
+                    steps.close_if_ending()  # validation before the timed step: the kept step ends, no sample
+                for micro in range(2):
+                    steps.open_step()
+                    if tokens == "auto" and step in due and micro == 0:
+                        steptrace._pending.append(("loss", 1.0, Ready()))  # recorded inside a timed step
+                    steps.count_batch({"input_ids": Ids()})
+                    steps.enter("forward")
+                    steps.enter("backward")
                     steps.exit()
-                    steps.close_step()
-            if step == cuda_value - 1:
-                steptrace._pending.append(("loss", 1.0, Ready()))  # waited for in the timed step's first open
-        samples = list(steps._samples)
-        extra = _steptrace.step_extra_ns()
-        assert [i for i, t in enumerate(timed) if t] == due, timed
-        assert len(samples) == len(due) - 1, samples  # the validation's: none
-        assert max(samples) < 2_000_000, samples  # the CUDA values' 3 ms waits are not the bookkeeping's
-        assert low <= extra < high, (tokens, extra, samples)
-        steps.end_training()
+                    if micro == 1:
+                        steps.enter("optimizer")
+                        steps.exit()
+                        steps.close_step()
+                if tokens == "auto" and step + 1 in due:
+                    steptrace._pending.append(("loss", 1.0, Ready()))  # waited for as the timed step opens
+            samples = list(steps._samples)
+            extra = _steptrace.step_extra_ns()
+            assert [i for i, t in enumerate(timed) if t] == due, timed
+            assert len(samples) == len(due) - 1, samples  # the validation's: none
+            # In the plain case every timed step met 3 ms waits for CUDA values: not the bookkeeping's.
+            assert low <= extra < high, (tokens, extra, samples)
+        finally:
+            steps.end_training()
         assert _steptrace.step_extra_ns() == 0  # forgotten with the training
 
 
