@@ -377,6 +377,13 @@ TEST_CASE("an unusable log and no trace_dir: no trace file lands in the working 
           "[flight]") {
   auto cfg = steptrace_test::host_config("/nonexistent-dir/steps.jsonl");
   cfg.capture_steps = "0-2";  // would be written to the working directory before
+  // In a directory of its own: CTest runs other tests beside this one in the build's, and their trace
+  // files landing there meanwhile made this count move (seen once on a loaded 2-core machine).
+  struct InDir {
+    std::filesystem::path home = std::filesystem::current_path();
+    explicit InDir(const std::string& dir) { std::filesystem::current_path(dir); }
+    ~InDir() { std::filesystem::current_path(home); }
+  } in_dir(steptrace_test::fresh_dir("flight_no_trace_dir"));
   const auto traces_here = [] {
     std::size_t n = 0;
     for (const auto& e : std::filesystem::directory_iterator("."))
