@@ -657,6 +657,37 @@ TEST_CASE("a binding's measured bookkeeping is charged in host_api on the steps 
   CHECK(host_api(199) > 10 * host_api(98));  // ~0.05 against the calls' ~0.0003 (on 1 ms steps)
 }
 
+TEST_CASE("on the defaults, a binding's measured bookkeeping reaches the compact line's estimate and its floor",
+          "[runtime]") {
+  // What a user of the framework callbacks gets without a setting: compact lines, overhead_budget
+  // deciding. 1 ms steps; from step 100 the binding says 1 ms a step beyond its calls' model (the most
+  // the runtime takes): no interval can help that, so the floor (the estimate at the longest interval)
+  // carries it, and the lines say the budget is not kept.
+  const auto log = fresh_log("runtime_binding_extra_default");
+  FakeRun run(std::make_unique<FakeBackend>());
+  REQUIRE(start_on_defaults(run, log));
+  for (int i = 0; i < 300; ++i) {
+    if (i == 100) steptrace::details::set_binding_step_extra_ns(1e6);
+    TRACE_STEP();
+    TRACE_PHASE(forward);
+    steptrace_test::spin_for_us(1000);
+  }
+  steptrace::stop();
+  steptrace::details::set_binding_step_extra_ns(0);
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 300);
+  CHECK(lines.front()["schema"] == "steptrace.step/2");  // the default: compact lines
+  const auto& before = lines[98]["overhead"], after = lines[299]["overhead"];
+  INFO(before.dump() << "\n" << after.dump());
+  REQUIRE(before["estimated_fraction_floor"].is_number());
+  REQUIRE(after["estimated_fraction_floor"].is_number());
+  CHECK(before["estimated_fraction_floor"].get<double>() < 0.05);
+  // 200 of the window's 292 steps carry 1 ms of ~2 ms (the step and the binding's bookkeeping's share).
+  CHECK(after["estimated_fraction_floor"].get<double>() > 0.3);
+  CHECK(after["estimated_fraction"].get<double>() >= after["estimated_fraction_floor"].get<double>() - 1e-9);
+  CHECK(after["within_budget"] == false);
+}
+
 TEST_CASE("overhead_budget: counters run around traced steps only; untraced lines say so; parts in every line",
           "[runtime]") {
   const auto log = fresh_log("runtime_counters_duty");

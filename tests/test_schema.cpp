@@ -10,6 +10,7 @@
 #include <steptrace/core/line_tiers.hpp>
 #include <steptrace/core/stall.hpp>
 #include <steptrace/core/step_line.hpp>
+#include <steptrace/settings.hpp>
 #include <steptrace/sink/prometheus_metrics.hpp>
 
 #include <algorithm>
@@ -446,7 +447,8 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
     CHECK(make_compact_line(tiers, same_pass, &facts_same_pass) == make_compact_line(read_back, from_text, &facts_from_text));
     CHECK(facts_same_pass == facts_from_text);
     CHECK(same_pass.written == from_text.written);
-    const std::vector<std::pair<std::string, std::string>> settings = {{"trace_every", "auto"}};
+    std::vector<std::pair<std::string, std::string>> settings;  // the defaults' settings, as the worker lists them
+    for (const Setting& setting : steptrace::settings()) settings.emplace_back(setting.name, setting.text(Config{}));
     CHECK(make_run_record(tiers, settings) == make_run_record(read_back, settings));
   }
   CHECK(details::line_out_undeclared().load() == undeclared_before);
