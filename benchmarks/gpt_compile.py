@@ -17,6 +17,7 @@ from its own step 0). Modes:
   off      steptrace is imported but not started; the scopes are no-op stand-ins (the same `with`s)
   default  steptrace.start(log_path=...) only: what a user gets without a setting
   full     trace_every=1 (every step traced)
+  default_full  the defaults with full lines (line_detail=full: the overhead's parts on every line)
   detach   untraced_cupti=detach (the budget decides the interval, CUPTI detached between traces)
   keep     untraced_cupti=keep (the budget decides the interval, CUPTI attached between traces)
   nomarkers stream_markers=false
@@ -53,6 +54,7 @@ MODES = {  # each block's start() settings; None: not started
     "off": None,
     "default": {},
     "full": {"trace_every": 1, "line_detail": "full"},
+    "default_full": {"line_detail": "full"},  # the defaults, full lines: the overhead's parts, the interval's why
     "detach": {"untraced_cupti": "detach"},
     "keep": {"untraced_cupti": "keep"},
     "nomarkers": {"stream_markers": False},
