@@ -1109,19 +1109,30 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
           "every step marked where it does not (the default's settings)", "[runtime][markers]") {
   // Full lines (the budget deciding, as by default), costly and cheap markers; then the costly ones on the
   // defaults alone: compact lines, where an unmarked line's reason is a code and its sentence comes once.
-  enum class Case { costly, cheap, costly_defaults };
-  for (const Case c : {Case::costly, Case::cheap, Case::costly_defaults}) {
-    const bool costly = c != Case::cheap, compact = c == Case::costly_defaults;
-    INFO((c == Case::costly ? "40 us a marker" : c == Case::cheap ? "markers as cheap as they come"
-                                                                   : "40 us a marker, the defaults (compact lines)"));
-    const auto log = fresh_log(c == Case::costly  ? "runtime_markers_thinned"
-                               : c == Case::cheap ? "runtime_markers_every_step"
-                                                  : "runtime_markers_thinned_default");
+  // Moderate markers (~0.4 % of the step when every step is marked) are thinned to a pace in between,
+  // and from the line that thins them on, the estimate charges them at that pace (host_api under the
+  // budget on every full line): charged at every step on that line, they once set the longest interval.
+  enum class Case { costly, cheap, costly_defaults, moderate, moderate_defaults };
+  for (const Case c : {Case::costly, Case::cheap, Case::costly_defaults, Case::moderate, Case::moderate_defaults}) {
+    const bool costly = c == Case::costly || c == Case::costly_defaults;
+    const bool moderate = c == Case::moderate || c == Case::moderate_defaults;
+    const bool compact = c == Case::costly_defaults || c == Case::moderate_defaults;
+    INFO((c == Case::costly            ? "40 us a marker"
+          : c == Case::cheap           ? "markers as cheap as they come"
+          : c == Case::costly_defaults ? "40 us a marker, the defaults (compact lines)"
+          : c == Case::moderate        ? "0.7 us a marker"
+                                       : "0.7 us a marker, the defaults (compact lines)"));
+    const auto log = fresh_log(c == Case::costly            ? "runtime_markers_thinned"
+                               : c == Case::cheap           ? "runtime_markers_every_step"
+                               : c == Case::costly_defaults ? "runtime_markers_thinned_default"
+                               : c == Case::moderate        ? "runtime_markers_moderate"
+                                                            : "runtime_markers_moderate_default");
     auto backend = marked_backend();
     backend->fake_markers.lag_ns = 1'000'000'000;  // a synthetic GPU: markers read whatever the host's timing
     // 6 markers a step x 40 us against ~1 ms steps: ~24 % of the step, against half of the default
-    // budget (0.05 %): the most thinning there is (1 step in 64).
+    // budget (0.05 %): the most thinning there is (1 step in 64). x 0.7 us: ~0.4 %, 1 step in 8 or 16.
     if (costly) backend->fake_markers.record_cost_ns = 40'000;
+    if (moderate) backend->fake_markers.record_cost_ns = 700;
     FakeRun run(std::move(backend));
     Config cfg = base_config(log);
     cfg.trace_every = 0;  // the default: overhead_budget decides
@@ -1129,7 +1140,7 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     REQUIRE((compact ? start_on_defaults(run, log) : run.start(cfg)));
     // Cheap markers (~0.2 us a record here) against 20 ms steps: ~0.01 % of the step, far under the cap.
     constexpr int kSteps = 200;
-    for (int i = 0; i < kSteps; ++i) marked_step(*run.gpu, 500, costly ? 0 : 20'000);
+    for (int i = 0; i < kSteps; ++i) marked_step(*run.gpu, 500, costly || moderate ? 0 : 20'000);
     steptrace::stop();
     std::vector<nlohmann::json> lines;
     for (auto& l : read_lines(log))
@@ -1137,7 +1148,7 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     REQUIRE(lines.size() == kSteps);
     if (compact) CHECK(lines.front()["schema"] == "steptrace.step/2");
     std::map<std::string, std::string> sentences;  // a compact log's codes, as its lines bring them
-    int thinned = 0, marked_after = 0;
+    int thinned = 0, marked_after = 0, pace = 0;
     int64_t first_thinned = -1;
     for (const auto& l : lines) {
       const int64_t step = l["global_step"];
@@ -1151,18 +1162,35 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
       if (!marked && why.find("overhead_budget") != std::string::npos) {
         CHECK(l["traced"] == false);
         CHECK(why.rfind(steptrace::reason_text(steptrace::Reason::markers_thinned), 0) == 0);
-        CHECK(why.find("1 step in 64") != std::string::npos);
+        if (costly) CHECK(why.find("1 step in 64") != std::string::npos);
+        const std::size_t at = why.find("1 step in ");
+        REQUIRE(at != std::string::npos);
+        pace = std::stoi(why.substr(at + 10));
         ++thinned;
         if (first_thinned < 0) first_thinned = step;
         continue;
       }
       CHECK(marked);  // any other step is marked
       if (first_thinned >= 0 && l["traced"] == false) {
-        CHECK(step % 64 == 0);  // the untraced steps left marked are 1 in 64
+        if (costly) CHECK(step % 64 == 0);  // the untraced steps left marked are 1 in 64
         ++marked_after;
       }
+      // The estimate charges the markers at the pace in force from the line that sets it (full lines
+      // carry the parts): host_api under the budget on every line past the warm-up. The line that first
+      // thinned them once charged them at every step (~0.4 % here), and the budget, taking that for a
+      // cost no interval could fix, chose the longest interval (a 5 ms GPU-bound step on an H200,
+      // session 67). (Here CUPTI kept attached, modelled at 0.15 % of this 1 ms step, is over the budget
+      // whatever the interval: the interval itself says nothing.)
+      if (moderate && !compact && step >= int64_t(steptrace::details::kProbeAfterSteps) &&
+          l["overhead"]["parts"].is_object())
+        CHECK(double(l["overhead"]["parts"]["host_api"]["fraction"]) <= 0.001);
     }
-    if (costly) {
+    if (moderate) {  // thinned, but not to the most there is
+      CHECK(thinned >= 20);
+      CHECK(pace >= 2);
+      CHECK(pace <= 32);
+      if (!compact) CHECK(int(lines.back()["overhead"]["markers_every"]) == pace);
+    } else if (costly) {
       CHECK(thinned >= 60);
       CHECK(first_thinned >= 8);  // not in the warm-up: its one-off costs are not counted
       CHECK(first_thinned <= 100);
@@ -1170,10 +1198,14 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
       CHECK(thinned == 0);
     }
     // The full line says the pace in force (overhead.markers_every).
-    if (!compact) CHECK(lines.back()["overhead"]["markers_every"] == (costly ? 64 : 1));
-    std::printf("%s: %d lines thinned from step %lld, %d untraced lines marked after\n",
-                c == Case::costly ? "costly markers" : c == Case::cheap ? "cheap markers" : "costly markers, defaults",
-                thinned, static_cast<long long>(first_thinned), marked_after);
+    if (!compact && !moderate) CHECK(lines.back()["overhead"]["markers_every"] == (costly ? 64 : 1));
+    std::printf("%s: %d lines thinned (1 step in %d) from step %lld, %d untraced lines marked after\n",
+                c == Case::costly            ? "costly markers"
+                : c == Case::cheap           ? "cheap markers"
+                : c == Case::costly_defaults ? "costly markers, defaults"
+                : c == Case::moderate        ? "moderate markers"
+                                             : "moderate markers, defaults",
+                thinned, pace, static_cast<long long>(first_thinned), marked_after);
   }
 }
 

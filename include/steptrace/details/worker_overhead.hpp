@@ -13,11 +13,6 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   o.trace_every = static_cast<int>(r.trace_every);
   o.untraced_cupti = untraced_cupti_of(r);
   if (s_.attribution) o.kernel_timestamps = s_.gpu->kernel_timestamps();  // asked again at every attach
-  // The markers' pace in force (0: not marking), read once: the line's markers_every and what the steps
-  // pay for the markers from here on (host_api_fraction_at, below) say the same.
-  const int markers_pace = marker_ring().armed() ? marker_ring().wanted_every() : 0;
-  if (markers_pace > 0) o.markers_every = markers_pace;
-  else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : "stream_markers=false");
   if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
   else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
                                                  : "overhead_budget=0: every step is traced";
@@ -28,6 +23,16 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
                marked_ms, r.binding_extra_ns * 1e-6);
+  // The markers' pace from here on, set before anything reads their cost: the estimate and the interval
+  // charge the markers at the pace the steps will pay, never at the one this line's measurement is
+  // about to end (an H200 run, session 67: the line that first thinned a 5 ms step's markers from every
+  // step to 1 in 16 charged them at every step, 0.54 % of the step, and the budget, taking it for a cost
+  // no interval could fix, chose the longest interval: one trace in 4000 steps). Read once: the line's
+  // markers_every and what the steps pay for the markers (host_api_fraction_at, below) say the same.
+  if (s_.attribution && budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg);
+  const int markers_pace = marker_ring().armed() ? marker_ring().wanted_every() : 0;
+  if (markers_pace > 0) o.markers_every = markers_pace;
+  else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : "stream_markers=false");
   if (!s_.attribution) {
     o.null_reason = reason_text(Reason::estimate_without_attribution, lines_.context().gpu_null_reason) +
                     "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
@@ -82,7 +87,6 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                 flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, host_api);
   if (d.detach) switch_to_detach(r, o.estimate);
   if (d.next_every) s_.recorder->set_trace_every(*d.next_every);
-  if (budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg);
   return o;
 }
 
