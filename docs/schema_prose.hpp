@@ -500,10 +500,12 @@ inline constexpr FieldProse kStepProse[] = {
      "`trace_every` (set explicitly, or `overhead_budget` 0: every step)",
      "never"},
     {"/overhead/markers_every",
-     "the stream markers' pace when this step's line was made: they mark 1 step in N (a power of two, at "
-     "most 64; traced steps always), N = 1 unless marking every step costs over half of `overhead_budget` "
-     "(the median marked step's measured event records against the mean step time). The steps left "
-     "unmarked say so in `null_reasons.gpu_markers`",
+     "the stream markers' pace from this line on (set as the line is made, before the estimate reads "
+     "their cost): they mark 1 step in N (a power of two, at most 64; traced steps always), N = 1 unless "
+     "marking every step costs over their share of `overhead_budget`: half of it, or what 80 % of it leaves "
+     "beside CUPTI kept attached and steptrace's calls where that is less (the median untraced marked "
+     "step's measured event records against the mean step time). The pace a step ran under: the steps "
+     "left unmarked say so in `null_reasons.gpu_markers`",
      "the stream markers not armed (`stream_markers=false`, no GPU attribution, or no traced step has "
      "shown the stream yet: reason)"},
     {"/overhead/budget",

@@ -1109,9 +1109,12 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
           "every step marked where it does not (the default's settings)", "[runtime][markers]") {
   // Full lines (the budget deciding, as by default), costly and cheap markers; then the costly ones on the
   // defaults alone: compact lines, where an unmarked line's reason is a code and its sentence comes once.
-  // Moderate markers (~0.4 % of the step when every step is marked) are thinned to a pace in between,
-  // and from the line that thins them on, the estimate charges them at that pace (host_api under the
-  // budget on every full line): charged at every step on that line, they once set the longest interval.
+  // Moderate markers on a 5 ms GPU-bound step (session 67's H200 case): as cheap as they come for the
+  // first 60 steps, then 3 us a record (~0.4 % of the step when every step is marked), so that they
+  // are thinned once the budget measures the traces. They are thinned to a pace in between, into the
+  // share the aim leaves beside CUPTI kept attached and the calls, and charged at that pace from the line
+  // that sets it: the line that thinned them once charged them at every step, and the budget, taking
+  // that for a cost no interval could fix, chose the longest interval (on the H200: 1 trace in 4000).
   enum class Case { costly, cheap, costly_defaults, moderate, moderate_defaults };
   for (const Case c : {Case::costly, Case::cheap, Case::costly_defaults, Case::moderate, Case::moderate_defaults}) {
     const bool costly = c == Case::costly || c == Case::costly_defaults;
@@ -1120,8 +1123,8 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     INFO((c == Case::costly            ? "40 us a marker"
           : c == Case::cheap           ? "markers as cheap as they come"
           : c == Case::costly_defaults ? "40 us a marker, the defaults (compact lines)"
-          : c == Case::moderate        ? "0.7 us a marker"
-                                       : "0.7 us a marker, the defaults (compact lines)"));
+          : c == Case::moderate        ? "3 us a marker from step 60, 5 ms steps"
+                                       : "3 us a marker from step 60, 5 ms steps, the defaults (compact lines)"));
     const auto log = fresh_log(c == Case::costly            ? "runtime_markers_thinned"
                                : c == Case::cheap           ? "runtime_markers_every_step"
                                : c == Case::costly_defaults ? "runtime_markers_thinned_default"
@@ -1130,9 +1133,8 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     auto backend = marked_backend();
     backend->fake_markers.lag_ns = 1'000'000'000;  // a synthetic GPU: markers read whatever the host's timing
     // 6 markers a step x 40 us against ~1 ms steps: ~24 % of the step, against half of the default
-    // budget (0.05 %): the most thinning there is (1 step in 64). x 0.7 us: ~0.4 %, 1 step in 8 or 16.
+    // budget (0.05 %): the most thinning there is (1 step in 64).
     if (costly) backend->fake_markers.record_cost_ns = 40'000;
-    if (moderate) backend->fake_markers.record_cost_ns = 700;
     FakeRun run(std::move(backend));
     Config cfg = base_config(log);
     cfg.trace_every = 0;  // the default: overhead_budget decides
@@ -1140,7 +1142,10 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     REQUIRE((compact ? start_on_defaults(run, log) : run.start(cfg)));
     // Cheap markers (~0.2 us a record here) against 20 ms steps: ~0.01 % of the step, far under the cap.
     constexpr int kSteps = 200;
-    for (int i = 0; i < kSteps; ++i) marked_step(*run.gpu, 500, costly || moderate ? 0 : 20'000);
+    for (int i = 0; i < kSteps; ++i) {
+      if (moderate && i == 60) run.gpu->fake_markers.record_cost_ns = 3'000;  // (the training thread: this one)
+      marked_step(*run.gpu, moderate ? 2'500 : 500, costly || moderate ? 0 : 20'000);
+    }
     steptrace::stop();
     std::vector<nlohmann::json> lines;
     for (auto& l : read_lines(log))
@@ -1175,21 +1180,28 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
         if (costly) CHECK(step % 64 == 0);  // the untraced steps left marked are 1 in 64
         ++marked_after;
       }
-      // The estimate charges the markers at the pace in force from the line that sets it (full lines
-      // carry the parts): host_api under the budget on every line past the warm-up. The line that first
-      // thinned them once charged them at every step (~0.4 % here), and the budget, taking that for a
-      // cost no interval could fix, chose the longest interval (a 5 ms GPU-bound step on an H200,
-      // session 67). (Here CUPTI kept attached, modelled at 0.15 % of this 1 ms step, is over the budget
-      // whatever the interval: the interval itself says nothing.)
-      if (moderate && !compact && step >= int64_t(steptrace::details::kProbeAfterSteps) &&
-          l["overhead"]["parts"].is_object())
-        CHECK(double(l["overhead"]["parts"]["host_api"]["fraction"]) <= 0.001);
+      // From the line that thins them, the markers are charged at the new pace: the estimate's floor (its
+      // parts no interval changes: CUPTI attached ~0.03 %, the calls, the markers in what the aim leaves)
+      // stays under the budget, compact lines too, and so does host_api. Charged at every step on the
+      // line that thinned them, they put both over it. (The interval itself is not checked
+      // here: on this loaded machine a traced step's measured extra spreads +-0.25 ms, and its high end
+      // alone asks for intervals in the thousands.)
+      if (moderate && step >= int64_t(steptrace::details::kProbeAfterSteps)) {
+        const nlohmann::json& o = l["overhead"];
+        if (o["estimated_fraction_floor"].is_number()) CHECK(double(o["estimated_fraction_floor"]) <= 0.001);
+        if (!compact && o["parts"].is_object()) CHECK(double(o["parts"]["host_api"]["fraction"]) <= 0.001);
+      }
     }
     if (moderate) {  // thinned, but not to the most there is
       CHECK(thinned >= 20);
       CHECK(pace >= 2);
       CHECK(pace <= 32);
-      if (!compact) CHECK(int(lines.back()["overhead"]["markers_every"]) == pace);
+      if (!compact) {
+        const int last = lines.back()["overhead"]["markers_every"];
+        CHECK(last >= 2);
+        CHECK(last <= 32);
+        CHECK((last & (last - 1)) == 0);
+      }
     } else if (costly) {
       CHECK(thinned >= 60);
       CHECK(first_thinned >= 8);  // not in the warm-up: its one-off costs are not counted

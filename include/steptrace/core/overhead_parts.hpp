@@ -156,6 +156,9 @@ class OverheadLedger {
     const std::optional<double> marked = markers_every >= 1 ? marked_step_fraction() : std::nullopt;
     return std::max(0.0, calls + (marked ? *marked / markers_every : 0.0));
   }
+  /// What the steps pay for steptrace's calls (as modelled) and a binding's measured bookkeeping,
+  /// without the markers: a cost no interval and no pace changes.
+  std::optional<double> calls_fraction() const { return host_api_fraction_at(0); }
   std::optional<double> background_fraction() const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
     return std::max(0.0, sum_.background_ms / sum_.step_ms);
@@ -185,12 +188,17 @@ inline constexpr double kMarkersShareOfBudget = 0.5;
 inline constexpr int kMaxMarkersEvery = 64;
 
 /// 1 step in how many the stream markers mark (a power of two), so that they cost at most
-/// kMarkersShareOfBudget of `budget`: `marked_fraction` is what marking every step costs
-/// (OverheadLedger::marked_step_fraction). From `current`, it goes down only with room to spare (the
-/// halved interval under 80 % of the cap), so that it does not swing between two values.
-inline int markers_every(double marked_fraction, double budget, int current) {
-  const double cap = kMarkersShareOfBudget * budget;
-  if (!(marked_fraction > 0) || !(cap > 0)) return 1;
+/// kMarkersShareOfBudget of `budget`, and at most what the budget's aim (OverheadEstimator::kAim) leaves
+/// beside `others`, the per-step costs no interval changes (CUPTI kept attached, steptrace's calls):
+/// markers charged into a share the aim does not have would leave the budget nothing to trace with, and
+/// it would choose the longest interval (the least tracing) while fewer markers would do. `marked_fraction`
+/// is what marking every step costs (OverheadLedger::marked_step_fraction). From `current`, it goes
+/// down only with room to spare (the halved interval under 80 % of the cap), so that it does not swing
+/// between two values.
+inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
+  if (!(marked_fraction > 0) || !(budget > 0)) return 1;
+  const double cap = std::min(kMarkersShareOfBudget * budget, OverheadEstimator::kAim * budget - std::max(0.0, others));
+  if (!(cap > 0)) return kMaxMarkersEvery;
   current = std::max(1, std::min(current, kMaxMarkersEvery));
   int every = current;
   while (every < kMaxMarkersEvery && marked_fraction / every > cap) every *= 2;

@@ -301,6 +301,7 @@ class Worker {
     std::optional<StepMarkers> markers;
     std::string why;  // when markers is empty
   } markers_;                       // the markers of the step whose line is being made
+  double attached_fraction_ = 0;    // the last estimate's CUPTI-attached share (the markers' pace reads it)
   int64_t marked_ns_seen_ = 0;      // the markers' recording time charged to the overhead so far (per step:
                                     // StepRecord::markers_ns_at_close)
 

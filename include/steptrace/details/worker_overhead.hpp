@@ -18,9 +18,12 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                                  : "overhead_budget=0: every step is traced";
   // The stream markers' records this step, as measured on the step's thread (taken as the next step
   // began; the last step has none: its markers' cost goes uncounted).
+  // A traced step's markers are in its measured extra (tracing): not counted here, where they would set
+  // what a marked untraced step costs (at a short interval most marked steps are traced ones).
   double marked_ms = 0;
   if (r.markers_ns_at_close >= 0)
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
+  if (r.traced) marked_ms = 0;
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
                marked_ms, r.binding_extra_ns * 1e-6);
   // The markers' pace from here on, set before anything reads their cost: the estimate and the interval
@@ -79,6 +82,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   // background thread spends beside them (readings, decodes, captures) is its CPU time, paced by
   // governors of its own (ReadingPace, counters around traced steps, CaptureBudget): the high end of the interval.
   o.estimate = *d.estimate;
+  attached_fraction_ = o.estimate.attached_fraction.value_or(0);  // the markers' pace reads it on the next line
   const LineContext& ctx = lines_.context();
   o.parts = make_overhead_parts(o.estimate, ledger_,
                                 !ctx.counters_on           ? CountersRun::off
@@ -94,13 +98,16 @@ inline void Worker::pace_markers(const Config& cfg) {
   MarkerRing& ring = marker_ring();
   const std::optional<double> marked = ledger_.marked_step_fraction();
   if (!marked || !ring.armed()) return;
-  const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every());
+  // Beside the markers, per step: CUPTI kept attached (the last estimate's) and steptrace's calls.
+  const double others = attached_fraction_ + ledger_.calls_fraction().value_or(0);
+  const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others);
   if (every == ring.wanted_every()) return;
-  char detail[192];
+  char detail[256];
   std::snprintf(detail, sizeof detail,
-                "%d (traced steps always): marking every step costs %.3f %% of step time, over half of "
-                "overhead_budget=%s",
-                every, 100 * *marked, format_fraction(cfg.overhead_budget).c_str());
+                "%d (traced steps always): marking every step costs %.3f %% of step time, over their share of "
+                "overhead_budget=%s (half of it, or what 80 %% of it leaves beside CUPTI attached and the calls, "
+                "%.3f %% of step time now, where less)",
+                every, 100 * *marked, format_fraction(cfg.overhead_budget).c_str(), 100 * others);
   const std::string why = reason_text(Reason::markers_thinned, detail);
   ring.want_every(every, every > 1 ? why : std::string());
   if (every > 1) warn_once("markers.thinned", why + " (the unmarked lines say so; said once)");
