@@ -396,8 +396,8 @@ inline constexpr FieldProse kStepProse[] = {
      "10 of the step thread's kernel launches: name it with `set_marker_stream`; the program destroyed the "
      "marker stream, until a traced step shows the next; two traced steps in a row showed the step thread's "
      "launches off the learnt stream, until the records show the work on the default stream), the step "
-     "left unmarked by overhead_budget (1 step in N where marking every step costs over half of it; traced "
-     "steps always marked), a marker of the step not recorded (a CUDA graph capture, another context "
+     "left unmarked by overhead_budget (1 step in N where marking every step costs over their share of it: "
+     "`overhead.markers_every`; traced steps always marked), a marker of the step not recorded (a CUDA graph capture, another context "
      "current, no free slot) or unread, the GPU had not reached the step's last marker when its line was "
      "due, a marker's GPU time out of order or before its host time by more than 0.1 ms (reason)"},
     {"/gpu_markers/points",
@@ -503,7 +503,9 @@ inline constexpr FieldProse kStepProse[] = {
      "the stream markers' pace from this line on (set as the line is made, before the estimate reads "
      "their cost): they mark 1 step in N (a power of two, at most 64; traced steps always), N = 1 unless "
      "marking every step costs over their share of `overhead_budget`: half of it, or what 80 % of it leaves "
-     "beside CUPTI kept attached and steptrace's calls where that is less (the median untraced marked "
+     "beside the traces' 30 %, CUPTI kept attached and steptrace's calls where that is less, a tenth of it "
+     "at least "
+     "(the median untraced marked "
      "step's measured event records against the mean step time). The pace a step ran under: the steps "
      "left unmarked say so in `null_reasons.gpu_markers`",
      "the stream markers not armed (`stream_markers=false`, no GPU attribution, or no traced step has "

@@ -435,21 +435,22 @@ TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N unde
   CHECK(markers_every(0.0011, budget, 64) == 1);
   CHECK(markers_every(0.005, budget, 64) == 8);  // 0.125 % at 4 is over 80 % of the cap: 8 holds
   CHECK(markers_every(0.005, 0.0, 4) == 1);  // no budget: nothing thinned
-  // Beside other per-step costs the markers get what the aim (80 % of the budget) leaves, if less than
-  // half: with 0.2 % taken (CUPTI attached, the calls) the cap is 0.24 - 0.2 = 0.04 %, so 0.5 % needs
-  // 1 in 16 (0.031 %); with 0.24 % or more taken, the most thinning there is.
+  // Beside other per-step costs the markers get what the aim (80 % of the budget, 0.24 %) leaves after
+  // them and the traces' 30 % (0.09 %), if less than half: nothing else costing, half (0.15 %) caps; with
+  // 0.05 % taken (CUPTI attached, the calls) the cap is 0.24 - 0.09 - 0.05 = 0.10 %, so 0.5 % needs 1
+  // in 8 (0.0625 %); with 0.12 % or more taken, a tenth of the budget (0.03 %): 1 in 32 (0.016 %) ...
   CHECK(markers_every(0.005, budget, 1, 0.0) == 4);
-  CHECK(markers_every(0.005, budget, 1, 0.0005) == 4);  // 0.19 % left: half (0.15 %) still caps
-  CHECK(markers_every(0.005, budget, 1, 0.002) == 16);
-  CHECK(markers_every(0.005, budget, 1, 0.0024) == steptrace::kMaxMarkersEvery);
-  CHECK(markers_every(0.005, budget, 4, 0.01) == steptrace::kMaxMarkersEvery);
+  CHECK(markers_every(0.005, budget, 1, 0.0005) == 8);
+  CHECK(markers_every(0.005, budget, 1, 0.0012) == 32);
+  CHECK(markers_every(0.005, budget, 4, 0.01) == 32);
+  // ... and markers cheaper than that tenth are not thinned, however much else costs.
+  CHECK(markers_every(0.0002, budget, 1, 0.01) == 1);
   CHECK(markers_every(0.005, 0.0, 4, 0.01) == 1);  // no budget: nothing thinned, whatever else costs
-  // A traced step's markers are not a marked step's cost (they are in the traced step's extra): the
-  // worker hands the ledger 0 for them, and a window of traced marked steps says nothing.
-  steptrace::OverheadLedger traced_only;
-  for (int i = 0; i < 20; ++i) traced_only.step(5, 3, false, 0.0);
-  CHECK_FALSE(traced_only.marked_step_fraction().has_value());
-  CHECK(*traced_only.calls_fraction() == Approx(3 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 5));
+  // What the steps pay for steptrace's calls, the markers left out.
+  steptrace::OverheadLedger calls_only;
+  for (int i = 0; i < 20; ++i) calls_only.step(5, 3, false, i % 2 ? 0.02 : 0.0);
+  CHECK(*calls_only.calls_fraction() == Approx(3 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 5));
+  CHECK(*calls_only.host_api_fraction_at(2) == Approx(3 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 5 + 0.004 / 2));
 }
 
 TEST_CASE("overhead parts: the step-time parts sum to the estimate, the background ones to its high end", "[overhead]") {

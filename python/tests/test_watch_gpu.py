@@ -180,7 +180,7 @@ def test_side_stream_marked_without_a_call():
     marked = [l for l in later if isinstance(l.get("gpu_markers"), dict)]
     why = [(l["global_step"], (l.get("null_reasons") or {}).get("gpu_markers") or "") for l in later
            if not isinstance(l.get("gpu_markers"), dict)]
-    # Left unmarked by overhead_budget (1 step in N where marking every step costs over half of it): the
+    # Left unmarked by overhead_budget (1 step in N where marking every step costs over its share of it): the
     # stream is known; the budget chose.
     thinned = [w for w in why if "overhead_budget" in w[1]]
     unmarked = [w for w in why if "overhead_budget" not in w[1]]

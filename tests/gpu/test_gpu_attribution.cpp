@@ -332,7 +332,7 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
         CHECK(l["diagnosis"]["carried_from_step"].is_number());
       }
       if (believed && l["gpu_markers"].is_null()) {
-        // Thinned: marking every step of this short loop costs over half of overhead_budget (0.30 % of
+        // Thinned: marking every step of this short loop costs over its share of overhead_budget (0.30 % of
         // the step on one H200: 1 step in 2).
         CHECK(std::string(l["null_reasons"]["gpu_markers"]).find("overhead_budget") != std::string::npos);
         ++thinned;

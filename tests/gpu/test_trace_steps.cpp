@@ -50,7 +50,7 @@ TEST_CASE("a C++ loop on its own stream, defaults, nothing named: the markers le
       REQUIRE(l["null_reasons"].contains("gpu_markers"));
       if (text_of(l["null_reasons"], "gpu_markers").find("destroyed") != std::string::npos) ++destroyed_said;
     }
-    // Left unmarked by overhead_budget (marking every one of these 3.5 ms steps costs over half of it):
+    // Left unmarked by overhead_budget (marking every one of these 3.5 ms steps costs over its share of it):
     // the stream is known, the budget chose 1 step in N.
     const bool thin = !has && text_of(l["null_reasons"], "gpu_markers").find("overhead_budget") != std::string::npos;
     thinned += thin;
