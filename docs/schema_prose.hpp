@@ -503,8 +503,7 @@ inline constexpr FieldProse kStepProse[] = {
      "the stream markers' pace from this line on (set as the line is made, before the estimate reads "
      "their cost): they mark 1 step in N (a power of two, at most 64; traced steps always), N = 1 unless "
      "marking every step costs over their share of `overhead_budget`: half of it, or what 80 % of it leaves "
-     "beside the traces' 30 %, CUPTI kept attached and steptrace's calls where that is less, a tenth of it "
-     "at least "
+     "beside CUPTI kept attached and steptrace's calls where that is less, a tenth of it at least "
      "(the median untraced marked "
      "step's measured event records against the mean step time). The pace a step ran under: the steps "
      "left unmarked say so in `null_reasons.gpu_markers`",

@@ -435,13 +435,14 @@ TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N unde
   CHECK(markers_every(0.0011, budget, 64) == 1);
   CHECK(markers_every(0.005, budget, 64) == 8);  // 0.125 % at 4 is over 80 % of the cap: 8 holds
   CHECK(markers_every(0.005, 0.0, 4) == 1);  // no budget: nothing thinned
-  // Beside other per-step costs the markers get what the aim (80 % of the budget, 0.24 %) leaves after
-  // them and the traces' 30 % (0.09 %), if less than half: nothing else costing, half (0.15 %) caps; with
-  // 0.05 % taken (CUPTI attached, the calls) the cap is 0.24 - 0.09 - 0.05 = 0.10 %, so 0.5 % needs 1
-  // in 8 (0.0625 %); with 0.12 % or more taken, a tenth of the budget (0.03 %): 1 in 32 (0.016 %) ...
+  // Beside other per-step costs the markers get what the aim (80 % of the budget, 0.24 %) leaves, if less
+  // than half: with 0.05 % taken (CUPTI attached, the calls) half (0.15 %) still caps; with 0.2 % taken
+  // the cap is 0.04 %, so 0.5 % needs 1 in 16 (0.031 %); with 0.21 % or more taken, a tenth of the
+  // budget (0.03 %): 1 in 32 (0.016 %) ...
   CHECK(markers_every(0.005, budget, 1, 0.0) == 4);
-  CHECK(markers_every(0.005, budget, 1, 0.0005) == 8);
-  CHECK(markers_every(0.005, budget, 1, 0.0012) == 32);
+  CHECK(markers_every(0.005, budget, 1, 0.0005) == 4);
+  CHECK(markers_every(0.005, budget, 1, 0.002) == 16);
+  CHECK(markers_every(0.005, budget, 1, 0.0024) == 32);
   CHECK(markers_every(0.005, budget, 4, 0.01) == 32);
   // ... and markers cheaper than that tenth are not thinned, however much else costs.
   CHECK(markers_every(0.0002, budget, 1, 0.01) == 1);

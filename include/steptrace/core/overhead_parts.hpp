@@ -187,9 +187,6 @@ inline constexpr double kMarkersShareOfBudget = 0.5;
 /// The most steps between two marked ones.
 inline constexpr int kMaxMarkersEvery = 64;
 
-/// What the traces keep of the budget's aim (OverheadEstimator::kAim) whatever the markers cost: what
-/// the markers' half leaves them when nothing else costs (0.8 - 0.5).
-inline constexpr double kTracesShareOfBudget = 0.3;
 /// Where the per-step costs no interval changes leave less, the markers' share never goes below this
 /// part of the budget: the interval is the longest then anyway, and thinning cheap markers further would
 /// take the per-step GPU view away for nothing.
@@ -198,14 +195,15 @@ inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 /// 1 step in how many the stream markers mark (a power of two), so that they cost at most
 /// kMarkersShareOfBudget of `budget`, and at most what the budget's aim (OverheadEstimator::kAim)
 /// leaves beside `others` (the per-step costs no interval changes: CUPTI kept attached, steptrace's
-/// calls) and the traces' kTracesShareOfBudget: markers that took all of the aim would leave the budget
-/// nothing to trace with, and it would choose the longest interval (the least tracing) while fewer
-/// markers would do. Never under kMarkersLeastShareOfBudget. `marked_fraction` is what marking every
+/// calls): markers charged into a share the aim does not have would leave the budget nothing to trace
+/// with, and it would choose the longest interval (the least tracing) while fewer markers would do.
+/// Never under kMarkersLeastShareOfBudget. (The markers can still take all the aim leaves, and the
+/// interval then grows long: a split of what is left between markers and traces is not decided yet.) `marked_fraction` is what marking every
 /// step costs (OverheadLedger::marked_step_fraction). From `current`, it goes down only with room to
 /// spare (the halved interval under 80 % of the cap), so that it does not swing between two values.
 inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
   if (!(marked_fraction > 0) || !(budget > 0)) return 1;
-  const double left = (OverheadEstimator::kAim - kTracesShareOfBudget) * budget - std::max(0.0, others);
+  const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
   const double cap = std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
   current = std::max(1, std::min(current, kMaxMarkersEvery));
   int every = current;

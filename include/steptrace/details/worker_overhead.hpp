@@ -109,8 +109,8 @@ inline void Worker::pace_markers(const Config& cfg) {
   char detail[384];
   std::snprintf(detail, sizeof detail,
                 "%d (traced steps always): marking every step costs %.3f %% of step time, over their share of "
-                "overhead_budget=%s (half of it, or what 80 %% of it leaves beside the traces' 30 %%, CUPTI attached "
-                "and the calls, %.3f %% of step time now, where less; a tenth of it at least)",
+                "overhead_budget=%s (half of it, or what 80 %% of it leaves beside CUPTI attached and the calls, "
+                "%.3f %% of step time now, where less; a tenth of it at least)",
                 every, 100 * *marked, format_fraction(cfg.overhead_budget).c_str(), 100 * others);
   const std::string why = reason_text(Reason::markers_thinned, detail);
   ring.want_every(every, every > 1 ? why : std::string());
