@@ -4,6 +4,7 @@ each with steptrace's callback on the defaults (no setting but the log path), tr
 budget's controller to settle.
 
     framework_budget.py [--steps 600] [--steady-from 250] [--out DIR] [--frameworks lightning,transformers]
+                        [--line-detail full] [--time-calls] [--against-off R]
 
 The models are python/tests/test_callbacks_gpu.py's (Lightning: embedding + MLP over a 1 000-token
 vocabulary; transformers: a 2-layer GPT-2 of d_model 128), 4 x 64 tokens a batch, 2 batches accumulated
@@ -18,6 +19,13 @@ Prints per framework, over the lines from --steady-from on (the steady state):
 (over_budget: steady lines whose overhead.within_budget was false; markers_every, untraced_cupti, method,
 traced_step_extra_ms, clean_step_ms and parts are on full lines only (--line-detail full), `-` otherwise).
 A framework that is not installed prints `framework=F skipped: WHY`.
+
+--against-off R: R rounds per framework, each training once without steptrace's callback (`off`) and once
+with it (`default`), in an order shuffled per round, both timed by the same clock (a callback of this
+script: the time between optimizer steps' ends, as the framework's loop runs them). Prints per run
+  clock framework=F round=R mode=M steps=S median_ms=.. mean_ms=..   (the steps from --steady-from on)
+and per framework the default's cost against off by each round's means and medians, beside the mean
+estimate of its lines: what the lines say steptrace costs, checked against the program's own clock.
 """
 import argparse
 import json
@@ -25,6 +33,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # one GPU: HF's Trainer would wrap the model in DataParallel
 
@@ -47,6 +56,8 @@ def parse(argv):
     p.add_argument("--out", default="", help="where the lines go (a temporary folder if empty)")
     p.add_argument("--frameworks", default="lightning,transformers")
     p.add_argument("--line-detail", default="", help="full: the overhead's parts in the lines (default: the defaults' compact lines)")
+    p.add_argument("--against-off", type=int, default=0, metavar="R",
+                   help="R rounds of off/default runs, timed by this script's own step clock")
     p.add_argument("--time-calls", action="store_true",
                    help="what the callbacks' timed calls hold: each kind of call, and the extension's step calls "
                         "inside them, timed (their medians in us), and the values handed to the runtime")
@@ -124,7 +135,33 @@ def dataset(n):
     return framework_models.dataset(torch, n, VOCAB, SEQ)
 
 
-def run_lightning(steps, log, settings):
+class StepClock:
+    """The time of each optimizer step's end (time.perf_counter), as the framework's loop reaches it."""
+
+    def __init__(self):
+        self.ends = []
+
+    def step_ms(self, steady_from):
+        d = [1e3 * (b - a) for a, b in zip(self.ends, self.ends[1:])]
+        return d[steady_from:]
+
+
+def lightning_clock(pl, clock):
+    class Clock(pl.Callback):
+        def on_train_batch_end(self, trainer, *args, **kwargs):
+            if len(clock.ends) < trainer.global_step:  # an optimizer step ended with this batch
+                clock.ends.append(time.perf_counter())
+    return Clock()
+
+
+def transformers_clock(transformers, clock):
+    class Clock(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.ends.append(time.perf_counter())
+    return Clock()
+
+
+def run_lightning(steps, log, settings, clock=None, steptrace_on=True):
     import steptrace.lightning as stl
     pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
     loader = torch.utils.data.DataLoader(dataset(steps * ACCUMULATE * BATCH), batch_size=BATCH)
@@ -132,11 +169,13 @@ def run_lightning(steps, log, settings):
     trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=ACCUMULATE, accelerator="gpu", devices=1,
                          val_check_interval=EVAL_EVERY * ACCUMULATE, limit_val_batches=2, num_sanity_val_steps=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[stl.StepTrace(log_path=log, **settings)])
+                         enable_model_summary=False,
+                         callbacks=([stl.StepTrace(log_path=log, **settings)] if steptrace_on else []) +
+                                   ([lightning_clock(pl, clock)] if clock else []))
     trainer.fit(framework_models.lightning_module(pl, torch, VOCAB), loader, val)
 
 
-def run_transformers(steps, log, settings):
+def run_transformers(steps, log, settings, clock=None, steptrace_on=True):
     import steptrace.transformers as sth
     import transformers
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=128, n_layer=2, n_head=4)
@@ -149,7 +188,8 @@ def run_transformers(steps, log, settings):
                                           eval_steps=EVAL_EVERY, save_strategy="no", report_to=[],
                                           logging_steps=100000, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
-                                   callbacks=[sth.StepTraceCallback(log_path=log, **settings)])
+                                   callbacks=([sth.StepTraceCallback(log_path=log, **settings)] if steptrace_on else []) +
+                                             ([transformers_clock(transformers, clock)] if clock else []))
     trainer.train()
 
 
@@ -193,6 +233,8 @@ def main(argv):
     out = a.out or tempfile.mkdtemp(prefix="steptrace-frameworks-")
     os.makedirs(out, exist_ok=True)
     runs = {"lightning": run_lightning, "transformers": run_transformers}
+    if a.against_off:
+        return against_off(a, runs, out)
     for name in a.frameworks.split(","):
         log = os.path.join(out, f"{name}.jsonl")
         if os.path.exists(log):
@@ -206,6 +248,52 @@ def main(argv):
         print(summary(name, log, a.steady_from), flush=True)
         if times:
             print(times.report(name), flush=True)
+    return 0
+
+
+def against_off(a, runs, out):
+    """--against-off: off and default runs of each framework, timed by StepClock, paired per round."""
+    import random
+    settings = {"line_detail": a.line_detail} if a.line_detail else {}
+    for name in a.frameworks.split(","):
+        costs_mean, costs_median, estimates = [], [], []
+        for r in range(a.against_off):
+            modes = ["off", "default"]
+            random.Random(r).shuffle(modes)
+            got = {}
+            for mode in modes:
+                log = os.path.join(out, f"{name}_{r}_{mode}.jsonl")
+                if os.path.exists(log):
+                    os.remove(log)
+                clock = StepClock()
+                try:
+                    runs[name](a.steps, log, settings, clock=clock, steptrace_on=mode == "default")
+                except ImportError as e:
+                    print(f"framework={name} skipped: {e}")
+                    return 0
+                ms = clock.step_ms(a.steady_from)
+                if not ms:
+                    print(f"clock framework={name} round={r} mode={mode} steps=0")
+                    continue
+                got[mode] = (statistics.mean(ms), statistics.median(ms))
+                print(f"clock framework={name} round={r} mode={mode} steps={len(ms)} median_ms={got[mode][1]:.4f} "
+                      f"mean_ms={got[mode][0]:.4f}", flush=True)
+                if mode == "default":
+                    lines, _ = read_lines(log)
+                    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in lines or []
+                           if (s.get("global_step") or 0) >= a.steady_from]
+                    est = [e for e in est if e is not None]
+                    if est:
+                        estimates.append(statistics.mean(est))
+            if "off" in got and "default" in got:
+                costs_mean.append(got["default"][0] / got["off"][0] - 1)
+                costs_median.append(got["default"][1] / got["off"][1] - 1)
+
+        def pcts(v):
+            return ", ".join(f"{100 * x:+.2f}" for x in v) + " %" if v else "-"
+        print(f"against_off framework={name} rounds={len(costs_mean)} cost_by_means={pcts(costs_mean)} "
+              f"mean={pcts([statistics.mean(costs_mean)] if costs_mean else [])} cost_by_medians={pcts(costs_median)} "
+              f"estimate_mean={pcts([statistics.mean(estimates)] if estimates else [])}", flush=True)
     return 0
 
 
