@@ -240,9 +240,9 @@ def test_framework_callbacks_time_their_own_bookkeeping():
     model charges for their calls (the lines' host_api part adds it): a tokens function that spins 300 us
     a batch (2 batches a step) shows as ~600 us a step; without it, a few us on an idle machine and
     under the slow case's bound on any. Only the steps due are timed; a timed step's callbacks pickle; a
-    validation that ends the kept step leaves that step without a sample; waiting for values recorded from CUDA tensors (3 ms here, recorded
-    before and inside each timed step) is not in its time; start() and begin_training/end_training set the
-    value back to 0, a start() refused does not."""
+    validation that ends the kept step leaves that step without a sample; waiting for values recorded
+    from CUDA tensors (3 ms here, recorded before and inside each timed step) is not in its time;
+    start() and begin_training/end_training set the value back to 0, a start() refused does not."""
     import pickle
 
     from steptrace import _steptrace
