@@ -72,7 +72,6 @@ class CallTimes:
 
     def __init__(self):
         import collections
-        import time
         from steptrace import _callback_steps as cs
         import steptrace
         ext = steptrace._steptrace
@@ -120,7 +119,6 @@ class CallTimes:
         ext.set_step_extra_ns = record_extra
 
     def report(self, name):
-        import statistics
         rows = []
         for key in sorted(self.ns):
             v = self.ns[key]

@@ -1105,7 +1105,7 @@ TEST_CASE("stream markers: a stream the program names is marked from the first s
   CHECK(lines[1]["diagnosis"]["basis"] == "markers");  // believed from traced step 0's agreement on
 }
 
-TEST_CASE("stream markers: thinned by overhead_budget where marking every step costs over half of it, "
+TEST_CASE("stream markers: thinned by overhead_budget where marking every step costs over their share of it, "
           "every step marked where it does not (the default's settings)", "[runtime][markers]") {
   // Full lines (the budget deciding, as by default), costly and cheap markers; then the costly ones on the
   // defaults alone: compact lines, where an unmarked line's reason is a code and its sentence comes once.
@@ -1115,21 +1115,26 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
   // share the aim leaves beside CUPTI kept attached and the calls, and charged at that pace from the line
   // that sets it: the line that thinned them once charged them at every step, and the budget, taking
   // that for a cost no interval could fix, chose the longest interval (on the H200: 1 trace in 4000).
-  enum class Case { costly, cheap, costly_defaults, moderate, moderate_defaults };
-  for (const Case c : {Case::costly, Case::cheap, Case::costly_defaults, Case::moderate, Case::moderate_defaults}) {
-    const bool costly = c == Case::costly || c == Case::costly_defaults;
-    const bool moderate = c == Case::moderate || c == Case::moderate_defaults;
-    const bool compact = c == Case::costly_defaults || c == Case::moderate_defaults;
-    INFO((c == Case::costly            ? "40 us a marker"
-          : c == Case::cheap           ? "markers as cheap as they come"
-          : c == Case::costly_defaults ? "40 us a marker, the defaults (compact lines)"
-          : c == Case::moderate        ? "3 us a marker from step 60, 5 ms steps"
-                                       : "3 us a marker from step 60, 5 ms steps, the defaults (compact lines)"));
-    const auto log = fresh_log(c == Case::costly            ? "runtime_markers_thinned"
-                               : c == Case::cheap           ? "runtime_markers_every_step"
-                               : c == Case::costly_defaults ? "runtime_markers_thinned_default"
-                               : c == Case::moderate        ? "runtime_markers_moderate"
-                                                            : "runtime_markers_moderate_default");
+  enum class Markers { costly, cheap, moderate };
+  struct Case {
+    Markers markers;
+    bool compact;     // the defaults alone (compact lines)
+    const char* log;  // also what the case is called
+    const char* what;
+  };
+  const Case cases[] = {
+      {Markers::costly, false, "runtime_markers_thinned", "40 us a marker"},
+      {Markers::cheap, false, "runtime_markers_every_step", "markers as cheap as they come"},
+      {Markers::costly, true, "runtime_markers_thinned_default", "40 us a marker, the defaults (compact lines)"},
+      {Markers::moderate, false, "runtime_markers_moderate", "3 us a marker from step 60, 5 ms steps"},
+      {Markers::moderate, true, "runtime_markers_moderate_default",
+       "3 us a marker from step 60, 5 ms steps, the defaults (compact lines)"},
+  };
+  for (const Case& c : cases) {
+    const bool costly = c.markers == Markers::costly, moderate = c.markers == Markers::moderate;
+    const bool compact = c.compact;
+    INFO(c.what);
+    const auto log = fresh_log(c.log);
     auto backend = marked_backend();
     backend->fake_markers.lag_ns = 1'000'000'000;  // a synthetic GPU: markers read whatever the host's timing
     // 6 markers a step x 40 us against ~1 ms steps: ~24 % of the step, against half of the default
@@ -1205,12 +1210,7 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
     }
     // The full line says the pace in force (overhead.markers_every).
     if (!compact && !moderate) CHECK(lines.back()["overhead"]["markers_every"] == (costly ? 64 : 1));
-    std::printf("%s: %d lines thinned (1 step in %d) from step %lld, %d untraced lines marked after\n",
-                c == Case::costly            ? "costly markers"
-                : c == Case::cheap           ? "cheap markers"
-                : c == Case::costly_defaults ? "costly markers, defaults"
-                : c == Case::moderate        ? "moderate markers"
-                                             : "moderate markers, defaults",
+    std::printf("%s: %d lines thinned (1 step in %d) from step %lld, %d untraced lines marked after\n", c.what,
                 thinned, pace, static_cast<long long>(first_thinned), marked_after);
   }
 }

@@ -198,9 +198,10 @@ inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 /// calls): markers charged into a share the aim does not have would leave the budget nothing to trace
 /// with, and it would choose the longest interval (the least tracing) while fewer markers would do.
 /// Never under kMarkersLeastShareOfBudget. (The markers can still take all the aim leaves, and the
-/// interval then grows long: a split of what is left between markers and traces is not decided yet.) `marked_fraction` is what marking every
-/// step costs (OverheadLedger::marked_step_fraction). From `current`, it goes down only with room to
-/// spare (the halved interval under 80 % of the cap), so that it does not swing between two values.
+/// interval then grows long: a split of what is left between markers and traces is not decided yet.)
+/// `marked_fraction` is what marking every step costs (OverheadLedger::marked_step_fraction). From
+/// `current`, it goes down only with room to spare (the halved interval under 80 % of the cap), so that
+/// it does not swing between two values.
 inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
   if (!(marked_fraction > 0) || !(budget > 0)) return 1;
   const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
