@@ -4,7 +4,7 @@ each with steptrace's callback on the defaults (no setting but the log path), tr
 budget's controller to settle.
 
     framework_budget.py [--steps 600] [--steady-from 250] [--out DIR] [--frameworks lightning,transformers]
-                        [--line-detail full] [--time-calls] [--against-off R]
+                        [--line-detail full] [--time-calls] [--probe] [--against-off R [--modes M,..]]
 
 The models are python/tests/test_callbacks_gpu.py's (Lightning: embedding + MLP over a 1 000-token
 vocabulary; transformers: a 2-layer GPT-2 of d_model 128), 4 x 64 tokens a batch, 2 batches accumulated
@@ -20,12 +20,24 @@ Prints per framework, over the lines from --steady-from on (the steady state):
 traced_step_extra_ms, clean_step_ms and parts are on full lines only (--line-detail full), `-` otherwise).
 A framework that is not installed prints `framework=F skipped: WHY`.
 
---against-off R: R rounds per framework, each training once without steptrace's callback (`off`) and once
-with it (`default`), in an order shuffled per round, both timed by the same clock (a callback of this
-script: the time between optimizer steps' ends, as the framework's loop runs them). Prints per run
-  clock framework=F round=R mode=M steps=S median_ms=.. mean_ms=..   (the steps from --steady-from on)
-and per framework the default's cost against off by each round's means and medians, beside the mean
-estimate of its lines: what the lines say steptrace costs, checked against the program's own clock.
+--probe: what any Python call costs where the callbacks' hooks run: a callback placed before steptrace's
+times, at the batch's start of one step in 7, a Python function that does nothing, an extension call that
+does nothing (is_running) and a clock pair, one each (as the hooks meet them: once, between the
+framework's work), then the same 2 000 times in a row at the end (warm); with what could slow every
+call (a profile or trace function, sys.monitoring tools, the threads, the CPUs the process may use):
+  probe framework=F where=hook|loop noop_ns=.. ext_ns=.. clock_ns=.. n=..
+  probe framework=F profile=.. trace=.. monitoring=.. threads=[..] cpus=N switchinterval_ms=..
+
+--against-off R [--modes off,default,...]: R rounds per framework of each mode (MODES: off, no callback;
+default; host, gpu=off; nocupti, cupti=off; nomarkers, stream_markers=false; nocounters, counters=off;
+nomem, memory_sample_ms=60000; disabled, enabled=false),
+each training in a fresh process (the later trainings of one process run faster than its first), the
+order rotated each round, all timed by the same clock (a callback of this script: the time between
+optimizer steps' ends, as the framework's loop runs them). Prints per run
+  clock framework=F round=R mode=M steps=S median_ms=.. mean_ms=.. estimate_mean=..  (steps from --steady-from)
+and per framework and mode its cost against off in the same round, by means and by medians, beside the
+mean estimate of its lines: what the lines say steptrace costs, checked against the program's own clock.
+With --probe, each run's probe line too (the hooks' Python cost with and without steptrace).
 """
 import argparse
 import json
@@ -57,7 +69,11 @@ def parse(argv):
     p.add_argument("--frameworks", default="lightning,transformers")
     p.add_argument("--line-detail", default="", help="full: the overhead's parts in the lines (default: the defaults' compact lines)")
     p.add_argument("--against-off", type=int, default=0, metavar="R",
-                   help="R rounds of off/default runs, timed by this script's own step clock")
+                   help="R rounds of the --modes, each run a fresh process timed by this script's own step clock")
+    p.add_argument("--modes", default="off,default", help="--against-off's modes (MODES): off,default,host,nocupti,"
+                   "nomarkers,disabled")
+    p.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "MODE", "ROUND"), help=argparse.SUPPRESS)
+    p.add_argument("--probe", action="store_true", help="what any Python call costs inside the hooks (see above)")
     p.add_argument("--time-calls", action="store_true",
                    help="what the callbacks' timed calls hold: each kind of call, and the extension's step calls "
                         "inside them, timed (their medians in us), and the values handed to the runtime")
@@ -129,6 +145,78 @@ class CallTimes:
                 f"\n  set_step_extra_us={set_values[-12:]}")
 
 
+def _noop():
+    pass
+
+
+class Probe:
+    """--probe: a Python no-op, an extension no-op and a clock pair timed where the hooks run (see above)."""
+
+    def __init__(self):
+        self.hook = {"noop": [], "ext": [], "clock": []}
+        self.batches = 0
+        self.env = ""
+
+    def at_hook(self):
+        self.batches += 1
+        if self.batches % 7:
+            return
+        ext, clock = steptrace._steptrace.is_running, time.perf_counter_ns
+        t0 = clock()
+        _noop()
+        t1 = clock()
+        ext()
+        t2 = clock()
+        t3 = clock()
+        self.hook["noop"].append(t1 - t0)
+        self.hook["ext"].append(t2 - t1)
+        self.hook["clock"].append(t3 - t2)
+        if not self.env:
+            import threading
+            mon = getattr(sys, "monitoring", None)
+            tools = [mon.get_tool(i) for i in range(6)] if mon else "-"
+            self.env = (f"profile={sys.getprofile()!r} trace={sys.gettrace()!r} monitoring={tools!r} "
+                        f"threads={[t.name for t in threading.enumerate()]!r} "
+                        f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '-'} "
+                        f"switchinterval_ms={1e3 * sys.getswitchinterval():.1f}").replace(" ", "_").replace("=_", "=")
+
+    def report(self, name):
+        ext, clock = steptrace._steptrace.is_running, time.perf_counter_ns
+        loop = {"noop": [], "ext": [], "clock": []}
+        for _ in range(2000):
+            t0 = clock()
+            _noop()
+            t1 = clock()
+            ext()
+            t2 = clock()
+            t3 = clock()
+            loop["noop"].append(t1 - t0)
+            loop["ext"].append(t2 - t1)
+            loop["clock"].append(t3 - t2)
+        rows = []
+        for where, got in (("hook", self.hook), ("loop", loop)):
+            if got["noop"]:
+                rows.append(f"probe framework={name} where={where} " +
+                            " ".join(f"{k}_ns={statistics.median(v):.0f}" for k, v in got.items()) +
+                            f" n={len(got['noop'])}")
+        rows.append(f"probe framework={name} {self.env}")
+        return "\n".join(rows)
+
+
+def lightning_probe(pl, probe):
+    class ProbeHook(pl.Callback):
+        def on_train_batch_start(self, *args, **kwargs):
+            probe.at_hook()
+    return ProbeHook()
+
+
+def transformers_probe(transformers, probe):
+    class ProbeHook(transformers.TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            probe.at_hook()
+    return ProbeHook()
+
+
 def dataset(n):
     return framework_models.dataset(torch, n, VOCAB, SEQ)
 
@@ -159,7 +247,7 @@ def transformers_clock(transformers, clock):
     return Clock()
 
 
-def run_lightning(steps, log, settings, clock=None, steptrace_on=True):
+def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=None):
     import steptrace.lightning as stl
     pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
     loader = torch.utils.data.DataLoader(dataset(steps * ACCUMULATE * BATCH), batch_size=BATCH)
@@ -168,12 +256,13 @@ def run_lightning(steps, log, settings, clock=None, steptrace_on=True):
                          val_check_interval=EVAL_EVERY * ACCUMULATE, limit_val_batches=2, num_sanity_val_steps=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False,
-                         callbacks=([stl.StepTrace(log_path=log, **settings)] if steptrace_on else []) +
+                         callbacks=([lightning_probe(pl, probe)] if probe else []) +
+                                   ([stl.StepTrace(log_path=log, **settings)] if steptrace_on else []) +
                                    ([lightning_clock(pl, clock)] if clock else []))
     trainer.fit(framework_models.lightning_module(pl, torch, VOCAB), loader, val)
 
 
-def run_transformers(steps, log, settings, clock=None, steptrace_on=True):
+def run_transformers(steps, log, settings, clock=None, steptrace_on=True, probe=None):
     import steptrace.transformers as sth
     import transformers
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=128, n_layer=2, n_head=4)
@@ -186,7 +275,8 @@ def run_transformers(steps, log, settings, clock=None, steptrace_on=True):
                                           eval_steps=EVAL_EVERY, save_strategy="no", report_to=[],
                                           logging_steps=100000, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
-                                   callbacks=([sth.StepTraceCallback(log_path=log, **settings)] if steptrace_on else []) +
+                                   callbacks=([transformers_probe(transformers, probe)] if probe else []) +
+                                             ([sth.StepTraceCallback(log_path=log, **settings)] if steptrace_on else []) +
                                              ([transformers_clock(transformers, clock)] if clock else []))
     trainer.train()
 
@@ -231,6 +321,8 @@ def main(argv):
     out = a.out or tempfile.mkdtemp(prefix="steptrace-frameworks-")
     os.makedirs(out, exist_ok=True)
     runs = {"lightning": run_lightning, "transformers": run_transformers}
+    if a.one:
+        return one_run(a, runs, out)
     if a.against_off:
         return against_off(a, runs, out)
     for name in a.frameworks.split(","):
@@ -238,61 +330,119 @@ def main(argv):
         if os.path.exists(log):
             os.remove(log)
         times = CallTimes() if a.time_calls else None
+        probe = Probe() if a.probe else None
         try:
-            runs[name](a.steps, log, {"line_detail": a.line_detail} if a.line_detail else {})
+            runs[name](a.steps, log, {"line_detail": a.line_detail} if a.line_detail else {}, probe=probe)
         except ImportError as e:
             print(f"framework={name} skipped: {e}")
             continue
         print(summary(name, log, a.steady_from), flush=True)
         if times:
             print(times.report(name), flush=True)
+        if probe:
+            print(probe.report(name), flush=True)
+    return 0
+
+
+# --against-off's modes: what each run gives steptrace's callback (None: no callback at all).
+MODES = {
+    "off": None,
+    "default": {},
+    "host": {"gpu": "off"},             # the callbacks and the runtime, nothing of CUDA: the Python bookkeeping
+    "nocupti": {"cupti": "off"},        # ... with the stream markers and memory sampling, no CUPTI
+    "nomarkers": {"stream_markers": False},
+    "nocounters": {"counters": "off"},  # no PM sampling
+    "nomem": {"memory_sample_ms": 60000},  # device memory and NVML read once a minute, not every 10 ms
+    "disabled": {"enabled": False},     # the hooks called, steptrace never started: their dispatch alone
+}
+
+
+def one_run(a, runs, out):
+    """--one F MODE ROUND: one training in this process, timed by StepClock; prints its clock line."""
+    name, mode, r = a.one[0], a.one[1], int(a.one[2])
+    settings = MODES[mode]
+    log = os.path.join(out, f"{name}_{r}_{mode}.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    clock = StepClock()
+    probe = Probe() if a.probe else None
+    try:
+        runs[name](a.steps, log, dict(settings or {}), clock=clock, steptrace_on=settings is not None, probe=probe)
+    except ImportError as e:
+        print(f"framework={name} skipped: {e}")
+        return 0
+    ms = clock.step_ms(a.steady_from)
+    est = []
+    if settings is not None and os.path.exists(log):
+        lines, _ = read_lines(log)
+        est = [(s.get("overhead") or {}).get("estimated_fraction") for s in lines or []
+               if (s.get("global_step") or 0) >= a.steady_from]
+        est = [e for e in est if e is not None]
+    print(f"clock framework={name} round={r} mode={mode} steps={len(ms)} "
+          f"median_ms={statistics.median(ms) if ms else float('nan'):.4f} "
+          f"mean_ms={statistics.mean(ms) if ms else float('nan'):.4f} "
+          f"estimate_mean={statistics.mean(est) if est else float('nan'):.5f}", flush=True)
+    if probe:
+        print(probe.report(f"{name} mode={mode} round={r}"), flush=True)
     return 0
 
 
 def against_off(a, runs, out):
-    """--against-off: off and default runs of each framework, timed by StepClock, paired per round."""
-    import random
-    settings = {"line_detail": a.line_detail} if a.line_detail else {}
-    for name in a.frameworks.split(","):
-        costs_mean, costs_median, estimates = [], [], []
-        for r in range(a.against_off):
-            modes = ["off", "default"]
-            random.Random(r).shuffle(modes)
-            got = {}
-            for mode in modes:
-                log = os.path.join(out, f"{name}_{r}_{mode}.jsonl")
-                if os.path.exists(log):
-                    os.remove(log)
-                clock = StepClock()
-                try:
-                    runs[name](a.steps, log, settings, clock=clock, steptrace_on=mode == "default")
-                except ImportError as e:
-                    print(f"framework={name} skipped: {e}")
-                    return 0
-                ms = clock.step_ms(a.steady_from)
-                if not ms:
-                    print(f"clock framework={name} round={r} mode={mode} steps=0")
-                    continue
-                got[mode] = (statistics.mean(ms), statistics.median(ms))
-                print(f"clock framework={name} round={r} mode={mode} steps={len(ms)} median_ms={got[mode][1]:.4f} "
-                      f"mean_ms={got[mode][0]:.4f}", flush=True)
-                if mode == "default":
-                    lines, _ = read_lines(log)
-                    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in lines or []
-                           if (s.get("global_step") or 0) >= a.steady_from]
-                    est = [e for e in est if e is not None]
-                    if est:
-                        estimates.append(statistics.mean(est))
-            if "off" in got and "default" in got:
-                costs_mean.append(got["default"][0] / got["off"][0] - 1)
-                costs_median.append(got["default"][1] / got["off"][1] - 1)
+    """--against-off R: R rounds of the --modes, each training in a fresh process (a process's later
+    trainings run faster than its first: in one process the order would be the difference), the modes'
+    order rotated round by round so each takes each place; each mode's cost is its mean step time over
+    off's in the same round. A time limit's SIGTERM ends the rounds; what was measured is summed up."""
+    import signal
 
-        def pcts(v):
-            return ", ".join(f"{100 * x:+.2f}" for x in v) + " %" if v else "-"
-        print(f"against_off framework={name} rounds={len(costs_mean)} cost_by_means={pcts(costs_mean)} "
-              f"mean={pcts([statistics.mean(costs_mean)] if costs_mean else [])} cost_by_medians={pcts(costs_median)} "
-              f"estimate_mean={pcts([statistics.mean(estimates)] if estimates else [])}", flush=True)
+    def stopped(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stopped)
+    modes = a.modes.split(",")
+    if "off" not in modes:
+        modes = ["off"] + modes
+    for name in a.frameworks.split(","):
+        got = {}  # (round, mode) -> (mean_ms, median_ms, estimate)
+        try:
+            run_rounds(a, name, modes, out, got)
+        except KeyboardInterrupt:
+            print(f"against_off framework={name}: cut short; the rounds so far", flush=True)
+        summarise(a, name, modes, got)
     return 0
+
+
+def run_rounds(a, name, modes, out, got):
+    import subprocess
+    for r in range(a.against_off):
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", name, mode, str(r), "--steps", str(a.steps),
+                   "--steady-from", str(a.steady_from), "--out", out] + (["--probe"] if a.probe else [])
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            rows = [l for l in p.stdout.splitlines() if l.startswith(("clock ", "probe ", "framework="))]
+            for row in rows:
+                print(row, flush=True)
+                if row.startswith("clock "):
+                    f = dict(kv.split("=", 1) for kv in row.split()[1:])
+                    got[(r, mode)] = (float(f["mean_ms"]), float(f["median_ms"]), float(f["estimate_mean"]))
+            if p.returncode or not rows:
+                print(f"run framework={name} round={r} mode={mode} rc={p.returncode}: "
+                      + " | ".join(p.stderr.strip().splitlines()[-3:]), flush=True)
+
+
+def summarise(a, name, modes, got):
+    def pcts(v):
+        return ", ".join(f"{100 * x:+.2f}" for x in v) + " %" if v else "-"
+    for mode in modes:
+        if mode == "off":
+            continue
+        done = [r for r in range(a.against_off) if (r, mode) in got and (r, "off") in got]
+        by_mean = [got[(r, mode)][0] / got[(r, "off")][0] - 1 for r in done]
+        by_median = [got[(r, mode)][1] / got[(r, "off")][1] - 1 for r in done]
+        est = [got[(r, mode)][2] for r in done if got[(r, mode)][2] == got[(r, mode)][2]]
+        print(f"against_off framework={name} mode={mode} rounds={len(done)} cost_by_means={pcts(by_mean)} "
+              f"mean={pcts([statistics.mean(by_mean)] if by_mean else [])} "
+              f"median={pcts([statistics.median(by_mean)] if by_mean else [])} "
+              f"cost_by_medians={pcts(by_median)} estimate_mean={pcts([statistics.mean(est)] if est else [])}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -58,10 +58,10 @@ class CallbackSteps(_driver.Holder):
         # Per batch, what gives its counts (None: not counted per batch); decided once, not at every batch.
         self._tokens_of = tokens if callable(tokens) else batch_tokens if _is_auto(tokens) else None
         self._samples_of = samples if callable(samples) else batch_samples if _is_auto(samples) else None
-        self._phases = {}      # name -> steptrace.phase(name), looked up once
+        self._phase_ids = {}   # name -> the extension's phase id, looked up once
         self.kind = who
         self.started = False   # steptrace started here: stopped at the end of training
-        self.phase = None      # the open phase scope
+        self.phase = None      # the open phase's id
         self.step_tokens = self.step_samples = None
         self.owner = None      # the training thread (the one training began on): other threads pass through
         # What this bookkeeping costs per step beyond its calls as modelled: timed on one framework step
@@ -212,28 +212,53 @@ class CallbackSteps(_driver.Holder):
             return None
         return f
 
+    def begin_batch(self, batch, name):
+        """A framework batch begins: open_step(), count_batch(batch) and enter(name) as one call (Lightning's
+        on_train_batch_start): between a framework's work each Python call costs ~1 us, ten times what it
+        does in a warm loop (benchmarks/framework_budget.py --probe)."""
+        if self._timing:
+            if not self._calls and steptrace._pending:
+                steptrace._resolve_pending()  # outside the time, as open_step's
+            self._timed(CallbackSteps.begin_batch, batch, name)
+            self._entered += self.phase is not None
+            return
+        self.open_step()
+        self.count_batch(batch)
+        self.enter(name)
+
     def enter(self, name):
-        """`name` becomes the open phase (the one open before is closed)."""
+        """`name` becomes the open phase (the one open before is closed): one extension call, or two for a
+        step kept past its training work (the phase opens none and ends that step: steptrace.phase's rule)."""
         if self._timing:
             self._timed(CallbackSteps.enter, name)
             self._entered += self.phase is not None  # a phase scope the model charges
             return
+        d = _driver.state
+        if d.holder is not self:  # no step of these callbacks: no phase either
+            if self.phase is not None:
+                self.exit()
+            return
+        pid = self._phase_ids.get(name)
+        if pid is None:
+            pid = self._phase_ids[name] = steptrace.phase(name)._id
+        if self.phase is not None and not d.ending:
+            self.phase = pid
+            _steptrace.phase_switch(pid)  # a stopped runtime's scopes are empty: pushed and popped all the same
+            return
         if self.phase is not None:
             self.exit()
-        if not _driver.holds(self) or not _steptrace.is_running():
-            return
-        phase = self._phases.get(name)
-        if phase is None:
-            phase = self._phases[name] = steptrace.phase(name)
-        phase.__enter__()
-        self.phase = phase
+        if d.ending:
+            steptrace.phase(name).__enter__()  # ends the kept step first (its closing() closed the phase)
+        else:
+            _steptrace.phase_enter(pid)
+        self.phase = pid
 
     def exit(self):
         if self._timing:
             return self._timed(CallbackSteps.exit)
         if self.phase is not None:
-            phase, self.phase = self.phase, None
-            phase.__exit__(None, None, None)
+            self.phase = None
+            _steptrace.phase_exit()
 
     def close_step(self):
         """The framework's step ended: its phase closes; the step stays open until the next one begins

@@ -66,9 +66,7 @@ class StepTrace(_callback_base()):
             steptrace.cross_rank()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._steps.open_step()
-        self._steps.count_batch(batch)
-        self._steps.enter("forward")
+        self._steps.begin_batch(batch, "forward")
 
     def on_before_backward(self, trainer, pl_module, loss):
         self._steps.enter("backward")

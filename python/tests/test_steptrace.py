@@ -208,30 +208,40 @@ def test_framework_callbacks_are_optional_and_their_steps_add_up():
         def numel(self):
             return 512
 
-    log = fresh("callback_steps")
-    steps = CallbackSteps("auto", "auto", {"log_path": log, "summary": False, "gpu": "off", "line_detail": "full"}, "test")
-    steps.begin_training()
-    assert steptrace.is_running() and steps.started
-    for _ in range(3):                       # optimizer steps
-        for micro in range(2):               # on_train_batch_start .. on_train_batch_end
-            steps.open_step()
-            steps.count_batch({"input_ids": Ids()})
-            steps.enter("forward")
-            steps.enter("backward")          # on_before_backward
-            steps.exit()                     # on_after_backward
-            if micro == 1:
-                steps.enter("optimizer")     # on_before_optimizer_step
-                steps.exit()
-                steps.close_step()           # on_train_batch_end after the optimizer step
-    steps.end_training()
-    assert not steptrace.is_running()
-    lines, events = lines_of(log)
-    assert len(lines) == 3, len(lines)
-    for l in lines:
-        counts = {k: v["count"] for k, v in l["phases"].items()}
-        assert counts == {"forward": 2, "backward": 2, "optimizer": 1}, counts
-        assert l["tokens"] == 1024 and l["samples"] == 8, (l["tokens"], l["samples"])
-    assert any(e.get("event") == "end" for e in events)
+    # The batch's start as three calls, and as Lightning's callback makes it (begin_batch: one call); the
+    # forward -> backward change is one extension call (phase_switch): each phase still closes where the
+    # next opens, and a step's phases are counted as before.
+    for together in (False, True):
+        log = fresh("callback_steps")
+        steps = CallbackSteps("auto", "auto", {"log_path": log, "summary": False, "gpu": "off", "line_detail": "full"}, "test")
+        steps.begin_training()
+        assert steptrace.is_running() and steps.started
+        for _ in range(3):                       # optimizer steps
+            for micro in range(2):               # on_train_batch_start .. on_train_batch_end
+                if together:
+                    steps.begin_batch({"input_ids": Ids()}, "forward")
+                else:
+                    steps.open_step()
+                    steps.count_batch({"input_ids": Ids()})
+                    steps.enter("forward")
+                steps.enter("backward")          # on_before_backward
+                steps.exit()                     # on_after_backward
+                if micro == 1:
+                    steps.enter("optimizer")     # on_before_optimizer_step
+                    steps.exit()
+                    steps.close_step()           # on_train_batch_end after the optimizer step
+        steps.end_training()
+        assert not steptrace.is_running()
+        lines, events = lines_of(log)
+        assert len(lines) == 3, (together, len(lines))
+        for l in lines:
+            counts = {k: v["count"] for k, v in l["phases"].items()}
+            assert counts == {"forward": 2, "backward": 2, "optimizer": 1}, (together, counts)
+            assert l["tokens"] == 1024 and l["samples"] == 8, (together, l["tokens"], l["samples"])
+            # The phases do not overlap: forward, backward and optimizer add up to at most the step.
+            host = sum(v["host_ms"] for v in l["phases"].values())
+            assert host <= l["step_time_ms"] * 1.001 + 1e-3, (together, host, l["step_time_ms"])
+        assert any(e.get("event") == "end" for e in events)
 
 
 def test_framework_callbacks_time_their_own_bookkeeping():
