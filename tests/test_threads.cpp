@@ -6,9 +6,12 @@
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/host_clock.hpp>
 #include <steptrace/details/span_ring.hpp>
+#include <steptrace/details/step_queue.hpp>
 
 #include <atomic>
+#include <deque>
 #include <thread>
+#include <vector>
 
 #include "host_config.hpp"
 #include "support.hpp"
@@ -293,4 +296,45 @@ TEST_CASE("a thread closing more scopes than its ring holds before they are gath
   CHECK(l["phases"]["forward"]["count"] == 1);
   CHECK_FALSE(l["phases"]["forward"].contains("other_thread_count"));
   CHECK(l["phase_scopes_outside_step"] == 0);
+}
+
+// The training thread wakes the background thread only for stop()'s last step or once a quarter of the
+// queue's bound waits (a wake at every step cost it a futex call and an interrupt: step_queue.hpp);
+// otherwise the background thread takes the steps at its next look. Here the consumer would sleep an
+// hour: what wakes it is the push that should, and it then finds every step pushed before.
+TEST_CASE("the writer queue wakes its reader at a quarter of its bound or at the last step, not at each step", "[threads]") {
+  namespace d = steptrace::details;
+  d::StepQueue queue;
+  queue.reset(8);  // wakes at 2 waiting
+  auto record = [](uint64_t i) {
+    steptrace::StepRecord r;
+    r.index = i;
+    return r;
+  };
+  // 20 rounds of two steps pushed while the reader sleeps: each round one take, both steps in it (a
+  // wake at the first push lets the reader take it alone in about one round in ten).
+  constexpr int kRounds = 20;
+  std::atomic<int> takes{0}, items{0};
+  std::vector<uint64_t> order;
+  std::thread reader([&] {
+    std::deque<steptrace::StepRecord> batch;
+    while (items < 2 * kRounds + 1) {
+      queue.take(batch, std::chrono::hours(1));
+      ++takes;
+      for (auto& r : batch) order.push_back(r.index);
+      items += static_cast<int>(batch.size());
+      batch.clear();
+    }
+  });
+  for (int round = 0; round < kRounds; ++round) {
+    while (items < 2 * round || !queue.reader_inside()) std::this_thread::yield();  // asleep, the queue empty
+    REQUIRE(queue.push(record(2 * round)));      // one waiting: not woken
+    REQUIRE(queue.push(record(2 * round + 1)));  // two: woken, and finds both
+  }
+  while (items < 2 * kRounds || !queue.reader_inside()) std::this_thread::yield();
+  REQUIRE(queue.push(record(2 * kRounds), /*last=*/true));  // stop()'s last step: woken at once, alone
+  reader.join();
+  CHECK(takes == kRounds + 1);
+  REQUIRE(order.size() == 2 * kRounds + 1);
+  for (std::size_t i = 0; i < order.size(); ++i) CHECK(order[i] == i);
 }

@@ -17,9 +17,12 @@ STEPTRACE_BEGIN_NAMESPACE namespace details {
 
 class StepQueue {
  public:
-  void reset(std::size_t bound) {
+  /// `wake_at`: steps waiting that wake the background thread; 0: a quarter of the bound (1 wakes it
+  /// at every step: benchmarks/queue_wake.cpp compares the two).
+  void reset(std::size_t bound, std::size_t wake_at = 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     bound_ = bound;
+    wake_at_ = wake_at > 0 ? wake_at : std::max<std::size_t>(1, bound / 4);
     queue_.clear();
     stopping_ = false;
     dropped_ = dropped_traced_ = 0;
@@ -27,8 +30,13 @@ class StepQueue {
   }
 
   /// Training thread. False: dropped (counted). `last`: stop()'s final step, which the bound does not
-  /// refuse (one over it at most: stop() ends the pushes).
+  /// refuse (one over it at most: stop() ends the pushes). The background thread is woken only for the
+  /// last step or once a quarter of the bound waits: otherwise it takes the steps at its next look (at
+  /// most kLookEveryMs apart, worker_decl.hpp). Waking a sleeping thread at every step cost the training
+  /// thread a futex call and an inter-processor interrupt, several us a step in a VM (37 us median on
+  /// the 2-core dev VM against 0.04 us without: benchmarks/results/2026-11-30-h200x2-session68/NOTES.md).
   bool push(StepRecord&& record, bool last = false) {
+    bool wake = last;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++received_;
@@ -40,8 +48,9 @@ class StepQueue {
         return false;
       }
       queue_.push_back(std::move(record));
+      wake = wake || queue_.size() >= wake_at_;
     }
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
     return true;
   }
 
@@ -49,9 +58,17 @@ class StepQueue {
   /// Returns whether stop() has been asked.
   bool take(std::deque<StepRecord>& out, std::chrono::microseconds period) {
     std::unique_lock<std::mutex> lock(mutex_);
+    ++reading_;
     cv_.wait_for(lock, period, [&] { return !queue_.empty() || stopping_ || flush_asked_ != flush_taken_; });
+    --reading_;
     out.swap(queue_);
     return stopping_;
+  }
+  /// Whether a take() is under way: seen from another thread with the queue empty, that take() is
+  /// asleep until woken or its period ends (the tests push only then).
+  bool reader_inside() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reading_ > 0;
   }
 
   void stop() {
@@ -136,6 +153,8 @@ class StepQueue {
   std::mutex mutex_;
   std::condition_variable cv_, done_cv_;
   std::deque<StepRecord> queue_;
+  std::size_t wake_at_ = 1;  // steps waiting that wake the background thread (a quarter of the bound)
+  int reading_ = 0;          // take() calls under way
   std::string flush_reason_;
   std::chrono::steady_clock::time_point flush_asked_at_{};
   uint64_t flush_asked_ = 0, flush_taken_ = 0, flush_done_ = 0;

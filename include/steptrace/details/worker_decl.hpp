@@ -63,6 +63,10 @@ struct WorkerSetup {
 
 class Worker {
  public:
+  /// The longest this thread sleeps between looks at the queue (the training thread wakes it only for
+  /// stop() or a queue a quarter full: StepQueue::push).
+  static constexpr int kLookEveryMs = 20;
+
   explicit Worker(WorkerSetup setup)
       : s_(std::move(setup)),
         lines_(s_.context),
@@ -79,7 +83,11 @@ class Worker {
   void run() {
     const LineContext& ctx = lines_.context();
     readings_.start();
-    const auto period = std::chrono::microseconds(static_cast<int64_t>(ctx.cfg.memory_sample_ms * 1000));
+    // The training thread does not wake this thread at each step (StepQueue::push): it looks at least
+    // every kLookEveryMs, so that a line is never held longer for it.
+    const auto period = std::min<std::chrono::microseconds>(
+        std::chrono::microseconds(static_cast<int64_t>(ctx.cfg.memory_sample_ms * 1000)),
+        std::chrono::milliseconds(kLookEveryMs));
     // While a line waits for its GPU records, look more often than the memory period.
     const auto waiting_period = std::min<std::chrono::microseconds>(period, std::chrono::microseconds(2000));
     // The stall watchdog looks at least every tenth of its threshold (at most every second).
