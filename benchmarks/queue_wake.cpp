@@ -4,7 +4,9 @@
 // does (sleeping up to 10 ms between looks), steps of --step-us of busy work between pushes; the two
 // ways alternate, round by round.
 //   queue_wake [--steps N] [--rounds R] [--step-us U]
-// Prints per round and way: way=each_step|quarter round=R median_ns=.. mean_ns=.. p90_ns=.. takes=..
+// Prints per round and way: way=each_step|quarter round=R median_ns=.. mean_ns=.. p90_ns=.. takes=.. wakes=..
+// (takes: the reader's looks; wakes: pushes that woke it. With steps shorter than the reader's period /
+// 64, `quarter` wakes it only when 64 steps wait; with longer ones, never: it looks every 10 ms.)
 #include <steptrace/steptrace.hpp>
 #include <steptrace/details/step_queue.hpp>
 
@@ -23,6 +25,7 @@ namespace {
 struct Result {
   double median_ns, mean_ns, p90_ns;
   int takes;
+  uint64_t wakes;
 };
 
 Result run(std::size_t wake_at, int steps, int step_us) {
@@ -50,11 +53,12 @@ Result run(std::size_t wake_at, int steps, int step_us) {
     const auto t1 = std::chrono::steady_clock::now();
     ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
   }
+  const uint64_t wakes = queue.wakes();
   queue.stop();
   reader.join();
   std::sort(ns.begin(), ns.end());
   return {ns[ns.size() / 2], std::accumulate(ns.begin(), ns.end(), 0.0) / static_cast<double>(ns.size()),
-          ns[ns.size() * 9 / 10], takes.load()};
+          ns[ns.size() * 9 / 10], takes.load(), wakes};
 }
 }  // namespace
 
@@ -70,8 +74,9 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 2; ++k) {
       const bool each = (k + round) % 2 == 0;
       const Result r = run(each ? 1 : 0, steps, step_us);
-      std::printf("way=%s round=%d steps=%d step_us=%d median_ns=%.0f mean_ns=%.0f p90_ns=%.0f takes=%d\n",
-                  each ? "each_step" : "quarter", round, steps, step_us, r.median_ns, r.mean_ns, r.p90_ns, r.takes);
+      std::printf("way=%s round=%d steps=%d step_us=%d median_ns=%.0f mean_ns=%.0f p90_ns=%.0f takes=%d wakes=%llu\n",
+                  each ? "each_step" : "quarter", round, steps, step_us, r.median_ns, r.mean_ns, r.p90_ns, r.takes,
+                  static_cast<unsigned long long>(r.wakes));
     }
   }
   return 0;

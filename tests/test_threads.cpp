@@ -269,7 +269,10 @@ TEST_CASE("a thread closing more scopes than its ring holds before they are gath
   const auto log = fresh_log("ring_overflow");
   auto cfg = quiet(log);
   cfg.max_spans_per_step = 1 << 20;  // the step's bound keeps them all
-  cfg.memory_sample_ms = 60000;      // no background gathering while the loop runs: its ring fills
+  // The background thread looks every 20 ms whatever memory_sample_ms says (StepQueue::push wakes it
+  // for no step here): the loop below outruns that, so at most one gathering falls inside it, and
+  // 3 x the ring's capacity then fills the ring before or after it.
+  cfg.memory_sample_ms = 60000;
   REQUIRE(steptrace::start(cfg));
   const int scopes = 3 * static_cast<int>(steptrace::details::SpanRing::kCapacity);
   {
@@ -299,42 +302,83 @@ TEST_CASE("a thread closing more scopes than its ring holds before they are gath
 }
 
 // The training thread wakes the background thread only for stop()'s last step or once a quarter of the
-// queue's bound waits (a wake at every step cost it a futex call and an interrupt: step_queue.hpp);
-// otherwise the background thread takes the steps at its next look. Here the consumer would sleep an
-// hour: what wakes it is the push that should, and it then finds every step pushed before.
+// queue's bound waits (a wake at every step cost it a futex call and the wake-up: step_queue.hpp);
+// otherwise the background thread takes the steps at its next look.
 TEST_CASE("the writer queue wakes its reader at a quarter of its bound or at the last step, not at each step", "[threads]") {
   namespace d = steptrace::details;
-  d::StepQueue queue;
-  queue.reset(8);  // wakes at 2 waiting
   auto record = [](uint64_t i) {
     steptrace::StepRecord r;
     r.index = i;
     return r;
   };
-  // 20 rounds of two steps pushed while the reader sleeps: each round one take, both steps in it (a
-  // wake at the first push lets the reader take it alone in about one round in ten).
-  constexpr int kRounds = 20;
-  std::atomic<int> takes{0}, items{0};
-  std::vector<uint64_t> order;
-  std::thread reader([&] {
+  SECTION("push by push") {
+    d::StepQueue queue;
+    queue.reset(8);  // wakes at 2 waiting
+    REQUIRE(queue.push(record(0)));
+    CHECK(queue.wakes() == 0);
+    REQUIRE(queue.push(record(1)));
+    CHECK(queue.wakes() == 1);
+    REQUIRE(queue.push(record(2)));  // still 2 or more waiting: each push wakes until they are taken
+    CHECK(queue.wakes() == 2);
     std::deque<steptrace::StepRecord> batch;
-    while (items < 2 * kRounds + 1) {
-      queue.take(batch, std::chrono::hours(1));
-      ++takes;
-      for (auto& r : batch) order.push_back(r.index);
-      items += static_cast<int>(batch.size());
-      batch.clear();
-    }
-  });
-  for (int round = 0; round < kRounds; ++round) {
-    while (items < 2 * round || !queue.reader_inside()) std::this_thread::yield();  // asleep, the queue empty
-    REQUIRE(queue.push(record(2 * round)));      // one waiting: not woken
-    REQUIRE(queue.push(record(2 * round + 1)));  // two: woken, and finds both
+    queue.take(batch, std::chrono::microseconds(0));
+    CHECK(batch.size() == 3);
+    REQUIRE(queue.push(record(3)));
+    CHECK(queue.wakes() == 2);
+    REQUIRE(queue.push(record(4), /*last=*/true));
+    CHECK(queue.wakes() == 3);
+    d::StepQueue each;
+    each.reset(8, /*wake_at=*/1);  // the old way, for benchmarks/queue_wake
+    REQUIRE(each.push(record(0)));
+    CHECK(each.wakes() == 1);
   }
-  while (items < 2 * kRounds || !queue.reader_inside()) std::this_thread::yield();
-  REQUIRE(queue.push(record(2 * kRounds), /*last=*/true));  // stop()'s last step: woken at once, alone
-  reader.join();
-  CHECK(takes == kRounds + 1);
-  REQUIRE(order.size() == 2 * kRounds + 1);
-  for (std::size_t i = 0; i < order.size(); ++i) CHECK(order[i] == i);
+  SECTION("a sleeping reader") {
+    // 20 rounds of two steps pushed while the reader sleeps (its period far above any round): each
+    // round one take, both steps in it. (A safety period, not a wait: a reader not woken fails the
+    // counts below instead of hanging.)
+    d::StepQueue queue;
+    queue.reset(8);
+    constexpr int kRounds = 20;
+    std::atomic<int> takes{0}, items{0};
+    std::vector<uint64_t> order;
+    std::thread reader([&] {
+      std::deque<steptrace::StepRecord> batch;
+      while (items < 2 * kRounds + 1) {
+        queue.take(batch, std::chrono::seconds(30));
+        ++takes;
+        for (auto& r : batch) order.push_back(r.index);
+        items += static_cast<int>(batch.size());
+        batch.clear();
+      }
+    });
+    for (int round = 0; round < kRounds; ++round) {
+      while (items < 2 * round || !queue.reader_inside()) std::this_thread::yield();  // asleep, the queue empty
+      REQUIRE(queue.push(record(2 * round)));      // one waiting: not woken
+      REQUIRE(queue.push(record(2 * round + 1)));  // two: woken, and finds both
+    }
+    while (items < 2 * kRounds || !queue.reader_inside()) std::this_thread::yield();
+    REQUIRE(queue.push(record(2 * kRounds), /*last=*/true));  // stop()'s last step: woken at once, alone
+    reader.join();
+    CHECK(queue.wakes() == kRounds + 1);
+    CHECK(takes == kRounds + 1);
+    REQUIRE(order.size() == 2 * kRounds + 1);
+    for (std::size_t i = 0; i < order.size(); ++i) CHECK(order[i] == i);
+  }
+}
+
+// Not woken at each step, the background thread still looks every 20 ms (Worker::kLookEveryMs): a
+// program whose memory readings are a minute apart has its lines while it runs, not at stop().
+TEST_CASE("lines come out while the program runs with memory_sample_ms at a minute", "[threads]") {
+  const auto log = fresh_log("look_every");
+  auto cfg = quiet(log);
+  cfg.memory_sample_ms = 60000;
+  REQUIRE(steptrace::start(cfg));
+  for (int i = 0; i < 3; ++i) {
+    TRACE_STEP();
+  }
+  // Steps 0 and 1 are queued (step 2 is closed when the next begins, or at stop()): one push each,
+  // neither a quarter of the bound.
+  CHECK(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() >= 2; }));
+  steptrace::stop();
+  CHECK(steptrace_test::read_lines(log).size() == 3);
 }

@@ -230,6 +230,12 @@ def test_framework_callbacks_are_optional_and_their_steps_add_up():
                     steps.enter("optimizer")     # on_before_optimizer_step
                     steps.exit()
                     steps.close_step()           # on_train_batch_end after the optimizer step
+        # A phase entered on the step kept past its training work (no batch began) ends that step
+        # first, as a phase the program opens between steps does; it is no step's.
+        assert steps.open
+        steps.enter("optimizer")
+        assert not steps.open and steps.phase is not None
+        steps.exit()
         steps.end_training()
         assert not steptrace.is_running()
         lines, events = lines_of(log)
@@ -252,7 +258,8 @@ def test_framework_callbacks_time_their_own_bookkeeping():
     under the slow case's bound on any. Only the steps due are timed; a timed step's callbacks pickle; a
     validation that ends the kept step leaves that step without a sample; waiting for values recorded
     from CUDA tensors (3 ms here, recorded before and inside each timed step) is not in its time;
-    start() and begin_training/end_training set the value back to 0, a start() refused does not."""
+    start() and begin_training/end_training set the value back to 0, a start() refused does not. The slow
+    case starts its batches as Lightning's callback does (begin_batch), the plain one in three calls."""
     import pickle
 
     from steptrace import _steptrace
@@ -306,11 +313,14 @@ def test_framework_callbacks_time_their_own_bookkeeping():
                 if step == validation:
                     steps.close_if_ending()  # validation before the timed step: the kept step ends, no sample
                 for micro in range(2):
-                    steps.open_step()
-                    if tokens == "auto" and step in due and micro == 0:
-                        steptrace._pending.append(("loss", 1.0, Ready()))  # recorded inside a timed step
-                    steps.count_batch({"input_ids": Ids()})
-                    steps.enter("forward")
+                    if tokens == "auto":  # the three calls (the HF Trainer's order, its count from a hook)
+                        steps.open_step()
+                        if step in due and micro == 0:
+                            steptrace._pending.append(("loss", 1.0, Ready()))  # recorded inside a timed step
+                        steps.count_batch({"input_ids": Ids()})
+                        steps.enter("forward")
+                    else:  # Lightning's one call
+                        steps.begin_batch({"input_ids": Ids()}, "forward")
                     steps.enter("backward")
                     steps.exit()
                     if micro == 1:

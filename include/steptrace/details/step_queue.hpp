@@ -27,14 +27,16 @@ class StepQueue {
     stopping_ = false;
     dropped_ = dropped_traced_ = 0;
     received_ = 0;
+    wakes_ = 0;
   }
 
   /// Training thread. False: dropped (counted). `last`: stop()'s final step, which the bound does not
   /// refuse (one over it at most: stop() ends the pushes). The background thread is woken only for the
   /// last step or once a quarter of the bound waits: otherwise it takes the steps at its next look (at
-  /// most kLookEveryMs apart, worker_decl.hpp). Waking a sleeping thread at every step cost the training
-  /// thread a futex call and an inter-processor interrupt, several us a step in a VM (37 us median on
-  /// the 2-core dev VM against 0.04 us without: benchmarks/results/2026-11-30-h200x2-session68/NOTES.md).
+  /// most kLookEveryMs apart, worker_decl.hpp). Waking the sleeping thread at every step cost the
+  /// training thread a futex call and the wake-up, 31.6 us median a step on the 2-core dev VM against
+  /// 0.22 us without (benchmarks/queue_wake; results/2026-11-30-h200x2-session68/queue_wake_vm.txt; not
+  /// measured on a GPU host, where it is likely less).
   bool push(StepRecord&& record, bool last = false) {
     bool wake = last;
     {
@@ -49,6 +51,7 @@ class StepQueue {
       }
       queue_.push_back(std::move(record));
       wake = wake || queue_.size() >= wake_at_;
+      if (wake) ++wakes_;
     }
     if (wake) cv_.notify_one();
     return true;
@@ -63,6 +66,11 @@ class StepQueue {
     --reading_;
     out.swap(queue_);
     return stopping_;
+  }
+  /// How often push() woke the background thread (tests, benchmarks/queue_wake).
+  uint64_t wakes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return wakes_;
   }
   /// Whether a take() is under way: seen from another thread with the queue empty, that take() is
   /// asleep until woken or its period ends (the tests push only then).
@@ -155,6 +163,7 @@ class StepQueue {
   std::deque<StepRecord> queue_;
   std::size_t wake_at_ = 1;  // steps waiting that wake the background thread (a quarter of the bound)
   int reading_ = 0;          // take() calls under way
+  uint64_t wakes_ = 0;       // push() calls that woke it
   std::string flush_reason_;
   std::chrono::steady_clock::time_point flush_asked_at_{};
   uint64_t flush_asked_ = 0, flush_taken_ = 0, flush_done_ = 0;
