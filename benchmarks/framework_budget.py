@@ -150,6 +150,20 @@ def _noop():
     pass
 
 
+def _probe_once(into):
+    """A no-op Python call, a no-op extension call and a clock pair, timed once each into `into`."""
+    ext, clock = steptrace._steptrace.is_running, time.perf_counter_ns
+    t0 = clock()
+    _noop()
+    t1 = clock()
+    ext()
+    t2 = clock()
+    t3 = clock()
+    into["noop"].append(t1 - t0)
+    into["ext"].append(t2 - t1)
+    into["clock"].append(t3 - t2)
+
+
 class Probe:
     """--probe: a Python no-op, an extension no-op and a clock pair timed where the hooks run (see above)."""
 
@@ -162,16 +176,7 @@ class Probe:
         self.batches += 1
         if self.batches % 7:
             return
-        ext, clock = steptrace._steptrace.is_running, time.perf_counter_ns
-        t0 = clock()
-        _noop()
-        t1 = clock()
-        ext()
-        t2 = clock()
-        t3 = clock()
-        self.hook["noop"].append(t1 - t0)
-        self.hook["ext"].append(t2 - t1)
-        self.hook["clock"].append(t3 - t2)
+        _probe_once(self.hook)
         if not self.env:
             import threading
             mon = getattr(sys, "monitoring", None)
@@ -182,18 +187,9 @@ class Probe:
                         f"switchinterval_ms={1e3 * sys.getswitchinterval():.1f}").replace(" ", "_").replace("=_", "=")
 
     def report(self, name):
-        ext, clock = steptrace._steptrace.is_running, time.perf_counter_ns
         loop = {"noop": [], "ext": [], "clock": []}
         for _ in range(2000):
-            t0 = clock()
-            _noop()
-            t1 = clock()
-            ext()
-            t2 = clock()
-            t3 = clock()
-            loop["noop"].append(t1 - t0)
-            loop["ext"].append(t2 - t1)
-            loop["clock"].append(t3 - t2)
+            _probe_once(loop)
         rows = []
         for where, got in (("hook", self.hook), ("loop", loop)):
             if got["noop"]:
