@@ -306,10 +306,11 @@ TEST_CASE("the open step's GPU work: launches without a record after a flush are
   CHECK(g["outstanding_by_phase"]["nccl"] == 1);
   CHECK(g["last_activity"] == "fake_kernel");
   // Step 4's kernel: 100 us long, queued behind the earlier steps' 100 us kernels on the fake stream
-  // when the loop launches faster than they run, so it may end up to 5 x 100 us after step 5 began,
-  // which the stall is timed from (0.299940 s, then 0.299736 s once a step's hand-over stopped waking
-  // the background thread, seen on a loaded machine).
-  CHECK(g["last_activity_s"].get<double>() >= 0.3 - 0.0005 - 0.0002);
+  // (FakeBackend::launch: its start is the later of its launch + 1 us and the stream's end) when the
+  // loop launches faster than they run, so it ends at most 5 x 100 us + 1 us after step 5 began, which
+  // the stall is timed from; both ages are read at the same instant (0.299736 s seen on a loaded
+  // machine once a step's hand-over stopped waking the background thread).
+  CHECK(g["last_activity_s"].get<double>() >= stalls[0]["stalled_s"].get<double>() - 0.000501 - 1e-6);
   CHECK(g["last_activity_s"].get<double>() < 1.0);
   CHECK(stalls[0]["device_uuid"] == "GPU-00000000-1111-2222-3333-444444444444");
   CHECK(g["sm_active_recent"].get<double>() == Approx(0.5));  // the fake sampler's every sample

@@ -271,7 +271,8 @@ TEST_CASE("a thread closing more scopes than its ring holds before they are gath
   cfg.max_spans_per_step = 1 << 20;  // the step's bound keeps them all
   // The background thread looks every 20 ms whatever memory_sample_ms says (StepQueue::push wakes it
   // for no step here): the loop below outruns that, so at most one gathering falls inside it, and
-  // 3 x the ring's capacity then fills the ring before or after it.
+  // 3 x the ring's capacity then fills the ring before or after it (a machine slow enough to fit two
+  // looks in the loop may fill it less often; what is checked holds either way).
   cfg.memory_sample_ms = 60000;
   REQUIRE(steptrace::start(cfg));
   const int scopes = 3 * static_cast<int>(steptrace::details::SpanRing::kCapacity);
@@ -334,8 +335,8 @@ TEST_CASE("the writer queue wakes its reader at a quarter of its bound or at the
   }
   SECTION("a sleeping reader") {
     // 20 rounds of two steps pushed while the reader sleeps (its period far above any round): each
-    // round one take, both steps in it. (A safety period, not a wait: a reader not woken fails the
-    // counts below instead of hanging.)
+    // round one take, both steps in it. A reader not woken by the second push fails the round's wait
+    // (2 s) and is then stopped, not waited for.
     d::StepQueue queue;
     queue.reset(8);
     constexpr int kRounds = 20;
@@ -343,22 +344,30 @@ TEST_CASE("the writer queue wakes its reader at a quarter of its bound or at the
     std::vector<uint64_t> order;
     std::thread reader([&] {
       std::deque<steptrace::StepRecord> batch;
-      while (items < 2 * kRounds + 1) {
-        queue.take(batch, std::chrono::seconds(30));
+      for (;;) {
+        const bool stopping = queue.take(batch, std::chrono::seconds(30));
         ++takes;
         for (auto& r : batch) order.push_back(r.index);
         items += static_cast<int>(batch.size());
         batch.clear();
+        if (stopping || items >= 2 * kRounds + 1) return;
       }
     });
-    for (int round = 0; round < kRounds; ++round) {
+    bool woken = true;
+    for (int round = 0; round < kRounds && woken; ++round) {
       while (items < 2 * round || !queue.reader_inside()) std::this_thread::yield();  // asleep, the queue empty
-      REQUIRE(queue.push(record(2 * round)));      // one waiting: not woken
-      REQUIRE(queue.push(record(2 * round + 1)));  // two: woken, and finds both
+      queue.push(record(2 * round));      // one waiting: not woken
+      queue.push(record(2 * round + 1));  // two: woken, and finds both
+      woken = steptrace_test::wait_for([&] { return items >= 2 * round + 2; }, 2000);
     }
-    while (items < 2 * kRounds || !queue.reader_inside()) std::this_thread::yield();
-    REQUIRE(queue.push(record(2 * kRounds), /*last=*/true));  // stop()'s last step: woken at once, alone
+    if (woken) {
+      while (!queue.reader_inside()) std::this_thread::yield();
+      queue.push(record(2 * kRounds), /*last=*/true);  // stop()'s last step: woken at once, alone
+      woken = steptrace_test::wait_for([&] { return items >= 2 * kRounds + 1; }, 2000);
+    }
+    queue.stop();
     reader.join();
+    REQUIRE(woken);
     CHECK(queue.wakes() == kRounds + 1);
     CHECK(takes == kRounds + 1);
     REQUIRE(order.size() == 2 * kRounds + 1);
@@ -372,13 +381,14 @@ TEST_CASE("lines come out while the program runs with memory_sample_ms at a minu
   const auto log = fresh_log("look_every");
   auto cfg = quiet(log);
   cfg.memory_sample_ms = 60000;
+  cfg.stall_after_s = 0;  // no stall watchdog, whose looks (every second here) would hide a missing cap
   REQUIRE(steptrace::start(cfg));
   for (int i = 0; i < 3; ++i) {
     TRACE_STEP();
   }
   // Steps 0 and 1 are queued (step 2 is closed when the next begins, or at stop()): one push each,
   // neither a quarter of the bound.
-  CHECK(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() >= 2; }));
+  CHECK(steptrace_test::wait_for([&] { return steptrace_test::read_lines_live(log).size() >= 2; }, 2000));
   steptrace::stop();
   CHECK(steptrace_test::read_lines(log).size() == 3);
 }

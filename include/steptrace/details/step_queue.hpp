@@ -34,9 +34,9 @@ class StepQueue {
   /// refuse (one over it at most: stop() ends the pushes). The background thread is woken only for the
   /// last step or once a quarter of the bound waits: otherwise it takes the steps at its next look (at
   /// most kLookEveryMs apart, worker_decl.hpp). Waking the sleeping thread at every step cost the
-  /// training thread a futex call and the wake-up, 31.6 us median a step on the 2-core dev VM against
-  /// 0.22 us without (benchmarks/queue_wake; results/2026-11-30-h200x2-session68/queue_wake_vm.txt; not
-  /// measured on a GPU host, where it is likely less).
+  /// training thread a futex call and the wake-up, 31.5-31.9 us median a step on the 2-core dev VM
+  /// against 0.21-0.23 us without (benchmarks/queue_wake; results/2026-11-30-h200x2-session68/
+  /// queue_wake_vm.txt; not measured on a GPU host, where it is likely less).
   bool push(StepRecord&& record, bool last = false) {
     bool wake = last;
     {
