@@ -329,6 +329,9 @@ class Session {
 
   /// Lines the sinks refused so far (a full disk, a size limit): tests wait for this event.
   uint64_t lines_failed_so_far() const { return worker_ ? worker_->lines_failed() : 0; }
+  /// The background thread is asleep waiting for steps, none queued (tests: what is pushed from here
+  /// on waits for its next look unless a push wakes it).
+  bool background_asleep() { return queue_.reader_inside() && queue_.empty(); }
   /// The rank and world size the lines say (set at start(); the Python package compares them with
   /// torch.distributed's). Training thread, while running.
   std::pair<int, int> rank_and_world() const { return {run_.rank, run_.world_size}; }
