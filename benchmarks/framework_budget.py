@@ -124,7 +124,7 @@ class CallTimes:
                 finally:
                     ns[label].append(time.perf_counter_ns() - t0)
             setattr(owner, name, w)
-        for name in ("step_enter", "step_exit", "step_work_done", "phase_enter", "phase_exit"):
+        for name in ("step_enter", "step_exit", "step_work_done", "phase_enter", "phase_exit", "phase_switch"):
             wrap(ext, name, "ext." + name)
         wrap(steptrace, "_resolve_pending", "steptrace._resolve_pending")
         wrap(steptrace._ranks, "_pump", "steptrace._ranks._pump")

@@ -31,7 +31,6 @@ struct Result {
 Result run(std::size_t wake_at, int steps, int step_us) {
   steptrace::details::StepQueue queue;
   queue.reset(256, wake_at);  // the default bound (max_pending_steps); wake_at 1: at every push, the old way
-  std::atomic<bool> done{false};
   std::atomic<int> takes{0};
   std::thread reader([&] {
     std::deque<steptrace::StepRecord> batch;
