@@ -5,6 +5,7 @@ budget's controller to settle.
 
     framework_budget.py [--steps 600] [--steady-from 250] [--out DIR] [--frameworks lightning,transformers]
                         [--line-detail full] [--time-calls] [--probe] [--against-off R [--modes M,..]]
+                        [--interleave G [--rounds R]]
 
 The models are python/tests/test_callbacks_gpu.py's (Lightning: embedding + MLP over a 1 000-token
 vocabulary; transformers: a 2-layer GPT-2 of d_model 128), 4 x 64 tokens a batch, 2 batches accumulated
@@ -39,6 +40,15 @@ optimizer steps' ends, as the framework's loop runs them). Prints per run
 and per framework and mode its cost against off in the same round, by means and by medians, beside the
 mean estimate of its lines: what the lines say steptrace costs, checked against the program's own clock.
 With --probe, each run's probe line too (the hooks' Python cost with and without steptrace).
+
+--interleave G [--rounds R]: the in-run comparison (benchmarks/interleave.py): R trainings per framework,
+each in its own process, on the defaults; from optimizer step --steady-from on, G steps with steptrace's
+callback and G without alternate (the callback behind a gate: off, none of its step hooks runs; the step
+it kept open is ended and, for the HF Trainer, watch()'s module hooks removed at the switch). Each group's
+first step (the switch) and the two steps after an evaluation are left out on both sides. Prints per run
+its clock line and
+  interleave framework=F round=R group=G on_steps=.. off_steps=.. ... pair_mean=..% pair_se=..% ...
+             traced_lines=.. estimate_mean=..%
 """
 import argparse
 import json
@@ -57,6 +67,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # default_cost_summary: one reader of steptrace's lines
 sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))  # framework_models: the callbacks' test's model
 from default_cost_summary import read_lines  # noqa: E402
+import interleave  # noqa: E402  (beside this file: --interleave's comparison)
 import framework_models  # noqa: E402
 
 VOCAB, SEQ, BATCH, ACCUMULATE, EVAL_EVERY = 1000, 64, 4, 2, 100
@@ -73,6 +84,10 @@ def parse(argv):
                    help="R rounds of the --modes, each run a fresh process timed by this script's own step clock")
     p.add_argument("--modes", default="off,default", help="--against-off's modes (MODES): off,default,host,nocupti,"
                    "nomarkers,nocounters,nomem,disabled")
+    p.add_argument("--interleave", type=int, default=0, metavar="G",
+                   help="the in-run comparison: --rounds trainings per framework on the defaults, the optimizer steps "
+                        "from --steady-from on alternating G with steptrace's callback, G without (see above)")
+    p.add_argument("--rounds", type=int, default=3, help="--interleave's trainings per framework, one process each")
     p.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "MODE", "ROUND"), help=argparse.SUPPRESS)
     p.add_argument("--probe", action="store_true", help="what any Python call costs inside the hooks (see above)")
     p.add_argument("--time-calls", action="store_true",
@@ -244,9 +259,85 @@ def transformers_clock(transformers, clock):
     return Clock()
 
 
-def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=None):
+class Gate:
+    """--interleave's switch: whether optimizer step k runs with steptrace's callback (`on_of_step`), decided
+    at the step's first hook; at a switch, `at_step`'s off_now / on_now run first (inside the switching
+    step's time: that step is left out of the comparison on both sides)."""
+
+    def __init__(self, on_of_step):
+        self.on_of_step = on_of_step
+        self.active = True
+
+    def at_step(self, k, off_now, on_now):
+        want = self.on_of_step(k)
+        if want != self.active:
+            (on_now if want else off_now)()
+            self.active = want
+
+
+def _forward(name, gate=None):
+    def hook(self, *args, **kwargs):
+        if gate is None or gate.active:
+            return getattr(self.inner, name)(*args, **kwargs)
+        return None
+    return hook
+
+
+def gated_lightning(pl, inner, gate):
+    """steptrace's Lightning callback behind the gate: off, none of its step hooks is called and the step it
+    kept open is ended at the switch."""
+    class Gated(pl.Callback):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            gate.at_step(trainer.global_step, inner._steps.close_now, lambda: None)
+            if gate.active:
+                inner.on_train_batch_start(trainer, pl_module, batch, batch_idx)
+    for n in ("on_fit_start", "on_train_end", "on_validation_start", "on_train_epoch_end", "on_save_checkpoint",
+              "on_fit_end", "on_exception"):
+        setattr(Gated, n, _forward(n))
+    for n in ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_train_batch_end"):
+        setattr(Gated, n, _forward(n, gate))
+    return Gated()
+
+
+def gated_transformers(transformers, inner, gate):
+    """steptrace's HF Trainer callback behind the gate: off, none of its step hooks is called, the step it
+    kept open is ended and steptrace.watch()'s module hooks are removed at the switch (put back at the
+    next); its token-counting forward hook stays (it returns at once with no step open)."""
+    class Gated(transformers.TrainerCallback):
+        def __init__(self):
+            self.inner = inner
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            model = kwargs.get("model")
+
+            def off_now():
+                inner._steps.close_now()
+                if inner._watching:
+                    steptrace.unwatch()
+
+            def on_now():
+                if inner._watching and model is not None:
+                    steptrace.watch(model)
+            gate.at_step(state.global_step, off_now, on_now)
+            if gate.active:
+                inner.on_step_begin(args, state, control, **kwargs)
+    for n in ("on_train_begin", "on_train_end"):
+        setattr(Gated, n, _forward(n))
+    for n in ("on_pre_optimizer_step", "on_optimizer_step", "on_step_end"):
+        setattr(Gated, n, _forward(n, gate))
+    return Gated()
+
+
+def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=None, gate=None):
     import steptrace.lightning as stl
     pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
+    callback = stl.StepTrace(log_path=log, **settings) if steptrace_on else None
+    if callback is not None and gate is not None:
+        callback = gated_lightning(pl, callback, gate)
     loader = torch.utils.data.DataLoader(dataset(steps * ACCUMULATE * BATCH), batch_size=BATCH)
     val = torch.utils.data.DataLoader(dataset(2 * BATCH), batch_size=BATCH)
     trainer = pl.Trainer(max_steps=steps, accumulate_grad_batches=ACCUMULATE, accelerator="gpu", devices=1,
@@ -254,14 +345,17 @@ def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=Non
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False,
                          callbacks=([lightning_probe(pl, probe)] if probe else []) +
-                                   ([stl.StepTrace(log_path=log, **settings)] if steptrace_on else []) +
+                                   ([callback] if callback is not None else []) +
                                    ([lightning_clock(pl, clock)] if clock else []))
     trainer.fit(framework_models.lightning_module(pl, torch, VOCAB), loader, val)
 
 
-def run_transformers(steps, log, settings, clock=None, steptrace_on=True, probe=None):
+def run_transformers(steps, log, settings, clock=None, steptrace_on=True, probe=None, gate=None):
     import steptrace.transformers as sth
     import transformers
+    callback = sth.StepTraceCallback(log_path=log, **settings) if steptrace_on else None
+    if callback is not None and gate is not None:
+        callback = gated_transformers(transformers, callback, gate)
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=128, n_layer=2, n_head=4)
     model = transformers.GPT2LMHeadModel(config)
     train = [dict(d, labels=d["input_ids"]) for d in dataset(steps * ACCUMULATE * BATCH)]
@@ -273,7 +367,7 @@ def run_transformers(steps, log, settings, clock=None, steptrace_on=True, probe=
                                           logging_steps=100000, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
                                    callbacks=([transformers_probe(transformers, probe)] if probe else []) +
-                                             ([sth.StepTraceCallback(log_path=log, **settings)] if steptrace_on else []) +
+                                             ([callback] if callback is not None else []) +
                                              ([transformers_clock(transformers, clock)] if clock else []))
     trainer.train()
 
@@ -322,6 +416,8 @@ def main(argv):
         return one_run(a, runs, out)
     if a.against_off:
         return against_off(a, runs, out)
+    if a.interleave:
+        return interleave_rounds(a, out)
     for name in a.frameworks.split(","):
         log = os.path.join(out, f"{name}.jsonl")
         if os.path.exists(log):
@@ -351,6 +447,7 @@ MODES = {
     "nocounters": {"counters": "off"},  # no PM sampling
     "nomem": {"memory_sample_ms": 60000},  # device memory and NVML read once a minute, not every 10 ms
     "disabled": {"enabled": False},     # the hooks called, steptrace never started: their dispatch alone
+    "interleave": {},                   # --interleave: the defaults behind Gate
 }
 
 
@@ -363,8 +460,15 @@ def one_run(a, runs, out):
         os.remove(log)
     clock = StepClock()
     probe = Probe() if a.probe else None
+    # --interleave: the clock's i-th time is optimizer step steady_from + 1 + i's (from the end of the one
+    # before to its own end); the steps before are all with steptrace (its start-up and the budget's settling).
+    switch = interleave.schedule(max(0, a.steps - a.steady_from - 1), a.interleave, on_first=r % 2 == 0) \
+        if mode == "interleave" else None
+    gate = Gate(lambda k: k <= a.steady_from or k - a.steady_from - 1 >= len(switch) or switch[k - a.steady_from - 1]) \
+        if switch is not None else None
     try:
-        runs[name](a.steps, log, dict(settings or {}), clock=clock, steptrace_on=settings is not None, probe=probe)
+        runs[name](a.steps, log, dict(settings or {}), clock=clock, steptrace_on=settings is not None, probe=probe,
+                   gate=gate)
     except ImportError as e:
         print(f"framework={name} skipped: {e}")
         return 0
@@ -381,7 +485,30 @@ def one_run(a, runs, out):
           f"estimate_mean={statistics.mean(est) if est else float('nan'):.5f}", flush=True)
     if probe:
         print(probe.report(f"{name} mode={mode} round={r}"), flush=True)
+    if switch is not None:
+        print(interleaved(a, name, r, log, ms, switch), flush=True)
     return 0
+
+
+def interleaved(a, name, r, log, ms, switch):
+    """--interleave: one training's on steps against its off steps (benchmarks/interleave.py). Left out on
+    both sides: each group's first step (the switch's own work) and the two steps after an evaluation.
+    The traced lines are counted, not placed (a callback's lines are not one per framework step: the off
+    groups beside a trace are not found and stay in)."""
+    n = min(len(ms), len(switch))
+    ms, switch = ms[:n], switch[:n]
+    skip = [i for i in range(n) if i % a.interleave == 0 or (a.steady_from + 1 + i) % EVAL_EVERY in (0, 1)]
+    d = interleave.compare(ms, switch, a.interleave, skip=skip)
+    lines, _ = read_lines(log) if os.path.exists(log) else (None, None)
+    late = [s for s in lines or [] if (s.get("global_step") or 0) > a.steady_from]
+    times = sorted(s["step_time_ms"] for s in late if s.get("step_time_ms") is not None)
+    usual = 2 * times[len(times) // 2] if times else float("inf")  # a line spanning an off group is left out
+    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in late
+           if s.get("step_time_ms") is not None and s["step_time_ms"] < usual]
+    est = [e for e in est if e is not None]
+    return (f"interleave framework={name} round={r} group={a.interleave} {interleave.describe(d)} "
+            f"traced_lines={sum(1 for s in late if s.get('traced'))} "
+            f"estimate_mean={100 * statistics.mean(est) if est else float('nan'):.4f}%")
 
 
 def against_off(a, runs, out):
@@ -406,6 +533,23 @@ def against_off(a, runs, out):
             summarise(a, name, modes, got)
             return 0  # the time is up: no next framework
         summarise(a, name, modes, got)
+    return 0
+
+
+def interleave_rounds(a, out):
+    """--interleave G: --rounds trainings per framework, each in its own process (`--one F interleave R`)."""
+    import subprocess
+    for name in a.frameworks.split(","):
+        for r in range(a.rounds):
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "interleave", str(r), "--steps", str(a.steps),
+                   "--steady-from", str(a.steady_from), "--out", out, "--interleave", str(a.interleave)]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            rows = [l for l in p.stdout.splitlines() if l.startswith(("clock ", "interleave ", "framework="))]
+            for row in rows:
+                print(row, flush=True)
+            if p.returncode or not rows:
+                print(f"run framework={name} round={r} mode=interleave rc={p.returncode}: "
+                      + " | ".join(p.stderr.strip().splitlines()[-3:]), flush=True)
     return 0
 
 

@@ -2,7 +2,7 @@
 """A torch.compile GPT-2 training script, timed with and without steptrace in one process.
 
     gpt_compile.py [--rounds 3] [--first-round 0] [--warmup 40] [--steps 200] [--layers 12] [--lines-dir DIR]
-                   [--modes off,default,full] [--eval-every 100] [--eval-batches 10] [--device cuda]
+                   [--modes off,default,full] [--eval-every 100] [--eval-batches 10] [--device cuda] [--interleave G]
 
 The shape of the program issue #48 measured: GPT-2 124M (12 layers, 12 heads, d_model 768, vocab 50 304,
 1 024 tokens of context; causal attention through scaled_dot_product_attention), torch.compile, bf16
@@ -39,6 +39,15 @@ blocks and lines are named per rank (workload gpt_compile_ddp_rank<R>).
 Prints per block:
   block workload=gpt_compile round=R mode=M steps=S mean_ms=.. median_ms=.. p10_ms=.. p90_ms=.. lines=PATH|- wall_s=..
 and beside each block's lines, PATH.times.json: {"first_step": warmup, "ms": [each timed step's time]}.
+
+--interleave G: the in-run comparison (benchmarks/interleave.py). In each steptrace block (scope modes
+only) the warm-up steps run with steptrace's scopes, the timed ones alternate G with them and G with the
+off stand-ins, steptrace started throughout (the first group on in even rounds, off in odd ones); the
+step after an evaluation is left out on both sides. Adds per block (its `on` list in PATH.times.json):
+  interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. traced=.. off_groups_left_out=..
+             pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..% pair_mean=..%
+             pair_median=..% pair_sd=..% pair_se=..% pair_max=..% lines_matched=.. estimate_mean=..%
+(pairs: each on group's mean over the off group beside it; estimate_mean: the timed on steps' lines).
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
 costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
 """
@@ -49,6 +58,8 @@ import random
 import statistics
 import sys
 import time
+
+import interleave  # beside this file: the in-run comparison (--interleave)
 
 MODES = {  # each block's start() settings; None: not started
     "off": None,
@@ -86,6 +97,8 @@ def parse(argv):
     p.add_argument("--lines-dir", default=".")
     p.add_argument("--device", default="cuda")
     p.add_argument("--no-compile", action="store_true", help="eager (checks the script where compiling cannot run)")
+    p.add_argument("--interleave", type=int, default=0, metavar="G",
+                   help="the in-run comparison: each steptrace block's timed steps alternate G with its scopes, G without")
     a = p.parse_args(argv)
     a.modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in a.modes if m not in MODES]
@@ -96,6 +109,8 @@ def parse(argv):
         # would run without CUPTI (it says so and falls back to host timings). Measured on an H200 (session
         # 63): the profiler's blocks go in a process of their own, beside the off blocks they pair with.
         p.error("--modes: profiler runs in a process of its own, with off only (Kineto keeps CUPTI after it)")
+    if a.interleave and ("watch" in a.modes or "profiler" in a.modes or a.interleave < 1):
+        p.error("--interleave G >= 1, with scope modes only (watch's hooks and the profiler are not switched per step)")
     if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.accumulate < 1:
         p.error("--rounds >= 1, --steps >= 1, --warmup >= 0, --accumulate >= 1")
     return a
@@ -168,10 +183,10 @@ def profiler_for(a, torch, trace_dir):
                    on_trace_ready=tensorboard_trace_handler(trace_dir))
 
 
-def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None):
+def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None, switch=None, off=None):
     """warmup + steps steps; returns the timed steps' times (ms) and their wall time (s). `after_step`:
-    called at each step's end, inside its timing (torch.profiler's prof.step())."""
-    step_scope, phases = scopes
+    called at each step's end, inside its timing (torch.profiler's prof.step()). `switch` (--interleave):
+    per timed step, True for `scopes`, False for the `off` ones (the warm-up steps take `scopes`)."""
     tokens = a.micro_batch * a.seq * a.accumulate
     autocast = torch.autocast("cuda" if a.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
     times = []
@@ -182,6 +197,7 @@ def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None):
     for s in range(a.warmup + a.steps):
         if s == a.warmup:
             wall0 = time.perf_counter()
+        step_scope, phases = off if switch is not None and s >= a.warmup and not switch[s - a.warmup] else scopes
         t0 = time.perf_counter()
         with step_scope(tokens=tokens):
             for micro in range(a.accumulate):
@@ -213,6 +229,21 @@ def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None):
                     compiled(batch[:, :-1], batch[:, 1:]).item()
             compiled.train()
     return times, time.perf_counter() - wall0
+
+
+def interleaved(a, workload, r, mode, lines, times, switch):
+    """--interleave: the block's on steps against its off steps (benchmarks/interleave.py), beside the lines'
+    mean estimate over the timed on steps."""
+    from default_cost_summary import read_lines
+    steps, _ = read_lines(lines) if lines != "-" else (None, None)
+    traced = interleave.traced_steps(steps, switch)
+    # The first step after an evaluation (it meets the evaluation's caches) is left out on both sides.
+    skip = [i for i in range(len(times)) if a.eval_every and (a.warmup + i) % a.eval_every == 0]
+    d = interleave.compare(times, switch, a.interleave, skip=skip, traced=traced or ())
+    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (steps or [])[len(steps or []) - sum(switch):]]
+    est = [e for e in est if e is not None]
+    return (f"interleave workload={workload} round={r} mode={mode} group={a.interleave} {interleave.describe(d)} "
+            f"lines_matched={traced is not None} estimate_mean={100 * statistics.fmean(est) if est else float('nan'):.4f}%")
 
 
 def main(argv):
@@ -269,8 +300,10 @@ def main(argv):
             prof = profiler_for(a, torch, os.path.join(a.lines_dir, f"{workload}_{r}_profiler")) if mode == "profiler" else None
             if prof is not None:
                 prof.__enter__()
+            switch = interleave.schedule(a.steps, a.interleave, on_first=r % 2 == 0) \
+                if a.interleave and settings is not None else None
             times, wall_s = run_block(a, torch, model, compiled, opt, pool, scopes,
-                                      after_step=prof.step if prof is not None else None)
+                                      after_step=prof.step if prof is not None else None, switch=switch, off=off)
             if prof is not None:
                 prof.__exit__(None, None, None)
             if a.device.startswith("cuda"):
@@ -281,11 +314,13 @@ def main(argv):
                 steptrace.stop()
             if lines != "-":  # the program's own clock per step, beside its lines (step warmup + i)
                 with open(lines + ".times.json", "w") as f:
-                    json.dump({"first_step": a.warmup, "ms": times}, f)
+                    json.dump({"first_step": a.warmup, "ms": times, **({"on": switch} if switch else {})}, f)
             print(f"block workload={workload} round={r} mode={mode} steps={len(times)} "
                   f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
                   f"p10_ms={quantile(sorted(times), 0.1):.4f} p90_ms={quantile(sorted(times), 0.9):.4f} lines={lines} "
                   f"wall_s={wall_s:.3f}", flush=True)
+            if switch is not None:
+                print(interleaved(a, workload, r, mode, lines, times, switch), flush=True)
     if a.world_size > 1:
         torch.distributed.destroy_process_group()
     return 0

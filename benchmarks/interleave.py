@@ -1,0 +1,98 @@
+"""The in-run comparison of gpt_compile.py and framework_budget.py (--interleave G): one process, steptrace
+started once with a mode's settings, the warm-up steps all with steptrace's calls, then the timed steps in
+groups of G that alternate with steptrace's calls ("on") and without them ("off": the same loop, no scope,
+no callback; the session stays running, its background thread idle, CUPTI as the last on step left it).
+
+Why: blocks of 200 steps in one process (the `block` lines) spread 0.3-0.4 points pair to pair on a
+136 ms GPU-bound step (clocks and temperature drift over a block's 30 s), and framework trainings in
+separate processes 10-20 %; groups of a few steps side by side see the same drift.
+
+What it leaves out, said where it is printed: an off group runs with the session started (the idle
+background thread: its 10-20 ms looks and memory samples), so a cost that a started session adds to every
+step whatever the program calls is on both sides and cancels; the block pairs (off: never started)
+bound that part. An off group next to a traced step may run with CUPTI attached (the detached mode
+attaches at the end of the step before a traced one and detaches after it): such off groups are left
+out of the comparison, the traced steps themselves are kept (their cost is the default's).
+"""
+import statistics
+
+__all__ = ["schedule", "traced_steps", "compare", "describe"]
+
+
+def schedule(n, group, on_first=True):
+    """Step i of n is on (True) or off: groups of `group` alternating, the first on when on_first."""
+    return [((i // group) % 2 == 0) == on_first for i in range(n)]
+
+
+def traced_steps(lines, on):
+    """The timed steps (indices into `on`) whose steptrace step was traced: the k-th step line is the k-th
+    step run with steptrace's calls, warm-up included (`on` covers the timed steps only; the lines before
+    them are the warm-up's). None when the counts do not match (a line lost or unwritten)."""
+    n_on = sum(on)
+    if lines is None or len(lines) < n_on:
+        return None
+    timed_lines = lines[len(lines) - n_on:]
+    out, k = set(), 0
+    for i, is_on in enumerate(on):
+        if is_on:
+            if timed_lines[k].get("traced"):
+                out.add(i)
+            k += 1
+    return out
+
+
+def _groups(on, group):
+    return [list(range(g, min(g + group, len(on)))) for g in range(0, len(on), group)]
+
+
+def compare(times, on, group, skip=(), traced=()):
+    """times[i]: timed step i's ms by the program's clock; on[i]: with steptrace's calls. skip: steps left
+    out on both sides (the first after an evaluation, a group's switch). traced: on steps that were traced;
+    the off groups next to one are left out. Returns a dict of the comparison."""
+    skip, traced = set(skip), set(traced)
+    groups = _groups(on, group)
+    tainted = set()  # off groups beside a traced step
+    for gi, g in enumerate(groups):
+        if on[g[0]] and traced.intersection(g):
+            for gj in (gi - 1, gi + 1):
+                if 0 <= gj < len(groups) and not on[groups[gj][0]]:
+                    tainted.add(gj)
+    kept = [[times[i] for i in g if i not in skip] for g in groups]
+    on_ms = [t for gi, g in enumerate(groups) if on[g[0]] for t in kept[gi]]
+    off_ms = [t for gi, g in enumerate(groups) if not on[g[0]] and gi not in tainted for t in kept[gi]]
+    pairs = []  # each on group against the off group after it (before it when that one is left out)
+    for gi, g in enumerate(groups):
+        if not on[g[0]] or not kept[gi]:
+            continue
+        for gj in (gi + 1, gi - 1):
+            if 0 <= gj < len(groups) and gj not in tainted and kept[gj]:
+                pairs.append(statistics.fmean(kept[gi]) / statistics.fmean(kept[gj]) - 1)
+                break
+    d = {"on_steps": len(on_ms), "off_steps": len(off_ms), "off_groups_left_out": len(tainted),
+         "traced": len(traced), "pairs": len(pairs)}
+    if on_ms and off_ms:
+        d["on_mean_ms"] = statistics.fmean(on_ms)
+        d["off_mean_ms"] = statistics.fmean(off_ms)
+        d["cost_by_means"] = d["on_mean_ms"] / d["off_mean_ms"] - 1
+        d["cost_by_medians"] = statistics.median(on_ms) / statistics.median(off_ms) - 1
+    if pairs:
+        d["pair_mean"] = statistics.fmean(pairs)
+        d["pair_median"] = statistics.median(pairs)
+        d["pair_sd"] = statistics.stdev(pairs) if len(pairs) > 1 else 0.0
+        d["pair_se"] = d["pair_sd"] / len(pairs) ** 0.5
+        d["pair_max"] = max(pairs)
+    return d
+
+
+def describe(d):
+    """One line's key=value fields (percentages with a sign)."""
+    def pct(k):
+        return f"{100 * d[k]:+.3f}%" if k in d else "-"
+    out = [f"on_steps={d['on_steps']}", f"off_steps={d['off_steps']}", f"traced={d['traced']}",
+           f"off_groups_left_out={d['off_groups_left_out']}", f"pairs={d['pairs']}"]
+    if "on_mean_ms" in d:
+        out += [f"on_mean_ms={d['on_mean_ms']:.4f}", f"off_mean_ms={d['off_mean_ms']:.4f}"]
+    out += [f"cost_by_means={pct('cost_by_means')}", f"cost_by_medians={pct('cost_by_medians')}",
+            f"pair_mean={pct('pair_mean')}", f"pair_median={pct('pair_median')}", f"pair_sd={pct('pair_sd')}",
+            f"pair_se={pct('pair_se')}", f"pair_max={pct('pair_max')}"]
+    return " ".join(out)
