@@ -41,13 +41,14 @@ and per framework and mode its cost against off in the same round, by means and 
 mean estimate of its lines: what the lines say steptrace costs, checked against the program's own clock.
 With --probe, each run's probe line too (the hooks' Python cost with and without steptrace).
 
---interleave G [--rounds R]: the in-run comparison (benchmarks/interleave.py): R trainings per framework,
-each in its own process, on the defaults; from optimizer step --steady-from on, G steps with steptrace's
-callback and G without alternate (the callback behind a gate: off, none of its step hooks runs; the step
-it kept open is ended and, for the HF Trainer, watch()'s module hooks removed at the switch). Each group's
+--interleave G [--rounds R] [--modes M,..]: the in-run comparison (benchmarks/interleave.py): R trainings
+per framework and mode (--modes' modes but off; default when none), each in its own process; from
+optimizer step --steady-from on, G steps with steptrace's callback and G without alternate (the callback
+behind a gate: off, none of its step hooks runs; the step it kept open is ended and, for the HF Trainer,
+watch()'s module hooks removed at the switch). Each group's
 first step (the switch) and the two steps after an evaluation are left out on both sides. Prints per run
 its clock line and
-  interleave framework=F round=R group=G on_steps=.. off_steps=.. ... pair_mean=..% pair_se=..% ...
+  interleave framework=F mode=M round=R group=G on_steps=.. off_steps=.. ... pair_mean=..% pair_se=..% ...
              traced_lines=.. estimate_mean=..%
 """
 import argparse
@@ -447,7 +448,6 @@ MODES = {
     "nocounters": {"counters": "off"},  # no PM sampling
     "nomem": {"memory_sample_ms": 60000},  # device memory and NVML read once a minute, not every 10 ms
     "disabled": {"enabled": False},     # the hooks called, steptrace never started: their dispatch alone
-    "interleave": {},                   # --interleave: the defaults behind Gate
 }
 
 
@@ -463,7 +463,7 @@ def one_run(a, runs, out):
     # --interleave: the clock's i-th time is optimizer step steady_from + 1 + i's (from the end of the one
     # before to its own end); the steps before are all with steptrace (its start-up and the budget's settling).
     switch = interleave.schedule(max(0, a.steps - a.steady_from - 1), a.interleave, on_first=r % 2 == 0) \
-        if mode == "interleave" else None
+        if a.interleave and settings is not None else None
     gate = Gate(lambda k: k <= a.steady_from or k - a.steady_from - 1 >= len(switch) or switch[k - a.steady_from - 1]) \
         if switch is not None else None
     try:
@@ -486,11 +486,11 @@ def one_run(a, runs, out):
     if probe:
         print(probe.report(f"{name} mode={mode} round={r}"), flush=True)
     if switch is not None:
-        print(interleaved(a, name, r, log, ms, switch), flush=True)
+        print(interleaved(a, name, mode, r, log, ms, switch), flush=True)
     return 0
 
 
-def interleaved(a, name, r, log, ms, switch):
+def interleaved(a, name, mode, r, log, ms, switch):
     """--interleave: one training's on steps against its off steps (benchmarks/interleave.py). Left out on
     both sides: each group's first step (the switch's own work) and the two steps after an evaluation.
     The traced lines are counted, not placed (a callback's lines are not one per framework step: the off
@@ -506,7 +506,7 @@ def interleaved(a, name, r, log, ms, switch):
     est = [(s.get("overhead") or {}).get("estimated_fraction") for s in late
            if s.get("step_time_ms") is not None and s["step_time_ms"] < usual]
     est = [e for e in est if e is not None]
-    return (f"interleave framework={name} round={r} group={a.interleave} {interleave.describe(d)} "
+    return (f"interleave framework={name} mode={mode} round={r} group={a.interleave} {interleave.describe(d)} "
             f"traced_lines={sum(1 for s in late if s.get('traced'))} "
             f"estimate_mean={100 * statistics.mean(est) if est else float('nan'):.4f}%")
 
@@ -537,19 +537,22 @@ def against_off(a, runs, out):
 
 
 def interleave_rounds(a, out):
-    """--interleave G: --rounds trainings per framework, each in its own process (`--one F interleave R`)."""
+    """--interleave G: --rounds trainings per framework and mode (--modes but off; `default` when that
+    leaves none), each in its own process (`--one F MODE R --interleave G`), the modes rotated per round."""
     import subprocess
+    modes = [m for m in a.modes.split(",") if m and m != "off"] or ["default"]
     for name in a.frameworks.split(","):
         for r in range(a.rounds):
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "interleave", str(r), "--steps", str(a.steps),
-                   "--steady-from", str(a.steady_from), "--out", out, "--interleave", str(a.interleave)]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            rows = [l for l in p.stdout.splitlines() if l.startswith(("clock ", "interleave ", "framework="))]
-            for row in rows:
-                print(row, flush=True)
-            if p.returncode or not rows:
-                print(f"run framework={name} round={r} mode=interleave rc={p.returncode}: "
-                      + " | ".join(p.stderr.strip().splitlines()[-3:]), flush=True)
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                cmd = [sys.executable, os.path.abspath(__file__), "--one", name, mode, str(r), "--steps", str(a.steps),
+                       "--steady-from", str(a.steady_from), "--out", out, "--interleave", str(a.interleave)]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                rows = [l for l in p.stdout.splitlines() if l.startswith(("clock ", "interleave ", "framework="))]
+                for row in rows:
+                    print(row, flush=True)
+                if p.returncode or not rows:
+                    print(f"run framework={name} round={r} mode={mode} rc={p.returncode}: "
+                          + " | ".join(p.stderr.strip().splitlines()[-3:]), flush=True)
     return 0
 
 
