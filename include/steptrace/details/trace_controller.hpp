@@ -124,7 +124,7 @@ class TraceController {
       int wanted = e.every;
       if (e.method == EstimateMethod::launch_model && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
       int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
-                                  e.method == EstimateMethod::measured);
+                                  e.method == EstimateMethod::measured, !e.within_budget);
       // Asked to detach, not yet detached: the kept mode's estimate (its floor over the aim: the longest
       // interval) is about to be obsolete. The interval is the probe's until the first detached step:
       // the switch waits for a traced step's records to go off, so a long interval would put it off
