@@ -584,7 +584,8 @@ inline constexpr FieldProse kStepProse[] = {
      "in CPU time (`parts.background`, `parts.captures`), which costs the program's steps nothing on a "
      "free core and up to its whole time on a busy one; the program's cost lies in [`estimated_fraction`, "
      "`estimated_fraction_high`]",
-     "as `estimated_fraction`"},
+     "as `estimated_fraction`; steps a framework's callbacks drive (Python's Lightning and HF Trainer ones): "
+     "what their calls cost the framework's own code is in no measurement (reason)"},
     {"/overhead/parts",
      "the estimate part by part (`core/overhead_parts.hpp`); `estimated_fraction` is the sum of the "
      "fractions of tracing, attached and host_api (the step time the budget holds: the tracing "

@@ -750,6 +750,54 @@ TEST_CASE("overhead_budget: counters run around traced steps only; untraced line
   CHECK(traced_with_counters == traced_late);  // sampling resumed for each of them and their samples came in
 }
 
+TEST_CASE("steps a framework's callbacks drive: the estimate stays, no upper end is claimed, said why", "[runtime]") {
+  // The Python callbacks say so (set_binding_framework_steps): what their calls cost the framework's
+  // own code is in no measurement (3-8x their own time, session 69), so estimated_fraction_high - "the
+  // program's cost lies in [estimated_fraction, estimated_fraction_high]" - is null on their steps. A
+  // step takes the flag in force when the next one begins (its close): steps 19-38 below are the
+  // framework's. On the defaults (compact lines, which carry no high end) the estimate stays written.
+  for (const bool defaults : {false, true}) {
+    INFO((defaults ? "defaults (compact lines)" : "full lines"));
+    const auto log = fresh_log(defaults ? "runtime_framework_steps_defaults" : "runtime_framework_steps");
+    FakeRun run(std::make_unique<FakeBackend>());
+    steptrace::details::set_binding_framework_steps(true);  // an earlier run's: start() puts it back to off
+    REQUIRE((defaults ? start_on_defaults(run, log) : run.start(budget_config(log))));
+    CHECK_FALSE(steptrace::details::binding_framework_steps_now().load());
+    run_steps(*run.gpu, 20, 2);
+    steptrace::details::set_binding_framework_steps(true);
+    run_steps(*run.gpu, 20, 2);
+    steptrace::details::set_binding_framework_steps(false);
+    run_steps(*run.gpu, 20, 2);
+    steptrace::stop();
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 60);
+    int framework_estimated = 0, plain_bounded = 0;
+    for (const auto& l : lines) {
+      const int step = l["global_step"].get<int>();
+      const auto& o = l["overhead"];
+      if (!o["estimated_fraction"].is_number()) continue;
+      const bool framework = step >= 19 && step <= 38;
+      INFO("step " << step << ": " << o.dump());
+      if (defaults) {
+        framework_estimated += framework;
+        continue;
+      }
+      if (framework) {
+        ++framework_estimated;
+        CHECK(o["estimated_fraction_high"].is_null());
+        CHECK(l["null_reasons"]["overhead.estimated_fraction_high"] ==
+              steptrace::reason_text(steptrace::Reason::framework_steps_unbounded));
+        CHECK(o["parts"]["host_api"]["fraction"].is_number());  // the parts stay
+      } else if (step < 59) {  // (the last: closed by stop(), as every last step)
+        plain_bounded += o["estimated_fraction_high"].is_number();
+        CHECK(o["estimated_fraction_high"].get<double>() >= o["estimated_fraction"].get<double>());
+      }
+    }
+    CHECK(framework_estimated >= 15);
+    if (!defaults) CHECK(plain_bounded >= 30);
+  }
+}
+
 TEST_CASE("work between steps and after the last one has its own field, never a step's", "[runtime]") {
   const auto log = fresh_log("runtime_between");
   FakeRun run(std::make_unique<FakeBackend>());

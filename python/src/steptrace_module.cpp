@@ -237,6 +237,8 @@ PYBIND11_MODULE(_steptrace, m) {
     return py::make_tuple(steptrace::details::marker_record_ns(), steptrace::details::tracing_boundaries_so_far());
   });
   m.def("set_step_extra_ns", [](double ns) { steptrace::details::set_binding_step_extra_ns(ns); });
+  m.def("set_framework_steps", [](bool on) { steptrace::details::set_binding_framework_steps(on); });
+  m.def("framework_steps", [] { return steptrace::details::binding_framework_steps(); });
   m.def("step_extra_ns", [] { return steptrace::details::binding_step_extra_ns(); });
   // (rank, world_size) the lines say, or None when steptrace is not running.
   m.def("run_rank", []() -> py::object {

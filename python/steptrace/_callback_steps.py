@@ -95,10 +95,14 @@ class CallbackSteps(_driver.Holder):
         if steptrace.is_running() and self.settings and not self.started:
             _steptrace.warn_once(self.who + ".settings", f"{self.who}: steptrace was already running; its "
                                  f"settings {sorted(self.settings)} were not applied")
+        # What these calls cost the framework's code around them is in no measurement: the lines claim
+        # no upper end for the cost (overhead.estimated_fraction_high null, said why; docs/python.md).
+        _steptrace.set_framework_steps(True)
 
     def end_training(self):
         self.close_now()
         self._forget_cost()  # this training's cost is no later program's
+        _steptrace.set_framework_steps(False)
         if self.started and steptrace.is_running():
             steptrace.stop()
         self.started = False

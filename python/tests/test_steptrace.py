@@ -287,8 +287,10 @@ def test_framework_callbacks_time_their_own_bookkeeping():
 
     # start() sets it back to 0; a start() refused (already running) leaves it.
     _steptrace.set_step_extra_ns(12345.0)
+    _steptrace.set_framework_steps(True)
     steptrace.start(log_path=fresh("callback_timing_start"), summary=False, gpu="off")
     assert _steptrace.step_extra_ns() == 0
+    assert not _steptrace.framework_steps()  # ... and the framework steps' flag off
     _steptrace.set_step_extra_ns(777.0)
     assert not steptrace.start(log_path=fresh("callback_timing_start"), summary=False, gpu="off")
     assert _steptrace.step_extra_ns() == 777.0
@@ -305,6 +307,7 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         steps.begin_training()
         try:
             assert _steptrace.step_extra_ns() == 0
+            assert _steptrace.framework_steps()  # the lines claim no upper end for the cost (docs/python.md)
             timed = []
             for step in range(due[-1] + 1):
                 timed.append(steps._timed_step)
@@ -342,6 +345,7 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         finally:
             steps.end_training()
         assert _steptrace.step_extra_ns() == 0  # forgotten with the training
+        assert not _steptrace.framework_steps()
 
 
 def test_loader_makes_steps_with_input_phase():

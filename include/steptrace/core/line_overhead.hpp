@@ -12,7 +12,7 @@ STEPTRACE_BEGIN_NAMESPACE
 
 /// `overhead.estimated_fraction_high` and `overhead.parts` (core/overhead_parts.hpp).
 inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std::string& why) {
-  out.field("estimated_fraction_high", p.high, why);
+  out.field("estimated_fraction_high", p.high, p.high_reason.empty() ? why : p.high_reason);
   if (!p.present) {
     out.null("parts", why);
     return;

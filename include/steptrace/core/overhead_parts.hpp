@@ -68,6 +68,7 @@ struct OverheadParts {
   // background, by reading (since the warm-up): device memory, NVML, PM-sampling decodes
   std::optional<double> background_memory, background_device_state, background_counters;
   std::optional<double> high;  // the interval's high end (its low end is the estimate's fraction)
+  std::string high_reason;     // why `high` is null when the estimate is not (empty: the estimate's reason)
 };
 
 /// What the background thread and the training thread's scopes spent over the recent steps.

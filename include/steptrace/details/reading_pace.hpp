@@ -24,6 +24,12 @@ inline std::atomic<double>& binding_step_extra_ns_now() {
   static std::atomic<double> ns{0};
   return ns;
 }
+/// Whether a binding's framework callbacks drive the steps (details::set_binding_framework_steps); off
+/// from each start().
+inline std::atomic<bool>& binding_framework_steps_now() {
+  static std::atomic<bool> on{false};
+  return on;
+}
 /// Step boundaries so far that switched tracing on or off, or attached CUPTI ahead of a traced step
 /// (their cost is the lines' tracing part): a binding timing its own calls leaves out a step that met one.
 inline std::atomic<uint64_t>& tracing_boundaries() {

@@ -83,6 +83,7 @@ class Session {
       return false;
     }
     binding_step_extra_ns_now().store(0, std::memory_order_relaxed);  // a binding measures its own anew
+    binding_framework_steps_now().store(false, std::memory_order_relaxed);  // ... and says its steps anew
     for (const auto& e : apply_environment(cfg, env)) report_config_error(e);
     for (const auto& e : validate(cfg)) report_config_error(e);
     if (!cfg.enabled) {
@@ -317,6 +318,7 @@ class Session {
     if (b.closed) {
       b.closed->markers_ns_at_close = markers.recorded_ns();
       b.closed->binding_extra_ns = binding_step_extra_ns_now().load(std::memory_order_relaxed);
+      b.closed->framework_steps = binding_framework_steps_now().load(std::memory_order_relaxed);
     }
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
     if (b.closed) {
