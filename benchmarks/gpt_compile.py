@@ -47,7 +47,8 @@ step after an evaluation is left out on both sides. Adds per block (its `on` lis
   interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. traced=.. off_groups_left_out=..
              pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..% pair_mean=..%
              pair_median=..% pair_sd=..% pair_se=..% pair_max=..% lines_matched=.. estimate_mean=..%
-(pairs: each on group's mean over the off group beside it; estimate_mean: the timed on steps' lines).
+(pairs: each on group's mean less the mean of the off groups beside it, over the off mean;
+estimate_mean: the timed on steps' lines).
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
 costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
 """

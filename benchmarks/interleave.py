@@ -60,14 +60,17 @@ def compare(times, on, group, skip=(), traced=()):
     kept = [[times[i] for i in g if i not in skip] for g in groups]
     on_ms = [t for gi, g in enumerate(groups) if on[g[0]] for t in kept[gi]]
     off_ms = [t for gi, g in enumerate(groups) if not on[g[0]] and gi not in tainted for t in kept[gi]]
-    pairs = []  # each on group against the off group after it (before it when that one is left out)
+    # Each on group against the mean of the off groups beside it (both where both are kept: a drift
+    # between them cancels), as a difference over the run's off mean (a mean of ratios would lean up).
+    pairs = []
+    off_mean = statistics.fmean(off_ms) if off_ms else None
     for gi, g in enumerate(groups):
-        if not on[g[0]] or not kept[gi]:
+        if not on[g[0]] or not kept[gi] or not off_mean:
             continue
-        for gj in (gi + 1, gi - 1):
-            if 0 <= gj < len(groups) and gj not in tainted and kept[gj]:
-                pairs.append(statistics.fmean(kept[gi]) / statistics.fmean(kept[gj]) - 1)
-                break
+        beside = [statistics.fmean(kept[gj]) for gj in (gi - 1, gi + 1)
+                  if 0 <= gj < len(groups) and gj not in tainted and kept[gj]]
+        if beside:
+            pairs.append((statistics.fmean(kept[gi]) - statistics.fmean(beside)) / off_mean)
     d = {"on_steps": len(on_ms), "off_steps": len(off_ms), "off_groups_left_out": len(tainted),
          "traced": len(traced), "pairs": len(pairs)}
     if on_ms and off_ms:

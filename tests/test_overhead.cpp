@@ -742,11 +742,38 @@ TEST_CASE("controller: a line over the budget moves the model's interval within 
     if (static_cast<int>(i) > first_over + 8 + 2) ++over_after;  // 8 steps, then the decision's lag
   }
   INFO("first line over the budget " << first_over << ", interval at the end " << r.every.back() << ", changes " << changes);
-  CHECK(first_over >= 60);     // the markers' cost put it over (the premise)
+  CHECK(first_over >= 60);     // the markers' cost put it over (the premise) ...
+  CHECK(first_over < 70);      // ... at once
   CHECK(over_after == 0);      // ... and the next move brought it back within 10 steps
   CHECK(r.every.back() >= 300);
   CHECK(changes <= 8);         // each change traces its anchor: a few, not one every 8 steps
   CHECK(r.decisions.back().estimate->within_budget);
+}
+
+TEST_CASE("controller: the fast move over the budget reads lines of the interval in force, and not past its floor", "[overhead][controller]") {
+  const auto step_ms = [](int, bool traced, bool detached) {
+    return 61.6 + (traced ? (detached ? 9.15 : 0.6) : (detached ? 0.0 : 0.61));
+  };
+  // Lines 30 steps late (a short step's batches): the lines after a change still ran the old interval;
+  // they must not double it again and again.
+  const auto late_markers = [](int i) { return i < 60 ? 0.0001 : 0.00045; };
+  const auto late = simulate(TraceController(budget(0.001)), 1500, step_ms, 770, 0.04, 30, late_markers);
+  int changes = 0;
+  for (const auto& d : late.decisions) changes += d.next_every.has_value();
+  INFO("interval at the end " << late.every.back() << ", changes " << changes);
+  CHECK(late.every.back() <= 1000);  // the cost asks for ~430
+  CHECK(changes <= 8);
+  CHECK(late.decisions.back().estimate->within_budget);
+  // Steptrace's calls alone over the budget (a framework's short step): no interval brings the line
+  // within; the interval goes to the longest and stays (each change traces its anchor).
+  const auto over_alone = [](int) { return 0.002; };
+  const auto floor = simulate(TraceController(budget(0.001, /*may_detach=*/false)), 3000, step_ms, 20, 0.0, 2, over_alone);
+  int floor_changes = 0;
+  for (const auto& d : floor.decisions) floor_changes += d.next_every.has_value();
+  REQUIRE(floor.decisions.back().estimate);
+  CHECK_FALSE(floor.decisions.back().estimate->within_budget);  // the premise: over whatever the interval
+  CHECK(floor.every.back() == 4000);
+  CHECK(floor_changes <= 6);
 }
 
 TEST_CASE("controller: a trace costing more than a step is measured at the long interval it asks for", "[overhead][controller]") {

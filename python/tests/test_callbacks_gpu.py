@@ -50,10 +50,10 @@ def check_lines(path, what):
             problems.append(f"{what}: step {l['global_step']} tokens {l.get('tokens')}, want {ACCUMULATE * BATCH * SEQ}")
             break
     # Their effect on the framework's own code is in no measurement: no upper end claimed, said why.
-    estimated = [l for l in steps[:-1] if isinstance((l.get("overhead") or {}).get("estimated_fraction"), (int, float))]
+    estimated = [l for l in steps if isinstance((l.get("overhead") or {}).get("estimated_fraction"), (int, float))]
     unbounded = [l for l in estimated if l["overhead"].get("estimated_fraction_high") is None and
                  "framework's callbacks" in (l.get("null_reasons") or {}).get("overhead.estimated_fraction_high", "")]
-    if len(unbounded) != len(estimated):
+    if not estimated or len(unbounded) != len(estimated):
         problems.append(f"{what}: {len(unbounded)} of {len(estimated)} estimated lines without an upper end, said why")
     traced = [l for l in steps if l.get("traced")]
     if not traced or not all((l["phases"]["forward"].get("gpu") or {}).get("busy_ms", 0) > 0 for l in traced[1:]):

@@ -96,11 +96,12 @@ inline int budget_start_every(uint64_t index) { return index < kProbeAfterSteps 
 /// would hold off the measurement that corrects it (a measurement needs 8 intervals). (After CUPTI
 /// detaches, TraceController takes the detached estimate's first interval whole: Lightning's 5 ms step
 /// climbing 4x two intervals apart stayed over the 0.1 % budget for 1 300 steps; H200, session 64.)
-/// A line over the budget itself (not only over the aim) whose model asks for an interval more than a
-/// quarter longer moves after 8 steps too, to at most twice the interval in force: a GPU-bound C++
-/// transformer (61.6 ms, 770 launches, detached) chose 218 before its markers' cost had settled, then
-/// read 0.104-0.114 % on 1 194 of 1 200 lines while the model waited its two intervals (436 steps;
-/// H200, session 69). Twice at most: the model may charge an attach the step does not pay.
+/// A line over the budget itself (not only over the aim; `over_budget`: the caller asks that the line ran
+/// at the interval in force and that a longer interval can bring it within) whose model asks for an
+/// interval more than a quarter longer moves after 8 steps too, to at most twice the interval in force:
+/// a GPU-bound C++ transformer (61.6 ms, 770 launches, detached) read 0.104-0.123 % on 1 194 of 1 200
+/// lines with its interval unchanged after the detach, its markers' cost settled after the model had
+/// chosen (H200, session 69). Twice at most: the model may charge an attach the step does not pay.
 /// Otherwise it waits two intervals' worth of steps (at least 8) after a change, then moves only
 /// by more than a quarter, so that noise in the estimate does not move the schedule; up by 4x at most at
 /// a time while only the launch model speaks (`measured` false: a model can be wrong by more than that on

@@ -288,7 +288,7 @@ class Session {
     // From the recorder's lock until the closed step is in the queue, a SIGTERM waits (signals.hpp):
     // an ending run between the two would find that step in no one's hands and count it cut.
     DeferEndings held;
-    StepRecorder::Begun b = recorder_.begin(tokens, samples);
+    StepRecorder::Begun b = recorder_.begin(tokens, samples, binding_framework_steps_now().load(std::memory_order_relaxed));
     if (!b.index) return std::nullopt;
     MarkerRing& markers = marker_ring();
     if (attribution_ && sampling_possible(cfg_) && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
@@ -318,7 +318,6 @@ class Session {
     if (b.closed) {
       b.closed->markers_ns_at_close = markers.recorded_ns();
       b.closed->binding_extra_ns = binding_step_extra_ns_now().load(std::memory_order_relaxed);
-      b.closed->framework_steps = binding_framework_steps_now().load(std::memory_order_relaxed);
     }
     markers.mark(*b.index, MarkerKind::step_begin, kNoPhase);
     if (b.closed) {

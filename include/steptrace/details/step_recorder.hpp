@@ -58,7 +58,8 @@ class StepRecorder {
     publish_begun(BegunStep{});
   }
 
-  Begun begin(std::optional<double> tokens, std::optional<double> samples) {
+  /// `framework_steps`: a binding's framework callbacks open it (StepRecord::framework_steps).
+  Begun begin(std::optional<double> tokens, std::optional<double> samples, bool framework_steps = false) {
     Begun out;
     std::lock_guard<std::mutex> lock(mutex_);
     if (open_.exists && open_.scope_open) {
@@ -100,6 +101,7 @@ class StepRecorder {
     step_thread_slot().store(claim_thread_slot(thread_state()), std::memory_order_relaxed);
     r.begin_ns = now;
     r.begin_unix_ns = unix_ns();
+    r.framework_steps = framework_steps;
     r.spans.reserve(16);
     int wanted = wanted_every_.load(std::memory_order_relaxed);
     // No decision yet: the budget's own start (every step for the warm-up, then the probe's interval),

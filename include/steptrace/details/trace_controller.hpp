@@ -123,8 +123,14 @@ class TraceController {
       // holds at any interval the budget picks, and once it is forgotten the probe repeats.
       int wanted = e.every;
       if (e.method == EstimateMethod::launch_model && wanted < kProbeEvery && step.index >= kProbeAfterSteps) wanted = kProbeEvery;
+      // Over the budget itself, on a line that ran at the interval in force (lines come tens of steps
+      // late on short steps: one from before the last change says nothing of it), where a longer
+      // interval can bring it within (its floor is not over the budget: else the model asks for the
+      // longest whatever, and each change traces its anchor).
+      const bool over_budget = !e.within_budget && step.every == current_every_ && e.floor_fraction &&
+                               *e.floor_fraction <= s_.budget;
       int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
-                                  e.method == EstimateMethod::measured, !e.within_budget);
+                                  e.method == EstimateMethod::measured, over_budget);
       // Asked to detach, not yet detached: the kept mode's estimate (its floor over the aim: the longest
       // interval) is about to be obsolete. The interval is the probe's until the first detached step:
       // the switch waits for a traced step's records to go off, so a long interval would put it off

@@ -90,12 +90,12 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                 : ctx.counters_traced_only ? CountersRun::around_traced_steps
                                                            : CountersRun::every_step,
                                 flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, host_api);
-  // Steps a framework's callbacks drive: the callbacks' calls leave the framework's own code around them
-  // slower, which nothing here measures (inside one run, 3-8x the time the callbacks measure of their
-  // own calls: Lightning ~110 us a step against ~30, the HF Trainer ~260 against ~33; two H200s,
-  // session 69, benchmarks/framework_budget.py --interleave). The estimate stays what was measured; no
-  // upper end is claimed.
-  if (r.framework_steps) {
+  // Steps a framework's callbacks drive: what the callbacks cost the framework's own code around their
+  // calls is in no measurement (inside one run they cost several times what the lines estimate: Lightning
+  // ~110 us a step against ~30, the HF Trainer ~260 against ~33, the cause not known; two H200s, session
+  // 69, benchmarks/framework_budget.py --interleave). The estimate stays what was measured; no upper end
+  // is claimed.
+  if (r.framework_steps && o.parts.high) {
     o.parts.high.reset();
     o.parts.high_reason = reason_text(Reason::framework_steps_unbounded);
   }
