@@ -77,6 +77,13 @@ class CallbackSteps(_driver.Holder):
         self._spent = self._calls = self._entered = self._markers = 0
         self._tainted = False             # the timed step met work the lines charge elsewhere: no sample
         self._steps_at_sample = 0         # steps begun in the run as the last sample was taken
+        # steptrace was not running as training began (enabled=false, STEPTRACE_ENABLED=0, a start that
+        # failed): each call returns at once, but a step's first, which asks whether steptrace runs now
+        # (a program that starts it later). In a framework each call costs ~1 us (framework_budget.py
+        # --probe): besides the hooks themselves, a Lightning step of 2 micro-batches made 23 Python and 8
+        # built-in or extension calls here with steptrace off, now 11 and 2 (Lightning's callback with
+        # steptrace disabled cost ~0.9 % of its 4.5 ms step on an H200, session 69).
+        self.idle = False
 
     # ---- the run ----
     def begin_training(self, known_rank=None, framework=None):
@@ -92,6 +99,7 @@ class CallbackSteps(_driver.Holder):
             self.started = bool(steptrace.start(**rank_settings(self.settings, known)))
         else:
             check_rank(known, framework or "torch.distributed")
+        self.idle = not steptrace.is_running()
         if steptrace.is_running() and self.settings and not self.started:
             _steptrace.warn_once(self.who + ".settings", f"{self.who}: steptrace was already running; its "
                                  f"settings {sorted(self.settings)} were not applied")
@@ -100,6 +108,11 @@ class CallbackSteps(_driver.Holder):
         _steptrace.set_framework_steps(True)
 
     def end_training(self):
+        if self.idle:
+            self.idle = False
+            self._forget_cost()
+            _steptrace.set_framework_steps(False)
+            return
         self.close_now()
         self._forget_cost()  # this training's cost is no later program's
         _steptrace.set_framework_steps(False)
@@ -167,6 +180,8 @@ class CallbackSteps(_driver.Holder):
     def open_step(self):
         """The framework's step begins: a step, unless one of its micro-batches' is open; one kept open
         ends here (the driver)."""
+        if self.idle and not self._wake():
+            return
         if self._timing:
             if not self._calls and steptrace._pending:
                 # The step kept open (untimed) waits for its values recorded from CUDA tensors as this
@@ -180,6 +195,8 @@ class CallbackSteps(_driver.Holder):
 
     def count_batch(self, batch):
         """A batch of the open step: its tokens and samples added to the step's (when counted per batch)."""
+        if self.idle:
+            return
         if self._timing and threading.get_ident() == self.owner:  # another thread's call: not this step's
             return self._timed(CallbackSteps.count_batch, batch)
         if self._tokens_of is None or threading.get_ident() != self.owner or not _driver.holds(self):
@@ -216,10 +233,18 @@ class CallbackSteps(_driver.Holder):
             return None
         return f
 
+    def _wake(self):
+        """Idle: whether steptrace runs now (started after training began); then no longer idle."""
+        if _steptrace.is_running():
+            self.idle = False
+        return not self.idle
+
     def begin_batch(self, batch, name):
         """A framework batch begins: open_step(), count_batch(batch) and enter(name) as one call (Lightning's
         on_train_batch_start): between a framework's work each Python call costs ~1 us, ten times what it
         does in a warm loop (benchmarks/framework_budget.py --probe)."""
+        if self.idle and not self._wake():
+            return
         if self._timing:
             if not self._calls and steptrace._pending:
                 steptrace._resolve_pending()  # outside the time, as open_step's
@@ -233,6 +258,8 @@ class CallbackSteps(_driver.Holder):
     def enter(self, name):
         """`name` becomes the open phase (the one open before is closed): one extension call, or two for a
         step kept past its training work (the phase opens none and ends that step: steptrace.phase's rule)."""
+        if self.idle:
+            return
         if self._timing:
             self._timed(CallbackSteps.enter, name)
             self._entered += self.phase is not None  # a phase scope the model charges
@@ -258,6 +285,8 @@ class CallbackSteps(_driver.Holder):
         self.phase = pid
 
     def exit(self):
+        if self.idle:
+            return
         if self._timing:
             return self._timed(CallbackSteps.exit)
         if self.phase is not None:
@@ -267,6 +296,8 @@ class CallbackSteps(_driver.Holder):
     def close_step(self):
         """The framework's step ended: its phase closes; the step stays open until the next one begins
         or work that is no step's does (steptrace._driver)."""
+        if self.idle:
+            return
         if self._timing:
             self._timed(CallbackSteps._end_step)
             self._timed_step_ends(True)
@@ -281,12 +312,16 @@ class CallbackSteps(_driver.Holder):
     def close_if_ending(self):
         """Work that is no step's begins: the step kept open for the next one ends here; one still before its
         optimizer step (inside its accumulation window) is left open, not split in two."""
+        if self.idle:
+            return
         if _driver.holds(self) and _driver.ending():
             self._timed_step_ends(False)  # a step timed from here would hold the close's markers: none
             _driver.close_step()
 
     def close_now(self):
         """Ends the open step at once (validation, a checkpoint, the end of training begin)."""
+        if self.idle:
+            return
         self._timed_step_ends(False)
         self.exit()
         if _driver.holds(self):
