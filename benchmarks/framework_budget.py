@@ -69,6 +69,8 @@ sys.path.insert(0, HERE)  # default_cost_summary: one reader of steptrace's line
 sys.path.insert(0, os.path.join(HERE, "..", "python", "tests"))  # framework_models: the callbacks' test's model
 from default_cost_summary import read_lines  # noqa: E402
 import interleave  # noqa: E402  (beside this file: --interleave's comparison)
+from framework_hooks import (CallTimes, Gate, Probe, gated_lightning, gated_transformers,  # noqa: E402
+                             lightning_probe, transformers_probe)
 import framework_models  # noqa: E402
 
 VOCAB, SEQ, BATCH, ACCUMULATE, EVAL_EVERY = 1000, 64, 4, 2, 100
@@ -95,139 +97,6 @@ def parse(argv):
                    help="what the callbacks' timed calls hold: each kind of call, and the extension's step calls "
                         "inside them, timed (their medians in us), and the values handed to the runtime")
     return p.parse_args(argv)
-
-
-class CallTimes:
-    """--time-calls: wraps steptrace._callback_steps.CallbackSteps._timed (each timed call by method, with the
-    markers' record time timing_marks() saw inside it) and, while a timed call runs, the extension's step
-    calls and the pending-value wait, so that a timed step's sample can be read part by part. The wrappers
-    add their own Python time (~0.2-0.5 us a wrapped call) to what they wrap."""
-
-    def __init__(self):
-        import collections
-        from steptrace import _callback_steps as cs
-        import steptrace
-        ext = steptrace._steptrace
-        self.ns = collections.defaultdict(list)
-        self.extra = []
-        inside = [0]
-        ns = self.ns
-        timed = cs.CallbackSteps._timed
-
-        def timed_by_method(obj, method, *args):
-            m0 = ext.timing_marks()[0]
-            t0 = time.perf_counter_ns()
-            inside[0] += 1
-            try:
-                return timed(obj, method, *args)
-            finally:
-                inside[0] -= 1
-                ns["call " + method.__name__].append(time.perf_counter_ns() - t0)
-                ns["markers in " + method.__name__].append(ext.timing_marks()[0] - m0)
-        cs.CallbackSteps._timed = timed_by_method
-
-        def wrap(owner, name, label):
-            f = getattr(owner, name, None)
-            if f is None:
-                return
-
-            def w(*a, **k):
-                if not inside[0]:
-                    return f(*a, **k)
-                t0 = time.perf_counter_ns()
-                try:
-                    return f(*a, **k)
-                finally:
-                    ns[label].append(time.perf_counter_ns() - t0)
-            setattr(owner, name, w)
-        for name in ("step_enter", "step_exit", "step_work_done", "phase_enter", "phase_exit", "phase_switch"):
-            wrap(ext, name, "ext." + name)
-        wrap(steptrace, "_resolve_pending", "steptrace._resolve_pending")
-        wrap(steptrace._ranks, "_pump", "steptrace._ranks._pump")
-        set_extra = ext.set_step_extra_ns
-
-        def record_extra(v):
-            self.extra.append(v)
-            return set_extra(v)
-        ext.set_step_extra_ns = record_extra
-
-    def report(self, name):
-        rows = []
-        for key in sorted(self.ns):
-            v = self.ns[key]
-            rows.append(f"{key}: n={len(v)} median_us={statistics.median(v) / 1e3:.2f} "
-                        f"p90_us={sorted(v)[int(0.9 * (len(v) - 1))] / 1e3:.2f} sum_us={sum(v) / 1e3:.1f}")
-        set_values = [round(v / 1e3, 2) for v in self.extra if v > 0]
-        return (f"calls framework={name}\n  " + "\n  ".join(rows) +
-                f"\n  set_step_extra_us={set_values[-12:]}")
-
-
-def _noop():
-    pass
-
-
-def _probe_once(into):
-    """A no-op Python call, a no-op extension call and a clock pair, timed once each into `into`."""
-    ext, clock = steptrace._steptrace.is_running, time.perf_counter_ns
-    t0 = clock()
-    _noop()
-    t1 = clock()
-    ext()
-    t2 = clock()
-    t3 = clock()
-    into["noop"].append(t1 - t0)
-    into["ext"].append(t2 - t1)
-    into["clock"].append(t3 - t2)
-
-
-class Probe:
-    """--probe: a Python no-op, an extension no-op and a clock pair timed where the hooks run (see above)."""
-
-    def __init__(self):
-        self.hook = {"noop": [], "ext": [], "clock": []}
-        self.batches = 0
-        self.env = ""
-
-    def at_hook(self):
-        self.batches += 1
-        if self.batches % 7:
-            return
-        _probe_once(self.hook)
-        if not self.env:
-            import threading
-            mon = getattr(sys, "monitoring", None)
-            tools = [mon.get_tool(i) for i in range(6)] if mon else "-"
-            self.env = (f"profile={sys.getprofile()!r} trace={sys.gettrace()!r} monitoring={tools!r} "
-                        f"threads={[t.name for t in threading.enumerate()]!r} "
-                        f"cpus={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '-'} "
-                        f"switchinterval_ms={1e3 * sys.getswitchinterval():.1f}").replace(" ", "_").replace("=_", "=")
-
-    def report(self, name):
-        loop = {"noop": [], "ext": [], "clock": []}
-        for _ in range(2000):
-            _probe_once(loop)
-        rows = []
-        for where, got in (("hook", self.hook), ("loop", loop)):
-            if got["noop"]:
-                rows.append(f"probe framework={name} where={where} " +
-                            " ".join(f"{k}_ns={statistics.median(v):.0f}" for k, v in got.items()) +
-                            f" n={len(got['noop'])}")
-        rows.append(f"probe framework={name} {self.env}")
-        return "\n".join(rows)
-
-
-def lightning_probe(pl, probe):
-    class ProbeHook(pl.Callback):
-        def on_train_batch_start(self, *args, **kwargs):
-            probe.at_hook()
-    return ProbeHook()
-
-
-def transformers_probe(transformers, probe):
-    class ProbeHook(transformers.TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
-            probe.at_hook()
-    return ProbeHook()
 
 
 def dataset(n):
@@ -258,79 +127,6 @@ def transformers_clock(transformers, clock):
         def on_step_end(self, args, state, control, **kwargs):
             clock.ends.append(time.perf_counter())
     return Clock()
-
-
-class Gate:
-    """--interleave's switch: whether optimizer step k runs with steptrace's callback (`on_of_step`), decided
-    at the step's first hook; at a switch, `at_step`'s off_now / on_now run first (inside the switching
-    step's time: that step is left out of the comparison on both sides)."""
-
-    def __init__(self, on_of_step):
-        self.on_of_step = on_of_step
-        self.active = True
-
-    def at_step(self, k, off_now, on_now):
-        want = self.on_of_step(k)
-        if want != self.active:
-            (on_now if want else off_now)()
-            self.active = want
-
-
-def _forward(name, gate=None):
-    def hook(self, *args, **kwargs):
-        if gate is None or gate.active:
-            return getattr(self.inner, name)(*args, **kwargs)
-        return None
-    return hook
-
-
-def gated_lightning(pl, inner, gate):
-    """steptrace's Lightning callback behind the gate: off, none of its step hooks is called and the step it
-    kept open is ended at the switch."""
-    class Gated(pl.Callback):
-        def __init__(self):
-            super().__init__()
-            self.inner = inner
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            gate.at_step(trainer.global_step, inner._steps.close_now, lambda: None)
-            if gate.active:
-                inner.on_train_batch_start(trainer, pl_module, batch, batch_idx)
-    for n in ("on_fit_start", "on_train_end", "on_validation_start", "on_train_epoch_end", "on_save_checkpoint",
-              "on_fit_end", "on_exception"):
-        setattr(Gated, n, _forward(n))
-    for n in ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_train_batch_end"):
-        setattr(Gated, n, _forward(n, gate))
-    return Gated()
-
-
-def gated_transformers(transformers, inner, gate):
-    """steptrace's HF Trainer callback behind the gate: off, none of its step hooks is called, the step it
-    kept open is ended and steptrace.watch()'s module hooks are removed at the switch (put back at the
-    next); its token-counting forward hook stays (it returns at once with no step open)."""
-    class Gated(transformers.TrainerCallback):
-        def __init__(self):
-            self.inner = inner
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            model = kwargs.get("model")
-
-            def off_now():
-                inner._steps.close_now()
-                if inner._watching:
-                    steptrace.unwatch()
-
-            def on_now():
-                if inner._watching and model is not None:
-                    steptrace.watch(model)
-            gate.at_step(state.global_step, off_now, on_now)
-            if gate.active:
-                inner.on_step_begin(args, state, control, **kwargs)
-    for n in ("on_train_begin", "on_train_end"):
-        setattr(Gated, n, _forward(n))
-    for n in ("on_pre_optimizer_step", "on_optimizer_step", "on_step_end"):
-        setattr(Gated, n, _forward(n, gate))
-    return Gated()
 
 
 def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=None, gate=None):
