@@ -47,7 +47,8 @@ step after an evaluation is left out on both sides. Adds per block (its `on` lis
   interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. traced=.. off_groups_left_out=..
              pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..% pair_mean=..%
              pair_median=..% pair_sd=..% pair_se=..% pair_max=..% lines_matched=.. estimate_mean=..%
-(pairs: each on group's mean less the mean of the off groups beside it, over the off mean;
+(pairs: each on group's mean less the mean of the kept off groups beside it, over the off mean - a
+traced group has none and forms no pair; pair_se widened for neighbours sharing an off group;
 estimate_mean: the timed on steps' lines).
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
 costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
@@ -232,15 +233,19 @@ def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None, swi
     return times, time.perf_counter() - wall0
 
 
+def eval_follow(a, n):
+    """The timed steps right after an evaluation (each meets the evaluation's caches): --interleave leaves
+    them out on both sides."""
+    return [i for i in range(n) if a.eval_every and (a.warmup + i) % a.eval_every == 0]
+
+
 def interleaved(a, workload, r, mode, lines, times, switch):
     """--interleave: the block's on steps against its off steps (benchmarks/interleave.py), beside the lines'
     mean estimate over the timed on steps."""
     from default_cost_summary import read_lines
     steps, _ = read_lines(lines) if lines != "-" else (None, None)
     traced = interleave.traced_steps(steps, switch)
-    # The first step after an evaluation (it meets the evaluation's caches) is left out on both sides.
-    skip = [i for i in range(len(times)) if a.eval_every and (a.warmup + i) % a.eval_every == 0]
-    d = interleave.compare(times, switch, a.interleave, skip=skip, traced=traced or ())
+    d = interleave.compare(times, switch, a.interleave, skip=eval_follow(a, len(times)), traced=traced or ())
     est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (steps or [])[len(steps or []) - sum(switch):]]
     est = [e for e in est if e is not None]
     return (f"interleave workload={workload} round={r} mode={mode} group={a.interleave} {interleave.describe(d)} "
@@ -315,7 +320,9 @@ def main(argv):
                 steptrace.stop()
             if lines != "-":  # the program's own clock per step, beside its lines (step warmup + i)
                 with open(lines + ".times.json", "w") as f:
-                    json.dump({"first_step": a.warmup, "ms": times, **({"on": switch} if switch else {})}, f)
+                    json.dump({"first_step": a.warmup, "ms": times,
+                               **({"on": switch, "group": a.interleave, "skip": eval_follow(a, len(times))}
+                                  if switch else {})}, f)
             print(f"block workload={workload} round={r} mode={mode} steps={len(times)} "
                   f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
                   f"p10_ms={quantile(sorted(times), 0.1):.4f} p90_ms={quantile(sorted(times), 0.9):.4f} lines={lines} "

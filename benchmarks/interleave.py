@@ -1,4 +1,4 @@
-"""The in-run comparison of gpt_compile.py and framework_budget.py (--interleave G): one process, steptrace
+"""The in-run comparison of gpt_compile.py, framework_budget.py and step_workloads (--interleave G): one process, steptrace
 started once with a mode's settings, the warm-up steps all with steptrace's calls, then the timed steps in
 groups of G that alternate with steptrace's calls ("on") and without them ("off": the same loop, no scope,
 no callback; the session stays running, its background thread idle, CUPTI as the last on step left it).
@@ -14,7 +14,10 @@ bound that part. An off group next to a traced step may run with CUPTI attached 
 attaches at the end of the step before a traced one and detaches after it): such off groups are left
 out of the comparison, the traced steps themselves are kept (their cost is the default's).
 """
+import json
+import os
 import statistics
+import sys
 
 __all__ = ["schedule", "traced_steps", "compare", "describe"]
 
@@ -62,7 +65,9 @@ def compare(times, on, group, skip=(), traced=()):
     off_ms = [t for gi, g in enumerate(groups) if not on[g[0]] and gi not in tainted for t in kept[gi]]
     # Each on group against the mean of the off groups beside it (both where both are kept: a drift
     # between them cancels), as a difference over the run's off mean (a mean of ratios would lean up).
-    pairs = []
+    # An on group with no kept neighbour - a traced one: both its neighbours are left out - forms no pair,
+    # so the pairs are the untraced steps' cost; the means above hold the traces too.
+    pairs, unpaired = [], 0
     off_mean = statistics.fmean(off_ms) if off_ms else None
     for gi, g in enumerate(groups):
         if not on[g[0]] or not kept[gi] or not off_mean:
@@ -71,8 +76,10 @@ def compare(times, on, group, skip=(), traced=()):
                   if 0 <= gj < len(groups) and gj not in tainted and kept[gj]]
         if beside:
             pairs.append((statistics.fmean(kept[gi]) - statistics.fmean(beside)) / off_mean)
+        else:
+            unpaired += 1
     d = {"on_steps": len(on_ms), "off_steps": len(off_ms), "off_groups_left_out": len(tainted),
-         "traced": len(traced), "pairs": len(pairs)}
+         "traced": len(traced), "pairs": len(pairs), "on_groups_unpaired": unpaired}
     if on_ms and off_ms:
         d["on_mean_ms"] = statistics.fmean(on_ms)
         d["off_mean_ms"] = statistics.fmean(off_ms)
@@ -82,7 +89,14 @@ def compare(times, on, group, skip=(), traced=()):
         d["pair_mean"] = statistics.fmean(pairs)
         d["pair_median"] = statistics.median(pairs)
         d["pair_sd"] = statistics.stdev(pairs) if len(pairs) > 1 else 0.0
-        d["pair_se"] = d["pair_sd"] / len(pairs) ** 0.5
+        # Neighbouring pairs share an off group: their correlation (lag 1) widens the mean's error,
+        # var(mean) ~ sd^2 / n x (1 + 2 rho1).
+        rho1 = 0.0
+        if len(pairs) > 2 and d["pair_sd"] > 0:
+            m = d["pair_mean"]
+            rho1 = sum((a - m) * (b - m) for a, b in zip(pairs, pairs[1:])) / ((len(pairs) - 1) * d["pair_sd"] ** 2)
+        d["pair_rho1"] = rho1
+        d["pair_se"] = d["pair_sd"] / len(pairs) ** 0.5 * max(1.0, 1 + 2 * rho1) ** 0.5
         d["pair_max"] = max(pairs)
     return d
 
@@ -92,10 +106,41 @@ def describe(d):
     def pct(k):
         return f"{100 * d[k]:+.3f}%" if k in d else "-"
     out = [f"on_steps={d['on_steps']}", f"off_steps={d['off_steps']}", f"traced={d['traced']}",
-           f"off_groups_left_out={d['off_groups_left_out']}", f"pairs={d['pairs']}"]
+           f"off_groups_left_out={d['off_groups_left_out']}", f"pairs={d['pairs']}",
+           f"on_groups_unpaired={d['on_groups_unpaired']}"]
     if "on_mean_ms" in d:
         out += [f"on_mean_ms={d['on_mean_ms']:.4f}", f"off_mean_ms={d['off_mean_ms']:.4f}"]
     out += [f"cost_by_means={pct('cost_by_means')}", f"cost_by_medians={pct('cost_by_medians')}",
             f"pair_mean={pct('pair_mean')}", f"pair_median={pct('pair_median')}", f"pair_sd={pct('pair_sd')}",
-            f"pair_se={pct('pair_se')}", f"pair_max={pct('pair_max')}"]
+            f"pair_se={pct('pair_se')}", f"pair_rho1={d.get('pair_rho1', 0):.2f}", f"pair_max={pct('pair_max')}"]
     return " ".join(out)
+
+
+def main(argv):
+    """python3 interleave.py PATH.times.json ... [--group G]: one block's comparison each, from the times
+    file a block writes beside its lines ({"ms": [...], "on": [...], "group": G, "skip": [steps left out]}: gpt_compile.py's and
+    step_workloads' --interleave; the lines beside it, PATH, place the traced steps)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from default_cost_summary import read_lines
+    group = int(argv[argv.index("--group") + 1]) if "--group" in argv else None
+    paths = [a for a in argv if a.endswith(".json")]
+    if not paths:
+        print(main.__doc__)
+        return 2
+    for path in paths:
+        with open(path) as f:
+            t = json.load(f)
+        g = group or t.get("group")
+        if not g or "on" not in t:
+            print(f"{path}: no 'on' list or group (not an --interleave block): skipped")
+            continue
+        lines = path[:-len(".times.json")] if path.endswith(".times.json") else None
+        steps = read_lines(lines)[0] if lines and os.path.exists(lines) else None
+        traced = traced_steps(steps, t["on"])
+        d = compare(t["ms"], t["on"], g, skip=t.get("skip", ()), traced=traced or ())
+        print(f"interleave times={path} group={g} {describe(d)} lines_matched={traced is not None}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@
 //
 //   step_workloads --workload transformer|launch [--steps N] [--warmup W] [--layers L] [--batch B]
 //                  [--seq S] [--dmodel D] [--kernels K] [--head-start-us U] [--alternate R [--lines-dir D]
-//                  [--modes off,default,...]]
+//                  [--modes off,default,...] [--interleave G]]
 //
 // --alternate R (instrumented build, no STEPTRACE_* variable): R rounds, each running one block of
 //   W + N steps per mode - off (steptrace not started), default (start() with no setting), full
@@ -18,6 +18,11 @@
 //   memory layout, clocks and warm caches. The W steps let each block's start settle and are not
 //   timed (--modes M,M: a subset, in that list's shuffled order). One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
 //   (benchmarks/alternate_summary.py pairs each mode's block with the off block of its round).
+//   --interleave G: in each steptrace block the timed steps alternate G with steptrace's scopes and G
+//   without (steptrace started throughout; the first group with them in even rounds): the in-run
+//   comparison (benchmarks/interleave.py). Adds per block a line
+//   interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. on_mean_ms=.. off_mean_ms=..
+//   cost_by_means=..% times=PATH.times.json, whose "on" list `python3 benchmarks/interleave.py` reads.
 //
 // --head-start-us U: each step starts with a one-block kernel that spins U µs, so the host queues the
 //   step's launches while the GPU is busy: host launch costs then hide behind it and what remains of an
@@ -50,6 +55,30 @@
 #ifndef STEPTRACE_BENCH_BASELINE
 #include <cupti.h>
 #include "raw_cupti.hpp"
+#endif
+#include <optional>
+
+// The steps' and phases' scopes. In the instrumented build a step may run without them (--interleave's
+// off steps: g_scopes_on false), steptrace still started; the other builds' are TRACE_*'s.
+bool g_scopes_on = true;
+#if defined(STEPTRACE_BENCH_BASELINE) || defined(STEPTRACE_DISABLE)
+#define BENCH_STEP() TRACE_STEP()
+#define BENCH_PHASE(name) TRACE_PHASE(name)
+#else
+struct BenchStep {
+  std::optional<steptrace::StepScope> scope;
+  BenchStep() noexcept {
+    if (g_scopes_on) scope.emplace();
+  }
+};
+struct BenchPhase {
+  std::optional<steptrace::PhaseScope> scope;
+  explicit BenchPhase(steptrace::PhaseId id) noexcept {
+    if (g_scopes_on) scope.emplace(id);
+  }
+};
+#define BENCH_STEP() BenchStep STEPTRACE_UNIQUE_(bench_step_)
+#define BENCH_PHASE(name) BenchPhase STEPTRACE_UNIQUE_(bench_phase_){::steptrace::phase_tag::name}
 #endif
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -175,6 +204,8 @@ struct Options {
   int kernels = 10000;
   int head_start_us = 0;
   int alternate = 0;          // rounds of in-process blocks (instrumented build), 0 = one plain run
+  int interleave = 0;         // --alternate: each steptrace block's timed steps alternate this many with
+                              // steptrace's scopes and as many without (0: all with)
   std::string lines_dir = ".";  // --alternate: where each steptrace block's lines go
   std::string modes = "off,default,full,full_nocounters";  // --alternate: the modes of each round
 };
@@ -202,6 +233,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--kernels") o.kernels = next();
     else if (a == "--head-start-us") o.head_start_us = next();
     else if (a == "--alternate") o.alternate = next();
+    else if (a == "--interleave") o.interleave = next();
     else if (a == "--modes") {
       if (i + 1 >= argc) std::exit(2);
       o.modes = argv[++i];
@@ -213,6 +245,10 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       std::exit(2);
     }
+  }
+  if (o.interleave > 0 && o.alternate == 0) {
+    std::fprintf(stderr, "--interleave needs --alternate R (its blocks)\n");
+    std::exit(2);
   }
   if (o.workload != "transformer" && o.workload != "launch") {
     std::fprintf(stderr, "--workload must be transformer or launch\n");
@@ -287,24 +323,24 @@ class Transformer {
 
   void step(int s) {
     {
-      TRACE_PHASE(input);
+      BENCH_PHASE(input);
       for (size_t i = 0; i < T_; ++i) host_tokens_[i] = int((i * 31 + s) % 50257);
     }
     {
-      TRACE_PHASE(h2d);
+      BENCH_PHASE(h2d);
       CHECK_CUDA(cudaMemcpyAsync(tokens_, host_tokens_, T_ * sizeof(int), cudaMemcpyHostToDevice));
       ++launches;
     }
     {
-      TRACE_PHASE(forward);
+      BENCH_PHASE(forward);
       for (auto& L : layers_) forward_layer(L);
     }
     {
-      TRACE_PHASE(backward);
+      BENCH_PHASE(backward);
       for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) backward_layer(*it);
     }
     {
-      TRACE_PHASE(optimizer);
+      BENCH_PHASE(optimizer);
       for (auto& L : layers_) {
         update(L.wqkv, L.gqkv, L.mqkv, d_ * 3 * d_);
         update(L.wo, L.go, L.mo, d_ * d_);
@@ -405,15 +441,15 @@ class LaunchBound {
   void step(int) {
     const int opt = std::max(1, o_.kernels / 20), fwd = (o_.kernels - opt) / 2, bwd = o_.kernels - opt - fwd;
     {
-      TRACE_PHASE(forward);
+      BENCH_PHASE(forward);
       for (int i = 0; i < fwd; ++i) tiny<<<1, 32>>>(buf_, i);
     }
     {
-      TRACE_PHASE(backward);
+      BENCH_PHASE(backward);
       for (int i = 0; i < bwd; ++i) tiny<<<1, 32>>>(buf_, i);
     }
     {
-      TRACE_PHASE(optimizer);
+      BENCH_PHASE(optimizer);
       for (int i = 0; i < opt; ++i) tiny<<<1, 32>>>(buf_, i);
     }
     launches += o_.kernels;
@@ -543,21 +579,32 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         }
       }
       std::vector<double> ms;
+      std::vector<int> on;  // --interleave: per timed step, 1 with steptrace's scopes
       for (int s = 0; s < o.warmup + o.steps; ++s) {
+        const int i = s - o.warmup;  // the timed step (the warm-up's all have their scopes)
+        g_scopes_on = mode == "off" || o.interleave <= 0 || i < 0 || ((i / o.interleave) % 2 == 0) == (round % 2 == 0);
         launches = 0;
         const auto t0 = std::chrono::steady_clock::now();
         {
-          TRACE_STEP();
+          BENCH_STEP();
           if (tf) tf->step(s);
           else lb->step(s);
         }
-        if (s >= o.warmup) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        if (s >= o.warmup) {
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          if (o.interleave > 0 && mode != "off") on.push_back(g_scopes_on ? 1 : 0);
+        }
       }
+      g_scopes_on = true;
       if (mode != "off") steptrace::stop();
       if (lines != "-") {  // the program's own clock per step beside its lines (step warmup + i)
         if (std::FILE* f = std::fopen((lines + ".times.json").c_str(), "w")) {
           std::fprintf(f, "{\"first_step\": %d, \"ms\": [", o.warmup);
           for (std::size_t i = 0; i < ms.size(); ++i) std::fprintf(f, "%s%.4f", i ? ", " : "", ms[i]);
+          if (!on.empty()) {  // benchmarks/interleave.py reads it: python3 benchmarks/interleave.py PATH.times.json
+            std::fprintf(f, "], \"group\": %d, \"on\": [", o.interleave);
+            for (std::size_t i = 0; i < on.size(); ++i) std::fprintf(f, "%s%s", i ? ", " : "", on[i] ? "true" : "false");
+          }
           std::fprintf(f, "]}\n");
           std::fclose(f);
         }
@@ -566,6 +613,17 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
       for (double d : ms) sum += d;
       std::printf("block workload=%s round=%d mode=%s steps=%zu mean_ms=%.4f median_ms=%.4f launches_per_step=%ld lines=%s\n",
                   o.workload.c_str(), round, mode.c_str(), ms.size(), sum / ms.size(), at(ms, 0.5), launches, lines.c_str());
+      if (!on.empty()) {  // the in-run comparison's means; its pairs: benchmarks/interleave.py on PATH.times.json
+        double with = 0, without = 0;
+        std::size_t n_with = 0;
+        for (std::size_t i = 0; i < ms.size(); ++i) (on[i] ? with : without) += ms[i], n_with += on[i];
+        const std::size_t n_without = ms.size() - n_with;
+        if (n_with && n_without)
+          std::printf("interleave workload=%s round=%d mode=%s group=%d on_steps=%zu off_steps=%zu on_mean_ms=%.4f "
+                      "off_mean_ms=%.4f cost_by_means=%+.3f%% times=%s.times.json\n",
+                      o.workload.c_str(), round, mode.c_str(), o.interleave, n_with, n_without, with / n_with,
+                      without / n_without, 100 * ((with / n_with) / (without / n_without) - 1), lines.c_str());
+      }
       std::fflush(stdout);
     }
   }
@@ -615,7 +673,7 @@ int main(int argc, char** argv) {
     launches = 0;
     const auto t0 = std::chrono::steady_clock::now();
     {
-      TRACE_STEP();
+      BENCH_STEP();
       if (head_cycles > 0) {  // the GPU spins while the host queues the step behind it
         spin<<<1, 32>>>(head_cycles, nullptr);
         ++launches;

@@ -750,29 +750,33 @@ TEST_CASE("overhead_budget: counters run around traced steps only; untraced line
   CHECK(traced_with_counters == traced_late);  // sampling resumed for each of them and their samples came in
 }
 
-TEST_CASE("steps a framework's callbacks drive: the estimate stays, no upper end is claimed, said why", "[runtime]") {
-  // The Python callbacks say so (set_binding_framework_steps): what they cost the framework's own code
-  // around their calls is in no measurement (several times the lines' estimate, session 69), so
-  // estimated_fraction_high - "the program's cost lies in [estimated_fraction, estimated_fraction_high]"
-  // - is null on their steps. A step takes the flag in force as it opens: steps 20-39 and 60-64 below,
-  // the last of them closed by stop(). On the defaults (compact lines, which carry no high end) the
-  // estimate stays written.
+TEST_CASE("steps a framework's callbacks open: the estimate stays, no upper end is claimed, said why", "[runtime]") {
+  // The Python callbacks say so as each step opens (set_next_step_framework, then the step): what they
+  // cost the framework's own code around their calls is in no measurement (several times the lines'
+  // estimate, session 69), so estimated_fraction_high - "the program's cost lies in
+  // [estimated_fraction, estimated_fraction_high]" - is null on their steps: 20-39 and 60-64 below, the
+  // last of them closed by stop(). The opening takes the mark back; a mark no step took (steptrace not
+  // running) stays on its thread until the binding clears it. On the defaults (compact lines, which carry
+  // no high end) the estimate stays written.
+  const auto framework_steps = [](FakeBackend& gpu, int n) {
+    for (int i = 0; i < n; ++i) {
+      steptrace::details::set_next_step_framework(true);
+      TRACE_STEP();
+      CHECK_FALSE(steptrace::details::next_step_framework());  // taken by the step
+      TRACE_PHASE(forward);
+      for (int k = 0; k < 2; ++k) gpu.launch(100'000);
+    }
+  };
   for (const bool defaults : {false, true}) {
     INFO((defaults ? "defaults (compact lines)" : "full lines"));
     const auto log = fresh_log(defaults ? "runtime_framework_steps_defaults" : "runtime_framework_steps");
     FakeRun run(std::make_unique<FakeBackend>());
-    steptrace::details::set_binding_framework_steps(true);  // an earlier run's: start() puts it back to off
     REQUIRE((defaults ? start_on_defaults(run, log) : run.start(budget_config(log))));
-    CHECK_FALSE(steptrace::details::binding_framework_steps());
     run_steps(*run.gpu, 20, 2);
-    steptrace::details::set_binding_framework_steps(true);
+    framework_steps(*run.gpu, 20);
     run_steps(*run.gpu, 20, 2);
-    steptrace::details::set_binding_framework_steps(false);
-    run_steps(*run.gpu, 20, 2);
-    steptrace::details::set_binding_framework_steps(true);
-    run_steps(*run.gpu, 5, 2);
+    framework_steps(*run.gpu, 5);
     steptrace::stop();
-    steptrace::details::set_binding_framework_steps(false);
     const auto lines = read_lines(log);
     REQUIRE(lines.size() == 65);
     int framework_estimated = 0, plain_bounded = 0;

@@ -90,12 +90,13 @@ STEPTRACE_API void set_binding_call_ns(double ns) noexcept;
 /// step that closes while it is set. 0 (each start()'s) charges the model alone.
 STEPTRACE_API void set_binding_step_extra_ns(double ns) noexcept;
 STEPTRACE_API double binding_step_extra_ns() noexcept;
-/// The steps are a framework's, opened and closed by a binding's callbacks (the Python package's
-/// Lightning and HF Trainer ones): what their calls cost the framework's own code around them is in no
-/// measurement, so each step closed while it is on has `overhead.estimated_fraction_high` null, said
-/// why (Reason::framework_steps_unbounded). Off at each start().
-STEPTRACE_API void set_binding_framework_steps(bool on) noexcept;
-STEPTRACE_API bool binding_framework_steps() noexcept;
+/// The next step this thread opens is a framework's, opened by a binding's callbacks (the Python
+/// package's Lightning and HF Trainer ones): what they cost the framework's own code around their calls
+/// is in no measurement, so that step's line has `overhead.estimated_fraction_high` null, said why
+/// (Reason::framework_steps_unbounded). Set just before the step opens; the step's opening takes it
+/// back (true), and a binding sets it false after a step that did not open.
+STEPTRACE_API void set_next_step_framework(bool on) noexcept;
+STEPTRACE_API bool next_step_framework() noexcept;
 /// The stream markers' event records' time on the training thread so far, in ns (what the overhead's
 /// host_api part charges them from): a binding timing its own calls takes it out of theirs.
 STEPTRACE_API int64_t marker_record_ns() noexcept;

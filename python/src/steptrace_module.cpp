@@ -237,8 +237,6 @@ PYBIND11_MODULE(_steptrace, m) {
     return py::make_tuple(steptrace::details::marker_record_ns(), steptrace::details::tracing_boundaries_so_far());
   });
   m.def("set_step_extra_ns", [](double ns) { steptrace::details::set_binding_step_extra_ns(ns); });
-  m.def("set_framework_steps", [](bool on) { steptrace::details::set_binding_framework_steps(on); });
-  m.def("framework_steps", [] { return steptrace::details::binding_framework_steps(); });
   m.def("step_extra_ns", [] { return steptrace::details::binding_step_extra_ns(); });
   // (rank, world_size) the lines say, or None when steptrace is not running.
   m.def("run_rank", []() -> py::object {
@@ -278,12 +276,15 @@ PYBIND11_MODULE(_steptrace, m) {
     s.pop();
     s.push(static_cast<steptrace::PhaseId>(id));
   });
-  m.def("step_enter", [](std::optional<double> tokens, std::optional<double> samples) {
+  // framework: the step is a framework callback's (its line claims no upper end for the cost).
+  m.def("step_enter", [](std::optional<double> tokens, std::optional<double> samples, bool framework) {
+    steptrace::details::set_next_step_framework(framework);
     auto& s = ScopeStack<steptrace::StepScope>::mine();
     if (tokens && samples) s.push(*tokens, *samples);
     else if (tokens) s.push(*tokens);
     else s.push();
-  });
+    steptrace::details::set_next_step_framework(false);  // a step that did not open (not running) took none
+  }, py::arg("tokens"), py::arg("samples"), py::arg("framework") = false);
   m.def("step_exit", [] { ScopeStack<steptrace::StepScope>::mine().pop(); });
   m.def("step_work_done", [] { steptrace::details::mark_step_work_done(); });
   // The GIL released: the runtime's lock is taken here, and the exchange is destroyed under that lock in

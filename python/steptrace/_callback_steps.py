@@ -47,6 +47,7 @@ class CallbackSteps(_driver.Holder):
     """Opens and closes steptrace's steps and phases from a framework's hooks (all on its training thread),
     holding its steps in the thread's step driver."""
     close_at_stop = False  # stopped mid-step: the runtime closes it
+    framework = True  # the steps' lines claim no upper end for the cost (docs/python.md)
     yields_to_program = False  # the program's own step() inside a framework step: that step is closed (said)
 
     def __init__(self, tokens, samples, settings, who):
@@ -80,9 +81,9 @@ class CallbackSteps(_driver.Holder):
         # steptrace was not running as training began (enabled=false, STEPTRACE_ENABLED=0, a start that
         # failed): each call returns at once, but a step's first, which asks whether steptrace runs now
         # (a program that starts it later). In a framework each call costs ~1 us (framework_budget.py
-        # --probe): besides the hooks themselves, a Lightning step of 2 micro-batches made 23 Python and 8
-        # built-in or extension calls here with steptrace off, now 11 and 2 (Lightning's callback with
-        # steptrace disabled cost ~0.9 % of its 4.5 ms step on an H200, session 69).
+        # --probe): besides the hooks themselves, a Lightning step of 2 micro-batches (its hook order) made
+        # 24 Python and 8 built-in or extension calls here with steptrace off, now 12 and 2 (Lightning's
+        # callback with steptrace disabled cost ~0.9 % of its 4.5 ms step on an H200, session 69).
         self.idle = False
 
     # ---- the run ----
@@ -103,19 +104,14 @@ class CallbackSteps(_driver.Holder):
         if steptrace.is_running() and self.settings and not self.started:
             _steptrace.warn_once(self.who + ".settings", f"{self.who}: steptrace was already running; its "
                                  f"settings {sorted(self.settings)} were not applied")
-        # What these calls cost the framework's code around them is in no measurement: the lines claim
-        # no upper end for the cost (overhead.estimated_fraction_high null, said why; docs/python.md).
-        _steptrace.set_framework_steps(True)
 
     def end_training(self):
         if self.idle:
             self.idle = False
             self._forget_cost()
-            _steptrace.set_framework_steps(False)
             return
         self.close_now()
         self._forget_cost()  # this training's cost is no later program's
-        _steptrace.set_framework_steps(False)
         if self.started and steptrace.is_running():
             steptrace.stop()
         self.started = False

@@ -34,11 +34,13 @@ class Holder:
     step closes (a phase the opener keeps open closes first); close_at_stop: stop() closes a step it holds
     that is still doing training work (watch's: stopped mid-step) rather than leaving it to the runtime;
     yields_to_program: the program's own step() takes over a step it holds that is still doing training
-    work (watch's), rather than closing it."""
+    work (watch's), rather than closing it; framework: a framework's callbacks open its steps (their lines
+    claim no upper end for the cost: docs/python.md)."""
     __slots__ = ()
     kind = "opener"
     close_at_stop = False
     yields_to_program = False
+    framework = False
 
     def closing(self):
         pass
@@ -79,7 +81,7 @@ def open_step(h, tokens=None, samples=None, always=False):
         close_step()
     if not always and not _steptrace.is_running():
         return False
-    _steptrace.step_enter(tokens, samples)
+    _steptrace.step_enter(tokens, samples, h.framework)
     d.holder, d.ending = h, False
     return True
 

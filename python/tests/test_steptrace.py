@@ -287,10 +287,8 @@ def test_framework_callbacks_time_their_own_bookkeeping():
 
     # start() sets it back to 0; a start() refused (already running) leaves it.
     _steptrace.set_step_extra_ns(12345.0)
-    _steptrace.set_framework_steps(True)
     steptrace.start(log_path=fresh("callback_timing_start"), summary=False, gpu="off")
     assert _steptrace.step_extra_ns() == 0
-    assert not _steptrace.framework_steps()  # ... and the framework steps' flag off
     _steptrace.set_step_extra_ns(777.0)
     assert not steptrace.start(log_path=fresh("callback_timing_start"), summary=False, gpu="off")
     assert _steptrace.step_extra_ns() == 777.0
@@ -307,7 +305,6 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         steps.begin_training()
         try:
             assert _steptrace.step_extra_ns() == 0
-            assert _steptrace.framework_steps()  # the lines claim no upper end for the cost (docs/python.md)
             timed = []
             for step in range(due[-1] + 1):
                 timed.append(steps._timed_step)
@@ -345,15 +342,14 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         finally:
             steps.end_training()
         assert _steptrace.step_extra_ns() == 0  # forgotten with the training
-        assert not _steptrace.framework_steps()
 
 
 def test_framework_callbacks_idle_while_steptrace_is_off():
     """steptrace not running as training begins (enabled=false here; STEPTRACE_ENABLED=0, a failed
     start()): the callbacks' calls return at once, but a step's first asks whether steptrace runs now - a
-    program that starts it later gets its steps from there. (Each Python call between a framework's work
-    costs ~1 us: framework_budget.py --probe; Lightning's callback disabled cost ~0.9 % of a 4.5 ms step on
-    an H200, session 69.)"""
+    program that starts it later gets its steps from there, a framework's (their lines claim no upper end
+    for the cost). Each Python call between a framework's work costs ~1 us (framework_budget.py --probe);
+    Lightning's callback with steptrace disabled cost ~0.9 % of a 4.5 ms step on an H200 (session 69)."""
     from steptrace._callback_steps import CallbackSteps
     from steptrace import _steptrace
 
@@ -367,47 +363,68 @@ def test_framework_callbacks_idle_while_steptrace_is_off():
     steps = CallbackSteps("auto", None, {"log_path": fresh("callbacks_idle_off"), "summary": False, "enabled": False},
                           "test")
 
-    def lightning_step():  # Lightning's hook order, 2 micro-batches
-        for _ in range(2):
-            steps.begin_batch(batch, "forward")
-            steps.enter("backward")
-            steps.exit()
-        steps.enter("optimizer")
-        steps.exit()
-        steps.close_step()
+    def lightning_step():  # Lightning's hook order (steptrace.lightning.StepTrace), 2 micro-batches
+        for micro in range(2):
+            steps.begin_batch(batch, "forward")  # on_train_batch_start
+            steps.enter("backward")              # on_before_backward
+            steps.exit()                         # on_after_backward
+            if micro == 1:
+                steps.enter("optimizer")         # on_before_optimizer_step
+            steps.exit()                         # on_train_batch_end
+            if micro == 1:
+                steps.close_step()
 
     steps.begin_training()
     assert not steptrace.is_running() and steps.idle
-    calls = []
+    package = os.path.dirname(os.path.abspath(steptrace.__file__))
+    python_calls, c_calls = [], []
 
     def profile(frame, event, arg):
-        if event == "c_call" and getattr(arg, "__module__", None) == _steptrace.__name__:
-            calls.append(arg.__name__)
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            python_calls.append(frame.f_code.co_name)
+        elif event == "c_call" and arg is not sys.setprofile:
+            c_calls.append(getattr(arg, "__name__", "?"))
     sys.setprofile(profile)
     try:
         for _ in range(5):
             lightning_step()
     finally:
         sys.setprofile(None)
-    # Each step asks whether steptrace runs at each batch's start, nothing else (before: 8 calls a step).
-    assert calls == ["is_running"] * 10, calls
+    # Per step: the hooks' 10 calls into CallbackSteps, two asking whether steptrace runs (the batches'
+    # starts), and those two questions to the extension; before, 24 Python and 8 built-in or extension
+    # calls (each phase change, batch count and step end reached the step driver).
+    assert len(python_calls) == 5 * 12, (len(python_calls) / 5, python_calls[:24])
+    assert c_calls == ["is_running"] * 10, c_calls
+    # A later start: the next batch's start opens a step, a framework's.
     log = fresh("callbacks_idle_started_later")
     assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
-    for _ in range(3):
-        lightning_step()
+    real, framework = _steptrace.step_enter, []
+
+    def step_enter(tokens, samples, fw=False):
+        framework.append(fw)
+        return real(tokens, samples, fw)
+    _steptrace.step_enter = step_enter
+    try:
+        for _ in range(3):
+            lightning_step()
+        steps.end_training()  # did not start it: leaves it running
+        with steptrace.step():  # the program's own step: not a framework's
+            pass
+    finally:
+        _steptrace.step_enter = real
     assert not steps.idle
-    steps.end_training()  # did not start it: leaves it running
+    assert framework == [True] * 3 + [False], framework
     assert steptrace.is_running()
     steptrace.stop()
     lines, _ = lines_of(log)
-    assert len(lines) == 3, len(lines)
-    assert all(l["phases"]["backward"]["count"] == 2 for l in lines), [l["phases"] for l in lines]
-    # Idle from start to end: the training's end leaves nothing set.
+    assert len(lines) == 4, len(lines)
+    assert all(l["phases"]["backward"]["count"] == 2 for l in lines[:3]), [l["phases"] for l in lines]
+    # Idle from start to end: nothing left behind.
     idle = CallbackSteps(None, None, {"log_path": fresh("callbacks_idle_end"), "summary": False, "enabled": False}, "test")
     idle.begin_training()
     assert idle.idle
     idle.end_training()
-    assert not idle.idle and not _steptrace.framework_steps() and not steptrace.is_running()
+    assert not idle.idle and not steptrace.is_running()
 
 
 def test_loader_makes_steps_with_input_phase():

@@ -68,7 +68,7 @@ struct StepRecord {
                                      // (its own markers and those before it since the previous step's; -1: not taken)
   double binding_extra_ns = 0;  // a binding's measured bookkeeping beyond its calls' model, in force as the
                                 // step closed (details::set_binding_step_extra_ns)
-  bool framework_steps = false;  // a binding's framework callbacks opened it (details::set_binding_framework_steps)
+  bool framework_steps = false;  // a binding's framework callbacks opened it (details::set_next_step_framework)
   std::vector<PhaseSpan> between_spans;  // phase scopes that ended after the previous step's scope ended
 
   /// The step's own end: its scope's end when the scope ended before the next step began (what runs

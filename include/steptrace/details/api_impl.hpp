@@ -157,8 +157,8 @@ void set_binding_step_extra_ns(double ns) noexcept {
   if (std::isfinite(ns)) binding_step_extra_ns_now().store(std::clamp(ns, 0.0, 1e6), std::memory_order_relaxed);
 }
 double binding_step_extra_ns() noexcept { return binding_step_extra_ns_now().load(std::memory_order_relaxed); }
-void set_binding_framework_steps(bool on) noexcept { binding_framework_steps_now().store(on, std::memory_order_relaxed); }
-bool binding_framework_steps() noexcept { return binding_framework_steps_now().load(std::memory_order_relaxed); }
+void set_next_step_framework(bool on) noexcept { next_step_framework_here() = on; }
+bool next_step_framework() noexcept { return next_step_framework_here(); }
 int64_t marker_record_ns() noexcept { return marker_ring().recorded_ns(); }
 uint64_t tracing_boundaries_so_far() noexcept { return tracing_boundaries().load(std::memory_order_relaxed); }
 

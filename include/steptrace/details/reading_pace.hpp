@@ -24,10 +24,10 @@ inline std::atomic<double>& binding_step_extra_ns_now() {
   static std::atomic<double> ns{0};
   return ns;
 }
-/// Whether a binding's framework callbacks drive the steps (details::set_binding_framework_steps); off
-/// from each start().
-inline std::atomic<bool>& binding_framework_steps_now() {
-  static std::atomic<bool> on{false};
+/// Whether the next step this thread opens is a framework's (details::set_next_step_framework); the
+/// step's opening takes it back.
+inline bool& next_step_framework_here() {
+  thread_local bool on = false;
   return on;
 }
 /// Step boundaries so far that switched tracing on or off, or attached CUPTI ahead of a traced step

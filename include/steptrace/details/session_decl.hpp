@@ -83,7 +83,6 @@ class Session {
       return false;
     }
     binding_step_extra_ns_now().store(0, std::memory_order_relaxed);  // a binding measures its own anew
-    binding_framework_steps_now().store(false, std::memory_order_relaxed);  // ... and says its steps anew
     for (const auto& e : apply_environment(cfg, env)) report_config_error(e);
     for (const auto& e : validate(cfg)) report_config_error(e);
     if (!cfg.enabled) {
@@ -288,7 +287,7 @@ class Session {
     // From the recorder's lock until the closed step is in the queue, a SIGTERM waits (signals.hpp):
     // an ending run between the two would find that step in no one's hands and count it cut.
     DeferEndings held;
-    StepRecorder::Begun b = recorder_.begin(tokens, samples, binding_framework_steps_now().load(std::memory_order_relaxed));
+    StepRecorder::Begun b = recorder_.begin(tokens, samples, std::exchange(next_step_framework_here(), false));
     if (!b.index) return std::nullopt;
     MarkerRing& markers = marker_ring();
     if (attribution_ && sampling_possible(cfg_) && !b.tracing_failed) {  // read in begin()'s lock: no second lock per step
