@@ -482,6 +482,14 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
   CHECK(*off.counters.fraction == 0.0);
   CHECK(off.captures.basis == steptrace::PartBasis::off);
   CHECK(*off.high == Approx(*est.fraction + 0.01));
+  CHECK(p.high_reason.empty());
+  // A framework's callbacks opened the step: the same parts, no high end, said why.
+  const auto framework = steptrace::make_overhead_parts(est, ledger, steptrace::CountersRun::off, std::nullopt, host_api,
+                                                        /*framework_steps=*/true);
+  CHECK_FALSE(framework.high);
+  CHECK(framework.high_reason == steptrace::reason_text(steptrace::Reason::framework_steps_unbounded));
+  CHECK(*framework.host_api.fraction == Approx(*off.host_api.fraction));
+  CHECK(*framework.background.fraction == Approx(*off.background.fraction));
   // The warm-up's one-off costs are not counted.
   steptrace::OverheadLedger warm;
   warm.spent(steptrace::OverheadLedger::Work::counters, 500.0);

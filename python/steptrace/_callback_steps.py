@@ -106,15 +106,11 @@ class CallbackSteps(_driver.Holder):
                                  f"settings {sorted(self.settings)} were not applied")
 
     def end_training(self):
-        if self.idle:
-            self.idle = False
-            self._forget_cost()
-            return
-        self.close_now()
+        self.close_now()  # (idle: nothing open)
         self._forget_cost()  # this training's cost is no later program's
         if self.started and steptrace.is_running():
             steptrace.stop()
-        self.started = False
+        self.started = self.idle = False
 
     # ---- what the bookkeeping costs ----
     def _time_next_step(self):

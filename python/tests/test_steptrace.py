@@ -360,10 +360,14 @@ def test_framework_callbacks_idle_while_steptrace_is_off():
             return 256
 
     batch = {"input_ids": Ids()}
-    steps = CallbackSteps("auto", None, {"log_path": fresh("callbacks_idle_off"), "summary": False, "enabled": False},
-                          "test")
 
-    def lightning_step():  # Lightning's hook order (steptrace.lightning.StepTrace), 2 micro-batches
+    def off_at_training_begin(name):
+        steps = CallbackSteps("auto", None, {"log_path": fresh(name), "summary": False, "enabled": False}, "test")
+        steps.begin_training()
+        assert not steptrace.is_running() and steps.idle
+        return steps
+
+    def lightning_step(steps):  # Lightning's hook order (steptrace.lightning.StepTrace), 2 micro-batches
         for micro in range(2):
             steps.begin_batch(batch, "forward")  # on_train_batch_start
             steps.enter("backward")              # on_before_backward
@@ -374,8 +378,7 @@ def test_framework_callbacks_idle_while_steptrace_is_off():
             if micro == 1:
                 steps.close_step()
 
-    steps.begin_training()
-    assert not steptrace.is_running() and steps.idle
+    steps = off_at_training_begin("callbacks_idle_off")
     package = os.path.dirname(os.path.abspath(steptrace.__file__))
     python_calls, c_calls = [], []
 
@@ -387,7 +390,7 @@ def test_framework_callbacks_idle_while_steptrace_is_off():
     sys.setprofile(profile)
     try:
         for _ in range(5):
-            lightning_step()
+            lightning_step(steps)
     finally:
         sys.setprofile(None)
     # Per step: the hooks' 10 calls into CallbackSteps, two asking whether steptrace runs (the batches'
@@ -395,36 +398,47 @@ def test_framework_callbacks_idle_while_steptrace_is_off():
     # calls (each phase change, batch count and step end reached the step driver).
     assert len(python_calls) == 5 * 12, (len(python_calls) / 5, python_calls[:24])
     assert c_calls == ["is_running"] * 10, c_calls
-    # A later start: the next batch's start opens a step, a framework's.
-    log = fresh("callbacks_idle_started_later")
-    assert steptrace.start(log_path=log, summary=False, gpu="off", line_detail="full")
-    real, framework = _steptrace.step_enter, []
-
-    def step_enter(tokens, samples, fw=False):
-        framework.append(fw)
-        return real(tokens, samples, fw)
-    _steptrace.step_enter = step_enter
-    try:
-        for _ in range(3):
-            lightning_step()
-        steps.end_training()  # did not start it: leaves it running
-        with steptrace.step():  # the program's own step: not a framework's
-            pass
-    finally:
-        _steptrace.step_enter = real
+    steps.end_training()
     assert not steps.idle
-    assert framework == [True] * 3 + [False], framework
-    assert steptrace.is_running()
-    steptrace.stop()
-    lines, _ = lines_of(log)
-    assert len(lines) == 4, len(lines)
-    assert all(l["phases"]["backward"]["count"] == 2 for l in lines[:3]), [l["phases"] for l in lines]
-    # Idle from start to end: nothing left behind.
-    idle = CallbackSteps(None, None, {"log_path": fresh("callbacks_idle_end"), "summary": False, "enabled": False}, "test")
-    idle.begin_training()
-    assert idle.idle
-    idle.end_training()
-    assert not idle.idle and not steptrace.is_running()
+    # A later start: the next batch's start opens a step, a framework's; on full lines (their phases'
+    # counts) and on the defaults (compact lines, read back whole: the environment's forced detail lifted).
+    real = _steptrace.step_enter
+    for detail in ("full", None):
+        steps = off_at_training_begin(f"callbacks_idle_off_{detail or 'default'}")
+        log = fresh(f"callbacks_idle_started_later_{detail or 'default'}")
+        saved = os.environ.pop("STEPTRACE_LINE_DETAIL", None) if detail is None else None
+        try:
+            assert steptrace.start(log_path=log, summary=False, gpu="off", **({"line_detail": detail} if detail else {}))
+        finally:
+            if saved is not None:
+                os.environ["STEPTRACE_LINE_DETAIL"] = saved
+        framework = []
+
+        def step_enter(tokens, samples, fw=False):
+            framework.append(fw)
+            return real(tokens, samples, fw)
+        _steptrace.step_enter = step_enter
+        try:
+            for _ in range(3):
+                lightning_step(steps)
+            assert not steps.idle
+            with steptrace.step():  # the program's own step: not a framework's
+                pass
+        finally:
+            _steptrace.step_enter = real
+        assert framework == [True] * 3 + [False], framework
+        steps.end_training()  # did not start it: stops nothing
+        assert steptrace.is_running() and not steps.idle
+        steptrace.stop()
+        from steptrace import lines as reader
+        records = reader.read_records(log)
+        if detail is None:  # the defaults: a run record, then compact lines
+            assert records[0].get("event") == "run" and records[0]["settings"]["line_detail"] == "compact", records[0]
+        assert {r["schema"] for r in records if "event" not in r} == {"steptrace.step/1" if detail else "steptrace.step/2"}
+        lines = reader.step_lines(log)
+        assert len(lines) == 4, len(lines)
+        assert all(l["phases"]["backward"]["count"] == 2 for l in lines[:3]), [l["phases"] for l in lines]
+    assert not steptrace.is_running()
 
 
 def test_loader_makes_steps_with_input_phase():

@@ -35,8 +35,8 @@ class StepQueue {
   /// last step or once a quarter of the bound waits: otherwise it takes the steps at its next look (at
   /// most kLookEveryMs apart, worker_decl.hpp). Waking the sleeping thread at every step cost the
   /// training thread a futex call and the wake-up, 31.5-31.9 us median a step on the 2-core dev VM
-  /// against 0.21-0.23 us without (benchmarks/queue_wake; results/2026-11-30-h200x2-session68/
-  /// queue_wake_vm.txt; not measured on a GPU host, where it is likely less).
+  /// against 0.21-0.23 us without, 1.9-2.3 against 0.20-0.32 us on an H200 host (benchmarks/queue_wake;
+  /// results/2026-11-30-h200x2-session68/queue_wake_vm.txt, -session69/queue_wake_h200.txt).
   bool push(StepRecord&& record, bool last = false) {
     bool wake = last;
     {

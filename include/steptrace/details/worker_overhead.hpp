@@ -89,16 +89,8 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                 !ctx.counters_on           ? CountersRun::off
                                 : ctx.counters_traced_only ? CountersRun::around_traced_steps
                                                            : CountersRun::every_step,
-                                flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, host_api);
-  // Steps a framework's callbacks drive: what the callbacks cost the framework's own code around their
-  // calls is in no measurement (inside one run they cost several times what the lines estimate: Lightning
-  // ~110 us a step against ~30, the HF Trainer ~260 against ~33, the cause not known; two H200s, session
-  // 69, benchmarks/framework_budget.py --interleave). The estimate stays what was measured; no upper end
-  // is claimed.
-  if (r.framework_steps && o.parts.high) {
-    o.parts.high.reset();
-    o.parts.high_reason = reason_text(Reason::framework_steps_unbounded);
-  }
+                                flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, host_api,
+                                r.framework_steps);
   if (d.detach) {
     switch_to_detach(r, o.estimate);
     attached_fraction_ = 0;  // detached from here on: the kept mode's share is no one's to leave room for
