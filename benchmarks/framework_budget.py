@@ -31,7 +31,7 @@ call (a profile or trace function, sys.monitoring tools, the threads, the CPUs t
   probe framework=F profile=.. trace=.. monitoring=.. threads=[..] cpus=N switchinterval_ms=..
 
 --against-off R [--modes off,default,...]: R rounds per framework of each mode (MODES: off, no callback;
-default; host, gpu=off; nocupti, cupti=off; nomarkers, stream_markers=false; nocounters, counters=off;
+default; host, gpu=off; hostnolog, gpu=off and no log (no line is made); nocupti, cupti=off; nomarkers, stream_markers=false; nocounters, counters=off;
 nomem, memory_sample_ms=60000; disabled, enabled=false),
 each training in a fresh process (the later trainings of one process run faster than its first), the
 order rotated each round, all timed by the same clock (a callback of this script: the time between
@@ -132,7 +132,7 @@ def transformers_clock(transformers, clock):
 def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=None, gate=None):
     import steptrace.lightning as stl
     pl = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
-    callback = stl.StepTrace(log_path=log, **settings) if steptrace_on else None
+    callback = stl.StepTrace(**{"log_path": log, **settings}) if steptrace_on else None
     if callback is not None and gate is not None:
         callback = gated_lightning(pl, callback, gate)
     loader = torch.utils.data.DataLoader(dataset(steps * ACCUMULATE * BATCH), batch_size=BATCH)
@@ -150,7 +150,7 @@ def run_lightning(steps, log, settings, clock=None, steptrace_on=True, probe=Non
 def run_transformers(steps, log, settings, clock=None, steptrace_on=True, probe=None, gate=None):
     import steptrace.transformers as sth
     import transformers
-    callback = sth.StepTraceCallback(log_path=log, **settings) if steptrace_on else None
+    callback = sth.StepTraceCallback(**{"log_path": log, **settings}) if steptrace_on else None
     if callback is not None and gate is not None:
         callback = gated_transformers(transformers, callback, gate)
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=128, n_layer=2, n_head=4)
@@ -239,6 +239,7 @@ MODES = {
     "off": None,
     "default": {},
     "host": {"gpu": "off"},             # the callbacks and the runtime, nothing of CUDA: the Python bookkeeping
+    "hostnolog": {"gpu": "off", "log_path": ""},  # ... and no line made or written (the background thread's share)
     "nocupti": {"cupti": "off"},        # ... with the stream markers and memory sampling, no CUPTI
     "nomarkers": {"stream_markers": False},
     "nocounters": {"counters": "off"},  # no PM sampling
