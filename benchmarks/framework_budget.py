@@ -93,6 +93,9 @@ def parse(argv):
     p.add_argument("--rounds", type=int, default=3, help="--interleave's trainings per framework, one process each")
     p.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "MODE", "ROUND"), help=argparse.SUPPRESS)
     p.add_argument("--probe", action="store_true", help="what any Python call costs inside the hooks (see above)")
+    p.add_argument("--hook-times", action="store_true",
+                   help="--interleave: time each call into the callback from outside, every on step, and the "
+                        "garbage collector per step on both sides (adds ~1 us a hook to the on side)")
     p.add_argument("--time-calls", action="store_true",
                    help="what the callbacks' timed calls hold: each kind of call, and the extension's step calls "
                         "inside them, timed (their medians in us), and the values handed to the runtime")
@@ -261,8 +264,8 @@ def one_run(a, runs, out):
     # before to its own end); the steps before are all with steptrace (its start-up and the budget's settling).
     switch = interleave.schedule(max(0, a.steps - a.steady_from - 1), a.interleave, on_first=r % 2 == 0) \
         if a.interleave and settings is not None else None
-    gate = Gate(lambda k: k <= a.steady_from or k - a.steady_from - 1 >= len(switch) or switch[k - a.steady_from - 1]) \
-        if switch is not None else None
+    gate = Gate(lambda k: k <= a.steady_from or k - a.steady_from - 1 >= len(switch) or switch[k - a.steady_from - 1],
+                timing=a.hook_times) if switch is not None else None
     try:
         runs[name](a.steps, log, dict(settings or {}), clock=clock, steptrace_on=settings is not None, probe=probe,
                    gate=gate)
@@ -283,11 +286,11 @@ def one_run(a, runs, out):
     if probe:
         print(probe.report(f"{name} mode={mode} round={r}"), flush=True)
     if switch is not None:
-        print(interleaved(a, name, mode, r, log, ms, switch), flush=True)
+        print(interleaved(a, name, mode, r, log, ms, switch, gate), flush=True)
     return 0
 
 
-def interleaved(a, name, mode, r, log, ms, switch):
+def interleaved(a, name, mode, r, log, ms, switch, gate=None):
     """--interleave: one training's on steps against its off steps (benchmarks/interleave.py). Left out on
     both sides: each group's first step (the switch's own work) and the two steps after an evaluation.
     The traced lines are counted, not placed (a callback's lines are not one per framework step: the off
@@ -296,6 +299,12 @@ def interleaved(a, name, mode, r, log, ms, switch):
     ms, switch = ms[:n], switch[:n]
     skip = [i for i in range(n) if i % a.interleave == 0 or (a.steady_from + 1 + i) % EVAL_EVERY in (0, 1)]
     d = interleave.compare(ms, switch, a.interleave, skip=skip)
+    hooks = ""
+    if gate is not None and gate.timing:  # the gate's step k is timed step k - steady_from - 1
+        kept = [i for i in range(n) if i not in set(skip)]
+        hooks = "\n" + gate.report(f"{name} mode={mode} round={r}",
+                                    [a.steady_from + 1 + i for i in kept if switch[i]],
+                                    [a.steady_from + 1 + i for i in kept if not switch[i]])
     lines, _ = read_lines(log) if os.path.exists(log) else (None, None)
     late = [s for s in lines or [] if (s.get("global_step") or 0) > a.steady_from]
     times = sorted(s["step_time_ms"] for s in late if s.get("step_time_ms") is not None)
@@ -309,7 +318,7 @@ def interleaved(a, name, mode, r, log, ms, switch):
               "beside them are not found and stay in (the cost reads low by what they paid)", file=sys.stderr)
     return (f"interleave framework={name} mode={mode} round={r} group={a.interleave} {interleave.describe(d)} "
             f"traced_lines={traced} "
-            f"estimate_mean={100 * statistics.mean(est) if est else float('nan'):.4f}%")
+            f"estimate_mean={100 * statistics.mean(est) if est else float('nan'):.4f}%" + hooks)
 
 
 def against_off(a, runs, out):
@@ -346,9 +355,10 @@ def interleave_rounds(a, out):
         for r in range(a.rounds):
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                 cmd = [sys.executable, os.path.abspath(__file__), "--one", name, mode, str(r), "--steps", str(a.steps),
-                       "--steady-from", str(a.steady_from), "--out", out, "--interleave", str(a.interleave)]
+                       "--steady-from", str(a.steady_from), "--out", out, "--interleave", str(a.interleave)] + \
+                    (["--hook-times"] if a.hook_times else [])
                 p = subprocess.run(cmd, capture_output=True, text=True)
-                rows = [l for l in p.stdout.splitlines() if l.startswith(("clock ", "interleave ", "framework="))]
+                rows = [l for l in p.stdout.splitlines() if l.startswith(("clock ", "interleave ", "hooks ", "framework="))]
                 for row in rows:
                     print(row, flush=True)
                 if p.returncode or not rows:

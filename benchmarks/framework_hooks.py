@@ -146,23 +146,74 @@ def transformers_probe(transformers, probe):
 class Gate:
     """--interleave's switch: whether optimizer step k runs with steptrace's callback (`on_of_step`), decided
     at the step's first hook; at a switch, `at_step`'s off_now / on_now run first (inside the switching
-    step's time: that step is left out of the comparison on both sides)."""
+    step's time: that step is left out of the comparison on both sides). With `timing` (--hook-times), each
+    call into the callback is timed from outside (`call`: per step and per hook, every step, tails
+    included) and the garbage collector's passes are timed per step on both sides (gc.callbacks)."""
 
-    def __init__(self, on_of_step):
+    def __init__(self, on_of_step, timing=False):
         self.on_of_step = on_of_step
         self.active = True
+        self.k = None  # the optimizer step the hooks now run in (its first hook's global_step)
+        self.timing = timing
+        self.hook_ns = {}   # step -> ns in the callback's calls (on steps)
+        self.by_hook = {}   # hook name -> [ns of each call] (on steps)
+        self.gc_ns = {}     # step -> ns in garbage collection (both sides)
+        self._gc_t0 = None
+        if timing:
+            import gc
+            gc.callbacks.append(self._gc)
+
+    def _gc(self, phase, info):
+        if phase == "start":
+            self._gc_t0 = time.perf_counter_ns()
+        elif self._gc_t0 is not None:
+            self.gc_ns[self.k] = self.gc_ns.get(self.k, 0) + time.perf_counter_ns() - self._gc_t0
+            self._gc_t0 = None
 
     def at_step(self, k, off_now, on_now):
+        self.k = k
         want = self.on_of_step(k)
         if want != self.active:
             (on_now if want else off_now)()
             self.active = want
 
+    def call(self, name, f, *args, **kwargs):
+        if not self.timing:
+            return f(*args, **kwargs)
+        t0 = time.perf_counter_ns()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            ns = time.perf_counter_ns() - t0
+            self.hook_ns[self.k] = self.hook_ns.get(self.k, 0) + ns
+            self.by_hook.setdefault(name, []).append(ns)
+
+    def report(self, name, on_steps, off_steps):
+        """--hook-times' line: the callback's time per on step as timed from outside, and the garbage
+        collector's per step on each side."""
+        def stats(v):
+            v = sorted(v)
+            if not v:
+                return "n=0"
+            q = lambda f: v[min(len(v) - 1, int(f * len(v)))] / 1e3  # noqa: E731
+            return (f"n={len(v)} mean_us={statistics.mean(v) / 1e3:.1f} median_us={q(0.5):.1f} p90_us={q(0.9):.1f} "
+                    f"p99_us={q(0.99):.1f} max_us={v[-1] / 1e3:.1f}")
+        rows = [f"hooks framework={name} per_on_step " + stats([self.hook_ns.get(k, 0) for k in on_steps])]
+        for side, steps in (("on", on_steps), ("off", off_steps)):
+            g = [self.gc_ns.get(k, 0) for k in steps]
+            rows.append(f"hooks framework={name} gc_{side} steps_with_gc={sum(1 for x in g if x)} "
+                        f"gc_us_per_step={statistics.mean(g) / 1e3 if g else float('nan'):.2f}")
+        for hook in sorted(self.by_hook):
+            rows.append(f"hooks framework={name} hook={hook} " + stats(self.by_hook[hook]))
+        return "\n".join(rows)
+
 
 def _forward(name, gate=None):
     def hook(self, *args, **kwargs):
-        if gate is None or gate.active:
+        if gate is None:
             return getattr(self.inner, name)(*args, **kwargs)
+        if gate.active:
+            return gate.call(name, getattr(self.inner, name), *args, **kwargs)
         return None
     return hook
 
@@ -178,7 +229,7 @@ def gated_lightning(pl, inner, gate):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             gate.at_step(trainer.global_step, inner._steps.close_now, lambda: None)
             if gate.active:
-                inner.on_train_batch_start(trainer, pl_module, batch, batch_idx)
+                gate.call("on_train_batch_start", inner.on_train_batch_start, trainer, pl_module, batch, batch_idx)
     for n in ("on_fit_start", "on_train_end", "on_validation_start", "on_train_epoch_end", "on_save_checkpoint",
               "on_fit_end", "on_exception"):
         setattr(Gated, n, _forward(n))
@@ -208,7 +259,7 @@ def gated_transformers(transformers, inner, gate):
                     steptrace.watch(model)
             gate.at_step(state.global_step, off_now, on_now)
             if gate.active:
-                inner.on_step_begin(args, state, control, **kwargs)
+                gate.call("on_step_begin", inner.on_step_begin, args, state, control, **kwargs)
     for n in ("on_train_begin", "on_train_end"):
         setattr(Gated, n, _forward(n))
     for n in ("on_pre_optimizer_step", "on_optimizer_step", "on_step_end"):
