@@ -551,8 +551,10 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
   for (std::size_t from = 0; from <= o.modes.size();) {
     const std::size_t comma = std::min(o.modes.find(',', from), o.modes.size());
     const std::string m = o.modes.substr(from, comma - from);
-    if (m != "off" && m != "default" && m != "full" && m != "full_nocounters") {
-      std::fprintf(stderr, "step_workloads --modes: off, default, full, full_nocounters (got '%s')\n", m.c_str());
+    if (m != "off" && m != "default" && m != "full" && m != "full_nocounters" && m != "nomarkers" && m != "nocupti" &&
+        m != "host" && m != "nolog") {
+      std::fprintf(stderr, "step_workloads --modes: off, default, full, full_nocounters, nomarkers, nocupti, host, nolog "
+                           "(got '%s')\n", m.c_str());
       return 2;
     }
     modes.push_back(m);
@@ -570,9 +572,15 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         std::remove(lines.c_str());
         cfg.log_path = lines;
         cfg.summary = false;
-        // The default block is the defaults (compact lines); the others name what they force.
-        if (mode != "default") cfg.trace_every = 1, cfg.line_detail = steptrace::LineDetail::full;
+        // The default block is the defaults (compact lines); the others name what they force: full and
+        // full_nocounters trace every step on full lines; nomarkers, nocupti, host (gpu off) and nolog (no
+        // log: no line made) are the defaults less one part, to find where a cost lies.
+        if (mode == "full" || mode == "full_nocounters") cfg.trace_every = 1, cfg.line_detail = steptrace::LineDetail::full;
         if (mode == "full_nocounters") cfg.counters = steptrace::Mode::off;
+        if (mode == "nomarkers") cfg.stream_markers = false;
+        if (mode == "nocupti") cfg.cupti = steptrace::Mode::off;
+        if (mode == "host") cfg.gpu = steptrace::Mode::off;
+        if (mode == "nolog") cfg.log_path.clear();
         if (!steptrace::start(cfg)) {
           std::fprintf(stderr, "step_workloads --alternate: start() failed in round %d (%s)\n", round, mode.c_str());
           return 3;

@@ -27,11 +27,23 @@ from steptrace.lines import step_lines
 
 
 def gpu_count():
+    """The GPUs this process's CUDA programs see: nvidia-smi's list, cut to CUDA_VISIBLE_DEVICES when it is
+    set (nvidia-smi ignores it; two ranks on one visible GPU would not start their communicator)."""
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return n
+    listed = 0
+    for entry in visible.split(","):  # CUDA stops at the first entry that names no device (-1 hides all)
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        listed += 1
+    return min(n, listed)
 
 
 def run(binary, out, name, extra):
