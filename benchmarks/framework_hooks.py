@@ -159,6 +159,9 @@ class Gate:
         self.by_hook = {}   # hook name -> [ns of each call] (on steps)
         self.gc_ns = {}     # step -> ns in garbage collection (both sides)
         self._gc_t0 = None
+        self.steps = None   # the callback's CallbackSteps (gated_*): its self-timed steps are compared
+        self.timed = {}     # step the callback timed itself -> ns from outside (its hooks' calls)
+        self.self_timed = {}  # ... -> (ns it timed of its own calls, calls, markers' ns, its sample's ns)
         if timing:
             import gc
             gc.callbacks.append(self._gc)
@@ -177,9 +180,26 @@ class Gate:
             (on_now if want else off_now)()
             self.active = want
 
+    def watch_self_timing(self, steps):
+        """The callback's own timing (CallbackSteps._timed_step_ends) read on each step it timed."""
+        self.steps = steps
+        cls = type(steps)
+        ends = cls._timed_step_ends
+        gate = self
+
+        def timed_step_ends(obj, keep):
+            if obj is gate.steps and obj._timed_step and keep:
+                kept = not obj._tainted and steptrace._steptrace.is_running()  # the method's own test
+                ends(obj, keep)
+                gate.self_timed[gate.k] = (obj._spent, obj._calls, obj._markers, obj._samples[-1] if kept else None)
+                return None
+            return ends(obj, keep)
+        cls._timed_step_ends = timed_step_ends
+
     def call(self, name, f, *args, **kwargs):
         if not self.timing:
             return f(*args, **kwargs)
+        timed = self.steps is not None and self.steps._timed_step
         t0 = time.perf_counter_ns()
         try:
             return f(*args, **kwargs)
@@ -187,6 +207,8 @@ class Gate:
             ns = time.perf_counter_ns() - t0
             self.hook_ns[self.k] = self.hook_ns.get(self.k, 0) + ns
             self.by_hook.setdefault(name, []).append(ns)
+            if timed or (self.steps is not None and self.steps._timed_step):
+                self.timed[self.k] = self.timed.get(self.k, 0) + ns
 
     def report(self, name, on_steps, off_steps):
         """--hook-times' line: the callback's time per on step as timed from outside, and the garbage
@@ -205,6 +227,18 @@ class Gate:
                         f"gc_us_per_step={statistics.mean(g) / 1e3 if g else float('nan'):.2f}")
         for hook in sorted(self.by_hook):
             rows.append(f"hooks framework={name} hook={hook} " + stats(self.by_hook[hook]))
+        both = sorted(k for k in self.self_timed if k in self.timed)
+        if both:  # the steps the callback timed itself: what it saw against what its hooks took from outside
+            spent = [self.self_timed[k][0] for k in both]
+            samples = [self.self_timed[k][3] for k in both if self.self_timed[k][3] is not None]
+            rows.append(f"hooks framework={name} self_timed_steps={len(both)} "
+                        f"outside_us_median={statistics.median([self.timed[k] for k in both]) / 1e3:.1f} "
+                        f"outside_us_mean={statistics.mean([self.timed[k] for k in both]) / 1e3:.1f} "
+                        f"spent_us_median={statistics.median(spent) / 1e3:.1f} "
+                        f"calls_median={statistics.median([self.self_timed[k][1] for k in both]):.0f} "
+                        f"markers_us_median={statistics.median([self.self_timed[k][2] for k in both]) / 1e3:.1f} "
+                        f"sample_us_median={statistics.median(samples) / 1e3 if samples else float('nan'):.1f} "
+                        f"extra_us_charged={steptrace._steptrace.step_extra_ns() / 1e3:.1f}")
         return "\n".join(rows)
 
 
@@ -221,6 +255,8 @@ def _forward(name, gate=None):
 def gated_lightning(pl, inner, gate):
     """steptrace's Lightning callback behind the gate: off, none of its step hooks is called and the step it
     kept open is ended at the switch."""
+    if gate.timing:
+        gate.watch_self_timing(inner._steps)
     class Gated(pl.Callback):
         def __init__(self):
             super().__init__()
@@ -242,6 +278,8 @@ def gated_transformers(transformers, inner, gate):
     """steptrace's HF Trainer callback behind the gate: off, none of its step hooks is called, the step it
     kept open is ended and steptrace.watch()'s module hooks are removed at the switch (put back at the
     next); its token-counting forward hook stays (it returns at once with no step open)."""
+    if gate.timing:
+        gate.watch_self_timing(inner._steps)
     class Gated(transformers.TrainerCallback):
         def __init__(self):
             self.inner = inner
