@@ -378,21 +378,27 @@ TEST_CASE("keep or detach: detaching pays when staying attached alone exceeds th
   CHECK(*d2.fraction == Approx(19.3 / 100.0));
 }
 
-TEST_CASE("host_api charges a binding's measured bookkeeping beyond the calls' model on the steps it was set for",
+TEST_CASE("host_api charges a binding's measured bookkeeping beyond the calls' model at its latest measurement",
           "[overhead]") {
   // 10 ms steps of 5 calls at the Python call's 0.72 us; the callbacks measured 6 us a step beyond them
   // from step 100 on (as details::set_binding_step_extra_ns hands it to the worker's ledger), then
-  // forgot it at step 300 (end of training): the window's charge follows what each step was given.
+  // forgot it at the end of training: each step is charged what the last measurement says a step
+  // costs, from the first step it came with (the steps before it were not measured, not free).
   steptrace::OverheadLedger ledger(steptrace::OverheadLedger::kPythonScopeNs);
   const double calls = 5 * steptrace::OverheadLedger::kPythonScopeNs * 1e-6 / 10;
   for (int i = 0; i < 100; ++i) ledger.step(10, 5);
   CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));
+  ledger.step(10, 5, false, 0, 0.006);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.006 / 10));  // at once, not a 101st of it
   for (int i = 0; i < 100; ++i) ledger.step(10, 5, false, 0, 0.006);
-  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.006 / 10 / 2));  // half the window's steps
-  for (int i = 0; i < 1000; ++i) ledger.step(10, 5, false, 0, 0.006);
-  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.006 / 10));  // the whole window
-  for (int i = 0; i < 1000; ++i) ledger.step(10, 5, false, 0, 0.0);
-  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));  // forgotten: the window's steps had none
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.006 / 10));
+  for (int i = 0; i < 100; ++i) ledger.step(10, 5, false, 0, 0.009);  // measured again, higher
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.009 / 10));
+  // On 20 ms steps (the window's mean step moves, the charge per step stays 9 us).
+  for (int i = 0; i < 1000; ++i) ledger.step(20, 10, false, 0, 0.009);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.009 / 20));
+  ledger.step(20, 10, false, 0, 0.0);
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));  // forgotten: none from here on
   // What cannot be a cost is none: negative, NaN.
   steptrace::OverheadLedger odd(steptrace::OverheadLedger::kPythonScopeNs);
   for (int i = 0; i < 10; ++i) odd.step(10, 5, false, 0, i % 2 ? -1.0 : std::nan(""));

@@ -106,6 +106,7 @@ class OverheadLedger {
     measured_ms = std::max(0.0, measured_ms);
     const double measured_steps = measured_ms > 0 ? 1 : 0;
     extra_ms = std::isfinite(extra_ms) ? std::max(0.0, extra_ms) : 0.0;
+    latest_extra_ms_ = extra_ms;
     steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps, extra_ms});
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
@@ -144,8 +145,8 @@ class OverheadLedger {
   }
 
   /// What the steps pay at the markers' pace in force (1 step in `markers_every`; 0: not marking): the
-  /// calls as modelled over the window, a binding's measured bookkeeping beyond them (step()'s
-  /// `extra_ms`), and one marked step's typical cost (marked_step_fraction) times the share marked now. The line's host_api and the interval's decision read this, not the window's
+  /// calls as modelled over the window, a binding's measured bookkeeping beyond them (the last step's
+  /// `extra_ms`, on every step), and one marked step's typical cost (marked_step_fraction) times the share marked now. The line's host_api and the interval's decision read this, not the window's
   /// sum of the records' time: that sum held the steps marked before overhead_budget thinned the markers for up to kWindow
   /// steps (session 65, a 5 ms GPU-bound step marked every step at ~20 us for 40 steps: the sum still
   /// said 0.2 % of the step 40 steps after the markers went to 1 in 16, ~0.03 %, and the budget, taking
@@ -154,7 +155,12 @@ class OverheadLedger {
   /// markers are in its measured extra (tracing), not here.
   std::optional<double> host_api_fraction_at(int markers_every) const {
     if (!(sum_.step_ms > 0)) return std::nullopt;
-    const double calls = (sum_.calls * ns_per_call_ * 1e-6 + std::max(0.0, sum_.extra_ms)) / sum_.step_ms;
+    // A binding's extra at its latest measurement, on every step of the window: it is what a step costs
+    // now, and the steps before its first measurement (stamped 0, not measured yet) are no evidence of a
+    // lower cost (session 70, Lightning on an H200: 46 us a step measured from step ~220 on, charged at
+    // under half of it for the next 500 steps while the window still held the unmeasured ones).
+    const double calls = (sum_.calls * ns_per_call_ * 1e-6 + latest_extra_ms_ * static_cast<double>(steps_.size())) /
+                         sum_.step_ms;
     const std::optional<double> marked = markers_every >= 1 ? marked_step_fraction() : std::nullopt;
     return std::max(0.0, calls + (marked ? *marked / markers_every : 0.0));
   }
@@ -179,6 +185,7 @@ class OverheadLedger {
   std::deque<Entry> steps_;
   Entry sum_;
   double pending_background_ms_ = 0;
+  double latest_extra_ms_ = 0;  // the last step's `extra_ms`: what host_api charges each step
   double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
   double total_step_ms_ = 0;
 };
