@@ -505,7 +505,9 @@ inline constexpr FieldProse kStepProse[] = {
      "marking every step costs over their share of `overhead_budget`: half of it, or what 80 % of it leaves "
      "beside CUPTI kept attached and steptrace's calls where that is less, a tenth of it at least "
      "(the median untraced marked "
-     "step's measured event records against the mean step time). The pace a step ran under: the steps "
+     "step's measured event records against the mean step time; or, where the markers are thinned and it "
+     "resolves more, the marked steps' time beyond the unmarked steps beside them in this run: a record "
+     "also holds the GPU, ~3 us an event on an H200). The pace a step ran under: the steps "
      "left unmarked say so in `null_reasons.gpu_markers`",
      "the stream markers not armed (`stream_markers=false`, no GPU attribution, or no traced step has "
      "shown the stream yet: reason)"},

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "marked_steps.hpp"
 #include "measured.hpp"
 #include "overhead.hpp"
 #include "reasons.hpp"
@@ -125,23 +126,33 @@ class OverheadLedger {
   }
 
   /// The stream markers' measured cost of one step that has them, over the step time of one step (the
-  /// window's mean): what marking every step would cost. The median over the window's marked steps, not
-  /// the mean: the training thread can be preempted inside a record, and one such ms would otherwise
-  /// thin the markers for the whole window (a CTest run on a loaded 2-core machine did that: 0.05 % where
-  /// every record's own cost was 0.006 %). host_api_fraction_at() charges this x the share marked now.
-  /// nullopt before a marked step was counted.
+  /// window's mean): what marking every step would cost. The records' own time on the training thread,
+  /// the median over the window's marked steps, not the mean: the training thread can be preempted inside
+  /// a record, and one such ms would otherwise thin the markers for the whole window (a CTest run on a
+  /// loaded 2-core machine did that: 0.05 % where every record's own time was 0.006 %); or, where it
+  /// resolves more, what marked steps took beyond the unmarked ones beside them in this run (marking(),
+  /// core/marked_steps.hpp: the records' GPU-side cost is in no call's time). host_api_fraction_at()
+  /// charges this x the share marked now. nullopt before a marked step was counted.
   std::optional<double> marked_step_fraction() const {
-    if (!(sum_.step_ms > 0) || !(sum_.measured_steps > 0)) return std::nullopt;
-    std::vector<double> marked;
-    marked.reserve(steps_.size());
-    for (const Entry& e : steps_)
-      if (e.measured_steps > 0) marked.push_back(e.measured_ms);
-    if (marked.empty()) return std::nullopt;
-    const auto mid = marked.begin() + static_cast<std::ptrdiff_t>(marked.size() / 2);
-    std::nth_element(marked.begin(), mid, marked.end());
-    double per_marked_ms = *mid;
-    if (marked.size() % 2 == 0) per_marked_ms = (per_marked_ms + *std::max_element(marked.begin(), mid)) / 2;
-    return per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
+    if (!(sum_.step_ms > 0)) return std::nullopt;
+    std::optional<double> per_marked_ms = own_marked_ms();
+    if (!per_marked_ms) return std::nullopt;
+    // What marked steps cost beyond unmarked ones in this run, where it resolves more (core/marked_steps.hpp).
+    if (const std::optional<double> in_run = in_run_.beyond(*per_marked_ms)) per_marked_ms = *in_run;
+    return *per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
+  }
+  /// An untraced step whose marking is known (marked, or left unmarked by the markers' pace), in step
+  /// order; std::nullopt: a step that breaks the sequence (traced, or not known). Its step time is its own.
+  void marking(double step_ms, std::optional<bool> marked) {
+    if (marked) in_run_.step(step_ms, *marked);
+    else in_run_.gap();
+  }
+  /// The in-run comparison of marked and unmarked steps (nullopt: not enough pairs yet).
+  std::optional<MarkedStepCost::Measurement> marked_in_run() const { return in_run_.measured(); }
+  /// Whether marked_step_fraction() is the in-run comparison's (else the records' own time).
+  bool marked_cost_in_run() const {
+    const std::optional<double> own = own_marked_ms();
+    return own && in_run_.beyond(*own).has_value();
   }
 
   /// What the steps pay at the markers' pace in force (1 step in `markers_every`; 0: not marking): the
@@ -181,11 +192,26 @@ class OverheadLedger {
   struct Entry {
     double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0, extra_ms = 0;
   };
+  /// The records' own time on a marked step: the median over the window's marked steps (nullopt: none).
+  std::optional<double> own_marked_ms() const {
+    if (!(sum_.measured_steps > 0)) return std::nullopt;
+    std::vector<double> marked;
+    marked.reserve(steps_.size());
+    for (const Entry& e : steps_)
+      if (e.measured_steps > 0) marked.push_back(e.measured_ms);
+    if (marked.empty()) return std::nullopt;
+    const auto mid = marked.begin() + static_cast<std::ptrdiff_t>(marked.size() / 2);
+    std::nth_element(marked.begin(), mid, marked.end());
+    double per_marked_ms = *mid;
+    if (marked.size() % 2 == 0) per_marked_ms = (per_marked_ms + *std::max_element(marked.begin(), mid)) / 2;
+    return per_marked_ms;
+  }
   double ns_per_call_;
   std::deque<Entry> steps_;
   Entry sum_;
   double pending_background_ms_ = 0;
   double latest_extra_ms_ = 0;  // the last step's `extra_ms`: what host_api charges each step
+  MarkedStepCost in_run_;       // marked against unmarked untraced steps (marking())
   double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
   double total_step_ms_ = 0;
 };

@@ -27,6 +27,10 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (r.traced) marked_ms = 0;
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
                marked_ms, r.binding_extra_ns * 1e-6);
+  // The in-run comparison of marked and unmarked untraced steps (core/marked_steps.hpp): each one's own
+  // time and whether the markers' pace marked it; a traced step, or one before the probes, breaks the run.
+  if (r.traced || r.index < kProbeAfterSteps || !marker_ring().armed()) ledger_.marking(0, std::nullopt);
+  else ledger_.marking(ns_to_ms(r.own_end_ns() - r.begin_ns), !marker_ring().thinned(r.index).has_value());
   // The markers' pace from here on, set before anything reads their cost: the estimate and the interval
   // charge the markers at the pace the steps will pay, never at the one this line's measurement is
   // about to end (an H200 run, session 67: the line that first thinned a 5 ms step's markers from every
@@ -107,12 +111,14 @@ inline void Worker::pace_markers(const Config& cfg) {
   const double others = attached_fraction_ + ledger_.calls_fraction().value_or(0);
   const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others);
   if (every == ring.wanted_every()) return;
-  char detail[384];
+  char detail[448];
   std::snprintf(detail, sizeof detail,
-                "%d (traced steps always): marking every step costs %.3f %% of step time, over their share of "
+                "%d (traced steps always): marking every step costs %.3f %% of step time (%s), over their share of "
                 "overhead_budget=%s (half of it, or what 80 %% of it leaves beside CUPTI attached and the calls, "
                 "%.3f %% of step time now, where less; a tenth of it at least)",
-                every, 100 * *marked, format_fraction(cfg.overhead_budget).c_str(), 100 * others);
+                every, 100 * *marked,
+                ledger_.marked_cost_in_run() ? "marked steps against unmarked ones in this run" : "the records' own time",
+                format_fraction(cfg.overhead_budget).c_str(), 100 * others);
   const std::string why = reason_text(Reason::markers_thinned, detail);
   ring.want_every(every, every > 1 ? why : std::string());
   if (every > 1) warn_once("markers.thinned", why + " (the unmarked lines say so; said once)");
