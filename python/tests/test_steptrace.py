@@ -344,6 +344,42 @@ def test_framework_callbacks_time_their_own_bookkeeping():
         assert _steptrace.step_extra_ns() == 0  # forgotten with the training
 
 
+def test_framework_batch_counts_in_one_look():
+    """tokens='auto' and samples='auto' read a batch once (begin_batch's one call, Lightning's) and count
+    what the two functions count apart: a dict's input_ids (numel, first dimension), nothing from a
+    batch without them, nothing from a tensor alone (no tokens: the step's counts take nothing)."""
+    from steptrace._callback_steps import _auto_counts, batch_samples, batch_tokens
+
+    class Ids:
+        def __init__(self, shape):
+            self.shape = shape
+
+        def numel(self):
+            n = 1
+            for d in self.shape:
+                n *= d
+            return n
+
+    class Mapping:  # a BatchEncoding-like object: keys() and [] but no dict
+        def __init__(self, d):
+            self.d = d
+
+        def keys(self):
+            return self.d.keys()
+
+        def __getitem__(self, k):
+            return self.d[k]
+
+    batches = [{"input_ids": Ids((4, 64))}, Mapping({"input_ids": Ids((2, 8))}), {"input_ids": Ids(())},
+               {"labels": Ids((4, 64))}, Ids((4, 64)), [Ids((4, 64))], {"input_ids": [1, 2, 3]}, None]
+    for b in batches:
+        t = batch_tokens(b)
+        want = (t, batch_samples(b) if t is not None else None)
+        assert _auto_counts(b) == want, (b, _auto_counts(b), want)
+    assert _auto_counts(batches[0]) == (256.0, 4.0)
+    assert _auto_counts(batches[2]) == (1.0, None)
+
+
 def test_framework_callbacks_idle_while_steptrace_is_off():
     """steptrace not running as training begins (enabled=false here; STEPTRACE_ENABLED=0, a failed
     start()): the callbacks' calls return at once, but a step's first asks whether steptrace runs now - a
