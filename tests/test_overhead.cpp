@@ -11,6 +11,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include <catch2/catch.hpp>
@@ -453,6 +454,32 @@ TEST_CASE("marked steps against the unmarked ones beside them: what a marked ste
   for (int i = 0; i < 400; ++i)
     preempted.step(62.0 + 0.03 * noise.normal() + (i % 2 ? 0.06 : 0) + (i == 301 ? 20.0 : 0), i % 2 == 1);
   CHECK(preempted.measured()->ms == Approx(0.06).margin(0.01));
+
+  // The pace's marked steps: one in each block of N, at an offset each block's hash picks.
+  for (int every : {2, 4, 16, 64}) {
+    std::set<uint64_t> offsets;
+    for (uint64_t block = 0; block < 200; ++block) {
+      int marked = 0;
+      for (uint64_t k = 0; k < uint64_t(every); ++k)
+        if (steptrace::marked_at(block * every + k, every)) ++marked, offsets.insert(k);
+      CHECK(marked == 1);
+    }
+    CHECK(offsets.size() > 1);  // not always the block's first step
+  }
+  CHECK(steptrace::marked_at(12345, 1));
+  // A program whose every second step is 1 ms longer (its own pattern), marked 1 in 2 at marked_at's
+  // steps: the comparison still reads the markers' 0.06 ms, not the pattern (marking the even steps
+  // only, it would read -1 ms, or +1 ms on the odd ones).
+  steptrace::MarkedStepCost alternating;
+  for (uint64_t i = 0; i < 4000; ++i) {
+    const bool marked = steptrace::marked_at(i, 2);
+    alternating.step(62.0 + (i % 2 ? 1.0 : 0) + 0.03 * noise.normal() + (marked ? 0.06 : 0), marked);
+  }
+  REQUIRE(alternating.measured());
+  CHECK(alternating.measured()->ms == Approx(0.06).margin(0.2));  // the last 128 pairs: +-1 ms each, averaging out
+  steptrace::MarkedStepCost even_only;  // the pattern the first-of-block marking would meet
+  for (uint64_t i = 0; i < 4000; ++i) even_only.step(62.0 + (i % 2 ? 1.0 : 0) + (i % 2 == 0 ? 0.06 : 0), i % 2 == 0);
+  CHECK(even_only.measured()->ms == Approx(-0.94));
 
   // The ledger: marked steps' cost is the in-run comparison's where it resolves more than the records'
   // own time, and the markers' pace reads it (a 62 ms step whose records take 0.02 ms, 0.03 % of the

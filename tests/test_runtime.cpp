@@ -1244,7 +1244,7 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
       }
       CHECK(marked);  // any other step is marked
       if (first_thinned >= 0 && l["traced"] == false) {
-        if (costly) CHECK(step % 64 == 0);  // the untraced steps left marked are 1 in 64
+        if (costly) CHECK(steptrace::marked_at(uint64_t(step), 64));  // the untraced steps left marked: 1 in 64
         ++marked_after;
       }
       // From the line that thins them, the markers are charged at the new pace: the estimate's floor (its

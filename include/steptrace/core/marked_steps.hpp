@@ -8,8 +8,8 @@
 // C++ transformer of benchmarks/step_workloads (62 ms, GPU-bound; H200, session 70) a marked step cost
 // 0.056-0.10 % of the step more than an unmarked one, against 0.03 % by the records' own time.
 //
-// Where the markers are thinned (1 step in N), marked and unmarked untraced steps alternate in the same
-// run: each marked step between two unmarked ones gives one difference (its time minus its neighbours'
+// Where the markers are thinned (1 step in N: marked_at), marked and unmarked untraced steps alternate in
+// the same run: each marked step between two unmarked ones gives one difference (its time minus its neighbours'
 // mean), and their trimmed mean over the last kPairs is the measurement. It stands only when it is
 // resolved: enough pairs, and above the records' own time by more than twice its standard error
 // (a host-bound loop's noise leaves it unresolved, and the records' own time stands).
@@ -18,11 +18,30 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <vector>
 
 STEPTRACE_BEGIN_NAMESPACE
+
+/// splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable PRNGs", 2014): a step's block's hash.
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/// Whether the markers' pace of 1 step in `every` marks `step`: one step in each block of `every`
+/// (blocks from step 0), at an offset the block's hash picks. Not always the block's first: a program
+/// whose steps alternate (a longer step every second one) would otherwise always be marked on the same
+/// kind of step, and the in-run comparison below would read the program's pattern as the markers' cost.
+inline bool marked_at(uint64_t step, int every) {
+  if (every <= 1) return true;
+  const uint64_t n = static_cast<uint64_t>(every);
+  return step % n == mix64(step / n) % n;
+}
 
 class MarkedStepCost {
  public:

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../config.hpp"
+#include "../core/marked_steps.hpp"
 #include "../core/records.hpp"
 #include "../core/reasons.hpp"
 
@@ -54,12 +55,7 @@ struct TraceSchedule {
     const uint64_t k = step - anchor, n = static_cast<uint64_t>(every), block = k / n;
     return k % n == (jitter && block ? mix(block ^ (anchor << 20)) % n : 0);
   }
-  static uint64_t mix(uint64_t x) {  // splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable PRNGs", 2014)
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-  }
+  static uint64_t mix(uint64_t x) { return mix64(x); }
 };
 
 /// The schedule a step was taken under.

@@ -34,6 +34,7 @@
 
 #include "../backend/gpu_backend.hpp"
 #include "../core/clock.hpp"
+#include "../core/marked_steps.hpp"
 #include "../core/markers.hpp"
 #include "launch_context.hpp"
 #include "log.hpp"
@@ -290,7 +291,7 @@ class MarkerRing {
       thinning_.push_back({step, want, wanted_why_});
       every_ = want;
     }
-    const bool on = every_ <= 1 || traced || step % static_cast<uint64_t>(every_) == 0;
+    const bool on = traced || marked_at(step, every_);
     thin_step_.store(on ? UINT64_MAX : step, std::memory_order_relaxed);
     return on;
   }
@@ -299,7 +300,7 @@ class MarkerRing {
     std::lock_guard<std::mutex> lock(why_mutex_);
     for (auto it = thinning_.rbegin(); it != thinning_.rend(); ++it) {
       if (it->from > step) continue;
-      if (it->every <= 1 || step % static_cast<uint64_t>(it->every) == 0) return std::nullopt;
+      if (marked_at(step, it->every)) return std::nullopt;
       return it->why;
     }
     return std::nullopt;
