@@ -5,7 +5,7 @@
 // A step here is `kernels` (default 200) kernels that fill the GPU (one block per SM x 4, each spinning
 // `kernel_us`, default 100 µs), launched from the host far ahead of the GPU, then a wait for the stream
 // (the step's synchronisation, as a loss read is). Steps alternate in groups of 5 between unmarked and
-// marked: `marks` (default 5) stream markers recorded as steptrace records them
+// marked (each pair of groups starting with the other side than the pair before): `marks` (default 5) stream markers recorded as steptrace records them
 // (backend/cuda_markers.hpp: CudaMarkers::record), one before the first kernel and the others spread
 // evenly among the launches, as a step's and its phases' boundaries are. Four ways, each its own
 // interleaved run of `steps` steps (default 200) per stream:
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::max(40, std::atoi(argv[1])) : 200;
   const int kernels = argc > 2 ? std::max(10, std::atoi(argv[2])) : 200;
   const double kernel_us = argc > 3 ? std::max(1.0, std::atof(argv[3])) : 100.0;
-  const int marks = argc > 4 ? std::min(64, std::max(1, std::atoi(argv[4]))) : 5;
+  const int marks = std::min(kernels, argc > 4 ? std::min(64, std::max(1, std::atoi(argv[4]))) : 5);
   if (cudaFree(nullptr) != cudaSuccess) {
     std::fprintf(stderr, "marker_gpu_cost: needs a CUDA GPU\n");
     return 1;
@@ -142,8 +142,11 @@ int main(int argc, char** argv) {
       if (w == "read_only" && last_marked.empty()) continue;
       double sum[2] = {0, 0};
       int n[2] = {0, 0};
+      const long reads_before = reader.reads();
+      // Which side a pair of groups starts with alternates from one pair to the next.
       for (int s = 0; s < steps; ++s) {
-        const bool marked = (s / kGroup) % 2 == 0;
+        const int g = s / kGroup;
+        const bool marked = (g % 2 == 0) == ((g / 2) % 2 == 0);
         std::vector<uint32_t> slots;
         const double t0 = now_ms();
         for (int k = 0; k < kernels; ++k) {
@@ -165,7 +168,7 @@ int main(int argc, char** argv) {
       std::printf("marker_gpu way=%s stream=%s kernels=%d kernel_us=%.0f marks=%d marked_ms=%.4f unmarked_ms=%.4f "
                   "diff_us_per_step=%.2f diff_us_per_marker=%.2f groups=%d reads=%ld\n",
                   way, legacy ? "legacy" : "nonblocking", kernels, kernel_us, marks, on, off, 1e3 * (on - off),
-                  record ? 1e3 * (on - off) / marks : 0.0, (steps - kGroup) / kGroup, reader.reads());
+                  record ? 1e3 * (on - off) / marks : 0.0, (steps - kGroup) / kGroup, reader.reads() - reads_before);
       std::fflush(stdout);
     }
     markers.close();

@@ -1,6 +1,5 @@
 // The overhead estimator (core/overhead.hpp) and the budget's schedule rules (details/line_policy.hpp),
 // on hand-made step sequences whose answers are worked out in the comments.
-#include <steptrace/core/marked_steps.hpp>
 #include <steptrace/core/overhead.hpp>
 #include <steptrace/core/overhead_parts.hpp>
 #include <steptrace/details/line_policy.hpp>
@@ -11,7 +10,6 @@
 #include <deque>
 #include <fstream>
 #include <functional>
-#include <set>
 #include <nlohmann/json.hpp>
 
 #include <catch2/catch.hpp>
@@ -399,112 +397,14 @@ TEST_CASE("host_api charges a binding's measured bookkeeping beyond the calls' m
   // On 20 ms steps (the window's mean step moves, the charge per step stays 9 us).
   for (int i = 0; i < 1000; ++i) ledger.step(20, 10, false, 0, 0.009);
   CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.009 / 20));
+  ledger.step(20, 10, false, 0, -1.0);  // a step whose value was not taken (the one stop() closes)
+  CHECK(*ledger.host_api_fraction_at(0) == Approx(calls + 0.009 / 20));  // the last one taken stands
   ledger.step(20, 10, false, 0, 0.0);
   CHECK(*ledger.host_api_fraction_at(0) == Approx(calls));  // forgotten: none from here on
   // What cannot be a cost is none: negative, NaN.
   steptrace::OverheadLedger odd(steptrace::OverheadLedger::kPythonScopeNs);
   for (int i = 0; i < 10; ++i) odd.step(10, 5, false, 0, i % 2 ? -1.0 : std::nan(""));
   CHECK(*odd.host_api_fraction_at(0) == Approx(calls));
-}
-
-TEST_CASE("marked steps against the unmarked ones beside them: what a marked step costs in the run", "[overhead]") {
-  // A 62 ms GPU-bound step with 0.03 ms of noise (the C++ transformer on an H200), marked 1 in 2; a
-  // marked step costs 0.06 ms more (session 70: 0.056-0.10 % of the step), its records' own time 0.02.
-  Noise noise;
-  steptrace::MarkedStepCost c;
-  for (int i = 0; i < 63; ++i) c.step(62.0 + 0.03 * noise.normal() + (i % 2 ? 0.06 : 0), i % 2 == 1);
-  CHECK_FALSE(c.measured());  // 31 pairs: fewer than kLeastPairs
-  for (int i = 63; i < 400; ++i) c.step(62.0 + 0.03 * noise.normal() + (i % 2 ? 0.06 : 0), i % 2 == 1);
-  REQUIRE(c.measured());
-  CHECK(c.measured()->pairs == steptrace::MarkedStepCost::kPairs);
-  CHECK(c.measured()->ms == Approx(0.06).margin(0.01));
-  CHECK(c.measured()->se_ms < 0.005);
-  REQUIRE(c.beyond(0.02));
-  CHECK(*c.beyond(0.02) == Approx(0.06).margin(0.01));
-  CHECK_FALSE(c.beyond(0.07));  // the records' own time is more: it stands
-  // 1 in 4 (U U U M): each marked step between two unmarked ones.
-  steptrace::MarkedStepCost four;
-  for (int i = 0; i < 600; ++i) four.step(62.0 + 0.03 * noise.normal() + (i % 4 == 3 ? 0.06 : 0), i % 4 == 3);
-  REQUIRE(four.measured());
-  CHECK(four.measured()->pairs == steptrace::MarkedStepCost::kPairs);  // 149 pairs, the last 128 kept
-  CHECK(four.measured()->ms == Approx(0.06).margin(0.01));
-  // A traced step (gap) between a marked step and the next unmarked one: no pair spans it.
-  steptrace::MarkedStepCost gaps;
-  for (int i = 0; i < 600; ++i) {
-    if (i % 4 == 0) gaps.gap();
-    else gaps.step(62.0 + (i % 4 == 2 ? 5.0 : 0), i % 4 == 2);  // U M U, gap
-  }
-  CHECK(gaps.measured()->pairs == steptrace::MarkedStepCost::kPairs);
-  CHECK(gaps.measured()->ms == Approx(5.0));
-  steptrace::MarkedStepCost broken;  // U M, gap, U M, gap ...: never a marked step with both neighbours
-  for (int i = 0; i < 600; ++i) {
-    if (i % 3 == 2) broken.gap();
-    else broken.step(62.0 + (i % 3 == 1 ? 5.0 : 0), i % 3 == 1);
-  }
-  CHECK_FALSE(broken.measured());
-  // A host-bound loop: 4 ms steps with 5 % noise, the markers' real cost 0.02 ms: not resolved over
-  // the records' own 0.01 ms (its error is larger than the difference), whatever the mean reads.
-  steptrace::MarkedStepCost noisy;
-  for (int i = 0; i < 2000; ++i) noisy.step(4.0 * (1 + 0.05 * noise.normal()) + (i % 2 ? 0.02 : 0), i % 2 == 1);
-  REQUIRE(noisy.measured());
-  CHECK(noisy.measured()->se_ms > 0.01);
-  CHECK_FALSE(noisy.beyond(0.01));
-  // One preempted marked step in 128 pairs (20 ms) moves the trimmed mean nowhere.
-  steptrace::MarkedStepCost preempted;
-  for (int i = 0; i < 400; ++i)
-    preempted.step(62.0 + 0.03 * noise.normal() + (i % 2 ? 0.06 : 0) + (i == 301 ? 20.0 : 0), i % 2 == 1);
-  CHECK(preempted.measured()->ms == Approx(0.06).margin(0.01));
-
-  // The pace's marked steps: one in each block of N, at an offset each block's hash picks.
-  for (int every : {2, 4, 16, 64}) {
-    std::set<uint64_t> offsets;
-    for (uint64_t block = 0; block < 200; ++block) {
-      int marked = 0;
-      for (uint64_t k = 0; k < uint64_t(every); ++k)
-        if (steptrace::marked_at(block * every + k, every)) ++marked, offsets.insert(k);
-      CHECK(marked == 1);
-    }
-    CHECK(offsets.size() > 1);  // not always the block's first step
-  }
-  CHECK(steptrace::marked_at(12345, 1));
-  // A program whose every second step is 1 ms longer (its own pattern), marked 1 in 2 at marked_at's
-  // steps: the comparison still reads the markers' 0.06 ms, not the pattern (marking the even steps
-  // only, it would read -1 ms, or +1 ms on the odd ones).
-  steptrace::MarkedStepCost alternating;
-  for (uint64_t i = 0; i < 4000; ++i) {
-    const bool marked = steptrace::marked_at(i, 2);
-    alternating.step(62.0 + (i % 2 ? 1.0 : 0) + 0.03 * noise.normal() + (marked ? 0.06 : 0), marked);
-  }
-  REQUIRE(alternating.measured());
-  CHECK(alternating.measured()->ms == Approx(0.06).margin(0.2));  // the last 128 pairs: +-1 ms each, averaging out
-  steptrace::MarkedStepCost even_only;  // the pattern the first-of-block marking would meet
-  for (uint64_t i = 0; i < 4000; ++i) even_only.step(62.0 + (i % 2 ? 1.0 : 0) + (i % 2 == 0 ? 0.06 : 0), i % 2 == 0);
-  CHECK(even_only.measured()->ms == Approx(-0.94));
-
-  // The ledger: marked steps' cost is the in-run comparison's where it resolves more than the records'
-  // own time, and the markers' pace reads it (a 62 ms step whose records take 0.02 ms, 0.03 % of the
-  // step, under half the default budget's 0.1 %: every step marked; the run's 0.06 ms, 0.097 %, is over
-  // it: 1 in 2).
-  steptrace::OverheadLedger ledger;
-  steptrace::OverheadLedger own_only;
-  for (int i = 0; i < 400; ++i) {
-    const bool marked = i % 2 == 1;
-    const double ms = 62.0 + 0.03 * noise.normal() + (marked ? 0.06 : 0);
-    ledger.step(ms, 6, false, marked ? 0.02 : 0.0);
-    ledger.marking(ms, marked);
-    own_only.step(ms, 6, false, marked ? 0.02 : 0.0);
-  }
-  REQUIRE(ledger.marked_step_fraction());
-  CHECK(ledger.marked_cost_in_run());
-  CHECK_FALSE(own_only.marked_cost_in_run());
-  CHECK(*own_only.marked_step_fraction() == Approx(0.02 / 62.03).epsilon(0.01));
-  CHECK(*ledger.marked_step_fraction() == Approx(0.06 / 62.03).epsilon(0.15));
-  CHECK(steptrace::markers_every(*own_only.marked_step_fraction(), 0.001, 2) == 1);
-  CHECK(steptrace::markers_every(*ledger.marked_step_fraction(), 0.001, 2) == 2);
-  CHECK(steptrace::markers_every(*ledger.marked_step_fraction(), 0.001, 1) == 2);
-  // A traced step's gap and an unknown marking break the run; nothing else changes.
-  ledger.marking(0, std::nullopt);
-  CHECK(ledger.marked_cost_in_run());
 }
 
 TEST_CASE("stream markers' pace: what marking a step costs, and 1 step in N under half of the budget", "[overhead]") {

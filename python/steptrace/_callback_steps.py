@@ -18,45 +18,54 @@ import steptrace  # the package is whole by now: this module is imported by its 
 from . import _driver, _steptrace
 
 
+_NO_IDS = object()  # a batch without input_ids (or not dict-like)
+
+
+def _input_ids(batch):
+    """A dict-like batch's `input_ids`, else _NO_IDS."""
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        try:
+            return batch["input_ids"]
+        except (KeyError, TypeError, IndexError):
+            pass
+    return _NO_IDS
+
+
+def _tokens_of_ids(ids):
+    numel = getattr(ids, "numel", None)
+    return float(numel()) if callable(numel) else None
+
+
+def _samples_of_ids(ids):
+    shape = getattr(ids, "shape", None)
+    return float(shape[0]) if shape is not None and len(shape) > 0 else None
+
+
 def batch_tokens(batch):
     """Tokens of a batch when it says them plainly: the `input_ids` of a dict-like batch (padding
     included, as the model sees them); None otherwise (give `tokens=`)."""
-    ids = None
-    if isinstance(batch, dict) or hasattr(batch, "keys"):
-        try:
-            ids = batch["input_ids"]
-        except (KeyError, TypeError, IndexError):
-            ids = None
-    numel = getattr(ids, "numel", None)
-    return float(numel()) if callable(numel) else None
+    ids = _input_ids(batch)
+    return None if ids is _NO_IDS else _tokens_of_ids(ids)
+
+
+def batch_samples(batch):
+    """Samples of a batch: the first dimension of its `input_ids` (or of the batch itself, a tensor)."""
+    ids = _input_ids(batch)
+    if ids is _NO_IDS:
+        if isinstance(batch, dict) or hasattr(batch, "keys"):
+            return None  # dict-like without input_ids
+        ids = batch
+    return _samples_of_ids(ids)
 
 
 def _auto_counts(batch):
     """(batch_tokens(batch), batch_samples(batch)) from one look at the batch; (None, None) where
     batch_tokens has none (the step's counts then take nothing from this batch, as with the two calls)."""
-    if not (isinstance(batch, dict) or hasattr(batch, "keys")):
+    ids = _input_ids(batch)
+    if ids is _NO_IDS:
         return None, None
-    try:
-        ids = batch["input_ids"]
-    except (KeyError, TypeError, IndexError):
-        return None, None
-    numel = getattr(ids, "numel", None)
-    if not callable(numel):
-        return None, None
-    shape = getattr(ids, "shape", None)
-    return float(numel()), (float(shape[0]) if shape is not None and len(shape) > 0 else None)
-
-
-def batch_samples(batch):
-    """Samples of a batch: the first dimension of its `input_ids` (or of the batch itself, a tensor)."""
-    ids = batch
-    if isinstance(batch, dict) or hasattr(batch, "keys"):
-        try:
-            ids = batch["input_ids"]
-        except (KeyError, TypeError, IndexError):
-            return None
-    shape = getattr(ids, "shape", None)
-    return float(shape[0]) if shape is not None and len(shape) > 0 else None
+    t = _tokens_of_ids(ids)
+    return (None, None) if t is None else (t, _samples_of_ids(ids))
 
 
 class CallbackSteps(_driver.Holder):
@@ -165,9 +174,11 @@ class CallbackSteps(_driver.Holder):
         self._steps_at_sample = _steptrace.steps_begun()
         modelled = (1 + self._entered) * _steptrace.python_call_ns  # the step and its phases, as charged
         # Each timed call's way in (the framework's call of the callback's hook, and the hook's call of
-        # this object's method up to where the time starts) is outside the time: one Python call each,
-        # charged as modelled. (On an H200 the hooks timed from outside took 62-71 us a Lightning step
-        # where the timed calls said 52-55: framework_budget.py --hook-times, session 70.)
+        # this object's method up to where the time starts) is outside the time: charged as one modelled
+        # Python call each, a low figure (it is two or three calls, ~1 us each between a framework's work).
+        # On an H200 the hooks timed from outside took 62-71 us a Lightning step where the timed calls
+        # said 52-55 (framework_budget.py --hook-times, session 70; the outside timing's own ~1 us a
+        # hook included).
         entries = self._calls * _steptrace.python_call_ns
         self._samples.append(self._spent - self._calls * clock_ns() - self._markers - modelled + entries)
         if len(self._samples) >= TIME_SAMPLES_FIRST:

@@ -1,18 +1,25 @@
-// steptrace/core/marked_steps.hpp - what a marked step costs the program, measured in the run: the
-// stream markers' untraced marked steps against the unmarked steps beside them. Pure C++17.
+// steptrace/core/marked_steps.hpp - which steps the stream markers' pace marks, and what a marked step
+// costs the program, measured in the run: untraced marked steps against the unmarked steps beside them.
+// Pure C++17.
 //
 // The training thread times its own event records (the ledger's `measured_ms`), but a record costs the
 // step more than its call: each one holds the GPU between two kernels until the one before has finished
 // (~3 us an event on an H200 with kernels queued behind it, benchmarks/marker_gpu_cost), and those on a
 // step's boundary, where the GPU waits for the host, delay its first kernels by the calls' time. On the
-// C++ transformer of benchmarks/step_workloads (62 ms, GPU-bound; H200, session 70) a marked step cost
-// 0.056-0.10 % of the step more than an unmarked one, against 0.03 % by the records' own time.
+// C++ transformer of benchmarks/step_workloads (62 ms, GPU-bound; H200, session 70,
+// benchmarks/results/2026-11-30-h200x2-session70) the records' own time said 0.051-0.079 % of the step
+// for a marked step, and marking 1 step in 2 cost 0.056-0.10 % a step against not marking (so ~0.11-0.2 %
+// a marked step).
 //
-// Where the markers are thinned (1 step in N: marked_at), marked and unmarked untraced steps alternate in
-// the same run: each marked step between two unmarked ones gives one difference (its time minus its neighbours'
-// mean), and their trimmed mean over the last kPairs is the measurement. It stands only when it is
-// resolved: enough pairs, and above the records' own time by more than twice its standard error
-// (a host-bound loop's noise leaves it unresolved, and the records' own time stands).
+// Where the markers are thinned (1 step in N: marked_at), marked and unmarked untraced steps alternate
+// in the same run: each marked step between two unmarked ones, in triplets that share no step, gives one
+// difference (its time minus its neighbours' mean); their trimmed mean over the last kPairs, within
+// kMaxAgeSteps, is the measurement. It is used only where it resolves: enough pairs, and its value less
+// two standard errors above the records' own time; that lower value is what is charged (a noisy
+// host-bound loop, or a program's own alternating steps, leave it unresolved: the records' own time
+// stands). It refines a pace the records' own time has already thinned: at 1 in 1 there is no unmarked
+// step to compare with. What a marked step's end delays in the next (unmarked) step's GPU work counts
+// half against it here: the comparison reads low by that.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -23,31 +30,28 @@
 #include <optional>
 #include <vector>
 
+#include "hash.hpp"
+
 STEPTRACE_BEGIN_NAMESPACE
 
-/// splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable PRNGs", 2014): a step's block's hash.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 /// Whether the markers' pace of 1 step in `every` marks `step`: one step in each block of `every`
-/// (blocks from step 0), at an offset the block's hash picks. Not always the block's first: a program
-/// whose steps alternate (a longer step every second one) would otherwise always be marked on the same
-/// kind of step, and the in-run comparison below would read the program's pattern as the markers' cost.
+/// (blocks from step 0), at an offset the block's hash picks (salted: not the sampled traces' pick).
+/// Not always the block's first: a program whose steps alternate (a longer step every second one) would
+/// otherwise always be marked on the same kind of step, and the comparison below would read the
+/// program's pattern as the markers' cost.
 inline bool marked_at(uint64_t step, int every) {
   if (every <= 1) return true;
+  constexpr uint64_t kSalt = 0x6d61726b65727321ULL;  // any constant: the markers' picks, not the traces'
   const uint64_t n = static_cast<uint64_t>(every);
-  return step % n == mix64(step / n) % n;
+  return step % n == mix64((step / n) ^ kSalt) % n;
 }
 
 class MarkedStepCost {
  public:
-  static constexpr std::size_t kPairs = 128;      // the differences kept (the last ones)
-  static constexpr std::size_t kLeastPairs = 32;  // fewer: no measurement
-  static constexpr double kTrim = 0.1;            // each tail's share left out of the mean
+  static constexpr std::size_t kPairs = 128;       // the differences kept (the last ones)
+  static constexpr std::size_t kLeastPairs = 32;   // fewer: no measurement
+  static constexpr uint64_t kMaxAgeSteps = 4096;   // older differences are dropped (a pace of 1 keeps none new)
+  static constexpr double kTrim = 0.1;             // each tail's share left out of the mean
 
   struct Measurement {
     double ms = 0;     // what a marked step costs beyond an unmarked one (trimmed mean)
@@ -55,18 +59,24 @@ class MarkedStepCost {
     std::size_t pairs = 0;
   };
 
-  /// An untraced step whose marking is known, in step order.
-  void step(double step_ms, bool marked) {
-    if (!(step_ms > 0) || !std::isfinite(step_ms)) return gap();
+  /// Untraced step `index`, its own time and whether it was marked, in step order; a step not the one
+  /// after the last seen (one dropped, or a gap's) starts a new triplet.
+  void step(uint64_t index, double step_ms, bool marked) {
+    if (!(step_ms > 0) || !std::isfinite(step_ms) || (!last_.empty() && index != last_.back().index + 1)) gap();
+    if (!(step_ms > 0) || !std::isfinite(step_ms)) return;
+    while (!diffs_.empty() && index >= kMaxAgeSteps && diffs_.front().index < index - kMaxAgeSteps) diffs_.pop_front();
     if (!marked && last_.size() == 2 && !last_[0].marked && last_[1].marked) {
-      diffs_.push_back(last_[1].ms - (last_[0].ms + step_ms) / 2);
+      diffs_.push_back({last_[1].index, last_[1].ms - (last_[0].ms + step_ms) / 2});
       if (diffs_.size() > kPairs) diffs_.pop_front();
+      last_.clear();  // the next triplet shares no step with this one (shared neighbours correlate them)
+      return;
     }
-    last_.push_back({step_ms, marked});
+    last_.push_back({index, step_ms, marked});
     if (last_.size() > 2) last_.pop_front();
   }
-  /// A step that breaks the sequence (traced, or its marking unknown): no pair spans it.
+  /// A step that breaks the sequence (traced, just after a trace, its marking not known): no triplet spans it.
   void gap() { last_.clear(); }
+  /// Everything forgotten (CUPTI detached: the steps cost otherwise from here).
   void reset() {
     last_.clear();
     diffs_.clear();
@@ -74,48 +84,57 @@ class MarkedStepCost {
 
   std::optional<Measurement> measured() const {
     if (diffs_.size() < kLeastPairs) return std::nullopt;
-    std::vector<double> d(diffs_.begin(), diffs_.end());
+    std::vector<double> d;
+    d.reserve(diffs_.size());
+    for (const Diff& x : diffs_) d.push_back(x.ms);
     std::sort(d.begin(), d.end());
     const std::size_t cut = static_cast<std::size_t>(kTrim * static_cast<double>(d.size()));
-    const auto first = d.begin() + static_cast<std::ptrdiff_t>(cut), last = d.end() - static_cast<std::ptrdiff_t>(cut);
-    const double n = static_cast<double>(last - first);
+    const double lo = d[cut], hi = d[d.size() - 1 - cut];
     double sum = 0;
-    for (auto it = first; it != last; ++it) sum += *it;
-    const double mean = sum / n;
-    // The trimmed mean's standard error: the winsorised variance over (1 - 2 trim)^2 (Tukey and McLaughlin's
-    // estimator, as in Wilcox, "Introduction to Robust Estimation and Hypothesis Testing", ch. 4).
+    for (std::size_t i = cut; i < d.size() - cut; ++i) sum += d[i];
+    const double mean = sum / static_cast<double>(d.size() - 2 * cut);
+    // The trimmed mean's standard error: the winsorised standard deviation over (1 - 2 trim) sqrt(n)
+    // (Tukey and McLaughlin's estimator, as in Wilcox, "Introduction to Robust Estimation and Hypothesis
+    // Testing", ch. 4).
     const double m = static_cast<double>(d.size());
     double wsum = 0;
-    for (double x : d) wsum += std::min(std::max(x, *first), *(last - 1));
+    for (double x : d) wsum += std::min(std::max(x, lo), hi);
     const double wmean = wsum / m;
     double ss = 0;
     for (double x : d) {
-      const double w = std::min(std::max(x, *first), *(last - 1)) - wmean;
+      const double w = std::min(std::max(x, lo), hi) - wmean;
       ss += w * w;
     }
-    const double winsorised_sd = std::sqrt(ss / (m - 1));
     Measurement out;
     out.ms = mean;
-    out.se_ms = winsorised_sd / ((1 - 2 * kTrim) * std::sqrt(m));
+    out.se_ms = std::sqrt(ss / (m - 1)) / ((1 - 2 * kTrim) * std::sqrt(m));
     out.pairs = d.size();
     return out;
   }
 
-  /// The measurement where it resolves more than `own_ms` (the records' own time on a marked step):
-  /// above it by more than twice its standard error. nullopt: the records' own time stands.
+  /// Where the measurement resolves more than `own_ms` (the records' own time on a marked step): its
+  /// value less two standard errors, when that is above `own_ms` (a value moving smoothly with the data,
+  /// not a switch between the two). nullopt: the records' own time stands.
   std::optional<double> beyond(double own_ms) const {
     const std::optional<Measurement> m = measured();
-    if (!m || !(m->ms - 2 * m->se_ms > own_ms)) return std::nullopt;
-    return m->ms;
+    if (!m) return std::nullopt;
+    const double low = m->ms - 2 * m->se_ms;
+    if (!(low > own_ms)) return std::nullopt;
+    return low;
   }
 
  private:
   struct Seen {
+    uint64_t index;
     double ms;
     bool marked;
   };
-  std::deque<Seen> last_;     // the last two untraced steps
-  std::deque<double> diffs_;  // marked minus its neighbours' mean, ms
+  struct Diff {
+    uint64_t index;  // the marked step's
+    double ms;       // marked minus its neighbours' mean
+  };
+  std::deque<Seen> last_;   // the current triplet's steps so far (at most two)
+  std::deque<Diff> diffs_;
 };
 
 STEPTRACE_END_NAMESPACE

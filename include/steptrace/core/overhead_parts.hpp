@@ -95,7 +95,9 @@ class OverheadLedger {
   /// stay in the window for hundreds of steps, are not counted.
   /// `measured_ms`: the training thread's own measured time in steptrace's work since the last step
   /// (the stream markers' event records). `extra_ms`: a binding's bookkeeping beyond its calls as
-  /// modelled, as it measured it (the Python framework callbacks': details::set_binding_step_extra_ns).
+  /// modelled, as it measured it (the Python framework callbacks': details::set_binding_step_extra_ns),
+  /// in force as the step closed; negative (or not finite): not taken for this step (the step stop()
+  /// closes), the last one taken stands.
   void step(double step_ms, uint64_t calls, bool warm_up = false, double measured_ms = 0, double extra_ms = 0) {
     if (warm_up) {
       pending_background_ms_ = 0;
@@ -106,21 +108,18 @@ class OverheadLedger {
     total_step_ms_ += step_ms;
     measured_ms = std::max(0.0, measured_ms);
     const double measured_steps = measured_ms > 0 ? 1 : 0;
-    extra_ms = std::isfinite(extra_ms) ? std::max(0.0, extra_ms) : 0.0;
-    latest_extra_ms_ = extra_ms;
-    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps, extra_ms});
+    if (std::isfinite(extra_ms) && extra_ms >= 0) latest_extra_ms_ = extra_ms;
+    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps});
     sum_.step_ms += step_ms;
     sum_.background_ms += pending_background_ms_;
     sum_.calls += static_cast<double>(calls);
     sum_.measured_steps += measured_steps;
-    sum_.extra_ms += extra_ms;
     pending_background_ms_ = 0;
     if (steps_.size() > kWindow) {
       sum_.step_ms -= steps_.front().step_ms;
       sum_.background_ms -= steps_.front().background_ms;
       sum_.calls -= steps_.front().calls;
       sum_.measured_steps -= steps_.front().measured_steps;
-      sum_.extra_ms -= steps_.front().extra_ms;
       steps_.pop_front();
     }
   }
@@ -141,14 +140,15 @@ class OverheadLedger {
     if (const std::optional<double> in_run = in_run_.beyond(*per_marked_ms)) per_marked_ms = *in_run;
     return *per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
   }
-  /// An untraced step whose marking is known (marked, or left unmarked by the markers' pace), in step
-  /// order; std::nullopt: a step that breaks the sequence (traced, or not known). Its step time is its own.
-  void marking(double step_ms, std::optional<bool> marked) {
-    if (marked) in_run_.step(step_ms, *marked);
+  /// Step `index`, untraced, its marking known (marked, or left unmarked by the markers' pace), in step
+  /// order; std::nullopt: a step that breaks the sequence (traced or just after a trace, its marking not
+  /// known). Its step time is its own.
+  void marking(uint64_t index, double step_ms, std::optional<bool> marked) {
+    if (marked) in_run_.step(index, step_ms, *marked);
     else in_run_.gap();
   }
-  /// The in-run comparison of marked and unmarked steps (nullopt: not enough pairs yet).
-  std::optional<MarkedStepCost::Measurement> marked_in_run() const { return in_run_.measured(); }
+  /// The comparison's differences forgotten (CUPTI detached: what a step costs changed).
+  void reset_marking() { in_run_.reset(); }
   /// Whether marked_step_fraction() is the in-run comparison's (else the records' own time).
   bool marked_cost_in_run() const {
     const std::optional<double> own = own_marked_ms();
@@ -156,8 +156,8 @@ class OverheadLedger {
   }
 
   /// What the steps pay at the markers' pace in force (1 step in `markers_every`; 0: not marking): the
-  /// calls as modelled over the window, a binding's measured bookkeeping beyond them (the last step's
-  /// `extra_ms`, on every step), and one marked step's typical cost (marked_step_fraction) times the share marked now. The line's host_api and the interval's decision read this, not the window's
+  /// calls as modelled over the window, a binding's measured bookkeeping beyond them (the last
+  /// `extra_ms` taken, on every step), and one marked step's typical cost (marked_step_fraction) times the share marked now. The line's host_api and the interval's decision read this, not the window's
   /// sum of the records' time: that sum held the steps marked before overhead_budget thinned the markers for up to kWindow
   /// steps (session 65, a 5 ms GPU-bound step marked every step at ~20 us for 40 steps: the sum still
   /// said 0.2 % of the step 40 steps after the markers went to 1 in 16, ~0.03 %, and the budget, taking
@@ -190,7 +190,7 @@ class OverheadLedger {
 
  private:
   struct Entry {
-    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0, extra_ms = 0;
+    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0;
   };
   /// The records' own time on a marked step: the median over the window's marked steps (nullopt: none).
   std::optional<double> own_marked_ms() const {
@@ -210,7 +210,7 @@ class OverheadLedger {
   std::deque<Entry> steps_;
   Entry sum_;
   double pending_background_ms_ = 0;
-  double latest_extra_ms_ = 0;  // the last step's `extra_ms`: what host_api charges each step
+  double latest_extra_ms_ = 0;  // the last `extra_ms` taken: what host_api charges each step
   MarkedStepCost in_run_;       // marked against unmarked untraced steps (marking())
   double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
   double total_step_ms_ = 0;

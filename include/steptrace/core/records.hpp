@@ -66,8 +66,9 @@ struct StepRecord {
   uint32_t scalars_dropped = 0;
   int64_t markers_ns_at_close = -1;  // the stream markers' recording time so far, taken as the next step began
                                      // (its own markers and those before it since the previous step's; -1: not taken)
-  double binding_extra_ns = 0;  // a binding's measured bookkeeping beyond its calls' model, in force as the
-                                // step closed (details::set_binding_step_extra_ns)
+  double binding_extra_ns = -1;  // a binding's measured bookkeeping beyond its calls' model, in force as the
+                                 // next step began (details::set_binding_step_extra_ns; -1: not taken, as for
+                                 // the step stop() closes)
   bool framework_steps = false;  // a binding's framework callbacks opened it (details::set_next_step_framework)
   std::vector<PhaseSpan> between_spans;  // phase scopes that ended after the previous step's scope ended
 

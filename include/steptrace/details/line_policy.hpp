@@ -11,7 +11,7 @@
 #include <string>
 
 #include "../config.hpp"
-#include "../core/marked_steps.hpp"
+#include "../core/hash.hpp"
 #include "../core/records.hpp"
 #include "../core/reasons.hpp"
 

@@ -252,6 +252,8 @@ class Worker {
   void gate_markers(const StepGpu& gpu, uint64_t step);
   /// overhead_budget: how many steps the stream markers skip (MarkerRing::want_every).
   void pace_markers(const Config& cfg);
+  /// The markers' in-run comparison's input from the step's line (core/marked_steps.hpp).
+  void feed_marking(const StepRecord& r, double marked_ms, bool cupti_switched);
 
   /// Feeds the step to the controller (trace_controller.hpp) and applies what it decides: a new trace
   /// interval for the recorder, the switch to detach. Returns the line's `overhead` section.
@@ -310,6 +312,7 @@ class Worker {
     std::string why;  // when markers is empty
   } markers_;                       // the markers of the step whose line is being made
   double attached_fraction_ = 0;    // the last estimate's CUPTI-attached share (the markers' pace reads it)
+  int64_t last_traced_index_ = -1;  // the last traced step seen: the markers' comparison skips 2 after it
   int64_t marked_ns_seen_ = 0;      // the markers' recording time charged to the overhead so far (per step:
                                     // StepRecord::markers_ns_at_close)
 

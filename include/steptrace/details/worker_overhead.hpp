@@ -26,11 +26,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
   if (r.traced) marked_ms = 0;
   ledger_.step(ns_to_ms(r.end_ns - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
-               marked_ms, r.binding_extra_ns * 1e-6);
-  // The in-run comparison of marked and unmarked untraced steps (core/marked_steps.hpp): each one's own
-  // time and whether the markers' pace marked it; a traced step, or one before the probes, breaks the run.
-  if (r.traced || r.index < kProbeAfterSteps || !marker_ring().armed()) ledger_.marking(0, std::nullopt);
-  else ledger_.marking(ns_to_ms(r.own_end_ns() - r.begin_ns), !marker_ring().thinned(r.index).has_value());
+               marked_ms, r.binding_extra_ns >= 0 ? r.binding_extra_ns * 1e-6 : -1.0);
   // The markers' pace from here on, set before anything reads their cost: the estimate and the interval
   // charge the markers at the pace the steps will pay, never at the one this line's measurement is
   // about to end (an H200 run, session 67: the line that first thinned a 5 ms step's markers from every
@@ -68,6 +64,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     attach_times_.pop_front();
     step.attached_before = true;
   }
+  feed_marking(r, marked_ms, step.detached_in || step.attached_before);
   if (step.traced) {
     uint32_t launches = gpu->kernels;
     for (const auto& [id, pg] : gpu->phases)
@@ -103,6 +100,24 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   return o;
 }
 
+inline void Worker::feed_marking(const StepRecord& r, double marked_ms, bool cupti_switched) {
+  // The in-run comparison of marked and unmarked untraced steps (core/marked_steps.hpp). Left out: a
+  // traced step and the two after it (its aftermath), one where CUPTI was attached or detached, the
+  // warm-up, and a step whose marking the evidence does not settle: marked is the pace's pick with its
+  // records timed, unmarked the pace's leaving out with none.
+  if (r.traced) last_traced_index_ = static_cast<int64_t>(r.index);
+  const bool aftermath = last_traced_index_ >= 0 && r.index <= static_cast<uint64_t>(last_traced_index_) + 2;
+  if (r.traced || aftermath || cupti_switched || r.index < kProbeAfterSteps || !marker_ring().armed()) {
+    ledger_.marking(r.index, 0, std::nullopt);
+    return;
+  }
+  const bool thinned = marker_ring().thinned(r.index).has_value();
+  std::optional<bool> marked;
+  if (thinned && marked_ms == 0) marked = false;
+  else if (!thinned && marked_ms > 0) marked = true;
+  ledger_.marking(r.index, ns_to_ms(r.own_end_ns() - r.begin_ns), marked);
+}
+
 inline void Worker::pace_markers(const Config& cfg) {
   MarkerRing& ring = marker_ring();
   const std::optional<double> marked = ledger_.marked_step_fraction();
@@ -136,6 +151,7 @@ inline void Worker::switch_to_detach(const StepRecord& r, const OverheadEstimate
   switch_why_ = std::string("CUPTI kept attached costs ~") + share +
                 " % of step time at any interval (> 80 % of overhead_budget=" + format_fraction(cfg.overhead_budget) + ")";
   s_.gpu->switch_to_detach();
+  ledger_.reset_marking();  // the steps cost otherwise without CUPTI attached
   warn_once("overhead.detach", switch_why_ + ": after step " + std::to_string(r.index) +
                                    ", CUPTI is detached between traced steps (untraced_cupti=auto; "
                                    "hardware counters stop; untraced_cupti=keep prevents it)");

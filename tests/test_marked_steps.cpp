@@ -1,0 +1,180 @@
+// The stream markers' pace and the in-run comparison of marked and unmarked steps (core/marked_steps.hpp),
+// and how the overhead ledger charges it (core/overhead_parts.hpp), on hand-made step sequences.
+#include <steptrace/core/marked_steps.hpp>
+#include <steptrace/core/overhead_parts.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+using steptrace::MarkedStepCost;
+
+namespace {
+/// A deterministic normal sample (Box-Muller on splitmix64): the step-time noise of a real GPU loop.
+struct Noise {
+  uint64_t state = 20261130;
+  double uniform() { return (static_cast<double>(steptrace::mix64(state++) >> 11) + 0.5) / 9007199254740992.0; }
+  double normal() { return std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()); }
+};
+
+/// `n` steps of a 62 ms GPU-bound loop with `noise_ms` of noise; marked ones (1 in `every`, marked_at's
+/// pick) cost `marker_ms` more; `pattern_ms` more on every odd step (the program's own).
+void feed(MarkedStepCost& c, Noise& noise, uint64_t first, uint64_t n, int every, double marker_ms, double noise_ms,
+          double pattern_ms = 0) {
+  for (uint64_t i = first; i < first + n; ++i) {
+    const bool marked = steptrace::marked_at(i, every);
+    c.step(i, 62.0 + noise_ms * noise.normal() + (marked ? marker_ms : 0) + (i % 2 ? pattern_ms : 0), marked);
+  }
+}
+}  // namespace
+
+TEST_CASE("the markers' pace: one step in each block of N, at an offset each block's hash picks", "[markers]") {
+  for (int every : {2, 4, 16, 64}) {
+    std::set<uint64_t> offsets;
+    for (uint64_t block = 0; block < 200; ++block) {
+      int marked = 0;
+      for (uint64_t k = 0; k < uint64_t(every); ++k)
+        if (steptrace::marked_at(block * every + k, every)) ++marked, offsets.insert(k);
+      CHECK(marked == 1);
+    }
+    CHECK(offsets.size() > 1);  // not always the block's first step
+  }
+  CHECK(steptrace::marked_at(12345, 1));
+  CHECK(steptrace::marked_at(12345, 0));
+}
+
+TEST_CASE("marked steps against the unmarked ones beside them: what a marked step costs in the run", "[markers]") {
+  // A 62 ms GPU-bound step with 0.03 ms of noise (the C++ transformer on an H200), marked 1 in 2; a
+  // marked step costs 0.06 ms more, its records' own time 0.02.
+  Noise noise;
+  MarkedStepCost c;
+  feed(c, noise, 0, 60, 2, 0.06, 0.03);
+  CHECK_FALSE(c.measured());  // fewer than kLeastPairs triplets
+  feed(c, noise, 60, 1500, 2, 0.06, 0.03);
+  REQUIRE(c.measured());
+  CHECK(c.measured()->pairs == MarkedStepCost::kPairs);
+  CHECK(c.measured()->ms == Approx(0.06).margin(0.01));
+  CHECK(c.measured()->se_ms < 0.005);
+  // What is charged: the value less two standard errors, where that is above the records' own time.
+  REQUIRE(c.beyond(0.02));
+  CHECK(*c.beyond(0.02) == Approx(c.measured()->ms - 2 * c.measured()->se_ms));
+  CHECK(*c.beyond(0.02) > 0.045);
+  CHECK_FALSE(c.beyond(0.07));  // the records' own time is more: it stands
+
+  // 1 in 16: the same.
+  MarkedStepCost sixteen;
+  feed(sixteen, noise, 0, 20000, 16, 0.06, 0.03);
+  REQUIRE(sixteen.measured());
+  CHECK(sixteen.measured()->ms == Approx(0.06).margin(0.01));
+
+  // Triplets share no step: U M U M U gives one difference, not two (shared neighbours correlate them).
+  MarkedStepCost shared;
+  const double ms[] = {62, 63, 62, 63, 62};
+  for (uint64_t i = 0; i < 5; ++i) shared.step(i, ms[i], i % 2 == 1);
+  for (uint64_t i = 5; i < 200; ++i) shared.step(i, 62, false);  // unmarked only: no more triplets
+  CHECK_FALSE(shared.measured());  // 1 difference (two if U2 were shared), short of kLeastPairs either way
+  MarkedStepCost alternating_exact;
+  for (uint64_t i = 0; i < 129; ++i) alternating_exact.step(i, 62.0 + (i % 2 ? 1.0 : 0), i % 2 == 1);
+  REQUIRE(alternating_exact.measured());
+  CHECK(alternating_exact.measured()->pairs == 32);  // 129 steps U M U, U M U, ... : 32 triplets, not 64
+
+  // A gap (a traced step, its aftermath) or a step missing from the sequence: no triplet spans it.
+  MarkedStepCost gaps;
+  for (uint64_t i = 0; i < 800; ++i) {
+    if (i % 4 == 0) gaps.gap();
+    else gaps.step(i, 62.0 + (i % 4 == 2 ? 5.0 : 0), i % 4 == 2);  // U M U, gap
+  }
+  REQUIRE(gaps.measured());
+  CHECK(gaps.measured()->ms == Approx(5.0));
+  MarkedStepCost broken;  // U M, gap, U M, gap ...: never a marked step with both neighbours
+  for (uint64_t i = 0; i < 600; ++i) {
+    if (i % 3 == 2) broken.gap();
+    else broken.step(i, 62.0 + (i % 3 == 1 ? 5.0 : 0), i % 3 == 1);
+  }
+  CHECK_FALSE(broken.measured());
+  MarkedStepCost dropped;  // U M, step dropped, U M, ... (indices skip): the same
+  for (uint64_t i = 0; i < 600; ++i)
+    if (i % 3 != 2) dropped.step(i, 62.0 + (i % 3 == 1 ? 5.0 : 0), i % 3 == 1);
+  CHECK_FALSE(dropped.measured());
+
+  // A host-bound loop: 4 ms steps with 5 % noise, the markers' real cost 0.02 ms: not resolved over
+  // the records' own 0.01 ms (its error is larger than the difference), whatever the mean reads.
+  MarkedStepCost noisy;
+  for (uint64_t i = 0; i < 4000; ++i) {
+    const bool marked = steptrace::marked_at(i, 2);
+    noisy.step(i, 4.0 * (1 + 0.05 * noise.normal()) + (marked ? 0.02 : 0), marked);
+  }
+  REQUIRE(noisy.measured());
+  CHECK(noisy.measured()->se_ms > 0.01);
+  CHECK_FALSE(noisy.beyond(0.01));
+
+  // One preempted marked step (20 ms) among the pairs moves the trimmed mean nowhere.
+  MarkedStepCost preempted;
+  for (uint64_t i = 0; i < 1500; ++i) {
+    const bool marked = steptrace::marked_at(i, 2);
+    preempted.step(i, 62.0 + 0.03 * noise.normal() + (marked ? 0.06 : 0) + (i == 1401 ? 20.0 : 0), marked);
+  }
+  CHECK(preempted.measured()->ms == Approx(0.06).margin(0.01));
+
+  // Old differences age out: none newer than kMaxAgeSteps, none kept (a pace back at 1 marks every step).
+  MarkedStepCost aging;
+  feed(aging, noise, 0, 1500, 2, 0.06, 0.03);
+  REQUIRE(aging.measured());
+  for (uint64_t i = 1500; i < 1500 + MarkedStepCost::kMaxAgeSteps + 10; ++i) aging.step(i, 62.0, true);
+  CHECK_FALSE(aging.measured());
+  feed(aging, noise, 10000, 1500, 2, 0.06, 0.03);
+  CHECK(aging.measured());
+  aging.reset();
+  CHECK_FALSE(aging.measured());
+}
+
+TEST_CASE("a program's own alternating steps read as noise, not as the markers' cost", "[markers]") {
+  // Every second step 1 ms longer, marked 1 in 2 at marked_at's picks: the marked step is the longer
+  // kind about half the time, so the differences are +-1 ms around the markers' 0.06 ms, and unresolved.
+  Noise noise;
+  MarkedStepCost alternating;
+  feed(alternating, noise, 0, 4000, 2, 0.06, 0.03, 1.0);
+  REQUIRE(alternating.measured());
+  CHECK(alternating.measured()->se_ms > 0.1);
+  CHECK_FALSE(alternating.beyond(0.02));
+  // Marking the even steps only (the first of each block, as the pace did before), the pattern would read
+  // as -0.94 ms, resolved.
+  MarkedStepCost even_only;
+  for (uint64_t i = 0; i < 4000; ++i) even_only.step(i, 62.0 + (i % 2 ? 1.0 : 0) + (i % 2 == 0 ? 0.06 : 0), i % 2 == 0);
+  CHECK(even_only.measured()->ms == Approx(-0.94));
+  CHECK(even_only.measured()->se_ms < 0.01);
+}
+
+TEST_CASE("the ledger charges marked steps at the in-run comparison where it resolves, and the pace reads it",
+          "[markers][overhead]") {
+  // A 62 ms step whose records take 0.02 ms (0.03 % of the step) under the pace's 1 in 2, a marked step
+  // costing 0.06 ms in the run (0.097 %, over half the default budget's 0.1 %).
+  Noise noise;
+  steptrace::OverheadLedger ledger, own_only;
+  for (uint64_t i = 0; i < 1500; ++i) {
+    const bool marked = steptrace::marked_at(i, 2);
+    const double ms = 62.0 + 0.03 * noise.normal() + (marked ? 0.06 : 0);
+    ledger.step(ms, 6, false, marked ? 0.02 : 0.0);
+    ledger.marking(i, ms, marked);
+    own_only.step(ms, 6, false, marked ? 0.02 : 0.0);
+  }
+  REQUIRE(ledger.marked_step_fraction());
+  CHECK(ledger.marked_cost_in_run());
+  CHECK_FALSE(own_only.marked_cost_in_run());
+  CHECK(*own_only.marked_step_fraction() == Approx(0.02 / 62.03).epsilon(0.01));
+  CHECK(*ledger.marked_step_fraction() > 0.045 / 62.03);
+  CHECK(*ledger.marked_step_fraction() < 0.065 / 62.03);
+  // At 1 in 2 the records' own time keeps every second step marked (it would come back to every step);
+  // the comparison's keeps 1 in 2 (0.048 % a step, under the 0.05 % share).
+  CHECK(steptrace::markers_every(*own_only.marked_step_fraction(), 0.001, 2) == 1);
+  CHECK(steptrace::markers_every(*ledger.marked_step_fraction(), 0.001, 2) == 2);
+  // host_api at the pace: the calls and the compared cost, halved.
+  const double calls = 6 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 62.03;
+  CHECK(*ledger.host_api_fraction_at(2) == Approx(calls + *ledger.marked_step_fraction() / 2));
+  // Forgotten (CUPTI detached): the records' own time again.
+  ledger.reset_marking();
+  CHECK_FALSE(ledger.marked_cost_in_run());
+  CHECK(*ledger.marked_step_fraction() == Approx(*own_only.marked_step_fraction()));
+}
