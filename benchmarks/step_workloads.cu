@@ -16,7 +16,9 @@
 //   (trace_every = 1), full_nocounters - in an order shuffled per round (seed: the round), steptrace
 //   started and stopped around each block, so that the modes share the process: its placement,
 //   memory layout, clocks and warm caches. The W steps let each block's start settle and are not
-//   timed (--modes M,M: a subset, in that list's shuffled order). One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
+//   timed (--modes M,M: a subset, in that list's shuffled order; also nomarkers, nocupti, host (gpu=off)
+//   and nolog (no log: no line made), the defaults less one part each, to find where a cost lies).
+//   One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
 //   (benchmarks/alternate_summary.py pairs each mode's block with the off block of its round).
 //   --interleave G: in each steptrace block the timed steps alternate G with steptrace's scopes and G
 //   without (steptrace started throughout; the first group with them in even rounds): the in-run

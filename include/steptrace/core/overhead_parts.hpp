@@ -13,10 +13,11 @@
 //               share included, benchmarks/README.md "A phase scope without a lock" and its H100
 //               reading; from Python kPythonScopeNs, 670-720 ns, docs/python.md), plus what a binding
 //               measured of its own bookkeeping per step beyond that model (the framework callbacks time
-//               one step in 37: python/steptrace/_callback_steps.py; stamped on each step as it closes,
-//               StepRecord::binding_extra_ns), plus the stream markers' CUDA
-//               event records, measured on the training thread as they are made: a marked step's
-//               typical cost x the share of steps the markers' pace marks now
+//               one step in 37: python/steptrace/_callback_steps.py; stamped on each step as the next
+//               begins, StepRecord::binding_extra_ns, and charged at its latest value on every step),
+//               plus the stream markers' CUDA event records, measured on the training thread as they
+//               are made (or, where it resolves more, marked steps against unmarked ones in the run:
+//               core/marked_steps.hpp): a marked step's typical cost x the share of steps the pace marks now
 //   background  the background thread's readings (device memory, NVML, PM-sampling decodes): its CPU
 //               time in them, measured (not their wall time: a reading may wait for a lock the
 //               training thread's CUDA call holds, which costs neither of them a core)
