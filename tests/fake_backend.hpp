@@ -146,6 +146,10 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
       }
       *host_ns = steptrace::monotonic_ns();
       gpu_[slot] = lag_ns ? *host_ns + *lag_ns : std::max(*host_ns, b_.stream_end_[b_.marker_stream]);
+      if (gpu_cost_ns > 0) {  // the record holds the stream: the work after it starts that much later
+        int64_t& end = b_.stream_end_[b_.marker_stream];
+        end = std::max(end, *host_ns) + gpu_cost_ns;
+      }
       ++records;
       return true;
     }
@@ -164,6 +168,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     std::uintptr_t stream_set = 0;  // the last set_stream()
     bool share_boundaries = false;
     int64_t record_cost_ns = 0;
+    int64_t gpu_cost_ns = 0;  // what each record holds the marker stream for, a cost its call does not pay
     std::uintptr_t opened_on = 0;   // the stream open() was given
     std::atomic<int> opens{0}, closes{0}, records{0};
     int refuse_from_record = -1, refuse_count = 0;  // record() calls (from 0) that fail

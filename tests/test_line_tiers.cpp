@@ -247,6 +247,14 @@ TEST_CASE("a reason of the table is written as its row's code", "[line_tiers][re
   CHECK(reason_code(a) == reason_hash("cuptiSubscribe: CUPTI_ERROR_NOT_INITIALIZED ()",
                                       static_cast<uint32_t>(std::stoul(row_code, nullptr, 16))));
   CHECK(reason_code(a) != row_code);
+  // A counted prefix row (the markers' pace): its count is part of the code, so that a compact log,
+  // which carries a code's sentence once, says each pace (with the digits left out, every later pace
+  // read as the first: 1 in 16 where the lines ran at 1 in 2, an H200 run, session 70).
+  const std::string p16 = reason_text(Reason::markers_thinned, "16 (traced steps always): marking every step costs 0.107 %");
+  const std::string p2 = reason_text(Reason::markers_thinned, "2 (traced steps always): marking every step costs 0.107 %");
+  CHECK(reason_code(p16) != reason_code(p2));
+  CHECK(reason_code(p16) == reason_code(std::string(p16)));
+  CHECK(reason_code(p16) != reason_rows()[static_cast<std::size_t>(Reason::markers_thinned)].code);
   // A sentence without a row: hashed whole, as before the table.
   CHECK(steptrace::reason_of("a reason nobody declared") == nullptr);
   CHECK(reason_code("a reason nobody declared") == reason_hash("a reason nobody declared"));

@@ -118,10 +118,10 @@ struct TierNode {
 
 /// FNV-1a (32 bits) of `text` with its digits left out, from `state` (FNV-1a's offset basis: the code of
 /// a sentence without a row), as 8 hex digits.
-inline std::string reason_hash(std::string_view text, uint32_t state = 2166136261u) {
+inline std::string reason_hash(std::string_view text, uint32_t state = 2166136261u, bool digits = false) {
   uint32_t h = state;  // FNV-1a's offset basis and prime (Fowler, Noll, Vo; IETF draft-eastlake-fnv)
   for (char c : text) {
-    if (c >= '0' && c <= '9') continue;
+    if (!digits && c >= '0' && c <= '9') continue;
     h ^= static_cast<unsigned char>(c);
     h *= 16777619u;
   }
@@ -135,13 +135,14 @@ inline std::string reason_hash(std::string_view text, uint32_t state = 216613626
 /// detail: the hash of the detail continued from the row's code (FNV-1a runs left to right, and the code
 /// is its state after the start as first worded, so the code is the whole sentence's as it was first
 /// written, and stays so when the start is reworded): one code per detail, as each carries its own
-/// sentence in `reason_text`.
+/// sentence in `reason_text` (a kPrefixCounted row's detail with its digits: one code per count).
 inline std::string reason_code(std::string_view sentence) {
   const ReasonRow* row = reason_of(sentence);
   if (!row) return reason_hash(sentence);
   if (row->match == reason_row::kWhole) return row->code;
   const std::string_view detail = sentence.substr(std::strlen(row->sentence));
-  return reason_hash(detail, static_cast<uint32_t>(std::strtoul(row->code, nullptr, 16)));
+  return reason_hash(detail, static_cast<uint32_t>(std::strtoul(row->code, nullptr, 16)),
+                     row->match == reason_row::kPrefixCounted);
 }
 
 }  // namespace details

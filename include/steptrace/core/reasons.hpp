@@ -6,7 +6,10 @@
 // written before this table are the same codes. A `kPrefix` row is the fixed start of a sentence that
 // goes on with a detail (an error, a setting's value, another reason): such a sentence's code is the
 // detail's hash continued from the row's code (core/line_tiers.hpp, reason_code), one code per detail
-// (each carries its own sentence), unchanged when the start is reworded. Producers write a row's
+// (each carries its own sentence), unchanged when the start is reworded; its digits are left out of the
+// hash ("3 of 12 samples" keeps one code), but a `kPrefixCounted` row's count: its number changes seldom
+// and the reader needs it (the markers' pace: a compact line carries a code's sentence once, so with
+// the digits left out every later pace would read as the first). Producers write a row's
 // sentence through reason_text(), so that it has one home. Pure C++17.
 #pragma once
 #include "../version.hpp"
@@ -21,7 +24,7 @@
 STEPTRACE_BEGIN_NAMESPACE
 
 namespace reason_row {
-enum Match : uint8_t { kWhole, kPrefix };
+enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
 }  // namespace reason_row
 
 // X(id, code, match, sentence)
@@ -51,7 +54,7 @@ enum Match : uint8_t { kWhole, kPrefix };
   X(markers_need_attribution, "ed4fdb7d", kPrefix, "stream markers need GPU attribution") \
   X(markers_no_stream_yet, "2ce75f1b", kWhole, "no traced step has shown where the program's GPU work runs yet") \
   X(markers_armed_late, "85fec65e", kWhole, "the stream markers were armed after this step ran (by the first traced step's line)") \
-  X(markers_thinned, "1a9ab004", kPrefix, "stream markers on 1 step in ") \
+  X(markers_thinned, "1a9ab004", kPrefixCounted, "stream markers on 1 step in ") \
   X(markers_not_read, "6d11f0c4", kWhole, "stream markers not read for this step") \
   X(markers_span_unmarked, "11f9f645", kPrefix, "the step's begin or end was not marked") \
   X(first_step_between, "88b2aa27", kWhole, "the first step: GPU work launched before it is gpu.before_first_step_ms") \

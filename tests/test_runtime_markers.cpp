@@ -1,0 +1,622 @@
+// The stream markers on the runtime, on a fake GPU backend (tests/fake_backend.hpp): the diagnosis from
+// an untraced step's own markers, the stream they mark and why not, their pace under overhead_budget
+// (the records' own time, and marked steps against unmarked ones in the run), and the marker ring.
+#include <steptrace/steptrace.hpp>
+#include <steptrace/details/session.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fake_backend.hpp"
+#include "fake_run.hpp"
+#include "host_config.hpp"
+#include "support.hpp"
+
+using steptrace::Config;
+using steptrace::details::Session;
+using steptrace_test::FakeBackend;
+using steptrace_test::FakeRun;
+using steptrace_test::base_config;
+using steptrace_test::fresh_log;
+using steptrace_test::read_lines;
+using steptrace_test::run_steps;
+using steptrace_test::start_on_defaults;
+
+namespace {
+/// A fake GPU with stream markers whose untraced launches still occupy their stream.
+std::unique_ptr<FakeBackend> marked_backend() {
+  auto backend = std::make_unique<FakeBackend>();
+  backend->with_markers = backend->untraced_work_runs = true;
+  return backend;
+}
+
+/// A step of two phases, each launching one kernel of `kernel_us`, then `host_us` of host work, then a
+/// wait for the stream (the program syncs each step, as on loss.item()).
+void marked_step(FakeBackend& gpu, int kernel_us, int host_us, uint32_t stream = 7) {
+  TRACE_STEP();
+  {
+    TRACE_PHASE(forward);
+    gpu.launch(kernel_us * 1000, 100, "fwd", stream);
+  }
+  {
+    TRACE_PHASE(backward);
+    gpu.launch(kernel_us * 1000, 100, "bwd", stream);
+    if (host_us) steptrace_test::spin_for_us(host_us);
+  }
+  gpu.wait_stream(stream);
+}
+}  // namespace
+
+TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own markers, a host-bound one is not",
+          "[runtime][markers]") {
+  for (const bool gpu_bound : {true, false}) {
+    INFO((gpu_bound ? "GPU-bound" : "host-bound"));
+    const auto log = fresh_log(gpu_bound ? "runtime_markers_gpu" : "runtime_markers_host");
+    // The same host loop (two 100 us kernels, 20 ms of host work in backward) under a synthetic GPU: every
+    // marker reached 1 s after it was recorded (the GPU far behind: pending all through the step, whatever
+    // the host's timing), or at once (never behind: pending 0). The traced steps' records say host-bound
+    // either way: a GPU-bound step's own markers win over them.
+    auto backend = marked_backend();
+    backend->fake_markers.lag_ns = gpu_bound ? 1'000'000'000 : 0;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 4;
+    REQUIRE(run.start(cfg));
+    constexpr int kernel_us = 100, host_us = 20000;
+    marked_step(*run.gpu, kernel_us, host_us);  // step 0, traced: its records arm the markers
+    marked_step(*run.gpu, kernel_us, host_us);
+    REQUIRE(steptrace_test::wait_for([] { return steptrace::details::marker_ring().armed(); }));
+    for (int i = 2; i < 12; ++i) marked_step(*run.gpu, kernel_us, host_us);
+    steptrace::stop();
+    CHECK(run.gpu->fake_markers.opens == 1);
+    CHECK(run.gpu->fake_markers.closes >= 1);  // released at stop()
+    const auto lines = read_lines(log);
+    REQUIRE(lines.size() == 12);
+    for (const auto& l : lines) {
+      const int step = l["global_step"];
+      INFO(l.dump());
+      if (step < 2) continue;  // armed somewhere in these
+      REQUIRE(l["gpu_markers"].is_object());
+      CHECK(l["gpu_markers"]["points"] == 6);  // the step's begin and end, two phases' begins and ends
+      const double share = l["gpu_markers"]["pending_share"];
+      CHECK(l["gpu_markers"]["phases"]["forward"]["scopes"] == 1);
+      // A span is the GPU time between the phase's markers: with a constant lag, the backward's host
+      // time, which holds the 20 ms of host work.
+      CHECK(double(l["gpu_markers"]["phases"]["backward"]["span_ms"]) >= 20.0);
+      if (gpu_bound) {
+        // Pending from the step's begin marker to its end: all of the step but the moment between the
+        // step's begin and its first marker (a few microseconds in a step of 20 ms and more).
+        CHECK(share > 0.7);
+      } else {
+        CHECK(share == 0);  // every marker reached as it was recorded
+      }
+      if (l["traced"] == true) {
+        CHECK(l["gpu_markers"]["agrees_with_records"] == true);
+        CHECK(l["diagnosis"]["basis"] == "traced");
+      } else if (step > 4) {  // after traced step 4, whose markers agreed with its records
+        CHECK(l["gpu_markers"]["agrees_with_records"].is_null());
+        CHECK(l["diagnosis"]["basis"] == (gpu_bound ? "markers" : "carried"));
+        // The records' 0.2 ms of kernels in a step of 20 ms and more: host-bound, carried; the markers,
+        // pending all through the step, say the GPU held it back (SM efficiency 1: compute-bound).
+        CHECK(l["diagnosis"]["label"] == (gpu_bound ? "COMPUTE-BOUND" : "HOST/LAUNCH-BOUND"));
+        if (gpu_bound) CHECK(l["diagnosis"]["reason"].get<std::string>().rfind("stream markers:", 0) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("stream markers: a traced step whose work runs on another stream keeps them off, and the lines say why",
+          "[runtime][markers]") {
+  const auto log = fresh_log("runtime_markers_elsewhere");
+  FakeRun run(marked_backend());
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  REQUIRE(run.start(cfg));
+  marked_step(*run.gpu, 500, 0, /*stream=*/9);
+  marked_step(*run.gpu, 500, 0, 9);
+  REQUIRE(steptrace_test::wait_for(
+      [] { return steptrace::details::marker_ring().why_off().find("other streams") != std::string::npos; }));
+  for (int i = 2; i < 6; ++i) marked_step(*run.gpu, 500, 0, 9);
+  steptrace::stop();
+  CHECK(run.gpu->fake_markers.records == 0);  // never armed: no event recorded on the legacy stream
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 6);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    CHECK(l["gpu_markers"].is_null());
+    if (l["global_step"] >= 2)
+      CHECK(l["null_reasons"]["gpu_markers"].get<std::string>().find("set_marker_stream") != std::string::npos);
+  }
+}
+
+TEST_CASE("stream markers: a backend without them, or stream_markers=false, gives every line the reason",
+          "[runtime][markers]") {
+  for (const bool setting_off : {false, true}) {
+    const auto log = fresh_log("runtime_markers_off");
+    auto backend = std::make_unique<FakeBackend>();
+    backend->with_markers = setting_off;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.stream_markers = !setting_off;
+    REQUIRE(run.start(cfg));
+    run_steps(*run.gpu, 3, 1);
+    steptrace::stop();
+    for (const auto& l : read_lines(log)) {
+      INFO(l.dump());
+      CHECK(l["gpu_markers"].is_null());
+      CHECK(l["null_reasons"]["gpu_markers"] ==
+            (setting_off ? "stream markers switched off (stream_markers=false / STEPTRACE_STREAM_MARKERS=0)"
+                         : "this GPU backend has no stream markers"));
+    }
+    CHECK(run.gpu->fake_markers.records == 0);
+  }
+}
+
+TEST_CASE("stream markers: a stream the program names is marked from the first step", "[runtime][markers]") {
+  const auto log = fresh_log("runtime_markers_named");
+  auto backend = marked_backend();
+  backend->marker_stream = 9;
+  // A synthetic GPU far behind (every marker reached 1 s after it was recorded): pending through each
+  // step whatever the host's timing, so that the markers decide the untraced steps on any machine.
+  backend->fake_markers.lag_ns = 1'000'000'000;
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  steptrace::set_marker_stream(reinterpret_cast<void*>(0x9));
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 6; ++i) marked_step(*run.gpu, 500, 0, 9);
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 6);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    REQUIRE(l["gpu_markers"].is_object());  // no traced step needed to arm them
+    CHECK(l["gpu_markers"]["points"] == 6);
+  }
+  CHECK(lines[0]["gpu_markers"]["agrees_with_records"] == true);
+  CHECK(lines[1]["diagnosis"]["basis"] == "markers");  // believed from traced step 0's agreement on
+}
+
+TEST_CASE("stream markers: thinned by overhead_budget where marking every step costs over their share of it, "
+          "every step marked where it does not (the default's settings)", "[runtime][markers]") {
+  // Full lines (the budget deciding, as by default), costly and cheap markers; then the costly ones on the
+  // defaults alone: compact lines, where an unmarked line's reason is a code and its sentence comes once.
+  // Moderate markers on a 5 ms GPU-bound step (session 67's H200 case): as cheap as they come for the
+  // first 60 steps, then 3 us a record (~0.4 % of the step when every step is marked), so that they
+  // are thinned once the budget measures the traces. They are thinned to a pace in between, into the
+  // share the aim leaves beside CUPTI kept attached and the calls, and charged at that pace from the line
+  // that sets it: the line that thinned them once charged them at every step, and the budget, taking
+  // that for a cost no interval could fix, chose the longest interval (on the H200: 1 trace in 4000).
+  enum class Markers { costly, cheap, moderate };
+  struct Case {
+    Markers markers;
+    bool compact;     // the defaults alone (compact lines)
+    const char* log;  // also what the case is called
+    const char* what;
+  };
+  const Case cases[] = {
+      {Markers::costly, false, "runtime_markers_thinned", "40 us a marker"},
+      {Markers::cheap, false, "runtime_markers_every_step", "markers as cheap as they come"},
+      {Markers::costly, true, "runtime_markers_thinned_default", "40 us a marker, the defaults (compact lines)"},
+      {Markers::moderate, false, "runtime_markers_moderate", "3 us a marker from step 60, 5 ms steps"},
+      {Markers::moderate, true, "runtime_markers_moderate_default",
+       "3 us a marker from step 60, 5 ms steps, the defaults (compact lines)"},
+  };
+  for (const Case& c : cases) {
+    const bool costly = c.markers == Markers::costly, moderate = c.markers == Markers::moderate;
+    const bool compact = c.compact;
+    INFO(c.what);
+    const auto log = fresh_log(c.log);
+    auto backend = marked_backend();
+    backend->fake_markers.lag_ns = 1'000'000'000;  // a synthetic GPU: markers read whatever the host's timing
+    // 6 markers a step x 40 us against ~1 ms steps: ~24 % of the step, against half of the default
+    // budget (0.05 %): the most thinning there is (1 step in 64).
+    if (costly) backend->fake_markers.record_cost_ns = 40'000;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;  // the default: overhead_budget decides
+    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+    REQUIRE((compact ? start_on_defaults(run, log) : run.start(cfg)));
+    // Cheap markers (~0.2 us a record here) against 20 ms steps: ~0.01 % of the step, far under the cap.
+    constexpr int kSteps = 200;
+    for (int i = 0; i < kSteps; ++i) {
+      if (moderate && i == 60) run.gpu->fake_markers.record_cost_ns = 3'000;  // (the training thread: this one)
+      marked_step(*run.gpu, moderate ? 2'500 : 500, costly || moderate ? 0 : 20'000);
+    }
+    steptrace::stop();
+    std::vector<nlohmann::json> lines;
+    for (auto& l : read_lines(log))
+      if (l.contains("global_step")) lines.push_back(std::move(l));  // (the compact log's run record aside)
+    REQUIRE(lines.size() == kSteps);
+    if (compact) CHECK(lines.front()["schema"] == "steptrace.step/2");
+    std::map<std::string, std::string> sentences;  // a compact log's codes, as its lines bring them
+    int thinned = 0, marked_after = 0, pace = 0;
+    int64_t first_thinned = -1;
+    for (const auto& l : lines) {
+      const int64_t step = l["global_step"];
+      INFO("step " << step << ": " << l["gpu_markers"].dump() << " " << l["null_reasons"].dump());
+      if (l.contains("reason_text"))
+        for (const auto& [code, text] : l["reason_text"].items()) sentences.emplace(code, text.get<std::string>());
+      const bool marked = l["gpu_markers"].is_object();
+      if (l["traced"] == true) CHECK(marked);  // a traced step is always marked (the records check them)
+      std::string why = l["null_reasons"].contains("gpu_markers") ? l["null_reasons"]["gpu_markers"].get<std::string>() : "";
+      if (compact && sentences.count(why)) why = sentences[why];  // a code: its sentence
+      if (!marked && why.find("overhead_budget") != std::string::npos) {
+        CHECK(l["traced"] == false);
+        CHECK(why.rfind(steptrace::reason_text(steptrace::Reason::markers_thinned), 0) == 0);
+        if (costly) CHECK(why.find("1 step in 64") != std::string::npos);
+        const std::size_t at = why.find("1 step in ");
+        REQUIRE(at != std::string::npos);
+        pace = std::stoi(why.substr(at + 10));
+        ++thinned;
+        if (first_thinned < 0) first_thinned = step;
+        continue;
+      }
+      CHECK(marked);  // any other step is marked
+      if (first_thinned >= 0 && l["traced"] == false) {
+        if (costly) CHECK(steptrace::marked_at(uint64_t(step), 64));  // the untraced steps left marked: 1 in 64
+        ++marked_after;
+      }
+      // From the line that thins them, the markers are charged at the new pace: the estimate's floor (its
+      // parts no interval changes: CUPTI attached ~0.03 %, the calls, the markers in what the aim leaves)
+      // stays under the budget, compact lines too, and so does host_api. Charged at every step on the
+      // line that thinned them, they put both over it. (The interval itself is not checked
+      // here: on this loaded machine a traced step's measured extra spreads +-0.25 ms, and its high end
+      // alone asks for intervals in the thousands.)
+      if (moderate && step >= int64_t(steptrace::details::kProbeAfterSteps)) {
+        const nlohmann::json& o = l["overhead"];
+        if (o["estimated_fraction_floor"].is_number()) CHECK(double(o["estimated_fraction_floor"]) <= 0.001);
+        if (!compact && o["parts"].is_object()) CHECK(double(o["parts"]["host_api"]["fraction"]) <= 0.001);
+      }
+    }
+    if (moderate) {  // thinned (how far depends on what CUPTI attached and the calls leave them here)
+      CHECK(thinned >= 10);
+      CHECK(pace >= 2);
+      if (!compact) CHECK(int(lines.back()["overhead"]["markers_every"]) >= 2);
+    } else if (costly) {
+      CHECK(thinned >= 60);
+      CHECK(first_thinned >= 8);  // not in the warm-up: its one-off costs are not counted
+      CHECK(first_thinned <= 100);
+    } else {
+      // Cheap markers: every step marked, but for a few lines at most where a record preempted on a
+      // loaded machine made a marked step look dear (0.91 us a mark against ~0.2 seen in a full suite
+      // run: 6 lines at 1 in 8; the markers' cost is a running sum, so one such record counts).
+      CHECK(thinned <= 20);
+    }
+    // The full line says the pace in force (overhead.markers_every): costly markers' 1 in 64.
+    if (!compact && costly) CHECK(lines.back()["overhead"]["markers_every"] == 64);
+    std::printf("%s: %d lines thinned (1 step in %d) from step %lld, %d untraced lines marked after\n", c.what,
+                thinned, pace, static_cast<long long>(first_thinned), marked_after);
+  }
+}
+
+TEST_CASE("stream markers: a record's cost on the GPU, which its call does not pay, is found by comparing marked and "
+          "unmarked steps in the run; the pace follows it (full lines and the defaults)", "[runtime][markers]") {
+  // A 5 ms GPU-bound step (two 2.5 ms kernels, then a wait for the stream) whose records cost the training
+  // thread 3 us each (~0.3 % of the step when every step is marked: thinned by their own time to about 1
+  // in 8) and, in the first case, hold the stream 150 us each on the GPU (what the call never sees: an
+  // event holds the next kernel until the one before has finished, ~3 us on an H200; here 50 times
+  // that, to stand out of this machine's noise): a marked step costs ~0.6 ms more than an unmarked one.
+  // Once 32 marked steps between unmarked ones are in, the comparison is what the pace charges: the
+  // thinning's message says so and the pace goes further. Without the GPU's part the records' own time
+  // stands.
+  struct Case {
+    bool gpu_cost, compact;
+    const char* log;
+  };
+  const Case cases[] = {{true, false, "runtime_markers_in_run"},
+                        {true, true, "runtime_markers_in_run_default"},
+                        {false, false, "runtime_markers_own_time"},
+                        {false, true, "runtime_markers_own_time_default"}};
+  int pace_with[2] = {0, 0}, pace_without[2] = {0, 0};
+  for (const Case& c : cases) {
+    INFO(c.log);
+    const auto log = fresh_log(c.log);
+    auto backend = marked_backend();
+    backend->fake_markers.record_cost_ns = 3'000;
+    if (c.gpu_cost) backend->fake_markers.gpu_cost_ns = 150'000;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;  // the default: overhead_budget decides
+    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+    REQUIRE((c.compact ? start_on_defaults(run, log) : run.start(cfg)));
+    for (int i = 0; i < 900; ++i) marked_step(*run.gpu, 2'500, 0);
+    steptrace::stop();
+    std::map<std::string, std::string> sentences;  // a compact log's codes, as its lines bring them
+    int pace = 0, in_run = 0, own = 0, lines = 0;
+    for (const auto& l : read_lines(log)) {
+      if (l.contains("reason_text"))
+        for (const auto& [code, text] : l["reason_text"].items()) sentences.emplace(code, text.get<std::string>());
+      if (!l.contains("global_step")) continue;
+      ++lines;
+      if (l["gpu_markers"].is_object() || !l["null_reasons"].contains("gpu_markers")) continue;
+      std::string why = l["null_reasons"]["gpu_markers"];
+      if (c.compact && sentences.count(why)) why = sentences[why];
+      if (why.find("overhead_budget") == std::string::npos) continue;
+      const std::size_t at = why.find("1 step in ");
+      REQUIRE(at != std::string::npos);
+      pace = std::stoi(why.substr(at + 10));  // the last line's pace
+      in_run += why.find("(marked steps against unmarked ones in this run)") != std::string::npos;
+      own += why.find("(the records' own time)") != std::string::npos;
+    }
+    CHECK(lines == 900);
+    CHECK(own > 0);  // thinned first by the records' own time
+    if (c.gpu_cost) CHECK(in_run > 0);  // then by the comparison
+    else CHECK(in_run == 0);
+    (c.gpu_cost ? pace_with : pace_without)[c.compact] = pace;
+  }
+  // ~0.6 ms a marked step of 5 ms: 12 %, against half the 0.1 % budget: the most thinning (64); the
+  // records' own ~20 us a marked step (0.4 %): 1 in 8 or 16.
+  for (int compact : {0, 1}) {
+    INFO((compact ? "the defaults" : "full lines"));
+    CHECK(pace_with[compact] == steptrace::kMaxMarkersEvery);
+    CHECK(pace_without[compact] >= 2);
+    CHECK(pace_without[compact] <= 32);
+  }
+}
+
+TEST_CASE("stream markers: a step with a marker not recorded is left out whole, and says why", "[runtime][markers]") {
+  const auto log = fresh_log("runtime_markers_refused");
+  auto backend = marked_backend();
+  backend->fake_markers.refuse_from_record = 6;  // the second step's first marker on
+  backend->fake_markers.refuse_count = 2;        // its step_begin and forward begin
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 4;
+  steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 3; ++i) marked_step(*run.gpu, 500, 0);
+  steptrace::stop();
+  const auto lines = read_lines(log);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0]["gpu_markers"].is_object());
+  CHECK(lines[1]["gpu_markers"].is_null());
+  CHECK(lines[1]["null_reasons"]["gpu_markers"] ==
+        "2 of the step's markers were not recorded (no free slot, a CUDA graph capture, or another CUDA context current)");
+  CHECK(lines[2]["gpu_markers"].is_object());  // the next step is whole again
+}
+
+namespace {
+/// Events whose GPU time is the host time + `lag_ns`, reached once `reached` says so.
+class ScriptedEvents final : public steptrace::backend::MarkerEvents {
+ public:
+  std::string open(uint32_t slots, std::uintptr_t, bool*) override {
+    host_.assign(slots, 0);
+    return {};
+  }
+  bool record(uint32_t slot, bool, int64_t* host_ns, std::string*) override {
+    *host_ns = host_[slot] = ++clock_ * 1000;
+    ++records;
+    return true;
+  }
+  // The scripted host clock: each record advances it 1 us; `gap_ns` more has passed since the last one.
+  int64_t now_ns() const override { return clock_ * 1000 + gap_ns; }
+  Read read(uint32_t slot, int64_t* gpu_ns) override {
+    if (!reached) return Read::pending;
+    *gpu_ns = host_[slot] + lag_ns;
+    return Read::done;
+  }
+  std::optional<uint32_t> stream_record_id(std::uintptr_t) override { return 7u; }
+  void set_stream(std::uintptr_t stream) override { stream_set = stream; }
+  void close() override {}
+  std::uintptr_t stream_set = 0;
+  bool reached = true;
+  int64_t lag_ns = 500;
+  int64_t gap_ns = 0;
+  int records = 0;
+
+ private:
+  std::vector<int64_t> host_;
+  int64_t clock_ = 0;
+};
+
+/// A marker ring on scripted events, the stream named (0x7): marked from the first mark.
+std::unique_ptr<steptrace::details::MarkerRing> named_ring(ScriptedEvents& events) {
+  auto ring = std::make_unique<steptrace::details::MarkerRing>();
+  ring->attach(&events, "");
+  ring->name_stream(0x7);
+  return ring;
+}
+}  // namespace
+
+TEST_CASE("the marker ring learns the program's stream from traced steps' launches, follows it, leaves it when destroyed",
+          "[runtime][markers]") {
+  using Ring = steptrace::details::MarkerRing;
+  using steptrace::LaunchStreams;
+  auto ring = std::make_unique<Ring>();
+  ScriptedEvents events;
+  ring->attach(&events, "");
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0, 100, 100}, false);  // the legacy stream: the records decide
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0x5000, 89, 100}, false);  // not 9 in 10: the step's work is on several
+  CHECK(!ring->armed());
+  ring->learn_stream(LaunchStreams{0x5000, 90, 100}, false);
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x5000);
+  CHECK(ring->stream_chosen());
+  CHECK_FALSE(ring->stream_named());
+  ring->mark(0, steptrace::MarkerKind::step_begin, steptrace::kNoPhase);  // opens the events on it
+  ring->learn_stream(LaunchStreams{0x6000, 100, 100}, false);  // a later traced step on another: followed
+  CHECK(ring->stream() == 0x6000);
+  CHECK(events.stream_set == 0x6000);
+  ring->learn_stream(LaunchStreams{0x7000, 100, 100}, true);  // detached between traces: once is not enough
+  CHECK(ring->stream() == 0x6000);
+  ring->learn_stream(LaunchStreams{0x7000, 100, 100}, true);
+  CHECK(ring->stream() == 0x7000);
+  CHECK(events.stream_set == 0x7000);
+  ring->forget_stream(0x6000);  // another stream destroyed: nothing changes
+  CHECK(ring->armed());
+  ring->forget_stream(0x7000);
+  CHECK_FALSE(ring->armed());
+  CHECK(ring->why_off().find("destroyed") != std::string::npos);
+  CHECK(ring->stream_forgotten());
+  CHECK(ring->stream_id() == -1);
+  ring->arm(true, {});  // a late traced line's records would arm it again: the destroyed handle is refused
+  CHECK_FALSE(ring->armed());
+  CHECK(ring->why_off().find("destroyed") != std::string::npos);
+  ring->learn_stream(LaunchStreams{0x8000, 100, 100}, false);  // the next traced step shows the next one
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x8000);
+  CHECK_FALSE(ring->stream_forgotten());
+  // Traced steps whose launches left the learnt stream (the legacy stream, or spread): once is noise,
+  // twice in a row the markers go back to the legacy stream, off until the records show the work there.
+  ring->learn_stream(LaunchStreams{0, 100, 100}, false);
+  CHECK(ring->armed());
+  CHECK(ring->stream() == 0x8000);
+  ring->learn_stream(LaunchStreams{0x8000, 100, 100}, false);  // back on it: the count starts over
+  ring->learn_stream(LaunchStreams{0x9000, 50, 100}, false);
+  CHECK(ring->stream() == 0x8000);
+  ring->learn_stream(LaunchStreams{0x9000, 50, 100}, false);
+  CHECK_FALSE(ring->armed());
+  CHECK_FALSE(ring->stream_chosen());
+  CHECK(ring->stream() == 0);
+  CHECK(events.stream_set == 0);
+  CHECK(ring->why_off().find("spread over streams") != std::string::npos);
+  ring->detach();
+
+  // A stream the program named is never learned over.
+  auto named = std::make_unique<Ring>();
+  REQUIRE(named->name_stream(0x9));
+  named->attach(&events, "");
+  named->learn_stream(LaunchStreams{0x5000, 100, 100}, false);
+  CHECK(named->stream() == 0x9);
+  named->detach();
+}
+
+TEST_CASE("the marker ring: a step's markers once reached, older ones dropped, a step left out whole and why",
+          "[runtime][markers]") {
+  using steptrace::MarkerKind;
+  using steptrace::MarkerPoint;
+  using Ring = steptrace::details::MarkerRing;
+  auto ring = std::make_unique<Ring>();
+  ScriptedEvents events;
+  ring->attach(&events, "");
+  CHECK(!ring->armed());  // the legacy stream waits for a traced step's line
+  REQUIRE(ring->name_stream(0x7));
+  CHECK(ring->armed());  // a named stream is marked at once
+  std::vector<MarkerPoint> points;
+  std::string why;
+  const steptrace::PhaseId fwd = steptrace::phase_tag::forward;
+
+  // Step 0 whole; step 1 begun only (its scope never ended); step 2 whole.
+  ring->mark(0, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(0, MarkerKind::phase_begin, fwd);
+  ring->mark(0, MarkerKind::phase_end, fwd);
+  ring->mark(0, MarkerKind::step_end, steptrace::kNoPhase);
+  ring->mark(1, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(2, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(2, MarkerKind::step_end, steptrace::kNoPhase);
+
+  events.reached = false;  // not reached yet: nothing consumed
+  CHECK(ring->collect(0, points, &why) == Ring::Collect::pending);
+  events.reached = true;
+  REQUIRE(ring->collect(0, points, &why) == Ring::Collect::ready);
+  REQUIRE(points.size() == 4);
+  CHECK(points[1].kind == MarkerKind::phase_begin);
+  CHECK(points[1].gpu_ns == points[1].host_ns + 500);
+  CHECK(ring->collect(1, points, &why) == Ring::Collect::left_out);
+  CHECK(why.find("the step's end was not marked") == 0);
+  CHECK(points.empty());
+  CHECK(ring->collect(2, points, &why) == Ring::Collect::ready);
+  CHECK(points.size() == 2);
+  CHECK(ring->collect(3, points, &why) == Ring::Collect::none);
+
+  // Steps whose lines were never made (4) are dropped when a later one (5) is asked for.
+  ring->mark(4, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(4, MarkerKind::step_end, steptrace::kNoPhase);
+  ring->mark(5, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(5, MarkerKind::step_end, steptrace::kNoPhase);
+  REQUIRE(ring->collect(5, points, &why) == Ring::Collect::ready);
+  CHECK(points.size() == 2);
+
+  // A full ring: the marks that find no free slot are counted in the step's end marker, and the step
+  // is left out whole (kSlots + 10 phase marks in step 6, none read meanwhile).
+  ring->mark(6, MarkerKind::step_begin, steptrace::kNoPhase);
+  for (uint32_t i = 0; i < Ring::kSlots + 10; ++i) ring->mark(6, MarkerKind::phase_begin, fwd);
+  ring->mark(6, MarkerKind::step_end, steptrace::kNoPhase);  // no slot either: the end is missing too
+  CHECK(ring->collect(6, points, &why) == Ring::Collect::left_out);
+  CHECK(why.find("the step's end was not marked") == 0);
+  // Read, the ring takes marks again; the next step is whole.
+  ring->mark(7, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(7, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(ring->collect(7, points, &why) == Ring::Collect::ready);
+  CHECK(ring->steps_left_out() == 2);
+  ring->detach();
+  CHECK(!ring->armed());
+  CHECK(!ring->stream_named());  // forgotten at stop: a next run is told again
+  CHECK(ring->name_stream(0x7));  // and can be: the markers are no longer set up
+  ring->detach();
+}
+
+TEST_CASE("the marker ring: a boundary right after another shares its marker, one later records its own",
+          "[runtime][markers]") {
+  using steptrace::MarkerKind;
+  using Ring = steptrace::details::MarkerRing;
+  ScriptedEvents events;
+  const auto ring = named_ring(events);
+  REQUIRE(ring->armed());
+  const steptrace::PhaseId in = steptrace::phase_tag::input, fwd = steptrace::phase_tag::forward;
+  std::vector<steptrace::MarkerPoint> points;
+  std::string why;
+
+  // Back to back (no host time between the boundaries): each phase's begin takes the marker before
+  // it (the step's begin, the last phase's end); ends always record. 6 marks, 4 records.
+  ring->mark(0, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(0, MarkerKind::phase_begin, in);
+  ring->mark(0, MarkerKind::phase_end, in);
+  ring->mark(0, MarkerKind::phase_begin, fwd);
+  ring->mark(0, MarkerKind::phase_end, fwd);
+  ring->mark(0, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(events.records == 4);
+  CHECK(ring->recorded() == 4);
+  CHECK(ring->shared() == 2);
+  REQUIRE(ring->collect(0, points, &why) == Ring::Collect::ready);
+  REQUIRE(points.size() == 6);  // every boundary is a point of the step
+  CHECK(points[1].gpu_ns == points[0].gpu_ns);  // input's begin is the step's begin on the GPU
+  CHECK(points[3].gpu_ns == points[2].gpu_ns);  // forward's begin is input's end
+  CHECK(points[5].gpu_ns > points[4].gpu_ns);  // the step's end its own: work after the last phase is the step's
+  std::string bad;
+  const auto m = steptrace::summarize_markers(points, 0, 1'000'000, &bad);
+  REQUIRE(m);
+  CHECK(m->phases.at(in).count == 1);
+  CHECK(m->phases.at(fwd).count == 1);
+  CHECK(m->phases.at(fwd).span_ns == points[4].gpu_ns - points[2].gpu_ns);
+  CHECK(m->span_ns == points[5].gpu_ns - points[0].gpu_ns);
+
+  // Host time between them past kShareWithinNs: each boundary records its own.
+  events.gap_ns = Ring::kShareWithinNs + 1;
+  ring->mark(1, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(1, MarkerKind::phase_begin, in);
+  ring->mark(1, MarkerKind::phase_end, in);
+  ring->mark(1, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(events.records == 4 + 4);
+  CHECK(ring->shared() == 2);
+  REQUIRE(ring->collect(1, points, &why) == Ring::Collect::ready);
+  REQUIRE(points.size() == 4);
+  CHECK(points[1].gpu_ns > points[0].gpu_ns);
+
+  // Never shared: a phase's end or the step's end (they close the work before them), a phase begun
+  // after another's begin (nested or repeated), a boundary of another step.
+  events.gap_ns = 0;
+  ring->mark(2, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(2, MarkerKind::step_end, steptrace::kNoPhase);
+  ring->mark(3, MarkerKind::step_begin, steptrace::kNoPhase);
+  ring->mark(3, MarkerKind::phase_begin, in);  // shares step 3's begin
+  ring->mark(3, MarkerKind::phase_begin, fwd);
+  ring->mark(3, MarkerKind::phase_end, fwd);
+  ring->mark(3, MarkerKind::phase_end, in);
+  ring->mark(3, MarkerKind::step_end, steptrace::kNoPhase);
+  CHECK(events.records == 8 + 2 + 5);
+  CHECK(ring->shared() == 2 + 1);
+  REQUIRE(ring->collect(2, points, &why) == Ring::Collect::ready);
+  REQUIRE(ring->collect(3, points, &why) == Ring::Collect::ready);
+  CHECK(points.size() == 6);
+  ring->detach();
+}
