@@ -16,8 +16,8 @@
 //   (trace_every = 1), full_nocounters - in an order shuffled per round (seed: the round), steptrace
 //   started and stopped around each block, so that the modes share the process: its placement,
 //   memory layout, clocks and warm caches. The W steps let each block's start settle and are not
-//   timed (--modes M,M: a subset, in that list's shuffled order; also nomarkers, nocupti, host (gpu=off)
-//   and nolog (no log: no line made), the defaults less one part each, to find where a cost lies).
+//   timed (--modes M,M: a subset, in that list's shuffled order; also nomarkers, nocupti (no CUPTI, so
+//   no markers either), host (gpu=off) and nolog (no log: no line made), the defaults less a part).
 //   One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
 //   (benchmarks/alternate_summary.py pairs each mode's block with the off block of its round).
 //   --interleave G: in each steptrace block the timed steps alternate G with steptrace's scopes and G
@@ -575,8 +575,8 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         cfg.log_path = lines;
         cfg.summary = false;
         // The default block is the defaults (compact lines); the others name what they force: full and
-        // full_nocounters trace every step on full lines; nomarkers, nocupti, host (gpu off) and nolog (no
-        // log: no line made) are the defaults less one part, to find where a cost lies.
+        // full_nocounters trace every step on full lines; nomarkers, nocupti (no CUPTI: no markers either),
+        // host (gpu off) and nolog (no log: no line made) are the defaults less a part.
         if (mode == "full" || mode == "full_nocounters") cfg.trace_every = 1, cfg.line_detail = steptrace::LineDetail::full;
         if (mode == "full_nocounters") cfg.counters = steptrace::Mode::off;
         if (mode == "nomarkers") cfg.stream_markers = false;

@@ -252,9 +252,29 @@ TEST_CASE("a reason of the table is written as its row's code", "[line_tiers][re
   // read as the first: 1 in 16 where the lines ran at 1 in 2, an H200 run, session 70).
   const std::string p16 = reason_text(Reason::markers_thinned, "16 (traced steps always): marking every step costs 0.107 %");
   const std::string p2 = reason_text(Reason::markers_thinned, "2 (traced steps always): marking every step costs 0.107 %");
+  const std::string p16_other = reason_text(Reason::markers_thinned, "16 (traced steps always): marking every step costs 0.311 %");
   CHECK(reason_code(p16) != reason_code(p2));
-  CHECK(reason_code(p16) == reason_code(std::string(p16)));
+  CHECK(reason_code(p16) == reason_code(p16_other));  // the count, not the other numbers: one code per pace
   CHECK(reason_code(p16) != reason_rows()[static_cast<std::size_t>(Reason::markers_thinned)].code);
+  // ... so that a compact log says each pace: two lines left unmarked at 1 in 16, then at 1 in 2.
+  {
+    steptrace::ReasonBook pace_book;
+    std::map<std::string, std::string> said;  // what a reader keeps from the lines' reason_text
+    std::vector<std::string> read;
+    for (const std::string& why : {p16, p16_other, p2}) {
+      steptrace::FlatJson l;
+      l.emplace("/schema", steptrace::JsonLeaf{steptrace::JsonLeaf::Kind::string, 0, "steptrace.step/1"});
+      l.emplace("/gpu_markers", steptrace::JsonLeaf{});
+      l.emplace("/null_reasons/gpu_markers", steptrace::JsonLeaf{steptrace::JsonLeaf::Kind::string, 0, why});
+      const json c = json::parse(steptrace::make_compact_line(l, pace_book));
+      if (c.contains("reason_text"))
+        for (const auto& [code, text] : c["reason_text"].items()) said.emplace(code, text.get<std::string>());
+      read.push_back(said[c["null_reasons"]["gpu_markers"].get<std::string>()]);
+    }
+    CHECK(read[0].rfind(reason_text(Reason::markers_thinned) + std::string("16 "), 0) == 0);
+    CHECK(read[1] == read[0]);  // the same pace: its sentence as first said
+    CHECK(read[2].rfind(reason_text(Reason::markers_thinned) + std::string("2 "), 0) == 0);
+  }
   // A sentence without a row: hashed whole, as before the table.
   CHECK(steptrace::reason_of("a reason nobody declared") == nullptr);
   CHECK(reason_code("a reason nobody declared") == reason_hash("a reason nobody declared"));

@@ -116,33 +116,47 @@ struct TierNode {
   }
 };
 
-/// FNV-1a (32 bits) of `text` with its digits left out, from `state` (FNV-1a's offset basis: the code of
-/// a sentence without a row), as 8 hex digits.
-inline std::string reason_hash(std::string_view text, uint32_t state = 2166136261u, bool digits = false) {
-  uint32_t h = state;  // FNV-1a's offset basis and prime (Fowler, Noll, Vo; IETF draft-eastlake-fnv)
+/// FNV-1a (32 bits) of `text`, its digits left out unless `digits`, from `state` (FNV-1a's offset basis
+/// and prime: Fowler, Noll, Vo; IETF draft-eastlake-fnv).
+inline uint32_t fnv1a(std::string_view text, uint32_t state, bool digits = false) {
+  uint32_t h = state;
   for (char c : text) {
     if (!digits && c >= '0' && c <= '9') continue;
     h ^= static_cast<unsigned char>(c);
     h *= 16777619u;
   }
+  return h;
+}
+inline std::string hex8(uint32_t h) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", h);
   return buf;
 }
+/// FNV-1a (32 bits) of `text` with its digits left out, from `state` (the offset basis: the code of a
+/// sentence without a row), as 8 hex digits.
+inline std::string reason_hash(std::string_view text, uint32_t state = 2166136261u) { return hex8(fnv1a(text, state)); }
 /// A reason's code, 8 hex digits. A sentence without a row (core/reasons.hpp): reason_hash(sentence), so
 /// a reason that names a number ("3 of 12 samples") keeps one code whatever the number. A row's sentence:
 /// the row's code, which never changes when the sentence is reworded; a kPrefix row's sentence with a
 /// detail: the hash of the detail continued from the row's code (FNV-1a runs left to right, and the code
 /// is its state after the start as first worded, so the code is the whole sentence's as it was first
 /// written, and stays so when the start is reworded): one code per detail, as each carries its own
-/// sentence in `reason_text` (a kPrefixCounted row's detail with its digits: one code per count).
+/// sentence in `reason_text`. A kPrefixCounted row's detail begins with its count, whose digits are
+/// hashed too (the rest's are left out, as any detail's): one code per count, the same on every rank
+/// and run.
 inline std::string reason_code(std::string_view sentence) {
   const ReasonRow* row = reason_of(sentence);
   if (!row) return reason_hash(sentence);
   if (row->match == reason_row::kWhole) return row->code;
-  const std::string_view detail = sentence.substr(std::strlen(row->sentence));
-  return reason_hash(detail, static_cast<uint32_t>(std::strtoul(row->code, nullptr, 16)),
-                     row->match == reason_row::kPrefixCounted);
+  std::string_view detail = sentence.substr(std::strlen(row->sentence));
+  uint32_t state = static_cast<uint32_t>(std::strtoul(row->code, nullptr, 16));
+  if (row->match == reason_row::kPrefixCounted) {
+    std::size_t n = 0;
+    while (n < detail.size() && detail[n] >= '0' && detail[n] <= '9') ++n;
+    state = fnv1a(detail.substr(0, n), state, /*digits=*/true);
+    detail.remove_prefix(n);
+  }
+  return hex8(fnv1a(detail, state));
 }
 
 }  // namespace details

@@ -7,9 +7,10 @@
 // goes on with a detail (an error, a setting's value, another reason): such a sentence's code is the
 // detail's hash continued from the row's code (core/line_tiers.hpp, reason_code), one code per detail
 // (each carries its own sentence), unchanged when the start is reworded; its digits are left out of the
-// hash ("3 of 12 samples" keeps one code), but a `kPrefixCounted` row's count: its number changes seldom
-// and the reader needs it (the markers' pace: a compact line carries a code's sentence once, so with
-// the digits left out every later pace would read as the first). Producers write a row's
+// hash ("3 of 12 samples" keeps one code), but a `kPrefixCounted` row's detail begins with a count whose
+// digits are hashed: it changes seldom and the reader needs it (the markers' pace: a compact line
+// carries a code's sentence once, so with the digits left out every later pace would read as the
+// first). Producers write a row's
 // sentence through reason_text(), so that it has one home. Pure C++17.
 #pragma once
 #include "../version.hpp"
