@@ -302,8 +302,10 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
   // ~3 us on an H200; here 50 times that, to stand out of this machine's noise): a marked step costs
   // ~0.7 ms more than an unmarked one (5 holds before the step's wait; the end's falls on the next step).
   // Once 32 marked steps between unmarked ones are in, the comparison is what the pace charges: the
-  // thinning's message says so and the pace goes further. Without the GPU's part the records' own time
-  // stands.
+  // thinning's message says so and the pace goes to the most there is. Without the GPU's part the
+  // comparison may still find a marked step dearer than its records' own time (the ring's bookkeeping,
+  // the fake backend's lock that the background thread's reads share with the launches: it did in a CI
+  // run, not on a busier machine), but by tens of us, not the ~0.7 ms: the pace stays well short of it.
   struct Case {
     bool gpu_cost, compact;
     const char* log;
@@ -343,10 +345,11 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
       in_run += why.find("(marked steps against unmarked ones in this run)") != std::string::npos;
       own += why.find("(the records' own time)") != std::string::npos;
     }
+    std::printf("%s: the last pace 1 step in %d; %d unmarked lines thinned by the records' own time, %d by the "
+                "comparison\n", c.log, pace, own, in_run);
     CHECK(lines == 900);
     CHECK(own > 0);  // thinned first by the records' own time
     if (c.gpu_cost) CHECK(in_run > 0);  // then by the comparison
-    else CHECK(in_run == 0);
     (c.gpu_cost ? pace_with : pace_without)[c.compact] = pace;
   }
   // ~0.7 ms a marked step of 5 ms: ~13 %, against the markers' share of the 0.1 % budget: the most
@@ -356,6 +359,7 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
     CHECK(pace_with[compact] == steptrace::kMaxMarkersEvery);
     CHECK(pace_without[compact] >= 2);
     CHECK(pace_without[compact] <= 32);
+    CHECK(pace_with[compact] > pace_without[compact]);
   }
 }
 
