@@ -48,13 +48,43 @@ void marked_step(FakeBackend& gpu, int kernel_us, int host_us, uint32_t stream =
   }
   gpu.wait_stream(stream);
 }
+
+/// A log's step lines (its run record aside), a compact log's reason codes turned back into the sentences
+/// its lines brought them with, so that the defaults' lines read as the full ones' where they hold a field.
+std::vector<nlohmann::json> step_lines(const std::string& log) {
+  std::map<std::string, std::string> said;
+  std::vector<nlohmann::json> out;
+  for (auto& l : read_lines(log)) {
+    if (l.contains("reason_text"))
+      for (const auto& [code, text] : l["reason_text"].items()) said.emplace(code, text.get<std::string>());
+    if (!l.contains("global_step")) continue;
+    if (l.contains("null_reasons"))
+      for (auto it = l["null_reasons"].begin(); it != l["null_reasons"].end(); ++it)
+        if (it.value().is_string() && said.count(it.value().get<std::string>())) it.value() = said[it.value().get<std::string>()];
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+/// Started with the tests' settings but the trace interval (`every`), or on the defaults alone (compact
+/// lines, overhead_budget deciding): what users get.
+bool start_markers_run(FakeRun& run, const std::string& log, bool defaults, int every = 4) {
+  if (defaults) return start_on_defaults(run, log);
+  Config cfg = base_config(log);
+  cfg.trace_every = every;
+  return run.start(cfg);
+}
 }  // namespace
 
 TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own markers, a host-bound one is not",
           "[runtime][markers]") {
+  // Each on full lines at trace_every=4, and on the defaults alone (compact lines, overhead_budget
+  // deciding: the first 8 steps traced), which hold no `points`, `scopes`, `agrees_with_records` or
+  // diagnosis reason.
+  for (const bool defaults : {false, true})
   for (const bool gpu_bound : {true, false}) {
-    INFO((gpu_bound ? "GPU-bound" : "host-bound"));
-    const auto log = fresh_log(gpu_bound ? "runtime_markers_gpu" : "runtime_markers_host");
+    INFO((gpu_bound ? "GPU-bound" : "host-bound") << (defaults ? ", the defaults" : ""));
+    const auto log = fresh_log(std::string(gpu_bound ? "runtime_markers_gpu" : "runtime_markers_host") + (defaults ? "_default" : ""));
     // The same host loop (two 100 us kernels, 20 ms of host work in backward) under a synthetic GPU: every
     // marker reached 1 s after it was recorded (the GPU far behind: pending all through the step, whatever
     // the host's timing), or at once (never behind: pending 0). The traced steps' records say host-bound
@@ -62,27 +92,29 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
     auto backend = marked_backend();
     backend->fake_markers.lag_ns = gpu_bound ? 1'000'000'000 : 0;
     FakeRun run(std::move(backend));
-    Config cfg = base_config(log);
-    cfg.trace_every = 4;
-    REQUIRE(run.start(cfg));
+    REQUIRE(start_markers_run(run, log, defaults));
     constexpr int kernel_us = 100, host_us = 20000;
+    const int steps = defaults ? 16 : 12;
     marked_step(*run.gpu, kernel_us, host_us);  // step 0, traced: its records arm the markers
     marked_step(*run.gpu, kernel_us, host_us);
     REQUIRE(steptrace_test::wait_for([] { return steptrace::details::marker_ring().armed(); }));
-    for (int i = 2; i < 12; ++i) marked_step(*run.gpu, kernel_us, host_us);
+    for (int i = 2; i < steps; ++i) marked_step(*run.gpu, kernel_us, host_us);
     steptrace::stop();
     CHECK(run.gpu->fake_markers.opens == 1);
     CHECK(run.gpu->fake_markers.closes >= 1);  // released at stop()
-    const auto lines = read_lines(log);
-    REQUIRE(lines.size() == 12);
+    const auto lines = step_lines(log);
+    REQUIRE(lines.size() == std::size_t(steps));
+    const int believed_after = defaults ? 8 : 4;  // a traced step whose markers agreed with its records
     for (const auto& l : lines) {
       const int step = l["global_step"];
       INFO(l.dump());
       if (step < 2) continue;  // armed somewhere in these
       REQUIRE(l["gpu_markers"].is_object());
-      CHECK(l["gpu_markers"]["points"] == 6);  // the step's begin and end, two phases' begins and ends
+      if (!defaults) {
+        CHECK(l["gpu_markers"]["points"] == 6);  // the step's begin and end, two phases' begins and ends
+        CHECK(l["gpu_markers"]["phases"]["forward"]["scopes"] == 1);
+      }
       const double share = l["gpu_markers"]["pending_share"];
-      CHECK(l["gpu_markers"]["phases"]["forward"]["scopes"] == 1);
       // A span is the GPU time between the phase's markers: with a constant lag, the backward's host
       // time, which holds the 20 ms of host work.
       CHECK(double(l["gpu_markers"]["phases"]["backward"]["span_ms"]) >= 20.0);
@@ -94,15 +126,15 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
         CHECK(share == 0);  // every marker reached as it was recorded
       }
       if (l["traced"] == true) {
-        CHECK(l["gpu_markers"]["agrees_with_records"] == true);
+        if (!defaults) CHECK(l["gpu_markers"]["agrees_with_records"] == true);
         CHECK(l["diagnosis"]["basis"] == "traced");
-      } else if (step > 4) {  // after traced step 4, whose markers agreed with its records
-        CHECK(l["gpu_markers"]["agrees_with_records"].is_null());
+      } else if (step > believed_after) {  // after a traced step whose markers agreed with its records
+        if (!defaults) CHECK(l["gpu_markers"]["agrees_with_records"].is_null());
         CHECK(l["diagnosis"]["basis"] == (gpu_bound ? "markers" : "carried"));
         // The records' 0.2 ms of kernels in a step of 20 ms and more: host-bound, carried; the markers,
         // pending all through the step, say the GPU held it back (SM efficiency 1: compute-bound).
         CHECK(l["diagnosis"]["label"] == (gpu_bound ? "COMPUTE-BOUND" : "HOST/LAUNCH-BOUND"));
-        if (gpu_bound) CHECK(l["diagnosis"]["reason"].get<std::string>().rfind("stream markers:", 0) == 0);
+        if (gpu_bound && !defaults) CHECK(l["diagnosis"]["reason"].get<std::string>().rfind("stream markers:", 0) == 0);
       }
     }
   }
@@ -110,11 +142,11 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
 
 TEST_CASE("stream markers: a traced step whose work runs on another stream keeps them off, and the lines say why",
           "[runtime][markers]") {
-  const auto log = fresh_log("runtime_markers_elsewhere");
+  for (const bool defaults : {false, true}) {  // trace_every=4 on full lines; the defaults alone
+  INFO((defaults ? "the defaults" : "trace_every=4, full lines"));
+  const auto log = fresh_log(defaults ? "runtime_markers_elsewhere_default" : "runtime_markers_elsewhere");
   FakeRun run(marked_backend());
-  Config cfg = base_config(log);
-  cfg.trace_every = 4;
-  REQUIRE(run.start(cfg));
+  REQUIRE(start_markers_run(run, log, defaults));
   marked_step(*run.gpu, 500, 0, /*stream=*/9);
   marked_step(*run.gpu, 500, 0, 9);
   REQUIRE(steptrace_test::wait_for(
@@ -122,13 +154,14 @@ TEST_CASE("stream markers: a traced step whose work runs on another stream keeps
   for (int i = 2; i < 6; ++i) marked_step(*run.gpu, 500, 0, 9);
   steptrace::stop();
   CHECK(run.gpu->fake_markers.records == 0);  // never armed: no event recorded on the legacy stream
-  const auto lines = read_lines(log);
+  const auto lines = step_lines(log);
   REQUIRE(lines.size() == 6);
   for (const auto& l : lines) {
     INFO(l.dump());
     CHECK(l["gpu_markers"].is_null());
     if (l["global_step"] >= 2)
       CHECK(l["null_reasons"]["gpu_markers"].get<std::string>().find("set_marker_stream") != std::string::npos);
+  }
   }
 }
 
@@ -153,31 +186,60 @@ TEST_CASE("stream markers: a backend without them, or stream_markers=false, give
     }
     CHECK(run.gpu->fake_markers.records == 0);
   }
+  // The backend without them on the defaults alone (compact lines: the reason as a code, its sentence once).
+  const auto log = fresh_log("runtime_markers_off_default");
+  FakeRun run(std::make_unique<FakeBackend>());
+  REQUIRE(start_on_defaults(run, log));
+  run_steps(*run.gpu, 3, 1);
+  steptrace::stop();
+  const auto lines = step_lines(log);
+  REQUIRE(lines.size() == 3);
+  for (const auto& l : lines) {
+    INFO(l.dump());
+    CHECK(l["gpu_markers"].is_null());
+    CHECK(l["null_reasons"]["gpu_markers"] == "this GPU backend has no stream markers");
+  }
 }
 
 TEST_CASE("stream markers: a stream the program names is marked from the first step", "[runtime][markers]") {
-  const auto log = fresh_log("runtime_markers_named");
+  for (const bool defaults : {false, true}) {  // trace_every=4 on full lines; the defaults alone
+  INFO((defaults ? "the defaults" : "trace_every=4, full lines"));
+  const auto log = fresh_log(defaults ? "runtime_markers_named_default" : "runtime_markers_named");
   auto backend = marked_backend();
   backend->marker_stream = 9;
   // A synthetic GPU far behind (every marker reached 1 s after it was recorded): pending through each
   // step whatever the host's timing, so that the markers decide the untraced steps on any machine.
   backend->fake_markers.lag_ns = 1'000'000'000;
   FakeRun run(std::move(backend));
-  Config cfg = base_config(log);
-  cfg.trace_every = 4;
   steptrace::set_marker_stream(reinterpret_cast<void*>(0x9));
-  REQUIRE(run.start(cfg));
-  for (int i = 0; i < 6; ++i) marked_step(*run.gpu, 500, 0, 9);
+  REQUIRE(start_markers_run(run, log, defaults));
+  const int steps = defaults ? 12 : 6;  // on the defaults the first 8 are traced
+  for (int i = 0; i < steps; ++i) marked_step(*run.gpu, 500, 0, 9);
   steptrace::stop();
-  const auto lines = read_lines(log);
-  REQUIRE(lines.size() == 6);
+  const auto lines = step_lines(log);
+  REQUIRE(lines.size() == std::size_t(steps));
+  int untraced_marked = 0;
   for (const auto& l : lines) {
     INFO(l.dump());
-    REQUIRE(l["gpu_markers"].is_object());  // no traced step needed to arm them
-    CHECK(l["gpu_markers"]["points"] == 6);
+    // No traced step needed to arm them; on the defaults the budget may leave untraced steps after the
+    // first 8 unmarked (its thinning, said), never for another reason.
+    if (defaults && l["gpu_markers"].is_null() && l["traced"] == false && l["global_step"] >= 8) {
+      CHECK(l["null_reasons"]["gpu_markers"].get<std::string>().find("overhead_budget") != std::string::npos);
+      continue;
+    }
+    REQUIRE(l["gpu_markers"].is_object());
+    if (!defaults) CHECK(l["gpu_markers"]["points"] == 6);
+    // Believed from traced step 0's agreement on: an untraced step's basis is its own markers.
+    if (l["traced"] == false) {
+      CHECK(l["diagnosis"]["basis"] == "markers");
+      ++untraced_marked;
+    }
   }
-  CHECK(lines[0]["gpu_markers"]["agrees_with_records"] == true);
-  CHECK(lines[1]["diagnosis"]["basis"] == "markers");  // believed from traced step 0's agreement on
+  if (!defaults) CHECK(lines[0]["gpu_markers"]["agrees_with_records"] == true);
+  // On full lines steps 1-3 and 5 are untraced and marked; on the defaults which untraced steps the
+  // budget's pace marks is its pick (in this fake, ~1 ms steps, it thins them).
+  if (!defaults) CHECK(untraced_marked == 4);
+  }
 }
 
 TEST_CASE("stream markers: thinned by overhead_budget where marking every step costs over their share of it, "
@@ -364,24 +426,25 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
 }
 
 TEST_CASE("stream markers: a step with a marker not recorded is left out whole, and says why", "[runtime][markers]") {
-  const auto log = fresh_log("runtime_markers_refused");
+  for (const bool defaults : {false, true}) {  // trace_every=4 on full lines; the defaults alone
+  INFO((defaults ? "the defaults" : "trace_every=4, full lines"));
+  const auto log = fresh_log(defaults ? "runtime_markers_refused_default" : "runtime_markers_refused");
   auto backend = marked_backend();
   backend->fake_markers.refuse_from_record = 6;  // the second step's first marker on
   backend->fake_markers.refuse_count = 2;        // its step_begin and forward begin
   FakeRun run(std::move(backend));
-  Config cfg = base_config(log);
-  cfg.trace_every = 4;
   steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
-  REQUIRE(run.start(cfg));
+  REQUIRE(start_markers_run(run, log, defaults));
   for (int i = 0; i < 3; ++i) marked_step(*run.gpu, 500, 0);
   steptrace::stop();
-  const auto lines = read_lines(log);
+  const auto lines = step_lines(log);
   REQUIRE(lines.size() == 3);
   CHECK(lines[0]["gpu_markers"].is_object());
   CHECK(lines[1]["gpu_markers"].is_null());
   CHECK(lines[1]["null_reasons"]["gpu_markers"] ==
         "2 of the step's markers were not recorded (no free slot, a CUDA graph capture, or another CUDA context current)");
   CHECK(lines[2]["gpu_markers"].is_object());  // the next step is whole again
+  }
 }
 
 namespace {
