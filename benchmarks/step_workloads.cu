@@ -17,7 +17,10 @@
 //   started and stopped around each block, so that the modes share the process: its placement,
 //   memory layout, clocks and warm caches. The W steps let each block's start settle and are not
 //   timed (--modes M,M: a subset, in that list's shuffled order; also nomarkers, nocupti (no CUPTI, so
-//   no markers either), host (gpu=off) and nolog (no log: no line made), the defaults less a part).
+//   no markers either), host (gpu=off) and nolog (no log: no line made), the defaults less a part;
+//   fulllines, the defaults on full lines; markall and markoff, one trace in 10^6 steps (the interval
+//   fixed: every step marked, none thinned) on full lines, with and without stream markers - their
+//   in-run costs' difference is what a marked step costs, against the lines' charge).
 //   One line per block: block round=R mode=M mean_ms=... median_ms=... lines=PATH|-
 //   (benchmarks/alternate_summary.py pairs each mode's block with the off block of its round).
 //   --interleave G: in each steptrace block the timed steps alternate G with steptrace's scopes and G
@@ -554,8 +557,9 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
     const std::size_t comma = std::min(o.modes.find(',', from), o.modes.size());
     const std::string m = o.modes.substr(from, comma - from);
     if (m != "off" && m != "default" && m != "full" && m != "full_nocounters" && m != "nomarkers" && m != "nocupti" &&
-        m != "host" && m != "nolog") {
-      std::fprintf(stderr, "step_workloads --modes: off, default, full, full_nocounters, nomarkers, nocupti, host, nolog "
+        m != "host" && m != "nolog" && m != "fulllines" && m != "markall" && m != "markoff") {
+      std::fprintf(stderr, "step_workloads --modes: off, default, full, full_nocounters, nomarkers, nocupti, host, nolog, "
+                           "fulllines, markall, markoff "
                            "(got '%s')\n", m.c_str());
       return 2;
     }
@@ -583,6 +587,9 @@ int alternate_blocks(const Options& o, Transformer* tf, LaunchBound* lb) {
         if (mode == "nocupti") cfg.cupti = steptrace::Mode::off;
         if (mode == "host") cfg.gpu = steptrace::Mode::off;
         if (mode == "nolog") cfg.log_path.clear();
+        if (mode == "fulllines" || mode == "markall" || mode == "markoff") cfg.line_detail = steptrace::LineDetail::full;
+        if (mode == "markall" || mode == "markoff") cfg.trace_every = 1000000;
+        if (mode == "markoff") cfg.stream_markers = false;
         if (!steptrace::start(cfg)) {
           std::fprintf(stderr, "step_workloads --alternate: start() failed in round %d (%s)\n", round, mode.c_str());
           return 3;
