@@ -51,10 +51,10 @@ TEST_CASE("marked steps against the unmarked ones beside them: what a marked ste
   Noise noise;
   MarkedStepCost c;
   feed(c, noise, 0, 60, 2, 0.06, 0.03);
-  CHECK_FALSE(c.measured());  // fewer than kLeastPairs triplets
+  CHECK_FALSE(c.measured());  // one block closed, fewer than kLeastBlocks
   feed(c, noise, 60, 1500, 2, 0.06, 0.03);
   REQUIRE(c.measured());
-  CHECK(c.measured()->pairs == MarkedStepCost::kPairs);
+  CHECK(c.measured()->blocks == 1560 / MarkedStepCost::kBlockSteps);  // the last block still open
   CHECK(c.measured()->ms == Approx(0.06).margin(0.01));
   CHECK(c.measured()->se_ms < 0.005);
   // What is charged: the value less two standard errors, where that is above the records' own time.
@@ -63,48 +63,51 @@ TEST_CASE("marked steps against the unmarked ones beside them: what a marked ste
   CHECK(*c.beyond(0.02) > 0.045);
   CHECK_FALSE(c.beyond(0.07));  // the records' own time is more: it stands
 
-  // 1 in 16: the same.
+  // 1 in 16: the same; at most kBlocks blocks are kept.
   MarkedStepCost sixteen;
   feed(sixteen, noise, 0, 20000, 16, 0.06, 0.03);
   REQUIRE(sixteen.measured());
+  CHECK(sixteen.measured()->blocks == MarkedStepCost::kBlocks);
   CHECK(sixteen.measured()->ms == Approx(0.06).margin(0.01));
 
-  // Triplets share no step: U M U M U gives one difference, not two (shared neighbours correlate them).
-  MarkedStepCost shared;
-  const double ms[] = {62, 63, 62, 63, 62};
-  for (uint64_t i = 0; i < 5; ++i) shared.step(i, ms[i], i % 2 == 1);
-  for (uint64_t i = 5; i < 200; ++i) shared.step(i, 62, false);  // unmarked only: no more triplets
-  CHECK_FALSE(shared.measured());  // 1 difference (two if U2 were shared), short of kLeastPairs either way
+  // Each block's difference is its marked steps' mean less its unmarked ones': U M U M ... with marked
+  // steps 1 ms longer gives exactly 1 ms a block, one difference per block of kBlockSteps steps.
   MarkedStepCost alternating_exact;
-  for (uint64_t i = 0; i < 129; ++i) alternating_exact.step(i, 62.0 + (i % 2 ? 1.0 : 0), i % 2 == 1);
+  for (uint64_t i = 0; i < 20 * MarkedStepCost::kBlockSteps + 1; ++i)
+    alternating_exact.step(i, 62.0 + (i % 2 ? 1.0 : 0), i % 2 == 1);
   REQUIRE(alternating_exact.measured());
-  CHECK(alternating_exact.measured()->pairs == 32);  // 129 steps U M U, U M U, ... : 32 triplets, not 64
+  CHECK(alternating_exact.measured()->blocks == 20);
+  CHECK(alternating_exact.measured()->ms == Approx(1.0));
+  CHECK(alternating_exact.measured()->se_ms == Approx(0.0).margin(1e-9));
 
-  // A gap (a traced step, its aftermath) or a step missing from the sequence: no triplet spans it.
+  // Steps left out (a traced step, its aftermath, a step dropped): a block holds those it was given.
   MarkedStepCost gaps;
   for (uint64_t i = 0; i < 800; ++i) {
     if (i % 4 == 0) gaps.gap();
-    else gaps.step(i, 62.0 + (i % 4 == 2 ? 5.0 : 0), i % 4 == 2);  // U M U, gap
+    else gaps.step(i, 62.0 + (i % 4 == 2 ? 5.0 : 0), i % 4 == 2);  // U M U, left out
   }
   REQUIRE(gaps.measured());
   CHECK(gaps.measured()->ms == Approx(5.0));
-  MarkedStepCost broken;  // U M, gap, U M, gap ...: never a marked step with both neighbours
-  for (uint64_t i = 0; i < 600; ++i) {
-    if (i % 3 == 2) broken.gap();
-    else broken.step(i, 62.0 + (i % 3 == 1 ? 5.0 : 0), i % 3 == 1);
+  // A block holding one kind only gives nothing: marked and unmarked steps in separate blocks.
+  MarkedStepCost apart;
+  for (uint64_t i = 0; i < 64 * MarkedStepCost::kBlockSteps; ++i) {
+    const bool marked = (i / MarkedStepCost::kBlockSteps) % 2 == 0;
+    apart.step(i, 62.0 + (marked ? 5.0 : 0), marked);
   }
-  CHECK_FALSE(broken.measured());
-  MarkedStepCost dropped;  // U M, step dropped, U M, ... (indices skip): the same
-  for (uint64_t i = 0; i < 600; ++i)
-    if (i % 3 != 2) dropped.step(i, 62.0 + (i % 3 == 1 ? 5.0 : 0), i % 3 == 1);
-  CHECK_FALSE(dropped.measured());
+  CHECK_FALSE(apart.measured());
+  // A step before the open block's (a restarted count) closes it as well.
+  MarkedStepCost back;
+  for (uint64_t i = 0; i < 40; ++i) back.step(i % 20, 62.0 + (i % 2 ? 1.0 : 0), i % 2 == 1);
+  for (uint64_t i = 100; i < 100 + 16 * MarkedStepCost::kBlockSteps; ++i) back.step(i, 62.0 + (i % 2 ? 1.0 : 0), i % 2 == 1);
+  REQUIRE(back.measured());
+  CHECK(back.measured()->ms == Approx(1.0));
 
-  // A host-bound loop: 4 ms steps with 5 % noise, the markers' real cost 0.02 ms: not resolved over
+  // A host-bound loop: 4 ms steps with 10 % noise, the markers' real cost 0.02 ms: not resolved over
   // the records' own 0.01 ms (its error is larger than the difference), whatever the mean reads.
   MarkedStepCost noisy;
   for (uint64_t i = 0; i < 4000; ++i) {
     const bool marked = steptrace::marked_at(i, 2);
-    noisy.step(i, 4.0 * (1 + 0.05 * noise.normal()) + (marked ? 0.02 : 0), marked);
+    noisy.step(i, 4.0 * (1 + 0.1 * noise.normal()) + (marked ? 0.02 : 0), marked);
   }
   REQUIRE(noisy.measured());
   CHECK(noisy.measured()->se_ms > 0.01);
@@ -118,7 +121,7 @@ TEST_CASE("marked steps against the unmarked ones beside them: what a marked ste
   }
   CHECK(preempted.measured()->ms == Approx(0.06).margin(0.01));
 
-  // Old differences age out: none newer than kMaxAgeSteps, none kept (a pace back at 1 marks every step).
+  // Old blocks age out: none newer than kMaxAgeSteps, none kept (a pace back at 1 marks every step).
   MarkedStepCost aging;
   feed(aging, noise, 0, 1500, 2, 0.06, 0.03);
   REQUIRE(aging.measured());
@@ -131,14 +134,15 @@ TEST_CASE("marked steps against the unmarked ones beside them: what a marked ste
 }
 
 TEST_CASE("a program's own alternating steps read as noise, not as the markers' cost", "[markers]") {
-  // Every second step 1 ms longer, marked 1 in 2 at marked_at's picks: the marked step is the longer
-  // kind about half the time, so the differences are +-1 ms around the markers' 0.06 ms, and unresolved.
+  // Every second step 1 ms longer, marked 1 in 2 at marked_at's picks: a block's marked steps are the
+  // longer kind about half the time, so its difference is the markers' 0.06 ms +- ~0.25 ms, and the
+  // blocks' mean is the markers' cost within its (larger) error.
   Noise noise;
   MarkedStepCost alternating;
   feed(alternating, noise, 0, 4000, 2, 0.06, 0.03, 1.0);
   REQUIRE(alternating.measured());
-  CHECK(alternating.measured()->se_ms > 0.1);
-  CHECK_FALSE(alternating.beyond(0.02));
+  CHECK(alternating.measured()->se_ms > 0.01);
+  CHECK(std::abs(alternating.measured()->ms - 0.06) < 3 * alternating.measured()->se_ms);
   // Marking the even steps only (the first of each block, as the pace did before), the pattern would read
   // as -0.94 ms, resolved.
   MarkedStepCost even_only;

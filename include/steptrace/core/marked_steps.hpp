@@ -11,15 +11,19 @@
 // for a marked step, and marking 1 step in 2 cost 0.056-0.10 % a step against not marking (so ~0.11-0.2 %
 // a marked step).
 //
-// Where the markers are thinned (1 step in N: marked_at), marked and unmarked untraced steps alternate
-// in the same run: each marked step between two unmarked ones, in triplets that share no step, gives one
-// difference (its time minus its neighbours' mean); their trimmed mean over the last kPairs, within
-// kMaxAgeSteps, is the measurement. It is used only where it resolves: enough pairs, and its value less
-// two standard errors above the records' own time; that lower value is what is charged (a noisy
-// host-bound loop, or a program's own alternating steps, leave it unresolved: the records' own time
-// stands). It refines a pace the records' own time has already thinned: at 1 in 1 there is no unmarked
-// step to compare with. What a marked step's end delays in the next (unmarked) step's GPU work counts
-// half against it here: the comparison reads low by that.
+// Where the markers are thinned (1 step in N: marked_at), marked and unmarked untraced steps mix in
+// the same run, at offsets the pace's hash picks: within each block of kBlockSteps consecutive steps
+// the difference of the two kinds' mean step times is one measurement of what a marked step costs, and
+// the trimmed mean of the last kBlocks blocks (within kMaxAgeSteps) is the measurement, its standard
+// error from their spread (the blocks share no step). Every untraced step counts: at 1 in 2 over 4096
+// steps it resolves about 3.5x finer than comparing each marked step with its two neighbours (the
+// triplets this replaced, which kept 128 differences; benchmarks/README.md, step_workloads markall).
+// It is used only where it resolves: enough blocks, and its value less two standard errors above the
+// records' own time; that lower value is what is charged (a noisy host-bound loop, or a program's own
+// pattern of long and short steps, leave it unresolved: the records' own time stands). It refines a pace
+// the records' own time has already thinned: at 1 in 1 there is no unmarked step to compare with. What a
+// marked step's end delays in the next (unmarked) step's GPU work counts against the unmarked steps
+// here: the comparison reads low by that.
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -48,42 +52,38 @@ inline bool marked_at(uint64_t step, int every) {
 
 class MarkedStepCost {
  public:
-  static constexpr std::size_t kPairs = 128;       // the differences kept (the last ones)
-  static constexpr std::size_t kLeastPairs = 32;   // fewer: no measurement
-  static constexpr uint64_t kMaxAgeSteps = 4096;   // older differences are dropped (a pace of 1 keeps none new)
-  static constexpr double kTrim = 0.1;             // each tail's share left out of the mean
+  static constexpr uint64_t kBlockSteps = 32;     // step indices per block (a block holds the untraced ones seen)
+  static constexpr std::size_t kBlocks = 128;     // the blocks' differences kept (the last ones)
+  static constexpr std::size_t kLeastBlocks = 16; // fewer: no measurement
+  static constexpr uint64_t kMaxAgeSteps = 8192;  // older blocks are dropped (a pace back at 1 makes none new)
+  static constexpr double kTrim = 0.1;            // each tail's share left out of the mean
 
   struct Measurement {
-    double ms = 0;     // what a marked step costs beyond an unmarked one (trimmed mean)
+    double ms = 0;     // what a marked step costs beyond an unmarked one (trimmed mean of the blocks')
     double se_ms = 0;  // its standard error
-    std::size_t pairs = 0;
+    std::size_t blocks = 0;
   };
 
-  /// Untraced step `index`, its own time and whether it was marked, in step order; a step not the one
-  /// after the last seen (one dropped, or a gap's) starts a new triplet.
+  /// Untraced step `index`, its own time and whether it was marked, in step order. A step that comes
+  /// past its block's span closes that block.
   void step(uint64_t index, double step_ms, bool marked) {
-    if (!(step_ms > 0) || !std::isfinite(step_ms) || (!last_.empty() && index != last_.back().index + 1)) gap();
     if (!(step_ms > 0) || !std::isfinite(step_ms)) return;
-    while (!diffs_.empty() && index >= kMaxAgeSteps && diffs_.front().index < index - kMaxAgeSteps) diffs_.pop_front();
-    if (!marked && last_.size() == 2 && !last_[0].marked && last_[1].marked) {
-      diffs_.push_back({last_[1].index, last_[1].ms - (last_[0].ms + step_ms) / 2});
-      if (diffs_.size() > kPairs) diffs_.pop_front();
-      last_.clear();  // the next triplet shares no step with this one (shared neighbours correlate them)
-      return;
-    }
-    last_.push_back({index, step_ms, marked});
-    if (last_.size() > 2) last_.pop_front();
+    if (open_ && (index < block_.first || index - block_.first >= kBlockSteps)) close_block();
+    if (!open_) block_ = Block{}, block_.first = index - index % kBlockSteps, open_ = true;
+    (marked ? block_.marked : block_.unmarked).add(step_ms);
+    while (!diffs_.empty() && index >= kMaxAgeSteps && diffs_.front().first < index - kMaxAgeSteps) diffs_.pop_front();
   }
-  /// A step that breaks the sequence (traced, just after a trace, its marking not known): no triplet spans it.
-  void gap() { last_.clear(); }
+  /// A step that is not compared (traced, just after a trace, its marking not known): nothing to do -
+  /// a block holds the steps it is given; kept for the callers' sequence.
+  void gap() {}
   /// Everything forgotten (CUPTI detached: the steps cost otherwise from here).
   void reset() {
-    last_.clear();
+    open_ = false;
     diffs_.clear();
   }
 
   std::optional<Measurement> measured() const {
-    if (diffs_.size() < kLeastPairs) return std::nullopt;
+    if (diffs_.size() < kLeastBlocks) return std::nullopt;
     std::vector<double> d;
     d.reserve(diffs_.size());
     for (const Diff& x : diffs_) d.push_back(x.ms);
@@ -108,7 +108,7 @@ class MarkedStepCost {
     Measurement out;
     out.ms = mean;
     out.se_ms = std::sqrt(ss / (m - 1)) / ((1 - 2 * kTrim) * std::sqrt(m));
-    out.pairs = d.size();
+    out.blocks = d.size();
     return out;
   }
 
@@ -124,16 +124,29 @@ class MarkedStepCost {
   }
 
  private:
-  struct Seen {
-    uint64_t index;
-    double ms;
-    bool marked;
+  struct Sum {
+    double ms = 0;
+    uint32_t n = 0;
+    void add(double x) { ms += x, ++n; }
+    double mean() const { return ms / n; }
+  };
+  struct Block {
+    uint64_t first = 0;  // its first step index (a multiple of kBlockSteps)
+    Sum marked, unmarked;
   };
   struct Diff {
-    uint64_t index;  // the marked step's
-    double ms;       // marked minus its neighbours' mean
+    uint64_t first;  // the block's first step index
+    double ms;       // the marked steps' mean minus the unmarked ones'
   };
-  std::deque<Seen> last_;   // the current triplet's steps so far (at most two)
+  /// The open block ends: a difference where it holds both kinds.
+  void close_block() {
+    open_ = false;
+    if (block_.marked.n == 0 || block_.unmarked.n == 0) return;
+    diffs_.push_back({block_.first, block_.marked.mean() - block_.unmarked.mean()});
+    if (diffs_.size() > kBlocks) diffs_.pop_front();
+  }
+  bool open_ = false;
+  Block block_;
   std::deque<Diff> diffs_;
 };
 
