@@ -41,9 +41,11 @@ Prints per block:
 and beside each block's lines, PATH.times.json: {"first_step": warmup, "ms": [each timed step's time]}.
 
 --interleave G: the in-run comparison (benchmarks/interleave.py). In each steptrace block (scope modes
-only) the warm-up steps run with steptrace's scopes, the timed ones alternate G with them and G with the
+and watch) the warm-up steps run with steptrace's scopes, the timed ones alternate G with them and G with the
 off stand-ins, steptrace started throughout (the first group on in even rounds, off in odd ones); the
-step after an evaluation is left out on both sides. Adds per block (its `on` list in PATH.times.json):
+step after an evaluation is left out on both sides. In the watch mode, watch()'s hooks are removed
+(steptrace.unwatch(), which ends the step it kept open) before an off group's first step and put back
+before an on group's, outside the steps' timing; each group's first step is left out on both sides. Adds per block (its `on` list in PATH.times.json):
   interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. traced=.. off_groups_left_out=..
              pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..% pair_mean=..%
              pair_median=..% pair_sd=..% pair_se=..% pair_max=..% lines_matched=.. estimate_mean=..%
@@ -111,8 +113,8 @@ def parse(argv):
         # would run without CUPTI (it says so and falls back to host timings). Measured on an H200 (session
         # 63): the profiler's blocks go in a process of their own, beside the off blocks they pair with.
         p.error("--modes: profiler runs in a process of its own, with off only (Kineto keeps CUPTI after it)")
-    if a.interleave and ("watch" in a.modes or "profiler" in a.modes or a.interleave < 1):
-        p.error("--interleave G >= 1, with scope modes only (watch's hooks and the profiler are not switched per step)")
+    if a.interleave and ("profiler" in a.modes or a.interleave < 1):
+        p.error("--interleave G >= 1, with scope modes or watch only (the profiler is not switched per step)")
     if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.accumulate < 1:
         p.error("--rounds >= 1, --steps >= 1, --warmup >= 0, --accumulate >= 1")
     return a
@@ -185,10 +187,12 @@ def profiler_for(a, torch, trace_dir):
                    on_trace_ready=tensorboard_trace_handler(trace_dir))
 
 
-def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None, switch=None, off=None):
+def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None, switch=None, off=None, on_switch=None):
     """warmup + steps steps; returns the timed steps' times (ms) and their wall time (s). `after_step`:
     called at each step's end, inside its timing (torch.profiler's prof.step()). `switch` (--interleave):
-    per timed step, True for `scopes`, False for the `off` ones (the warm-up steps take `scopes`)."""
+    per timed step, True for `scopes`, False for the `off` ones (the warm-up steps take `scopes`);
+    `on_switch(on)`: called before a timed step whose side differs from the step's before it, outside
+    its timing (watch's hooks put back or removed)."""
     tokens = a.micro_batch * a.seq * a.accumulate
     autocast = torch.autocast("cuda" if a.device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
     times = []
@@ -200,6 +204,10 @@ def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None, swi
         if s == a.warmup:
             wall0 = time.perf_counter()
         step_scope, phases = off if switch is not None and s >= a.warmup and not switch[s - a.warmup] else scopes
+        if on_switch is not None and switch is not None and s >= a.warmup:
+            side, before = switch[s - a.warmup], switch[s - a.warmup - 1] if s > a.warmup else True
+            if side != before:
+                on_switch(side)
         t0 = time.perf_counter()
         with step_scope(tokens=tokens):
             for micro in range(a.accumulate):
@@ -233,10 +241,13 @@ def run_block(a, torch, model, compiled, opt, pool, scopes, after_step=None, swi
     return times, time.perf_counter() - wall0
 
 
-def eval_follow(a, n):
+def eval_follow(a, n, mode=None):
     """The timed steps right after an evaluation (each meets the evaluation's caches): --interleave leaves
-    them out on both sides."""
-    return [i for i in range(n) if a.eval_every and (a.warmup + i) % a.eval_every == 0]
+    them out on both sides; in the watch mode each group's first step too (the hooks' switch)."""
+    skip = [i for i in range(n) if a.eval_every and (a.warmup + i) % a.eval_every == 0]
+    if mode == "watch" and a.interleave:
+        skip = sorted(set(skip) | set(range(0, n, a.interleave)))
+    return skip
 
 
 def interleaved(a, workload, r, mode, lines, times, switch):
@@ -245,7 +256,7 @@ def interleaved(a, workload, r, mode, lines, times, switch):
     from default_cost_summary import read_lines
     steps, _ = read_lines(lines) if lines != "-" else (None, None)
     traced = interleave.traced_steps(steps, switch)
-    d = interleave.compare(times, switch, a.interleave, skip=eval_follow(a, len(times)), traced=traced or ())
+    d = interleave.compare(times, switch, a.interleave, skip=eval_follow(a, len(times), mode), traced=traced or ())
     est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (steps or [])[len(steps or []) - sum(switch):]]
     est = [e for e in est if e is not None]
     return (f"interleave workload={workload} round={r} mode={mode} group={a.interleave} {interleave.describe(d)} "
@@ -308,8 +319,16 @@ def main(argv):
                 prof.__enter__()
             switch = interleave.schedule(a.steps, a.interleave, on_first=r % 2 == 0) \
                 if a.interleave and settings is not None else None
+            on_switch = None
+            if mode == "watch" and switch is not None:
+                def on_switch(on):
+                    if on:
+                        steptrace.watch(compiled, opt, tokens=a.micro_batch * a.seq * a.accumulate)
+                    else:
+                        steptrace.unwatch()
             times, wall_s = run_block(a, torch, model, compiled, opt, pool, scopes,
-                                      after_step=prof.step if prof is not None else None, switch=switch, off=off)
+                                      after_step=prof.step if prof is not None else None, switch=switch, off=off,
+                                      on_switch=on_switch)
             if prof is not None:
                 prof.__exit__(None, None, None)
             if a.device.startswith("cuda"):
@@ -321,7 +340,7 @@ def main(argv):
             if lines != "-":  # the program's own clock per step, beside its lines (step warmup + i)
                 with open(lines + ".times.json", "w") as f:
                     json.dump({"first_step": a.warmup, "ms": times,
-                               **({"on": switch, "group": a.interleave, "skip": eval_follow(a, len(times))}
+                               **({"on": switch, "group": a.interleave, "skip": eval_follow(a, len(times), mode)}
                                   if switch else {})}, f)
             print(f"block workload={workload} round={r} mode={mode} steps={len(times)} "
                   f"mean_ms={statistics.fmean(times):.4f} median_ms={statistics.median(times):.4f} "
