@@ -174,6 +174,15 @@ TEST_CASE("the ledger charges marked steps at the in-run comparison where it res
   // the comparison's keeps 1 in 2 (0.048 % a step, under the 0.05 % share).
   CHECK(steptrace::markers_every(*own_only.marked_step_fraction(), 0.001, 2) == 1);
   CHECK(steptrace::markers_every(*ledger.marked_step_fraction(), 0.001, 2) == 2);
+  // A floor (the worker's 2 while thinned and not yet compared): a cheap marker stays at it, a dear one
+  // goes past it as before.
+  CHECK(steptrace::markers_every(*own_only.marked_step_fraction(), 0.001, 2, 0, 2) == 2);
+  CHECK(steptrace::markers_every(*own_only.marked_step_fraction(), 0.001, 16, 0, 2) == 2);
+  CHECK(steptrace::markers_every(0.01, 0.001, 2, 0, 2) == 32);
+  CHECK(steptrace::markers_every(0.0, 0.001, 8, 0, 2) == 2);
+  CHECK(steptrace::markers_every(0.0, 0.001, 8) == 1);
+  CHECK(ledger.marked_cost_measured());
+  CHECK_FALSE(own_only.marked_cost_measured());
   // host_api at the pace: the calls and the compared cost, halved.
   const double calls = 6 * steptrace::OverheadLedger::kScopeNs * 1e-6 / 62.03;
   CHECK(*ledger.host_api_fraction_at(2) == Approx(calls + *ledger.marked_step_fraction() / 2));

@@ -363,7 +363,7 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
   // GPU (what the call never sees: an event holds the next kernel until the one before has finished,
   // ~3 us on an H200; here 50 times that, to stand out of this machine's noise): a marked step costs
   // ~0.7 ms more than an unmarked one (5 holds before the step's wait; the end's falls on the next step).
-  // Once 32 marked steps between unmarked ones are in, the comparison is what the pace charges: the
+  // Once 16 blocks of 32 steps hold both kinds, the comparison is what the pace charges: the
   // thinning's message says so and the pace goes to the most there is. Without the GPU's part the
   // comparison may still find a marked step dearer than its records' own time (the ring's bookkeeping,
   // the fake backend's lock that the background thread's reads share with the launches: it did in a CI
@@ -422,6 +422,72 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
     CHECK(pace_without[compact] >= 2);
     CHECK(pace_without[compact] <= 32);
     CHECK(pace_with[compact] > pace_without[compact]);
+  }
+}
+
+TEST_CASE("stream markers: once thinned, they come back to every step only after the comparison has measured "
+          "(a larger budget on full lines, and the defaults)", "[runtime][markers]") {
+  // The 5 ms step above, its records holding the stream 150 us each on the GPU (a marked step ~0.7 ms
+  // dearer), their calls first dear and from step 100 on nearly free (0.1 us; what remains is the ring's
+  // bookkeeping, ~2-3 us a mark here). At 1 in 1 no unmarked step is left to compare with, so once
+  // thinned the pace holds at 1 in 2 until the comparison has its 16 blocks; then it finds the GPU's part
+  // and thins again.
+  //  - overhead_budget=0.05 (full lines): the calls at 100 us thin to 1 in 8 or so; once cheap, their own
+  //    time (~0.3 % a marked step) fits every step, which the pace took before session 71 (~step 360, with
+  //    ~11 blocks measured: it then stayed there, all of the last 300 steps marked); the GPU's part (~15 %)
+  //    fits 1 in 8.
+  //  - the defaults (0.1 %): the calls at 20 us thin to the most there is; on this machine the ring's own
+  //    time keeps the pace over 1 anyway, so this sibling checks what a user gets: the comparison takes
+  //    over and the markers stay thinned.
+  struct Case {
+    bool compact;
+    int64_t first_record_ns;
+    int thinned_at_least;  // the last 300 untraced steps: at most 1 in this many marked
+    const char* log;
+  };
+  for (const Case& c : {Case{false, 100'000, 4, "runtime_markers_back"}, Case{true, 20'000, 8, "runtime_markers_back_default"}}) {
+    INFO(c.log);
+    const auto log = fresh_log(c.log);
+    auto backend = marked_backend();
+    backend->fake_markers.record_cost_ns = c.first_record_ns;
+    backend->fake_markers.gpu_cost_ns = 150'000;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;
+    cfg.overhead_budget = 0.05;
+    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+    REQUIRE((c.compact ? start_on_defaults(run, log) : run.start(cfg)));
+    constexpr int kSteps = 1200;
+    for (int i = 0; i < kSteps; ++i) {
+      if (i == 100) run.gpu->fake_markers.record_cost_ns = 100;
+      marked_step(*run.gpu, 2'500, 0);
+    }
+    steptrace::stop();
+    const auto lines = step_lines(log);
+    REQUIRE(lines.size() == kSteps);
+    int marked_late = 0, untraced_late = 0, in_run = 0, every_step = 0;
+    bool thinned = false;  // a full line has said a pace over 1
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      const auto& l = lines[i];
+      if (l.value("traced", false)) continue;
+      const bool marked = l["gpu_markers"].is_object();
+      if (i >= lines.size() - 300) untraced_late += 1, marked_late += marked;
+      if (!marked && l["null_reasons"].contains("gpu_markers")) {
+        const std::string why = l["null_reasons"]["gpu_markers"];
+        in_run += why.find("(marked steps against unmarked ones in this run)") != std::string::npos;
+      }
+      if (l.contains("overhead") && l["overhead"].contains("markers_every") && l["overhead"]["markers_every"].is_number()) {
+        every_step += thinned && l["overhead"]["markers_every"] == 1;
+        thinned = thinned || l["overhead"]["markers_every"] > 1;
+      }
+    }
+    std::printf("%s: %d of the last %d untraced lines marked; %d thinned by the comparison; %d lines at 1 in 1 "
+                "after thinning\n", c.log, marked_late, untraced_late, in_run, every_step);
+    CHECK(untraced_late > 200);
+    CHECK(in_run > 0);                                        // the comparison measured
+    CHECK(marked_late * c.thinned_at_least < untraced_late);  // and the markers stayed thinned
+    CHECK(every_step == 0);                                   // never every step again once thinned
+    if (!c.compact) CHECK(thinned);
   }
 }
 

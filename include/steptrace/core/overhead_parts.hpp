@@ -150,6 +150,9 @@ class OverheadLedger {
   }
   /// The comparison's differences forgotten (CUPTI detached: what a step costs changed).
   void reset_marking() { in_run_.reset(); }
+  /// Whether the in-run comparison has a measurement (resolved over the records' own time or not): it
+  /// has compared enough blocks of marked and unmarked steps since it last forgot them.
+  bool marked_cost_measured() const { return in_run_.measured().has_value(); }
   /// Whether marked_step_fraction() is the in-run comparison's (else the records' own time).
   bool marked_cost_in_run() const {
     const std::optional<double> own = own_marked_ms();
@@ -237,16 +240,17 @@ inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 /// interval then grows long: a split of what is left between markers and traces is not decided yet.)
 /// `marked_fraction` is what marking every step costs (OverheadLedger::marked_step_fraction). From
 /// `current`, it goes down only with room to spare (the halved interval under 80 % of the cap), so that
-/// it does not swing between two values.
-inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
-  if (!(marked_fraction > 0) || !(budget > 0)) return 1;
+/// it does not swing between two values; never below `least`.
+inline int markers_every(double marked_fraction, double budget, int current, double others = 0, int least = 1) {
+  least = std::max(1, std::min(least, kMaxMarkersEvery));
+  if (!(marked_fraction > 0) || !(budget > 0)) return least;
   const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
   const double cap = std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
   current = std::max(1, std::min(current, kMaxMarkersEvery));
   int every = current;
   while (every < kMaxMarkersEvery && marked_fraction / every > cap) every *= 2;
-  while (every > 1 && marked_fraction / (every / 2) <= 0.8 * cap) every /= 2;
-  return every;
+  while (every > least && marked_fraction / (every / 2) <= 0.8 * cap) every /= 2;
+  return std::max(every, least);
 }
 
 /// How the hardware counters run, for the `counters` part.

@@ -124,7 +124,14 @@ inline void Worker::pace_markers(const Config& cfg) {
   if (!marked || !ring.armed()) return;
   // Beside the markers, per step: CUPTI kept attached (the last estimate's) and steptrace's calls.
   const double others = attached_fraction_ + ledger_.calls_fraction().value_or(0);
-  const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others);
+  // Once thinned, the markers come back to every step only after the in-run comparison has measured
+  // (core/marked_steps.hpp: 16 blocks of 32 steps): at 1 in 1 there is no unmarked step to compare with,
+  // and the records' own time alone can say 4-5x too little. On the C++ transformer (H200, session 71)
+  // the records' own time fell to 0.02 ms a marked step and the pace went to every step at step 331,
+  // before any block measurement, where a marked step costs 0.10 ms (marking every step against none,
+  // in the same run): +0.166 % a step against off, where 1 in 4 had given +0.068 %.
+  const int least = ring.wanted_every() > 1 && !ledger_.marked_cost_measured() ? 2 : 1;
+  const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others, least);
   if (every == ring.wanted_every()) return;
   char detail[448];
   std::snprintf(detail, sizeof detail,
