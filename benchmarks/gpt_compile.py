@@ -115,6 +115,8 @@ def parse(argv):
         p.error("--modes: profiler runs in a process of its own, with off only (Kineto keeps CUPTI after it)")
     if a.interleave and ("profiler" in a.modes or a.interleave < 1):
         p.error("--interleave G >= 1, with scope modes or watch only (the profiler is not switched per step)")
+    if a.interleave and "watch" in a.modes and a.interleave < 3:
+        p.error("--interleave G >= 3 with watch (each group's first step, the hooks' switch, is left out on both sides)")
     if a.rounds < 1 or a.steps < 1 or a.warmup < 0 or a.accumulate < 1:
         p.error("--rounds >= 1, --steps >= 1, --warmup >= 0, --accumulate >= 1")
     return a

@@ -15,15 +15,18 @@
 // the same run, at offsets the pace's hash picks: within each block of kBlockSteps consecutive steps
 // the difference of the two kinds' mean step times is one measurement of what a marked step costs, and
 // the trimmed mean of the last kBlocks blocks (within kMaxAgeSteps) is the measurement, its standard
-// error from their spread (the blocks share no step). Every untraced step counts: at 1 in 2 over 4096
-// steps it resolves about 3.5x finer than comparing each marked step with its two neighbours (the
-// triplets this replaced, which kept 128 differences; benchmarks/README.md, step_workloads markall).
-// It is used only where it resolves: enough blocks, and its value less two standard errors above the
-// records' own time; that lower value is what is charged (a noisy host-bound loop, or a program's own
-// pattern of long and short steps, leave it unresolved: the records' own time stands). It refines a pace
-// the records' own time has already thinned: at 1 in 1 there is no unmarked step to compare with. What a
-// marked step's end delays in the next (unmarked) step's GPU work counts against the unmarked steps
-// here: the comparison reads low by that.
+// error from their spread (the blocks share no step). Every untraced step counts, where the triplets
+// this replaced (each marked step against its two neighbours, 128 kept) used about a third of them: under
+// independent noise at 1 in 2 over 4096 steps that is ~3.5x finer; on the C++ transformer's lines
+// (session 71, 800 steps) 0.118 +- 0.004 ms from 27 blocks against 0.124 +- 0.005 from 147 triplets. It
+// needs 16 blocks (512 untraced steps) before it says anything, where 32 triplets came in ~150 steps.
+// It is charged only where it resolves: its value less two standard errors above the records' own time;
+// that lower value is what is charged (noise widens its error - a host-bound loop's, or a program's own
+// pattern of long and short steps - and then the records' own time stands). At 1 in 1 there is no
+// unmarked step to compare with: the pace (Worker::pace_markers) stays at 1 in 2 or more until it has
+// measured and its upper end fits every step. What a marked step's end delays in the next (unmarked)
+// step's GPU work counts against the unmarked steps: the comparison reads low by about that delay times
+// N/(N-1) at 1 in N (twice it at 1 in 2, about once at 1 in 64).
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -65,24 +68,53 @@ class MarkedStepCost {
   };
 
   /// Untraced step `index`, its own time and whether it was marked, in step order. A step that comes
-  /// past its block's span closes that block.
+  /// past its block's span closes that block; one before the last seen (a count started again) forgets
+  /// everything.
   void step(uint64_t index, double step_ms, bool marked) {
     if (!(step_ms > 0) || !std::isfinite(step_ms)) return;
-    if (open_ && (index < block_.first || index - block_.first >= kBlockSteps)) close_block();
+    if (seen_ && index <= last_index_) reset();
+    seen_ = true, last_index_ = index;
+    if (open_ && index - block_.first >= kBlockSteps) close_block();
     if (!open_) block_ = Block{}, block_.first = index - index % kBlockSteps, open_ = true;
     (marked ? block_.marked : block_.unmarked).add(step_ms);
-    while (!diffs_.empty() && index >= kMaxAgeSteps && diffs_.front().first < index - kMaxAgeSteps) diffs_.pop_front();
+    while (!diffs_.empty() && index >= kMaxAgeSteps && diffs_.front().first < index - kMaxAgeSteps) {
+      diffs_.pop_front();
+      cached_ = false;
+    }
   }
-  /// A step that is not compared (traced, just after a trace, its marking not known): nothing to do -
-  /// a block holds the steps it is given; kept for the callers' sequence.
-  void gap() {}
   /// Everything forgotten (CUPTI detached: the steps cost otherwise from here).
   void reset() {
-    open_ = false;
+    open_ = seen_ = false;
     diffs_.clear();
+    cached_ = false;
   }
 
+  /// The measurement (nullopt: fewer than kLeastBlocks blocks), computed once per change of the blocks.
   std::optional<Measurement> measured() const {
+    if (!cached_) cache_ = compute(), cached_ = true;
+    return cache_;
+  }
+
+  /// The records' own time `own_ms` or, where the measurement is above it, the measurement's upper end
+  /// (value plus two standard errors): what a marked step may cost. nullopt: not measured.
+  std::optional<double> upper(double own_ms) const {
+    const std::optional<Measurement> m = measured();
+    if (!m) return std::nullopt;
+    return std::max(own_ms, m->ms + 2 * m->se_ms);
+  }
+  /// Where the measurement resolves more than `own_ms` (the records' own time on a marked step): its
+  /// value less two standard errors, when that is above `own_ms` (a value moving smoothly with the data,
+  /// not a switch between the two). nullopt: the records' own time stands.
+  std::optional<double> beyond(double own_ms) const {
+    const std::optional<Measurement> m = measured();
+    if (!m) return std::nullopt;
+    const double low = m->ms - 2 * m->se_ms;
+    if (!(low > own_ms)) return std::nullopt;
+    return low;
+  }
+
+ private:
+  std::optional<Measurement> compute() const {
     if (diffs_.size() < kLeastBlocks) return std::nullopt;
     std::vector<double> d;
     d.reserve(diffs_.size());
@@ -112,18 +144,6 @@ class MarkedStepCost {
     return out;
   }
 
-  /// Where the measurement resolves more than `own_ms` (the records' own time on a marked step): its
-  /// value less two standard errors, when that is above `own_ms` (a value moving smoothly with the data,
-  /// not a switch between the two). nullopt: the records' own time stands.
-  std::optional<double> beyond(double own_ms) const {
-    const std::optional<Measurement> m = measured();
-    if (!m) return std::nullopt;
-    const double low = m->ms - 2 * m->se_ms;
-    if (!(low > own_ms)) return std::nullopt;
-    return low;
-  }
-
- private:
   struct Sum {
     double ms = 0;
     uint32_t n = 0;
@@ -144,10 +164,15 @@ class MarkedStepCost {
     if (block_.marked.n == 0 || block_.unmarked.n == 0) return;
     diffs_.push_back({block_.first, block_.marked.mean() - block_.unmarked.mean()});
     if (diffs_.size() > kBlocks) diffs_.pop_front();
+    cached_ = false;
   }
   bool open_ = false;
+  bool seen_ = false;       // a step was given since the last reset
+  uint64_t last_index_ = 0;  // the last step given
   Block block_;
   std::deque<Diff> diffs_;
+  mutable bool cached_ = false;
+  mutable std::optional<Measurement> cache_;
 };
 
 STEPTRACE_END_NAMESPACE

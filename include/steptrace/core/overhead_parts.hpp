@@ -142,17 +142,23 @@ class OverheadLedger {
     return *per_marked_ms / (sum_.step_ms / static_cast<double>(steps_.size()));
   }
   /// Step `index`, untraced, its marking known (marked, or left unmarked by the markers' pace), in step
-  /// order; std::nullopt: a step that breaks the sequence (traced or just after a trace, its marking not
-  /// known). Its step time is its own.
+  /// order; std::nullopt: a step not compared (traced or just after a trace, its marking not known). Its
+  /// step time is its own.
   void marking(uint64_t index, double step_ms, std::optional<bool> marked) {
     if (marked) in_run_.step(index, step_ms, *marked);
-    else in_run_.gap();
   }
   /// The comparison's differences forgotten (CUPTI detached: what a step costs changed).
   void reset_marking() { in_run_.reset(); }
-  /// Whether the in-run comparison has a measurement (resolved over the records' own time or not): it
-  /// has compared enough blocks of marked and unmarked steps since it last forgot them.
-  bool marked_cost_measured() const { return in_run_.measured().has_value(); }
+  /// What marking every step may cost, as a fraction of the step: the in-run comparison's upper end
+  /// (value plus two standard errors), or the records' own time where that is more. nullopt: the
+  /// comparison has not measured (too few blocks of marked and unmarked steps since it last forgot them).
+  std::optional<double> marked_step_upper_fraction() const {
+    if (!(sum_.step_ms > 0)) return std::nullopt;
+    const std::optional<double> own = own_marked_ms();
+    const std::optional<double> upper = own ? in_run_.upper(*own) : std::nullopt;
+    if (!upper) return std::nullopt;
+    return *upper / (sum_.step_ms / static_cast<double>(steps_.size()));
+  }
   /// Whether marked_step_fraction() is the in-run comparison's (else the records' own time).
   bool marked_cost_in_run() const {
     const std::optional<double> own = own_marked_ms();
@@ -240,17 +246,16 @@ inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 /// interval then grows long: a split of what is left between markers and traces is not decided yet.)
 /// `marked_fraction` is what marking every step costs (OverheadLedger::marked_step_fraction). From
 /// `current`, it goes down only with room to spare (the halved interval under 80 % of the cap), so that
-/// it does not swing between two values; never below `least`.
-inline int markers_every(double marked_fraction, double budget, int current, double others = 0, int least = 1) {
-  least = std::max(1, std::min(least, kMaxMarkersEvery));
-  if (!(marked_fraction > 0) || !(budget > 0)) return least;
+/// it does not swing between two values.
+inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
+  if (!(marked_fraction > 0) || !(budget > 0)) return 1;
   const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
   const double cap = std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
   current = std::max(1, std::min(current, kMaxMarkersEvery));
   int every = current;
   while (every < kMaxMarkersEvery && marked_fraction / every > cap) every *= 2;
-  while (every > least && marked_fraction / (every / 2) <= 0.8 * cap) every /= 2;
-  return std::max(every, least);
+  while (every > 1 && marked_fraction / (every / 2) <= 0.8 * cap) every /= 2;
+  return every;
 }
 
 /// How the hardware counters run, for the `counters` part.

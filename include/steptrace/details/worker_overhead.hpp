@@ -124,15 +124,30 @@ inline void Worker::pace_markers(const Config& cfg) {
   if (!marked || !ring.armed()) return;
   // Beside the markers, per step: CUPTI kept attached (the last estimate's) and steptrace's calls.
   const double others = attached_fraction_ + ledger_.calls_fraction().value_or(0);
-  // Once thinned, the markers come back to every step only after the in-run comparison has measured
-  // (core/marked_steps.hpp: 16 blocks of 32 steps): at 1 in 1 there is no unmarked step to compare with,
-  // and the records' own time alone can say 4-5x too little. On the C++ transformer (H200, session 71)
-  // the records' own time fell to 0.02 ms a marked step and the pace went to every step at step 331,
-  // before any block measurement, where a marked step costs 0.10 ms (marking every step against none,
-  // in the same run): +0.166 % a step against off, where 1 in 4 had given +0.068 %.
-  const int least = ring.wanted_every() > 1 && !ledger_.marked_cost_measured() ? 2 : 1;
-  const int every = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others, least);
+  // Every step is marked only where the in-run comparison (core/marked_steps.hpp) has measured and its
+  // upper end fits: at 1 in 1 there is no unmarked step to compare with, and the records' own time alone
+  // can say 4-5x too little. Until then 1 in 2 at least (from the warm-up's end; again when the
+  // comparison's blocks have aged out at 1 in 1). On the C++ transformer (H200, session 71) the records'
+  // own time fell to 0.02 ms a marked step and the pace went to every step at step 331, before any
+  // measurement, where a marked step costs 0.10 ms (marking every step against none, in the same run):
+  // +0.166 % a step against off.
+  const std::optional<double> upper = ledger_.marked_step_upper_fraction();
+  const bool shown = upper && markers_every(*upper, cfg.overhead_budget, 2, others) == 1;
+  const int by_cost = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others);
+  const int every = shown ? by_cost : std::max(2, by_cost);
   if (every == ring.wanted_every()) return;
+  if (every > by_cost) {  // held by the comparison, not by the cost
+    char detail[320];
+    std::snprintf(detail, sizeof detail,
+                  "%d (traced steps always) until marked and unmarked steps have been compared in this run "
+                  "(16 blocks of 32 steps; overhead_budget=%s): at every step there is nothing to compare with, "
+                  "and the records' own time alone (%.3f %% of step time for every step) can read several times low",
+                  every, format_fraction(cfg.overhead_budget).c_str(), 100 * *marked);
+    const std::string why = reason_text(Reason::markers_thinned, detail);
+    ring.want_every(every, why);
+    warn_once("markers.comparing", why + " (the unmarked lines say so; said once)");
+    return;
+  }
   char detail[448];
   std::snprintf(detail, sizeof detail,
                 "%d (traced steps always): marking every step costs %.3f %% of step time (%s), over their share of "
