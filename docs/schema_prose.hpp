@@ -507,8 +507,9 @@ inline constexpr FieldProse kStepProse[] = {
      "(the median untraced marked "
      "step's measured event records against the mean step time; or, where the markers are thinned and it "
      "resolves more, the marked steps' time beyond the unmarked steps beside them in this run: a record "
-     "also holds the GPU, ~3 us an event on an H200); once thinned, N >= 2 until that comparison has "
-     "measured (16 blocks of 32 steps). The pace a step ran under: the steps "
+     "also holds the GPU, ~3 us an event on an H200); N >= 2 from the warm-up's end until that comparison "
+     "has measured (16 blocks of 32 steps) and its upper end (value plus two standard errors) fits every "
+     "step. The pace a step ran under: the steps "
      "left unmarked say so in `null_reasons.gpu_markers`",
      "the stream markers not armed (`stream_markers=false`, no GPU attribution, or no traced step has "
      "shown the stream yet: reason)"},

@@ -257,7 +257,8 @@ inline const std::vector<Setting>& settings() {
                      "with `trace_every` 0: the share of step time steptrace may cost; it traces every N-th "
                      "step to stay inside (0: every step), and marks 1 step in N with stream markers where marking "
                      "every step would cost over their share of it (half, or what 80 % of it leaves "
-                     "beside CUPTI attached and the calls)"));
+                     "beside CUPTI attached and the calls), and 1 in 2 at least until marked and unmarked "
+                     "steps compared in the run show that every step fits"));
     t.push_back(choice("untraced_cupti", "STEPTRACE_UNTRACED_CUPTI", &Config::untraced_cupti,
                        {{"auto", UntracedCupti::automatic}, {"keep", UntracedCupti::keep}, {"detach", UntracedCupti::detach}},
                        "what CUPTI does between traced steps; `auto`: attached, detached by `overhead_budget` when "
