@@ -396,7 +396,8 @@ inline constexpr FieldProse kStepProse[] = {
      "10 of the step thread's kernel launches: name it with `set_marker_stream`; the program destroyed the "
      "marker stream, until a traced step shows the next; two traced steps in a row showed the step thread's "
      "launches off the learnt stream, until the records show the work on the default stream), the step "
-     "left unmarked by overhead_budget (1 step in N where marking every step costs over their share of it: "
+     "left unmarked by overhead_budget (1 step in N where marking every step costs over their share of it, "
+     "or 1 in 2 held until marked and unmarked steps compared in the run show that every step fits: "
      "`overhead.markers_every`; traced steps always marked), a marker of the step not recorded (a CUDA graph capture, another context "
      "current, no free slot) or unread, the GPU had not reached the step's last marker when its line was "
      "due, a marker's GPU time out of order or before its host time by more than 0.1 ms (reason)"},
@@ -508,8 +509,9 @@ inline constexpr FieldProse kStepProse[] = {
      "step's measured event records against the mean step time; or, where the markers are thinned and it "
      "resolves more, the marked steps' time beyond the unmarked steps beside them in this run: a record "
      "also holds the GPU, ~3 us an event on an H200); N >= 2 from the warm-up's end until that comparison "
-     "has measured (16 blocks of 32 steps) and its upper end (value plus two standard errors) fits every "
-     "step. The pace a step ran under: the steps "
+     "has measured (16 blocks of 32 steps) and its upper end (value plus two standard errors, at least the "
+     "records' own time) is within 80 % of the markers' share (kept at 1 while within the share). The pace "
+     "a step ran under: the steps "
      "left unmarked say so in `null_reasons.gpu_markers`",
      "the stream markers not armed (`stream_markers=false`, no GPU attribution, or no traced step has "
      "shown the stream yet: reason)"},

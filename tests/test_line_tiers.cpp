@@ -256,6 +256,15 @@ TEST_CASE("a reason of the table is written as its row's code", "[line_tiers][re
   CHECK(reason_code(p16) != reason_code(p2));
   CHECK(reason_code(p16) == reason_code(p16_other));  // the count, not the other numbers: one code per pace
   CHECK(reason_code(p16) != reason_rows()[static_cast<std::size_t>(Reason::markers_thinned)].code);
+  // The hold at 1 in 2 (until the in-run comparison has measured, or while its upper end is over) reads
+  // otherwise than the cost's 1 in 2: three codes, each with its own sentence.
+  const std::string held = reason_text(Reason::markers_thinned, "2 (traced steps always) until marked and unmarked steps "
+                                                               "have been compared in this run (16 blocks of 32 steps)");
+  const std::string over = reason_text(Reason::markers_thinned, "2 (traced steps always) while marked steps compared with "
+                                                               "unmarked ones in this run leave marking every step at up to 0.2 %");
+  CHECK(reason_code(held) != reason_code(p2));
+  CHECK(reason_code(over) != reason_code(p2));
+  CHECK(reason_code(over) != reason_code(held));
   // ... so that a compact log says each pace: two lines left unmarked at 1 in 16, then at 1 in 2.
   {
     steptrace::ReasonBook pace_book;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -143,6 +144,18 @@ TEST_CASE("marked steps against the unmarked ones beside them: what a marked ste
   CHECK_FALSE(aging.measured());
   feed(aging, noise, 10000, 1500, 2, 0.06, 0.03);
   CHECK(aging.measured());
+  // Aged below 16 blocks it is forgotten whole: at 1 in 1 (no new block) the 47 blocks age out one by
+  // one, and one new block beside 15 old ones is no measurement; 16 new ones are.
+  MarkedStepCost stale;
+  feed(stale, noise, 0, 1500, 2, 0.06, 0.03);
+  REQUIRE(stale.measured());
+  uint64_t i = 1500;
+  while (stale.measured()) stale.step(i, 62.0, true), ++i;
+  CHECK(i > MarkedStepCost::kMaxAgeSteps);
+  feed(stale, noise, i, MarkedStepCost::kBlockSteps * 2, 2, 0.06, 0.03);
+  CHECK_FALSE(stale.measured());
+  feed(stale, noise, i + MarkedStepCost::kBlockSteps * 2, MarkedStepCost::kBlockSteps * 16, 2, 0.06, 0.03);
+  CHECK(stale.measured());
   aging.reset();
   CHECK_FALSE(aging.measured());
 }
@@ -201,4 +214,36 @@ TEST_CASE("the ledger charges marked steps at the in-run comparison where it res
   ledger.reset_marking();
   CHECK_FALSE(ledger.marked_cost_in_run());
   CHECK(*ledger.marked_step_fraction() == Approx(*own_only.marked_step_fraction()));
+}
+
+TEST_CASE("the markers' pace: every step only where the in-run comparison has measured and its upper end fits",
+          "[markers][overhead]") {
+  using Why = steptrace::MarkersPace::Why;
+  const double budget = 0.001;  // the markers' share: 0.05 % of the step; 80 % of it 0.04 %
+  // Cheap by their own time, not measured: 1 in 2, held.
+  auto p = steptrace::markers_pace(0.0001, std::nullopt, budget, 1);
+  CHECK(p.every == 2);
+  CHECK(p.why == Why::unmeasured);
+  // Dear by their own time: the cost decides, whatever the comparison says.
+  p = steptrace::markers_pace(0.005, std::nullopt, budget, 1);
+  CHECK(p.every == 16);  // 0.005 / 16 within the 0.05 % share
+  CHECK(p.why == Why::cost);
+  // Measured, its upper end within 80 % of the share: every step, from 1 in 2 as from 1 in 1.
+  p = steptrace::markers_pace(0.0001, 0.0003, budget, 2);
+  CHECK(p.every == 1);
+  CHECK(p.why == Why::cost);
+  // Between 80 % of the share and the share: kept at 1 in 1 (hysteresis), not released from 1 in 2.
+  p = steptrace::markers_pace(0.0001, 0.00045, budget, 1);
+  CHECK(p.every == 1);
+  p = steptrace::markers_pace(0.0001, 0.00045, budget, 2);
+  CHECK(p.every == 2);
+  CHECK(p.why == Why::upper_over);
+  // Over the share: held at 1 in 2 from 1 in 1.
+  p = steptrace::markers_pace(0.0001, 0.0006, budget, 1);
+  CHECK(p.every == 2);
+  CHECK(p.why == Why::upper_over);
+  // The cost thinning past 2 is the cost's, measured or not.
+  p = steptrace::markers_pace(0.003, 0.004, budget, 2);
+  CHECK(p.every == 8);
+  CHECK(p.why == Why::cost);
 }

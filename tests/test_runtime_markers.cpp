@@ -94,7 +94,7 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
     FakeRun run(std::move(backend));
     REQUIRE(start_markers_run(run, log, defaults));
     constexpr int kernel_us = 100, host_us = 20000;
-    const int steps = defaults ? 16 : 12;
+    const int steps = defaults ? 28 : 12;  // the defaults: past the warm-up (8) by enough for the hold's lines
     marked_step(*run.gpu, kernel_us, host_us);  // step 0, traced: its records arm the markers
     marked_step(*run.gpu, kernel_us, host_us);
     REQUIRE(steptrace_test::wait_for([] { return steptrace::details::marker_ring().armed(); }));
@@ -149,7 +149,7 @@ TEST_CASE("stream markers: a GPU-bound untraced step is diagnosed from its own m
       }
     }
     CHECK(marked_untraced >= 3);  // diagnosed from their own markers above
-    if (defaults) CHECK(held >= 1);  // from the warm-up's end (step 8) to step 15
+    if (defaults) CHECK(held >= 1);  // from the warm-up's end (step 8) on
   }
 }
 
@@ -515,11 +515,13 @@ TEST_CASE("stream markers: once thinned, they come back to every step only after
 
 TEST_CASE("stream markers: cheap ones mark every step only once the comparison has measured (full lines with a "
           "larger budget, and the defaults)", "[runtime][markers]") {
-  // The 5 ms step, its records 0.1 us each and free on the GPU. With overhead_budget=0.05 their own
+  // The 5 ms step, its records 0.1 us each and free on the GPU. With overhead_budget=0.2 their own
   // time (the ring's ~2-3 us a mark here, ~0.3 % a marked step) fits every step, but until the in-run
   // comparison has measured (16 blocks of 32 steps) the pace is 1 in 2, and the unmarked lines say why;
-  // once measured, its upper end fits and every step is marked. On the defaults (0.1 %) that own time
-  // is over the markers' share: the lines left unmarked say the budget's reason, one or the other.
+  // once measured, its upper end (the step's noise on this machine: a fraction of a percent) fits 80 %
+  // of the markers' share (8 %) and every step is marked. On the defaults (0.1 %) that own time is over
+  // the markers' share: the lines left unmarked say the budget's reason, one or the other (the release
+  // on the defaults needs steps long enough for the ring's own time to fit, ~50 ms here: not run).
   for (bool compact : {false, true}) {
     INFO((compact ? "the defaults" : "full lines"));
     const auto log = fresh_log(compact ? "runtime_markers_probe_default" : "runtime_markers_probe");
@@ -528,7 +530,7 @@ TEST_CASE("stream markers: cheap ones mark every step only once the comparison h
     FakeRun run(std::move(backend));
     Config cfg = base_config(log);
     cfg.trace_every = 0;
-    cfg.overhead_budget = 0.05;
+    cfg.overhead_budget = 0.2;
     steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
     REQUIRE((compact ? start_on_defaults(run, log) : run.start(cfg)));
     constexpr int kSteps = 1000;
@@ -556,7 +558,8 @@ TEST_CASE("stream markers: cheap ones mark every step only once the comparison h
     if (!compact) {
       CHECK(comparing > 50);
       CHECK(other_budget == 0);
-      CHECK(marked_late == untraced_late);  // measured: every step
+      CHECK(marked_late * 20 >= untraced_late * 19);  // measured: every step (a flip back at most)
+      CHECK(lines.back()["overhead"]["markers_every"] == 1);
     } else {
       CHECK(comparing + other_budget > 50);
     }

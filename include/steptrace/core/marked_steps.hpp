@@ -19,12 +19,13 @@
 // this replaced (each marked step against its two neighbours, 128 kept) used about a third of them: under
 // independent noise at 1 in 2 over 4096 steps that is ~3.5x finer; on the C++ transformer's lines
 // (session 71, 800 steps) 0.118 +- 0.004 ms from 27 blocks against 0.124 +- 0.005 from 147 triplets. It
-// needs 16 blocks (512 untraced steps) before it says anything, where 32 triplets came in ~150 steps.
+// needs 16 blocks (512 steps, each block holding both kinds) before it says anything, where 32 triplets
+// came in ~150 steps; aged below 16 (at 1 in 1 no new block forms) it is forgotten whole.
 // It is charged only where it resolves: its value less two standard errors above the records' own time;
 // that lower value is what is charged (noise widens its error - a host-bound loop's, or a program's own
 // pattern of long and short steps - and then the records' own time stands). At 1 in 1 there is no
-// unmarked step to compare with: the pace (Worker::pace_markers) stays at 1 in 2 or more until it has
-// measured and its upper end fits every step. What a marked step's end delays in the next (unmarked)
+// unmarked step to compare with: the pace (markers_pace in core/overhead_parts.hpp) stays at 1 in 2 or
+// more until it has measured and its upper end fits every step. What a marked step's end delays in the next (unmarked)
 // step's GPU work counts against the unmarked steps: the comparison reads low by about that delay times
 // N/(N-1) at 1 in N (twice it at 1 in 2, about once at 1 in 64).
 #pragma once
@@ -77,10 +78,14 @@ class MarkedStepCost {
     if (open_ && index - block_.first >= kBlockSteps) close_block();
     if (!open_) block_ = Block{}, block_.first = index - index % kBlockSteps, open_ = true;
     (marked ? block_.marked : block_.unmarked).add(step_ms);
+    bool aged = false;
     while (!diffs_.empty() && index >= kMaxAgeSteps && diffs_.front().first < index - kMaxAgeSteps) {
       diffs_.pop_front();
-      cached_ = false;
+      cached_ = false, aged = true;
     }
+    // Aged below what a measurement needs (at 1 in 1 no new block forms): forgotten whole, so that the
+    // next measurement is made of blocks as new as each other, not 15 old ones and a new one.
+    if (aged && diffs_.size() < kLeastBlocks) diffs_.clear();
   }
   /// Everything forgotten (CUPTI detached: the steps cost otherwise from here).
   void reset() {

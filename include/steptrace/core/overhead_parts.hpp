@@ -258,6 +258,34 @@ inline int markers_every(double marked_fraction, double budget, int current, dou
   return every;
 }
 
+/// The markers' pace and what decides it (Worker::pace_markers writes the unmarked lines' reason from it).
+struct MarkersPace {
+  enum class Why : uint8_t {
+    cost,        // marking every step costs over the markers' share (markers_every), or it fits (every 1)
+    unmeasured,  // 1 in 2 held: the in-run comparison has not measured yet
+    upper_over,  // 1 in 2 held: its upper end for every step is over 80 % of the share (over it, at 1 in 1)
+  };
+  int every = 1;
+  Why why = Why::cost;
+};
+
+/// The markers' pace from `current`: markers_every() on `marked_fraction` (what a marked step is charged:
+/// the records' own time, or the in-run comparison's lower end where it resolves more), but every step
+/// only where the in-run comparison has measured and `upper_fraction` (its upper end, at least the
+/// records' own time; nullopt: not measured) fits: from more than 1 in 1 with room to spare (80 % of
+/// the share), at 1 in 1 while within the share (markers_every's hysteresis). Otherwise 1 in 2 at
+/// least: at 1 in 1 there is no unmarked step to compare with, and the records' own time alone can read
+/// 4-5x low (session 71, the C++ transformer on an H200: 0.02 ms charged, 0.10 ms paid a marked step).
+inline MarkersPace markers_pace(double marked_fraction, std::optional<double> upper_fraction, double budget, int current,
+                                double others = 0) {
+  MarkersPace p;
+  const int by_cost = markers_every(marked_fraction, budget, current, others);
+  const bool shown = upper_fraction && markers_every(*upper_fraction, budget, current <= 1 ? 1 : 2, others) == 1;
+  p.every = shown ? by_cost : std::max(2, by_cost);
+  if (p.every > by_cost) p.why = upper_fraction ? MarkersPace::Why::upper_over : MarkersPace::Why::unmeasured;
+  return p;
+}
+
 /// How the hardware counters run, for the `counters` part.
 enum class CountersRun { around_traced_steps, every_step, off };
 

@@ -78,6 +78,7 @@ class MarkerRing {
     shared_.store(0, std::memory_order_relaxed);
     wanted_every_.store(1, std::memory_order_relaxed);
     every_ = 1;
+    generation_ = wanted_generation_.load(std::memory_order_relaxed);  // nothing asked since
     thin_step_.store(UINT64_MAX, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(why_mutex_);
@@ -279,17 +280,19 @@ class MarkerRing {
   void want_every(int every, const std::string& why) {
     std::lock_guard<std::mutex> lock(why_mutex_);  // the interval and its reason change together
     wanted_why_ = why;
-    wanted_every_.store(std::max(1, every), std::memory_order_release);
+    wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
+    wanted_generation_.fetch_add(1, std::memory_order_release);  // a new reason at the same pace is taken too
   }
   int wanted_every() const { return wanted_every_.load(std::memory_order_relaxed); }
   /// Step's thread, as a step begins: whether it is marked (a new interval asked for starts here).
   bool marks_step(uint64_t step, bool traced) {
-    if (wanted_every_.load(std::memory_order_acquire) != every_) {  // the lock only when it changed
+    if (wanted_generation_.load(std::memory_order_acquire) != generation_) {  // the lock only when it changed
       std::lock_guard<std::mutex> lock(why_mutex_);
       const int want = wanted_every_.load(std::memory_order_relaxed);  // with its reason, as written together
       if (thinning_.size() == kThinningKept) thinning_.erase(thinning_.begin());
       thinning_.push_back({step, want, wanted_why_});
       every_ = want;
+      generation_ = wanted_generation_.load(std::memory_order_relaxed);
     }
     const bool on = traced || marked_at(step, every_);
     thin_step_.store(on ? UINT64_MAX : step, std::memory_order_relaxed);
@@ -426,7 +429,9 @@ class MarkerRing {
   };
   static constexpr std::size_t kThinningKept = 16;  // older changes are for lines long written
   std::atomic<int> wanted_every_{1};
+  std::atomic<uint64_t> wanted_generation_{0};        // want_every()'s calls so far
   int every_ = 1;                                     // step's thread
+  uint64_t generation_ = 0;                           // step's thread: the last want_every() taken
   std::atomic<uint64_t> thin_step_{UINT64_MAX};       // the step begun unmarked (step's thread writes)
   std::vector<Thinning> thinning_;                    // under why_mutex_
   std::string wanted_why_;                            // under why_mutex_

@@ -313,6 +313,8 @@ class Worker {
   } markers_;                       // the markers of the step whose line is being made
   double attached_fraction_ = 0;    // the last estimate's CUPTI-attached share (the markers' pace reads it)
   int64_t last_traced_index_ = -1;  // the last traced step seen: the markers' comparison skips 2 after it
+  MarkersPace::Why markers_why_ = MarkersPace::Why::cost;  // what decided the markers' pace last (pace_markers)
+  bool markers_held_said_ = false;  // the markers' hold logged once
   int64_t marked_ns_seen_ = 0;      // the markers' recording time charged to the overhead so far (per step:
                                     // StepRecord::markers_ns_at_close)
 

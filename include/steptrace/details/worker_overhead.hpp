@@ -124,28 +124,33 @@ inline void Worker::pace_markers(const Config& cfg) {
   if (!marked || !ring.armed()) return;
   // Beside the markers, per step: CUPTI kept attached (the last estimate's) and steptrace's calls.
   const double others = attached_fraction_ + ledger_.calls_fraction().value_or(0);
-  // Every step is marked only where the in-run comparison (core/marked_steps.hpp) has measured and its
-  // upper end fits: at 1 in 1 there is no unmarked step to compare with, and the records' own time alone
-  // can say 4-5x too little. Until then 1 in 2 at least (from the warm-up's end; again when the
-  // comparison's blocks have aged out at 1 in 1). On the C++ transformer (H200, session 71) the records'
-  // own time fell to 0.02 ms a marked step and the pace went to every step at step 331, before any
-  // measurement, where a marked step costs 0.10 ms (marking every step against none, in the same run):
-  // +0.166 % a step against off.
-  const std::optional<double> upper = ledger_.marked_step_upper_fraction();
-  const bool shown = upper && markers_every(*upper, cfg.overhead_budget, 2, others) == 1;
-  const int by_cost = markers_every(*marked, cfg.overhead_budget, ring.wanted_every(), others);
-  const int every = shown ? by_cost : std::max(2, by_cost);
-  if (every == ring.wanted_every()) return;
-  if (every > by_cost) {  // held by the comparison, not by the cost
-    char detail[320];
-    std::snprintf(detail, sizeof detail,
-                  "%d (traced steps always) until marked and unmarked steps have been compared in this run "
-                  "(16 blocks of 32 steps; overhead_budget=%s): at every step there is nothing to compare with, "
-                  "and the records' own time alone (%.3f %% of step time for every step) can read several times low",
-                  every, format_fraction(cfg.overhead_budget).c_str(), 100 * *marked);
+  // Every step is marked only where the in-run comparison has measured and its upper end fits
+  // (markers_pace, core/overhead_parts.hpp); else 1 in 2 at least. A change of what decides the pace is
+  // said even at the same pace (the lines' reason is the one in force).
+  const MarkersPace pace = markers_pace(*marked, ledger_.marked_step_upper_fraction(), cfg.overhead_budget,
+                                        ring.wanted_every(), others);
+  const int every = pace.every;
+  if (every == ring.wanted_every() && pace.why == markers_why_) return;
+  markers_why_ = pace.why;
+  if (pace.why != MarkersPace::Why::cost) {  // held at 1 in 2 by the comparison, not by the cost
+    char detail[400];
+    if (pace.why == MarkersPace::Why::unmeasured)
+      std::snprintf(detail, sizeof detail,
+                    "%d (traced steps always) until marked and unmarked steps have been compared in this run "
+                    "(16 blocks of 32 steps; again after CUPTI is detached; overhead_budget=%s): at every step "
+                    "there is nothing to compare with, and the records' own time alone (%.3f %% of step time for "
+                    "every step) can read several times low",
+                    every, format_fraction(cfg.overhead_budget).c_str(), 100 * *marked);
+    else
+      std::snprintf(detail, sizeof detail,
+                    "%d (traced steps always) while marked steps compared with unmarked ones in this run leave "
+                    "marking every step at up to %.3f %% of step time (the comparison's upper end), over 80 %% of "
+                    "the markers' share of overhead_budget=%s",
+                    every, 100 * ledger_.marked_step_upper_fraction().value_or(0), format_fraction(cfg.overhead_budget).c_str());
     const std::string why = reason_text(Reason::markers_thinned, detail);
     ring.want_every(every, why);
-    warn_once("markers.comparing", why + " (the unmarked lines say so; said once)");
+    if (!std::exchange(markers_held_said_, true))
+      logger()->info("{} (the unmarked lines say so; said once)", why);
     return;
   }
   char detail[448];
