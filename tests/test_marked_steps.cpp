@@ -219,31 +219,27 @@ TEST_CASE("the ledger charges marked steps at the in-run comparison where it res
 TEST_CASE("the markers' pace: every step only where the in-run comparison has measured and its upper end fits",
           "[markers][overhead]") {
   using Why = steptrace::MarkersPace::Why;
-  const double budget = 0.001;  // the markers' share: 0.05 % of the step; 80 % of it 0.04 %
-  // Cheap by their own time, not measured: 1 in 2, held.
-  auto p = steptrace::markers_pace(0.0001, std::nullopt, budget, 1);
-  CHECK(p.every == 2);
-  CHECK(p.why == Why::unmeasured);
-  // Dear by their own time: the cost decides, whatever the comparison says.
-  p = steptrace::markers_pace(0.005, std::nullopt, budget, 1);
-  CHECK(p.every == 16);  // 0.005 / 16 within the 0.05 % share
-  CHECK(p.why == Why::cost);
-  // Measured, its upper end within 80 % of the share: every step, from 1 in 2 as from 1 in 1.
-  p = steptrace::markers_pace(0.0001, 0.0003, budget, 2);
-  CHECK(p.every == 1);
-  CHECK(p.why == Why::cost);
-  // Between 80 % of the share and the share: kept at 1 in 1 (hysteresis), not released from 1 in 2.
-  p = steptrace::markers_pace(0.0001, 0.00045, budget, 1);
-  CHECK(p.every == 1);
-  p = steptrace::markers_pace(0.0001, 0.00045, budget, 2);
-  CHECK(p.every == 2);
-  CHECK(p.why == Why::upper_over);
-  // Over the share: held at 1 in 2 from 1 in 1.
-  p = steptrace::markers_pace(0.0001, 0.0006, budget, 1);
-  CHECK(p.every == 2);
-  CHECK(p.why == Why::upper_over);
-  // The cost thinning past 2 is the cost's, measured or not.
-  p = steptrace::markers_pace(0.003, 0.004, budget, 2);
-  CHECK(p.every == 8);
-  CHECK(p.why == Why::cost);
+  // overhead_budget 0.1 %: the markers' share 0.05 % of the step, 80 % of it 0.04 %.
+  struct Case {
+    double marked;
+    std::optional<double> upper;  // the comparison's upper end (nullopt: not measured)
+    int current, every;
+    Why why;
+    const char* what;
+  };
+  const Case cases[] = {
+      {0.0001, std::nullopt, 1, 2, Why::unmeasured, "cheap by their own time, not measured: 1 in 2, held"},
+      {0.005, std::nullopt, 1, 16, Why::cost, "dear by their own time: the cost decides (0.005 / 16 in the share)"},
+      {0.0001, 0.0003, 2, 1, Why::cost, "measured, the upper end within 80 % of the share: every step"},
+      {0.0001, 0.00045, 1, 1, Why::cost, "between 80 % of the share and the share: kept at 1 in 1"},
+      {0.0001, 0.00045, 2, 2, Why::upper_over, "... and not released from 1 in 2 (hysteresis)"},
+      {0.0001, 0.0006, 1, 2, Why::upper_over, "over the share: held at 1 in 2 from 1 in 1"},
+      {0.003, 0.004, 2, 8, Why::cost, "thinned past 2 by the cost: the cost's, measured or not"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const steptrace::MarkersPace p = steptrace::markers_pace(c.marked, c.upper, 0.001, c.current);
+    CHECK(p.every == c.every);
+    CHECK(p.why == c.why);
+  }
 }
