@@ -20,7 +20,8 @@
 // independent noise at 1 in 2 over 4096 steps that is ~3.5x finer; on the C++ transformer's lines
 // (session 71, 800 steps) 0.118 +- 0.004 ms from 27 blocks against 0.124 +- 0.005 from 147 triplets. It
 // needs 16 blocks (512 steps, each block holding both kinds) before it says anything, where 32 triplets
-// came in ~150 steps; aged below 16 (at 1 in 1 no new block forms) it is forgotten whole.
+// came in ~210 steps at 1 in 2 (session 71's lines: a marked step's two neighbours are both unmarked
+// less often than one step in four); aged below 16 (at 1 in 1 no new block forms) it is forgotten whole.
 // It is charged only where it resolves: its value less two standard errors above the records' own time;
 // that lower value is what is charged (noise widens its error - a host-bound loop's, or a program's own
 // pattern of long and short steps - and then the records' own time stands). At 1 in 1 there is no

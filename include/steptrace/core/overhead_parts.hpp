@@ -275,7 +275,7 @@ struct MarkersPace {
 /// records' own time; nullopt: not measured) fits: from more than 1 in 1 with room to spare (80 % of
 /// the share), at 1 in 1 while within the share (markers_every's hysteresis). Otherwise 1 in 2 at
 /// least: at 1 in 1 there is no unmarked step to compare with, and the records' own time alone can read
-/// 4-5x low (session 71, the C++ transformer on an H200: 0.02 ms charged, 0.10 ms paid a marked step).
+/// 2.5-9x low (session 71, the C++ transformer on an H200: 0.011-0.04 ms charged, 0.10 ms paid a marked step).
 inline MarkersPace markers_pace(double marked_fraction, std::optional<double> upper_fraction, double budget, int current,
                                 double others = 0) {
   MarkersPace p;
