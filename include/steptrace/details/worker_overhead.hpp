@@ -127,8 +127,8 @@ inline void Worker::pace_markers(const Config& cfg) {
   // Every step is marked only where the in-run comparison has measured and its upper end fits
   // (markers_pace, core/overhead_parts.hpp); else 1 in 2 at least. A change of what decides the pace is
   // said even at the same pace (the lines' reason is the one in force).
-  const MarkersPace pace = markers_pace(*marked, ledger_.marked_step_upper_fraction(), cfg.overhead_budget,
-                                        ring.wanted_every(), others);
+  const std::optional<double> upper = ledger_.marked_step_upper_fraction();
+  const MarkersPace pace = markers_pace(*marked, upper, cfg.overhead_budget, ring.wanted_every(), others);
   const int every = pace.every;
   if (every == ring.wanted_every() && pace.why == markers_why_) return;
   markers_why_ = pace.why;
@@ -137,16 +137,17 @@ inline void Worker::pace_markers(const Config& cfg) {
     if (pace.why == MarkersPace::Why::unmeasured)
       std::snprintf(detail, sizeof detail,
                     "%d (traced steps always) until marked and unmarked steps have been compared in this run "
-                    "(16 blocks of 32 steps; again after CUPTI is detached; overhead_budget=%s): at every step "
+                    "(%zu blocks of %llu steps; again after CUPTI is detached; overhead_budget=%s): at every step "
                     "there is nothing to compare with, and the records' own time alone (%.3f %% of step time for "
                     "every step) can read several times low",
-                    every, format_fraction(cfg.overhead_budget).c_str(), 100 * *marked);
+                    every, MarkedStepCost::kLeastBlocks, static_cast<unsigned long long>(MarkedStepCost::kBlockSteps),
+                    format_fraction(cfg.overhead_budget).c_str(), 100 * *marked);
     else
       std::snprintf(detail, sizeof detail,
                     "%d (traced steps always) while marked steps compared with unmarked ones in this run leave "
                     "marking every step at up to %.3f %% of step time (the comparison's upper end), over 80 %% of "
                     "the markers' share of overhead_budget=%s",
-                    every, 100 * ledger_.marked_step_upper_fraction().value_or(0), format_fraction(cfg.overhead_budget).c_str());
+                    every, 100 * upper.value_or(0), format_fraction(cfg.overhead_budget).c_str());
     const std::string why = reason_text(Reason::markers_thinned, detail);
     ring.want_every(every, why);
     if (!std::exchange(markers_held_said_, true))
