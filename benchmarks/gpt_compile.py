@@ -259,10 +259,9 @@ def interleaved(a, workload, r, mode, lines, times, switch):
     steps, _ = read_lines(lines) if lines != "-" else (None, None)
     traced = interleave.traced_steps(steps, switch)
     d = interleave.compare(times, switch, a.interleave, skip=eval_follow(a, len(times), mode), traced=traced or ())
-    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (steps or [])[len(steps or []) - sum(switch):]]
-    est = [e for e in est if e is not None]
+    est = interleave.estimate_mean(steps, switch)
     return (f"interleave workload={workload} round={r} mode={mode} group={a.interleave} {interleave.describe(d)} "
-            f"lines_matched={traced is not None} estimate_mean={100 * statistics.fmean(est) if est else float('nan'):.4f}%")
+            f"lines_matched={traced is not None} estimate_mean={'-' if est is None else f'{100 * est:.4f}%'}")
 
 
 def main(argv):

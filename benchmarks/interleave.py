@@ -44,6 +44,13 @@ def traced_steps(lines, on):
     return out
 
 
+def estimate_mean(lines, on):
+    """The lines' mean `overhead.estimated_fraction` over the timed on steps (the last sum(on) lines), or None."""
+    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (lines or [])[len(lines or []) - sum(on):]]
+    est = [e for e in est if e is not None]
+    return statistics.fmean(est) if est else None
+
+
 def _groups(on, group):
     return [list(range(g, min(g + group, len(on)))) for g in range(0, len(on), group)]
 
@@ -138,7 +145,9 @@ def main(argv):
         steps = read_lines(lines)[0] if lines and os.path.exists(lines) else None
         traced = traced_steps(steps, t["on"])
         d = compare(t["ms"], t["on"], g, skip=t.get("skip", ()), traced=traced or ())
-        print(f"interleave times={path} group={g} {describe(d)} lines_matched={traced is not None}")
+        est = estimate_mean(steps, t["on"])
+        print(f"interleave times={path} group={g} {describe(d)} lines_matched={traced is not None} "
+              f"estimate_mean={'-' if est is None else f'{100 * est:.4f}%'}")
     return 0
 
 
