@@ -93,6 +93,11 @@ struct GpuDrain {
   // When CUPTI was attached between steps, ahead of a traced step (detach mode), since the last drain:
   // the gap before that step paid for it.
   std::vector<int64_t> attached_ahead_at_ns;
+  // How long each attach (ahead of a traced step or inside it) and each detach took on the thread that
+  // made it, since the last drain (ms): what a trace's CUPTI cycle costs on this machine, measured
+  // (core/overhead.hpp charges it in place of its model until traced steps are compared).
+  std::vector<double> attach_ms;
+  std::vector<double> detach_ms;
 };
 
 /// SM efficiency of one kernel, estimated from its grid: a grid smaller than the SM count leaves

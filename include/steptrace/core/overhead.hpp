@@ -36,7 +36,12 @@
 // With CUPTI detached between traced steps (untraced_cupti=detach) there is no residual: everything
 // steptrace's CUPTI use costs lands in the traced step and the ones after it (the attach in the
 // traced step, the detach after its line), and is measured; the model adds one attach and detach
-// (kModelAttachDetachMs) until then.
+// (kModelAttachDetachMs) until then - or, once CUPTI has been attached again and detached in this run,
+// what those took on the threads that made them (timed where they run: the attach ahead of a traced
+// step, cuptiFinalize at the next API exit), their means over the last kCycleHistory. Measured, the
+// medians leave out the odd cycle that takes several times the usual (an H200 host: attaches of 7-10 ms
+// and, one in a few, 45 ms; a detach's step +2 ms or +45 ms): the timed cycles' means less their medians
+// are added to the measured `extra`, so that a trace is charged what it costs on average.
 // Keep or detach (untraced_cupti=auto): staying attached costs residual / clean whatever the interval;
 // when that alone exceeds the aim and detaching is modelled cheaper, detach_pays() says so and the
 // runtime detaches from then on (never back: detaching ends PM sampling).
@@ -60,6 +65,7 @@ struct OverheadObservation {
   double between_ms = 0;   // the gap before it: the previous step's scope end to its begin (0: none)
   bool detached_in = false;  // CUPTI was detached (cuptiFinalize) in it or in the gap before it
   bool attached_before = false;  // CUPTI was attached in the gap before it, ahead of it (a traced step)
+  std::vector<double> attach_ms, detach_ms;  // CUPTI's attaches / detaches timed since the last step (ms)
   std::optional<uint32_t> launches;      // traced steps: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;  // traced steps: share of launches the GPU waited for (0-1)
 };
@@ -108,7 +114,10 @@ class OverheadEstimator {
   // (benchmarks/README.md, third session, run I), plus CUPTI's dispatch of a callback that returns at
   // once, which now stays on (+190 ns for an empty callback, same README: "callback dispatch").
   static constexpr double kKeepNsPerLaunch = 790;
-  static constexpr double kModelAttachDetachMs = 8.3;      // benchmarks/README.md, third session: cupti_cycle, attach 6.8 + detach 1.5 ms
+  static constexpr double kModelAttachMs = 6.8;            // benchmarks/README.md, third session: cupti_cycle (H100)
+  static constexpr double kModelDetachMs = 1.5;            // same
+  static constexpr double kModelAttachDetachMs = kModelAttachMs + kModelDetachMs;
+  static constexpr std::size_t kCycleHistory = 16;         // timed attaches and detaches remembered, each
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
   static constexpr int kMinMeasuringEvery = kCleanDistance + 1;  // shorter: no step is clean, nothing is measured
   static constexpr double kZ95 = 1.96;                     // two-sided 95 % of a normal distribution
@@ -159,6 +168,12 @@ class OverheadEstimator {
   }
 
   void observe(const OverheadObservation& o) {
+    for (double ms : o.attach_ms)
+      if (std::isfinite(ms) && ms >= 0) attach_ms_.push_back(ms);
+    for (double ms : o.detach_ms)
+      if (std::isfinite(ms) && ms >= 0) detach_ms_.push_back(ms);
+    trim(attach_ms_, kCycleHistory);
+    trim(detach_ms_, kCycleHistory);
     Step st;
     st.ms = o.step_ms;
     st.traced = o.traced;
@@ -194,6 +209,18 @@ class OverheadEstimator {
     }
     steps_.push_back(st);
     if (steps_.size() > window()) steps_.pop_front();
+  }
+  /// What one attach and detach cost: the timed ones' means where this run has had them, else the
+  /// model's (kModelAttachMs, kModelDetachMs), each on its own.
+  double cycle_ms() const {
+    return (attach_ms_.empty() ? kModelAttachMs : mean(attach_ms_)) + (detach_ms_.empty() ? kModelDetachMs : mean(detach_ms_));
+  }
+  /// The timed cycles' means less their medians (>= 0): what the measured extra's medians leave out.
+  double cycle_tail_ms() const {
+    const auto tail = [](const std::deque<double>& d) {
+      return d.size() < 2 ? 0.0 : std::max(0.0, mean(d) - median(std::vector<double>(d.begin(), d.end())));
+    };
+    return tail(attach_ms_) + tail(detach_ms_);
   }
   /// Steps remembered: enough for the comparison at the longest interval (kRecentIntervals intervals, kMinTraced
   /// traced steps among them), never fewer than kWindow.
@@ -252,6 +279,8 @@ class OverheadEstimator {
       if (static_cast<int>(detach.size()) >= kMinTraced) add(detach);
       var += (distances * se_c) * (distances * se_c);  // the clean median is subtracted at each distance
       const double se = std::sqrt(var);
+      // Detached, the cycles the medians leave out (cycle_tail_ms: timed, so certain as they are).
+      if (!s_.keep_attached) extra += cycle_tail_ms();
       e.clean_step_ms = c;
       e.traced_extra_ms = std::max(0.0, extra);
       e.traced_extra_se_ms = se;
@@ -263,7 +292,7 @@ class OverheadEstimator {
       e.clean_step_ms = median(all);
       // Detached, a trace also costs an attach and a detach - unless every step is traced (no detach).
       e.traced_extra_ms = *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 +
-                          (s_.keep_attached || in_force == 1 ? 0 : kModelAttachDetachMs);
+                          (s_.keep_attached || in_force == 1 ? 0 : cycle_ms());
       e.method = EstimateMethod::launch_model;
     } else {
       return e;  // nothing traced yet, or no launch count
@@ -283,7 +312,7 @@ class OverheadEstimator {
     // is the traced step against untraced steps that pay the residual too, so a = extra. Model: the
     // 1.1 us per launch is a traced step against no CUPTI at all, so a = extra - residual.
     const double b = residual / clean_ms, b_low = residual_low / clean_ms;
-    const double attach = measured || s_.keep_attached ? 0 : kModelAttachDetachMs / clean_ms;
+    const double attach = measured || s_.keep_attached ? 0 : cycle_ms() / clean_ms;
     const double model_a = std::max(0.0, *e.launches_per_step * kModelTracedNsPerLaunch * 1e-6 - residual) / clean_ms;
     const double a = measured ? *e.traced_extra_ms / clean_ms : model_a;
     const double a_high = measured ? extra_high / clean_ms : model_a, a_low = measured ? extra_low / clean_ms : model_a;
@@ -354,6 +383,11 @@ class OverheadEstimator {
     if (df <= 30) return t[df - 1];
     return kZ95 + (t[29] - kZ95) * 30.0 / df;
   }
+  static double mean(const std::deque<double>& d) {
+    double s = 0;
+    for (double x : d) s += x;
+    return d.empty() ? 0.0 : s / static_cast<double>(d.size());
+  }
   static double median(std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     const double hi = v[v.size() / 2];
@@ -365,6 +399,7 @@ class OverheadEstimator {
   std::deque<Step> steps_;
   std::deque<uint32_t> launches_;
   std::deque<double> host_bound_;
+  std::deque<double> attach_ms_, detach_ms_;  // the last kCycleHistory timed attaches / detaches (kept across switch_to_detach)
   std::optional<uint64_t> last_traced_;
   std::deque<double> gaps_, recent_ms_;  // the last kGapHistory gaps and own times past the warm-up
   uint64_t polluted_ = 0;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "../core/overhead.hpp"
 #include "line_policy.hpp"
@@ -54,6 +55,7 @@ struct ControllerStep {
   double between_ms = 0;           // the gap before it (the previous step's scope end to its begin)
   bool detached_in = false;        // CUPTI was detached in it or in the gap before it
   bool attached_before = false;    // CUPTI was attached in the gap before it (ahead of a traced step)
+  std::vector<double> attach_ms, detach_ms;  // CUPTI's attaches / detaches timed since the last step (ms)
   std::optional<uint32_t> launches;          // traced: kernels + copies + memsets recorded
   std::optional<double> host_bound_share;    // traced: share of launches the GPU waited for
   double host_api_fraction = 0;    // steptrace's calls on the training thread, share of the step (modelled)
@@ -99,6 +101,8 @@ class TraceController {
     ob.between_ms = step.between_ms;
     ob.detached_in = step.detached_in;
     ob.attached_before = step.attached_before;
+    ob.attach_ms = step.attach_ms;
+    ob.detach_ms = step.detach_ms;
     if (step.traced) ob.launches = step.launches, ob.host_bound_share = step.host_bound_share;
     estimator_.observe(ob);
     // The step-time estimate at the interval in force: tracing, CUPTI attached, the scopes.

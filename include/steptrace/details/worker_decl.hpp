@@ -177,6 +177,14 @@ class Worker {
       if (detach_times_.size() < 1024) detach_times_.push_back(t);
     for (int64_t t : d.attached_ahead_at_ns)
       if (attach_times_.size() < 1024) attach_times_.push_back(t);
+    for (double ms : d.attach_ms) {
+      if (cycle_attach_ms_.size() < 64) cycle_attach_ms_.push_back(ms);
+      cycles_.attach.add(ms);
+    }
+    for (double ms : d.detach_ms) {
+      if (cycle_detach_ms_.size() < 64) cycle_detach_ms_.push_back(ms);
+      cycles_.detach.add(ms);
+    }
     for (const auto& k : d.kernels) attributor_.add_kernel(k);
     for (const auto& c : d.copies) attributor_.add_copy(c);
     gpu_dropped_records_ += d.dropped_records + d.dropped_launches;
@@ -295,6 +303,15 @@ class Worker {
   TraceController controller_;    // the trace interval and keep or detach (trace_controller.hpp)
   std::deque<int64_t> detach_times_;  // CUPTI's detaches not yet charged to a step (GpuDrain::detached_at_ns)
   std::deque<int64_t> attach_times_;  // attaches ahead of a traced step not yet charged (GpuDrain::attached_ahead_at_ns)
+  std::vector<double> cycle_attach_ms_, cycle_detach_ms_;  // how long CUPTI's attaches / detaches took, not yet handed on
+  struct CycleTally {  // every timed attach / detach of the run, for the log at stop()
+    uint64_t n = 0;
+    double sum_ms = 0, max_ms = 0;
+    void add(double ms) { ++n, sum_ms += ms, max_ms = std::max(max_ms, ms); }
+  };
+  struct {
+    CycleTally attach, detach;
+  } cycles_;
   OverheadLedger ledger_;          // host scopes and background readings (overhead.parts)
   ReadingsPoller readings_;        // memory, NVML, PM samples (after the members it is handed)
   std::string switch_why_;         // what staying attached was estimated to cost then

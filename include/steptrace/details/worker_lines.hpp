@@ -277,6 +277,12 @@ inline void Worker::write_end(const std::string& reason, uint64_t steps_cut) {
       }
     }
     remote_.stop();
+    if (reason == "stop" && (cycles_.attach.n || cycles_.detach.n))
+      logger()->info("CUPTI between traced steps: attached again {} times ({:.2f} ms on average, {:.2f} at most), "
+                     "detached {} times ({:.2f} ms on average, {:.2f} at most), timed on the threads that did it",
+                     cycles_.attach.n, cycles_.attach.n ? cycles_.attach.sum_ms / cycles_.attach.n : 0.0,
+                     cycles_.attach.max_ms, cycles_.detach.n,
+                     cycles_.detach.n ? cycles_.detach.sum_ms / cycles_.detach.n : 0.0, cycles_.detach.max_ms);
     EndRecord e;
     e.traces = flight_.stats();
     const RemoteCaptures::Stats& asked = remote_.stats();

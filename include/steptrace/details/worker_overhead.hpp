@@ -64,6 +64,8 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     attach_times_.pop_front();
     step.attached_before = true;
   }
+  step.attach_ms.swap(cycle_attach_ms_);  // measured since the last step: the estimator's cost of a CUPTI cycle
+  step.detach_ms.swap(cycle_detach_ms_);
   feed_marking(r, marked_ms, step.detached_in || step.attached_before);
   if (step.traced) {
     uint32_t launches = gpu->kernels;

@@ -85,9 +85,12 @@ inline std::string Collector::attach(bool records) {
 
 /// Detach mode, attached again for a traced step: CUPTI numbers correlation ids from 1 again. Under cupti_mutex_.
 inline std::string Collector::attach_again() {
+  const int64_t t0 = monotonic_ns();
   const std::string err = attach(/*records=*/false);
   if (!err.empty()) return err;
+  const int64_t took = monotonic_ns() - t0;
   std::lock_guard<std::mutex> staging(mutex_);
+  if (attach_ms_.size() < 1024) attach_ms_.push_back(took * 1e-6);
   correlations_restarted_ = true;  // CUPTI numbers correlation ids from 1 again
   windowed_.clear();               // ids of the previous attach: they would name new launches
   pending_graphs_.clear();         // likewise (their records were read out at the detach)
@@ -134,8 +137,15 @@ inline void Collector::try_detach() {
     if (detached_at_ns_.size() < 1024) detached_at_ns_.push_back(monotonic_ns());
   }
   // Records are off and every traced step's records are in. cuptiFinalize waits for the device's
-  // work to finish and removes CUPTI's hooks: launches cost what they cost without CUPTI.
+  // work to finish and removes CUPTI's hooks: launches cost what they cost without CUPTI. Timed: the
+  // thread that ran into it (the next API exit's) waits that long.
+  const int64_t t0 = monotonic_ns();
   cuptiFinalize();
+  const int64_t took = monotonic_ns() - t0;
+  {
+    std::lock_guard<std::mutex> staging(mutex_);
+    if (detach_ms_.size() < 1024) detach_ms_.push_back(took * 1e-6);
+  }
   subscriber_ = nullptr;
   attached_ = false;
   detaches_.fetch_add(1, std::memory_order_relaxed);

@@ -98,6 +98,8 @@ class Collector {
       pending_graphs_.clear();
       detached_at_ns_.clear();
       attached_ahead_at_ns_.clear();
+      attach_ms_.clear();
+      detach_ms_.clear();
       in_flight_.clear();
       windowed_.clear();
     }
@@ -287,6 +289,8 @@ class Collector {
     d.windowed.swap(windowed_);
     d.detached_at_ns.swap(detached_at_ns_);
     d.attached_ahead_at_ns.swap(attached_ahead_at_ns_);
+    d.attach_ms.swap(attach_ms_);
+    d.detach_ms.swap(detach_ms_);
     return d;
   }
 
@@ -399,6 +403,7 @@ class Collector {
   std::atomic<uint64_t> boundaries_{0};  // step boundaries seen (set_tracing calls): a pending graph's age
   std::vector<int64_t> detached_at_ns_;  // monotonic_ns() of each detach not yet drained (GpuDrain::detached_at_ns)
   std::vector<int64_t> attached_ahead_at_ns_;  // ... of each attach made ahead (GpuDrain::attached_ahead_at_ns)
+  std::vector<double> attach_ms_, detach_ms_;   // how long each attach / detach took (GpuDrain::attach_ms)
   std::vector<UnsettledGraphs> unsettled_;
   std::vector<uint32_t> in_flight_;  // calls staged while tracing that have not returned (few: one per thread)
   std::vector<uint32_t> windowed_;   // calls in flight when records went off (GpuDrain::windowed)
