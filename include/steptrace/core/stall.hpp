@@ -18,11 +18,14 @@
 #include "end_line.hpp"
 #include "json_writer.hpp"
 #include "line_sections.hpp"
+#include "measured.hpp"
 #include "run_info.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
 inline constexpr const char* kStallSchemaVersion = "steptrace.stall/1";
+/// A stall report's GPU reading before the watchdog has filled it in (a report made by hand).
+inline constexpr const char* kStallNotRead = "not read: the stall watchdog did not fill it in";
 
 class StallWatch {
  public:
@@ -146,17 +149,14 @@ struct StallReport {
   std::vector<Thread> threads;
   uint64_t threads_untracked = 0;  // threads that found the open-phase table full
 
-  // GPU: what the records seen so far say. Empty reasons mean the value is there.
-  std::optional<double> last_gpu_activity_s;  // the latest end of a kernel/copy record seen, seconds ago
-  std::string last_gpu_activity_name;         // its kernel name, or the copy's kind
-  std::string last_gpu_activity_reason;
-  std::optional<uint32_t> open_step_launches, open_step_outstanding;
+  // GPU: what the records seen so far say, each value or why it is null (the watchdog fills them).
+  Measured<double> last_gpu_activity_s{kStallNotRead};  // the latest end of a kernel/copy record seen, seconds ago
+  std::string last_gpu_activity_name;                   // its kernel name, or the copy's kind
+  Measured<uint32_t> open_step_launches{kStallNotRead}, open_step_outstanding{kStallNotRead};
   std::vector<std::pair<std::string, uint32_t>> outstanding_by_phase;
-  std::string outstanding_reason;
   // PM sampling: is the GPU running anything now (a kernel that never ends keeps SMs active; a host
   // stall leaves them idle)? Mean SM activity over the last second of samples, and the newest's age.
-  std::optional<double> sm_active_recent, sm_active_sample_age_s;
-  std::string sm_active_reason;
+  Measured<double> sm_active_recent{kStallNotRead}, sm_active_sample_age_s{kStallNotRead};
 };
 
 inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
@@ -180,16 +180,16 @@ inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
   out.end_array();
   out.field("threads_untracked", r.threads_untracked);
   out.begin_object("gpu");
-  out.field("last_activity_s", r.last_gpu_activity_s, r.last_gpu_activity_reason);
+  out.field("last_activity_s", r.last_gpu_activity_s);
   out.optional_text("last_activity", r.last_gpu_activity_name,
-                    r.last_gpu_activity_s ? "the last GPU record carried no name" : r.last_gpu_activity_reason);
-  out.field("open_step_launches", r.open_step_launches, r.outstanding_reason);
-  out.field("open_step_outstanding", r.open_step_outstanding, r.outstanding_reason);
+                    r.last_gpu_activity_s ? "the last GPU record carried no name" : r.last_gpu_activity_s.why());
+  out.field("open_step_launches", r.open_step_launches);
+  out.field("open_step_outstanding", r.open_step_outstanding);
   out.begin_object("outstanding_by_phase");
   for (const auto& [phase, n] : r.outstanding_by_phase) out.field(phase, n);
   out.end_object();
-  out.field("sm_active_recent", r.sm_active_recent, r.sm_active_reason);
-  out.field("sm_active_sample_age_s", r.sm_active_sample_age_s, r.sm_active_reason);
+  out.field("sm_active_recent", r.sm_active_recent);
+  out.field("sm_active_sample_age_s", r.sm_active_sample_age_s);
   out.end_object();
   return out.finish();
 }

@@ -120,16 +120,19 @@ class StallWatchdog {
     r.threads_untracked = thread_slots_refused().load(std::memory_order_relaxed);
 
     if (!gpu.off_reason.empty()) {
-      r.last_gpu_activity_reason = r.outstanding_reason = gpu.off_reason;
+      r.last_gpu_activity_s.unknown(gpu.off_reason);
+      r.open_step_launches.unknown(gpu.off_reason);
+      r.open_step_outstanding.unknown(gpu.off_reason);
     } else {
       if (last_end_ns_ > 0) {
         r.last_gpu_activity_s = static_cast<double>(now_ns + gpu.clock_offset_ns - last_end_ns_) / 1e9;
         r.last_gpu_activity_name = demangle(last_name_);
       } else {
-        r.last_gpu_activity_reason = "no kernel, copy or memset record has come in yet";
+        r.last_gpu_activity_s.unknown("no kernel, copy or memset record has come in yet");
       }
       if (!gpu.untraced_reason.empty()) {
-        r.outstanding_reason = gpu.untraced_reason;
+        r.open_step_launches.unknown(gpu.untraced_reason);
+        r.open_step_outstanding.unknown(gpu.untraced_reason);
       } else {
         r.open_step_launches = gpu.attributor->launches_of(r.open_step);
         uint32_t missing = 0;
@@ -160,18 +163,13 @@ class StallWatchdog {
   static constexpr int64_t kRecentNs = 1'000'000'000;      // averaged
 
   void fill_sm_active(StallReport& r, int64_t now_ns, const Gpu& gpu) const {
-    if (!gpu.off_reason.empty()) {
-      r.sm_active_reason = gpu.off_reason;
-      return;
-    }
-    if (!gpu.counters_off_reason.empty()) {
-      r.sm_active_reason = gpu.counters_off_reason;
-      return;
-    }
-    if (samples_.empty()) {
-      r.sm_active_reason = "no PM sample has been decoded yet";
-      return;
-    }
+    const auto neither = [&r](const std::string& why) {
+      r.sm_active_recent.unknown(why);
+      r.sm_active_sample_age_s.unknown(why);
+    };
+    if (!gpu.off_reason.empty()) return neither(gpu.off_reason);
+    if (!gpu.counters_off_reason.empty()) return neither(gpu.counters_off_reason);
+    if (samples_.empty()) return neither("no PM sample has been decoded yet");
     const int64_t newest = samples_.back().end_ns;
     r.sm_active_sample_age_s = static_cast<double>(now_ns + gpu.clock_offset_ns - newest) / 1e9;
     double sum = 0, weight = 0;
@@ -181,7 +179,7 @@ class StallWatchdog {
         weight += static_cast<double>(c.end_ns - c.start_ns);
       }
     if (weight > 0) r.sm_active_recent = sum / weight;
-    else r.sm_active_reason = "the recent PM samples carry no SM activity";
+    else r.sm_active_recent.unknown("the recent PM samples carry no SM activity");
   }
 
   StallWatch watch_;
