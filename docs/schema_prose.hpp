@@ -535,9 +535,10 @@ inline constexpr FieldProse kStepProse[] = {
     {"/overhead/traced_step_extra_ms",
      "what one trace costs: the traced step (in detach mode the attach is in it), the steps 1 and 2 after "
      "it and, in detach mode, the step that paid for the detach (`method`). In detach mode `launch_model` "
-     "charges an attach and a detach as this run timed them on the threads that made them (the means of "
-     "the last 16 each; the model's 6.8 and 1.5 ms until then), and `measured` adds what those timings' "
-     "means exceed their medians by (the odd slow cycle the step medians leave out)",
+     "charges an attach and a detach as this run timed them on the threads that made them from step 64 on "
+     "(the means of the last 16 each; the model's 6.8 and 1.5 ms until then: an upper end, a detach waits "
+     "for the device's queued work), and `measured` adds each class's mean excess over its median (the "
+     "odd slow trace the medians leave out), each step's excess capped at the longest cycle timed",
      "as `estimated_fraction`"},
     {"/overhead/traced_step_extra_se_ms",
      "the standard error of `traced_step_extra_ms` (`measured`): each median's 1.2533 × σ / √n × t(0.975, "

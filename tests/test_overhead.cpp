@@ -210,62 +210,78 @@ TEST_CASE("detach mode: an attach made in the gap before a traced step is that s
   if (u.traced_extra_ms) CHECK(*u.traced_extra_ms < 1.0 + 8.0);
 }
 
-TEST_CASE("detach mode: the attaches and detaches timed in this run replace the model's, and their tail is charged once measured",
+TEST_CASE("detach mode: the attaches and detaches timed in this run replace the model's; measured, the odd slow trace is charged by the mean, capped by them",
           "[overhead]") {
   // Before traced steps are compared, a trace detached costs launches x 1.1 us + an attach and a detach:
-  // the model's 6.8 + 1.5 ms until this run has timed its own, then their means, each on its own.
+  // the model's 6.8 + 1.5 ms until this run has timed its own past the start-up, then their means, each
+  // half on its own.
   OverheadEstimator e({0.001, 1000, /*keep_attached=*/false});
   e.observe(step(0, true, 60.0, 1000));
   CHECK(e.cycle_ms() == Approx(8.3));
+  OverheadObservation early = step(30, false, 60.0);
+  early.attach_ms = {90.0};  // the probe's start-up cycles: not kept
+  early.detach_ms = {70.0};
+  e.observe(early);
+  CHECK(e.cycle_ms() == Approx(8.3));
+  CHECK(e.cycle_cap_ms() == 0);
   CHECK(*e.estimate(100).traced_extra_ms == Approx(1.1 + 8.3));
-  OverheadObservation o = step(1, false, 60.0);
+  OverheadObservation o = step(100, false, 60.0);
   o.detach_ms = {2.0, 44.0};  // one usual detach, one as slow as an H200 host showed (session 72)
   e.observe(o);
   CHECK(e.cycle_ms() == Approx(6.8 + 23.0));  // no attach timed yet: the model's for that half
-  o = step(2, false, 60.0);
+  o = step(101, false, 60.0);
   o.attach_ms = {9.0, 7.0, std::nan(""), -1.0};  // what is not a duration is not kept
   e.observe(o);
   CHECK(e.cycle_ms() == Approx(8.0 + 23.0));
+  CHECK(e.cycle_cap_ms() == 44.0);
   const auto r = e.estimate(100);
   REQUIRE(r.method == steptrace::EstimateMethod::launch_model);
   CHECK(*r.traced_extra_ms == Approx(1.1 + 31.0));
   CHECK(*r.fraction == Approx(32.1 / (100 * 60.0)));
   // Only the last 16 of each are remembered: 16 more 2 ms detaches and the 44 ms one is forgotten.
   for (int i = 0; i < 16; ++i) {
-    OverheadObservation d = step(3 + i, false, 60.0);
+    OverheadObservation d = step(102 + i, false, 60.0);
     d.detach_ms = {2.0};
     e.observe(d);
   }
   CHECK(e.cycle_ms() == Approx(8.0 + 2.0));
-  CHECK(e.cycle_tail_ms() == Approx(0.0));
-  // Kept attached there is no cycle to pay: the timed ones change nothing.
-  OverheadEstimator k({0.001, 1000, /*keep_attached=*/true});
-  OverheadObservation t = step(0, true, 60.0, 1000);
-  t.attach_ms = {30.0};
-  k.observe(t);
-  CHECK(*k.estimate(100).traced_extra_ms == Approx(1.1));
+  CHECK(e.cycle_cap_ms() == 9.0);
 
-  // Measured (one step in 10 traced, as in the case above: +1 ms records, +8 ms attach in the gap,
-  // +5 ms detach in a gap): the medians say 14 ms; the timed cycles - attaches of 8 ms, detaches of
-  // 5 ms but one in four 45 ms - average 8 and 15 ms over medians of 8 and 5: 10 ms a trace more.
-  OverheadEstimator m({0.003, 1000, /*keep_attached=*/false});
-  int detaches = 0;
-  for (uint64_t i = 0; i < 400; ++i) {
-    const bool traced = i % 10 == 0;
-    const bool detach = i % 10 == 4;
-    OverheadObservation x = step(i, traced, traced ? 51.0 : 50.0, 500);
-    x.between_ms = detach ? 5.05 : traced ? 8.05 : 0.05;
-    x.detached_in = detach;
-    x.attached_before = traced;
-    if (traced && i >= 240) x.attach_ms = {8.0};
-    if (detach && i >= 240) x.detach_ms = {detaches++ % 4 == 3 ? 45.0 : 5.0};
-    m.observe(x);
-  }
-  REQUIRE(detaches == 16);
-  const auto mr = m.estimate(10);
+  // Measured: one step in 10 traced (+1 ms records, +8 ms attach in the gap before it), the detach in
+  // the gap 4 steps later (+5 ms, but every fourth +45 ms), cycles timed from the start. Of the last 128
+  // steps the detach class holds 13 steps (274, 284, ..., 394), 4 of them slow (the 28th, 32nd, 36th and
+  // 40th detaches): its median 55 ms, its mean 40 x 4 / 13 ms over it - charged on top of the medians'
+  // 1 + 8 + 5 ms. Each step's excess is capped at the longest cycle timed (45 ms): a 2 s checkpoint in a
+  // traced step (at 390, in the traced class of 12: 280, ..., 390) adds 45 / 12 ms, not 2 000 / 12.
+  const auto run = [](bool keep, bool timed, bool checkpoint) {
+    OverheadEstimator m({0.003, 1000, keep});
+    int detaches = 0;
+    for (uint64_t i = 0; i < 400; ++i) {
+      const bool traced = i % 10 == 0;
+      const bool detach = i % 10 == 4;
+      const bool slow = detach && detaches % 4 == 3;
+      OverheadObservation x = step(i, traced, traced ? (checkpoint && i == 390 ? 2051.0 : 51.0) : 50.0, 500);
+      x.between_ms = detach ? (slow ? 45.05 : 5.05) : traced ? 8.05 : 0.05;
+      x.detached_in = detach;
+      x.attached_before = traced;
+      if (traced && timed) x.attach_ms = {8.0};
+      if (detach && timed) x.detach_ms = {slow ? 45.0 : 5.0};
+      if (detach) ++detaches;
+      m.observe(x);
+    }
+    return m.estimate(10);
+  };
+  const auto mr = run(false, true, false);
   REQUIRE(mr.method == steptrace::EstimateMethod::measured);
-  CHECK(m.cycle_tail_ms() == Approx(10.0));
-  CHECK(*mr.traced_extra_ms == Approx(1.0 + 8.0 + 5.0 + 10.0));
+  CHECK(*mr.traced_extra_ms == Approx(1.0 + 8.0 + 5.0 + 160.0 / 13));
+  // Untimed (no cap, no tail): the medians alone, as before cycles were timed.
+  CHECK(*run(false, false, false).traced_extra_ms == Approx(1.0 + 8.0 + 5.0));
+  // Kept attached there is no cycle to pay and none timed to cap with: the medians alone.
+  CHECK(*run(true, true, false).traced_extra_ms == Approx(1.0 + 8.0 + 5.0));
+  // The checkpoint: capped.
+  CHECK(*run(false, true, true).traced_extra_ms == Approx(1.0 + 8.0 + 5.0 + 160.0 / 13 + 45.0 / 12));
+  // The tail's spread widens the interval's high end.
+  CHECK(*mr.traced_extra_se_ms > *run(false, false, false).traced_extra_se_ms);
 }
 
 TEST_CASE("a cost the budget cannot hold: the longest interval, and said so", "[overhead]") {

@@ -36,12 +36,18 @@
 // With CUPTI detached between traced steps (untraced_cupti=detach) there is no residual: everything
 // steptrace's CUPTI use costs lands in the traced step and the ones after it (the attach in the
 // traced step, the detach after its line), and is measured; the model adds one attach and detach
-// (kModelAttachDetachMs) until then - or, once CUPTI has been attached again and detached in this run,
-// what those took on the threads that made them (timed where they run: the attach ahead of a traced
-// step, cuptiFinalize at the next API exit), their means over the last kCycleHistory. Measured, the
-// medians leave out the odd cycle that takes several times the usual (an H200 host: attaches of 7-10 ms
-// and, one in a few, 45 ms; a detach's step +2 ms or +45 ms): the timed cycles' means less their medians
-// are added to the measured `extra`, so that a trace is charged what it costs on average.
+// (kModelAttachDetachMs) until then. Each half of that is replaced, once this run has timed its own past
+// the start-up (steps from kCycleSteadyFrom: the probe's first cycles ran slower), by the mean of the last
+// kCycleHistory attaches (ahead of a traced step or in it) or detaches (cuptiFinalize at the next API
+// exit, on whichever thread), as long as they took on the threads that made them. That is an upper end:
+// cuptiFinalize waits for the work queued on the device, which the program would mostly have waited
+// for too (an H200 host: detaches timed 12-38 ms on average where a detach's step ran ~2 ms long), and
+// an attach between steps overlaps the device's work where the program runs ahead of it. Measured, the
+// per-distance medians leave out the odd trace that costs several times the usual (the same host: a
+// trace's steps ~10-15 ms over the clean ones, one in a few ~45 ms more): each class's mean excess over
+// its median is added to `extra` (with its standard error), each step's excess capped at the longest
+// attach or detach timed (what CUPTI's calls took bounds what they can have cost; an evaluation or a
+// checkpoint inside a step near a trace is not charged past that), and only where cycles were timed.
 // Keep or detach (untraced_cupti=auto): staying attached costs residual / clean whatever the interval;
 // when that alone exceeds the aim and detaching is modelled cheaper, detach_pays() says so and the
 // runtime detaches from then on (never back: detaching ends PM sampling).
@@ -118,6 +124,7 @@ class OverheadEstimator {
   static constexpr double kModelDetachMs = 1.5;            // same
   static constexpr double kModelAttachDetachMs = kModelAttachMs + kModelDetachMs;
   static constexpr std::size_t kCycleHistory = 16;         // timed attaches and detaches remembered, each
+  static constexpr uint64_t kCycleSteadyFrom = 64;         // cycles timed in earlier steps are not kept
   static constexpr int kCleanDistance = 3;                 // steps after a traced one that still pay for it
   static constexpr int kMinMeasuringEvery = kCleanDistance + 1;  // shorter: no step is clean, nothing is measured
   static constexpr double kZ95 = 1.96;                     // two-sided 95 % of a normal distribution
@@ -158,7 +165,10 @@ class OverheadEstimator {
   /// to the budget (its kAim share, which the interval aims at). Staying attached costs residual / clean
   /// at any interval; detached, the model's
   /// cost of a trace (launches x kModelTracedNsPerLaunch + one attach and detach) spread over the
-  /// longest interval.
+  /// longest interval. The cycle is the model's (kModelAttachDetachMs, an H100's): nothing is timed
+  /// before the first detach, and an H200 host's cycles ran several times that (session 72), so the
+  /// switch can be made where detaching costs more than the model said (the detached estimate then
+  /// charges what the cycles cost).
   static bool detach_pays(const OverheadEstimate& e, double budget, int max_every) {
     if (!e.residual_ms || !e.clean_step_ms || !e.launches_per_step || !(*e.clean_step_ms > 0) || !(budget > 0)) return false;
     const double keep_floor = *e.residual_ms / *e.clean_step_ms;
@@ -169,9 +179,9 @@ class OverheadEstimator {
 
   void observe(const OverheadObservation& o) {
     for (double ms : o.attach_ms)
-      if (std::isfinite(ms) && ms >= 0) attach_ms_.push_back(ms);
+      if (std::isfinite(ms) && ms >= 0 && o.index >= kCycleSteadyFrom) attach_ms_.push_back(ms);
     for (double ms : o.detach_ms)
-      if (std::isfinite(ms) && ms >= 0) detach_ms_.push_back(ms);
+      if (std::isfinite(ms) && ms >= 0 && o.index >= kCycleSteadyFrom) detach_ms_.push_back(ms);
     trim(attach_ms_, kCycleHistory);
     trim(detach_ms_, kCycleHistory);
     Step st;
@@ -215,12 +225,12 @@ class OverheadEstimator {
   double cycle_ms() const {
     return (attach_ms_.empty() ? kModelAttachMs : mean(attach_ms_)) + (detach_ms_.empty() ? kModelDetachMs : mean(detach_ms_));
   }
-  /// The timed cycles' means less their medians (>= 0): what the measured extra's medians leave out.
-  double cycle_tail_ms() const {
-    const auto tail = [](const std::deque<double>& d) {
-      return d.size() < 2 ? 0.0 : std::max(0.0, mean(d) - median(std::vector<double>(d.begin(), d.end())));
-    };
-    return tail(attach_ms_) + tail(detach_ms_);
+  /// The longest attach or detach timed (0: none): what one step's excess can owe to CUPTI's calls at most.
+  double cycle_cap_ms() const {
+    double cap = 0;
+    for (double ms : attach_ms_) cap = std::max(cap, ms);
+    for (double ms : detach_ms_) cap = std::max(cap, ms);
+    return cap;
   }
   /// Steps remembered: enough for the comparison at the longest interval (kRecentIntervals intervals, kMinTraced
   /// traced steps among them), never fewer than kWindow.
@@ -272,15 +282,29 @@ class OverheadEstimator {
         var += se * se;
         ++distances;
       };
+      // Detached, the odd slow cycle the medians leave out: each class's mean excess over its median,
+      // each step's capped at the longest cycle timed (none timed: no cap, no tail).
+      const double cap = s_.keep_attached ? 0.0 : cycle_cap_ms();
+      const auto tail = [&](const std::vector<double>& d) {
+        if (!(cap > 0) || d.size() < 2) return;
+        const double m = median(d);
+        double sum = 0, sum2 = 0;
+        for (double x : d) {
+          const double excess = std::min(x - m, cap);
+          sum += excess;
+          sum2 += excess * excess;
+        }
+        const double n = static_cast<double>(d.size()), mean_excess = sum / n;
+        extra += std::max(0.0, mean_excess);
+        var += std::max(0.0, sum2 / n - mean_excess * mean_excess) / (n - 1);  // the mean's variance
+      };
       for (const auto& d : near)
-        if (!d.empty()) add(d);
+        if (!d.empty()) add(d), tail(d);
       // The steps that paid for a detach (detach mode: cuptiFinalize waits for the device), wherever
       // they fell after the trace: a class of their own.
-      if (static_cast<int>(detach.size()) >= kMinTraced) add(detach);
+      if (static_cast<int>(detach.size()) >= kMinTraced) add(detach), tail(detach);
       var += (distances * se_c) * (distances * se_c);  // the clean median is subtracted at each distance
       const double se = std::sqrt(var);
-      // Detached, the cycles the medians leave out (cycle_tail_ms: timed, so certain as they are).
-      if (!s_.keep_attached) extra += cycle_tail_ms();
       e.clean_step_ms = c;
       e.traced_extra_ms = std::max(0.0, extra);
       e.traced_extra_se_ms = se;
