@@ -472,6 +472,42 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   CHECK(type_error("/phases/forward/host_ms", nlohmann::json(2)) == "");  // a whole number is a number
 }
 
+TEST_CASE("a value written through its row's handle goes under the row's key; a handle written elsewhere is counted",
+          "[schema]") {
+  const uint64_t before = details::line_out_undeclared().load();
+  LineOut out(nullptr, nullptr, &details::RowTree::step());
+  out.begin();
+  out.begin_object(STEPTRACE_ROW("/overhead")).field(STEPTRACE_ROW("/overhead/trace_every"), 4);
+  out.field(STEPTRACE_ROW("/overhead/within_budget"), std::optional<bool>(), "no budget");
+  out.end_object();
+  CHECK(details::line_out_undeclared().load() == before);  // each in its row's place
+  out.begin_object(STEPTRACE_ROW("/gpu_markers")).field(STEPTRACE_ROW("/overhead/trace_every"), 5).end_object();
+  out.field(STEPTRACE_END_ROW("/lines_written"), uint64_t{3});  // an end-record row in a step line
+  const auto line = nlohmann::json::parse(out.finish());
+  CHECK(line["overhead"]["trace_every"] == 4);
+  CHECK(line["overhead"]["within_budget"].is_null());
+  CHECK(line["null_reasons"]["overhead.within_budget"] == "no budget");
+  // Each misplaced handle counted (and the value where no row is, as any value is).
+  CHECK(details::line_out_undeclared().load() - before == 4);
+  details::line_out_undeclared().store(before);  // this test's own (support.hpp holds it at 0)
+  static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::name() == "trace_every");
+  static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::field().type == FieldType::integer);
+  // The compile-time index is the row's place in record_fields(), for every row of both records (the
+  // first of a path declared twice, as the lookups take).
+  for (const Record r : {Record::step, Record::end}) {
+    const auto& rows = record_fields(r);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const int32_t at = r == Record::step ? line_field::rows::step_index(rows[i].path) : line_field::rows::end_index(rows[i].path);
+      INFO(rows[i].path);
+      REQUIRE(at >= 0);
+      CHECK(std::string_view(rows[static_cast<std::size_t>(at)].path) == rows[i].path);
+      CHECK(static_cast<std::size_t>(at) <= i);
+      const LineField f = r == Record::step ? line_field::rows::step_at(at) : line_field::rows::end_at(at);
+      CHECK(std::string_view(f.path) == rows[i].path);
+    }
+  }
+}
+
 TEST_CASE("a value written where no row declares it, or of another type than its row's, is counted as it is written",
           "[schema]") {
   const uint64_t before = details::line_out_undeclared().load();

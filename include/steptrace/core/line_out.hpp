@@ -17,6 +17,7 @@
 
 #include "json_writer.hpp"
 #include "line_input.hpp"
+#include "line_rows.hpp"
 #include "tier_leaves.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -175,6 +176,48 @@ class LineOut {
     nulls_.emplace_back(std::move(path), left ? *left : std::string(reason));
     return *this;
   }
+  // ---- members named by their row (core/line_rows.hpp): what the row does not take does not compile ----
+  template <Record R, int32_t I, class V>
+  LineOut& field(line_field::Row<R, I> r, const V& v) {
+    static_assert(line_field::row_takes<V>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
+    static_assert(!std::is_pointer_v<V> || std::is_convertible_v<V, std::string_view>, "a pointer is not a value");
+    return placed(r).field(r.name(), v);
+  }
+  template <Record R, int32_t I, class T>
+  LineOut& field(line_field::Row<R, I> r, const std::optional<T>& v, std::string_view reason) {
+    static_assert(line_field::row_takes<T>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
+    static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
+    return placed(r).field(r.name(), v, reason);
+  }
+  template <Record R, int32_t I, class T>
+  LineOut& field(line_field::Row<R, I> r, const Measured<T>& v) {
+    static_assert(line_field::row_takes<T>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
+    static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
+    return placed(r).field(r.name(), v);
+  }
+  template <Record R, int32_t I>
+  LineOut& optional_text(line_field::Row<R, I> r, const std::string& v, std::string_view reason) {
+    static_assert(line_field::Row<R, I>::field().type == FieldType::string, "the row is not a text (core/line_fields*.hpp)");
+    static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
+    return placed(r).optional_text(r.name(), v, reason);
+  }
+  template <Record R, int32_t I>
+  LineOut& null(line_field::Row<R, I> r, std::string_view reason) {
+    static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
+    return placed(r).null(r.name(), reason);
+  }
+  template <Record R, int32_t I>
+  LineOut& begin_object(line_field::Row<R, I> r) {
+    static_assert(line_field::Row<R, I>::field().type == FieldType::object || line_field::Row<R, I>::field().type == FieldType::names,
+                  "the row is not an object (core/line_fields*.hpp)");
+    return placed(r).begin_object(r.name());
+  }
+  template <Record R, int32_t I>
+  LineOut& begin_array(line_field::Row<R, I> r) {
+    static_assert(line_field::Row<R, I>::field().type == FieldType::array, "the row is not an array (core/line_fields*.hpp)");
+    return placed(r).begin_array(r.name());
+  }
+
   /// Why a check left the member `name` of the open object out; null when it did not.
   const std::string* left_out_reason(std::string_view name) const {
     return excluded_ && !excluded_->empty() ? excluded(member_path(name)) : nullptr;
@@ -203,6 +246,16 @@ class LineOut {
   }
 
  private:
+  /// A row's handle written as a member of the open container: where that member's node is not the
+  /// row's own (the handle written in another container), counted with the undeclared values.
+  template <Record R, int32_t I>
+  LineOut& placed(line_field::Row<R, I> r) {
+    if (!rows_ || levels_.empty() || dropped()) return *this;
+    const details::RowTree::Node* n = rows_->node(rows_->child(levels_.back().node, r.name()));
+    if (rows_->record() != R || !n || n->row != I) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
+    return *this;
+  }
+
   struct Level {
     std::size_t parent;  // path_'s length outside this container
     bool array;
