@@ -414,8 +414,11 @@ inline constexpr FieldProse kStepProse[] = {
      "GPU time from the step's begin marker to its end marker (idle gaps included)",
      "the step's begin or end not marked"},
     {"/gpu_markers/end_lag_ms",
-     "how far the GPU was behind the host at the step's end marker, and at the worst of its markers",
-     "never (a step whose end is not marked has no `gpu_markers`)"},
+     "how far the GPU was behind the host at the step's end marker",
+     "the step's end was not marked (its markers summarized without one; reason)"},
+    {"/gpu_markers/max_lag_ms",
+     "how far the GPU was behind the host at the worst of the step's markers",
+     "never (a step without markers has no `gpu_markers`)"},
     {"/gpu_markers/agrees_with_records",
      "traced steps: whether the markers' pending time from the step's begin marker on is at most the "
      "records' `gpu.busy_ms` + max(0.5 ms, 3 % of the step). Markers decide untraced lines' diagnoses "

@@ -34,22 +34,32 @@ struct EndRecord {
 /// The flight recorder's counts: traces written, refused, failed; what its ring held.
 inline void write_trace_stats(LineOut& out, const TraceStats& t) {
   if (!t.on) {
-    out.null("traces", t.off_reason);
+    out.null(STEPTRACE_END_ROW("/traces"), t.off_reason);
     return;
   }
-  out.begin_object("traces");
-  out.field("captures", t.captures).field("written", t.written).field("failed", t.failed);
-  out.field("refused_max_files", t.refused_max_files);
-  out.field("refused_budget", t.refused_budget);
-  out.field("slow_suppressed", t.slow_suppressed);
-  out.field("capture_cpu_ms", t.capture_cpu_ms);
-  out.begin_object("requests").field("read", t.requests).field("refused", t.requests_refused);
-  out.field("planned", t.requests_planned).field("late", t.requests_late).end_object();
-  out.begin_object("ring");
-  out.field("keep_steps", static_cast<int64_t>(t.keep_steps)).field("bytes_max", t.max_bytes);
-  out.field("bytes", t.bytes).field("bytes_peak", t.bytes_peak).field("step_bytes_max", t.step_bytes_max);
-  out.field("steps_kept", t.steps_kept).field("steps_evicted_for_bytes", t.steps_evicted_for_bytes);
-  out.field("records_left_out", t.records_left_out);
+  out.begin_object(STEPTRACE_END_ROW("/traces"));
+  out.field(STEPTRACE_END_ROW("/traces/captures"), t.captures)
+      .field(STEPTRACE_END_ROW("/traces/written"), t.written)
+      .field(STEPTRACE_END_ROW("/traces/failed"), t.failed);
+  out.field(STEPTRACE_END_ROW("/traces/refused_max_files"), t.refused_max_files);
+  out.field(STEPTRACE_END_ROW("/traces/refused_budget"), t.refused_budget);
+  out.field(STEPTRACE_END_ROW("/traces/slow_suppressed"), t.slow_suppressed);
+  out.field(STEPTRACE_END_ROW("/traces/capture_cpu_ms"), t.capture_cpu_ms);
+  out.begin_object(STEPTRACE_END_ROW("/traces/requests"))
+      .field(STEPTRACE_END_ROW("/traces/requests/read"), t.requests)
+      .field(STEPTRACE_END_ROW("/traces/requests/refused"), t.requests_refused);
+  out.field(STEPTRACE_END_ROW("/traces/requests/planned"), t.requests_planned)
+      .field(STEPTRACE_END_ROW("/traces/requests/late"), t.requests_late)
+      .end_object();
+  out.begin_object(STEPTRACE_END_ROW("/traces/ring"));
+  out.field(STEPTRACE_END_ROW("/traces/ring/keep_steps"), static_cast<int64_t>(t.keep_steps))
+      .field(STEPTRACE_END_ROW("/traces/ring/bytes_max"), t.max_bytes);
+  out.field(STEPTRACE_END_ROW("/traces/ring/bytes"), t.bytes)
+      .field(STEPTRACE_END_ROW("/traces/ring/bytes_peak"), t.bytes_peak)
+      .field(STEPTRACE_END_ROW("/traces/ring/step_bytes_max"), t.step_bytes_max);
+  out.field(STEPTRACE_END_ROW("/traces/ring/steps_kept"), t.steps_kept)
+      .field(STEPTRACE_END_ROW("/traces/ring/steps_evicted_for_bytes"), t.steps_evicted_for_bytes);
+  out.field(STEPTRACE_END_ROW("/traces/ring/records_left_out"), t.records_left_out);
   out.end_object().end_object();
 }
 
@@ -68,22 +78,28 @@ inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_
 inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJson* fields = nullptr) {
   LineOut out(nullptr, fields);
   out.begin();
-  out.field("event", "end").field("schema", kEndSchemaVersion).field("reason", e.reason);
+  out.field(STEPTRACE_END_ROW("/event"), "end")
+      .field(STEPTRACE_END_ROW("/schema"), kEndSchemaVersion)
+      .field(STEPTRACE_END_ROW("/reason"), e.reason);
   write_event_identity(out, run, e.unix_ns);
-  out.field("last_global_step", e.last_global_step >= 0 ? std::optional<int64_t>(e.last_global_step) : std::nullopt,
+  out.field(STEPTRACE_END_ROW("/last_global_step"), e.last_global_step >= 0 ? std::optional<int64_t>(e.last_global_step) : std::nullopt,
             "no step had a line");
-  out.field("lines_written", e.lines_written).field("lines_incomplete", e.lines_incomplete);
-  out.begin_object("dropped");
-  out.field("steps_total", e.steps_dropped_total).field("lines_unwritten_total", e.lines_unwritten_total);
-  out.field("lines_cut_at_end", e.lines_cut_at_end).field("steps_cut_at_end", e.steps_cut_at_end);
+  out.field(STEPTRACE_END_ROW("/lines_written"), e.lines_written)
+      .field(STEPTRACE_END_ROW("/lines_incomplete"), e.lines_incomplete);
+  out.begin_object(STEPTRACE_END_ROW("/dropped"));
+  out.field(STEPTRACE_END_ROW("/dropped/steps_total"), e.steps_dropped_total)
+      .field(STEPTRACE_END_ROW("/dropped/lines_unwritten_total"), e.lines_unwritten_total);
+  out.field(STEPTRACE_END_ROW("/dropped/lines_cut_at_end"), e.lines_cut_at_end)
+      .field(STEPTRACE_END_ROW("/dropped/steps_cut_at_end"), e.steps_cut_at_end);
   out.end_object();
   write_trace_stats(out, e.traces);
   if (e.after_last_step_ns) {
-    out.begin_object("after_last_step").field("host_ms", ns_to_ms(*e.after_last_step_ns));
+    out.begin_object(STEPTRACE_END_ROW("/after_last_step"))
+        .field(STEPTRACE_END_ROW("/after_last_step/host_ms"), ns_to_ms(*e.after_last_step_ns));
     write_between_gpu(out, e.after_last_step_gpu);
     out.end_object();
   } else {
-    out.null("after_last_step", "no step, or the last step's scope was still open at the end");
+    out.null(STEPTRACE_END_ROW("/after_last_step"), "no step, or the last step's scope was still open at the end");
   }
   return out.finish();
 }

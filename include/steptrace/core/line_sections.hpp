@@ -20,25 +20,27 @@ STEPTRACE_BEGIN_NAMESPACE
 inline void write_identity(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
   const RunInfo& run = *in.run;
-  out.field("schema", kSchemaVersion);
-  out.field("global_step", step.index);
-  out.field("timestamp", details::iso8601_utc(step.begin_unix_ns));
-  out.field("start_unix_ms", static_cast<double>(step.begin_unix_ns) / 1e6);
-  out.field("rank", run.rank).field("local_rank", run.local_rank).field("world_size", run.world_size);
-  out.field("hostname", run.hostname).field("pid", run.pid);
-  out.field("run_id", run.run_id);
-  out.optional_text("job_id", run.job_id, run.job_id_source);
+  out.field(STEPTRACE_ROW("/schema"), kSchemaVersion);
+  out.field(STEPTRACE_ROW("/global_step"), step.index);
+  out.field(STEPTRACE_ROW("/timestamp"), details::iso8601_utc(step.begin_unix_ns));
+  out.field(STEPTRACE_ROW("/start_unix_ms"), static_cast<double>(step.begin_unix_ns) / 1e6);
+  out.field(STEPTRACE_ROW("/rank"), run.rank)
+      .field(STEPTRACE_ROW("/local_rank"), run.local_rank)
+      .field(STEPTRACE_ROW("/world_size"), run.world_size);
+  out.field(STEPTRACE_ROW("/hostname"), run.hostname).field(STEPTRACE_ROW("/pid"), run.pid);
+  out.field(STEPTRACE_ROW("/run_id"), run.run_id);
+  out.optional_text(STEPTRACE_ROW("/job_id"), run.job_id, run.job_id_source);
   if (!run.device) {
-    out.null("device", run.device_null_reason);
+    out.null(STEPTRACE_ROW("/device"), run.device_null_reason);
     return;
   }
-  out.begin_object("device")
-      .field("index", run.device->index)
-      .field("name", run.device->name)
-      .field("sm_count", run.device->sm_count)
-      .field("compute_capability", std::to_string(run.device->cc_major) + "." + std::to_string(run.device->cc_minor))
-      .field("uuid", run.device->uuid)
-      .field("pci_bus_id", run.device->pci_bus_id)
+  out.begin_object(STEPTRACE_ROW("/device"))
+      .field(STEPTRACE_ROW("/device/index"), run.device->index)
+      .field(STEPTRACE_ROW("/device/name"), run.device->name)
+      .field(STEPTRACE_ROW("/device/sm_count"), run.device->sm_count)
+      .field(STEPTRACE_ROW("/device/compute_capability"), std::to_string(run.device->cc_major) + "." + std::to_string(run.device->cc_minor))
+      .field(STEPTRACE_ROW("/device/uuid"), run.device->uuid)
+      .field(STEPTRACE_ROW("/device/pci_bus_id"), run.device->pci_bus_id)
       .end_object();
 }
 
@@ -46,30 +48,30 @@ inline void write_identity(LineOut& out, const StepLineInput& in) {
 inline void write_time(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
   const HostStepMetrics& host = in.host;
-  out.field("step_time_ms", ns_to_ms(host.step_time_ns));
-  out.field("step_time_basis", step.end_is_next_step && step.own_end_ns() == step.end_ns ? "next_step_start" : "scope_end");
-  out.field("step_scope_ms", ns_to_ms(host.scope_time_ns));
-  out.field("step_interval_ms", ns_to_ms(host.interval_ns));
+  out.field(STEPTRACE_ROW("/step_time_ms"), ns_to_ms(host.step_time_ns));
+  out.field(STEPTRACE_ROW("/step_time_basis"), step.end_is_next_step && step.own_end_ns() == step.end_ns ? "next_step_start" : "scope_end");
+  out.field(STEPTRACE_ROW("/step_scope_ms"), ns_to_ms(host.scope_time_ns));
+  out.field(STEPTRACE_ROW("/step_interval_ms"), ns_to_ms(host.interval_ns));
   const std::string no_tokens = reason_text(Reason::tokens_unknown);
   const std::string no_samples = reason_text(Reason::samples_unknown);
-  out.field("tokens", step.tokens, no_tokens);
+  out.field(STEPTRACE_ROW("/tokens"), step.tokens, no_tokens);
   const auto no_rate = [&](const std::optional<double>& count, const std::string& unknown) {
     if (!count) return unknown;
     char b[96];
     std::snprintf(b, sizeof b, "%.6g per %.6g ms", *count, ns_to_ms(host.step_time_ns));
     return "the count over the step time is not a finite number (" + std::string(b) + ")";
   };
-  out.field("tokens_per_second", host.tokens_per_second, no_rate(step.tokens, no_tokens));
-  out.field("samples", step.samples, no_samples);
-  out.field("samples_per_second", host.samples_per_second, no_rate(step.samples, no_samples));
-  out.field("tokens_total", in.tokens_total);
-  out.field("samples_total", in.samples_total);
+  out.field(STEPTRACE_ROW("/tokens_per_second"), host.tokens_per_second, no_rate(step.tokens, no_tokens));
+  out.field(STEPTRACE_ROW("/samples"), step.samples, no_samples);
+  out.field(STEPTRACE_ROW("/samples_per_second"), host.samples_per_second, no_rate(step.samples, no_samples));
+  out.field(STEPTRACE_ROW("/tokens_total"), in.tokens_total);
+  out.field(STEPTRACE_ROW("/samples_total"), in.samples_total);
   write_phase_field(out, in, "dataloader_wait_ms", phase_tag::input);
   write_phase_field(out, in, "h2d_time_ms", phase_tag::h2d);
   write_phase_field(out, in, "forward_time_ms", phase_tag::forward);
   write_phase_field(out, in, "backward_time_ms", phase_tag::backward);
   write_phase_field(out, in, "optimizer_time_ms", phase_tag::optimizer);
-  out.field("untracked_time_ms", ns_to_ms(host.untracked_ns));
+  out.field(STEPTRACE_ROW("/untracked_time_ms"), ns_to_ms(host.untracked_ns));
 }
 
 /// Why a recorded scalar is null although it was recorded: its last value is not a finite number (a
@@ -91,7 +93,7 @@ inline void write_scalars(LineOut& out, const StepLineInput& in) {
     const std::string why = v ? nonfinite_reason(step, name, *v) : reason_text(Reason::not_recorded, "\"" + std::string(name) + "\", v))");
     out.field(name, why.empty() ? v : std::nullopt, why);
   }
-  out.begin_object("scalars");
+  out.begin_object(STEPTRACE_ROW("/scalars"));
   std::vector<std::pair<std::string, double>> last_values;  // each name once, with its last value
   for (const auto& entry : step.scalars) {
     const std::string& name = entry.first;
@@ -128,19 +130,19 @@ inline void write_between_gpu(LineOut& out, const Measured<BetweenGpu>& gpu) {
 inline void write_between_steps(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
   if (step.index == 0) {
-    out.null("between_steps", reason_text(Reason::first_step_between));
+    out.null(STEPTRACE_ROW("/between_steps"), reason_text(Reason::first_step_between));
     return;
   }
-  out.begin_object("between_steps");
-  out.field("host_ms", ns_to_ms(step.between_ns()));
-  out.begin_object("phases");
+  out.begin_object(STEPTRACE_ROW("/between_steps"));
+  out.field(STEPTRACE_ROW("/between_steps/host_ms"), ns_to_ms(step.between_ns()));
+  out.begin_object(STEPTRACE_ROW("/between_steps/phases"));
   std::map<std::string, std::pair<int64_t, uint32_t>> phases;  // name -> (time, scopes)
   for (const PhaseSpan& s : step.between_spans) {
     auto& p = phases[line_phase_key(s.phase)];
     if (!s.nested_in_same) p.first += s.end_ns - s.begin_ns;
     ++p.second;
   }
-  for (const auto& [name, p] : phases) out.begin_object(name).field("host_ms", ns_to_ms(p.first)).field("count", p.second).end_object();
+  for (const auto& [name, p] : phases) out.begin_object(name).field(STEPTRACE_ROW("/between_steps/phases/*/host_ms"), ns_to_ms(p.first)).field(STEPTRACE_ROW("/between_steps/phases/*/count"), p.second).end_object();
   out.end_object();
   write_between_gpu(out, in.between_gpu);
   out.end_object();
@@ -149,10 +151,12 @@ inline void write_between_steps(LineOut& out, const StepLineInput& in) {
 /// A phase's GPU work: kernels, copies, its top kernels and its counters.
 inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, const PhaseGpu& pg) {
   const char* no_kernel = reason_text(Reason::phase_no_kernel);
-  out.begin_object("gpu");
-  out.field("kernel_ms", ns_to_ms(pg.kernel_ns)).field("busy_ms", ns_to_ms(pg.busy_ns)).field("kernels", pg.kernels);
-  out.field("sm_efficiency", pg.kernels ? std::optional<double>(pg.sm_efficiency) : std::nullopt, no_kernel);
-  out.field("occupancy", pg.kernels && pg.occupancy > 0 ? std::optional<double>(pg.occupancy) : std::nullopt,
+  out.begin_object(STEPTRACE_ROW("/phases/*/gpu"));
+  out.field(STEPTRACE_ROW("/phases/*/gpu/kernel_ms"), ns_to_ms(pg.kernel_ns))
+      .field(STEPTRACE_ROW("/phases/*/gpu/busy_ms"), ns_to_ms(pg.busy_ns))
+      .field(STEPTRACE_ROW("/phases/*/gpu/kernels"), pg.kernels);
+  out.field(STEPTRACE_ROW("/phases/*/gpu/sm_efficiency"), pg.kernels ? std::optional<double>(pg.sm_efficiency) : std::nullopt, no_kernel);
+  out.field(STEPTRACE_ROW("/phases/*/gpu/occupancy"), pg.kernels && pg.occupancy > 0 ? std::optional<double>(pg.occupancy) : std::nullopt,
             pg.kernels ? reason_text(Reason::phase_occupancy_unknown)
                        : no_kernel);
   for (int k = 0; k < kCopyKindCount; ++k) {
@@ -164,9 +168,14 @@ inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, c
               reason_text(Reason::copies_untimed));
     out.end_object();
   }
-  out.begin_array("top_kernels");
+  out.begin_array(STEPTRACE_ROW("/phases/*/gpu/top_kernels"));
   for (const auto& t : pg.top_kernels)
-    out.begin_element().field("name", t.name).field("ms", ns_to_ms(t.total_ns)).field("calls", t.calls).field("sm_efficiency", t.sm_efficiency).end_object();
+    out.begin_element()
+        .field(STEPTRACE_ROW("/phases/*/gpu/top_kernels/*/name"), t.name)
+        .field(STEPTRACE_ROW("/phases/*/gpu/top_kernels/*/ms"), ns_to_ms(t.total_ns))
+        .field(STEPTRACE_ROW("/phases/*/gpu/top_kernels/*/calls"), t.calls)
+        .field(STEPTRACE_ROW("/phases/*/gpu/top_kernels/*/sm_efficiency"), t.sm_efficiency)
+        .end_object();
   out.end_array();
   auto pc = in.phase_counters.find(id);
   if (pc != in.phase_counters.end()) write_phase_counters(out, pc->second, in.counter_values_excluded);
@@ -181,17 +190,17 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
   if (in.gpu)
     for (const auto& kv : in.gpu->phases)
       if (!host.phases.count(kv.first)) ids.push_back(kv.first);
-  out.begin_object("phases");
+  out.begin_object(STEPTRACE_ROW("/phases"));
   for (PhaseId id : ids) {
     out.begin_object(line_phase_key(id));
     auto hp = host.phases.find(id);
     if (hp != host.phases.end()) {
-      out.field("host_ms", ns_to_ms(hp->second.total_ns));  // null where a check left it out
+      out.field(STEPTRACE_ROW("/phases/*/host_ms"), ns_to_ms(hp->second.total_ns));  // null where a check left it out
       const std::string* left = out.left_out_reason("host_ms");
-      out.field("self_ms", left ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.self_ns)),
+      out.field(STEPTRACE_ROW("/phases/*/self_ms"), left ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.self_ns)),
                 left ? "host_ms was left out: " + *left : std::string());
-      out.field("count", hp->second.count);
-      if (hp->second.other_thread_count) out.field("other_thread_count", hp->second.other_thread_count);
+      out.field(STEPTRACE_ROW("/phases/*/count"), hp->second.count);
+      if (hp->second.other_thread_count) out.field(STEPTRACE_ROW("/phases/*/other_thread_count"), hp->second.other_thread_count);
     }
     if (in.gpu) {
       auto it = in.gpu->phases.find(id);
@@ -207,19 +216,21 @@ inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
   const std::string no_gpu = in.host.step_time_ns <= 0 ? "the step has no time"
                              : in.gpu ? reason_text(Reason::step_no_kernel)
                                       : "this step has no GPU attribution (" + in.gpu.why() + ")";
-  out.begin_object("diagnosis");
-  out.field("label", bottleneck_name(in.diagnosis.label)).field("reason", in.diagnosis.reason);
-  out.begin_object("evidence");
-  out.field("input_share", in.shares.input).field("h2d_share", in.shares.h2d);
-  out.field("comm_exposed_share", in.shares.comm_exposed, no_gpu);
-  out.field("gpu_utilization", in.shares.gpu_utilization, no_gpu);
-  out.field("sm_efficiency", in.shares.sm_efficiency, no_gpu);
+  out.begin_object(STEPTRACE_ROW("/diagnosis"));
+  out.field(STEPTRACE_ROW("/diagnosis/label"), bottleneck_name(in.diagnosis.label))
+      .field(STEPTRACE_ROW("/diagnosis/reason"), in.diagnosis.reason);
+  out.begin_object(STEPTRACE_ROW("/diagnosis/evidence"));
+  out.field(STEPTRACE_ROW("/diagnosis/evidence/input_share"), in.shares.input)
+      .field(STEPTRACE_ROW("/diagnosis/evidence/h2d_share"), in.shares.h2d);
+  out.field(STEPTRACE_ROW("/diagnosis/evidence/comm_exposed_share"), in.shares.comm_exposed, no_gpu);
+  out.field(STEPTRACE_ROW("/diagnosis/evidence/gpu_utilization"), in.shares.gpu_utilization, no_gpu);
+  out.field(STEPTRACE_ROW("/diagnosis/evidence/sm_efficiency"), in.shares.sm_efficiency, no_gpu);
   out.end_object();
-  out.begin_array("warnings");
+  out.begin_array(STEPTRACE_ROW("/diagnosis/warnings"));
   for (const auto& warning : in.diagnosis.warnings) out.element(warning);
   out.end_array();
-  out.field("basis", diagnosis_basis_name(in.diagnosis.basis));
-  out.field("carried_from_step", in.diagnosis.carried_from_step,
+  out.field(STEPTRACE_ROW("/diagnosis/basis"), diagnosis_basis_name(in.diagnosis.basis));
+  out.field(STEPTRACE_ROW("/diagnosis/carried_from_step"), in.diagnosis.carried_from_step,
             in.diagnosis.basis == DiagnosisBasis::traced ? reason_text(Reason::evidence_own_attribution)
                                                          : reason_text(Reason::evidence_not_carried));
   out.end_object();
@@ -229,28 +240,28 @@ inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
 inline void write_window(LineOut& out, const StepLineInput& in) {
   if (!in.window) return;
   const WindowSummary& s = *in.window;
-  out.begin_object("window");
-  out.field("steps", s.steps)
-      .field("step_time_ms_mean", s.step_time_ms_mean)
-      .field("step_time_ms_min", s.step_time_ms_min)
-      .field("step_time_ms_max", s.step_time_ms_max)
-      .field("tokens_per_second_mean", s.tokens_per_second_mean, reason_text(Reason::window_no_tokens));
+  out.begin_object(STEPTRACE_ROW("/window"));
+  out.field(STEPTRACE_ROW("/window/steps"), s.steps)
+      .field(STEPTRACE_ROW("/window/step_time_ms_mean"), s.step_time_ms_mean)
+      .field(STEPTRACE_ROW("/window/step_time_ms_min"), s.step_time_ms_min)
+      .field(STEPTRACE_ROW("/window/step_time_ms_max"), s.step_time_ms_max)
+      .field(STEPTRACE_ROW("/window/tokens_per_second_mean"), s.tokens_per_second_mean, reason_text(Reason::window_no_tokens));
   out.end_object();
 }
 
 /// What was dropped or ignored, and warnings.
 inline void write_bookkeeping(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
-  out.begin_object("dropped");
-  out.field("steps_total", in.steps_dropped_total)
-      .field("lines_unwritten_total", in.lines_unwritten_total)
-      .field("phase_scopes", step.spans_dropped)
-      .field("scalars", step.scalars_dropped)
-      .field("phase_names_total", static_cast<uint64_t>(phase_names_rejected()));
+  out.begin_object(STEPTRACE_ROW("/dropped"));
+  out.field(STEPTRACE_ROW("/dropped/steps_total"), in.steps_dropped_total)
+      .field(STEPTRACE_ROW("/dropped/lines_unwritten_total"), in.lines_unwritten_total)
+      .field(STEPTRACE_ROW("/dropped/phase_scopes"), step.spans_dropped)
+      .field(STEPTRACE_ROW("/dropped/scalars"), step.scalars_dropped)
+      .field(STEPTRACE_ROW("/dropped/phase_names_total"), static_cast<uint64_t>(phase_names_rejected()));
   out.end_object();
-  out.field("ignored_step_scopes", step.ignored_step_scopes);
-  out.field("phase_scopes_outside_step", step.spans_outside_step);
-  out.begin_array("warnings");
+  out.field(STEPTRACE_ROW("/ignored_step_scopes"), step.ignored_step_scopes);
+  out.field(STEPTRACE_ROW("/phase_scopes_outside_step"), step.spans_outside_step);
+  out.begin_array(STEPTRACE_ROW("/warnings"));
   for (const auto& s : in.warnings) out.element(s);
   if (in.mfu.above_one) out.element("estimated_mfu > 1: flops_per_token or peak_flops is wrong");
   out.end_array();

@@ -19,12 +19,12 @@ STEPTRACE_BEGIN_NAMESPACE
 inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
   const HostStepMetrics& host = in.host;
   if (in.gpu && host.step_time_ns > 0) {
-    out.field("gpu_utilization", static_cast<double>(in.gpu->busy_ns) /
+    out.field(STEPTRACE_ROW("/gpu_utilization"), static_cast<double>(in.gpu->busy_ns) /
                                      static_cast<double>(gpu_window_ns(*in.gpu, host.step_time_ns)));  // null where a check left it out
-    out.field("nccl_time_ms", ns_to_ms(in.gpu->nccl_ns));
+    out.field(STEPTRACE_ROW("/nccl_time_ms"), ns_to_ms(in.gpu->nccl_ns));
   } else {
     const std::string why = in.gpu ? "the step has no time" : in.gpu.why();
-    out.null("gpu_utilization", why).null("nccl_time_ms", why);
+    out.null(STEPTRACE_ROW("/gpu_utilization"), why).null(STEPTRACE_ROW("/nccl_time_ms"), why);
   }
 }
 
@@ -62,13 +62,15 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
   for (const CounterValueField& f : {kCounterSm, kCounterDram, kCounterTensor})
     out.field(f.name, c ? c->*f.value : std::nullopt, why);
   if (!c) {
-    out.null("counters", in.counters_null_reason);
+    out.null(STEPTRACE_ROW("/counters"), in.counters_null_reason);
     return;
   }
-  out.begin_object("counters").field("source", "cupti_pm_sampling").field("interval_us", in.counters_interval_us);
+  out.begin_object(STEPTRACE_ROW("/counters"))
+      .field(STEPTRACE_ROW("/counters/source"), "cupti_pm_sampling")
+      .field(STEPTRACE_ROW("/counters/interval_us"), in.counters_interval_us);
   write_counter_samples(out, *c);
   out.field(kCounterOccupancy.name, c->*kCounterOccupancy.value, why);
-  out.field("excluded_values", in.counter_values_excluded);
+  out.field(STEPTRACE_ROW("/counters/excluded_values"), in.counter_values_excluded);
   out.end_object();
 }
 
@@ -76,12 +78,12 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
 /// share of those samples' GPU time that was other phases'.
 inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool values_excluded) {
   const std::string why = counter_null_reason(c, values_excluded, "phase");
-  out.begin_object("counters");
+  out.begin_object(STEPTRACE_ROW("/phases/*/gpu/counters"));
   for (const CounterValueField& f : {kCounterSm, kCounterTensor, kCounterDram, kCounterOccupancy})
     out.field(f.name, c.*f.value, why);
   write_counter_samples(out, c);
   const int64_t all = c.sample_ns + c.shared_ns;
-  out.field("shared", all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all)) : std::nullopt,
+  out.field(STEPTRACE_ROW("/phases/*/gpu/counters/shared"), all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all)) : std::nullopt,
             "no sample used");
   out.end_object();
 }
@@ -89,40 +91,66 @@ inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool val
 /// The cross-rank view (rank 0's lines), or why none.
 inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
   if (!in.cross_rank) {
-    out.null("cross_rank", in.cross_rank.why());
+    out.null(STEPTRACE_ROW("/cross_rank"), in.cross_rank.why());
     return;
   }
   const CrossRankView& v = *in.cross_rank;
-  out.begin_object("cross_rank").field("step", v.step).field("every", static_cast<int64_t>(in.cross_rank_every));
-  out.field("world_size", static_cast<int64_t>(v.world_size)).field("reporting", static_cast<int64_t>(v.reporting));
-  out.field("missing_count", v.missing_count).begin_array("missing_ranks");
+  out.begin_object(STEPTRACE_ROW("/cross_rank"))
+      .field(STEPTRACE_ROW("/cross_rank/step"), v.step)
+      .field(STEPTRACE_ROW("/cross_rank/every"), static_cast<int64_t>(in.cross_rank_every));
+  out.field(STEPTRACE_ROW("/cross_rank/world_size"), static_cast<int64_t>(v.world_size))
+      .field(STEPTRACE_ROW("/cross_rank/reporting"), static_cast<int64_t>(v.reporting));
+  out.field(STEPTRACE_ROW("/cross_rank/missing_count"), v.missing_count)
+      .begin_array(STEPTRACE_ROW("/cross_rank/missing_ranks"));
   for (int r : v.missing_ranks) out.element(static_cast<int64_t>(r));
   out.end_array();
   if (v.reporting) {
-    out.begin_object("step_time_ms").field("median", v.step_ms_median).field("min", v.step_ms_min).field("max", v.step_ms_max).end_object();
-    out.begin_object("work_ms").field("median", v.work_ms_median).field("min", v.work_ms_min).field("max", v.work_ms_max).end_object();
-    out.begin_object("wait_ms").field("median", v.wait_ms_median).field("min", v.wait_ms_min).field("max", v.wait_ms_max).end_object();
-    out.field("wait_basis", v.wait_basis);
-    out.field("slowest_rank", static_cast<int64_t>(v.slowest_rank)).field("step_skew", v.step_skew);
+    out.begin_object(STEPTRACE_ROW("/cross_rank/step_time_ms"))
+        .field(STEPTRACE_ROW("/cross_rank/step_time_ms/median"), v.step_ms_median)
+        .field(STEPTRACE_ROW("/cross_rank/step_time_ms/min"), v.step_ms_min)
+        .field(STEPTRACE_ROW("/cross_rank/step_time_ms/max"), v.step_ms_max)
+        .end_object();
+    out.begin_object(STEPTRACE_ROW("/cross_rank/work_ms"))
+        .field(STEPTRACE_ROW("/cross_rank/work_ms/median"), v.work_ms_median)
+        .field(STEPTRACE_ROW("/cross_rank/work_ms/min"), v.work_ms_min)
+        .field(STEPTRACE_ROW("/cross_rank/work_ms/max"), v.work_ms_max)
+        .end_object();
+    out.begin_object(STEPTRACE_ROW("/cross_rank/wait_ms"))
+        .field(STEPTRACE_ROW("/cross_rank/wait_ms/median"), v.wait_ms_median)
+        .field(STEPTRACE_ROW("/cross_rank/wait_ms/min"), v.wait_ms_min)
+        .field(STEPTRACE_ROW("/cross_rank/wait_ms/max"), v.wait_ms_max)
+        .end_object();
+    out.field(STEPTRACE_ROW("/cross_rank/wait_basis"), v.wait_basis);
+    out.field(STEPTRACE_ROW("/cross_rank/slowest_rank"), static_cast<int64_t>(v.slowest_rank))
+        .field(STEPTRACE_ROW("/cross_rank/step_skew"), v.step_skew);
     const char* why = nullptr;
     const std::optional<bool> balanced = v.balanced(&why);
-    out.field("wait_share", v.waits_measured ? std::optional<double>(v.wait_share) : std::nullopt,
+    out.field(STEPTRACE_ROW("/cross_rank/wait_share"), v.waits_measured ? std::optional<double>(v.wait_share) : std::nullopt,
               reason_text(Reason::no_rank_waited));
-    out.field("balanced", balanced, why ? why : "");
-    out.field("gap_ms", v.gap_ms).field("skew", v.skew);
-    auto rank_work = [&](const char* key, const RankWork& w) {
-      out.begin_object(key).field("rank", static_cast<int64_t>(w.rank)).field("work_ms", w.work_ms).field("wait_ms", w.wait_ms);
-      out.field("step_time_ms", w.step_ms).field("wait_basis", std::string(wait_basis_name(w.basis))).end_object();
-    };
-    rank_work("culprit", v.culprit);
-    rank_work("median_rank", v.median_rank);
-    out.field("culprit_phase", v.culprit_phase.empty() ? std::nullopt : std::optional<std::string>(v.culprit_phase),
+    out.field(STEPTRACE_ROW("/cross_rank/balanced"), balanced, why ? why : "");
+    out.field(STEPTRACE_ROW("/cross_rank/gap_ms"), v.gap_ms).field(STEPTRACE_ROW("/cross_rank/skew"), v.skew);
+// The culprit and the median rank: the same members under each (the key joined to their paths).
+#define STEPTRACE_RANK_WORK(key, w)                                                                 \
+  out.begin_object(STEPTRACE_ROW("/cross_rank/" key))                                              \
+      .field(STEPTRACE_ROW("/cross_rank/" key "/rank"), static_cast<int64_t>((w).rank))             \
+      .field(STEPTRACE_ROW("/cross_rank/" key "/work_ms"), (w).work_ms)                             \
+      .field(STEPTRACE_ROW("/cross_rank/" key "/wait_ms"), (w).wait_ms)                             \
+      .field(STEPTRACE_ROW("/cross_rank/" key "/step_time_ms"), (w).step_ms)                        \
+      .field(STEPTRACE_ROW("/cross_rank/" key "/wait_basis"), std::string(wait_basis_name((w).basis))) \
+      .end_object()
+    STEPTRACE_RANK_WORK("culprit", v.culprit);
+    STEPTRACE_RANK_WORK("median_rank", v.median_rank);
+#undef STEPTRACE_RANK_WORK
+    out.field(STEPTRACE_ROW("/cross_rank/culprit_phase"), v.culprit_phase.empty() ? std::nullopt : std::optional<std::string>(v.culprit_phase),
               reason_text(Reason::no_part_exceeds));
-    out.field("culprit_gap_ms", v.culprit_gap_ms);
-    out.begin_array("lowest_scores");
+    out.field(STEPTRACE_ROW("/cross_rank/culprit_gap_ms"), v.culprit_gap_ms);
+    out.begin_array(STEPTRACE_ROW("/cross_rank/lowest_scores"));
     for (const auto& sc : v.lowest_scores)
-      out.begin_element().field("rank", static_cast<int64_t>(sc.rank)).field("score", sc.score).field("work_ms", sc.work_ms)
-          .field("wait_ms", sc.wait_ms).end_object();
+      out.begin_element()
+          .field(STEPTRACE_ROW("/cross_rank/lowest_scores/*/rank"), static_cast<int64_t>(sc.rank))
+          .field(STEPTRACE_ROW("/cross_rank/lowest_scores/*/score"), sc.score)
+          .field(STEPTRACE_ROW("/cross_rank/lowest_scores/*/work_ms"), sc.work_ms)
+          .field(STEPTRACE_ROW("/cross_rank/lowest_scores/*/wait_ms"), sc.wait_ms).end_object();
     out.end_array();
   }
   out.end_object();
@@ -131,40 +159,46 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
 /// Every rank's line: its own summary as it was exchanged (core/cross_rank.hpp).
 inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
   if (!in.rank_wait) {
-    out.null("rank_wait", in.rank_wait.why());
+    out.null(STEPTRACE_ROW("/rank_wait"), in.rank_wait.why());
     return;
   }
   const RankSummary& s = *in.rank_wait;
   const bool measured = s.wait_basis != WaitBasis::none;
-  out.begin_object("rank_wait").field("step", s.step).field("steps", static_cast<int64_t>(s.steps));
-  out.field("step_time_ms", s.iteration_ms());
-  out.field("wait_ms", measured ? std::optional<double>(s.wait_ms) : std::nullopt,
+  out.begin_object(STEPTRACE_ROW("/rank_wait"))
+      .field(STEPTRACE_ROW("/rank_wait/step"), s.step)
+      .field(STEPTRACE_ROW("/rank_wait/steps"), static_cast<int64_t>(s.steps));
+  out.field(STEPTRACE_ROW("/rank_wait/step_time_ms"), s.iteration_ms());
+  out.field(STEPTRACE_ROW("/rank_wait/wait_ms"), measured ? std::optional<double>(s.wait_ms) : std::nullopt,
             reason_text(Reason::no_wait_measured));
-  out.field("work_ms", measured ? std::optional<double>(details::work_of(s, s.wait_basis)) : std::nullopt,
+  out.field(STEPTRACE_ROW("/rank_wait/work_ms"), measured ? std::optional<double>(details::work_of(s, s.wait_basis)) : std::nullopt,
             "own work needs the collective wait");
-  out.field("wait_basis", std::string(wait_basis_name(s.wait_basis))).field("wait_steps", static_cast<int64_t>(s.wait_steps));
-  out.field("untagged_ms", s.untagged_ms).field("between_ms", s.between_ms);
+  out.field(STEPTRACE_ROW("/rank_wait/wait_basis"), std::string(wait_basis_name(s.wait_basis)))
+      .field(STEPTRACE_ROW("/rank_wait/wait_steps"), static_cast<int64_t>(s.wait_steps));
+  out.field(STEPTRACE_ROW("/rank_wait/untagged_ms"), s.untagged_ms)
+      .field(STEPTRACE_ROW("/rank_wait/between_ms"), s.between_ms);
   out.end_object();
 }
 
 /// NVML readings within the step.
 inline void write_device_state(LineOut& out, const StepLineInput& in) {
   if (!in.device_state) {
-    out.null("device_state", in.device_state.why());
+    out.null(STEPTRACE_ROW("/device_state"), in.device_state.why());
     return;
   }
   const DeviceStateSummary& d = *in.device_state;
-  out.begin_object("device_state").field("samples", d.samples);
+  out.begin_object(STEPTRACE_ROW("/device_state")).field(STEPTRACE_ROW("/device_state/samples"), d.samples);
   const char* not_read = reason_text(Reason::nvml_no_reading);
-  out.field("power_w_mean", d.power_w_mean, not_read).field("power_w_max", d.power_w_max, not_read);
-  out.field("sm_clock_mhz_mean", d.sm_clock_mhz_mean, not_read).field("sm_clock_mhz_min", d.sm_clock_mhz_min, not_read);
-  out.field("temperature_c_max", d.temperature_c_max, not_read);
+  out.field(STEPTRACE_ROW("/device_state/power_w_mean"), d.power_w_mean, not_read)
+      .field(STEPTRACE_ROW("/device_state/power_w_max"), d.power_w_max, not_read);
+  out.field(STEPTRACE_ROW("/device_state/sm_clock_mhz_mean"), d.sm_clock_mhz_mean, not_read)
+      .field(STEPTRACE_ROW("/device_state/sm_clock_mhz_min"), d.sm_clock_mhz_min, not_read);
+  out.field(STEPTRACE_ROW("/device_state/temperature_c_max"), d.temperature_c_max, not_read);
   if (d.clock_event_reasons) {
-    out.begin_array("clock_event_reasons");
+    out.begin_array(STEPTRACE_ROW("/device_state/clock_event_reasons"));
     for (const auto& r : clock_event_reason_names(*d.clock_event_reasons)) out.element(r);
     out.end_array();
   } else {
-    out.null("clock_event_reasons", reason_text(Reason::nvml_no_clock_reasons));
+    out.null(STEPTRACE_ROW("/device_state/clock_event_reasons"), reason_text(Reason::nvml_no_clock_reasons));
   }
   out.end_object();
 }
@@ -172,37 +206,40 @@ inline void write_device_state(LineOut& out, const StepLineInput& in) {
 /// Whether the step was traced, and its GPU attribution.
 inline void write_gpu(LineOut& out, const StepLineInput& in) {
   const HostStepMetrics& host = in.host;
-  out.field("traced", in.gpu.has_value());
+  out.field(STEPTRACE_ROW("/traced"), in.gpu.has_value());
   if (!in.gpu) {
-    out.null("gpu", in.gpu.why());
+    out.null(STEPTRACE_ROW("/gpu"), in.gpu.why());
     return;
   }
   const StepGpu& g = *in.gpu;
-  out.begin_object("gpu");
-  out.field("complete", g.complete).field("missing_launches", g.missing_launches);
-  out.field("busy_ms", ns_to_ms(g.busy_ns));
-  out.field("window_ms", ns_to_ms(gpu_window_ns(g, host.step_time_ns)));
-  out.field("idle_ms", ns_to_ms(gpu_window_ns(g, host.step_time_ns) - g.busy_ns));  // null where a check left it out
-  out.field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
+  out.begin_object(STEPTRACE_ROW("/gpu"));
+  out.field(STEPTRACE_ROW("/gpu/complete"), g.complete)
+      .field(STEPTRACE_ROW("/gpu/missing_launches"), g.missing_launches);
+  out.field(STEPTRACE_ROW("/gpu/busy_ms"), ns_to_ms(g.busy_ns));
+  out.field(STEPTRACE_ROW("/gpu/window_ms"), ns_to_ms(gpu_window_ns(g, host.step_time_ns)));
+  out.field(STEPTRACE_ROW("/gpu/idle_ms"), ns_to_ms(gpu_window_ns(g, host.step_time_ns) - g.busy_ns));  // null where a check left it out
+  out.field(STEPTRACE_ROW("/gpu/kernel_ms"), ns_to_ms(g.kernel_ns)).field(STEPTRACE_ROW("/gpu/kernels"), g.kernels);
   // No kernel, no efficiency: null, never 0.
-  out.field("sm_efficiency", g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt, reason_text(Reason::step_no_kernel));
-  out.field("invariant_exclusions", in.excluded.size());
-  out.field("nccl_exposed_ms", ns_to_ms(g.nccl_exposed_ns));
-  out.field("nccl_overlap", g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt,
+  out.field(STEPTRACE_ROW("/gpu/sm_efficiency"), g.kernels ? std::optional<double>(g.sm_efficiency) : std::nullopt, reason_text(Reason::step_no_kernel));
+  out.field(STEPTRACE_ROW("/gpu/invariant_exclusions"), in.excluded.size());
+  out.field(STEPTRACE_ROW("/gpu/nccl_exposed_ms"), ns_to_ms(g.nccl_exposed_ns));
+  out.field(STEPTRACE_ROW("/gpu/nccl_overlap"), g.nccl_ns > 0 ? std::optional<double>(1.0 - static_cast<double>(g.nccl_exposed_ns) / static_cast<double>(g.nccl_ns)) : std::nullopt,
             reason_text(Reason::step_no_nccl_kernel));
-  out.begin_object("nccl_collectives");
-  for (const auto& [op, t] : g.nccl_collectives) out.begin_object(op).field("ms", ns_to_ms(t.first)).field("kernels", t.second).end_object();
+  out.begin_object(STEPTRACE_ROW("/gpu/nccl_collectives"));
+  for (const auto& [op, t] : g.nccl_collectives) out.begin_object(op).field(STEPTRACE_ROW("/gpu/nccl_collectives/*/ms"), ns_to_ms(t.first)).field(STEPTRACE_ROW("/gpu/nccl_collectives/*/kernels"), t.second).end_object();
   out.end_object();
-  out.field("late_records", g.late_records).field("unattributed_records", g.unattributed_records);
-  out.field("launched_untraced_records", g.launched_untraced_records);
-  out.field("dropped_records", in.gpu_dropped_records);
-  out.field("excluded_records", g.excluded_records);
-  out.begin_object("excluded");
+  out.field(STEPTRACE_ROW("/gpu/late_records"), g.late_records)
+      .field(STEPTRACE_ROW("/gpu/unattributed_records"), g.unattributed_records);
+  out.field(STEPTRACE_ROW("/gpu/launched_untraced_records"), g.launched_untraced_records);
+  out.field(STEPTRACE_ROW("/gpu/dropped_records"), in.gpu_dropped_records);
+  out.field(STEPTRACE_ROW("/gpu/excluded_records"), g.excluded_records);
+  out.begin_object(STEPTRACE_ROW("/gpu/excluded"));
   for (int i = 0; i < kImplausibleKinds; ++i) out.field(implausible_name(static_cast<Implausible>(i + 1)), g.excluded[i]);
   out.end_object();
-  out.field("implausible_phases", g.implausible_phases);
+  out.field(STEPTRACE_ROW("/gpu/implausible_phases"), g.implausible_phases);
   if (g.before_first_step_records)
-    out.field("before_first_step_ms", ns_to_ms(g.before_first_step_ns)).field("before_first_step_records", g.before_first_step_records);
+    out.field(STEPTRACE_ROW("/gpu/before_first_step_ms"), ns_to_ms(g.before_first_step_ns))
+        .field(STEPTRACE_ROW("/gpu/before_first_step_records"), g.before_first_step_records);
   out.end_object();
 }
 
@@ -219,46 +256,48 @@ inline void write_memory(LineOut& out, const StepLineInput& in) {
     peak_source = "device_used_sampled";
   }
   const std::string no_sample = in.memory.null_reason.empty() ? reason_text(Reason::no_memory_sample) : in.memory.null_reason;
-  out.field("peak_memory_allocated", peak_allocated, no_sample);
-  out.optional_text("peak_memory_source", peak_source, no_sample);
-  out.begin_object("memory");
-  out.field("device_used_peak_bytes", in.memory.device_used_peak_bytes, no_sample);
-  out.field("device_total_bytes", in.memory.device_total_bytes, no_sample);
-  out.field("samples", in.memory.samples);
+  out.field(STEPTRACE_ROW("/peak_memory_allocated"), peak_allocated, no_sample);
+  out.optional_text(STEPTRACE_ROW("/peak_memory_source"), peak_source, no_sample);
+  out.begin_object(STEPTRACE_ROW("/memory"));
+  out.field(STEPTRACE_ROW("/memory/device_used_peak_bytes"), in.memory.device_used_peak_bytes, no_sample);
+  out.field(STEPTRACE_ROW("/memory/device_total_bytes"), in.memory.device_total_bytes, no_sample);
+  out.field(STEPTRACE_ROW("/memory/samples"), in.memory.samples);
   if (step.allocator) {
     const AllocatorStats& a = *step.allocator;
     const char* not_given = reason_text(Reason::allocator_field_missing);
-    out.begin_object("allocator")
-        .field("allocated_bytes", a.allocated_bytes, not_given)
-        .field("reserved_bytes", a.reserved_bytes, not_given)
-        .field("peak_allocated_bytes", a.peak_allocated_bytes, not_given)
-        .field("peak_reserved_bytes", a.peak_reserved_bytes, not_given)
-        .field("alloc_retries", a.alloc_retries, not_given)
-        .field("ooms", a.ooms, not_given)
+    out.begin_object(STEPTRACE_ROW("/memory/allocator"))
+        .field(STEPTRACE_ROW("/memory/allocator/allocated_bytes"), a.allocated_bytes, not_given)
+        .field(STEPTRACE_ROW("/memory/allocator/reserved_bytes"), a.reserved_bytes, not_given)
+        .field(STEPTRACE_ROW("/memory/allocator/peak_allocated_bytes"), a.peak_allocated_bytes, not_given)
+        .field(STEPTRACE_ROW("/memory/allocator/peak_reserved_bytes"), a.peak_reserved_bytes, not_given)
+        .field(STEPTRACE_ROW("/memory/allocator/alloc_retries"), a.alloc_retries, not_given)
+        .field(STEPTRACE_ROW("/memory/allocator/ooms"), a.ooms, not_given)
         .end_object();
   } else {
-    out.null("allocator", reason_text(Reason::no_allocator_hook));
+    out.null(STEPTRACE_ROW("/memory/allocator"), reason_text(Reason::no_allocator_hook));
   }
   out.end_object();
 }
 
 /// Estimated MFU and its inputs.
 inline void write_mfu(LineOut& out, const StepLineInput& in) {
-  out.field("estimated_mfu", in.mfu.value);
-  out.begin_object("mfu_inputs");
-  out.field("flops_per_token", in.flops_per_token > 0 ? std::optional<double>(in.flops_per_token) : std::nullopt,
+  out.field(STEPTRACE_ROW("/estimated_mfu"), in.mfu.value);
+  out.begin_object(STEPTRACE_ROW("/mfu_inputs"));
+  out.field(STEPTRACE_ROW("/mfu_inputs/flops_per_token"), in.flops_per_token > 0 ? std::optional<double>(in.flops_per_token) : std::nullopt,
             reason_text(Reason::flops_per_token_unset));
-  out.field("peak_flops", in.peak.flops_per_second, in.peak.null_reason);
-  out.field("peak_source", in.peak.flops_per_second ? in.peak.source : in.peak.null_reason);
-  out.field("above_one", in.mfu.above_one);
+  out.field(STEPTRACE_ROW("/mfu_inputs/peak_flops"), in.peak.flops_per_second, in.peak.null_reason);
+  out.field(STEPTRACE_ROW("/mfu_inputs/peak_source"), in.peak.flops_per_second ? in.peak.source : in.peak.null_reason);
+  out.field(STEPTRACE_ROW("/mfu_inputs/above_one"), in.mfu.above_one);
   const ParallelSizes& par = in.mfu.parallel;
-  out.begin_object("model_parallel");
-  out.field("tensor", par.tensor).field("pipeline", par.pipeline).field("context", par.context);
+  out.begin_object(STEPTRACE_ROW("/mfu_inputs/model_parallel"));
+  out.field(STEPTRACE_ROW("/mfu_inputs/model_parallel/tensor"), par.tensor)
+      .field(STEPTRACE_ROW("/mfu_inputs/model_parallel/pipeline"), par.pipeline)
+      .field(STEPTRACE_ROW("/mfu_inputs/model_parallel/context"), par.context);
   out.end_object();
-  out.field("model_parallel_size", static_cast<int64_t>(par.model_parallel()));
-  out.field("data_parallel_size", in.mfu.data_parallel_size ? std::optional<int64_t>(*in.mfu.data_parallel_size) : std::nullopt,
+  out.field(STEPTRACE_ROW("/mfu_inputs/model_parallel_size"), static_cast<int64_t>(par.model_parallel()));
+  out.field(STEPTRACE_ROW("/mfu_inputs/data_parallel_size"), in.mfu.data_parallel_size ? std::optional<int64_t>(*in.mfu.data_parallel_size) : std::nullopt,
             in.mfu.parallel_null_reason);
-  out.field("tokens_per_second_per_gpu", in.mfu.tokens_per_second_per_gpu,
+  out.field(STEPTRACE_ROW("/mfu_inputs/tokens_per_second_per_gpu"), in.mfu.tokens_per_second_per_gpu,
             reason_text(Reason::tokens_unknown));
   out.end_object();
 }
@@ -266,29 +305,31 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
 /// The step's stream markers (core/markers.hpp): GPU evidence of its own, traced or not.
 inline void write_markers(LineOut& out, const StepLineInput& in) {
   if (!in.markers) {
-    out.null("gpu_markers", in.markers.why());
+    out.null(STEPTRACE_ROW("/gpu_markers"), in.markers.why());
     return;
   }
   const StepMarkers& m = *in.markers;
   const double step_ms = ns_to_ms(in.host.step_time_ns);
-  out.begin_object("gpu_markers");
-  out.field("points", m.points);
-  out.field("pending_ms", ns_to_ms(m.pending_ns));
-  out.field("pending_share", step_ms > 0 ? std::optional<double>(ns_to_ms(m.pending_ns) / step_ms) : std::nullopt,
+  out.begin_object(STEPTRACE_ROW("/gpu_markers"));
+  out.field(STEPTRACE_ROW("/gpu_markers/points"), m.points);
+  out.field(STEPTRACE_ROW("/gpu_markers/pending_ms"), ns_to_ms(m.pending_ns));
+  out.field(STEPTRACE_ROW("/gpu_markers/pending_share"), step_ms > 0 ? std::optional<double>(ns_to_ms(m.pending_ns) / step_ms) : std::nullopt,
             "the step has no time");
-  out.field("span_ms", m.span_ns ? std::optional<double>(ns_to_ms(*m.span_ns)) : std::nullopt,
+  out.field(STEPTRACE_ROW("/gpu_markers/span_ms"), m.span_ns ? std::optional<double>(ns_to_ms(*m.span_ns)) : std::nullopt,
             reason_text(Reason::markers_span_unmarked));
-  out.field("end_lag_ms", m.end_lag_ns ? std::optional<double>(ns_to_ms(*m.end_lag_ns)) : std::nullopt,
+  out.field(STEPTRACE_ROW("/gpu_markers/end_lag_ms"), m.end_lag_ns ? std::optional<double>(ns_to_ms(*m.end_lag_ns)) : std::nullopt,
             reason_text(Reason::markers_end_unmarked));
-  out.field("max_lag_ms", ns_to_ms(m.max_lag_ns));
-  out.field("agrees_with_records", in.markers_agree,
+  out.field(STEPTRACE_ROW("/gpu_markers/max_lag_ms"), ns_to_ms(m.max_lag_ns));
+  out.field(STEPTRACE_ROW("/gpu_markers/agrees_with_records"), in.markers_agree,
             !in.gpu        ? reason_text(Reason::markers_not_traced)
             : !m.span_ns   ? reason_text(Reason::markers_span_unmarked, ": nothing whole to compare")
                            : reason_text(Reason::records_incomplete));
-  out.begin_object("phases");
+  out.begin_object(STEPTRACE_ROW("/gpu_markers/phases"));
   for (const auto& [id, p] : m.phases) {
     out.begin_object(phase_name(id));
-    out.field("span_ms", ns_to_ms(p.span_ns)).field("end_lag_ms", ns_to_ms(p.end_lag_ns)).field("scopes", p.count);
+    out.field(STEPTRACE_ROW("/gpu_markers/phases/*/span_ms"), ns_to_ms(p.span_ns))
+        .field(STEPTRACE_ROW("/gpu_markers/phases/*/end_lag_ms"), ns_to_ms(p.end_lag_ns))
+        .field(STEPTRACE_ROW("/gpu_markers/phases/*/scopes"), p.count);
     out.end_object();
   }
   out.end_object();

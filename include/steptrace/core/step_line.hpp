@@ -16,16 +16,17 @@ STEPTRACE_BEGIN_NAMESPACE
 inline void write_trace(LineOut& out, const StepLineInput& in) {
   const StepTrace& t = in.trace;
   if (!t.captured) {
-    out.null("trace", t.null_reason.empty() ? "step not captured" : t.null_reason);
+    out.null(STEPTRACE_ROW("/trace"), t.null_reason.empty() ? "step not captured" : t.null_reason);
     return;
   }
-  out.begin_object("trace");
+  out.begin_object(STEPTRACE_ROW("/trace"));
   if (t.file.empty()) {
-    out.null("file", t.not_written).field("not_written", t.not_written);
+    out.null(STEPTRACE_ROW("/trace/file"), t.not_written).field(STEPTRACE_ROW("/trace/not_written"), t.not_written);
   } else {
-    out.field("file", t.file).field("capture_first_step", t.capture_first);
+    out.field(STEPTRACE_ROW("/trace/file"), t.file)
+        .field(STEPTRACE_ROW("/trace/capture_first_step"), t.capture_first);
   }
-  out.begin_array("reasons");
+  out.begin_array(STEPTRACE_ROW("/trace/reasons"));
   for (const std::string& r : t.reasons) out.element(r);
   out.end_array().end_object();
 }
