@@ -415,7 +415,7 @@ inline constexpr FieldProse kStepProse[] = {
      "the step's begin or end not marked"},
     {"/gpu_markers/end_lag_ms",
      "how far the GPU was behind the host at the step's end marker",
-     "the step's end was not marked (its markers summarized without one; reason)"},
+     "the step's end was not marked: its markers were summarized without one (reason)"},
     {"/gpu_markers/max_lag_ms",
      "how far the GPU was behind the host at the worst of the step's markers",
      "never (a step without markers has no `gpu_markers`)"},

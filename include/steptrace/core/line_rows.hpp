@@ -36,22 +36,29 @@ constexpr int32_t step_index(std::string_view path) {
   if (const int32_t i = index_in(kVerdictFields, path); i >= 0) return count(kStepFields) + count(kGpuFields) + i;
   return -1;
 }
-constexpr LineField step_at(int32_t i) {
+constexpr LineField step_raw(int32_t i) {
   if (i < count(kStepFields)) return kStepFields[i];
   i -= count(kStepFields);
   if (i < count(kGpuFields)) return kGpuFields[i];
   return kVerdictFields[i - count(kGpuFields)];
 }
+/// A row as record_fields() holds it: a row shown with the row above takes that row's nullability
+/// (the first row above not shown with its own above, as record_fields() passes it down).
+template <class Raw>
+constexpr LineField as_recorded(int32_t i, Raw raw) {
+  LineField f = raw(i);
+  for (int32_t j = i; j > 0 && raw(j).shown == Shown::with_above;) {
+    --j;
+    if (raw(j).shown != Shown::with_above || j == 0) {
+      f.nulls = raw(j).nulls;
+      break;
+    }
+  }
+  return f;
+}
+constexpr LineField step_at(int32_t i) { return as_recorded(i, [](int32_t k) { return step_raw(k); }); }
 constexpr int32_t end_index(std::string_view path) { return index_in(kEndFields, path); }
-constexpr LineField end_at(int32_t i) { return kEndFields[i]; }
-
-// Evaluated in a template argument: a throw there does not compile, and the compiler shows the text.
-constexpr int32_t require_step(int32_t i) {
-  return i >= 0 ? i : throw "STEPTRACE_ROW: no row of the step line declares this path (core/line_fields*.hpp)";
-}
-constexpr int32_t require_end(int32_t i) {
-  return i >= 0 ? i : throw "STEPTRACE_END_ROW: no row of the end record declares this path (core/line_fields_end.hpp)";
-}
+constexpr LineField end_at(int32_t i) { return as_recorded(i, [](int32_t k) { return kEndFields[k]; }); }
 
 /// A path's last segment: the key a row's value is written under.
 constexpr std::string_view last_segment(std::string_view path) {
@@ -66,22 +73,26 @@ constexpr std::string_view last_segment(std::string_view path) {
 template <class V>
 constexpr bool row_takes(FieldType t) {
   using T = std::remove_cv_t<std::remove_reference_t<V>>;
-  if constexpr (std::is_same_v<T, bool>) return t == FieldType::boolean;
+  if constexpr (std::is_same_v<T, std::nullptr_t>) return false;  // converts to string_view, and is no text
+  else if constexpr (std::is_same_v<T, bool>) return t == FieldType::boolean;
   else if constexpr (std::is_integral_v<T>) return t == FieldType::integer || t == FieldType::number;
   else if constexpr (std::is_floating_point_v<T>) return t == FieldType::number;
   else if constexpr (std::is_convertible_v<const T&, std::string_view>) return t == FieldType::string;
   else return false;
 }
 
-/// A row of record R, named at compile time (STEPTRACE_ROW, STEPTRACE_END_ROW).
+/// A row of record R, named at compile time (STEPTRACE_ROW, STEPTRACE_END_ROW); I is -1 where no row
+/// declares the path named, which does not compile.
 template <Record R, int32_t I>
 struct Row {
+  static_assert(I >= 0, "STEPTRACE_ROW / STEPTRACE_END_ROW: no row of the record declares this path (core/line_fields*.hpp)");
   static constexpr Record record = R;
   static constexpr int32_t index = I;  // into record_fields(R)
   static constexpr LineField field() { return R == Record::step ? rows::step_at(I) : rows::end_at(I); }
   /// The key its value is written under (its path's last segment; a "*" row's key is the writer's).
   static constexpr std::string_view name() { return rows::last_segment(field().path); }
   static_assert(name() != "*", "a row whose last segment is \"*\" has no fixed key: write it by name");
+  static_assert(name().find('~') == std::string_view::npos, "a key with a JSON pointer escape: write it by name");
 };
 
 }  // namespace line_field
@@ -89,9 +100,7 @@ STEPTRACE_END_NAMESPACE  // steptrace
 
 /// The step line's row at `path` (a JSON pointer, as declared in core/line_fields*.hpp).
 #define STEPTRACE_ROW(path) \
-  ::steptrace::line_field::Row<::steptrace::Record::step, \
-                               ::steptrace::line_field::rows::require_step(::steptrace::line_field::rows::step_index(path))>{}
+  ::steptrace::line_field::Row<::steptrace::Record::step, ::steptrace::line_field::rows::step_index(path)>{}
 /// The end record's row at `path` (core/line_fields_end.hpp).
 #define STEPTRACE_END_ROW(path) \
-  ::steptrace::line_field::Row<::steptrace::Record::end, \
-                               ::steptrace::line_field::rows::require_end(::steptrace::line_field::rows::end_index(path))>{}
+  ::steptrace::line_field::Row<::steptrace::Record::end, ::steptrace::line_field::rows::end_index(path)>{}

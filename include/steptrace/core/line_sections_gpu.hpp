@@ -129,18 +129,18 @@ inline void write_cross_rank(LineOut& out, const StepLineInput& in) {
               reason_text(Reason::no_rank_waited));
     out.field(STEPTRACE_ROW("/cross_rank/balanced"), balanced, why ? why : "");
     out.field(STEPTRACE_ROW("/cross_rank/gap_ms"), v.gap_ms).field(STEPTRACE_ROW("/cross_rank/skew"), v.skew);
-// The culprit and the median rank: the same members under each (the key joined to their paths).
-#define STEPTRACE_RANK_WORK(key, w)                                                                 \
-  out.begin_object(STEPTRACE_ROW("/cross_rank/" key))                                              \
-      .field(STEPTRACE_ROW("/cross_rank/" key "/rank"), static_cast<int64_t>((w).rank))             \
-      .field(STEPTRACE_ROW("/cross_rank/" key "/work_ms"), (w).work_ms)                             \
-      .field(STEPTRACE_ROW("/cross_rank/" key "/wait_ms"), (w).wait_ms)                             \
-      .field(STEPTRACE_ROW("/cross_rank/" key "/step_time_ms"), (w).step_ms)                        \
-      .field(STEPTRACE_ROW("/cross_rank/" key "/wait_basis"), std::string(wait_basis_name((w).basis))) \
-      .end_object()
-    STEPTRACE_RANK_WORK("culprit", v.culprit);
-    STEPTRACE_RANK_WORK("median_rank", v.median_rank);
-#undef STEPTRACE_RANK_WORK
+// The culprit and the median rank: the same members under each.
+    const auto rank_work = [&out](auto object, auto rank, auto work, auto wait, auto step, auto basis, const RankWork& w) {
+      out.begin_object(object).field(rank, static_cast<int64_t>(w.rank)).field(work, w.work_ms).field(wait, w.wait_ms);
+      out.field(step, w.step_ms).field(basis, std::string(wait_basis_name(w.basis))).end_object();
+    };
+    rank_work(STEPTRACE_ROW("/cross_rank/culprit"), STEPTRACE_ROW("/cross_rank/culprit/rank"),
+              STEPTRACE_ROW("/cross_rank/culprit/work_ms"), STEPTRACE_ROW("/cross_rank/culprit/wait_ms"),
+              STEPTRACE_ROW("/cross_rank/culprit/step_time_ms"), STEPTRACE_ROW("/cross_rank/culprit/wait_basis"), v.culprit);
+    rank_work(STEPTRACE_ROW("/cross_rank/median_rank"), STEPTRACE_ROW("/cross_rank/median_rank/rank"),
+              STEPTRACE_ROW("/cross_rank/median_rank/work_ms"), STEPTRACE_ROW("/cross_rank/median_rank/wait_ms"),
+              STEPTRACE_ROW("/cross_rank/median_rank/step_time_ms"), STEPTRACE_ROW("/cross_rank/median_rank/wait_basis"),
+              v.median_rank);
     out.field(STEPTRACE_ROW("/cross_rank/culprit_phase"), v.culprit_phase.empty() ? std::nullopt : std::optional<std::string>(v.culprit_phase),
               reason_text(Reason::no_part_exceeds));
     out.field(STEPTRACE_ROW("/cross_rank/culprit_gap_ms"), v.culprit_gap_ms);
@@ -295,8 +295,7 @@ inline void write_mfu(LineOut& out, const StepLineInput& in) {
       .field(STEPTRACE_ROW("/mfu_inputs/model_parallel/context"), par.context);
   out.end_object();
   out.field(STEPTRACE_ROW("/mfu_inputs/model_parallel_size"), static_cast<int64_t>(par.model_parallel()));
-  out.field(STEPTRACE_ROW("/mfu_inputs/data_parallel_size"), in.mfu.data_parallel_size ? std::optional<int64_t>(*in.mfu.data_parallel_size) : std::nullopt,
-            in.mfu.parallel_null_reason);
+  out.field(STEPTRACE_ROW("/mfu_inputs/data_parallel_size"), in.mfu.data_parallel_size);
   out.field(STEPTRACE_ROW("/mfu_inputs/tokens_per_second_per_gpu"), in.mfu.tokens_per_second_per_gpu,
             reason_text(Reason::tokens_unknown));
   out.end_object();

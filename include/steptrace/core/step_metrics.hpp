@@ -118,9 +118,9 @@ struct MfuResult {
   Measured<double> value{reason_text(Reason::flops_not_set)};
   bool above_one = false;  // a number above 1 is impossible: the FLOPs count or the peak is wrong
   ParallelSizes parallel;
-  std::optional<long long> data_parallel_size;       // world_size / (tensor x pipeline x context)
+  // world_size / (tensor x pipeline x context), or why the sizes do not give one
+  Measured<int64_t> data_parallel_size{"the parallel sizes were not read"};
   std::optional<double> tokens_per_second_per_gpu;   // tokens_per_second / (tensor x pipeline x context)
-  std::string parallel_null_reason;                  // why data_parallel_size is null
 };
 
 /// MFU under model parallelism, torchtitan's convention (pytorch/torchtitan, the trainer's throughput:
@@ -138,12 +138,12 @@ inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>
   r.parallel = parallel;
   const long long mp = parallel.model_parallel();
   if (mp >= 1 && parallel.world_size >= 1 && parallel.world_size % mp == 0) {
-    r.data_parallel_size = parallel.world_size / mp;
+    r.data_parallel_size = static_cast<int64_t>(parallel.world_size / mp);
   } else {
-    r.parallel_null_reason = "model_parallel (tensor " + std::to_string(parallel.tensor) + " x pipeline " +
+    r.data_parallel_size.unknown("model_parallel (tensor " + std::to_string(parallel.tensor) + " x pipeline " +
                              std::to_string(parallel.pipeline) + " x context " + std::to_string(parallel.context) +
                              " = " + std::to_string(mp) + ") does not divide world_size " +
-                             std::to_string(parallel.world_size);
+                             std::to_string(parallel.world_size));
   }
   if (tokens_per_second && mp >= 1) r.tokens_per_second_per_gpu = *tokens_per_second / static_cast<double>(mp);
   if (!(flops_per_token > 0)) {
@@ -153,7 +153,7 @@ inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>
   } else if (!peak.flops_per_second) {
     r.value.unknown(peak.null_reason);
   } else if (!r.data_parallel_size) {
-    r.value.unknown(r.parallel_null_reason + ": the sizes are wrong, so is any MFU");
+    r.value.unknown(r.data_parallel_size.why() + ": the sizes are wrong, so is any MFU");
   } else {
     r.value = model_flops_utilization(flops_per_token, *r.tokens_per_second_per_gpu, *peak.flops_per_second);
     r.above_one = *r.value > 1.0;
