@@ -248,11 +248,15 @@ class LineOut {
  private:
   /// A row's handle written as a member of the open container: where that member's node is not the
   /// row's own (the handle written in another container), counted with the undeclared values.
+  /// One function for every handle (a template per handle would be ~300 copies of the lookup).
   template <Record R, int32_t I>
   LineOut& placed(line_field::Row<R, I> r) {
+    return placed(R, I, r.name());
+  }
+  LineOut& placed(Record record, int32_t row, std::string_view name) {
     if (!rows_ || levels_.empty() || dropped()) return *this;
-    const details::RowTree::Node* n = rows_->node(rows_->child(levels_.back().node, r.name()));
-    if (rows_->record() != R || !n || n->row != I) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
+    const details::RowTree::Node* n = rows_->node(rows_->child(levels_.back().node, name));
+    if (rows_->record() != record || !n || n->row != row) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
     return *this;
   }
 
