@@ -386,8 +386,10 @@ class LineOut {
   std::string path_;  // the open container's path ("" at the record's top level)
 };
 
-/// A built-in phase's host time (`forward_time_ms`, …): null, and why, when the phase never opened.
-inline void write_phase_field(LineOut& out, const StepLineInput& in, const char* name, PhaseId id) {
+/// A built-in phase's host time (`forward_time_ms`, …, its row's handle): null, and why, when the phase
+/// never opened.
+template <class Row>
+inline void write_phase_field(LineOut& out, const StepLineInput& in, Row name, PhaseId id) {
   auto it = in.host.phases.find(id);
   const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
   out.field(name, v,

@@ -66,11 +66,11 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
   out.field(STEPTRACE_ROW("/samples_per_second"), host.samples_per_second, no_rate(step.samples, no_samples));
   out.field(STEPTRACE_ROW("/tokens_total"), in.tokens_total);
   out.field(STEPTRACE_ROW("/samples_total"), in.samples_total);
-  write_phase_field(out, in, "dataloader_wait_ms", phase_tag::input);
-  write_phase_field(out, in, "h2d_time_ms", phase_tag::h2d);
-  write_phase_field(out, in, "forward_time_ms", phase_tag::forward);
-  write_phase_field(out, in, "backward_time_ms", phase_tag::backward);
-  write_phase_field(out, in, "optimizer_time_ms", phase_tag::optimizer);
+  write_phase_field(out, in, STEPTRACE_ROW("/dataloader_wait_ms"), phase_tag::input);
+  write_phase_field(out, in, STEPTRACE_ROW("/h2d_time_ms"), phase_tag::h2d);
+  write_phase_field(out, in, STEPTRACE_ROW("/forward_time_ms"), phase_tag::forward);
+  write_phase_field(out, in, STEPTRACE_ROW("/backward_time_ms"), phase_tag::backward);
+  write_phase_field(out, in, STEPTRACE_ROW("/optimizer_time_ms"), phase_tag::optimizer);
   out.field(STEPTRACE_ROW("/untracked_time_ms"), ns_to_ms(host.untracked_ns));
 }
 
@@ -88,11 +88,15 @@ inline std::string nonfinite_reason(const StepRecord& step, const std::string& n
 /// loss, grad_norm, overflow_count, and every other recorded scalar (its last value).
 inline void write_scalars(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
-  for (const char* name : {"loss", "grad_norm", "overflow_count"}) {
+  const auto known = [&](auto row) {  // a scalar with a top-level field of its own
+    const std::string name(row.name());
     const auto v = scalar(step, name);
-    const std::string why = v ? nonfinite_reason(step, name, *v) : reason_text(Reason::not_recorded, "\"" + std::string(name) + "\", v))");
-    out.field(name, why.empty() ? v : std::nullopt, why);
-  }
+    const std::string why = v ? nonfinite_reason(step, name, *v) : reason_text(Reason::not_recorded, "\"" + name + "\", v))");
+    out.field(row, why.empty() ? v : std::nullopt, why);
+  };
+  known(STEPTRACE_ROW("/loss"));
+  known(STEPTRACE_ROW("/grad_norm"));
+  known(STEPTRACE_ROW("/overflow_count"));
   out.begin_object(STEPTRACE_ROW("/scalars"));
   std::vector<std::pair<std::string, double>> last_values;  // each name once, with its last value
   for (const auto& entry : step.scalars) {

@@ -28,16 +28,6 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
   }
 }
 
-// The hardware counters' values by the names lines give them: over the step they are top-level fields
-// (write_counters), over a phase members of its `counters` (write_phase_counters); one table for both.
-struct CounterValueField {
-  const char* name;
-  std::optional<double> CounterSummary::*value;
-};
-inline constexpr CounterValueField kCounterSm{"sm_activity", &CounterSummary::sm_active};
-inline constexpr CounterValueField kCounterTensor{"tensor_core_or_pipe_utilization", &CounterSummary::tensor_active};
-inline constexpr CounterValueField kCounterDram{"memory_bandwidth_utilization", &CounterSummary::dram};
-inline constexpr CounterValueField kCounterOccupancy{"occupancy", &CounterSummary::occupancy};
 
 /// Why a counter value over a span ("step", "phase") is null though counters ran.
 inline std::string counter_null_reason(const CounterSummary& c, bool values_excluded, const char* span) {
@@ -59,8 +49,10 @@ inline void write_counter_samples(LineOut& out, const CounterSummary& c) {
 inline void write_counters(LineOut& out, const StepLineInput& in) {
   const CounterSummary* c = in.counters ? &*in.counters : nullptr;
   const std::string why = c ? counter_null_reason(*c, in.counter_values_excluded, "step") : in.counters_null_reason;
-  for (const CounterValueField& f : {kCounterSm, kCounterDram, kCounterTensor})
-    out.field(f.name, c ? c->*f.value : std::nullopt, why);
+  // The counters' values over the step are top-level fields; over a phase, members of its `counters`.
+  out.field(STEPTRACE_ROW("/sm_activity"), c ? c->sm_active : std::nullopt, why)
+      .field(STEPTRACE_ROW("/memory_bandwidth_utilization"), c ? c->dram : std::nullopt, why)
+      .field(STEPTRACE_ROW("/tensor_core_or_pipe_utilization"), c ? c->tensor_active : std::nullopt, why);
   if (!c) {
     out.null(STEPTRACE_ROW("/counters"), in.counters_null_reason);
     return;
@@ -69,7 +61,7 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
       .field(STEPTRACE_ROW("/counters/source"), "cupti_pm_sampling")
       .field(STEPTRACE_ROW("/counters/interval_us"), in.counters_interval_us);
   write_counter_samples(out, *c);
-  out.field(kCounterOccupancy.name, c->*kCounterOccupancy.value, why);
+  out.field(STEPTRACE_ROW("/counters/occupancy"), c->occupancy, why);
   out.field(STEPTRACE_ROW("/counters/excluded_values"), in.counter_values_excluded);
   out.end_object();
 }
@@ -79,8 +71,10 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
 inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool values_excluded) {
   const std::string why = counter_null_reason(c, values_excluded, "phase");
   out.begin_object(STEPTRACE_ROW("/phases/*/gpu/counters"));
-  for (const CounterValueField& f : {kCounterSm, kCounterTensor, kCounterDram, kCounterOccupancy})
-    out.field(f.name, c.*f.value, why);
+  out.field(STEPTRACE_ROW("/phases/*/gpu/counters/sm_activity"), c.sm_active, why)
+      .field(STEPTRACE_ROW("/phases/*/gpu/counters/tensor_core_or_pipe_utilization"), c.tensor_active, why)
+      .field(STEPTRACE_ROW("/phases/*/gpu/counters/memory_bandwidth_utilization"), c.dram, why)
+      .field(STEPTRACE_ROW("/phases/*/gpu/counters/occupancy"), c.occupancy, why);
   write_counter_samples(out, c);
   const int64_t all = c.sample_ns + c.shared_ns;
   out.field(STEPTRACE_ROW("/phases/*/gpu/counters/shared"), all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all)) : std::nullopt,
