@@ -181,30 +181,35 @@ class LineOut {
   LineOut& field(line_field::Row<R, I> r, const V& v) {
     static_assert(line_field::row_takes<V>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
     static_assert(!std::is_pointer_v<V> || std::is_convertible_v<V, std::string_view>, "a pointer is not a value");
-    return placed(r).field(r.name(), v);
+    expect(R, I).field(r.name(), v);
+    return expected();
   }
   template <Record R, int32_t I, class T>
   LineOut& field(line_field::Row<R, I> r, const std::optional<T>& v, std::string_view reason) {
     static_assert(line_field::row_takes<T>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
     static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
-    return placed(r).field(r.name(), v, reason);
+    expect(R, I).field(r.name(), v, reason);
+    return expected();
   }
   template <Record R, int32_t I, class T>
   LineOut& field(line_field::Row<R, I> r, const Measured<T>& v) {
     static_assert(line_field::row_takes<T>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
     static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
-    return placed(r).field(r.name(), v);
+    expect(R, I).field(r.name(), v);
+    return expected();
   }
   template <Record R, int32_t I>
   LineOut& optional_text(line_field::Row<R, I> r, const std::string& v, std::string_view reason) {
     static_assert(line_field::Row<R, I>::field().type == FieldType::string, "the row is not a text (core/line_fields*.hpp)");
     static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
-    return placed(r).optional_text(r.name(), v, reason);
+    expect(R, I).optional_text(r.name(), v, reason);
+    return expected();
   }
   template <Record R, int32_t I>
   LineOut& null(line_field::Row<R, I> r, std::string_view reason) {
     static_assert(line_field::Row<R, I>::field().nulls == Nulls::possible, "the row is never null (core/line_fields*.hpp)");
-    return placed(r).null(r.name(), reason);
+    expect(R, I).null(r.name(), reason);
+    return expected();
   }
   template <Record R, int32_t I>
   LineOut& begin_object(line_field::Row<R, I> r) {
@@ -253,6 +258,16 @@ class LineOut {
   LineOut& placed(line_field::Row<R, I> r) {
     return placed(R, I, r.name());
   }
+  /// A value written through a handle: declared() checks its row against the one it finds anyway
+  /// (placed()'s check without a second lookup); expected() ends the expectation, written or not.
+  LineOut& expect(Record record, int32_t row) {
+    expecting_ = true, expect_record_ = record, expect_row_ = row;
+    return *this;
+  }
+  LineOut& expected() {
+    expecting_ = false;
+    return *this;
+  }
   LineOut& placed(Record record, int32_t row, std::string_view name) {
     if (!rows_ || levels_.empty() || dropped()) return *this;
     const details::RowTree::Node* n = rows_->node(rows_->child(levels_.back().node, name));
@@ -272,6 +287,11 @@ class LineOut {
   void declared(int32_t node, std::string_view name, JsonLeaf leaf) {
     const bool null = leaf.kind == JsonLeaf::Kind::null;
     const details::RowTree::Node* n = rows_->node(node);
+    if (expecting_) {  // written through a handle: the row found must be the handle's
+      expecting_ = false;
+      if (rows_->record() != expect_record_ || !n || n->row != expect_row_)
+        details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
+    }
     // A null where no row is stands for the rows below it (an object absent whole).
     bool fits = n && (n->row >= 0 || (null && (!n->children.empty() || n->any >= 0)));
     if (fits && n->row >= 0) {
@@ -384,6 +404,9 @@ class LineOut {
   std::vector<std::pair<std::string, std::string>> nulls_;
   std::vector<Level> levels_;
   std::string path_;  // the open container's path ("" at the record's top level)
+  bool expecting_ = false;  // expect(): the next value's row, as its handle named it
+  Record expect_record_ = Record::step;
+  int32_t expect_row_ = -1;
 };
 
 /// A built-in phase's host time (`forward_time_ms`, …, its row's handle): null, and why, when the phase
