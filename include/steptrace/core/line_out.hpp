@@ -180,7 +180,6 @@ class LineOut {
   template <Record R, int32_t I, class V>
   LineOut& field(line_field::Row<R, I> r, const V& v) {
     static_assert(line_field::row_takes<V>(line_field::Row<R, I>::field().type), "this value's type is not the row's (core/line_fields*.hpp)");
-    static_assert(!std::is_pointer_v<V> || std::is_convertible_v<V, std::string_view>, "a pointer is not a value");
     expect(R, I).field(r.name(), v);
     return expected();
   }
@@ -411,8 +410,8 @@ class LineOut {
 
 /// A built-in phase's host time (`forward_time_ms`, …, its row's handle): null, and why, when the phase
 /// never opened.
-template <class Row>
-inline void write_phase_field(LineOut& out, const StepLineInput& in, Row name, PhaseId id) {
+template <class Handle>
+inline void write_phase_field(LineOut& out, const StepLineInput& in, Handle name, PhaseId id) {
   auto it = in.host.phases.find(id);
   const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
   out.field(name, v,

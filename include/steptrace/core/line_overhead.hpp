@@ -19,31 +19,30 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
     return;
   }
   out.begin_object(STEPTRACE_ROW("/overhead/parts"));
-  const auto part = [&out](auto object, auto fraction, auto basis, const OverheadPart& part) {
-    out.begin_object(object).field(fraction, part.fraction).field(basis, std::string(basis_name(part.basis)));
+  // A part's object: its fraction and basis, then what `more` writes into it.
+  const auto part = [&out](auto object, auto fraction, auto basis, const OverheadPart& values, auto&& more) {
+    out.begin_object(object).field(fraction, values.fraction).field(basis, std::string(basis_name(values.basis)));
+    more();
+    out.end_object();
   };
+  const auto nothing = [] {};
   part(STEPTRACE_ROW("/overhead/parts/tracing"), STEPTRACE_ROW("/overhead/parts/tracing/fraction"),
-       STEPTRACE_ROW("/overhead/parts/tracing/basis"), p.tracing);
-  out.end_object();
+       STEPTRACE_ROW("/overhead/parts/tracing/basis"), p.tracing, nothing);
   part(STEPTRACE_ROW("/overhead/parts/attached"), STEPTRACE_ROW("/overhead/parts/attached/fraction"),
-       STEPTRACE_ROW("/overhead/parts/attached/basis"), p.attached);
-  out.end_object();
+       STEPTRACE_ROW("/overhead/parts/attached/basis"), p.attached, nothing);
   part(STEPTRACE_ROW("/overhead/parts/counters"), STEPTRACE_ROW("/overhead/parts/counters/fraction"),
-       STEPTRACE_ROW("/overhead/parts/counters/basis"), p.counters);
-  out.end_object();
+       STEPTRACE_ROW("/overhead/parts/counters/basis"), p.counters, nothing);
   part(STEPTRACE_ROW("/overhead/parts/host_api"), STEPTRACE_ROW("/overhead/parts/host_api/fraction"),
-       STEPTRACE_ROW("/overhead/parts/host_api/basis"), p.host_api);
-  out.end_object();
+       STEPTRACE_ROW("/overhead/parts/host_api/basis"), p.host_api, nothing);
   part(STEPTRACE_ROW("/overhead/parts/background"), STEPTRACE_ROW("/overhead/parts/background/fraction"),
-       STEPTRACE_ROW("/overhead/parts/background/basis"), p.background);
-  const char* warm_up = "no step counted yet (warm-up)";  // by reading, since the warm-up
-  out.field(STEPTRACE_ROW("/overhead/parts/background/memory"), p.background_memory, warm_up)
-      .field(STEPTRACE_ROW("/overhead/parts/background/device_state"), p.background_device_state, warm_up)
-      .field(STEPTRACE_ROW("/overhead/parts/background/counters"), p.background_counters, warm_up);
-  out.end_object();
+       STEPTRACE_ROW("/overhead/parts/background/basis"), p.background, [&] {
+         const char* warm_up = "no step counted yet (warm-up)";  // by reading, since the warm-up
+         out.field(STEPTRACE_ROW("/overhead/parts/background/memory"), p.background_memory, warm_up)
+             .field(STEPTRACE_ROW("/overhead/parts/background/device_state"), p.background_device_state, warm_up)
+             .field(STEPTRACE_ROW("/overhead/parts/background/counters"), p.background_counters, warm_up);
+       });
   part(STEPTRACE_ROW("/overhead/parts/captures"), STEPTRACE_ROW("/overhead/parts/captures/fraction"),
-       STEPTRACE_ROW("/overhead/parts/captures/basis"), p.captures);
-  out.end_object();
+       STEPTRACE_ROW("/overhead/parts/captures/basis"), p.captures, nothing);
   out.end_object();
 }
 
