@@ -495,6 +495,29 @@ TEST_CASE("a value written through its row's handle goes under the row's key; a 
   CHECK(line["overhead"]["within_budget"].is_null());
   CHECK(line["null_reasons"]["overhead.within_budget"] == "no budget");
   CHECK(line["gpu"]["kernel_ms"] == 1.0);
+  // The end record is checked as it is written too: its `after_last_step.gpu` holds step rows (its tree
+  // links to the step line's `between_steps.gpu`), anything else of the step line's is counted there.
+  const uint64_t before_end = details::line_out_undeclared().load();
+  LineOut end(nullptr, nullptr, &details::RowTree::end());
+  end.begin();
+  end.field(STEPTRACE_END_ROW("/lines_written"), uint64_t{3});
+  end.begin_object(STEPTRACE_END_ROW("/after_last_step")).field(STEPTRACE_END_ROW("/after_last_step/host_ms"), 1.0);
+  end.begin_object(STEPTRACE_END_ROW("/after_last_step/gpu")).field(STEPTRACE_ROW("/between_steps/gpu/kernels"), 2);
+  end.begin_array(STEPTRACE_ROW("/between_steps/gpu/top_kernels"))
+      .begin_element()
+      .field(STEPTRACE_ROW("/between_steps/gpu/top_kernels/*/name"), "k")
+      .end_object()
+      .end_array();
+  CHECK(details::line_out_undeclared().load() == before_end);  // each in its row's place
+  end.field("kernel_ms", "text");  // a declared key of another type
+  end.end_object().end_object();
+  CHECK(details::line_out_undeclared().load() - before_end == 1);
+  end.field(STEPTRACE_ROW("/step_time_ms"), 1.0);  // a step line's row at the end record's top
+  end.field("no_such_field", 1.0);
+  CHECK(details::line_out_undeclared().load() - before_end == 4);  // the handle's record, its value, the name
+  const auto end_line = nlohmann::json::parse(end.finish());
+  CHECK(end_line["after_last_step"]["gpu"]["kernels"] == 2);
+  CHECK(end_line["after_last_step"]["gpu"]["top_kernels"][0]["name"] == "k");
   details::line_out_undeclared().store(before);  // this test's own (support.hpp holds it at 0)
   static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::name() == "trace_every");
   static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::field().type == FieldType::integer);
@@ -593,6 +616,7 @@ TEST_CASE("every value of the end record is declared with its type, and every ro
   nothing.device_null_reason = "no GPU";
 
   const auto unbalanced_before = details::line_out_unbalanced().load();
+  const auto undeclared_before = details::line_out_undeclared().load();
   check_null_reasons(make_end_line(full, run));
   check_null_reasons(make_end_line(bare, nothing));
   // The stall and resumed records follow the same rule (a stall with nothing known, and one whose last
@@ -608,6 +632,7 @@ TEST_CASE("every value of the end record is declared with its type, and every ro
   CHECK_FALSE(nlohmann::json::parse(named_nothing)["null_reasons"]["gpu.last_activity"].get<std::string>().empty());
   check_null_reasons(make_resumed_line(1, 2, 3.0, 1, 3, run));
   CHECK(details::line_out_unbalanced().load() == unbalanced_before);  // every writer closed what it opened
+  CHECK(details::line_out_undeclared().load() == undeclared_before);  // the end record's rows, found as written
 
   // Both records declared, with their types (core/line_fields_end.hpp), and every end-record row carried.
   std::set<const LineField*> used;

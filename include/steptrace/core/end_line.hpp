@@ -76,7 +76,7 @@ inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_
 
 /// `fields` (optional): the record's leaves as written (core/json_writer.hpp's record_leaves).
 inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJson* fields = nullptr) {
-  LineOut out(nullptr, fields);
+  LineOut out(nullptr, fields, &details::RowTree::end());  // each value checked against its row as written
   out.begin();
   out.field(STEPTRACE_END_ROW("/event"), "end")
       .field(STEPTRACE_END_ROW("/schema"), kEndSchemaVersion)
@@ -96,7 +96,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJso
   if (e.after_last_step_ns) {
     out.begin_object(STEPTRACE_END_ROW("/after_last_step"))
         .field(STEPTRACE_END_ROW("/after_last_step/host_ms"), ns_to_ms(*e.after_last_step_ns));
-    write_between_gpu(out, e.after_last_step_gpu);
+    write_between_gpu(out, STEPTRACE_END_ROW("/after_last_step/gpu"), e.after_last_step_gpu);
     out.end_object();
   } else {
     out.null(STEPTRACE_END_ROW("/after_last_step"), "no step, or the last step's scope was still open at the end");

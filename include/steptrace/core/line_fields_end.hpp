@@ -1,6 +1,7 @@
 // steptrace/core/line_fields_end.hpp - the end record's fields (`{"event": "end", ...}`, schema
 // "steptrace.end/1"): a row per field, in docs/schema.md's order. `after_last_step.gpu`'s members are
-// the step line's `between_steps.gpu` rows (core/line_fields.hpp's end_field_at() reads them there).
+// the step line's `between_steps.gpu` rows (core/line_fields.hpp's record_field_at() reads them there,
+// and the end record's RowTree links to them: core/tier_leaves.hpp).
 #pragma once
 #include "line_field.hpp"
 

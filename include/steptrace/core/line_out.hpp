@@ -90,7 +90,7 @@ class LineOut {
   // ---- the record, objects and arrays ----
   LineOut& begin() {
     w_.begin_object();
-    levels_.push_back({0, false, 0, false, rows_ ? details::RowTree::kRoot : -1});
+    levels_.push_back({0, false, 0, false, rows_ ? details::RowTree::kRoot : -1, rows_});
     return *this;
   }
   /// `null_reasons` (every null filed, then what a check left out that no section wrote), closes the
@@ -130,7 +130,8 @@ class LineOut {
     path_ += std::to_string(index);
     w_.begin_object();
     if (tiers_) names_.push_back(std::to_string(index));
-    levels_.push_back({parent, false, 0, false, rows_ ? rows_->element(levels_.back().node) : -1});
+    const details::RowTree* tree = levels_.back().tree;
+    levels_.push_back({parent, false, 0, false, tree ? tree->element(levels_.back().node) : -1, tree});
     return *this;
   }
 
@@ -171,7 +172,7 @@ class LineOut {
     if (dropped()) return *this;
     std::string path = member_path(name);
     const std::string* left = excluded(path);
-    if (rows_) declared(rows_->child(levels_.back().node, name), name, JsonLeaf{});
+    if (const details::RowTree* tree = levels_.back().tree) declared(*tree, tree->child(levels_.back().node, name), name, JsonLeaf{});
     w_.key(name).null();
     nulls_.emplace_back(std::move(path), left ? *left : std::string(reason));
     return *this;
@@ -231,7 +232,7 @@ class LineOut {
   LineOut& element(std::string_view v) {
     ensure_record();
     if (dropped()) return *this;
-    if (rows_) declared_element(JsonLeaf{JsonLeaf::Kind::string, 0, details::JsonWriter::valid_utf8(v)});
+    if (levels_.back().tree) declared_element(JsonLeaf{JsonLeaf::Kind::string, 0, details::JsonWriter::valid_utf8(v)});
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -243,7 +244,7 @@ class LineOut {
   LineOut& element(int64_t v) {
     ensure_record();
     if (dropped()) return *this;
-    if (rows_) declared_element(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true});
+    if (levels_.back().tree) declared_element(JsonLeaf{JsonLeaf::Kind::number, static_cast<double>(v), {}, true});
     ++levels_.back().next_index;
     w_.value(v);
     return *this;
@@ -268,9 +269,10 @@ class LineOut {
     return *this;
   }
   LineOut& placed(Record record, int32_t row, std::string_view name) {
-    if (!rows_ || levels_.empty() || dropped()) return *this;
-    const details::RowTree::Node* n = rows_->node(rows_->child(levels_.back().node, name));
-    if (rows_->record() != record || !n || n->row != row) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
+    if (levels_.empty() || !levels_.back().tree || dropped()) return *this;
+    const details::RowTree& tree = *levels_.back().tree;
+    const details::RowTree::Node* n = tree.node(tree.child(levels_.back().node, name));
+    if (tree.record() != record || !n || n->row != row) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
     return *this;
   }
 
@@ -279,22 +281,23 @@ class LineOut {
     bool array;
     std::size_t next_index;
     bool dropped;  // left out by a check (or inside one that was): nothing of it is written
-    int32_t node;  // its node of rows_ (-1: none, or no rows given)
+    int32_t node;                   // its node of `tree` (-1: none, or no rows given)
+    const details::RowTree* tree;   // rows_, or the tree a node of it links to (RowTree::Node::link)
   };
-  /// A value about to be written as the member `name` (or element) at node `node` of rows_: checked
-  /// against its row, and kept for the tiers when one of theirs.
-  void declared(int32_t node, std::string_view name, JsonLeaf leaf) {
+  /// A value about to be written as the member `name` (or element) at node `node` of `tree`: checked
+  /// against its row, and kept for the tiers when one of theirs (rows of the record's own tree).
+  void declared(const details::RowTree& tree, int32_t node, std::string_view name, JsonLeaf leaf) {
     const bool null = leaf.kind == JsonLeaf::Kind::null;
-    const details::RowTree::Node* n = rows_->node(node);
+    const details::RowTree::Node* n = tree.node(node);
     if (expecting_) {  // written through a handle: the row found must be the handle's
       expecting_ = false;
-      if (rows_->record() != expect_record_ || !n || n->row != expect_row_)
+      if (tree.record() != expect_record_ || !n || n->row != expect_row_)
         details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
     }
     // A null where no row is stands for the rows below it (an object absent whole).
     bool fits = n && (n->row >= 0 || (null && (!n->children.empty() || n->any >= 0)));
     if (fits && n->row >= 0) {
-      const LineField& f = record_fields(rows_->record())[static_cast<std::size_t>(n->row)];
+      const LineField& f = record_fields(tree.record())[static_cast<std::size_t>(n->row)];
       const ValueKind kind = null                                  ? ValueKind::null
                              : leaf.kind == JsonLeaf::Kind::boolean ? ValueKind::boolean
                              : leaf.kind == JsonLeaf::Kind::string  ? ValueKind::string
@@ -302,10 +305,10 @@ class LineOut {
       fits = value_fits(f, kind, leaf.integral);  // a null where the row is never null too
     }
     if (!fits) details::line_out_undeclared().fetch_add(1, std::memory_order_relaxed);
-    if (!tiers_) return;
+    if (!tiers_ || &tree != rows_) return;
     if (levels_.size() == 1 && name == "timestamp") tiers_->timestamp = leaf;
     if (levels_.size() == 1 && name == "global_step") tiers_->global_step = leaf;
-    const int32_t compact = rows_->tier_row(node, LineTier::compact, null), run = rows_->tier_row(node, LineTier::run, null);
+    const int32_t compact = tree.tier_row(node, LineTier::compact, null), run = tree.tier_row(node, LineTier::run, null);
     if (compact < 0 && run < 0) return;
     TierLeaf t;
     t.row[static_cast<int>(LineTier::compact)] = compact;
@@ -317,8 +320,9 @@ class LineOut {
     tiers_->leaves.push_back(std::move(t));
   }
   void declared_element(JsonLeaf leaf) {
-    const int32_t node = rows_->element(levels_.back().node);
-    declared(node, tiers_ ? std::to_string(levels_.back().next_index) : std::string(), std::move(leaf));
+    const details::RowTree& tree = *levels_.back().tree;
+    const int32_t node = tree.element(levels_.back().node);
+    declared(tree, node, tiers_ ? std::to_string(levels_.back().next_index) : std::string(), std::move(leaf));
   }
   static JsonLeaf leaf_of(bool v) { return JsonLeaf{JsonLeaf::Kind::boolean, v ? 1.0 : 0.0, {}}; }
   static JsonLeaf leaf_of(std::string_view v) { return JsonLeaf{JsonLeaf::Kind::string, 0, details::JsonWriter::valid_utf8(v)}; }
@@ -344,7 +348,7 @@ class LineOut {
   /// A container whose contents are not written (it was written null, or it lies inside one that was).
   LineOut& drop_level(bool array) {
     if (tiers_) names_.emplace_back();
-    levels_.push_back({path_.size(), array, 0, true, -1});
+    levels_.push_back({path_.size(), array, 0, true, -1, nullptr});
     return *this;
   }
   /// Whether the open container is one whose contents are not written (a level inside a dropped one is
@@ -360,7 +364,7 @@ class LineOut {
     ensure_record();
     if (dropped()) return *this;
     if (const std::string* why = left_out_reason(name)) return null(name, *why);
-    if (rows_) declared(rows_->child(levels_.back().node, name), name, leaf_of(v));
+    if (const details::RowTree* tree = levels_.back().tree) declared(*tree, tree->child(levels_.back().node, name), name, leaf_of(v));
     w_.field(name, v);
     return *this;
   }
@@ -377,7 +381,10 @@ class LineOut {
     if (array) w_.begin_array();
     else w_.begin_object();
     if (tiers_) names_.push_back(details::JsonWriter::valid_utf8(name));
-    levels_.push_back({parent, array, 0, false, rows_ ? rows_->child(levels_.back().node, name) : -1});
+    const details::RowTree* tree = levels_.back().tree;
+    int32_t node = tree ? tree->child(levels_.back().node, name) : -1;
+    if (const details::RowTree::Node* n = tree ? tree->node(node) : nullptr; n && n->link >= 0) tree = tree->linked(), node = n->link;
+    levels_.push_back({parent, array, 0, false, node, tree});
     return *this;
   }
   LineOut& close() {

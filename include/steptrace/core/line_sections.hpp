@@ -111,20 +111,32 @@ inline void write_scalars(LineOut& out, const StepLineInput& in) {
   out.end_object();
 }
 
-/// GPU work outside every step (between two steps, after the last): the `gpu` member of the open object.
-inline void write_between_gpu(LineOut& out, const Measured<BetweenGpu>& gpu) {
+/// GPU work outside every step (between two steps, after the last): the `gpu` member of the open object,
+/// `gpu_row` its row's handle (`/between_steps/gpu`, the end record's `/after_last_step/gpu`). Its
+/// members are the step line's `between_steps.gpu` rows in both (the end record's tree links there:
+/// core/tier_leaves.hpp, RowTree::end()).
+template <class GpuRow>
+inline void write_between_gpu(LineOut& out, GpuRow gpu_row, const Measured<BetweenGpu>& gpu) {
   if (!gpu) {
-    out.null("gpu", gpu.why());
+    out.null(gpu_row, gpu.why());
     return;
   }
   const BetweenGpu& g = *gpu;
-  out.begin_object("gpu");
-  out.field("busy_ms", ns_to_ms(g.busy_ns)).field("kernel_ms", ns_to_ms(g.kernel_ns)).field("kernels", g.kernels);
-  out.field("copies", g.copies).field("copy_bytes", g.copy_bytes);
-  out.field("complete", g.complete).field("missing_launches", g.missing_launches).field("excluded_records", g.excluded_records);
-  out.begin_array("top_kernels");
+  out.begin_object(gpu_row);
+  out.field(STEPTRACE_ROW("/between_steps/gpu/busy_ms"), ns_to_ms(g.busy_ns))
+      .field(STEPTRACE_ROW("/between_steps/gpu/kernel_ms"), ns_to_ms(g.kernel_ns))
+      .field(STEPTRACE_ROW("/between_steps/gpu/kernels"), g.kernels);
+  out.field(STEPTRACE_ROW("/between_steps/gpu/copies"), g.copies).field(STEPTRACE_ROW("/between_steps/gpu/copy_bytes"), g.copy_bytes);
+  out.field(STEPTRACE_ROW("/between_steps/gpu/complete"), g.complete)
+      .field(STEPTRACE_ROW("/between_steps/gpu/missing_launches"), g.missing_launches)
+      .field(STEPTRACE_ROW("/between_steps/gpu/excluded_records"), g.excluded_records);
+  out.begin_array(STEPTRACE_ROW("/between_steps/gpu/top_kernels"));
   for (const auto& t : g.top_kernels)
-    out.begin_element().field("name", t.name).field("ms", ns_to_ms(t.total_ns)).field("calls", t.calls).end_object();
+    out.begin_element()
+        .field(STEPTRACE_ROW("/between_steps/gpu/top_kernels/*/name"), t.name)
+        .field(STEPTRACE_ROW("/between_steps/gpu/top_kernels/*/ms"), ns_to_ms(t.total_ns))
+        .field(STEPTRACE_ROW("/between_steps/gpu/top_kernels/*/calls"), t.calls)
+        .end_object();
   out.end_array();
   out.end_object();
 }
@@ -148,7 +160,7 @@ inline void write_between_steps(LineOut& out, const StepLineInput& in) {
   }
   for (const auto& [name, p] : phases) out.begin_object(name).field(STEPTRACE_ROW("/between_steps/phases/*/host_ms"), ns_to_ms(p.first)).field(STEPTRACE_ROW("/between_steps/phases/*/count"), p.second).end_object();
   out.end_object();
-  write_between_gpu(out, in.between_gpu);
+  write_between_gpu(out, STEPTRACE_ROW("/between_steps/gpu"), in.between_gpu);
   out.end_object();
 }
 

@@ -38,6 +38,7 @@ class RowTree {
     int32_t row = -1;                                            // the row declared here
     int32_t tier_row[2] = {-1, -1};                              // by LineTier: `row` when the tier carries it
     int32_t tier_below[2] = {-1, -1};                            // by LineTier: the tier's first row below
+    int32_t link = -1;  // the node of linked() whose rows stand below this one (its own children: none)
   };
   static constexpr int32_t kRoot = 0;
 
@@ -65,6 +66,8 @@ class RowTree {
   }
   Record record() const { return record_; }
   std::size_t size() const { return nodes_.size(); }
+  /// The tree the `link` nodes point into (the end record's: the step line's), nullptr: none.
+  const RowTree* linked() const { return linked_; }
 
   /// The child of `node` named `name` (its own, else the "*" one); -1: none, or `node` is -1.
   int32_t child(int32_t node, std::string_view name) const {
@@ -101,6 +104,22 @@ class RowTree {
     static const RowTree* t = new RowTree(Record::step);
     return *t;
   }
+  /// The end record's tree (the same): its `after_last_step.gpu` holds what the step line's
+  /// `between_steps.gpu` does, so that node links to the step tree's (core/line_fields.hpp's
+  /// record_field_at() reads those rows there too).
+  static const RowTree& end() {
+    static const RowTree* t = [] {
+      auto* made = new RowTree(Record::end);
+      const int32_t at = made->find(std::vector<std::string_view>{"after_last_step", "gpu"});
+      const RowTree& steps = step();
+      if (at >= 0) {
+        made->nodes_[static_cast<std::size_t>(at)].link = steps.find(std::vector<std::string_view>{"between_steps", "gpu"});
+        made->linked_ = &steps;
+      }
+      return made;
+    }();
+    return *t;
+  }
 
  private:
   static uint8_t tier_bit(LineTier t) { return t == LineTier::compact ? line_field::kCompact : line_field::kRun; }
@@ -123,6 +142,7 @@ class RowTree {
 
   Record record_;
   std::vector<Node> nodes_;
+  const RowTree* linked_ = nullptr;
 };
 
 /// Values a writer wrote that the declaration does not hold - no row at their path, or a row of

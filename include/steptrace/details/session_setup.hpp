@@ -210,6 +210,7 @@ inline void Session::make_lazy_statics() {
   (void)details::record_field_segments(Record::step);
   (void)details::record_field_segments(Record::end);
   (void)RowTree::step();
+  (void)RowTree::end();
   (void)peak_flops_table();
   (void)settings();
   (void)phase_name(kNoPhase);
