@@ -164,6 +164,16 @@ inline void write_between_steps(LineOut& out, const StepLineInput& in) {
   out.end_object();
 }
 
+/// A phase's copies (or memsets) of one kind: its object and members through their rows.
+template <class Object, class Bytes, class Ms, class Count, class Rate>
+inline void write_copy_kind(LineOut& out, const CopyTotals& c, Object object, Bytes bytes, Ms ms, Count count, Rate rate) {
+  out.begin_object(object);
+  out.field(bytes, c.bytes).field(ms, ns_to_ms(c.total_ns)).field(count, c.count);
+  out.field(rate, c.total_ns > 0 ? std::optional<double>(static_cast<double>(c.bytes) / static_cast<double>(c.total_ns)) : std::nullopt,
+            reason_text(Reason::copies_untimed));
+  out.end_object();
+}
+
 /// A phase's GPU work: kernels, copies, its top kernels and its counters.
 inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, const PhaseGpu& pg) {
   const char* no_kernel = reason_text(Reason::phase_no_kernel);
@@ -178,11 +188,23 @@ inline void write_phase_gpu(LineOut& out, const StepLineInput& in, PhaseId id, c
   for (int k = 0; k < kCopyKindCount; ++k) {
     const CopyTotals& c = pg.copies[k];
     if (!c.count) continue;
-    out.begin_object(copy_kind_name(static_cast<CopyKind>(k)));
-    out.field("bytes", c.bytes).field("ms", ns_to_ms(c.total_ns)).field("count", c.count);
-    out.field("gb_per_second", c.total_ns > 0 ? std::optional<double>(static_cast<double>(c.bytes) / static_cast<double>(c.total_ns)) : std::nullopt,
-              reason_text(Reason::copies_untimed));
-    out.end_object();
+    // Each kind's object and members through its rows (the kind's name is its row's last segment).
+#define STEPTRACE_COPY_KIND(kind)                                                                                       \
+  case CopyKind::kind:                                                                                                  \
+    write_copy_kind(out, c, STEPTRACE_ROW("/phases/*/gpu/" #kind), STEPTRACE_ROW("/phases/*/gpu/" #kind "/bytes"),      \
+                    STEPTRACE_ROW("/phases/*/gpu/" #kind "/ms"), STEPTRACE_ROW("/phases/*/gpu/" #kind "/count"),        \
+                    STEPTRACE_ROW("/phases/*/gpu/" #kind "/gb_per_second"));                                            \
+    break;
+    switch (static_cast<CopyKind>(k)) {
+      STEPTRACE_COPY_KIND(h2d)
+      STEPTRACE_COPY_KIND(d2h)
+      STEPTRACE_COPY_KIND(d2d)
+      STEPTRACE_COPY_KIND(h2h)
+      STEPTRACE_COPY_KIND(p2p)
+      STEPTRACE_COPY_KIND(other)
+      STEPTRACE_COPY_KIND(memset)
+    }
+#undef STEPTRACE_COPY_KIND
   }
   out.begin_array(STEPTRACE_ROW("/phases/*/gpu/top_kernels"));
   for (const auto& t : pg.top_kernels)

@@ -38,11 +38,18 @@ inline std::string counter_null_reason(const CounterSummary& c, bool values_excl
                    "or the metric is not available from PM sampling on this GPU"
              : reason_text(Reason::counter_not_sampled);
 }
-/// The samples behind the values: how many, their time inside the span, coverage, edge-only.
-inline void write_counter_samples(LineOut& out, const CounterSummary& c) {
-  out.field("samples", c.samples).field("sample_ms", ns_to_ms(c.sample_ns)).field("coverage", c.coverage);
-  out.field("edge_only", c.edge_only);
+/// The samples behind the values: how many, their time inside the span, coverage, edge-only, under the
+/// rows of the object written (the step's `counters`, a phase's: STEPTRACE_COUNTER_SAMPLE_ROWS).
+template <class Samples, class SampleMs, class Coverage, class EdgeOnly>
+inline void write_counter_samples(LineOut& out, const CounterSummary& c, Samples samples, SampleMs sample_ms, Coverage coverage,
+                                  EdgeOnly edge_only) {
+  out.field(samples, c.samples).field(sample_ms, ns_to_ms(c.sample_ns)).field(coverage, c.coverage);
+  out.field(edge_only, c.edge_only);
 }
+/// The four sample rows' handles under `object` (a path literal).
+#define STEPTRACE_COUNTER_SAMPLE_ROWS(object)                                                                 \
+  STEPTRACE_ROW(object "/samples"), STEPTRACE_ROW(object "/sample_ms"), STEPTRACE_ROW(object "/coverage"), \
+      STEPTRACE_ROW(object "/edge_only")
 
 /// Hardware counters (PM sampling) over the step: null when counters are off or unavailable, when the
 /// chip offers no such metric, or when no sample covered the step.
@@ -60,7 +67,7 @@ inline void write_counters(LineOut& out, const StepLineInput& in) {
   out.begin_object(STEPTRACE_ROW("/counters"))
       .field(STEPTRACE_ROW("/counters/source"), "cupti_pm_sampling")
       .field(STEPTRACE_ROW("/counters/interval_us"), in.counters_interval_us);
-  write_counter_samples(out, *c);
+  write_counter_samples(out, *c, STEPTRACE_COUNTER_SAMPLE_ROWS("/counters"));
   out.field(STEPTRACE_ROW("/counters/occupancy"), c->occupancy, why);
   out.field(STEPTRACE_ROW("/counters/excluded_values"), in.counter_values_excluded);
   out.end_object();
@@ -75,7 +82,7 @@ inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool val
       .field(STEPTRACE_ROW("/phases/*/gpu/counters/tensor_core_or_pipe_utilization"), c.tensor_active, why)
       .field(STEPTRACE_ROW("/phases/*/gpu/counters/memory_bandwidth_utilization"), c.dram, why)
       .field(STEPTRACE_ROW("/phases/*/gpu/counters/occupancy"), c.occupancy, why);
-  write_counter_samples(out, c);
+  write_counter_samples(out, c, STEPTRACE_COUNTER_SAMPLE_ROWS("/phases/*/gpu/counters"));
   const int64_t all = c.sample_ns + c.shared_ns;
   out.field(STEPTRACE_ROW("/phases/*/gpu/counters/shared"), all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all)) : std::nullopt,
             "no sample used");
