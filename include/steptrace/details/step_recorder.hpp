@@ -51,6 +51,8 @@ class StepRecorder {
     tracing_failed_ = false;
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
+    last_traced_ = -1;
+    from_last_trace_.store(false, std::memory_order_relaxed);
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     budget_started_ = budget_decides(cfg);
     decided_.store(false, std::memory_order_relaxed);
@@ -109,8 +111,9 @@ class StepRecorder {
     if (budget_started_ && !decided_.load(std::memory_order_relaxed) && r.index == kProbeAfterSteps &&
         wanted_every_.compare_exchange_strong(wanted, budget_start_every(r.index), std::memory_order_relaxed))
       wanted = budget_start_every(r.index);
-    if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index, true};  // the new interval starts here
+    schedule_ = next_schedule(schedule_, wanted, r.index, from_last_trace_.load(std::memory_order_relaxed) ? last_traced_ : -1);
     r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
+    if (r.traced) last_traced_ = static_cast<int64_t>(r.index);
     r.trace_every = static_cast<uint32_t>(schedule_.every);
     open_every_.store(schedule_.every, std::memory_order_relaxed);
     r.trace_anchor = schedule_.anchor;
@@ -386,11 +389,14 @@ class StepRecorder {
   /// The interval in force for the step begun last (the stall record's; read without the lock).
   int trace_every_in_force() const { return open_every_.load(std::memory_order_relaxed); }
 
-  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
-  void set_trace_every(int every) {
+  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step, which
+  /// it traces, unless `from_last_trace`: then its first trace comes that many steps after the last
+  /// one (details/line_policy.hpp's next_schedule), and no CUPTI attach is made ahead for it meanwhile.
+  void set_trace_every(int every, bool from_last_trace = false) {
+    from_last_trace_.store(from_last_trace, std::memory_order_relaxed);
     wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
     decided_.store(true, std::memory_order_relaxed);
-    next_traced_.store(true, std::memory_order_relaxed);  // a new interval is anchored at, and traces, the next step
+    next_traced_.store(!from_last_trace, std::memory_order_relaxed);  // else begin() says at the next step
   }
 
  private:
@@ -501,7 +507,9 @@ class StepRecorder {
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
+  int64_t last_traced_ = -1;               // the last step begun traced, -1: none (under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
+  std::atomic<bool> from_last_trace_{false};  // ... continued from the last trace (set_trace_every)
   std::atomic<bool> decided_{false};       // the worker has asked for one (else the budget's start: budget_start_every)
   std::atomic<int> open_every_{1};         // the interval the step begun last ran under
   bool budget_started_ = false;            // overhead_budget decides the interval (under mutex_)
