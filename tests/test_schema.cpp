@@ -284,7 +284,7 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   empty.step = &bare;
   empty.run = &nothing;
   empty.host = compute_host_metrics(bare);
-  empty.counters_null_reason = "off";
+  empty.counters.unknown("off");
   empty.gpu.unknown("off");
   empty.cross_rank.unknown("off");
   empty.device_state.unknown("off");

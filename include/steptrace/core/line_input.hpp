@@ -75,8 +75,9 @@ struct StepLineInput {
   double flops_per_token = 0;
   PeakFlops peak;
   Measured<StepGpu> gpu{"no GPU attribution"};  // CUPTI attribution of the step's launches, or why none
-  std::string counters_null_reason;      // why sm_activity, memory_bandwidth_utilization, tensor... are null
-  std::optional<CounterSummary> counters;             // PM sampling over the step's window
+  // PM sampling over the step's window, or why none (then sm_activity, memory_bandwidth_utilization,
+  // tensor_core_or_pipe_utilization and `counters` are null with that reason).
+  Measured<CounterSummary> counters{"hardware counters are off"};
   std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
   double counters_interval_us = 0;
   uint64_t counter_values_excluded = 0;  // PM sample values outside [0, 1] left out so far (run total)

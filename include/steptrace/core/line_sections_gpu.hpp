@@ -55,13 +55,13 @@ inline void write_counter_samples(LineOut& out, const CounterSummary& c, Samples
 /// chip offers no such metric, or when no sample covered the step.
 inline void write_counters(LineOut& out, const StepLineInput& in) {
   const CounterSummary* c = in.counters ? &*in.counters : nullptr;
-  const std::string why = c ? counter_null_reason(*c, in.counter_values_excluded, "step") : in.counters_null_reason;
+  const std::string why = c ? counter_null_reason(*c, in.counter_values_excluded, "step") : in.counters.why();
   // The counters' values over the step are top-level fields; over a phase, members of its `counters`.
   out.field(STEPTRACE_ROW("/sm_activity"), c ? c->sm_active : std::nullopt, why)
       .field(STEPTRACE_ROW("/memory_bandwidth_utilization"), c ? c->dram : std::nullopt, why)
       .field(STEPTRACE_ROW("/tensor_core_or_pipe_utilization"), c ? c->tensor_active : std::nullopt, why);
   if (!c) {
-    out.null(STEPTRACE_ROW("/counters"), in.counters_null_reason);
+    out.null(STEPTRACE_ROW("/counters"), in.counters.why());
     return;
   }
   out.begin_object(STEPTRACE_ROW("/counters"))

@@ -126,12 +126,13 @@ class LineAssembler {
     parallel.world_size = ctx_.run.world_size;
     in.mfu = compute_mfu(ctx_.cfg.flops_per_token, in.host.tokens_per_second, ctx_.peak, parallel);
     in.gpu.set(std::move(gpu), untraced.empty() ? ctx_.gpu_null_reason : untraced);
-    in.counters_null_reason = ctx_.counters_null_reason;
     if (ctx_.counters_traced_only && !in.gpu && ctx_.counters_null_reason.empty()) {
-      in.counters_null_reason = reason_text(Reason::counters_traced_only);
+      in.counters.unknown(reason_text(Reason::counters_traced_only));
       drop_counter_samples_before(r.end_ns + gpu_clock_offset_ns_);
     } else if (ctx_.counters_on || !counter_samples_.empty()) {
       attribute_counters(r, in);
+    } else {
+      in.counters.unknown(ctx_.counters_null_reason);
     }
     if (ctx_.device_state_on)
       in.device_state.set(summarize_device_state(device_states_, r.begin_ns, r.own_end_ns()),
