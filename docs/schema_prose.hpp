@@ -524,6 +524,17 @@ inline constexpr FieldProse kStepProse[] = {
     {"/overhead/within_budget",
      "`estimated_fraction` ≤ `budget`",
      "no budget, or no estimate"},
+    {"/overhead/over_budget_by",
+     "on a line over the budget (`within_budget` false), what keeps it there: `interval`, the interval in "
+     "force is shorter than the one the estimate asks for and the budget is lengthening it (the warm-up's "
+     "probe, a move not yet in force, lines that reach the controller late) - at or below "
+     "`estimated_fraction_floor`'s reach, so the line comes within the budget; otherwise no interval can: "
+     "the largest part of the floor names why, `host_api` (steptrace's calls on the training thread - its "
+     "scopes, a framework callback's hooks, the stream markers at the pace in force: `parts.host_api`), "
+     "`attached` (CUPTI kept attached between traced steps: `untraced_residual_ms`) or `tracing` (one "
+     "trace costs more than the longest interval's share). What the budget gave up is in the same line "
+     "(`trace_every`, `markers_every`, `untraced_cupti`)",
+     "within the budget (`within_budget` true; the reason), no budget, or no estimate"},
     {"/overhead/estimated_fraction_ci_low",
      "the low end of `estimated_fraction`'s 95 % range: with `measured`, max(0, `traced_step_extra_ms` − "
      "1.96 × `traced_step_extra_se_ms`) / (`trace_every` × `clean_step_ms`), plus "

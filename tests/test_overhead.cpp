@@ -574,3 +574,34 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
   warm.step(10, 1);
   CHECK(*warm.background_fraction() == 0.0);
 }
+
+TEST_CASE("over the budget, the line names what keeps it there: the interval while the floor fits, else the floor's largest part",
+          "[overhead]") {
+  using steptrace::over_budget_by;
+  steptrace::OverheadEstimate e;
+  CHECK(over_budget_by(e, 0.001) == nullptr);  // no estimate
+  e.fraction = 0.0008;
+  e.within_budget = true;
+  CHECK(over_budget_by(e, 0.001) == nullptr);  // within
+  e.fraction = 0.004;
+  e.within_budget = false;
+  e.floor_fraction = 0.0009;  // the longest interval fits: the budget is lengthening it
+  CHECK(std::string(over_budget_by(e, 0.001)) == "interval");
+  e.floor_fraction = 0.001;  // at the budget: fits
+  CHECK(std::string(over_budget_by(e, 0.001)) == "interval");
+  // A floor over the budget: its largest part. A framework's hooks (host_api 1 %):
+  e.floor_fraction = 0.0105;
+  e.other_fraction = 0.01;
+  e.attached_fraction = 0;
+  CHECK(std::string(over_budget_by(e, 0.001)) == "host_api");
+  // CUPTI kept attached (0.9 % a step) beside 0.1 % of calls:
+  e.floor_fraction = 0.0101;
+  e.other_fraction = 0.001;
+  e.attached_fraction = 0.009;
+  CHECK(std::string(over_budget_by(e, 0.001)) == "attached");
+  // One trace worth more than 4000 steps' share:
+  e.floor_fraction = 0.02;
+  e.other_fraction = 0.0005;
+  e.attached_fraction = 0;
+  CHECK(std::string(over_budget_by(e, 0.001)) == "tracing");
+}

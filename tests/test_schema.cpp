@@ -246,10 +246,11 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
   OverheadLine& o = in.overhead;  // an estimate, the budget and every part
   o.estimate.fraction = o.estimate.fraction_low = o.estimate.fraction_high = 0.004;
   o.estimate.floor_fraction = 0.0002;
+  o.estimate.within_budget = false;  // over the budget, which the floor fits: over_budget_by "interval"
   o.estimate.method = EstimateMethod::measured;
   o.estimate.traced_extra_ms = o.estimate.traced_extra_se_ms = o.estimate.clean_step_ms = 1.5;
   o.estimate.residual_ms = o.estimate.residual_low_ms = o.estimate.launches_per_step = 0.25;
-  o.budget = 0.01;
+  o.budget = 0.003;
   o.markers_every = 4;
   o.parts.present = true;
   for (OverheadPart* p : {&o.parts.tracing, &o.parts.attached, &o.parts.counters, &o.parts.host_api, &o.parts.background,

@@ -113,6 +113,21 @@ struct OverheadEstimate {
   double other_fraction = 0;                // the parts the caller added (core/overhead_parts.hpp)
 };
 
+/// On an estimate over the budget, what keeps it there (the line's `overhead.over_budget_by`):
+/// "interval" where the floor (the longest interval) fits the budget - the interval in force is
+/// shorter than the one asked and the budget is lengthening it - else the floor's largest part, which no
+/// interval cuts: "host_api" (steptrace's calls on the training thread, `other_fraction`), "attached"
+/// (CUPTI kept attached) or "tracing" (a trace at the longest interval). nullptr: within the budget, or
+/// no estimate.
+inline const char* over_budget_by(const OverheadEstimate& e, double budget) {
+  if (!e.fraction || e.within_budget) return nullptr;
+  if (!e.floor_fraction || *e.floor_fraction <= budget * (1 + 1e-9)) return "interval";
+  const double attached = e.attached_fraction.value_or(0), calls = e.other_fraction;
+  const double tracing = std::max(0.0, *e.floor_fraction - attached - calls);
+  if (calls >= attached && calls >= tracing) return "host_api";
+  return attached >= tracing ? "attached" : "tracing";
+}
+
 class OverheadEstimator {
  public:
   static constexpr double kModelTracedNsPerLaunch = 1100;  // H100, transformer step: benchmarks/README.md
