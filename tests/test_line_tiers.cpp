@@ -284,6 +284,13 @@ TEST_CASE("a reason of the table is written as its row's code", "[line_tiers][re
     CHECK(read[1] == read[0]);  // the same pace: its sentence as first said
     CHECK(read[2].rfind(reason_text(Reason::markers_thinned) + std::string("2 "), 0) == 0);
   }
+  // The untraced steps' interval is counted the same way: a compact log read "trace_every=8" from the
+  // probe's first sentence on steps that ran at 1 in 291 (GPT-2 on an H200, session 73).
+  const std::string e8 = reason_text(Reason::not_traced_interval, "8 (chosen by overhead_budget=0.001) attributes one step in 8");
+  const std::string e291 = reason_text(Reason::not_traced_interval, "291 (chosen by overhead_budget=0.001) attributes one step in 291");
+  const std::string e8_other = reason_text(Reason::not_traced_interval, "8 (chosen by overhead_budget=0.003) attributes one step in 8");
+  CHECK(reason_code(e8) != reason_code(e291));
+  CHECK(reason_code(e8) == reason_code(e8_other));
   // A sentence without a row: hashed whole, as before the table.
   CHECK(steptrace::reason_of("a reason nobody declared") == nullptr);
   CHECK(reason_code("a reason nobody declared") == reason_hash("a reason nobody declared"));

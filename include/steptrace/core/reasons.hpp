@@ -46,7 +46,7 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(cupti_unavailable, "c4649598", kPrefix, "CUPTI unavailable: ") \
   X(nvml_unavailable, "e4361a2c", kPrefix, "NVML unavailable: ") \
   X(estimate_without_attribution, "b353ac56", kPrefix, "CUPTI attribution is off (") \
-  X(not_traced_interval, "58ff2d1f", kPrefix, "step not traced: trace_every=") \
+  X(not_traced_interval, "58ff2d1f", kPrefixCounted, "step not traced: trace_every=") \
   X(not_traced_stopped, "36b5c21a", kWhole, "step not traced: CUPTI could not be switched back on (see the steptrace warning)") \
   X(tracing_stopped, "eced8403", kWhole, "no step is traced any more: CUPTI could not be switched back on (see the steptrace warning)") \
   X(counters_traced_only, "07052861", kWhole, "hardware counters run on traced steps only (overhead_budget decides the trace interval) and this step was not traced") \
