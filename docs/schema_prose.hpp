@@ -525,7 +525,7 @@ inline constexpr FieldProse kStepProse[] = {
      "`estimated_fraction` ≤ `budget`",
      "no budget, or no estimate"},
     {"/overhead/over_budget_by",
-     "on a line over the budget (`within_budget` false), what keeps it there: `interval`, the interval in "
+     "`none` within the budget; on a line over it (`within_budget` false), what keeps it there: `interval`, the interval in "
      "force is shorter than the one the estimate asks for and the budget is lengthening it (the warm-up's "
      "probe, a move not yet in force, lines that reach the controller late) - at or below "
      "`estimated_fraction_floor`'s reach, so the line comes within the budget; otherwise no interval can: "
@@ -534,7 +534,7 @@ inline constexpr FieldProse kStepProse[] = {
      "`attached` (CUPTI kept attached between traced steps: `untraced_residual_ms`) or `tracing` (one "
      "trace costs more than the longest interval's share). What the budget gave up is in the same line "
      "(`trace_every`, `markers_every`, `untraced_cupti`)",
-     "within the budget (`within_budget` true; the reason), no budget, or no estimate"},
+     "no budget, or no estimate"},
     {"/overhead/estimated_fraction_ci_low",
      "the low end of `estimated_fraction`'s 95 % range: with `measured`, max(0, `traced_step_extra_ms` − "
      "1.96 × `traced_step_extra_se_ms`) / (`trace_every` × `clean_step_ms`), plus "

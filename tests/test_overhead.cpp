@@ -582,7 +582,9 @@ TEST_CASE("over the budget, the line names what keeps it there: the interval whi
   CHECK(over_budget_by(e, 0.001) == nullptr);  // no estimate
   e.fraction = 0.0008;
   e.within_budget = true;
-  CHECK(over_budget_by(e, 0.001) == nullptr);  // within
+  CHECK(over_budget_by(e, 0.001) == nullptr);  // no floor: not estimated
+  e.floor_fraction = 0.0004;
+  CHECK(std::string(over_budget_by(e, 0.001)) == "none");  // within
   e.fraction = 0.004;
   e.within_budget = false;
   e.floor_fraction = 0.0009;  // the longest interval fits: the budget is lengthening it

@@ -167,12 +167,40 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
   int last = -1;
   for (int i = 0; i < 30; ++i)
     if (steps[static_cast<std::size_t>(i)].first) last = i;
-  REQUIRE(last >= 22);
+  REQUIRE(last >= 8);  // the probe's blocks from step 8 traced before the change
   for (int i = 30; i < last + 64; ++i) CHECK_FALSE(steps[static_cast<std::size_t>(i)].first);
   CHECK(steps[static_cast<std::size_t>(last + 64)] == std::make_pair(true, 64));
   CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100, 97).anchor == 105);  // 97 + 8
   CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100, 20).anchor == 100);  // overdue: at once
-  CHECK(d::next_schedule(d::TraceSchedule{1, 0, true}, 8, 100, 99).anchor == 100);   // from the warm-up: at once
+  CHECK(d::next_schedule(d::TraceSchedule{1, 0, true}, 8, 100, -1).anchor == 100);   // not continued: at once
+  // What the recorder announces for the next step (next_traced: the session attaches CUPTI ahead of it
+  // on that word) is what that step's begin() then does, through changes continued or not, overdue or
+  // not, and a step already announced traced keeps its trace (its attach may be made).
+  {
+    rec.reset(cfg);
+    const int intervals[] = {64, 8, 3, 640, 16, 5, 2000, 4};
+    int k = 0, checked = 0, traced = 0;
+    bool announced = false;
+    for (int i = 0; i < 3000; ++i) {
+      if (i > 0 && i % 53 == 11) {
+        const bool was = rec.open_view().next_traced;
+        rec.set_trace_every(intervals[k % 8], /*from_last_trace=*/(k % 3) != 0);
+        ++k;
+        if (was) CHECK(rec.open_view().next_traced);
+      }
+      if (i > 0) announced = rec.open_view().next_traced;
+      const auto begun = rec.begin(std::nullopt, std::nullopt);
+      rec.end(std::nullopt);
+      if (i > 0) {
+        INFO("step " << i);
+        CHECK(begun.traced == announced);
+        ++checked;
+      }
+      traced += begun.traced;
+    }
+    CHECK(checked == 2999);
+    CHECK(traced > 20);
+  }
   // Without GPU attribution (start() says so) no controller decides: every step keeps interval 1.
   rec.reset(cfg);
   rec.set_budget_start(false);

@@ -61,7 +61,7 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
             o.budget ? why : o.no_budget_reason);
   const char* over_by = o.budget ? over_budget_by(e, *o.budget) : nullptr;
   out.field(STEPTRACE_ROW("/overhead/over_budget_by"), over_by ? std::optional<std::string>(over_by) : std::nullopt,
-            !o.budget ? o.no_budget_reason : !e.fraction ? why : reason_text(Reason::within_budget));
+            o.budget ? why : o.no_budget_reason);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_floor"), o.budget ? e.floor_fraction : std::nullopt, o.budget ? why : o.no_budget_reason);
   const char* no_range = "no estimate yet";
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_ci_low"), e.fraction_low, e.fraction ? no_range : why);

@@ -88,6 +88,7 @@ inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool val
             "no sample used");
   out.end_object();
 }
+#undef STEPTRACE_COUNTER_SAMPLE_ROWS  // this header's own
 
 /// The cross-rank view (rank 0's lines), or why none.
 inline void write_cross_rank(LineOut& out, const StepLineInput& in) {

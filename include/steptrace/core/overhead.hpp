@@ -117,11 +117,12 @@ struct OverheadEstimate {
 /// "interval" where the floor (the longest interval) fits the budget - the interval in force is
 /// shorter than the one asked and the budget is lengthening it - else the floor's largest part, which no
 /// interval cuts: "host_api" (steptrace's calls on the training thread, `other_fraction`), "attached"
-/// (CUPTI kept attached) or "tracing" (a trace at the longest interval). nullptr: within the budget, or
-/// no estimate.
+/// (CUPTI kept attached) or "tracing" (a trace at the longest interval); "none" within the budget (a
+/// value, so that a compact line pays no null reason for it). nullptr: no estimate.
 inline const char* over_budget_by(const OverheadEstimate& e, double budget) {
-  if (!e.fraction || e.within_budget) return nullptr;
-  if (!e.floor_fraction || *e.floor_fraction <= budget * (1 + 1e-9)) return "interval";
+  if (!e.fraction || !e.floor_fraction) return nullptr;
+  if (e.within_budget) return "none";
+  if (*e.floor_fraction <= budget) return "interval";  // as the controller's move over the budget reads it
   const double attached = e.attached_fraction.value_or(0), calls = e.other_fraction;
   const double tracing = std::max(0.0, *e.floor_fraction - attached - calls);
   if (calls >= attached && calls >= tracing) return "host_api";

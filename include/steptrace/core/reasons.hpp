@@ -83,7 +83,6 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(markers_end_unmarked, "ba1f437f", kWhole, "the step's end was not marked") \
   X(markers_not_traced, "cbd52c40", kWhole, "the step was not traced: no records to compare with") \
   X(records_incomplete, "69a02012", kWhole, "the step's GPU records are incomplete") \
-  X(within_budget, "c85e144a", kWhole, "within overhead_budget: nothing keeps this line over it") \
   X(framework_steps_unbounded, "5b776841", kWhole, "a framework's callbacks open and close the steps: what they cost the framework's own code around their calls is in no measurement (inside one run the callbacks cost several times what the lines estimate: docs/python.md), so the cost has no upper end here")
 
 /// A reason's id.
