@@ -33,8 +33,6 @@ struct Simulated {
   std::vector<ControllerStep> steps;          // as fed
   std::vector<ControllerDecision> decisions;  // one per step fed
   std::vector<int> every;                     // the interval each step ran under
-  int continued_changes = 0;                  // interval changes continued from the last trace (measured)
-  int continued_traced_early = 0;             // ... whose step traced sooner than the new interval after it
   int detach_at = -1;                         // the step whose line asked for the detach
 };
 
@@ -45,8 +43,6 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
                    const std::function<double(int)>& host_api = {}) {
   Simulated out;
   TraceSchedule schedule{1, 0, true};
-  int64_t last_traced = -1;
-  bool from_last = false;  // the decision's from_last_trace
   int wanted = 1;
   bool decided = false;  // as the recorder: before a decision, the budget's own start (budget_start_every)
   bool detached = false;
@@ -56,25 +52,18 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
     out.steps.push_back(s);
     out.decisions.push_back(c.observe(s));
     const ControllerDecision& d = out.decisions.back();
-    if (d.next_every) wanted = *d.next_every, decided = true, from_last = d.from_last_trace;
+    if (d.next_every) wanted = *d.next_every, decided = true;
     if (d.detach) out.detach_at = static_cast<int>(s.index), detach_from = static_cast<int>(s.index) + lag + 1;
   };
   for (int i = 0; i < steps; ++i) {
     if (c.decides() && !decided && static_cast<uint64_t>(i) == steptrace::details::kProbeAfterSteps)
       wanted = steptrace::details::budget_start_every(static_cast<uint64_t>(i));
-    const int every_before = schedule.every;
-    schedule = steptrace::details::next_schedule(schedule, wanted, static_cast<uint64_t>(i), from_last ? last_traced : -1);
-    const bool continued = schedule.every != every_before && from_last;
+    if (wanted != schedule.every) schedule = TraceSchedule{wanted, static_cast<uint64_t>(i), true};
     if (detach_from >= 0 && i >= detach_from) detached = true;
     ControllerStep s;
     s.index = static_cast<uint64_t>(i);
     s.scheduled = schedule.traced(s.index);
     s.records_on = s.traced = s.scheduled;
-    if (continued) {
-      ++out.continued_changes;
-      if (s.traced && last_traced >= 0 && i - last_traced < schedule.every) ++out.continued_traced_early;
-    }
-    if (s.traced) last_traced = i;
     s.detached = detached;
     s.every = schedule.every;
     s.step_ms = step_ms(i, s.traced, detached);
@@ -133,10 +122,10 @@ TEST_CASE("controller: a trace costing half a step settles on the interval its c
 TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 however late the first decision", "[overhead]") {
   namespace d = steptrace::details;
   // One step: begun and ended; returns the traced flag and the interval of the step it began.
-  const auto run = [](d::StepRecorder& rec, int steps, int decide_at, int decide_every, bool from_last_trace = false) {
+  const auto run = [](d::StepRecorder& rec, int steps, int decide_at, int decide_every) {
     std::vector<std::pair<bool, int>> out;
     for (int i = 0; i < steps; ++i) {
-      if (i == decide_at) rec.set_trace_every(decide_every, from_last_trace);
+      if (i == decide_at) rec.set_trace_every(decide_every);
       const auto begun = rec.begin(std::nullopt, std::nullopt);
       rec.end(std::nullopt);
       if (begun.closed) out.emplace_back(begun.closed->traced, static_cast<int>(begun.closed->trace_every));
@@ -157,50 +146,6 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
     CHECK(traced == 1);
   }
   for (int i = 9; i < 16; ++i) CHECK_FALSE(steps[i].first);
-  // A longer interval continues from the last trace (step 8 + 8k + jitter, at step 30 here): its first
-  // trace comes 64 steps after that one, not at the change; a shorter one no sooner than its own length.
-  rec.reset(cfg);
-  steps = run(rec, 40, 30, 64);
-  CHECK(steps[30] == std::make_pair(true, 64));  // not continued (the model's change): traced at once
-  rec.reset(cfg);
-  steps = run(rec, 200, 30, 64, /*from_last_trace=*/true);
-  int last = -1;
-  for (int i = 0; i < 30; ++i)
-    if (steps[static_cast<std::size_t>(i)].first) last = i;
-  REQUIRE(last >= 8);  // the probe's blocks from step 8 traced before the change
-  for (int i = 30; i < last + 64; ++i) CHECK_FALSE(steps[static_cast<std::size_t>(i)].first);
-  CHECK(steps[static_cast<std::size_t>(last + 64)] == std::make_pair(true, 64));
-  CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100, 97).anchor == 105);  // 97 + 8
-  CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100, 20).anchor == 100);  // overdue: at once
-  CHECK(d::next_schedule(d::TraceSchedule{1, 0, true}, 8, 100, -1).anchor == 100);   // not continued: at once
-  // What the recorder announces for the next step (next_traced: the session attaches CUPTI ahead of it
-  // on that word) is what that step's begin() then does, through changes continued or not, overdue or
-  // not, and a step already announced traced keeps its trace (its attach may be made).
-  {
-    rec.reset(cfg);
-    const int intervals[] = {64, 8, 3, 640, 16, 5, 2000, 4};
-    int k = 0, checked = 0, traced = 0;
-    bool announced = false;
-    for (int i = 0; i < 3000; ++i) {
-      if (i > 0 && i % 53 == 11) {
-        const bool was = rec.open_view().next_traced;
-        rec.set_trace_every(intervals[k % 8], /*from_last_trace=*/(k % 3) != 0);
-        ++k;
-        if (was) CHECK(rec.open_view().next_traced);
-      }
-      if (i > 0) announced = rec.open_view().next_traced;
-      const auto begun = rec.begin(std::nullopt, std::nullopt);
-      rec.end(std::nullopt);
-      if (i > 0) {
-        INFO("step " << i);
-        CHECK(begun.traced == announced);
-        ++checked;
-      }
-      traced += begun.traced;
-    }
-    CHECK(checked == 2999);
-    CHECK(traced > 20);
-  }
   // Without GPU attribution (start() says so) no controller decides: every step keeps interval 1.
   rec.reset(cfg);
   rec.set_budget_start(false);
@@ -379,9 +324,6 @@ TEST_CASE("controller: a trace costing more than a step is measured at the long 
     CHECK(e.within_budget);
   }
   CHECK(measured == static_cast<int>(r.steps.size()) - 10000);
-  // The measured moves (3460 -> 625 and on) continue from the last trace: none traces its own step.
-  CHECK(r.continued_changes >= 1);
-  CHECK(r.continued_traced_early == 0);
   const auto& last = *r.decisions.back().estimate;
   CHECK(*last.traced_extra_ms == Approx(1.5));
   CHECK(*last.fraction == Approx(1.5 / want));

@@ -38,9 +38,8 @@ inline double min_record_lag_ms(double flush_after_ms) { return 2 * flush_after_
 inline constexpr uint64_t kFlushAfterLaunches = 16384;
 inline constexpr double kMinFlushGapMs = 20;
 
-/// Which steps are traced: one step in every `every`, counted in blocks of `every` steps from `anchor`
-/// (0 for a fixed trace_every; the step at which the interval took effect, or where it continues from
-/// the last trace, up to `every` steps later: next_schedule). A fixed trace_every traces
+/// Which steps are traced: one step in every `every`, counted in blocks of `every` steps from `anchor`,
+/// the step at which the interval took effect (0 for a fixed trace_every). A fixed trace_every traces
 /// the first step of each block (the multiples of N). The budget's schedule (`jitter`) traces the
 /// anchor and then a pseudo-random step of each block, so that a program whose steps repeat with a
 /// period (gradient accumulation, an evaluation every k steps) is not always traced at the same point
@@ -58,19 +57,6 @@ struct TraceSchedule {
   }
   static uint64_t mix(uint64_t x) { return mix64(x); }
 };
-
-/// The schedule from step `index` on when the interval asked for is `wanted` (`now`'s unless it changed).
-/// `last_traced`: the last step traced, to continue from (-1: start at `index`). Continued, the new
-/// interval's first trace comes `wanted` steps after that one, or at `index` when that is past, not at
-/// `index` itself: a change traced its own step at once, and the budget doubling a measured interval
-/// twice traced 3 steps in 11 where one was due (a 62 ms C++ transformer on an H200, session 73).
-inline TraceSchedule next_schedule(const TraceSchedule& now, int wanted, uint64_t index, int64_t last_traced) {
-  if (wanted == now.every) return now;
-  uint64_t anchor = index;
-  if (last_traced >= 0)
-    anchor = std::max(anchor, static_cast<uint64_t>(last_traced) + static_cast<uint64_t>(std::max(1, wanted)));
-  return TraceSchedule{wanted, anchor, true};
-}
 
 /// The schedule a step was taken under.
 inline TraceSchedule schedule_of(const StepRecord& r, const Config& cfg) {

@@ -51,8 +51,6 @@ class StepRecorder {
     tracing_failed_ = false;
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
-    last_traced_ = -1;
-    continue_from_ = -1;
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     budget_started_ = budget_decides(cfg);
     decided_.store(false, std::memory_order_relaxed);
@@ -111,9 +109,8 @@ class StepRecorder {
     if (budget_started_ && !decided_.load(std::memory_order_relaxed) && r.index == kProbeAfterSteps &&
         wanted_every_.compare_exchange_strong(wanted, budget_start_every(r.index), std::memory_order_relaxed))
       wanted = budget_start_every(r.index);
-    schedule_ = next_schedule(schedule_, wanted, r.index, continue_from_);  // set_trace_every's choice
+    if (wanted != schedule_.every) schedule_ = TraceSchedule{wanted, r.index, true};  // the new interval starts here
     r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
-    if (r.traced) last_traced_ = static_cast<int64_t>(r.index);
     r.trace_every = static_cast<uint32_t>(schedule_.every);
     open_every_.store(schedule_.every, std::memory_order_relaxed);
     r.trace_anchor = schedule_.anchor;
@@ -389,21 +386,11 @@ class StepRecorder {
   /// The interval in force for the step begun last (the stall record's; read without the lock).
   int trace_every_in_force() const { return open_every_.load(std::memory_order_relaxed); }
 
-  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step begun,
-  /// which it traces, unless `from_last_trace`: then its first trace comes `every` steps after the last
-  /// one (details/line_policy.hpp's next_schedule), or at once where that is past. Under the lock begin()
-  /// takes, so that the interval, how it continues and the next step's tracing (next_traced_, which
-  /// makes the session attach CUPTI ahead of it) are read together. A next step already announced as
-  /// traced keeps its trace: its attach may be made already.
-  void set_trace_every(int every, bool from_last_trace = false) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int wanted = std::max(1, every);
-    wanted_every_.store(wanted, std::memory_order_relaxed);
+  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step.
+  void set_trace_every(int every) {
+    wanted_every_.store(std::max(1, every), std::memory_order_relaxed);
     decided_.store(true, std::memory_order_relaxed);
-    const uint64_t next = next_index_.load(std::memory_order_relaxed);
-    continue_from_ = from_last_trace && !next_traced_.load(std::memory_order_relaxed) ? last_traced_ : -1;
-    const TraceSchedule then = next_schedule(schedule_, wanted, next, continue_from_);
-    next_traced_.store(!tracing_failed_ && (then.traced(next) || forced(next)), std::memory_order_relaxed);
+    next_traced_.store(true, std::memory_order_relaxed);  // a new interval is anchored at, and traces, the next step
   }
 
  private:
@@ -514,9 +501,7 @@ class StepRecorder {
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
-  int64_t last_traced_ = -1;               // the last step begun traced, -1: none (under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
-  int64_t continue_from_ = -1;             // the trace a new interval continues from, -1: none (under mutex_)
   std::atomic<bool> decided_{false};       // the worker has asked for one (else the budget's start: budget_start_every)
   std::atomic<int> open_every_{1};         // the interval the step begun last ran under
   bool budget_started_ = false;            // overhead_budget decides the interval (under mutex_)

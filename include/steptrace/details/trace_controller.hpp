@@ -66,8 +66,6 @@ struct ControllerDecision {
   std::optional<OverheadEstimate> estimate;  // none: tracing stopped for good (`stopped`)
   bool stopped = false;            // a scheduled step went untraced: CUPTI could not be switched back on
   std::optional<int> next_every;   // a new interval for the recorder, from the next step on
-  bool from_last_trace = false;    // ... continued from the last trace (the estimate is measured: a trace
-                                   // at the change would measure nothing the estimate needs)
   bool detach = false;             // untraced_cupti=auto: switch to detach now (said once)
 };
 
@@ -149,9 +147,6 @@ class TraceController {
         current_every_ = next;
         every_changed_at_ = step.index;
         d.next_every = next;
-        // Under the model a change traces at once: the measurement the model waits for needs traced
-        // steps (the climb from the probe measures at each of its steps).
-        d.from_last_trace = e.method == EstimateMethod::measured;
       }
     }
     return d;
