@@ -32,7 +32,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("overhead", "/overhead/markers_every", F::integer, "steps", Nulls::possible),
     row("overhead", "/overhead/budget", F::number, "fraction", Nulls::possible),
     row("overhead", "/overhead/within_budget", F::boolean, "—", Nulls::possible).in(kCompact),
-    row("overhead", "/overhead/over_budget_by", F::string, "`none` | `interval` | `host_api` | `attached` | `tracing`", Nulls::possible).in(kCompact),
+    row("overhead", "/overhead/over_budget_by", F::string, "`none` | `interval` | `host_api` | `attached` | `tracing`", Nulls::possible),
     row("overhead", "/overhead/estimated_fraction_floor", F::number, "fraction", Nulls::possible).in(kCompact),
     row("overhead", "/overhead/estimated_fraction_ci_low", F::number, "fraction", Nulls::possible),
     row("overhead", "/overhead/estimated_fraction_ci_high", F::number, "fraction", Nulls::possible),

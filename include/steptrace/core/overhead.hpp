@@ -117,8 +117,9 @@ struct OverheadEstimate {
 /// "interval" where the floor (the longest interval) fits the budget - the interval in force is
 /// shorter than the one asked and the budget is lengthening it - else the floor's largest part, which no
 /// interval cuts: "host_api" (steptrace's calls on the training thread, `other_fraction`), "attached"
-/// (CUPTI kept attached) or "tracing" (a trace at the longest interval); "none" within the budget (a
-/// value, so that a compact line pays no null reason for it). nullptr: no estimate.
+/// (CUPTI kept attached) or "tracing" (a trace at the longest interval); "none" within the budget.
+/// nullptr: no estimate. (Full lines only: a compact line's `within_budget` and floor tell `interval`
+/// from the rest, and its size is held: python/tests/test_steptrace.py.)
 inline const char* over_budget_by(const OverheadEstimate& e, double budget) {
   if (!e.fraction || !e.floor_fraction) return nullptr;
   if (e.within_budget) return "none";
