@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <memory>
 #include <map>
+#include <cstdlib>
+#include <set>
 #include <optional>
 
 #include "fake_backend.hpp"
@@ -617,15 +619,21 @@ TEST_CASE("a binding's measured bookkeeping is charged in host_api at its latest
   CHECK(host_api(299) == Approx(expected(299, 0)).epsilon(0.1));
 }
 
-TEST_CASE("on the defaults, a binding's measured bookkeeping reaches the compact line's estimate and its floor",
-          "[runtime]") {
-  // What a user of the framework callbacks gets without a setting: compact lines, overhead_budget
-  // deciding. 1 ms steps; from step 100 the binding says 1 ms a step beyond its calls' model (the most
-  // the runtime takes): no interval can help that, so the floor (the estimate at the longest interval)
-  // carries it, and the lines say the budget is not kept.
-  const auto log = fresh_log("runtime_binding_extra_default");
+namespace {
+/// 1 ms steps; from step 100 a binding says 1 ms a step beyond its calls' model (the most the runtime
+/// takes): no interval can help that. `full`: full lines; else the defaults, as a user who sets nothing.
+std::vector<nlohmann::json> binding_over_budget_lines(const std::string& name, bool full) {
+  const auto log = fresh_log(name);
   FakeRun run(std::make_unique<FakeBackend>());
-  REQUIRE(start_on_defaults(run, log));
+  if (full) {
+    Config cfg;
+    cfg.log_path = log;
+    cfg.summary = false;
+    cfg.line_detail = steptrace::LineDetail::full;
+    REQUIRE(run.start(cfg));
+  } else {
+    REQUIRE(start_on_defaults(run, log));
+  }
   for (int i = 0; i < 300; ++i) {
     if (i == 100) steptrace::details::set_binding_step_extra_ns(1e6);
     TRACE_STEP();
@@ -634,7 +642,21 @@ TEST_CASE("on the defaults, a binding's measured bookkeeping reaches the compact
   }
   steptrace::stop();
   steptrace::details::set_binding_step_extra_ns(0);
-  const auto lines = read_lines(log);
+  return read_lines(log);
+}
+/// The interval an untraced line's reason names ("step not traced: trace_every=N ..."), 0: none.
+int named_interval(const std::string& why) {
+  const std::string prefix = steptrace::reason_text(steptrace::Reason::not_traced_interval);
+  return why.rfind(prefix, 0) == 0 ? std::atoi(why.c_str() + prefix.size()) : 0;
+}
+}  // namespace
+
+TEST_CASE("on the defaults, a binding's measured bookkeeping reaches the compact line's estimate and its floor",
+          "[runtime]") {
+  // What a user of the framework callbacks gets without a setting: compact lines, overhead_budget
+  // deciding; the binding's 1 ms from step 100 goes to the floor (the estimate at the longest interval),
+  // and the lines say the budget is not kept.
+  const auto lines = binding_over_budget_lines("runtime_binding_extra_default", false);
   REQUIRE(lines.size() == 300);
   CHECK(lines.front()["schema"] == "steptrace.step/2");  // the default: compact lines
   const auto& before = lines[98]["overhead"], after = lines[299]["overhead"];
@@ -648,6 +670,63 @@ TEST_CASE("on the defaults, a binding's measured bookkeeping reaches the compact
   CHECK(after["estimated_fraction_floor"].get<double>() > 0.4);
   CHECK(after["estimated_fraction"].get<double>() >= after["estimated_fraction_floor"].get<double>() - 1e-9);
   CHECK(after["within_budget"] == false);
+  CHECK_FALSE(after.contains("over_budget_by"));  // the full line's: the floor over the budget says it here
+  // An untraced line's reason names the interval it ran under, each interval its own code, so that the
+  // compact log (which carries a code's sentence once) reads each one, not the first for all (it said
+  // "trace_every=8" on every untraced step after the probe: GPT-2 on an H200, session 73).
+  std::map<std::string, std::string> sentences;
+  std::vector<int64_t> traced;
+  std::vector<std::pair<int64_t, int>> named;  // untraced step, the interval its reason names
+  for (const auto& l : lines) {
+    if (l.contains("reason_text"))
+      for (const auto& [code, text] : l["reason_text"].items()) sentences.emplace(code, text.get<std::string>());
+    const int64_t step = l["global_step"];
+    if (l["traced"] == true) {
+      traced.push_back(step);
+      continue;
+    }
+    const std::string code = l["null_reasons"]["gpu"];
+    REQUIRE(sentences.count(code));
+    named.emplace_back(step, named_interval(sentences[code]));
+  }
+  // Under the interval a line names, N, the budget's schedule traces one step in each block of N (a
+  // change of interval traces the step it takes effect at): a trace lies less than 2N steps from the line,
+  // unless the run ended first. (Read as "8" for every interval, the lines long after the probe's last
+  // trace would say 8 with no trace near.)
+  const int64_t last = lines.back()["global_step"];
+  std::set<int> intervals;
+  for (const auto& [step, n] : named) {
+    INFO("untraced step " << step << " names trace_every=" << n);
+    REQUIRE(n >= 2);
+    intervals.insert(n);
+    const bool near = std::any_of(traced.begin(), traced.end(), [&](int64_t t) { return std::abs(t - step) < 2 * n; });
+    CHECK((near || step > last - 2 * n));
+  }
+  CHECK(named.size() > 200);
+  CHECK(intervals.size() >= 2);  // the probe's 8, then the budget's longer ones
+}
+
+TEST_CASE("a line over the budget names what keeps it there (full lines; the defaults' sibling above)", "[runtime]") {
+  const auto lines = binding_over_budget_lines("runtime_binding_extra_full", true);
+  REQUIRE(lines.size() == 300);
+  CHECK(lines.front()["schema"] == "steptrace.step/1");
+  for (const auto& l : lines) {
+    const auto& o = l["overhead"];
+    INFO(l["global_step"] << " " << o.dump());
+    if (!o["estimated_fraction"].is_number() || !o["estimated_fraction_floor"].is_number()) {
+      CHECK(o["over_budget_by"].is_null());
+      continue;
+    }
+    const bool within = o["within_budget"] == true;
+    const std::string by = o["over_budget_by"];
+    // "none" exactly on the lines within the budget; over it, "interval" exactly where the floor fits.
+    CHECK((by == "none") == within);
+    if (!within) CHECK((by == "interval") == (o["estimated_fraction_floor"].get<double>() <= o["budget"].get<double>()));
+    // The untraced line's reason names the interval in force.
+    if (l["traced"] == false) CHECK(named_interval(l["null_reasons"]["gpu"]) == o["trace_every"].get<int>());
+  }
+  // The binding's 1 ms a step is steptrace's calls on the training thread: no interval cuts it.
+  CHECK(lines.back()["overhead"]["over_budget_by"] == "host_api");
 }
 
 TEST_CASE("overhead_budget: counters run around traced steps only; untraced lines say so; parts in every line",
