@@ -28,7 +28,6 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
   }
 }
 
-
 /// Why a counter value over a span ("step", "phase") is null though counters ran.
 inline std::string counter_null_reason(const CounterSummary& c, bool values_excluded, const char* span) {
   return !c.samples ? reason_text(Reason::no_pm_sample, span)
