@@ -33,6 +33,8 @@ struct Simulated {
   std::vector<ControllerStep> steps;          // as fed
   std::vector<ControllerDecision> decisions;  // one per step fed
   std::vector<int> every;                     // the interval each step ran under
+  int rises = 0;                              // changes to a longer interval (continued from the last trace)
+  int rises_traced_early = 0;                 // ... whose first step traced sooner than the new interval after it
   int detach_at = -1;                         // the step whose line asked for the detach
 };
 
@@ -43,6 +45,8 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
                    const std::function<double(int)>& host_api = {}) {
   Simulated out;
   TraceSchedule schedule{1, 0, true};
+  int64_t last_traced = -1;
+  bool at_once = false;  // the decision's trace_at_once
   int wanted = 1;
   bool decided = false;  // as the recorder: before a decision, the budget's own start (budget_start_every)
   bool detached = false;
@@ -52,18 +56,26 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
     out.steps.push_back(s);
     out.decisions.push_back(c.observe(s));
     const ControllerDecision& d = out.decisions.back();
-    if (d.next_every) wanted = *d.next_every, decided = true;
+    if (d.next_every) wanted = *d.next_every, decided = true, at_once = d.trace_at_once;
     if (d.detach) out.detach_at = static_cast<int>(s.index), detach_from = static_cast<int>(s.index) + lag + 1;
   };
   for (int i = 0; i < steps; ++i) {
     if (c.decides() && !decided && static_cast<uint64_t>(i) == steptrace::details::kProbeAfterSteps)
       wanted = steptrace::details::budget_start_every(static_cast<uint64_t>(i));
-    if (wanted != schedule.every) schedule = TraceSchedule{wanted, static_cast<uint64_t>(i), true};
+    const int every_before = schedule.every;
+    schedule = steptrace::details::next_schedule(schedule, wanted, static_cast<uint64_t>(i), at_once ? -1 : last_traced);
+    const bool rise = schedule.every > every_before && every_before > 1 && !at_once;
+    if (schedule.every != every_before) at_once = false;
     if (detach_from >= 0 && i >= detach_from) detached = true;
     ControllerStep s;
     s.index = static_cast<uint64_t>(i);
     s.scheduled = schedule.traced(s.index);
     s.records_on = s.traced = s.scheduled;
+    if (rise) {
+      ++out.rises;
+      if (s.traced && last_traced >= 0 && i - last_traced < schedule.every) ++out.rises_traced_early;
+    }
+    if (s.traced) last_traced = i;
     s.detached = detached;
     s.every = schedule.every;
     s.step_ms = step_ms(i, s.traced, detached);
@@ -146,6 +158,56 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
     CHECK(traced == 1);
   }
   for (int i = 9; i < 16; ++i) CHECK_FALSE(steps[i].first);
+  // A longer interval continues from the last trace (step 8 + 8k + jitter before step 30 here): its first
+  // trace comes 64 steps after that one, not at the change; a shorter one is anchored at the change and
+  // traces it at once.
+  rec.reset(cfg);
+  steps = run(rec, 200, 30, 64);
+  int last = -1;
+  for (int i = 0; i < 30; ++i)
+    if (steps[static_cast<std::size_t>(i)].first) last = i;
+  REQUIRE(last >= 8);  // the probe's blocks from step 8 traced before the change
+  CHECK(steps[30].second == 64);
+  for (int i = 30; i < last + 64; ++i) CHECK_FALSE(steps[static_cast<std::size_t>(i)].first);
+  CHECK(steps[static_cast<std::size_t>(last + 64)] == std::make_pair(true, 64));
+  rec.reset(cfg);
+  steps = run(rec, 40, 5, 64);   // from the warm-up's every step: at once
+  CHECK(steps[5] == std::make_pair(true, 64));
+  rec.reset(cfg);
+  steps = run(rec, 40, 30, 4);   // shorter than the probe's 8: at once
+  CHECK(steps[30] == std::make_pair(true, 4));
+  CHECK(d::next_schedule(d::TraceSchedule{8, 0, true}, 64, 100, 97).anchor == 161);  // 97 + 64
+  CHECK(d::next_schedule(d::TraceSchedule{8, 0, true}, 64, 200, 97).anchor == 200);  // overdue: at once
+  CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100, 97).anchor == 100);  // shorter: at once
+  CHECK(d::next_schedule(d::TraceSchedule{1, 0, true}, 8, 100, 99).anchor == 100);   // the warm-up's end: at once
+  // What the recorder announces for the next step (next_traced: the session attaches CUPTI ahead of it
+  // on that word) is what that step's begin() then does, through rises and falls, overdue or not, and a
+  // step already announced traced keeps its trace (its attach may be made).
+  {
+    rec.reset(cfg);
+    const int intervals[] = {64, 8, 3, 640, 16, 5, 2000, 4, 4000, 12};
+    int k = 0, checked = 0, traced = 0;
+    bool announced = false;
+    for (int i = 0; i < 3000; ++i) {
+      if (i > 0 && i % 53 == 11) {
+        const bool was = rec.open_view().next_traced;
+        rec.set_trace_every(intervals[k % 10]);
+        ++k;
+        if (was) CHECK(rec.open_view().next_traced);
+      }
+      if (i > 0) announced = rec.open_view().next_traced;
+      const auto begun = rec.begin(std::nullopt, std::nullopt);
+      rec.end(std::nullopt);
+      if (i > 0) {
+        INFO("step " << i);
+        CHECK(begun.traced == announced);
+        ++checked;
+      }
+      traced += begun.traced;
+    }
+    CHECK(checked == 2999);
+    CHECK(traced > 20);
+  }
   // Without GPU attribution (start() says so) no controller decides: every step keeps interval 1.
   rec.reset(cfg);
   rec.set_budget_start(false);
@@ -240,6 +302,13 @@ TEST_CASE("controller: after the budget detaches CUPTI, the interval is the deta
   REQUIRE(r.decisions[first].next_every);
   CHECK(*r.decisions[first].next_every == r.decisions[first].estimate->every);
   CHECK(*r.decisions[first].next_every > 4 * steptrace::details::kProbeEvery);
+  // ... and it traces its first step: nothing has measured the detached mode yet (every other rise
+  // continues from the last trace).
+  CHECK(r.decisions[first].trace_at_once);
+  const std::size_t applied = first + 3;  // the decision's lag (2) and the next step begun
+  REQUIRE(applied < r.steps.size());
+  CHECK(r.every[applied] == *r.decisions[first].next_every);
+  CHECK(r.steps[applied].traced);
   INFO("interval at the end " << r.every.back());
   CHECK(r.every.back() >= 64);
   CHECK(r.every.back() <= 400);
@@ -274,8 +343,12 @@ TEST_CASE("controller: a line over the budget moves the model's interval within 
   CHECK(first_over < 70);      // ... at once
   CHECK(over_after == 0);      // ... and the next move brought it back within 10 steps
   CHECK(r.every.back() >= 300);
-  CHECK(changes <= 8);         // each change traces its anchor: a few, not one every 8 steps
+  CHECK(changes <= 8);         // a few, not one every 8 steps
   CHECK(r.decisions.back().estimate->within_budget);
+  // Each rise continued from the last trace: none traced its own step (fails with rises anchored at the
+  // change, as a fall is).
+  CHECK(r.rises >= 1);
+  CHECK(r.rises_traced_early == 0);
 }
 
 TEST_CASE("controller: the fast move over the budget reads lines of the interval in force, and not past its floor", "[overhead][controller]") {
@@ -315,7 +388,29 @@ TEST_CASE("controller: a trace costing more than a step is measured at the long 
   const int want = static_cast<int>(std::ceil(1.5 / (OverheadEstimator::kAim * 0.003 * 1.0) - 1e-9));
   REQUIRE(want == 625);
   REQUIRE(want <= steptrace::details::kMaxBudgetTraceEvery);
-  for (int e : r.every) CHECK(e <= want);
+  // The launch model (an H100's attach and detach: 8.3 ms a trace) asks for a longer interval than the
+  // measurement: it climbs on its own charge, each rise continuing from the last trace (no trace of its
+  // own), until three traces at that interval measure the cost; from the first measured line on, the
+  // interval falls to the measured one's when the hysteresis lets it (two intervals after the last
+  // change: next_trace_every) and stays.
+  std::size_t first_measured = r.steps.size();
+  int traced_before = 0;
+  for (std::size_t i = 0; i < r.steps.size(); ++i) {
+    if (r.decisions[i].estimate && r.decisions[i].estimate->method == steptrace::EstimateMethod::measured) {
+      first_measured = i;
+      break;
+    }
+    traced_before += r.steps[i].traced && i >= steptrace::details::kProbeAfterSteps;
+  }
+  INFO("first measured line " << first_measured << ", traced from step 8 until then " << traced_before);
+  REQUIRE(first_measured < 12000);
+  CHECK(traced_before <= 6);  // the probe's first blocks and three at the model's interval
+  CHECK(r.rises_traced_early == 0);
+  std::size_t fall = first_measured;
+  while (fall < r.decisions.size() && !r.decisions[fall].next_every) ++fall;
+  REQUIRE(fall < r.decisions.size());
+  CHECK(*r.decisions[fall].next_every == want);
+  for (std::size_t i = fall + 3; i < r.every.size(); ++i) CHECK(r.every[i] <= want);
   CHECK(r.every.back() == want);
   int measured = 0;
   for (std::size_t i = 10000; i < r.steps.size(); ++i) {

@@ -116,6 +116,11 @@ def main():
     print("  bases     ", bases(balanced))
     if n < 50 or calm < 0.95 * n:
         print("FAIL: fewer than 95 % of the balanced run's views read balanced (or too few views)")
+        for v in balanced:
+            if v.get("balanced") is not True:
+                print(f"  view of step {v.get('step')}: basis {v.get('wait_basis')} wait_share {v.get('wait_share')} "
+                      f"step_skew {v.get('step_skew')} slowest rank {v.get('slowest_rank')} "
+                      f"phase {v.get('culprit_phase')} reporting {v.get('reporting')}")
         ok = False
     base_ms = calm_clock.get(0, (None, 0))[0]
 

@@ -268,8 +268,16 @@ class OverheadEstimator {
     // Only recent steps are compared, so that the clean baseline is as current as the traced steps
     // (with an interval of 3 or less no step is clean: the estimate falls back to the model and the
     // runtime probes with a longer interval).
+    // After a shorter interval took over from a longer one, its 8 intervals may hold fewer traced steps
+    // than a measurement needs: the comparison then reaches back to the (kMinTraced + 1)-th last one (the
+    // last may not have the steps after it yet), so that a measurement made at the longer interval still
+    // speaks. Else the launch model spoke again, moved the interval on its own charge, and the
+    // measurement was lost until the shorter interval had traced enough.
     const std::size_t recent = std::max<std::size_t>(kRecentSteps, kRecentIntervals * static_cast<std::size_t>(e.every));
-    const std::size_t from = steps_.size() > recent ? steps_.size() - recent : 0;
+    std::size_t from = steps_.size() > recent ? steps_.size() - recent : 0;
+    int traced_since = 0;
+    for (std::size_t i = steps_.size(); i-- > 0 && traced_since <= kMinTraced;)
+      if (steps_[i].traced && steps_[i].compared && ++traced_since > kMinTraced) from = std::min(from, i);
     std::vector<double> clean, all, near[kCleanDistance], detach;
     const std::size_t last = steps_.size() > kWindow ? steps_.size() - kWindow : 0;
     for (std::size_t i = std::min(from, last); i < steps_.size(); ++i) {

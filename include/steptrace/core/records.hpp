@@ -53,7 +53,7 @@ struct StepRecord {
   bool end_is_next_step = true;   // false for the last step (stop() closed it)
   bool traced = true;             // GPU attribution was on for this step (false: sampled out, trace_every)
   uint32_t trace_every = 1;       // the trace interval in force when the step began
-  uint64_t trace_anchor = 0;      // the step from which that interval counts
+  uint64_t trace_anchor = 0;      // the step from which that interval counts (may be later: next_schedule)
   int64_t begin_unix_ns = 0;
   std::optional<double> tokens;   // tokens processed by this rank in this step
   std::optional<double> samples;

@@ -38,8 +38,9 @@ inline double min_record_lag_ms(double flush_after_ms) { return 2 * flush_after_
 inline constexpr uint64_t kFlushAfterLaunches = 16384;
 inline constexpr double kMinFlushGapMs = 20;
 
-/// Which steps are traced: one step in every `every`, counted in blocks of `every` steps from `anchor`,
-/// the step at which the interval took effect (0 for a fixed trace_every). A fixed trace_every traces
+/// Which steps are traced: one step in every `every`, counted in blocks of `every` steps from `anchor`
+/// (0 for a fixed trace_every; under the budget the step at which the interval took effect, or the step
+/// a longer one continues to from the last trace: next_schedule). A fixed trace_every traces
 /// the first step of each block (the multiples of N). The budget's schedule (`jitter`) traces the
 /// anchor and then a pseudo-random step of each block, so that a program whose steps repeat with a
 /// period (gradient accumulation, an evaluation every k steps) is not always traced at the same point
@@ -57,6 +58,23 @@ struct TraceSchedule {
   }
   static uint64_t mix(uint64_t x) { return mix64(x); }
 };
+
+/// The schedule from step `index` on when the interval asked for is `wanted`. A longer interval than the
+/// one in force (the budget backing off) continues from the last trace (`last_traced`, -1: none): its
+/// first trace comes `wanted` steps after that one, or at `index` where that is past. Anchored at `index`
+/// itself, each rise traced its own step at once: the model doubling its interval over the budget traced
+/// 3 steps in 11 and 4 in 17 where one was due, each trace timing a CUPTI cycle that raised the model's
+/// charge again (a 62 ms C++ transformer, H200, session 73). A shorter interval (a cost lower than
+/// thought, the probe after the launch model) and the end of the warm-up's every-step tracing start at
+/// `index`, traced: measuring sooner is what they are for; so does a longer one the caller asks to trace
+/// at once (`last_traced` -1: the first interval after CUPTI detached, whose cost nothing measured yet).
+inline TraceSchedule next_schedule(const TraceSchedule& now, int wanted, uint64_t index, int64_t last_traced) {
+  if (wanted == now.every) return now;
+  uint64_t anchor = index;
+  if (wanted > now.every && now.every > 1 && last_traced >= 0)
+    anchor = std::max(anchor, static_cast<uint64_t>(last_traced) + static_cast<uint64_t>(wanted));
+  return TraceSchedule{wanted, anchor, true};
+}
 
 /// The schedule a step was taken under.
 inline TraceSchedule schedule_of(const StepRecord& r, const Config& cfg) {

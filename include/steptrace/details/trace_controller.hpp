@@ -66,6 +66,8 @@ struct ControllerDecision {
   std::optional<OverheadEstimate> estimate;  // none: tracing stopped for good (`stopped`)
   bool stopped = false;            // a scheduled step went untraced: CUPTI could not be switched back on
   std::optional<int> next_every;   // a new interval for the recorder, from the next step on
+  bool trace_at_once = false;      // ... whose first step is traced even where it is longer (line_policy.hpp's
+                                   // next_schedule): the first interval after CUPTI detached
   bool detach = false;             // untraced_cupti=auto: switch to detach now (said once)
 };
 
@@ -142,11 +144,15 @@ class TraceController {
       // estimate's interval is taken whole (a long interval chosen for the kept mode would otherwise
       // hold for two of its intervals: 8 000 steps).
       if (detach_asked_ && estimator_.keep_attached()) next = kProbeEvery;
+      // That first detached interval traces its first step: the estimate starts over in the new mode
+      // and nothing has measured it yet.
+      const bool first_detached = mode_switched_;
       if (mode_switched_) next = wanted, mode_switched_ = false;
       if (next != current_every_) {
         current_every_ = next;
         every_changed_at_ = step.index;
         d.next_every = next;
+        d.trace_at_once = first_detached;
       }
     }
     return d;

@@ -98,7 +98,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
     switch_to_detach(r, o.estimate);
     attached_fraction_ = 0;  // detached from here on: the kept mode's share is no one's to leave room for
   }
-  if (d.next_every) s_.recorder->set_trace_every(*d.next_every);
+  if (d.next_every) s_.recorder->set_trace_every(*d.next_every, d.trace_at_once);
   return o;
 }
 
