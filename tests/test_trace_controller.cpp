@@ -33,8 +33,8 @@ struct Simulated {
   std::vector<ControllerStep> steps;          // as fed
   std::vector<ControllerDecision> decisions;  // one per step fed
   std::vector<int> every;                     // the interval each step ran under
-  int rises = 0;                              // changes to a longer interval (continued from the last trace)
-  int rises_traced_early = 0;                 // ... whose first step traced sooner than the new interval after it
+  int rises = 0;                              // changes to a longer interval
+  int rises_traced_early = 0;                 // ... whose step traced where the interval before would not have
   int detach_at = -1;                         // the step whose line asked for the detach
 };
 
@@ -45,7 +45,6 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
                    const std::function<double(int)>& host_api = {}) {
   Simulated out;
   TraceSchedule schedule{1, 0, true};
-  int64_t last_traced = -1;
   bool at_once = false;  // the decision's trace_at_once
   int wanted = 1;
   bool decided = false;  // as the recorder: before a decision, the budget's own start (budget_start_every)
@@ -62,10 +61,10 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
   for (int i = 0; i < steps; ++i) {
     if (c.decides() && !decided && static_cast<uint64_t>(i) == steptrace::details::kProbeAfterSteps)
       wanted = steptrace::details::budget_start_every(static_cast<uint64_t>(i));
-    const int every_before = schedule.every;
-    schedule = steptrace::details::next_schedule(schedule, wanted, static_cast<uint64_t>(i), at_once ? -1 : last_traced);
-    const bool rise = schedule.every > every_before && every_before > 1 && !at_once;
-    if (schedule.every != every_before) at_once = false;
+    const TraceSchedule before = schedule;
+    schedule = steptrace::details::next_schedule(schedule, wanted, static_cast<uint64_t>(i), at_once);
+    const bool rise = schedule.every > before.every && before.every > 1 && !at_once;
+    if (schedule.every != before.every) at_once = false;
     if (detach_from >= 0 && i >= detach_from) detached = true;
     ControllerStep s;
     s.index = static_cast<uint64_t>(i);
@@ -73,9 +72,8 @@ Simulated simulate(TraceController c, int steps, const std::function<double(int,
     s.records_on = s.traced = s.scheduled;
     if (rise) {
       ++out.rises;
-      if (s.traced && last_traced >= 0 && i - last_traced < schedule.every) ++out.rises_traced_early;
+      if (s.traced && !before.traced(s.index)) ++out.rises_traced_early;
     }
-    if (s.traced) last_traced = i;
     s.detached = detached;
     s.every = schedule.every;
     s.step_ms = step_ms(i, s.traced, detached);
@@ -158,28 +156,45 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
     CHECK(traced == 1);
   }
   for (int i = 9; i < 16; ++i) CHECK_FALSE(steps[i].first);
-  // A longer interval continues from the last trace (step 8 + 8k + jitter before step 30 here): its first
-  // trace comes 64 steps after that one, not at the change; a shorter one is anchored at the change and
-  // traces it at once.
-  rec.reset(cfg);
-  steps = run(rec, 200, 30, 64);
-  int last = -1;
-  for (int i = 0; i < 30; ++i)
-    if (steps[static_cast<std::size_t>(i)].first) last = i;
-  REQUIRE(last >= 8);  // the probe's blocks from step 8 traced before the change
-  CHECK(steps[30].second == 64);
-  for (int i = 30; i < last + 64; ++i) CHECK_FALSE(steps[static_cast<std::size_t>(i)].first);
-  CHECK(steps[static_cast<std::size_t>(last + 64)] == std::make_pair(true, 64));
+  // A longer interval is anchored at the trace the interval in force had due (the probe's: step 8, then
+  // one step in each block of 8): no trace at the change, none delayed, then one in each block of 64 from
+  // there; a shorter one is anchored at the change and traces it at once.
+  for (int change = 30; change < 38; ++change) {
+    rec.reset(cfg);
+    steps = run(rec, 300, change, 64);
+    const d::TraceSchedule probe{d::kProbeEvery, d::kProbeAfterSteps, true};
+    const int due = static_cast<int>(probe.next_traced(static_cast<uint64_t>(change)));
+    INFO("change at " << change << ", the probe's next trace " << due);
+    REQUIRE(due >= change);
+    REQUIRE(due < change + 2 * d::kProbeEvery);  // a block's trace may fall early, the next one's late
+    CHECK(steps[static_cast<std::size_t>(change)].second == 64);
+    for (int i = change; i < due; ++i) CHECK_FALSE(steps[static_cast<std::size_t>(i)].first);
+    CHECK(steps[static_cast<std::size_t>(due)] == std::make_pair(true, 64));
+    for (int block = 1; block < 3; ++block) {
+      int traced = 0;
+      for (int k = 0; k < 64; ++k) traced += steps[static_cast<std::size_t>(due + 64 * block + k)].first;
+      CHECK(traced == 1);
+    }
+  }
   rec.reset(cfg);
   steps = run(rec, 40, 5, 64);   // from the warm-up's every step: at once
   CHECK(steps[5] == std::make_pair(true, 64));
   rec.reset(cfg);
   steps = run(rec, 40, 30, 4);   // shorter than the probe's 8: at once
   CHECK(steps[30] == std::make_pair(true, 4));
-  CHECK(d::next_schedule(d::TraceSchedule{8, 0, true}, 64, 100, 97).anchor == 161);  // 97 + 64
-  CHECK(d::next_schedule(d::TraceSchedule{8, 0, true}, 64, 200, 97).anchor == 200);  // overdue: at once
-  CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100, 97).anchor == 100);  // shorter: at once
-  CHECK(d::next_schedule(d::TraceSchedule{1, 0, true}, 8, 100, 99).anchor == 100);   // the warm-up's end: at once
+  CHECK(d::next_schedule(d::TraceSchedule{8, 96, false}, 64, 100).anchor == 104);  // the next multiple of 8 from 96
+  CHECK(d::next_schedule(d::TraceSchedule{8, 96, false}, 64, 104).anchor == 104);  // due at the change: traced
+  CHECK(d::next_schedule(d::TraceSchedule{8, 200, true}, 64, 100).anchor == 200);  // an anchor still ahead
+  CHECK(d::next_schedule(d::TraceSchedule{8, 96, false}, 64, 100, /*at_once=*/true).anchor == 100);
+  CHECK(d::next_schedule(d::TraceSchedule{64, 0, true}, 8, 100).anchor == 100);   // shorter: at once
+  CHECK(d::next_schedule(d::TraceSchedule{1, 0, true}, 8, 100).anchor == 100);    // the warm-up's end: at once
+  // next_traced is the schedule's own: the first step at or after `from` that traced() says.
+  for (const d::TraceSchedule s : {d::TraceSchedule{8, 13, true}, d::TraceSchedule{37, 0, true}, d::TraceSchedule{5, 4, false}})
+    for (uint64_t from = 0; from < 400; ++from) {
+      uint64_t t = from;
+      while (!s.traced(t)) ++t;
+      CHECK(s.next_traced(from) == t);
+    }
   // What the recorder announces for the next step (next_traced: the session attaches CUPTI ahead of it
   // on that word) is what that step's begin() then does, through rises and falls, overdue or not, and a
   // step already announced traced keeps its trace (its attach may be made).
@@ -345,7 +360,7 @@ TEST_CASE("controller: a line over the budget moves the model's interval within 
   CHECK(r.every.back() >= 300);
   CHECK(changes <= 8);         // a few, not one every 8 steps
   CHECK(r.decisions.back().estimate->within_budget);
-  // Each rise continued from the last trace: none traced its own step (fails with rises anchored at the
+  // No rise traced a step the interval before it would not have (fails with rises anchored at the
   // change, as a fall is).
   CHECK(r.rises >= 1);
   CHECK(r.rises_traced_early == 0);

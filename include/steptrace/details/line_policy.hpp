@@ -39,8 +39,8 @@ inline constexpr uint64_t kFlushAfterLaunches = 16384;
 inline constexpr double kMinFlushGapMs = 20;
 
 /// Which steps are traced: one step in every `every`, counted in blocks of `every` steps from `anchor`
-/// (0 for a fixed trace_every; under the budget the step at which the interval took effect, or the step
-/// a longer one continues to from the last trace: next_schedule). A fixed trace_every traces
+/// (0 for a fixed trace_every; under the budget the step at which the interval took effect, or the trace
+/// the interval before a longer one had due: next_schedule). A fixed trace_every traces
 /// the first step of each block (the multiples of N). The budget's schedule (`jitter`) traces the
 /// anchor and then a pseudo-random step of each block, so that a program whose steps repeat with a
 /// period (gradient accumulation, an evaluation every k steps) is not always traced at the same point
@@ -54,26 +54,39 @@ struct TraceSchedule {
     if (every <= 1) return true;
     if (step < anchor) return false;
     const uint64_t k = step - anchor, n = static_cast<uint64_t>(every), block = k / n;
-    return k % n == (jitter && block ? mix(block ^ (anchor << 20)) % n : 0);
+    return k % n == offset(block);
+  }
+  /// The first step at or after `from` that it traces.
+  uint64_t next_traced(uint64_t from) const {
+    if (every <= 1) return from;
+    if (from <= anchor) return anchor;
+    const uint64_t n = static_cast<uint64_t>(every), block = (from - anchor) / n;
+    const uint64_t at = anchor + block * n + offset(block);
+    return at >= from ? at : anchor + (block + 1) * n + offset(block + 1);
   }
   static uint64_t mix(uint64_t x) { return mix64(x); }
+
+ private:
+  uint64_t offset(uint64_t block) const {  // the traced step's place in its block
+    return jitter && block ? mix(block ^ (anchor << 20)) % static_cast<uint64_t>(every) : 0;
+  }
 };
 
 /// The schedule from step `index` on when the interval asked for is `wanted`. A longer interval than the
-/// one in force (the budget backing off) continues from the last trace (`last_traced`, -1: none): its
-/// first trace comes `wanted` steps after that one, or at `index` where that is past. Anchored at `index`
-/// itself, each rise traced its own step at once: the model doubling its interval over the budget traced
-/// 3 steps in 11 and 4 in 17 where one was due, each trace timing a CUPTI cycle that raised the model's
-/// charge again (a 62 ms C++ transformer, H200, session 73). A shorter interval (a cost lower than
-/// thought, the probe after the launch model) and the end of the warm-up's every-step tracing start at
-/// `index`, traced: measuring sooner is what they are for; so does a longer one the caller asks to trace
-/// at once (`last_traced` -1: the first interval after CUPTI detached, whose cost nothing measured yet).
-inline TraceSchedule next_schedule(const TraceSchedule& now, int wanted, uint64_t index, int64_t last_traced) {
+/// one in force (the budget backing off) is anchored at the trace the interval in force had due next
+/// (at `index` or later): it adds no trace, and delays none already due. Anchored at `index` itself,
+/// each rise traced its own step at once: the launch model doubling its interval over the budget traced
+/// steps 323, 324, 332 and 340 where one was due, each trace timing a CUPTI cycle that raised the
+/// model's charge again (a 62 ms C++ transformer, H200, session 74). Anchored a whole new interval after
+/// the last trace, a measurement's rises starved it of the traces that narrow it (a GPU-bound 5 ms step
+/// traced none in 400 steps after its markers armed; same machine). A shorter interval (a cost lower than
+/// thought, the probe after the launch model), the end of the warm-up's every-step tracing, and a longer
+/// one asked `at_once` (the first interval after CUPTI detached, whose cost nothing measured yet) start
+/// at `index`, traced: measuring sooner is what they are for.
+inline TraceSchedule next_schedule(const TraceSchedule& now, int wanted, uint64_t index, bool at_once = false) {
   if (wanted == now.every) return now;
-  uint64_t anchor = index;
-  if (wanted > now.every && now.every > 1 && last_traced >= 0)
-    anchor = std::max(anchor, static_cast<uint64_t>(last_traced) + static_cast<uint64_t>(wanted));
-  return TraceSchedule{wanted, anchor, true};
+  const bool rise = wanted > now.every && now.every > 1 && !at_once;
+  return TraceSchedule{wanted, rise ? now.next_traced(index) : index, true};
 }
 
 /// The schedule a step was taken under.

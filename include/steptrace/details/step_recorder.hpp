@@ -51,8 +51,7 @@ class StepRecorder {
     tracing_failed_ = false;
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
-    last_traced_ = -1;
-    keep_next_trace_ = false;
+    trace_at_once_ = false;
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     budget_started_ = budget_decides(cfg);
     decided_.store(false, std::memory_order_relaxed);
@@ -112,11 +111,10 @@ class StepRecorder {
         wanted_every_.compare_exchange_strong(wanted, budget_start_every(r.index), std::memory_order_relaxed))
       wanted = budget_start_every(r.index);
     if (wanted != schedule_.every) {  // a new interval starts here, or continues from the last trace
-      schedule_ = next_schedule(schedule_, wanted, r.index, keep_next_trace_ ? -1 : last_traced_);
-      keep_next_trace_ = false;
+      schedule_ = next_schedule(schedule_, wanted, r.index, trace_at_once_);
+      trace_at_once_ = false;
     }
     r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
-    if (r.traced) last_traced_ = static_cast<int64_t>(r.index);
     r.trace_every = static_cast<uint32_t>(schedule_.every);
     open_every_.store(schedule_.every, std::memory_order_relaxed);
     r.trace_anchor = schedule_.anchor;
@@ -393,19 +391,18 @@ class StepRecorder {
   int trace_every_in_force() const { return open_every_.load(std::memory_order_relaxed); }
 
   /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step begun,
-  /// which it traces unless the interval is longer than the one in force and not `at_once` (then it
-  /// continues from the last trace: line_policy.hpp's next_schedule). Under the lock begin() takes, so
-  /// that the next step's tracing (next_traced_, which makes the session attach CUPTI ahead of it) is
-  /// what its begin() will do; a next step already announced traced keeps its trace (CUPTI may be
-  /// attached for it already).
+  /// which it traces unless the interval is longer than the one in force and not `at_once` (then the
+  /// first trace is the one the interval in force had due: line_policy.hpp's next_schedule). Under the
+  /// lock begin() takes, so that the next step's tracing (next_traced_, which makes the session attach
+  /// CUPTI ahead of it) is what its begin() will do (a next step announced traced stays traced).
   void set_trace_every(int every, bool at_once = false) {
     std::lock_guard<std::mutex> lock(mutex_);
     const int wanted = std::max(1, every);
     wanted_every_.store(wanted, std::memory_order_relaxed);
     decided_.store(true, std::memory_order_relaxed);
     const uint64_t next = next_index_.load(std::memory_order_relaxed);
-    keep_next_trace_ = at_once || next_traced_.load(std::memory_order_relaxed);
-    const TraceSchedule then = next_schedule(schedule_, wanted, next, keep_next_trace_ ? -1 : last_traced_);
+    trace_at_once_ = at_once;
+    const TraceSchedule then = next_schedule(schedule_, wanted, next, at_once);
     next_traced_.store(!tracing_failed_ && (then.traced(next) || forced(next)), std::memory_order_relaxed);
   }
 
@@ -517,8 +514,7 @@ class StepRecorder {
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
-  int64_t last_traced_ = -1;               // the last step begun traced, -1: none (under mutex_)
-  bool keep_next_trace_ = false;           // the next interval's first step is traced (set_trace_every; under mutex_)
+  bool trace_at_once_ = false;             // the next interval's first step is traced (set_trace_every; under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
   std::atomic<bool> decided_{false};       // the worker has asked for one (else the budget's start: budget_start_every)
   std::atomic<int> open_every_{1};         // the interval the step begun last ran under
