@@ -310,20 +310,25 @@ class CrossRankLink {
         continue;
       }
       // No new GPU measure in this window (the background thread reads a step's evidence once its line
-      // is due, in batches: at 6 ms steps 16-30 steps late): the rank's latest `every` measures of that
-      // kind that this window's iteration can hold, of steps at most kCarrySteps before the window's
-      // last, so that the view can still compare the ranks on GPU evidence rather than fall back on the
-      // host's time. A measure above the iteration (a late burst) is never carried.
+      // is due, in batches: at 6 ms steps 16-30 steps late): the median of the rank's latest measures
+      // of that kind (`every`, at least kCarryMeasures) that this window's iteration can hold, of steps
+      // at most kCarrySteps before the window's last, so that the view can still compare the ranks on
+      // GPU evidence rather than fall back on the host's time. A measure above the iteration (a late
+      // burst) is never carried. The median, not the mean of the latest `every`: a carried measure
+      // stands for the rank for up to kCarrySteps steps, and one step's outlier must not - a balanced
+      // run's rank 0 waited 3.2 ms in the step after its peer's traced step, and that averaged with the
+      // next step's 0.5 ms stood for it for 60 steps (thinned markers, no newer measure) beside the
+      // peer's fresh 0.48 ms: 24 views of 100 named rank 1 slowest (H200, session 74, dp_skew).
       const auto& r = recent_[b];
       const double iteration = s.iteration_ms();
-      const std::size_t want = static_cast<std::size_t>(std::max(every_, 1));
-      double sum = 0;
-      std::size_t k = 0;
-      for (auto it = r.rbegin(); it != r.rend() && k < want; ++it) {
+      const std::size_t want = std::max(static_cast<std::size_t>(std::max(every_, 1)), kCarryMeasures);
+      std::vector<double> carried;
+      for (auto it = r.rbegin(); it != r.rend() && carried.size() < want; ++it) {
         if (last_step_ - it->second > kCarrySteps) break;  // older measures came before it
-        if (it->first <= iteration) sum += it->first, ++k;
+        if (it->first <= iteration) carried.push_back(it->first);
       }
-      if (k > 0) s.set_wait(static_cast<WaitBasis>(b), sum / static_cast<double>(k), static_cast<int32_t>(k));
+      if (!carried.empty())
+        s.set_wait(static_cast<WaitBasis>(b), median_of(carried), static_cast<int32_t>(carried.size()));
     }
     return s;
   }
@@ -345,6 +350,13 @@ class CrossRankLink {
   Window window_;                       // the steps since the last post
   static constexpr std::size_t kRecentWaits = 64;  // GPU measures kept per kind
   static constexpr int64_t kCarrySteps = 64;       // how many steps before the window's last a carried one may be
+  static constexpr std::size_t kCarryMeasures = 5;  // measures a carried one is the median of, at most (more where `every` is)
+  static double median_of(std::vector<double> v) {
+    const std::size_t mid = v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+    if (v.size() % 2) return v[mid];
+    return (v[mid] + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+  }
   std::deque<std::pair<double, int64_t>> recent_[5];  // per kind: the measure and the step it measured
   int64_t last_step_ = -1;              // the index of the last step added
   std::deque<RankSummary> own_;         // this rank's posted summaries, not yet on its own lines

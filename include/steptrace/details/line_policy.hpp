@@ -117,8 +117,9 @@ inline int budget_start_every(uint64_t index) { return index < kProbeAfterSteps 
 /// (OverheadEstimator::kAim of it).
 /// A measurement over the aim that asks for an interval more than a quarter longer is taken whole once 8
 /// steps ran since the last change: the budget is what the user asked for, and a longer interval can only
-/// cost less (what it gives up - traces - each line says). Smaller rises wait two intervals: each change
-/// anchors the schedule anew, and the anchor is traced. The launch model is not trusted that far: on a
+/// cost less (what it gives up - traces - each line says). Smaller rises wait two intervals, so that noise
+/// does not move the schedule (next_schedule keeps each rise's first trace where it was due). The launch
+/// model is not trusted that far: on a
 /// detached step it charges an attach per trace, which a step may not pay, and an interval it set too long
 /// would hold off the measurement that corrects it (a measurement needs 8 intervals). (After CUPTI
 /// detaches, TraceController takes the detached estimate's first interval whole: Lightning's 5 ms step

@@ -132,7 +132,7 @@ class TraceController {
       // Over the budget itself, on a line that ran at the interval in force (lines come tens of steps
       // late on short steps: one from before the last change says nothing of it), where a longer
       // interval can bring it within (its floor is not over the budget: else the model asks for the
-      // longest whatever, and each change traces its anchor).
+      // longest whatever, moving again and again).
       const bool over_budget = !e.within_budget && step.every == current_every_ && e.floor_fraction &&
                                *e.floor_fraction <= s_.budget;
       int next = next_trace_every(current_every_, wanted, step.index - every_changed_at_, !e.within_aim,
