@@ -228,9 +228,13 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     return tracing_;
   }
+  /// What the fake's CUPTI attach (ahead of a traced step, detached) and detach take, as the collector
+  /// times them and hands them on (GpuDrain::attach_ms, detach_ms); negative: not timed (the default).
+  double attach_ms_each = -1, detach_ms_each = -1;
   std::string attach_ahead() override {
     std::lock_guard<std::mutex> lock(mutex_);
     calls_.switches += 'a';
+    if (calls_.detach_mode && attach_ms_each >= 0) attach_ms_.push_back(attach_ms_each);
     return {};
   }
   steptrace::LaunchStreams take_launch_streams() override {
@@ -258,6 +262,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     if (tracing_) return false;
     ++calls_.detaches;
     detached_at_.push_back(steptrace::monotonic_ns());  // the fake detaches at once (the collector: at the next API exit)
+    if (detach_ms_each >= 0) detach_ms_.push_back(detach_ms_each);
     return true;
   }
   void switch_to_detach() override {
@@ -284,6 +289,8 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
     d.kernels.swap(kernels_);
     d.copies.swap(copies_);
     d.detached_at_ns.swap(detached_at_);
+    d.attach_ms.swap(attach_ms_);
+    d.detach_ms.swap(detach_ms_);
     return d;
   }
   void stop_attribution() override {
@@ -376,6 +383,7 @@ class FakeBackend final : public steptrace::backend::GpuBackend {
   std::vector<std::pair<int64_t, double>> sample_values_;  // (since, value), in time order
   std::vector<steptrace::LaunchRecord> launches_;
   std::vector<int64_t> detached_at_;
+  std::vector<double> attach_ms_, detach_ms_;  // timed attaches / detaches not yet drained
   std::vector<steptrace::KernelRecord> kernels_, held_;
   std::vector<steptrace::CopyRecord> copies_;
   std::map<uint32_t, int64_t> stream_end_;  // when each stream's last record ends

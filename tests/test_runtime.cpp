@@ -474,6 +474,41 @@ TEST_CASE("overhead_budget, untraced_cupti=auto: a launch-bound step detaches CU
   CHECK(lines.back()["overhead"]["untraced_residual_ms"] == 0.0);
 }
 
+TEST_CASE("untraced_cupti=detach: the CUPTI attaches and detaches the backend timed are what the launch model charges",
+          "[runtime]") {
+  // The fake attaches in 30 ms and detaches in 20 (an H200 host's took 9-54 ms, session 73), where the
+  // model says 6.8 + 1.5 (an H100's). A trace every 100 steps: the model speaks until three traced steps
+  // are compared (step 300), its charge the timed means once cycles timed from step 64 on reached it.
+  const auto log = fresh_log("runtime_cycle_times");
+  FakeRun run(std::make_unique<FakeBackend>());
+  run.gpu->attach_ms_each = 30;
+  run.gpu->detach_ms_each = 20;
+  Config cfg = base_config(log);
+  cfg.trace_every = 100;
+  cfg.untraced_cupti = steptrace::UntracedCupti::detach;
+  REQUIRE(run.start(cfg));
+  for (int i = 0; i < 320; ++i) launch_bound_step(*run.gpu, 2000, 3000);
+  steptrace::stop();
+  REQUIRE(run.gpu->calls().detaches >= 2);
+  int early = 0, timed = 0;
+  for (const auto& l : read_lines(log)) {
+    const int64_t step = l["global_step"];
+    const auto& o = l["overhead"];
+    if (o["method"] != "launch_model" || !o["traced_step_extra_ms"].is_number()) continue;
+    INFO("step " << step << ": " << o.dump());
+    const double extra = o["traced_step_extra_ms"];
+    if (step >= 1 && step < 64) {  // no cycle kept yet: the model's
+      ++early;
+      CHECK(extra == Approx(2.2 + 6.8 + 1.5).epsilon(0.01));
+    } else if (step >= 250 && step < 300) {  // the attach ahead of step 100's trace and its detach, at least
+      ++timed;
+      CHECK(extra == Approx(2.2 + 30 + 20).epsilon(0.01));
+    }
+  }
+  CHECK(early >= 30);
+  CHECK(timed >= 30);
+}
+
 TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a step with few launches is not detached", "[runtime]") {
   SECTION("launch-bound, keep: over the budget, said so") {
     const auto log = fresh_log("runtime_budget_keep");
