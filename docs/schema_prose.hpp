@@ -272,8 +272,9 @@ inline constexpr FieldProse kStepProse[] = {
      "best kind of evidence; null when no step of the window measured it), `work_ms` (own work = "
      "`step_time_ms` − `wait_ms`), `wait_basis` (that kind, named as `cross_rank.wait_basis`; the view may "
      "compare the ranks on another, one they all have) and `wait_steps` (steps the wait is the mean of; a window that no "
-     "GPU measure reached, read in batches as lines come due, carries this rank's latest `every` of that kind "
-     "that the window's iteration can hold, of steps at most 64 before the window's last), `untagged_ms` and "
+     "GPU measure reached, read in batches as lines come due, carries the median of this rank's latest of that "
+     "kind, `every` of them and at least 5, that the window's iteration can hold, of steps at most 64 before the "
+     "window's last: `wait_steps` then counts them), `untagged_ms` and "
      "`between_ms` (the parts `cross_rank.culprit_phase` names by those names)",
      "no communicator; no summary posted since the previous line; the next summary is of a later step"},
     {"/device_state",

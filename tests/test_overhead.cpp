@@ -352,7 +352,7 @@ TEST_CASE("the schedule: an interval counts from its anchor; the budget moves it
   CHECK(next_trace_every(10, 14, 19, false) == 10);  // inside the aim: two intervals not yet run
   CHECK(next_trace_every(10, 14, 8, true, /*measured=*/true) == 14);  // a measurement over it: 8 steps for a quarter more
   CHECK(next_trace_every(10, 14, 8, true) == 10);    // the model waits two intervals
-  CHECK(next_trace_every(10, 12, 8, true, true) == 10);  // ... a smaller rise waits two intervals (an anchor is traced)
+  CHECK(next_trace_every(10, 12, 8, true, true) == 10);  // ... a smaller rise waits two intervals (noise)
   CHECK(next_trace_every(10, 12, 20, true) == 12);
   CHECK(next_trace_every(10, 6, 19, true) == 10);    // down: two intervals, over the aim or not
   CHECK(next_trace_every(10, 14, 20, false) == 14);

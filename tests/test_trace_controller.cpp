@@ -21,7 +21,7 @@ using steptrace::OverheadObservation;
 // ---------------------------------------------------------------------------------------------------
 // The controller (details/trace_controller.hpp) on step series, through the recorder's schedule: each
 // step is traced as TraceSchedule says, a new interval takes effect at the next step begun (anchored
-// there), and each line reaches the controller `lag` steps after its step ended (its GPU records come
+// there, or a longer one at the trace the one before had due: next_schedule), and each line reaches the controller `lag` steps after its step ended (its GPU records come
 // later). Deterministic: no clock, no thread.
 namespace {
 using steptrace::details::ControllerDecision;
@@ -196,19 +196,25 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
       CHECK(s.next_traced(from) == t);
     }
   // What the recorder announces for the next step (next_traced: the session attaches CUPTI ahead of it
-  // on that word) is what that step's begin() then does, through rises and falls, overdue or not, and a
-  // step already announced traced keeps its trace (its attach may be made).
+  // on that word) is what that step's begin() then does, through rises and falls, overdue or not, one
+  // change or two between steps (a batch of lines), `at_once` or not, and a step already announced
+  // traced keeps its trace (its attach may be made).
   {
     rec.reset(cfg);
-    const int intervals[] = {64, 8, 3, 640, 16, 5, 2000, 4, 4000, 12};
-    int k = 0, checked = 0, traced = 0;
+    const int intervals[] = {64, 8, 3, 640, 16, 5, 2000, 4, 4000, 12, 4000, 2};
+    int k = 0, checked = 0, traced = 0, at_once_traced = 0, at_once_asked = 0;
     bool announced = false;
-    for (int i = 0; i < 3000; ++i) {
+    for (int i = 0; i < 6000; ++i) {
+      bool at_once = false;
       if (i > 0 && i % 53 == 11) {
-        const bool was = rec.open_view().next_traced;
-        rec.set_trace_every(intervals[k % 10]);
-        ++k;
-        if (was) CHECK(rec.open_view().next_traced);
+        const int changes = k % 3 == 2 ? 2 : 1;
+        for (int c = 0; c < changes; ++c) {
+          const bool was = rec.open_view().next_traced;
+          at_once = at_once || k % 4 == 1;
+          rec.set_trace_every(intervals[k % 12], k % 4 == 1);
+          ++k;
+          if (was) CHECK(rec.open_view().next_traced);
+        }
       }
       if (i > 0) announced = rec.open_view().next_traced;
       const auto begun = rec.begin(std::nullopt, std::nullopt);
@@ -218,10 +224,14 @@ TEST_CASE("the recorder: the budget's own start ends the warm-up at step 8 howev
         CHECK(begun.traced == announced);
         ++checked;
       }
+      at_once_asked += at_once;
+      at_once_traced += at_once && begun.traced;  // asked at once, by a change before or after a later one
       traced += begun.traced;
     }
-    CHECK(checked == 2999);
-    CHECK(traced > 20);
+    CHECK(checked == 5999);
+    CHECK(traced > 40);
+    CHECK(at_once_asked >= 20);
+    CHECK(at_once_traced == at_once_asked);
   }
   // Without GPU attribution (start() says so) no controller decides: every step keeps interval 1.
   rec.reset(cfg);
@@ -318,7 +328,7 @@ TEST_CASE("controller: after the budget detaches CUPTI, the interval is the deta
   CHECK(*r.decisions[first].next_every == r.decisions[first].estimate->every);
   CHECK(*r.decisions[first].next_every > 4 * steptrace::details::kProbeEvery);
   // ... and it traces its first step: nothing has measured the detached mode yet (every other rise
-  // continues from the last trace).
+  // is anchored at the trace the interval before had due).
   CHECK(r.decisions[first].trace_at_once);
   const std::size_t applied = first + 3;  // the decision's lag (2) and the next step begun
   REQUIRE(applied < r.steps.size());
@@ -404,8 +414,8 @@ TEST_CASE("controller: a trace costing more than a step is measured at the long 
   REQUIRE(want == 625);
   REQUIRE(want <= steptrace::details::kMaxBudgetTraceEvery);
   // The launch model (an H100's attach and detach: 8.3 ms a trace) asks for a longer interval than the
-  // measurement: it climbs on its own charge, each rise continuing from the last trace (no trace of its
-  // own), until three traces at that interval measure the cost; from the first measured line on, the
+  // measurement: it climbs on its own charge, each rise anchored at the trace the interval before had
+  // due (none of its own), until enough traces measure the cost; from the first measured line on, the
   // interval falls to the measured one's when the hysteresis lets it (two intervals after the last
   // change: next_trace_every) and stays.
   std::size_t first_measured = r.steps.size();

@@ -129,13 +129,14 @@ int budget_detach(const char* log, const char* truth_path, int sms, float* buf) 
 // markers' share of the budget 1 in ~1 900 (session 74, H200), where 480 steps held one. A traced step
 // after an untraced one counts three boundaries (tracing_boundaries_so_far): the end of the step before
 // it, which announces it (and attaches CUPTI ahead where detached), the switch into it and the switch
-// out. At most 480 + 3 x the longest interval the budget picks.
+// out. At most 480 + 4 x the longest interval the budget picks (a block's trace may fall at its start, the
+// next block's at its end: two traces after step 80 within 4 intervals).
 int budget_counters(const char* log, const char* truth_path, int sms, long long ms, int* sink) {
   steptrace::Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
   steptrace::start(cfg);
-  constexpr int kMinSteps = 480, kMaxSteps = kMinSteps + 3 * 4000;
+  constexpr int kMinSteps = 480, kMaxSteps = kMinSteps + 4 * 4000;
   uint64_t boundaries_at_80 = 0;
   int steps = 0;
   for (; steps < kMaxSteps; ++steps) {

@@ -83,8 +83,9 @@ struct RankSummary {
   double phase_ms[kSummaryPhases] = {};
   double untagged_ms = 0;     // step time in no built-in phase (outermost scopes), to the work's end
   double between_ms = 0;      // after the work's end until the next step, in no built-in phase
-  // The collective wait per step as each kind of evidence measured it (index: WaitBasis; mean over the
-  // basis_steps steps that had it). A view compares ranks on a kind every rank has (aggregate_ranks).
+  // The collective wait per step as each kind of evidence measured it (index: WaitBasis; the mean over
+  // the basis_steps steps that had it, or the median of the measures carried from earlier windows:
+  // details/cross_rank_link.hpp). A view compares ranks on a kind every rank has (aggregate_ranks).
   double basis_wait_ms[5] = {};
   int32_t basis_steps[5] = {};
   // This rank's best evidence (kWaitPreference), what its own line says: derived by set_wait.

@@ -350,7 +350,7 @@ class CrossRankLink {
   Window window_;                       // the steps since the last post
   static constexpr std::size_t kRecentWaits = 64;  // GPU measures kept per kind
   static constexpr int64_t kCarrySteps = 64;       // how many steps before the window's last a carried one may be
-  static constexpr std::size_t kCarryMeasures = 5;  // measures a carried one is the median of, at most (more where `every` is)
+  static constexpr std::size_t kCarryMeasures = 5;  // a carried wait is the median of the latest max(every, this)
   static double median_of(std::vector<double> v) {
     const std::size_t mid = v.size() / 2;
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());

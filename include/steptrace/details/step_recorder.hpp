@@ -51,7 +51,7 @@ class StepRecorder {
     tracing_failed_ = false;
     for (auto& w : forced_) w.store(0, std::memory_order_relaxed);
     schedule_ = TraceSchedule{initial_trace_every(cfg), 0, cfg.trace_every == 0};
-    trace_at_once_ = false;
+    next_traced_.store(false, std::memory_order_relaxed);
     wanted_every_.store(schedule_.every, std::memory_order_relaxed);
     budget_started_ = budget_decides(cfg);
     decided_.store(false, std::memory_order_relaxed);
@@ -104,17 +104,18 @@ class StepRecorder {
     r.begin_unix_ns = unix_ns();
     r.framework_steps = framework_steps;
     r.spans.reserve(16);
+    // What was announced of this step (next_traced_: the step before computed it, set_trace_every may
+    // have set it since, and the session attached CUPTI ahead of it on that word): an announced step is
+    // traced, and a longer interval starting here is anchored at it.
+    const bool announced = next_traced_.load(std::memory_order_relaxed);
     int wanted = wanted_every_.load(std::memory_order_relaxed);
     // No decision yet: the budget's own start (every step for the warm-up, then the probe's interval),
     // unless one lands meanwhile (the worker's store wins the exchange).
     if (budget_started_ && !decided_.load(std::memory_order_relaxed) && r.index == kProbeAfterSteps &&
         wanted_every_.compare_exchange_strong(wanted, budget_start_every(r.index), std::memory_order_relaxed))
       wanted = budget_start_every(r.index);
-    if (wanted != schedule_.every) {  // a new interval starts here, or continues from the last trace
-      schedule_ = next_schedule(schedule_, wanted, r.index, trace_at_once_);
-      trace_at_once_ = false;
-    }
-    r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index));
+    if (wanted != schedule_.every) schedule_ = next_schedule(schedule_, wanted, r.index, /*at_once=*/announced);
+    r.traced = !tracing_failed_ && (schedule_.traced(r.index) || forced(r.index) || announced);
     r.trace_every = static_cast<uint32_t>(schedule_.every);
     open_every_.store(schedule_.every, std::memory_order_relaxed);
     r.trace_anchor = schedule_.anchor;
@@ -390,20 +391,21 @@ class StepRecorder {
   /// The interval in force for the step begun last (the stall record's; read without the lock).
   int trace_every_in_force() const { return open_every_.load(std::memory_order_relaxed); }
 
-  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step begun,
-  /// which it traces unless the interval is longer than the one in force and not `at_once` (then the
-  /// first trace is the one the interval in force had due: line_policy.hpp's next_schedule). Under the
-  /// lock begin() takes, so that the next step's tracing (next_traced_, which makes the session attach
-  /// CUPTI ahead of it) is what its begin() will do (a next step announced traced stays traced).
+  /// The worker's choice of trace interval (overhead_budget); it takes effect at the next step begun.
+  /// A shorter interval than the one in force, the warm-up's end and `at_once` trace that step: it is
+  /// announced now (next_traced_), so that the session attaches CUPTI ahead of it. A longer one leaves
+  /// the announcement as it stands: announced, the step is traced and anchors the interval; else the
+  /// first trace is the one the interval in force had due (line_policy.hpp's next_schedule). Without
+  /// the recorder's lock: the background thread never waits for the training thread here (an ending
+  /// may find that lock held by a thread it interrupted: try_close_open). A store that lands while
+  /// begin() runs is overwritten by its announcement of the step after; the change then traces that
+  /// step unannounced (CUPTI attached at its begin, as before the announcement existed).
   void set_trace_every(int every, bool at_once = false) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const int wanted = std::max(1, every);
+    const int wanted = std::max(1, every), in_force = open_every_.load(std::memory_order_relaxed);
     wanted_every_.store(wanted, std::memory_order_relaxed);
     decided_.store(true, std::memory_order_relaxed);
-    const uint64_t next = next_index_.load(std::memory_order_relaxed);
-    trace_at_once_ = at_once;
-    const TraceSchedule then = next_schedule(schedule_, wanted, next, at_once);
-    next_traced_.store(!tracing_failed_ && (then.traced(next) || forced(next)), std::memory_order_relaxed);
+    if (at_once || (wanted != in_force && (wanted < in_force || in_force <= 1)))
+      next_traced_.store(true, std::memory_order_relaxed);
   }
 
  private:
@@ -514,7 +516,6 @@ class StepRecorder {
   std::size_t spans_outside_step_ = 0;  // phase scopes that ended with no step open
   bool tracing_failed_ = false;
   TraceSchedule schedule_;                 // which steps are traced (under mutex_)
-  bool trace_at_once_ = false;             // the next interval's first step is traced (set_trace_every; under mutex_)
   std::atomic<int> wanted_every_{1};       // the interval the worker asks for (overhead_budget)
   std::atomic<bool> decided_{false};       // the worker has asked for one (else the budget's start: budget_start_every)
   std::atomic<int> open_every_{1};         // the interval the step begun last ran under
