@@ -69,12 +69,7 @@ inline void write_trace_stats(LineOut& out, const TraceStats& t) {
 /// them in: the types are checked where they compile, the places at the end record's writing).
 inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_ns) {
   out.field(STEPTRACE_END_ROW("/timestamp"), details::iso8601_utc(unix_ns));
-  out.field(STEPTRACE_END_ROW("/rank"), run.rank)
-      .field(STEPTRACE_END_ROW("/local_rank"), run.local_rank)
-      .field(STEPTRACE_END_ROW("/world_size"), run.world_size);
-  out.field(STEPTRACE_END_ROW("/hostname"), run.hostname).field(STEPTRACE_END_ROW("/pid"), run.pid);
-  out.field(STEPTRACE_END_ROW("/run_id"), run.run_id);
-  out.optional_text(STEPTRACE_END_ROW("/job_id"), run.job_id, run.job_id_source);
+  write_run_identity<Record::end>(out, run);
   out.optional_text(STEPTRACE_END_ROW("/device_uuid"), run.device ? run.device->uuid : std::string(),
                     run.device ? "the GPU reported no UUID" : run.device_null_reason);
 }

@@ -58,6 +58,11 @@ constexpr LineField as_recorded(int32_t i, Raw raw) {
 }
 constexpr LineField step_at(int32_t i) { return as_recorded(i, [](int32_t k) { return step_raw(k); }); }
 constexpr int32_t end_index(std::string_view path) { return index_in(kEndFields, path); }
+/// The row's index in record_fields(R); -1: none.
+template <Record R>
+constexpr int32_t index_of(std::string_view path) {
+  return R == Record::step ? step_index(path) : end_index(path);
+}
 constexpr LineField end_at(int32_t i) { return as_recorded(i, [](int32_t k) { return kEndFields[k]; }); }
 
 /// A path's last segment: the key a row's value is written under.

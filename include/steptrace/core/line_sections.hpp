@@ -16,6 +16,21 @@
 
 STEPTRACE_BEGIN_NAMESPACE
 
+/// Rank, host, process, run and job: the identity the step line and the event records share (the end
+/// record, and the stall and resumed records through the end record's rows: core/end_line.hpp), written
+/// through record R's rows.
+template <Record R>
+inline void write_run_identity(LineOut& out, const RunInfo& run) {
+  using line_field::Row;
+  using line_field::rows::index_of;
+  out.field(Row<R, index_of<R>("/rank")>{}, run.rank)
+      .field(Row<R, index_of<R>("/local_rank")>{}, run.local_rank)
+      .field(Row<R, index_of<R>("/world_size")>{}, run.world_size);
+  out.field(Row<R, index_of<R>("/hostname")>{}, run.hostname).field(Row<R, index_of<R>("/pid")>{}, run.pid);
+  out.field(Row<R, index_of<R>("/run_id")>{}, run.run_id);
+  out.optional_text(Row<R, index_of<R>("/job_id")>{}, run.job_id, run.job_id_source);
+}
+
 /// Schema, step, time of day, rank and host, the device (or why none).
 inline void write_identity(LineOut& out, const StepLineInput& in) {
   const StepRecord& step = *in.step;
@@ -24,12 +39,7 @@ inline void write_identity(LineOut& out, const StepLineInput& in) {
   out.field(STEPTRACE_ROW("/global_step"), step.index);
   out.field(STEPTRACE_ROW("/timestamp"), details::iso8601_utc(step.begin_unix_ns));
   out.field(STEPTRACE_ROW("/start_unix_ms"), static_cast<double>(step.begin_unix_ns) / 1e6);
-  out.field(STEPTRACE_ROW("/rank"), run.rank)
-      .field(STEPTRACE_ROW("/local_rank"), run.local_rank)
-      .field(STEPTRACE_ROW("/world_size"), run.world_size);
-  out.field(STEPTRACE_ROW("/hostname"), run.hostname).field(STEPTRACE_ROW("/pid"), run.pid);
-  out.field(STEPTRACE_ROW("/run_id"), run.run_id);
-  out.optional_text(STEPTRACE_ROW("/job_id"), run.job_id, run.job_id_source);
+  write_run_identity<Record::step>(out, run);
   if (!run.device) {
     out.null(STEPTRACE_ROW("/device"), run.device_null_reason);
     return;
