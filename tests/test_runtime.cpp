@@ -509,6 +509,53 @@ TEST_CASE("untraced_cupti=detach: the CUPTI attaches and detaches the backend ti
   CHECK(timed >= 30);
 }
 
+TEST_CASE("on the defaults: the CUPTI attaches and detaches the backend timed reach the floor the compact lines give",
+          "[runtime]") {
+  // The sibling of the test above on what a user who sets nothing runs (compact lines, the budget deciding,
+  // untraced_cupti=auto): a launch-bound 1 ms step (200 launches) is detached after the warm-up, its first
+  // detached interval traced at once (before step 64: its cycle is not kept), then one step in 4000 (the
+  // longest). Until a cycle timed from step 64 on reached the estimator the floor (the cost at 4000) charges
+  // the model's 8.3 ms a trace; after, the fake's 30 + 20: (50 - 8.3) / (step x 4000) more.
+  const auto log = fresh_log("runtime_cycle_times_defaults");
+  FakeRun run(std::make_unique<FakeBackend>());
+  run.gpu->attach_ms_each = 30;
+  run.gpu->detach_ms_each = 20;
+  REQUIRE(start_on_defaults(run, log));
+  // Until a trace after step 100 was detached from (the fake times that detach and the attach before it).
+  int steps = 0, detaches_at_100 = -1;
+  for (; steps < 20'000; ++steps) {
+    if (steps == 100) detaches_at_100 = run.gpu->calls().detaches;
+    if (steps > 100 && run.gpu->calls().detaches > detaches_at_100) break;
+    launch_bound_step(*run.gpu, 200, 1000);
+  }
+  for (int i = 0; i < 300; ++i, ++steps) launch_bound_step(*run.gpu, 200, 1000);
+  steptrace::stop();
+  REQUIRE(run.gpu->calls().detaches > detaches_at_100);
+  std::vector<double> step_ms, before, after;
+  const auto lines = read_lines(log);
+  for (const auto& l : lines) {
+    if (!l.contains("global_step")) continue;  // the run record
+    const int64_t step = l["global_step"];
+    INFO("step " << step << ": " << l["overhead"].dump());
+    CHECK(l["schema"] == "steptrace.step/2");
+    step_ms.push_back(l["step_time_ms"]);
+    const auto& floor = l["overhead"]["estimated_fraction_floor"];
+    if (!floor.is_number()) continue;
+    if (step >= 200 && step < 1200) before.push_back(floor);
+    if (step >= steps - 60) after.push_back(floor);
+  }
+  REQUIRE(before.size() >= 500);
+  REQUIRE(after.size() >= 30);
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const double expected = (30 + 20 - 8.3) / (median(step_ms) * 4000);
+  INFO("floor before " << median(before) << ", after " << median(after) << ", expected rise " << expected);
+  CHECK(median(after) - median(before) > 0.7 * expected);
+  CHECK(median(after) - median(before) < 1.3 * expected);
+}
+
 TEST_CASE("overhead_budget: untraced_cupti=keep never detaches; a step with few launches is not detached", "[runtime]") {
   SECTION("launch-bound, keep: over the budget, said so") {
     const auto log = fresh_log("runtime_budget_keep");
