@@ -546,10 +546,7 @@ TEST_CASE("on the defaults: the CUPTI attaches and detaches the backend timed re
   }
   REQUIRE(before.size() >= 500);
   REQUIRE(after.size() >= 30);
-  const auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
+  const auto median = [](const std::vector<double>& v) { return steptrace::details::median_of(v); };
   const double expected = (30 + 20 - 8.3) / (median(step_ms) * 4000);
   INFO("floor before " << median(before) << ", after " << median(after) << ", expected rise " << expected);
   CHECK(median(after) - median(before) > 0.7 * expected);

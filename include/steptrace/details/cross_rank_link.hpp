@@ -328,7 +328,7 @@ class CrossRankLink {
         if (it->first <= iteration) carried.push_back(it->first);
       }
       if (!carried.empty())
-        s.set_wait(static_cast<WaitBasis>(b), median_of(carried), static_cast<int32_t>(carried.size()));
+        s.set_wait(static_cast<WaitBasis>(b), details::median_of(carried), static_cast<int32_t>(carried.size()));
     }
     return s;
   }
@@ -351,12 +351,6 @@ class CrossRankLink {
   static constexpr std::size_t kRecentWaits = 64;  // GPU measures kept per kind
   static constexpr int64_t kCarrySteps = 64;       // how many steps before the window's last a carried one may be
   static constexpr std::size_t kCarryMeasures = 5;  // a carried wait is the median of the latest max(every, this)
-  static double median_of(std::vector<double> v) {
-    const std::size_t mid = v.size() / 2;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-    if (v.size() % 2) return v[mid];
-    return (v[mid] + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
-  }
   std::deque<std::pair<double, int64_t>> recent_[5];  // per kind: the measure and the step it measured
   int64_t last_step_ = -1;              // the index of the last step added
   std::deque<RankSummary> own_;         // this rank's posted summaries, not yet on its own lines
