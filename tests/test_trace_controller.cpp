@@ -21,8 +21,9 @@ using steptrace::OverheadObservation;
 // ---------------------------------------------------------------------------------------------------
 // The controller (details/trace_controller.hpp) on step series, through the recorder's schedule: each
 // step is traced as TraceSchedule says, a new interval takes effect at the next step begun (anchored
-// there, or a longer one at the trace the one before had due: next_schedule), and each line reaches the controller `lag` steps after its step ended (its GPU records come
-// later). Deterministic: no clock, no thread.
+// there, or a longer one at the trace the one before had due: next_schedule), and each line reaches
+// the controller `lag` steps after its step ended (its GPU records come later). Deterministic: no
+// clock, no thread.
 namespace {
 using steptrace::details::ControllerDecision;
 using steptrace::details::ControllerStep;
@@ -413,29 +414,11 @@ TEST_CASE("controller: a trace costing more than a step is measured at the long 
   const int want = static_cast<int>(std::ceil(1.5 / (OverheadEstimator::kAim * 0.003 * 1.0) - 1e-9));
   REQUIRE(want == 625);
   REQUIRE(want <= steptrace::details::kMaxBudgetTraceEvery);
-  // The launch model (an H100's attach and detach: 8.3 ms a trace) asks for a longer interval than the
-  // measurement: it climbs on its own charge, each rise anchored at the trace the interval before had
-  // due (none of its own), until enough traces measure the cost; from the first measured line on, the
-  // interval falls to the measured one's when the hysteresis lets it (two intervals after the last
-  // change: next_trace_every) and stays.
-  std::size_t first_measured = r.steps.size();
-  int traced_before = 0;
-  for (std::size_t i = 0; i < r.steps.size(); ++i) {
-    if (r.decisions[i].estimate && r.decisions[i].estimate->method == steptrace::EstimateMethod::measured) {
-      first_measured = i;
-      break;
-    }
-    traced_before += r.steps[i].traced && i >= steptrace::details::kProbeAfterSteps;
-  }
-  INFO("first measured line " << first_measured << ", traced from step 8 until then " << traced_before);
-  REQUIRE(first_measured < 12000);
-  CHECK(traced_before <= 6);  // the probe's first blocks and three at the model's interval
+  // The launch model (an H100's attach and detach: 8.3 ms a trace) would ask for a longer interval than
+  // the measurement; the traces its rises keep as they were due measure the cost before it gets there
+  // (step 56 here), and no rise traces a step of its own.
+  for (int e : r.every) CHECK(e <= want);
   CHECK(r.rises_traced_early == 0);
-  std::size_t fall = first_measured;
-  while (fall < r.decisions.size() && !r.decisions[fall].next_every) ++fall;
-  REQUIRE(fall < r.decisions.size());
-  CHECK(*r.decisions[fall].next_every == want);
-  for (std::size_t i = fall + 3; i < r.every.size(); ++i) CHECK(r.every[i] <= want);
   CHECK(r.every.back() == want);
   int measured = 0;
   for (std::size_t i = 10000; i < r.steps.size(); ++i) {
