@@ -1,15 +1,17 @@
-// docs/schema_prose.hpp - what each field of the step line and the end record means and when it is
-// null: the prose of docs/schema.md's field tables, a row per field that the declaration shows in a table
-// row of its own (include/steptrace/core/line_fields_*.hpp, `row(...)`), keyed by its JSON pointer. Kept
-// out of the library: only tests/test_schema_doc.cpp (which renders docs/schema.md from the rows and
-// this) and the schema checks include it, so a program carries none of this text and rewording a
-// sentence recompiles nothing of the runtime. A null case beginning with "never" is the row's
-// Nulls::never (test_schema_doc holds the two together). Adding a field: its row in the declaration, its
-// prose here, in the same order.
+// docs/schema_prose.hpp - what each field of the step line and the event records (end, stall, resumed)
+// means and when it is null: the prose of docs/schema.md's field tables, a row per field that the
+// declaration shows in a table row of its own (include/steptrace/core/line_fields_*.hpp, `row(...)`),
+// keyed by its JSON pointer. Kept out of the library: only tests/test_schema_doc.cpp (which renders
+// docs/schema.md from the rows and this) and the schema checks include it, so a program carries none of
+// this text and rewording a sentence recompiles nothing of the runtime. A null case beginning with
+// "never" is the row's Nulls::never (test_schema_doc holds the two together). Adding a field: its row in
+// the declaration, its prose here, in the same order.
 #pragma once
 #include <steptrace/core/line_fields.hpp>
 
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 
 STEPTRACE_BEGIN_NAMESPACE
 namespace line_prose {
@@ -836,16 +838,130 @@ inline constexpr FieldProse kEndProse[] = {
      "why a `null` above is null",
      nullptr},
 };
+inline constexpr FieldProse kStallProse[] = {
+    {"/event",
+     "`stall`",
+     "never"},
+    {"/schema",
+     "`steptrace.stall/1` (the resumed record's too)",
+     "never"},
+    {"/timestamp",
+     "when the record was written",
+     "never"},
+    {"/rank",
+     "as on the end record",
+     "as on the end record"},
+    {"/open_step",
+     "the step begun last (`global_step` of the line it will have)",
+     "never"},
+    {"/stalled_s",
+     "since that step began",
+     "not a finite number"},
+    {"/threshold_s",
+     "the threshold this stall was first reported at",
+     "not a finite number"},
+    {"/median_step_ms",
+     "median of the last 64 closed steps",
+     "no step has closed yet"},
+    {"/report",
+     "1, 2, 3 … for this stall; `stalled_s` at which the next is due (2× the last)",
+     "never"},
+    {"/step_scope_open",
+     "the open step's `TRACE_STEP` scope has not ended (false: the program is between steps)",
+     "never"},
+    {"/step_scope_closed_s",
+     "how long ago that scope ended",
+     "while it is open"},
+    {"/threads",
+     "every thread with a phase open, and the step's thread; `name` from `/proc/self/task/<tid>/comm`",
+     "never"},
+    {"/threads/*/open_phases",
+     "outermost first; `open_s`: how long the scope has been open; a phase the step's thread opened inside "
+     "the open step says at most `stalled_s`",
+     "never (`open_s`: when its clock reading cannot be converted)"},
+    {"/threads_untracked",
+     "threads that found the open-phase table full: their phases are missing",
+     "never"},
+    {"/gpu/last_activity_s",
+     "the latest end of a kernel, copy or memset record collected, how long ago, and its (demangled) name or "
+     "copy kind; only traced steps have records",
+     "without attribution or before the first record (`last_activity` also when that record carried no name)"},
+    {"/gpu/open_step_launches",
+     "launches (kernels, copies, memsets, graphs) made in the open step",
+     "without attribution"},
+    {"/gpu/open_step_outstanding",
+     "of those, launches without a record after asking CUPTI for every completed record: still queued or "
+     "running, or held back: CUPTI hands over a record buffer only when every record in it is complete, so "
+     "while one kernel runs for seconds, the finished records sharing its buffer wait too (measured on H100: "
+     "all 26 launches of the stuck step counted, and the lines of the steps before it went out with "
+     "`gpu.complete: false`)",
+     "without attribution or when the open step is not traced"},
+    {"/gpu/outstanding_by_phase",
+     "the outstanding launches by the phase that launched them (`unphased`: none open)",
+     "never (empty when none are known)"},
+    {"/gpu/sm_active_recent",
+     "mean SM activity (PM sampling, as `sm_activity`) over the last second of samples: above 0, the GPU "
+     "is running something (a kernel that never ends); 0, it waits for the host",
+     "counters off (the line's `counters` reasons), PM sampling paused between traced steps (the default: "
+     "only traced steps are sampled), no GPU, no sample yet"},
+    {"/gpu/sm_active_sample_age_s",
+     "how old the newest PM sample is (a stuck decode shows here)",
+     "as `sm_active_recent`"},
+    {"/null_reasons",
+     "why a `null` above is null",
+     "never"},
+};
+
+inline constexpr FieldProse kResumedProse[] = {
+    {"/event",
+     "`resumed`",
+     "never"},
+    {"/schema",
+     "`steptrace.stall/1`",
+     "never"},
+    {"/timestamp",
+     "when the record was written",
+     "never"},
+    {"/rank",
+     "as on the end record",
+     "as on the end record"},
+    {"/stalled_step",
+     "the step that stalled",
+     "never"},
+    {"/stalled_s",
+     "from its start to the next step's",
+     "not a finite number"},
+    {"/reports",
+     "stall records written for it",
+     "never"},
+    {"/open_step",
+     "the step that began",
+     "never"},
+    {"/null_reasons",
+     "why a `null` above is null",
+     "never"},
+};
 // clang-format on
+
+/// A record's prose rows.
+inline const FieldProse* prose_begin(Record r, std::size_t* n) {
+  switch (r) {
+    case Record::step: *n = std::size(kStepProse); return kStepProse;
+    case Record::end: *n = std::size(kEndProse); return kEndProse;
+    case Record::stall: *n = std::size(kStallProse); return kStallProse;
+    case Record::resumed: break;
+  }
+  *n = std::size(kResumedProse);
+  return kResumedProse;
+}
 
 /// The prose of a record's row at `path` (a row shown in a table row of its own); nullptr: none.
 inline const FieldProse* prose_of(Record r, const char* path) {
-  const auto find = [path](const auto& rows) -> const FieldProse* {
-    for (const FieldProse& p : rows)
-      if (std::strcmp(p.path, path) == 0) return &p;
-    return nullptr;
-  };
-  return r == Record::step ? find(kStepProse) : find(kEndProse);
+  std::size_t n = 0;
+  const FieldProse* rows = prose_begin(r, &n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::strcmp(rows[i].path, path) == 0) return &rows[i];
+  return nullptr;
 }
 
 }  // namespace line_prose

@@ -28,16 +28,21 @@ inline std::string source_text(const std::string& relative) {
 }
 #endif
 
-/// A full step line's or an end record's text against the line's declaration (core/line_fields.hpp):
-/// every record read_records() reads back is checked, so every line the runtime writes in the tests is
-/// (read from text, a whole number reads as an integer: the writer's types are test_schema's check).
+/// A full step line's, an end record's, a stall or a resumed record's text against the line's declaration
+/// (core/line_fields.hpp): every record read_records() reads back is checked, so every line the runtime
+/// writes in the tests is (read from text, a whole number reads as an integer: the writer's types are
+/// test_schema's check).
 inline void check_declared_text(const std::string& line) {
-  const bool step = line.find("\"schema\":\"steptrace.step/1\"") != std::string::npos;
-  if (!step && line.find("\"schema\":\"steptrace.end/1\"") == std::string::npos) return;
+  steptrace::Record record;
+  if (line.find("\"schema\":\"steptrace.step/1\"") != std::string::npos) record = steptrace::Record::step;
+  else if (line.find("\"schema\":\"steptrace.end/1\"") != std::string::npos) record = steptrace::Record::end;
+  else if (line.rfind("{\"event\":\"stall\"", 0) == 0) record = steptrace::Record::stall;
+  else if (line.rfind("{\"event\":\"resumed\"", 0) == 0) record = steptrace::Record::resumed;
+  else return;
   steptrace::FlatJson leaves;
   const std::string error = steptrace::details::JsonFlattener(line, leaves).run();
   if (!error.empty()) FAIL_CHECK("core/json_flat.hpp cannot read it: " << error);
-  for (const std::string& problem : steptrace::declaration_problems(leaves, step ? steptrace::Record::step : steptrace::Record::end))
+  for (const std::string& problem : steptrace::declaration_problems(leaves, record))
     FAIL_CHECK("not as core/line_fields.hpp declares it: " << problem);
 }
 

@@ -524,15 +524,19 @@ TEST_CASE("a value written through its row's handle goes under the row's key; a 
   static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::field().type == FieldType::integer);
   // The compile-time index is the row's place in record_fields(), for every row of both records (the
   // first of a path declared twice, as the lookups take).
-  for (const Record r : {Record::step, Record::end}) {
+  for (const Record r : kRecords) {
     const auto& rows = record_fields(r);
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      const int32_t at = r == Record::step ? line_field::rows::step_index(rows[i].path) : line_field::rows::end_index(rows[i].path);
+      using namespace line_field::rows;
+      const std::string_view path = rows[i].path;
+      const int32_t at = r == Record::step ? step_index(path) : r == Record::end ? end_index(path)
+                         : r == Record::stall ? stall_index(path) : resumed_index(path);
       INFO(rows[i].path);
       REQUIRE(at >= 0);
       CHECK(std::string_view(rows[static_cast<std::size_t>(at)].path) == rows[i].path);
       CHECK(static_cast<std::size_t>(at) <= i);
-      const LineField f = r == Record::step ? line_field::rows::step_at(at) : line_field::rows::end_at(at);
+      const LineField f = r == Record::step ? step_at(at) : r == Record::end ? end_at(at)
+                          : r == Record::stall ? stall_at(at) : resumed_at(at);
       CHECK(std::string_view(f.path) == rows[i].path);
       // What the handles' static checks read is what the runtime reads (a row shown with the one above
       // takes its nullability in both).
@@ -649,6 +653,75 @@ TEST_CASE("every value of the end record is declared with its type, and every ro
   CHECK(used.count(line_field_at("/between_steps/gpu/top_kernels/0/name")));  // after_last_step.gpu's
   CHECK(record_field_at(Record::end, details::pointer_segments("/step_time_ms")) == nullptr);  // the step line's
   CHECK(declared("after_last_step.gpu.kernels", Record::end) == declared("between_steps.gpu.kernels"));
+}
+
+TEST_CASE("every value of the stall and resumed records is declared with its type, and every row is carried",
+          "[schema]") {
+  RunInfo run;
+  DeviceInfo dev;
+  dev.uuid = "GPU-0";
+  run.device = dev;
+  run.job_id = "j";
+  RunInfo nothing;
+  nothing.device_null_reason = "no GPU";
+  StallReport full;  // everything known: two threads, a phase whose clock could not be read
+  full.unix_ns = 1'700'000'000'000'000'000;
+  full.open_step = 20;
+  full.stalled_s = 61.5;
+  full.threshold_s = 60;
+  full.median_step_ms = 12.5;
+  full.report = 2;
+  full.next_report_s = 240;
+  full.step_scope_open = false;
+  full.step_scope_closed_s = 1.25;
+  full.threads = {{7, "train", true, {{"forward", 3.5}, {"attn", std::nullopt}}}, {9, "loader", false, {{"input", 0.5}}}};
+  full.threads_untracked = 1;
+  full.last_gpu_activity_s = 0.75;
+  full.last_gpu_activity_name = "gemm";
+  full.open_step_launches = 26;
+  full.open_step_outstanding = 26;
+  full.outstanding_by_phase = {{"forward", 20}, {"unphased", 6}};
+  full.sm_active_recent = 0.9;
+  full.sm_active_sample_age_s = 0.1;
+  StallReport bare;  // nothing read: no thread, no GPU reading
+
+  const auto unbalanced_before = details::line_out_unbalanced().load();
+  const auto undeclared_before = details::line_out_undeclared().load();
+  std::set<const LineField*> stall_used, resumed_used;
+  for (const auto& [report, info] : {std::pair<const StallReport*, const RunInfo*>{&full, &run}, {&bare, &nothing}}) {
+    const std::string text = make_stall_line(*report, *info);
+    check_null_reasons(text);
+    check_declared(nlohmann::json::parse(text), stall_used, Record::stall);
+    FlatJson leaves;
+    REQUIRE(details::JsonFlattener(text, leaves).run().empty());
+    for (const std::string& problem : declaration_problems(leaves, Record::stall)) FAIL_CHECK(problem);
+  }
+  for (const RunInfo* info : {&run, &nothing}) {
+    const std::string text = make_resumed_line(1'700'000'000'000'000'000, 20, 95.0, 2, 21, *info);
+    check_null_reasons(text);
+    check_declared(nlohmann::json::parse(text), resumed_used, Record::resumed);
+  }
+  CHECK(details::line_out_unbalanced().load() == unbalanced_before);
+  CHECK(details::line_out_undeclared().load() == undeclared_before);  // each value at its row, as written
+  for (const auto& [record, used] : {std::pair<Record, const std::set<const LineField*>*>{Record::stall, &stall_used},
+                                     {Record::resumed, &resumed_used}})
+    for (const LineField& f : record_fields(record)) {
+      INFO("core/line_fields_events.hpp declares " << f.path << "; no record written here carries it");
+      CHECK(used->count(&f));
+    }
+  // The records are their own: the end record's fields are not theirs, nor the stall's the resumed's.
+  CHECK(record_field_at(Record::stall, details::pointer_segments("/lines_written")) == nullptr);
+  CHECK(record_field_at(Record::resumed, details::pointer_segments("/threads")) == nullptr);
+  CHECK(declared("threads[].open_phases[].open_s", Record::stall) != nullptr);
+  // A value the stall record's rows do not hold is counted as it is written.
+  LineOut out(nullptr, nullptr, &details::RowTree::stall());
+  out.begin();
+  out.field(STEPTRACE_STALL_ROW("/open_step"), int64_t{3});
+  out.field(STEPTRACE_RESUMED_ROW("/stalled_step"), int64_t{3});  // another record's row
+  out.field("lines_written", int64_t{3});                          // no row
+  out.finish();
+  CHECK(details::line_out_undeclared().load() - undeclared_before == 3);  // the handle, its value, the name
+  details::line_out_undeclared().store(undeclared_before);  // this test's own (support.hpp holds it at 0)
 }
 
 

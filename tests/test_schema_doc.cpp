@@ -38,12 +38,19 @@ std::vector<const char*> meanings(Record r) {
 }
 
 // A row's name as its table shows it: dotted, under the table's base (the per-phase GPU table's
-// `phases.<name>.gpu.`).
+// `phases.<name>.gpu.`), an array's element as `[]`.
 std::string shown_name(const LineField& f, const std::string& table) {
   std::string p = f.path;
   if (table == "phase_gpu") p = p.substr(std::string("/phases/*/gpu/").size() - 1);
   std::string out;
-  for (std::size_t i = 1; i < p.size(); ++i) out += p[i] == '/' ? '.' : p[i];
+  for (std::size_t i = 1; i < p.size(); ++i) {
+    if (p.compare(i, 2, "/*") == 0) {  // an array's element (`threads[].open_phases`)
+      out += "[]";
+      ++i;
+      continue;
+    }
+    out += p[i] == '/' ? '.' : p[i];
+  }
   return out;
 }
 std::string cell(const char* text) {
@@ -95,7 +102,7 @@ const char* type_name(FieldType t) {
 // the table has a "null when" column (else its rows may say nothing there).
 std::string render_table(const std::string& id, bool null_column) {
   std::string out;
-  for (const Record record : {Record::step, Record::end}) {
+  for (const Record record : kRecords) {
     const auto& all = record_fields(record);
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!all[i].table || id != all[i].table) continue;
@@ -194,6 +201,8 @@ TEST_CASE("python/steptrace/schema.json is core/line_fields.hpp's rows", "[schem
   CHECK(rendered.find("\"path\": \"/step_time_ms\", \"type\": \"number\", \"tiers\": [\"full\", \"compact\"") !=
         std::string::npos);
   CHECK(rendered.find("\"path\": \"/last_global_step\"") != std::string::npos);  // the end record's
+  CHECK(rendered.find("\"path\": \"/threads/*/open_phases/*/open_s\"") != std::string::npos);  // the stall record's
+  CHECK(rendered.find("\"path\": \"/stalled_step\"") != std::string::npos);  // the resumed record's
   CHECK(rendered.find("\"format\": \"steptrace.schema/1\"") == 1);
 }
 
@@ -206,7 +215,7 @@ TEST_CASE("docs/schema.md's field tables are core/line_fields.hpp's rows", "[sch
     FAIL("docs/schema.md's field tables differ from core/line_fields.hpp; the document with the tables "
          "the rows give is in build/tests/schema.md");
   }
-  for (const Record record : {Record::step, Record::end})
+  for (const Record record : kRecords)
     for (const LineField& f : record_fields(record))
       if (f.table) {
         INFO("row " << f.path << " names table " << f.table << ", which docs/schema.md has no marker for");
@@ -215,10 +224,12 @@ TEST_CASE("docs/schema.md's field tables are core/line_fields.hpp's rows", "[sch
   CHECK(tables.count("tiers"));
   CHECK(tables.size() >= 15);
   CHECK(tables.count("end"));
+  CHECK(tables.count("stall"));
+  CHECK(tables.count("resumed"));
   std::size_t shown = 0;
   for (const LineField& f : line_fields()) shown += f.table != nullptr;
   CHECK(shown > 100);
-  for (const Record record : {Record::step, Record::end}) {
+  for (const Record record : kRecords) {
     const auto& all = record_fields(record);
     const std::vector<const char*> meaning = meanings(record);
     std::size_t own = 0;
@@ -243,7 +254,9 @@ TEST_CASE("docs/schema.md's field tables are core/line_fields.hpp's rows", "[sch
       if (f.tiers) CHECK((f.type != FieldType::object && f.type != FieldType::names && f.type != FieldType::array));
     }
     // No prose without its row: as many as the rows of their own.
-    CHECK(own == (record == Record::step ? std::size(line_prose::kStepProse) : std::size(line_prose::kEndProse)));
+    std::size_t prose_rows = 0;
+    (void)line_prose::prose_begin(record, &prose_rows);
+    CHECK(own == prose_rows);
   }
   // The member rule can fail: `b` is named in no row.
   const std::vector<LineField> rows = {line_field::row("t", "/x", FieldType::object, "object `{a}`", Nulls::possible),

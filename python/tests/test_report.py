@@ -565,6 +565,23 @@ def test_the_report_reads_declared_numbers():
     assert schema.field("end", ("step_time_ms",)) is None           # the step line's, not the end record's
 
 
+def test_a_stall_record_is_checked_against_its_rows():
+    stall = {"event": "stall", "schema": "steptrace.stall/1", "timestamp": "t", "rank": 0, "job_id": None,
+             "open_step": 20, "stalled_s": 61.5, "median_step_ms": None, "step_scope_open": True,
+             "threads": [{"tid": 7, "name": "train", "step_thread": True,
+                          "open_phases": [{"phase": "nccl", "open_s": 3.5}, {"phase": "x", "open_s": None}]}],
+             "gpu": {"outstanding_by_phase": {"forward": 2}, "sm_active_recent": None}, "null_reasons": {}}
+    assert schema.problems("stall", stall) == []
+    # The rule can fail: a field of another record, a wrong type, a null where never null, an element's.
+    stall.update(lines_written=3, open_step=1.5, report=None)
+    stall["threads"][0]["open_phases"][0]["open_s"] = "3.5"
+    got = schema.problems("stall", stall)
+    assert got == ["/open_step: 1.5, declared integer, never null", "/threads/0/open_phases/0/open_s: '3.5', declared number",
+                   "/lines_written: no row declares it", "/report: None, declared integer, never null"], got
+    assert schema.problems("resumed", {"event": "resumed", "stalled_step": 3, "reports": 1, "open_step": 4}) == []
+    assert schema.problems("resumed", {"threads": []}) == ["/threads: no row declares it"]
+
+
 def synthetic(record, tier="full"):
     """A record holding every field its rows declare for `tier` (full: all; compact, run: the rows that
     tier carries), of the declared type: a name of a `names` object is "input" (a phase the views name),

@@ -17,6 +17,7 @@ import sys
 
 from dp_skew_check import gpu_count  # the same directory
 import _paths  # noqa: F401  (python/ on sys.path)
+from steptrace import schema
 from steptrace.lines import read_records, split_records
 
 HANG_STEP, HANG_S, STALL_AFTER_S, STEPS = 20, 5.0, 1.5, 40
@@ -62,6 +63,8 @@ def common(rank, steps, events):
     for s in stalls:
         print("  stall:", json.dumps({k: s[k] for k in ("open_step", "stalled_s", "threshold_s", "report", "threads", "gpu")}))
     check(len(steps) == STEPS, f"rank {rank}: every step has its line ({len(steps)})")
+    wrong = [f"{e['event']}: {p}" for e in stalls + resumed for p in schema.problems(e["event"], e)]
+    check(not wrong, f"rank {rank}: the stall and resumed records as their rows declare them (schema.json) {wrong[:4]}")
     check(len(stalls) >= 2, f"rank {rank}: stall records at 1x and 2x the threshold ({len(stalls)})")
     check(all(s["open_step"] == HANG_STEP for s in stalls), f"rank {rank}: the stall records name step {HANG_STEP}")
     check(all(s["threshold_s"] >= STALL_AFTER_S for s in stalls), f"rank {rank}: threshold >= stall_after_s")

@@ -64,13 +64,15 @@ inline void write_trace_stats(LineOut& out, const TraceStats& t) {
 }
 
 /// The identity fields event records share with step lines (rank, host, run and job, the GPU), written
-/// through the end record's rows: the stall and resumed records (core/stall.hpp), which have no rows of
-/// their own, carry the same keys and types by these handles (their LineOut has no RowTree to place
-/// them in: the types are checked where they compile, the places at the end record's writing).
+/// through record R's rows: the end record's, and the stall and resumed records' (core/stall.hpp), which
+/// declare the same keys and types (core/line_fields_events.hpp).
+template <Record R>
 inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_ns) {
-  out.field(STEPTRACE_END_ROW("/timestamp"), details::iso8601_utc(unix_ns));
-  write_run_identity<Record::end>(out, run);
-  out.optional_text(STEPTRACE_END_ROW("/device_uuid"), run.device ? run.device->uuid : std::string(),
+  using line_field::Row;
+  using line_field::rows::index_of;
+  out.field(Row<R, index_of<R>("/timestamp")>{}, details::iso8601_utc(unix_ns));
+  write_run_identity<R>(out, run);
+  out.optional_text(Row<R, index_of<R>("/device_uuid")>{}, run.device ? run.device->uuid : std::string(),
                     run.device ? "the GPU reported no UUID" : run.device_null_reason);
 }
 
@@ -81,7 +83,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJso
   out.field(STEPTRACE_END_ROW("/event"), "end")
       .field(STEPTRACE_END_ROW("/schema"), kEndSchemaVersion)
       .field(STEPTRACE_END_ROW("/reason"), e.reason);
-  write_event_identity(out, run, e.unix_ns);
+  write_event_identity<Record::end>(out, run, e.unix_ns);
   out.field(STEPTRACE_END_ROW("/last_global_step"), e.last_global_step >= 0 ? std::optional<int64_t>(e.last_global_step) : std::nullopt,
             "no step had a line");
   out.field(STEPTRACE_END_ROW("/lines_written"), e.lines_written)

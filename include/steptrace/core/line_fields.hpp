@@ -1,6 +1,6 @@
-// steptrace/core/line_fields.hpp - the step line and the end record, declared once: every field they can
-// carry, a typed row each (core/line_fields_step.hpp, _gpu.hpp, _verdicts.hpp; the end record's
-// core/line_fields_end.hpp). The step line's rows decide the compact line and the run record
+// steptrace/core/line_fields.hpp - the step line and the event records, declared once: every field they
+// can carry, a typed row each (core/line_fields_step.hpp, _gpu.hpp, _verdicts.hpp; the end record's
+// core/line_fields_end.hpp; the stall and resumed records' core/line_fields_events.hpp). The step line's rows decide the compact line and the run record
 // (core/line_tiers.hpp: which fields, how their numbers are written), and tests/test_schema.cpp holds
 // the writers (every field a record carries has its row and type; every row is carried by some record)
 // and the Prometheus exporter's pointers to the rows; tests/test_schema_doc.cpp renders docs/schema.md's
@@ -19,14 +19,16 @@
 #include "json_flat.hpp"
 #include "line_field.hpp"
 #include "line_fields_end.hpp"
+#include "line_fields_events.hpp"
 #include "line_fields_gpu.hpp"
 #include "line_fields_step.hpp"
 #include "line_fields_verdicts.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
-/// The records declared: the step line and the end record.
-enum class Record : uint8_t { step, end };
+/// The records declared: the step line, the end record, the stall watchdog's stall and resumed records.
+enum class Record : uint8_t { step, end, stall, resumed };
+inline constexpr Record kRecords[] = {Record::step, Record::end, Record::stall, Record::resumed};
 
 /// Every row of a record, in the order of docs/schema.md's sections (the step line's: step, GPU,
 /// verdicts). The compact line and the run record write their fields in this order.
@@ -46,12 +48,21 @@ inline const std::vector<LineField>& record_fields(Record r) {
     add(v, line_field::kVerdictFields);
     return v;
   }());
-  static const std::vector<LineField>* end = new std::vector<LineField>([&] {
+  const auto of = [&](const auto& rows) {
     std::vector<LineField> v;
-    add(v, line_field::kEndFields);
+    add(v, rows);
     return v;
-  }());
-  return r == Record::step ? *step : *end;
+  };
+  static const std::vector<LineField>* end = new std::vector<LineField>(of(line_field::kEndFields));
+  static const std::vector<LineField>* stall = new std::vector<LineField>(of(line_field::kStallFields));
+  static const std::vector<LineField>* resumed = new std::vector<LineField>(of(line_field::kResumedFields));
+  switch (r) {
+    case Record::step: return *step;
+    case Record::end: return *end;
+    case Record::stall: return *stall;
+    case Record::resumed: break;
+  }
+  return *resumed;
 }
 inline const std::vector<LineField>& line_fields() { return record_fields(Record::step); }
 
@@ -64,9 +75,9 @@ inline const std::vector<std::vector<std::string_view>>& record_field_segments(R
     return v;
   };
   using Segments = std::vector<std::vector<std::string_view>>;  // never destroyed, as record_fields()
-  static const Segments* step = new Segments(make(Record::step));
-  static const Segments* end = new Segments(make(Record::end));
-  return r == Record::step ? *step : *end;
+  static const Segments* const made[] = {new Segments(make(Record::step)), new Segments(make(Record::end)),
+                                         new Segments(make(Record::stall)), new Segments(make(Record::resumed))};
+  return *made[static_cast<std::size_t>(r)];
 }
 inline const std::vector<std::vector<std::string_view>>& line_field_segments() {
   return record_field_segments(Record::step);

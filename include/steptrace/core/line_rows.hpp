@@ -1,5 +1,6 @@
 // steptrace/core/line_rows.hpp - a row of the line's declaration named at compile time: a writer writes
-// a field through its row's handle (STEPTRACE_ROW("/overhead/within_budget"), STEPTRACE_END_ROW(...)),
+// a field through its row's handle (STEPTRACE_ROW("/overhead/within_budget"), STEPTRACE_END_ROW(...),
+// STEPTRACE_STALL_ROW(...), STEPTRACE_RESUMED_ROW(...)),
 // so a path no row declares does not compile, nor does a value the row's type does not take, nor a null
 // where the row is never null (LineOut's Row overloads, core/line_out.hpp). The key written is the
 // path's last segment; where it is written LineOut checks at run time (a handle written in another
@@ -58,12 +59,27 @@ constexpr LineField as_recorded(int32_t i, Raw raw) {
 }
 constexpr LineField step_at(int32_t i) { return as_recorded(i, [](int32_t k) { return step_raw(k); }); }
 constexpr int32_t end_index(std::string_view path) { return index_in(kEndFields, path); }
+constexpr int32_t stall_index(std::string_view path) { return index_in(kStallFields, path); }
+constexpr int32_t resumed_index(std::string_view path) { return index_in(kResumedFields, path); }
 /// The row's index in record_fields(R); -1: none.
 template <Record R>
 constexpr int32_t index_of(std::string_view path) {
-  return R == Record::step ? step_index(path) : end_index(path);
+  if constexpr (R == Record::step) return step_index(path);
+  else if constexpr (R == Record::end) return end_index(path);
+  else if constexpr (R == Record::stall) return stall_index(path);
+  else return resumed_index(path);
 }
 constexpr LineField end_at(int32_t i) { return as_recorded(i, [](int32_t k) { return kEndFields[k]; }); }
+constexpr LineField stall_at(int32_t i) { return as_recorded(i, [](int32_t k) { return kStallFields[k]; }); }
+constexpr LineField resumed_at(int32_t i) { return as_recorded(i, [](int32_t k) { return kResumedFields[k]; }); }
+/// Row i of record_fields(R), as the handles read it at compile time.
+template <Record R>
+constexpr LineField at(int32_t i) {
+  if constexpr (R == Record::step) return step_at(i);
+  else if constexpr (R == Record::end) return end_at(i);
+  else if constexpr (R == Record::stall) return stall_at(i);
+  else return resumed_at(i);
+}
 
 /// A path's last segment: the key a row's value is written under.
 constexpr std::string_view last_segment(std::string_view path) {
@@ -90,10 +106,10 @@ constexpr bool row_takes(FieldType t) {
 /// declares the path named, which does not compile.
 template <Record R, int32_t I>
 struct Row {
-  static_assert(I >= 0, "STEPTRACE_ROW / STEPTRACE_END_ROW: no row of the record declares this path (core/line_fields*.hpp)");
+  static_assert(I >= 0, "STEPTRACE_ROW / STEPTRACE_END_ROW / STEPTRACE_STALL_ROW / STEPTRACE_RESUMED_ROW: no row of the record declares this path (core/line_fields*.hpp)");
   static constexpr Record record = R;
   static constexpr int32_t index = I;  // into record_fields(R)
-  static constexpr LineField field() { return R == Record::step ? rows::step_at(I) : rows::end_at(I); }
+  static constexpr LineField field() { return rows::at<R>(I); }
   /// The key its value is written under (its path's last segment; a "*" row's key is the writer's).
   static constexpr std::string_view name() { return rows::last_segment(field().path); }
   static_assert(name() != "*", "a row whose last segment is \"*\" has no fixed key: write it by name");
@@ -109,3 +125,9 @@ STEPTRACE_END_NAMESPACE  // steptrace
 /// The end record's row at `path` (core/line_fields_end.hpp).
 #define STEPTRACE_END_ROW(path) \
   ::steptrace::line_field::Row<::steptrace::Record::end, ::steptrace::line_field::rows::end_index(path)>{}
+/// The stall record's row at `path` (core/line_fields_events.hpp).
+#define STEPTRACE_STALL_ROW(path) \
+  ::steptrace::line_field::Row<::steptrace::Record::stall, ::steptrace::line_field::rows::stall_index(path)>{}
+/// The resumed record's row at `path` (core/line_fields_events.hpp).
+#define STEPTRACE_RESUMED_ROW(path) \
+  ::steptrace::line_field::Row<::steptrace::Record::resumed, ::steptrace::line_field::rows::resumed_index(path)>{}

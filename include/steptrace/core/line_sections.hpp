@@ -16,9 +16,8 @@
 
 STEPTRACE_BEGIN_NAMESPACE
 
-/// Rank, host, process, run and job: the identity the step line and the event records share (the end
-/// record, and the stall and resumed records through the end record's rows: core/end_line.hpp), written
-/// through record R's rows.
+/// Rank, host, process, run and job: the identity the step line and the event records share (the end,
+/// stall and resumed records: core/end_line.hpp's write_event_identity), written through record R's rows.
 template <Record R>
 inline void write_run_identity(LineOut& out, const RunInfo& run) {
   using line_field::Row;

@@ -8,11 +8,13 @@
 #pragma once
 #include "../version.hpp"
 #include <string>
+#include <utility>
 
 #include "end_line.hpp"
 #include "line_fields.hpp"
 #include "line_input.hpp"
 #include "line_tiers.hpp"
+#include "stall.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -78,7 +80,8 @@ inline void schema_rows(std::string& out, Record r) {
 ///   {"format": "steptrace.schema/1", "records": {
 ///     "step": {"schemas": {"full": ..., "compact": ..., "run": ...}, "fields": [{"path", "type", "tiers",
 ///              "digits" (numbers only: "six" | "integer"), "unit", "nullable"}, ...]},
-///     "end": {"schemas": {"full": ...}, "fields": [...]}}}
+///     "end": {"schemas": {"full": ...}, "fields": [...]},
+///     "stall": {...}, "resumed": {...}}}   (the stall watchdog's records, one schema for both)
 /// `path` is a JSON pointer whose segment "*" stands for any name of a `names` object or any element of
 /// an `array`; `nullable` false: never null.
 inline std::string schema_data_json() {
@@ -96,6 +99,14 @@ inline std::string schema_data_json() {
   details::schema_string(out, kEndSchemaVersion);
   out += "},\n   ";
   details::schema_rows(out, Record::end);
+  for (const auto& [name, record] : {std::pair<const char*, Record>{"stall", Record::stall}, {"resumed", Record::resumed}}) {
+    out += "},\n  ";
+    details::schema_string(out, name);
+    out += ": {\"schemas\": {\"full\": ";
+    details::schema_string(out, kStallSchemaVersion);
+    out += "},\n   ";
+    details::schema_rows(out, record);
+  }
   out += "}}}\n";
   return out;
 }

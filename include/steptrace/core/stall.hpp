@@ -5,7 +5,7 @@
 // 61 s). The background thread then writes {"event":"stall", ...} naming the open step, the phases
 // open on each thread and for how long, the last GPU activity seen and the open step's outstanding
 // GPU work; again at 2x, 4x, 8x ... the threshold; and {"event":"resumed", ...} once a step begins.
-// docs/schema.md, "Stall and resumed records", lists the fields.
+// Their rows: core/line_fields_events.hpp (docs/schema.md, "Stall and resumed records", renders them).
 #pragma once
 #include "../version.hpp"
 #include <algorithm>
@@ -159,50 +159,60 @@ struct StallReport {
   Measured<double> sm_active_recent{kStallNotRead}, sm_active_sample_age_s{kStallNotRead};
 };
 
+/// The stall record, each value checked against its row as it is written (core/line_fields_events.hpp).
 inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
-  LineOut out;
+  LineOut out(nullptr, nullptr, &details::RowTree::stall());
   out.begin();
-  out.field("event", "stall").field("schema", kStallSchemaVersion);
-  write_event_identity(out, run, r.unix_ns);
-  out.field("open_step", r.open_step).field("stalled_s", r.stalled_s);
-  out.field("threshold_s", r.threshold_s);
-  out.field("median_step_ms", r.median_step_ms, "no step has closed yet");
-  out.field("report", r.report).field("next_report_s", r.next_report_s);
-  out.field("step_scope_open", r.step_scope_open);
-  out.field("step_scope_closed_s", r.step_scope_closed_s, "the step's TRACE_STEP scope is still open");
-  out.begin_array("threads");
+  out.field(STEPTRACE_STALL_ROW("/event"), "stall").field(STEPTRACE_STALL_ROW("/schema"), kStallSchemaVersion);
+  write_event_identity<Record::stall>(out, run, r.unix_ns);
+  out.field(STEPTRACE_STALL_ROW("/open_step"), r.open_step).field(STEPTRACE_STALL_ROW("/stalled_s"), r.stalled_s);
+  out.field(STEPTRACE_STALL_ROW("/threshold_s"), r.threshold_s);
+  out.field(STEPTRACE_STALL_ROW("/median_step_ms"), r.median_step_ms, "no step has closed yet");
+  out.field(STEPTRACE_STALL_ROW("/report"), r.report).field(STEPTRACE_STALL_ROW("/next_report_s"), r.next_report_s);
+  out.field(STEPTRACE_STALL_ROW("/step_scope_open"), r.step_scope_open);
+  out.field(STEPTRACE_STALL_ROW("/step_scope_closed_s"), r.step_scope_closed_s, "the step's TRACE_STEP scope is still open");
+  out.begin_array(STEPTRACE_STALL_ROW("/threads"));
   for (const auto& t : r.threads) {
-    out.begin_element().field("tid", t.tid).field("name", t.name).field("step_thread", t.step_thread);
-    out.begin_array("open_phases");
-    for (const auto& p : t.phases) out.begin_element().field("phase", p.name).field("open_s", p.open_s, "its clock reading could not be converted").end_object();
+    out.begin_element()
+        .field(STEPTRACE_STALL_ROW("/threads/*/tid"), t.tid)
+        .field(STEPTRACE_STALL_ROW("/threads/*/name"), t.name)
+        .field(STEPTRACE_STALL_ROW("/threads/*/step_thread"), t.step_thread);
+    out.begin_array(STEPTRACE_STALL_ROW("/threads/*/open_phases"));
+    for (const auto& p : t.phases)
+      out.begin_element()
+          .field(STEPTRACE_STALL_ROW("/threads/*/open_phases/*/phase"), p.name)
+          .field(STEPTRACE_STALL_ROW("/threads/*/open_phases/*/open_s"), p.open_s, "its clock reading could not be converted")
+          .end_object();
     out.end_array().end_object();
   }
   out.end_array();
-  out.field("threads_untracked", r.threads_untracked);
-  out.begin_object("gpu");
-  out.field("last_activity_s", r.last_gpu_activity_s);
-  out.optional_text("last_activity", r.last_gpu_activity_name,
+  out.field(STEPTRACE_STALL_ROW("/threads_untracked"), r.threads_untracked);
+  out.begin_object(STEPTRACE_STALL_ROW("/gpu"));
+  out.field(STEPTRACE_STALL_ROW("/gpu/last_activity_s"), r.last_gpu_activity_s);
+  out.optional_text(STEPTRACE_STALL_ROW("/gpu/last_activity"), r.last_gpu_activity_name,
                     r.last_gpu_activity_s ? "the last GPU record carried no name" : r.last_gpu_activity_s.why());
-  out.field("open_step_launches", r.open_step_launches);
-  out.field("open_step_outstanding", r.open_step_outstanding);
-  out.begin_object("outstanding_by_phase");
-  for (const auto& [phase, n] : r.outstanding_by_phase) out.field(phase, n);
+  out.field(STEPTRACE_STALL_ROW("/gpu/open_step_launches"), r.open_step_launches);
+  out.field(STEPTRACE_STALL_ROW("/gpu/open_step_outstanding"), r.open_step_outstanding);
+  out.begin_object(STEPTRACE_STALL_ROW("/gpu/outstanding_by_phase"));
+  for (const auto& [phase, n] : r.outstanding_by_phase) out.field(phase, n);  // a "*" row: keyed by the phase
   out.end_object();
-  out.field("sm_active_recent", r.sm_active_recent);
-  out.field("sm_active_sample_age_s", r.sm_active_sample_age_s);
+  out.field(STEPTRACE_STALL_ROW("/gpu/sm_active_recent"), r.sm_active_recent);
+  out.field(STEPTRACE_STALL_ROW("/gpu/sm_active_sample_age_s"), r.sm_active_sample_age_s);
   out.end_object();
   return out.finish();
 }
 
-/// The record that ends a reported stall: a step began.
+/// The record that ends a reported stall: a step began (checked against its rows as the stall record).
 inline std::string make_resumed_line(int64_t unix_ns, int64_t stalled_step, double stalled_s, int reports,
                                      int64_t step_now, const RunInfo& run) {
-  LineOut out;
+  LineOut out(nullptr, nullptr, &details::RowTree::resumed());
   out.begin();
-  out.field("event", "resumed").field("schema", kStallSchemaVersion);
-  write_event_identity(out, run, unix_ns);
-  out.field("stalled_step", stalled_step).field("stalled_s", stalled_s).field("reports", reports);
-  out.field("open_step", step_now);
+  out.field(STEPTRACE_RESUMED_ROW("/event"), "resumed").field(STEPTRACE_RESUMED_ROW("/schema"), kStallSchemaVersion);
+  write_event_identity<Record::resumed>(out, run, unix_ns);
+  out.field(STEPTRACE_RESUMED_ROW("/stalled_step"), stalled_step)
+      .field(STEPTRACE_RESUMED_ROW("/stalled_s"), stalled_s)
+      .field(STEPTRACE_RESUMED_ROW("/reports"), reports);
+  out.field(STEPTRACE_RESUMED_ROW("/open_step"), step_now);
   return out.finish();
 }
 

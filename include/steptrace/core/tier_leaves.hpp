@@ -120,6 +120,25 @@ class RowTree {
     }();
     return *t;
   }
+  /// The stall and resumed records' trees (the same; no links).
+  static const RowTree& stall() {
+    static const RowTree* t = new RowTree(Record::stall);
+    return *t;
+  }
+  static const RowTree& resumed() {
+    static const RowTree* t = new RowTree(Record::resumed);
+    return *t;
+  }
+  /// Record r's tree.
+  static const RowTree& of(Record r) {
+    switch (r) {
+      case Record::step: return step();
+      case Record::end: return end();
+      case Record::stall: return stall();
+      case Record::resumed: break;
+    }
+    return resumed();
+  }
 
  private:
   static uint8_t tier_bit(LineTier t) { return t == LineTier::compact ? line_field::kCompact : line_field::kRun; }

@@ -205,12 +205,12 @@ inline void Session::start_counters(LineContext& ctx) {
 inline void Session::make_lazy_statics() {
   std::lock_guard<std::mutex> forks_wait(end_install_mutex());
   (void)backend::nvtx::active_domain();
-  (void)record_fields(Record::step);
-  (void)record_fields(Record::end);
-  (void)details::record_field_segments(Record::step);
-  (void)details::record_field_segments(Record::end);
-  (void)RowTree::step();
-  (void)RowTree::end();
+  for (const Record r : kRecords) {
+    (void)record_fields(r);
+    (void)details::record_field_segments(r);
+    (void)RowTree::of(r);
+  }
+  (void)reason_of({});  // the reasons' table and its index (core/reasons.hpp)
   (void)peak_flops_table();
   (void)settings();
   (void)phase_name(kNoPhase);
