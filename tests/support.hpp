@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <steptrace/core/line_fields.hpp>
 #include <steptrace/core/measured.hpp>
+#include <steptrace/core/reasons.hpp>
 #include <steptrace/core/tier_leaves.hpp>
 
 namespace steptrace_test {
@@ -33,6 +34,25 @@ inline std::string source_text(const std::string& relative) {
 /// writes in the tests is (read from text, a whole number reads as an integer: the writer's types are
 /// test_schema's check).
 inline void check_declared_text(const std::string& line) {
+  // The compact line and the run record: each null's reason is a row of the reasons' table too (the
+  // compact line's by its code, whose sentence comes in `reason_text` the first time).
+  const bool compact = line.find("\"schema\":\"steptrace.step/2\"") != std::string::npos;
+  if (compact || line.find("\"schema\":\"steptrace.run/2\"") != std::string::npos) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("null_reasons") || !j["null_reasons"].is_object()) return;
+    std::vector<std::string> sentences;
+    if (!compact) {
+      for (const auto& [key, why] : j["null_reasons"].items())
+        if (why.is_string()) sentences.push_back(why.get<std::string>());
+    } else if (j.contains("reason_text") && j["reason_text"].is_object()) {
+      for (const auto& [key, code] : j["null_reasons"].items())
+        if (code.is_string() && j["reason_text"].contains(code.get<std::string>()))
+          sentences.push_back(j["reason_text"][code.get<std::string>()].get<std::string>());
+    }
+    for (const std::string& why : sentences)
+      if (!steptrace::reason_of(why)) FAIL_CHECK("a null's reason with no row in core/reasons.hpp: " << why);
+    return;
+  }
   steptrace::Record record;
   if (line.find("\"schema\":\"steptrace.step/1\"") != std::string::npos) record = steptrace::Record::step;
   else if (line.find("\"schema\":\"steptrace.end/1\"") != std::string::npos) record = steptrace::Record::end;
@@ -44,6 +64,12 @@ inline void check_declared_text(const std::string& line) {
   if (!error.empty()) FAIL_CHECK("core/json_flat.hpp cannot read it: " << error);
   for (const std::string& problem : steptrace::declaration_problems(leaves, record))
     FAIL_CHECK("not as core/line_fields.hpp declares it: " << problem);
+  // Every reason given for a null is a row of the reasons' table (core/reasons.hpp), so that its code
+  // stays when its sentence is reworded.
+  for (const auto& [pointer, leaf] : leaves)
+    if (pointer.rfind("/null_reasons/", 0) == 0 && leaf.kind == steptrace::JsonLeaf::Kind::string &&
+        !steptrace::reason_of(leaf.text))
+      FAIL_CHECK("a null's reason with no row in core/reasons.hpp: " << pointer << ": " << leaf.text);
 }
 
 /// A fresh log path in the test's working directory (removed first).

@@ -9,6 +9,7 @@
 
 #include "json_writer.hpp"
 #include "line_sections.hpp"
+#include "reasons.hpp"
 #include "run_info.hpp"
 #include "trace_trigger.hpp"
 
@@ -28,7 +29,7 @@ struct EndRecord {
   // What ran after the last step's scope ended (evaluation, a checkpoint before stop()): its time and
   // the GPU work launched in it (known when the last step was traced).
   std::optional<int64_t> after_last_step_ns;
-  Measured<BetweenGpu> after_last_step_gpu{"no step ended"};
+  Measured<BetweenGpu> after_last_step_gpu{reason_text(Reason::no_step_ended)};
 };
 
 /// The flight recorder's counts: traces written, refused, failed; what its ring held.
@@ -73,7 +74,7 @@ inline void write_event_identity(LineOut& out, const RunInfo& run, int64_t unix_
   out.field(Row<R, index_of<R>("/timestamp")>{}, details::iso8601_utc(unix_ns));
   write_run_identity<R>(out, run);
   out.optional_text(Row<R, index_of<R>("/device_uuid")>{}, run.device ? run.device->uuid : std::string(),
-                    run.device ? "the GPU reported no UUID" : run.device_null_reason);
+                    run.device ? std::string(reason_text(Reason::gpu_no_uuid)) : run.device_null_reason);
 }
 
 /// `fields` (optional): the record's leaves as written (core/json_writer.hpp's record_leaves).
@@ -85,7 +86,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJso
       .field(STEPTRACE_END_ROW("/reason"), e.reason);
   write_event_identity<Record::end>(out, run, e.unix_ns);
   out.field(STEPTRACE_END_ROW("/last_global_step"), e.last_global_step >= 0 ? std::optional<int64_t>(e.last_global_step) : std::nullopt,
-            "no step had a line");
+            reason_text(Reason::no_step_had_line));
   out.field(STEPTRACE_END_ROW("/lines_written"), e.lines_written)
       .field(STEPTRACE_END_ROW("/lines_incomplete"), e.lines_incomplete);
   out.begin_object(STEPTRACE_END_ROW("/dropped"));
@@ -101,7 +102,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJso
     write_between_gpu(out, STEPTRACE_END_ROW("/after_last_step/gpu"), e.after_last_step_gpu);
     out.end_object();
   } else {
-    out.null(STEPTRACE_END_ROW("/after_last_step"), "no step, or the last step's scope was still open at the end");
+    out.null(STEPTRACE_END_ROW("/after_last_step"), reason_text(Reason::no_after_last_step));
   }
   return out.finish();
 }

@@ -57,7 +57,7 @@ struct OverheadLine {
   OverheadEstimate estimate;
   OverheadParts parts;                  // the estimate part by part (core/overhead_parts.hpp)
   int trace_every = 1;                  // the interval in force for this step
-  Measured<int> markers_every{"the stream markers are not armed"};  // they mark 1 step in N (overhead_budget's pace)
+  Measured<int> markers_every{reason_text(Reason::markers_not_armed)};  // they mark 1 step in N (overhead_budget's pace)
   std::string untraced_cupti;           // "keep" | "detach" while this step ran; "" without attribution
   std::string kernel_timestamps;        // how kernel records are timed; "" without attribution
   std::optional<double> budget;         // overhead_budget, when it chose the interval (trace_every 0)
@@ -74,10 +74,10 @@ struct StepLineInput {
   MfuResult mfu;
   double flops_per_token = 0;
   PeakFlops peak;
-  Measured<StepGpu> gpu{"no GPU attribution"};  // CUPTI attribution of the step's launches, or why none
+  Measured<StepGpu> gpu{reason_text(Reason::no_gpu_attribution)};  // CUPTI attribution of the step's launches, or why none
   // PM sampling over the step's window, or why none (then sm_activity, memory_bandwidth_utilization,
   // tensor_core_or_pipe_utilization and `counters` are null with that reason).
-  Measured<CounterSummary> counters{"hardware counters are off"};
+  Measured<CounterSummary> counters{reason_text(Reason::counters_off)};
   std::map<PhaseId, CounterSummary> phase_counters;   // PM sampling over each phase's GPU busy intervals
   double counters_interval_us = 0;
   uint64_t counter_values_excluded = 0;  // PM sample values outside [0, 1] left out so far (run total)
@@ -91,8 +91,8 @@ struct StepLineInput {
   std::optional<WindowSummary> window;
   // Tokens and samples of every step since start() (written or not: log_every), for monotonic
   // counters; unknown, and why, while no step had a count (or the sum left the finite numbers).
-  Measured<double> tokens_total{"no step since start() had tokens (set tokens_per_step or TRACE_STEP(tokens))"};
-  Measured<double> samples_total{"no step since start() had samples (set samples_per_step or TRACE_STEP(tokens, samples))"};
+  Measured<double> tokens_total{reason_text(Reason::no_step_had_count, "tokens (set tokens_per_step or TRACE_STEP(tokens))")};
+  Measured<double> samples_total{reason_text(Reason::no_step_had_count, "samples (set samples_per_step or TRACE_STEP(tokens, samples))")};
   OverheadLine overhead;
   StepTrace trace;                      // the flight recorder's capture of this step (details/flight_recorder.hpp)
   uint64_t steps_dropped_total = 0;     // steps whose line was never written (writer queue full)
@@ -100,8 +100,8 @@ struct StepLineInput {
   std::vector<std::string> warnings;
   // GPU work launched between the previous step's scope end and this step's begin (records on only
   // when the previous step was traced); the host side is in the step record (between_ns, between_spans).
-  Measured<BetweenGpu> between_gpu{"no GPU records between steps"};
-  Measured<StepMarkers> markers{"no stream markers"};  // the step's stream markers (core/markers.hpp)
+  Measured<BetweenGpu> between_gpu{reason_text(Reason::no_between_records)};
+  Measured<StepMarkers> markers{reason_text(Reason::no_stream_markers)};  // the step's stream markers (core/markers.hpp)
   std::optional<bool> markers_agree;     // traced steps with markers: whether they agree with the records
   // Values that failed a check that needs no ground truth (core/line_invariants.hpp): field path ->
   // why; written null with that reason and counted (gpu.invariant_exclusions).

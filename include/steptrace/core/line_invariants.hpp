@@ -24,6 +24,7 @@
 #include <string>
 
 #include "line_input.hpp"
+#include "reasons.hpp"
 #include "line_out.hpp"  // details::path_segment: the paths LineOut files reasons under
 #include "plausibility.hpp"  // kStreamConcurrencyLimit
 
@@ -84,7 +85,7 @@ inline void check_line_invariants(StepLineInput& in) {
     // The step's GPU busy time fits its window: the step's time, or its work's span where longer.
     const int64_t window_ns = gpu_window_ns(g, step_ns);
     if (g.busy_ns > window_ns) {
-      const std::string why = "the step's GPU work was busy " + invariant_ms(g.busy_ns) + " in a window of " +
+      const std::string why = reason_text(Reason::busy_over_window, invariant_ms(g.busy_ns)) + " in a window of " +
                               invariant_ms(window_ns) + " (the longer of the step's time and its work's span): a "
                               "utilization above 1 cannot be, so it is left out (see gpu.busy_ms)";
       in.excluded["gpu_utilization"] = why;
@@ -97,7 +98,7 @@ inline void check_line_invariants(StepLineInput& in) {
              kStreamConcurrencyLimit * std::max<uint32_t>(1, streams) * static_cast<double>(window_ns) + kInvariantHostSlackNs;
     };
     const auto overcommitted = [&](const std::string& who, int64_t kernel_ns, uint32_t streams) {
-      return who + " kernels add up to " + invariant_ms(kernel_ns) + " on " + std::to_string(std::max<uint32_t>(1, streams)) +
+      return reason_text(Reason::kernels_over_streams, who) + " kernels add up to " + invariant_ms(kernel_ns) + " on " + std::to_string(std::max<uint32_t>(1, streams)) +
              " stream(s) in a window of " + invariant_ms(window_ns) + ": kernels on one stream run one after another (two " +
              "at a time at most), so more than twice the window per stream cannot be: left out";
     };
@@ -109,7 +110,7 @@ inline void check_line_invariants(StepLineInput& in) {
       in.shares.sm_efficiency.reset();
     }
     if (g.kernels && !is_fraction(g.sm_efficiency)) {
-      in.excluded["gpu.sm_efficiency"] = "gpu.sm_efficiency = " + invariant_value(g.sm_efficiency) + " lies outside [0, 1]: left out";
+      in.excluded["gpu.sm_efficiency"] = reason_text(Reason::sm_efficiency_outside, invariant_value(g.sm_efficiency) + " lies outside [0, 1]: left out");
       in.shares.sm_efficiency.reset();
       in.excluded["diagnosis.evidence.sm_efficiency"] = in.excluded["gpu.sm_efficiency"];
     }

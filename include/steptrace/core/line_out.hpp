@@ -18,6 +18,7 @@
 #include "json_writer.hpp"
 #include "line_input.hpp"
 #include "line_rows.hpp"
+#include "reasons.hpp"
 #include "tier_leaves.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -36,7 +37,7 @@ inline std::string iso8601_utc(int64_t unix_ns) {
 
 /// Why a number is written null although it was given: JSON has no NaN or infinity.
 inline std::string not_finite_reason(double v) {
-  return std::string("not a finite number (") + (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + ")";
+  return reason_text(Reason::not_finite, std::string(std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + ")");
 }
 
 /// One step of a `null_reasons` path: a member's name as it is, with `\` and `.` escaped (`\\`, `\.`),
@@ -422,7 +423,7 @@ inline void write_phase_field(LineOut& out, const StepLineInput& in, Handle name
   auto it = in.host.phases.find(id);
   const auto v = it == in.host.phases.end() ? std::nullopt : std::optional<double>(ns_to_ms(it->second.total_ns));
   out.field(name, v,
-            "no '" + phase_name(id) + "' phase scope in this step" +
+            reason_text(Reason::phase_not_opened, phase_name(id)) + "' in this step" +
                 (in.step->spans_dropped
                      ? " (" + std::to_string(in.step->spans_dropped) + " phase scopes were dropped: max_spans_per_step)"
                      : std::string()));

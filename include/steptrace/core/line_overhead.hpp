@@ -8,6 +8,7 @@
 
 #include "line_rows.hpp"
 #include "line_sections.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -36,7 +37,7 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
        STEPTRACE_ROW("/overhead/parts/host_api/basis"), p.host_api, nothing);
   part(STEPTRACE_ROW("/overhead/parts/background"), STEPTRACE_ROW("/overhead/parts/background/fraction"),
        STEPTRACE_ROW("/overhead/parts/background/basis"), p.background, [&] {
-         const char* warm_up = "no step counted yet (warm-up)";  // by reading, since the warm-up
+         const char* warm_up = reason_text(Reason::warm_up_uncounted);  // by reading, since the warm-up
          out.field(STEPTRACE_ROW("/overhead/parts/background/memory"), p.background_memory, warm_up)
              .field(STEPTRACE_ROW("/overhead/parts/background/device_state"), p.background_device_state, warm_up)
              .field(STEPTRACE_ROW("/overhead/parts/background/counters"), p.background_counters, warm_up);
@@ -49,7 +50,7 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
 inline void write_overhead(LineOut& out, const StepLineInput& in) {
   const OverheadLine& o = in.overhead;
   const OverheadEstimate& e = o.estimate;
-  const std::string why = o.null_reason.empty() ? "no traced step observed yet" : o.null_reason;
+  const std::string why = o.null_reason.empty() ? std::string(reason_text(Reason::no_traced_step_yet)) : o.null_reason;
   out.begin_object(STEPTRACE_ROW("/overhead"));
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction"), e.fraction, why);
   out.optional_text(STEPTRACE_ROW("/overhead/method"), e.fraction ? std::string(method_name(e.method)) : std::string(), why);
@@ -63,12 +64,12 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   out.field(STEPTRACE_ROW("/overhead/over_budget_by"), over_by ? std::optional<std::string>(over_by) : std::nullopt,
             o.budget ? why : o.no_budget_reason);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_floor"), o.budget ? e.floor_fraction : std::nullopt, o.budget ? why : o.no_budget_reason);
-  const char* no_range = "no estimate yet";
+  const char* no_range = reason_text(Reason::no_estimate_yet);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_ci_low"), e.fraction_low, e.fraction ? no_range : why);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_ci_high"), e.fraction_high, e.fraction ? no_range : why);
   out.field(STEPTRACE_ROW("/overhead/traced_step_extra_ms"), e.traced_extra_ms, why);
   out.field(STEPTRACE_ROW("/overhead/traced_step_extra_se_ms"), e.traced_extra_se_ms,
-            e.fraction ? "method launch_model: the extra is modelled, it has no spread" : why);
+            e.fraction ? std::string(reason_text(Reason::modelled_no_spread)) : why);
   out.field(STEPTRACE_ROW("/overhead/polluted_steps"), e.fraction ? std::optional<uint64_t>(e.polluted_steps) : std::nullopt, why);
   out.field(STEPTRACE_ROW("/overhead/clean_step_ms"), e.clean_step_ms, why);
   out.field(STEPTRACE_ROW("/overhead/untraced_residual_ms"), e.residual_ms, why);

@@ -68,7 +68,7 @@ inline void write_time(LineOut& out, const StepLineInput& in) {
     if (!count) return unknown;
     char b[96];
     std::snprintf(b, sizeof b, "%.6g per %.6g ms", *count, ns_to_ms(host.step_time_ns));
-    return "the count over the step time is not a finite number (" + std::string(b) + ")";
+    return reason_text(Reason::rate_not_finite, std::string(b) + ")");
   };
   out.field(STEPTRACE_ROW("/tokens_per_second"), host.tokens_per_second, no_rate(step.tokens, no_tokens));
   out.field(STEPTRACE_ROW("/samples"), step.samples, no_samples);
@@ -90,7 +90,7 @@ inline std::string nonfinite_reason(const StepRecord& step, const std::string& n
   int bad = 0, all = 0;
   for (const auto& [n, x] : step.scalars)
     if (n == name) ++all, bad += !std::isfinite(x);
-  return std::string("the last value recorded was ") + (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + " (" +
+  return reason_text(Reason::scalar_not_finite) + std::string(std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + " (" +
          std::to_string(bad) + " of the step's " + std::to_string(all) + " values were not finite: the run may have diverged)";
 }
 
@@ -245,7 +245,7 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
       out.field(STEPTRACE_ROW("/phases/*/host_ms"), ns_to_ms(hp->second.total_ns));  // null where a check left it out
       const std::string* left = out.left_out_reason("host_ms");
       out.field(STEPTRACE_ROW("/phases/*/self_ms"), left ? std::nullopt : std::optional<double>(ns_to_ms(hp->second.self_ns)),
-                left ? "host_ms was left out: " + *left : std::string());
+                left ? reason_text(Reason::host_ms_left_out, *left) : std::string());
       out.field(STEPTRACE_ROW("/phases/*/count"), hp->second.count);
       if (hp->second.other_thread_count) out.field(STEPTRACE_ROW("/phases/*/other_thread_count"), hp->second.other_thread_count);
     }
@@ -260,9 +260,9 @@ inline void write_phases(LineOut& out, const StepLineInput& in) {
 
 /// The bottleneck label, its reason and evidence.
 inline void write_diagnosis(LineOut& out, const StepLineInput& in) {
-  const std::string no_gpu = in.host.step_time_ns <= 0 ? "the step has no time"
+  const std::string no_gpu = in.host.step_time_ns <= 0 ? std::string(reason_text(Reason::step_no_time))
                              : in.gpu ? reason_text(Reason::step_no_kernel)
-                                      : "this step has no GPU attribution (" + in.gpu.why() + ")";
+                                      : reason_text(Reason::step_no_attribution, in.gpu.why() + ")");
   out.begin_object(STEPTRACE_ROW("/diagnosis"));
   out.field(STEPTRACE_ROW("/diagnosis/label"), bottleneck_name(in.diagnosis.label))
       .field(STEPTRACE_ROW("/diagnosis/reason"), in.diagnosis.reason);

@@ -23,7 +23,7 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
                                      static_cast<double>(gpu_window_ns(*in.gpu, host.step_time_ns)));  // null where a check left it out
     out.field(STEPTRACE_ROW("/nccl_time_ms"), ns_to_ms(in.gpu->nccl_ns));
   } else {
-    const std::string why = in.gpu ? "the step has no time" : in.gpu.why();
+    const std::string why = in.gpu ? std::string(reason_text(Reason::step_no_time)) : in.gpu.why();
     out.null(STEPTRACE_ROW("/gpu_utilization"), why).null(STEPTRACE_ROW("/nccl_time_ms"), why);
   }
 }
@@ -32,7 +32,7 @@ inline void write_gpu_summary(LineOut& out, const StepLineInput& in) {
 inline std::string counter_null_reason(const CounterSummary& c, bool values_excluded, const char* span) {
   return !c.samples ? reason_text(Reason::no_pm_sample, span)
          : values_excluded
-             ? std::string("no value in [0, 1] over this ") + span +
+             ? reason_text(Reason::counter_values_excluded) + std::string(span) +
                    ": PM sample values outside it are left out (counters.excluded_values), "
                    "or the metric is not available from PM sampling on this GPU"
              : reason_text(Reason::counter_not_sampled);
@@ -84,7 +84,7 @@ inline void write_phase_counters(LineOut& out, const CounterSummary& c, bool val
   write_counter_samples(out, c, STEPTRACE_COUNTER_SAMPLE_ROWS("/phases/*/gpu/counters"));
   const int64_t all = c.sample_ns + c.shared_ns;
   out.field(STEPTRACE_ROW("/phases/*/gpu/counters/shared"), all > 0 ? std::optional<double>(static_cast<double>(c.shared_ns) / static_cast<double>(all)) : std::nullopt,
-            "no sample used");
+            reason_text(Reason::no_sample_used));
   out.end_object();
 }
 #undef STEPTRACE_COUNTER_SAMPLE_ROWS  // this header's own
@@ -172,7 +172,7 @@ inline void write_rank_wait(LineOut& out, const StepLineInput& in) {
   out.field(STEPTRACE_ROW("/rank_wait/wait_ms"), measured ? std::optional<double>(s.wait_ms) : std::nullopt,
             reason_text(Reason::no_wait_measured));
   out.field(STEPTRACE_ROW("/rank_wait/work_ms"), measured ? std::optional<double>(details::work_of(s, s.wait_basis)) : std::nullopt,
-            "own work needs the collective wait");
+            reason_text(Reason::work_needs_wait));
   out.field(STEPTRACE_ROW("/rank_wait/wait_basis"), std::string(wait_basis_name(s.wait_basis)))
       .field(STEPTRACE_ROW("/rank_wait/wait_steps"), static_cast<int64_t>(s.wait_steps));
   out.field(STEPTRACE_ROW("/rank_wait/untagged_ms"), s.untagged_ms)
@@ -314,7 +314,7 @@ inline void write_markers(LineOut& out, const StepLineInput& in) {
   out.field(STEPTRACE_ROW("/gpu_markers/points"), m.points);
   out.field(STEPTRACE_ROW("/gpu_markers/pending_ms"), ns_to_ms(m.pending_ns));
   out.field(STEPTRACE_ROW("/gpu_markers/pending_share"), step_ms > 0 ? std::optional<double>(ns_to_ms(m.pending_ns) / step_ms) : std::nullopt,
-            "the step has no time");
+            reason_text(Reason::step_no_time));
   out.field(STEPTRACE_ROW("/gpu_markers/span_ms"), m.span_ns ? std::optional<double>(ns_to_ms(*m.span_ns)) : std::nullopt,
             reason_text(Reason::markers_span_unmarked));
   out.field(STEPTRACE_ROW("/gpu_markers/end_lag_ms"), m.end_lag_ns ? std::optional<double>(ns_to_ms(*m.end_lag_ns)) : std::nullopt,

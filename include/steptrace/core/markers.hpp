@@ -19,6 +19,7 @@
 
 #include "intervals.hpp"
 #include "phase.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -66,12 +67,12 @@ inline std::optional<StepMarkers> summarize_markers(const std::vector<MarkerPoin
   std::optional<int64_t> step_begin_gpu;
   for (const MarkerPoint& p : points) {
     if (p.gpu_ns < p.host_ns - kMarkerClockSlackNs) {
-      if (why) *why = "a marker's GPU time read before its host time by more than 0.1 ms (the clock calibration is off)";
+      if (why) *why = reason_text(Reason::markers_before_host);
       return std::nullopt;
     }
     // One stream runs its events in the order they were recorded.
     if (p.gpu_ns + kMarkerClockSlackNs < previous_gpu) {
-      if (why) *why = "the markers' GPU times are out of the order they were recorded in";
+      if (why) *why = reason_text(Reason::markers_out_of_order);
       return std::nullopt;
     }
     previous_gpu = std::max(previous_gpu, p.gpu_ns);

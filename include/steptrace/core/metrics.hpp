@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dtype.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -164,13 +165,13 @@ inline PeakFlops resolve_peak_flops(std::optional<std::string_view> device_name,
     return p;
   }
   if (!device_name) {
-    p.null_reason = "no GPU, and peak_flops is not set";
+    p.null_reason = reason_text(Reason::no_gpu_no_peak);
     return p;
   }
   const PeakFlopsEntry* e = match_peak_flops(*device_name);
   if (!e) {
-    p.null_reason = "no peak-FLOPs entry for device '" + std::string(*device_name) +
-                    "'; set peak_flops (STEPTRACE_PEAK_FLOPS) to the dense FLOP/s of one GPU";
+    p.null_reason = reason_text(Reason::no_peak_entry, std::string(*device_name) +
+                                                     "'; set peak_flops (STEPTRACE_PEAK_FLOPS) to the dense FLOP/s of one GPU");
     return p;
   }
   p.flops_per_second = peak_flops_per_second(*e, dtype);

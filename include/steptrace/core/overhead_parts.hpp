@@ -61,7 +61,7 @@ inline const char* basis_name(PartBasis b) {
 
 /// One part of the estimate.
 struct OverheadPart {
-  Measured<double> fraction{"the estimate's parts were not computed for this line"};  // share of the step, or why not
+  Measured<double> fraction{reason_text(Reason::parts_not_computed)};  // share of the step, or why not
   PartBasis basis = PartBasis::none;
 };
 
@@ -303,7 +303,7 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
                                          bool framework_steps = false) {
   OverheadParts p;
   p.present = true;
-  const std::string pending = "no traced step observed yet", untimed = "no step timed yet";
+  const std::string pending = reason_text(Reason::no_traced_step_yet), untimed = reason_text(Reason::no_step_timed);
   p.tracing.fraction.set(e.tracing_fraction, pending);
   p.tracing.basis = e.method == EstimateMethod::measured ? PartBasis::measured : PartBasis::modelled;
   p.attached.fraction.set(e.attached_fraction, pending);
@@ -311,12 +311,11 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
   switch (counters) {
     case CountersRun::around_traced_steps:
       p.counters.basis = PartBasis::in_tracing;
-      p.counters.fraction.unknown("PM sampling runs only around traced steps: its cost is inside tracing's");
+      p.counters.fraction.unknown(reason_text(Reason::counters_in_tracing));
       break;
     case CountersRun::every_step:
       p.counters.basis = PartBasis::not_measured;
-      p.counters.fraction.unknown("PM sampling runs on every step (trace_every set or overhead_budget=0): no step "
-                                  "without it to compare with");
+      p.counters.fraction.unknown(reason_text(Reason::counters_every_step));
       break;
     case CountersRun::off:
       p.counters.basis = PartBasis::off;

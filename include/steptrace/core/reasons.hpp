@@ -83,7 +83,86 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(markers_end_unmarked, "ba1f437f", kWhole, "the step's end was not marked") \
   X(markers_not_traced, "cbd52c40", kWhole, "the step was not traced: no records to compare with") \
   X(records_incomplete, "69a02012", kWhole, "the step's GPU records are incomplete") \
-  X(framework_steps_unbounded, "5b776841", kWhole, "a framework's callbacks open and close the steps: what they cost the framework's own code around their calls is in no measurement (inside one run the callbacks cost several times what the lines estimate: docs/python.md), so the cost has no upper end here")
+  X(framework_steps_unbounded, "5b776841", kWhole, "a framework's callbacks open and close the steps: what they cost the framework's own code around their calls is in no measurement (inside one run the callbacks cost several times what the lines estimate: docs/python.md), so the cost has no upper end here") \
+  X(no_step_ended, "ccc00d40", kWhole, "no step ended") \
+  X(gpu_no_uuid, "24cf7caf", kWhole, "the GPU reported no UUID") \
+  X(no_step_had_line, "ae368080", kWhole, "no step had a line") \
+  X(no_after_last_step, "fc870dda", kWhole, "no step, or the last step's scope was still open at the end") \
+  X(stall_not_read, "7f762759", kWhole, "not read: the stall watchdog did not fill it in") \
+  X(no_step_closed, "84b97656", kWhole, "no step has closed yet") \
+  X(step_scope_still_open, "f5cc52fa", kWhole, "the step's TRACE_STEP scope is still open") \
+  X(clock_unconvertible, "442152ea", kWhole, "its clock reading could not be converted") \
+  X(gpu_record_unnamed, "aef18a0f", kWhole, "the last GPU record carried no name") \
+  X(stall_no_record_yet, "0ba3ad12", kWhole, "no kernel, copy or memset record has come in yet") \
+  X(stall_no_pm_sample, "1e1dadd5", kWhole, "no PM sample has been decoded yet") \
+  X(stall_no_sm_activity, "c7da7bcc", kWhole, "the recent PM samples carry no SM activity") \
+  X(stall_counters_paused, "1e7c869b", kWhole, "PM sampling paused between traced steps (overhead_budget decides): no recent sample") \
+  X(stall_step_untraced, "1133d53d", kPrefix, "the open step is not traced (trace_every ") \
+  X(no_attribution_because, "12c5393b", kPrefix, "no GPU attribution: ") \
+  X(markers_not_armed, "1fd8b013", kWhole, "the stream markers are not armed") \
+  X(no_gpu_attribution, "2129a699", kWhole, "no GPU attribution") \
+  X(counters_off, "6f10d2cd", kWhole, "hardware counters are off") \
+  X(no_step_had_count, "490c0cd0", kPrefix, "no step since start() had ") \
+  X(count_sum_not_finite, "47a95aff", kPrefix, "the sum of the steps' ") \
+  X(no_between_records, "ede2b2bd", kWhole, "no GPU records between steps") \
+  X(no_stream_markers, "da470f09", kWhole, "no stream markers") \
+  X(nvml_not_open, "7c2dcf8e", kWhole, "NVML is not open yet (the background thread opens it after start())") \
+  X(nvml_no_reading_yet, "1b728d62", kWhole, "no NVML reading within or before this step yet (NVML opens in the background after start())") \
+  X(no_memory_sample_yet, "40d04464", kWhole, "no device-memory sample yet") \
+  X(parallel_not_read, "132bf051", kWhole, "the parallel sizes were not read") \
+  X(model_parallel_not_dividing, "5c106f4b", kPrefix, "model_parallel (tensor ") \
+  X(no_gpu_no_peak, "deab13da", kWhole, "no GPU, and peak_flops is not set") \
+  X(no_peak_entry, "9a8f5634", kPrefix, "no peak-FLOPs entry for device '") \
+  X(not_finite, "79176e99", kPrefix, "not a finite number (") \
+  X(rate_not_finite, "0dd146ab", kPrefix, "the count over the step time is not a finite number (") \
+  X(scalar_not_finite, "8fa492f6", kPrefix, "the last value recorded was ") \
+  X(host_ms_left_out, "28552f18", kPrefix, "host_ms was left out: ") \
+  X(step_no_time, "93d89586", kWhole, "the step has no time") \
+  X(step_no_attribution, "95e84c73", kPrefix, "this step has no GPU attribution (") \
+  X(counter_values_excluded, "15aad68c", kPrefix, "no value in [0, 1] over this ") \
+  X(no_sample_used, "f6ae4b81", kWhole, "no sample used") \
+  X(work_needs_wait, "4b0cafcf", kWhole, "own work needs the collective wait") \
+  X(phase_not_opened, "0e819970", kPrefix, "no phase scope '") \
+  X(busy_over_window, "77096e51", kPrefix, "the step's GPU work was busy ") \
+  X(kernels_over_streams, "eca81f10", kPrefix, "kernels over their streams' time: ") \
+  X(sm_efficiency_outside, "b0ec9ff0", kPrefix, "gpu.sm_efficiency = ") \
+  X(markers_before_host, "7f5add01", kWhole, "a marker's GPU time read before its host time by more than 0.1 ms (the clock calibration is off)") \
+  X(markers_out_of_order, "47ceb89c", kWhole, "the markers' GPU times are out of the order they were recorded in") \
+  X(warm_up_uncounted, "1f21ae38", kWhole, "no step counted yet (warm-up)") \
+  X(no_traced_step_yet, "167d807d", kWhole, "no traced step observed yet") \
+  X(no_estimate_yet, "2214e1aa", kWhole, "no estimate yet") \
+  X(modelled_no_spread, "56af7225", kWhole, "method launch_model: the extra is modelled, it has no spread") \
+  X(parts_not_computed, "c2ba9f14", kWhole, "the estimate's parts were not computed for this line") \
+  X(no_step_timed, "9d18b431", kWhole, "no step timed yet") \
+  X(counters_in_tracing, "d59bbd99", kWhole, "PM sampling runs only around traced steps: its cost is inside tracing's") \
+  X(counters_every_step, "6ff36c97", kWhole, "PM sampling runs on every step (trace_every set or overhead_budget=0): no step without it to compare with") \
+  X(budget_trace_every_set, "c7d54c4d", kWhole, "trace_every set explicitly: no budget applies") \
+  X(budget_zero, "91addd50", kWhole, "overhead_budget=0: every step is traced") \
+  X(summary_of_later_step, "c04a10e2", kWhole, "this rank's next summary is of a later step") \
+  X(no_summary_posted, "e7b539b7", kWhole, "no summary posted since the previous line (one every cross_rank_every steps)") \
+  X(not_captured, "38a70e00", kWhole, "step not captured") \
+  X(slow_not_captured, "7f977019", kPrefix, "slow step not captured: within the slow-step rule's rate limit (one capture per ") \
+  X(recorder_no_file, "e1d10ea6", kWhole, "flight recorder off: no log file to put trace files beside and no trace_dir") \
+  X(gpu_off_by_env, "5137284f", kWhole, "GPU measurement switched off by STEPTRACE_GPU=off in the environment") \
+  X(gpu_off_by_program, "e3c5f6f8", kWhole, "GPU measurement switched off by the program (its setting gpu=off)") \
+  X(counters_setting_off, "e91c21b2", kWhole, "hardware counters switched off (counters=off / STEPTRACE_COUNTERS=off)") \
+  X(counters_cupti_off, "9e745b42", kWhole, "hardware counters are read through CUPTI, switched off (cupti=off / STEPTRACE_CUPTI=off)") \
+  X(counters_detach, "3d7fee99", kWhole, "hardware counters are not read with untraced_cupti=detach: detaching CUPTI between traced steps would end PM sampling") \
+  X(counters_unavailable, "ed0a79ca", kPrefix, "hardware counters unavailable: ") \
+  X(counters_stopped, "b1217581", kPrefix, "hardware counters stopped: ") \
+  X(markers_backend_none, "19a63af1", kWhole, "this GPU backend has no stream markers") \
+  X(markers_setting_off, "25dee9f5", kWhole, "stream markers switched off (stream_markers=false / STEPTRACE_STREAM_MARKERS=0)") \
+  X(markers_moved_default, "c8964738", kWhole, "the step thread's kernel launches moved to the default stream; the records decide whether it is marked") \
+  X(markers_spread, "c8f9998a", kWhole, "the step thread's kernel launches spread over streams (none took 9 in 10): name one with set_marker_stream") \
+  X(markers_stream_destroyed, "6d646a31", kWhole, "the program destroyed the stream the markers were recorded on; a traced step shows the next one") \
+  X(markers_unreadable, "6c893c80", kWhole, "a marker's GPU time could not be read") \
+  X(markers_end_not_marked, "7f12692d", kWhole, "the step's end was not marked (its scope did not end, no free marker slot, a CUDA graph capture, or another CUDA context current)") \
+  X(markers_skipped, "e1469a86", kPrefix, "markers not recorded in this step: ") \
+  X(markers_setup_failed, "86ce0e3a", kPrefix, "stream markers could not be set up: ") \
+  X(markers_line_due, "52359d82", kWhole, "the GPU had not reached the step's last marker when its line was due (max_lag_steps, max_lag_ms)") \
+  X(markers_none_recorded, "85b79e18", kWhole, "no marker was recorded in this step") \
+  X(markers_stream_id_unknown, "8e0e3cd3", kWhole, "the marker stream's id in the GPU records is not known (CUPTI did not give it)") \
+  X(markers_other_streams, "5c39cce8", kPrefix, "traced step ")
 
 /// A reason's id.
 enum class Reason : uint16_t {

@@ -19,13 +19,14 @@
 #include "json_writer.hpp"
 #include "line_sections.hpp"
 #include "measured.hpp"
+#include "reasons.hpp"
 #include "run_info.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
 inline constexpr const char* kStallSchemaVersion = "steptrace.stall/1";
 /// A stall report's GPU reading before the watchdog has filled it in (a report made by hand).
-inline constexpr const char* kStallNotRead = "not read: the stall watchdog did not fill it in";
+inline const char* const kStallNotRead = reason_text(Reason::stall_not_read);
 
 class StallWatch {
  public:
@@ -167,10 +168,10 @@ inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
   write_event_identity<Record::stall>(out, run, r.unix_ns);
   out.field(STEPTRACE_STALL_ROW("/open_step"), r.open_step).field(STEPTRACE_STALL_ROW("/stalled_s"), r.stalled_s);
   out.field(STEPTRACE_STALL_ROW("/threshold_s"), r.threshold_s);
-  out.field(STEPTRACE_STALL_ROW("/median_step_ms"), r.median_step_ms, "no step has closed yet");
+  out.field(STEPTRACE_STALL_ROW("/median_step_ms"), r.median_step_ms, reason_text(Reason::no_step_closed));
   out.field(STEPTRACE_STALL_ROW("/report"), r.report).field(STEPTRACE_STALL_ROW("/next_report_s"), r.next_report_s);
   out.field(STEPTRACE_STALL_ROW("/step_scope_open"), r.step_scope_open);
-  out.field(STEPTRACE_STALL_ROW("/step_scope_closed_s"), r.step_scope_closed_s, "the step's TRACE_STEP scope is still open");
+  out.field(STEPTRACE_STALL_ROW("/step_scope_closed_s"), r.step_scope_closed_s, reason_text(Reason::step_scope_still_open));
   out.begin_array(STEPTRACE_STALL_ROW("/threads"));
   for (const auto& t : r.threads) {
     out.begin_element()
@@ -181,7 +182,7 @@ inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
     for (const auto& p : t.phases)
       out.begin_element()
           .field(STEPTRACE_STALL_ROW("/threads/*/open_phases/*/phase"), p.name)
-          .field(STEPTRACE_STALL_ROW("/threads/*/open_phases/*/open_s"), p.open_s, "its clock reading could not be converted")
+          .field(STEPTRACE_STALL_ROW("/threads/*/open_phases/*/open_s"), p.open_s, reason_text(Reason::clock_unconvertible))
           .end_object();
     out.end_array().end_object();
   }
@@ -190,7 +191,7 @@ inline std::string make_stall_line(const StallReport& r, const RunInfo& run) {
   out.begin_object(STEPTRACE_STALL_ROW("/gpu"));
   out.field(STEPTRACE_STALL_ROW("/gpu/last_activity_s"), r.last_gpu_activity_s);
   out.optional_text(STEPTRACE_STALL_ROW("/gpu/last_activity"), r.last_gpu_activity_name,
-                    r.last_gpu_activity_s ? "the last GPU record carried no name" : r.last_gpu_activity_s.why());
+                    r.last_gpu_activity_s ? std::string(reason_text(Reason::gpu_record_unnamed)) : r.last_gpu_activity_s.why());
   out.field(STEPTRACE_STALL_ROW("/gpu/open_step_launches"), r.open_step_launches);
   out.field(STEPTRACE_STALL_ROW("/gpu/open_step_outstanding"), r.open_step_outstanding);
   out.begin_object(STEPTRACE_STALL_ROW("/gpu/outstanding_by_phase"));

@@ -119,7 +119,7 @@ struct MfuResult {
   bool above_one = false;  // a number above 1 is impossible: the FLOPs count or the peak is wrong
   ParallelSizes parallel;
   // world_size / (tensor x pipeline x context), or why the sizes do not give one
-  Measured<int64_t> data_parallel_size{"the parallel sizes were not read"};
+  Measured<int64_t> data_parallel_size{reason_text(Reason::parallel_not_read)};
   std::optional<double> tokens_per_second_per_gpu;   // tokens_per_second / (tensor x pipeline x context)
 };
 
@@ -140,7 +140,7 @@ inline MfuResult compute_mfu(double flops_per_token, const std::optional<double>
   if (mp >= 1 && parallel.world_size >= 1 && parallel.world_size % mp == 0) {
     r.data_parallel_size = static_cast<int64_t>(parallel.world_size / mp);
   } else {
-    r.data_parallel_size.unknown("model_parallel (tensor " + std::to_string(parallel.tensor) + " x pipeline " +
+    r.data_parallel_size.unknown(reason_text(Reason::model_parallel_not_dividing, std::to_string(parallel.tensor)) + " x pipeline " +
                              std::to_string(parallel.pipeline) + " x context " + std::to_string(parallel.context) +
                              " = " + std::to_string(mp) + ") does not divide world_size " +
                              std::to_string(parallel.world_size));

@@ -233,8 +233,7 @@ class CrossRankLink {
       own_.pop_front();
     } else {
       in.rank_wait.unknown(!exchange_ && own_.empty() ? no_view  // set whenever there is no exchange
-                           : !own_.empty() ? "this rank's next summary is of a later step"
-                                           : "no summary posted since the previous line (one every cross_rank_every steps)");
+                           : reason_text(!own_.empty() ? Reason::summary_of_later_step : Reason::no_summary_posted));
     }
   }
 

@@ -120,9 +120,8 @@ class FlightRecorder {
     const TraceTrigger::Decision d = trigger_.look(st);
     stats_.slow_suppressed = trigger_.slow_suppressed();
     if (d.reasons.empty()) {
-      t.null_reason = d.slow_suppressed ? "slow step not captured: within the slow-step rule's rate limit (one capture per " +
-                                              std::to_string(trigger_.gap_steps()) + " steps at most)"
-                                        : "step not captured";
+      t.null_reason = d.slow_suppressed ? reason_text(Reason::slow_not_captured, std::to_string(trigger_.gap_steps()) + " steps at most)")
+                                        : std::string(reason_text(Reason::not_captured));
       return t;
     }
     const bool automatic = std::all_of(d.reasons.begin(), d.reasons.end(), [](const std::string& r) {

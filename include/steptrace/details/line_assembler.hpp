@@ -42,7 +42,7 @@ struct LineContext {
   bool counters_on = false;
   bool counters_traced_only = false;  // PM sampling paused between traced steps (overhead_budget decides)
   bool device_state_on = false;
-  std::string device_state_null_reason = "NVML is not open yet (the background thread opens it after start())";
+  std::string device_state_null_reason = reason_text(Reason::nvml_not_open);
   std::string memory_null_reason;  // updated by the worker when memory sampling stops
 };
 
@@ -109,7 +109,7 @@ class LineAssembler {
     uint64_t gpu_dropped_records = 0;
     uint64_t steps_dropped_total = 0;
     uint64_t lines_unwritten_total = 0;
-    Measured<StepMarkers> markers{"no stream markers"};  // the step's stream markers, read back (details/marker_ring.hpp)
+    Measured<StepMarkers> markers{reason_text(Reason::no_stream_markers)};  // the step's stream markers, read back (details/marker_ring.hpp)
   };
   StepLineInput assemble(const StepRecord& r, std::optional<StepGpu> gpu, const std::string& untraced, const Extra& x) {
     StepLineInput in;
@@ -136,7 +136,7 @@ class LineAssembler {
     }
     if (ctx_.device_state_on)
       in.device_state.set(summarize_device_state(device_states_, r.begin_ns, r.own_end_ns()),
-                          "no NVML reading within or before this step yet (NVML opens in the background after start())");
+                          reason_text(Reason::nvml_no_reading_yet));
     else
       in.device_state.unknown(ctx_.device_state_null_reason);
     // device_states_: keep the latest reading before this step (fallback for a short next step).
@@ -226,9 +226,9 @@ class LineAssembler {
     const auto add = [](const std::optional<double>& count, Total& t, Measured<double>& out, const char* what) {
       if (count) t.sum += *count, t.seen = true;
       if (!t.seen)
-        out.unknown(std::string("no step since start() had ") + what + " (set " + what + "_per_step or TRACE_STEP(tokens, samples))");
+        out.unknown(reason_text(Reason::no_step_had_count, std::string(what) + " (set " + what + "_per_step or TRACE_STEP(tokens, samples))"));
       else if (!std::isfinite(t.sum))
-        out.unknown(std::string("the sum of the steps' ") + what + " is not a finite number");
+        out.unknown(reason_text(Reason::count_sum_not_finite, std::string(what) + " is not a finite number"));
       else
         out = t.sum;
     };
@@ -287,7 +287,7 @@ class LineAssembler {
     // the next step if that one is shorter than the sampling period.
     while (memory_samples_.size() > 1 && memory_samples_[1].time_ns <= r.begin_ns) memory_samples_.pop_front();
     if (!m.device_used_peak_bytes)
-      m.null_reason = ctx_.memory_null_reason.empty() ? "no device-memory sample yet" : ctx_.memory_null_reason;
+      m.null_reason = ctx_.memory_null_reason.empty() ? std::string(reason_text(Reason::no_memory_sample_yet)) : ctx_.memory_null_reason;
     return m;
   }
 

@@ -136,10 +136,7 @@ class MarkerRing {
       candidate_ = 0;
       // No stream of its own holds the step's work: the records decide (legacy), or nothing. A learnt
       // stream is left once two traced steps in a row say so (its markers would see an idle stream).
-      if (learned && ++contradicted_ >= 2) unlearn(l.stream <= 2 ? "the step thread's kernel launches moved to the "
-                                                                  "default stream; the records decide whether it is marked"
-                                                                : "the step thread's kernel launches spread over streams "
-                                                                  "(none took 9 in 10): name one with set_marker_stream");
+      if (learned && ++contradicted_ >= 2) unlearn(reason_text(l.stream <= 2 ? Reason::markers_moved_default : Reason::markers_spread));
       return;
     }
     contradicted_ = 0;
@@ -179,7 +176,7 @@ class MarkerRing {
       std::lock_guard<std::mutex> lock(why_mutex_);  // arm() checks forgotten_ under it: none arms after
       forgotten_.store(true, std::memory_order_seq_cst);
       armed_.store(false, std::memory_order_seq_cst);
-      why_off_ = "the program destroyed the stream the markers were recorded on; a traced step shows the next one";
+      why_off_ = reason_text(Reason::markers_stream_destroyed);
     }
     // Not under the lock: a mark in progress may take it (its events failing to open).
     while (in_mark_.load(std::memory_order_seq_cst)) std::this_thread::yield();
@@ -264,11 +261,10 @@ class MarkerRing {
       ++steps_left_out_;
       out.clear();
       if (why)
-        *why = failed    ? "a marker's GPU time could not be read"
-               : !ended  ? "the step's end was not marked (its scope did not end, no free marker slot, a CUDA graph "
-                           "capture, or another CUDA context current)"
-                         : std::to_string(skipped) + " of the step's markers were not recorded (no free slot, a CUDA graph "
-                                                     "capture, or another CUDA context current)";
+        *why = failed    ? std::string(reason_text(Reason::markers_unreadable))
+               : !ended  ? std::string(reason_text(Reason::markers_end_not_marked))
+                         : reason_text(Reason::markers_skipped, std::to_string(skipped) +
+                                                                    " of them (no free slot, a CUDA graph capture, or another CUDA context current)");
       return Collect::left_out;
     }
     return Collect::ready;
@@ -357,7 +353,7 @@ class MarkerRing {
           armed_.store(false, std::memory_order_relaxed);
           {
             std::lock_guard<std::mutex> lock(why_mutex_);
-            why_off_ = "stream markers could not be set up: " + err;
+            why_off_ = reason_text(Reason::markers_setup_failed, err);
           }
           warn_once("markers.open", "stream markers off: " + err + " (lines keep their other evidence)");
           return;

@@ -191,7 +191,7 @@ class ReadingsPoller {
         return;
       }
     }
-    stop_counters("hardware counters stopped: " + err);
+    stop_counters(reason_text(Reason::counters_stopped, err));
     warn_once("counters.poll", ctx.counters_null_reason);
   }
 
@@ -217,7 +217,7 @@ class ReadingsPoller {
       lines_.set_counters_paused(counters_paused_ ? std::optional<int64_t>(monotonic_ns()) : std::nullopt);
       return;
     }
-    stop_counters(std::string("hardware counters stopped: ") + (want ? "resuming" : "pausing") +
+    stop_counters(reason_text(Reason::counters_stopped) + std::string(want ? "resuming" : "pausing") +
                   " PM sampling between traced steps failed: " + err);
     warn_once("counters.duty", lines_.context().counters_null_reason);
   }

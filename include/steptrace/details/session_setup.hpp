@@ -23,7 +23,7 @@ inline FlightRecorder::Settings Session::flight_settings(const Config& cfg, cons
                                     " and trace_dir is not set (trace files go beside the log, or to trace_dir / "
                                     "STEPTRACE_TRACE_DIR); the flight recorder and remote captures are off");
     f.keep_steps = 0;
-    f.off_reason = "flight recorder off: no log file to put trace files beside and no trace_dir";
+    f.off_reason = reason_text(Reason::recorder_no_file);
   } else if (f.dir.empty()) {
     const auto slash = log_path_.rfind('/');
     f.dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log_path_.substr(0, slash);
@@ -94,8 +94,8 @@ inline void Session::probe_device(LineContext& ctx) {
   if (ctx.cfg.gpu == Mode::off) {  // who switched it off: the environment, or the program's own setting
     const char* env = std::getenv("STEPTRACE_GPU");
     ctx.run.device_null_reason = env && std::string(env) == "off"
-                                     ? "GPU measurement switched off by STEPTRACE_GPU=off in the environment"
-                                     : "GPU measurement switched off by the program (its setting gpu=off)";
+                                     ? reason_text(Reason::gpu_off_by_env)
+                                     : reason_text(Reason::gpu_off_by_program);
     return;
   }
   if (forked_after_cuda().load(std::memory_order_relaxed)) {  // details/fork.hpp
@@ -144,8 +144,8 @@ inline void Session::start_attribution(LineContext& ctx) {
     return;
   }
   attribution_ = true;
-  if (cfg.stream_markers) marker_ring().attach(gpu_->markers(), "this GPU backend has no stream markers");
-  else marker_ring().attach(nullptr, "stream markers switched off (stream_markers=false / STEPTRACE_STREAM_MARKERS=0)");
+  if (cfg.stream_markers) marker_ring().attach(gpu_->markers(), reason_text(Reason::markers_backend_none));
+  else marker_ring().attach(nullptr, reason_text(Reason::markers_setting_off));
 }
 
 /// The program destroyed the stream the markers were recorded on (any thread, from CUPTI's callback as
@@ -169,14 +169,13 @@ inline void Session::start_counters(LineContext& ctx) {
   const Config& cfg = ctx.cfg;
   std::string& why = ctx.counters_null_reason;
   if (!ctx.run.device) {
-    why = "no GPU measured: " + ctx.run.device_null_reason;
+    why = reason_text(Reason::no_gpu_measured, ctx.run.device_null_reason);
   } else if (cfg.counters == Mode::off) {
-    why = "hardware counters switched off (counters=off / STEPTRACE_COUNTERS=off)";
+    why = reason_text(Reason::counters_setting_off);
   } else if (cfg.cupti == Mode::off) {
-    why = "hardware counters are read through CUPTI, switched off (cupti=off / STEPTRACE_CUPTI=off)";
+    why = reason_text(Reason::counters_cupti_off);
   } else if (detach_) {
-    why = "hardware counters are not read with untraced_cupti=detach: detaching CUPTI between traced steps would "
-          "end PM sampling";
+    why = reason_text(Reason::counters_detach);
   } else {
     const std::string err = gpu_->start_counters(ctx.run.device->index, counters_interval_ns(cfg),
                                                  counters_buffer_bytes(cfg));

@@ -128,7 +128,7 @@ class StallWatchdog {
         r.last_gpu_activity_s = static_cast<double>(now_ns + gpu.clock_offset_ns - last_end_ns_) / 1e9;
         r.last_gpu_activity_name = demangle(last_name_);
       } else {
-        r.last_gpu_activity_s.unknown("no kernel, copy or memset record has come in yet");
+        r.last_gpu_activity_s.unknown(reason_text(Reason::stall_no_record_yet));
       }
       if (!gpu.untraced_reason.empty()) {
         r.open_step_launches.unknown(gpu.untraced_reason);
@@ -169,7 +169,7 @@ class StallWatchdog {
     };
     if (!gpu.off_reason.empty()) return neither(gpu.off_reason);
     if (!gpu.counters_off_reason.empty()) return neither(gpu.counters_off_reason);
-    if (samples_.empty()) return neither("no PM sample has been decoded yet");
+    if (samples_.empty()) return neither(reason_text(Reason::stall_no_pm_sample));
     const int64_t newest = samples_.back().end_ns;
     r.sm_active_sample_age_s = static_cast<double>(now_ns + gpu.clock_offset_ns - newest) / 1e9;
     double sum = 0, weight = 0;
@@ -179,7 +179,7 @@ class StallWatchdog {
         weight += static_cast<double>(c.end_ns - c.start_ns);
       }
     if (weight > 0) r.sm_active_recent = sum / weight;
-    else r.sm_active_recent.unknown("the recent PM samples carry no SM activity");
+    else r.sm_active_recent.unknown(reason_text(Reason::stall_no_sm_activity));
   }
 
   StallWatch watch_;

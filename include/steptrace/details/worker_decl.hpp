@@ -220,14 +220,14 @@ class Worker {
         collect_gpu_records();
         g.attributor = &attributor_;
         g.clock_offset_ns = s_.gpu->gpu_clock_offset_ns();
-        if (!ctx.counters_on) g.counters_off_reason = ctx.counters_null_reason.empty() ? "hardware counters are off" : ctx.counters_null_reason;
+        if (!ctx.counters_on) g.counters_off_reason = ctx.counters_null_reason.empty() ? std::string(reason_text(Reason::counters_off)) : ctx.counters_null_reason;
         else if (readings_.counters_paused())  // the samples held are from the last traced step, not from now
-          g.counters_off_reason = "PM sampling paused between traced steps (overhead_budget decides): no recent sample";
+          g.counters_off_reason = reason_text(Reason::stall_counters_paused);
         if (!s_.recorder->open_view().traced)
-          g.untraced_reason = "the open step is not traced (trace_every " + std::to_string(s_.recorder->trace_every_in_force()) +
-                              "): its launches are not followed";
+          g.untraced_reason = reason_text(Reason::stall_step_untraced, std::to_string(s_.recorder->trace_every_in_force()) +
+                              "): its launches are not followed");
       } else {
-        g.off_reason = "no GPU attribution: " + ctx.gpu_null_reason;
+        g.off_reason = reason_text(Reason::no_attribution_because, ctx.gpu_null_reason);
       }
       line = watchdog_.stall_line(now, unix_ns(), *s_.recorder, g, ctx.run, demangle_);
       logger()->warn("stall: step {} has been open {:.1f} s (threshold {:.1f} s); the stall record names the open "

@@ -59,7 +59,7 @@ inline void Worker::emit_ready(bool stopping) {
     process(r, std::move(gpu), untraced, std::move(between));
     try {
       flight_.keep(r, traced ? &activity : nullptr, complete,
-                   traced ? std::string() : untraced.empty() ? "no GPU attribution: " + lines_.context().gpu_null_reason : untraced,
+                   traced ? std::string() : untraced.empty() ? reason_text(Reason::no_attribution_because, lines_.context().gpu_null_reason) : untraced,
                    demangle_);
       if (flight_.has_due()) flight_.write_due(trace_env());
     } catch (const std::exception& e) {
@@ -91,7 +91,7 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
     switch (ring.collect(r.index, points, &t.why)) {
       case MarkerRing::Collect::pending: {
         if (!incomplete_line_due(r, stopping)) return false;
-        t.why = "the GPU had not reached the step's last marker when its line was due (max_lag_steps, max_lag_ms)";
+        t.why = reason_text(Reason::markers_line_due);
         break;
       }
       case MarkerRing::Collect::none: {
@@ -103,7 +103,7 @@ inline bool Worker::take_markers(const StepRecord& r, bool stopping) {
         t.why = !ring.armed() ? ring.why_off()
                 : first < 0 || static_cast<int64_t>(r.index) < first
                     ? reason_text(Reason::markers_armed_late)
-                    : "no marker was recorded in this step";
+                    : reason_text(Reason::markers_none_recorded);
         break;
       }
       case MarkerRing::Collect::ready:
@@ -131,7 +131,7 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
   if (ring.stream_chosen() || ring.stream_forgotten()) return;
   const int64_t id = ring.stream_id();
   if (id < 0) {
-    ring.arm(false, "the marker stream's id in the GPU records is not known (CUPTI did not give it)");
+    ring.arm(false, reason_text(Reason::markers_stream_id_unknown));
     return;
   }
   auto it = gpu.stream_busy_ns.find(static_cast<uint32_t>(id));
@@ -142,7 +142,7 @@ inline void Worker::gate_markers(const StepGpu& gpu, uint64_t step) {
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f %%", (1 - share) * 100);
-  ring.arm(false, "traced step " + std::to_string(step) + " ran " + buf +
+  ring.arm(false, reason_text(Reason::markers_other_streams, std::to_string(step)) + " ran " + buf +
                       " of its GPU work on other streams than the legacy default stream (a marker there would order "
                       "them), and no stream took 9 in 10 of the step thread's kernel launches: name the program's "
                       "stream with steptrace::set_marker_stream");

@@ -14,8 +14,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   o.untraced_cupti = untraced_cupti_of(r);
   if (s_.attribution) o.kernel_timestamps = s_.gpu->kernel_timestamps();  // asked again at every attach
   if (budget_decides(cfg)) o.budget = cfg.overhead_budget;
-  else o.no_budget_reason = cfg.trace_every >= 1 ? "trace_every set explicitly: no budget applies"
-                                                 : "overhead_budget=0: every step is traced";
+  else o.no_budget_reason = reason_text(cfg.trace_every >= 1 ? Reason::budget_trace_every_set : Reason::budget_zero);
   // The stream markers' records this step, as measured on the step's thread (taken as the next step
   // began; the last step has none: its markers' cost goes uncounted).
   // A traced step's markers are not what a marked untraced step costs (at a short interval most marked
