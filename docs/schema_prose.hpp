@@ -755,6 +755,10 @@ inline constexpr FieldProse kEndProse[] = {
     {"/lines_incomplete",
      "of those, lines written before all their GPU records came (`gpu.complete: false`)",
      nullptr},
+    {"/stall_records",
+     "stall records the stall watchdog wrote since `start()` (each stall's first and its repeats, "
+     "\"Stall and resumed records\" below); `null` when the watchdog is off (`stall_after_s` 0)",
+     nullptr},
     {"/dropped/steps_total",
      "as on the step lines",
      nullptr},

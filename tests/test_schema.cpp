@@ -604,6 +604,7 @@ TEST_CASE("every value of the end record is declared with its type, and every ro
   full.unix_ns = 1'700'000'000'000'000'000;
   full.last_global_step = 9;
   full.lines_written = 10;
+  full.stall_records = uint64_t{2};
   full.traces.on = true;
   full.after_last_step_ns = 1'000'000;
   BetweenGpu bg;

@@ -252,6 +252,10 @@ TEST_CASE("between steps: a scope that ended long ago is said, and stall_after_s
   CHECK(stalls[0]["step_scope_open"] == false);
   CHECK(stalls[0]["step_scope_closed_s"].get<double>() >= 0.2);
   CHECK(events_named(log, "resumed").empty());  // stop() is not progress
+  // The end record counts the stall records the run wrote.
+  const auto ends = events_named(log, "end");
+  REQUIRE(ends.size() == 1);
+  CHECK(ends[0]["stall_records"] == stalls.size());
 
   const auto quiet = fresh_log("stall_off");
   cfg.log_path = quiet;
@@ -263,6 +267,10 @@ TEST_CASE("between steps: a scope that ended long ago is said, and stall_after_s
   }
   steptrace::stop();
   CHECK(events_named(quiet, "stall").empty());
+  const auto quiet_end = events_named(quiet, "end");
+  REQUIRE(quiet_end.size() == 1);
+  CHECK(quiet_end[0]["stall_records"].is_null());  // no watchdog, nothing counted: why, in the record
+  CHECK(quiet_end[0]["null_reasons"]["stall_records"] == "the stall watchdog is off (stall_after_s=0)");
 }
 
 TEST_CASE("the open step's GPU work: launches without a record after a flush are outstanding, by phase", "[stall]") {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include "../core/reasons.hpp"
 #include "../core/records.hpp"
 #include "../core/run_info.hpp"
 #include "gpu_backend.hpp"
@@ -25,13 +26,13 @@ inline std::string no_gpu_reason(cudaError_t e) {
   void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
   if (!driver) {
     const char* why = dlerror();
-    return std::string("no NVIDIA driver found (libcuda.so.1 cannot be loaded") + (why ? std::string(": ") + why : "") + ")";
+    return reason_text(Reason::no_driver, std::string("libcuda.so.1 cannot be loaded") + (why ? std::string(": ") + why : "") + ")");
   }
   dlclose(driver);
   if (e == cudaErrorInsufficientDriver)
-    return "the NVIDIA driver is older than this program's CUDA runtime needs: " + cuda_error_text("cudaGetDeviceCount", e);
-  if (e == cudaErrorNoDevice) return "no NVIDIA GPU found (the driver sees none): " + cuda_error_text("cudaGetDeviceCount", e);
-  return "no usable GPU: " + cuda_error_text("cudaGetDeviceCount", e);
+    return reason_text(Reason::driver_too_old, cuda_error_text("cudaGetDeviceCount", e));
+  if (e == cudaErrorNoDevice) return reason_text(Reason::no_gpu_found, cuda_error_text("cudaGetDeviceCount", e));
+  return reason_text(Reason::no_usable_gpu, cuda_error_text("cudaGetDeviceCount", e));
 }
 
 /// Finds the device to measure: `requested`, or the calling thread's current device if -1.
@@ -46,7 +47,7 @@ inline DeviceProbe probe_device(int requested) {
     return p;
   }
   if (count == 0) {
-    p.null_reason = "no usable GPU: cudaGetDeviceCount returned 0";
+    p.null_reason = reason_text(Reason::no_usable_gpu, "cudaGetDeviceCount returned 0");
     return p;
   }
   int dev = requested;

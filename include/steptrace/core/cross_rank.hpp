@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "phase.hpp"
+#include "reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 
@@ -229,13 +230,11 @@ struct CrossRankView {
   /// Balanced: judged only when every rank reported, at least two, each with its wait measured
   /// (nullopt otherwise; `why` says which).
   std::optional<bool> balanced(const char** why = nullptr) const {
-    const char* w = reporting < 2 ? "fewer than two ranks reported"
-                    : missing_count ? "a rank's summary is missing (it may be the slow one)"
-                    : !(step_ms_median > 0) ? "no positive median step time"
-                    : !waits_measured ? "no kind of collective wait was measured on every rank (backward_end events, "
-                                        "`nccl` phase markers, a traced step, an `nccl` phase): step times alone "
-                                        "cannot tell"
-                                      : nullptr;
+    const char* w = reporting < 2             ? reason_text(Reason::fewer_than_two_ranks)
+                    : missing_count            ? reason_text(Reason::rank_summary_missing)
+                    : !(step_ms_median > 0)    ? reason_text(Reason::no_positive_median)
+                    : !waits_measured          ? reason_text(Reason::no_common_wait)
+                                               : nullptr;
     if (why) *why = w;
     if (w) return std::nullopt;
     return wait_share < kBalancedWaitShare;

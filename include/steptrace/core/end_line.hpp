@@ -25,6 +25,7 @@ struct EndRecord {
   uint64_t lines_incomplete = 0;  // lines written without all of their GPU records (cut short by the ending)
   uint64_t lines_cut_at_end = 0;  // lines an ending (SIGTERM, exit) had no time left for
   uint64_t steps_cut_at_end = 0;  // steps begun before an ending whose line could never reach the writer
+  Measured<uint64_t> stall_records{reason_text(Reason::stall_watchdog_off)};  // the stall records written
   TraceStats traces;              // the flight recorder's
   // What ran after the last step's scope ended (evaluation, a checkpoint before stop()): its time and
   // the GPU work launched in it (known when the last step was traced).
@@ -89,6 +90,7 @@ inline std::string make_end_line(const EndRecord& e, const RunInfo& run, FlatJso
             reason_text(Reason::no_step_had_line));
   out.field(STEPTRACE_END_ROW("/lines_written"), e.lines_written)
       .field(STEPTRACE_END_ROW("/lines_incomplete"), e.lines_incomplete);
+  out.field(STEPTRACE_END_ROW("/stall_records"), e.stall_records);
   out.begin_object(STEPTRACE_END_ROW("/dropped"));
   out.field(STEPTRACE_END_ROW("/dropped/steps_total"), e.steps_dropped_total)
       .field(STEPTRACE_END_ROW("/dropped/lines_unwritten_total"), e.lines_unwritten_total);

@@ -27,6 +27,7 @@ inline constexpr LineField kEndFields[] = {
     row("end", "/last_global_step", F::integer, "step", Nulls::possible),
     row("end", "/lines_written", F::integer, "count", Nulls::possible),
     row("end", "/lines_incomplete", F::integer, "count", Nulls::possible),
+    row("end", "/stall_records", F::integer, "count", Nulls::possible),
     member("/dropped", F::object, "—"),
     row("end", "/dropped/steps_total", F::integer, "count", Nulls::possible),
     same("/dropped/lines_unwritten_total", F::integer, "count"),

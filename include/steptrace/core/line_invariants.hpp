@@ -73,7 +73,7 @@ inline void check_line_invariants(StepLineInput& in) {
   if (step_ns > 0)
     for (const auto& [id, p] : in.host.phases) {
       if (p.step_thread_ns <= step_ns + kInvariantHostSlackNs) continue;
-      const std::string why = "phase '" + line_phase_key(id) + "' scopes on the step's thread took " +
+      const std::string why = reason_text(Reason::phase_over_step, line_phase_key(id)) + "' on the step's thread took " +
                               invariant_ms(p.step_thread_ns) + " in a " + invariant_ms(step_ns) +
                               " step, which they cannot (a scope opened before the step began?): left out";
       in.excluded["phases." + path_segment(line_phase_key(id)) + ".host_ms"] = why;

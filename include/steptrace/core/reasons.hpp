@@ -162,7 +162,20 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(markers_line_due, "52359d82", kWhole, "the GPU had not reached the step's last marker when its line was due (max_lag_steps, max_lag_ms)") \
   X(markers_none_recorded, "85b79e18", kWhole, "no marker was recorded in this step") \
   X(markers_stream_id_unknown, "8e0e3cd3", kWhole, "the marker stream's id in the GPU records is not known (CUPTI did not give it)") \
-  X(markers_other_streams, "5c39cce8", kPrefix, "traced step ")
+  X(markers_other_streams, "5c39cce8", kPrefix, "traced step ") \
+  X(stall_watchdog_off, "6ac8db21", kWhole, "the stall watchdog is off (stall_after_s=0)") \
+  X(no_job_id, "2334ae2e", kWhole, "no job id: set job_id (STEPTRACE_JOB_ID), or run under Slurm (SLURM_JOB_ID), torchrun (TORCHELASTIC_RUN_ID) or Kubernetes (the pod's name)") \
+  X(between_untraced, "762ca937", kPrefix, "no GPU records between steps: step ") \
+  X(no_driver, "2bfb791d", kPrefix, "no NVIDIA driver found (") \
+  X(driver_too_old, "9c7a444c", kPrefix, "the NVIDIA driver is older than this program's CUDA runtime needs: ") \
+  X(no_gpu_found, "910f0fef", kPrefix, "no NVIDIA GPU found (the driver sees none): ") \
+  X(no_usable_gpu, "f66cc4b6", kPrefix, "no usable GPU: ") \
+  X(fewer_than_two_ranks, "fedf3baf", kWhole, "fewer than two ranks reported") \
+  X(rank_summary_missing, "f0f9490e", kWhole, "a rank's summary is missing (it may be the slow one)") \
+  X(no_positive_median, "bb431d1e", kWhole, "no positive median step time") \
+  X(no_common_wait, "bf3f76f1", kWhole, "no kind of collective wait was measured on every rank (backward_end events, `nccl` phase markers, a traced step, an `nccl` phase): step times alone cannot tell") \
+  X(capture_budget_spent, "e3ea197a", kPrefix, "capture refused: captures have spent their share of overhead_budget (") \
+  X(phase_over_step, "7c1ae39c", kPrefix, "phase scopes longer than their step: '")
 
 /// A reason's id.
 enum class Reason : uint16_t {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../config.hpp"
+#include "../core/reasons.hpp"
 #include "../core/run_info.hpp"
 #include "../settings.hpp"
 #include "log.hpp"
@@ -79,8 +80,7 @@ inline void find_job_id(const Config& cfg, RunInfo& run) {
     run.job_id = job_id_from("HOSTNAME", pod);
     return;
   }
-  run.job_id_source = "no job id: set job_id (STEPTRACE_JOB_ID), or run under Slurm (SLURM_JOB_ID), torchrun "
-                      "(TORCHELASTIC_RUN_ID) or Kubernetes (the pod's name)";
+  run.job_id_source = reason_text(Reason::no_job_id);
 }
 
 /// 16 hex digits, new at every start(): tells two runs of one job apart (restarts, a second start()).

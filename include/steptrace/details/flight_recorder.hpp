@@ -131,10 +131,9 @@ class FlightRecorder {
     if (automatic && !extends && !budget_.affordable()) {
       ++stats_.refused_budget;
       char buf[200];
-      std::snprintf(buf, sizeof buf, "%s not captured: captures have spent their share of overhead_budget (%.3g ms of "
-                    "background CPU to pay back, ~%.0f steps like this one)", d.reasons.front().c_str(),
-                    -budget_.credit_ms(), std::ceil(budget_.steps_to_afford(step_ms)));
-      t.null_reason = buf;
+      std::snprintf(buf, sizeof buf, "a %s capture; %.3g ms of background CPU to pay back, ~%.0f steps like this one)",
+                    d.reasons.front().c_str(), -budget_.credit_ms(), std::ceil(budget_.steps_to_afford(step_ms)));
+      t.null_reason = reason_text(Reason::capture_budget_spent, buf);
       return t;
     }
     t.captured = true;

@@ -230,6 +230,7 @@ class Worker {
         g.off_reason = reason_text(Reason::no_attribution_because, ctx.gpu_null_reason);
       }
       line = watchdog_.stall_line(now, unix_ns(), *s_.recorder, g, ctx.run, demangle_);
+      ++stall_records_;
       logger()->warn("stall: step {} has been open {:.1f} s (threshold {:.1f} s); the stall record names the open "
                      "phases (report {})", watchdog_.watch().step(), watchdog_.watch().stalled_s(now),
                      watchdog_.watch().reported_threshold_s(), watchdog_.watch().reports());
@@ -295,6 +296,7 @@ class Worker {
   bool prev_traced_ = false;       // the last step taken in was traced (records on until the next began)
   std::optional<std::chrono::steady_clock::time_point> end_deadline_;  // an ending's, while it is served
   uint64_t lines_cut_at_end_ = 0;  // waiting lines an ending had no time left for
+  uint64_t stall_records_ = 0;     // stall records written (the end record's stall_records)
   uint64_t gpu_dropped_records_ = 0;
   int64_t last_flush_ns_ = 0;
   uint64_t launches_since_flush_ = 0;

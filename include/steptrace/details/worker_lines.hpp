@@ -156,8 +156,8 @@ inline Measured<BetweenGpu> Worker::gpu_after(int64_t step) {
     return {std::move(g), {}};
   }
   if (prev_traced_) return {BetweenGpu{}, {}};  // records were on and nothing was launched
-  return Measured<BetweenGpu>("step " + std::to_string(step) +
-                              " was not traced: GPU records run from a traced step's begin to the next step's begin");
+  return Measured<BetweenGpu>(reason_text(Reason::between_untraced, std::to_string(step) +
+                              " was not traced (GPU records run from a traced step's begin to the next step's begin)"));
 }
 
 /// A step's collective wait for the cross-rank window (cross_rank_link.hpp), from its own GPU evidence:
@@ -298,6 +298,7 @@ inline void Worker::write_end(const std::string& reason, uint64_t steps_cut) {
     e.steps_dropped_total = s_.queue->dropped();
     e.lines_incomplete = lines_incomplete_;
     e.lines_cut_at_end = lines_cut_at_end_;
+    if (watchdog_.enabled()) e.stall_records = stall_records_;
     e.steps_cut_at_end = steps_cut;
     if (last_taken_.index >= 0 && last_taken_.scope_end_ns > 0) {  // what ran after the last step
       e.after_last_step_ns = std::max<int64_t>(0, monotonic_ns() - last_taken_.scope_end_ns);

@@ -2,7 +2,7 @@
 // line's overhead section from the step series (TraceController decides the interval and keep or
 // detach), and switching CUPTI to detach mode (Worker's members; included at the end of worker.hpp).
 #pragma once
-#include "worker.hpp"
+#include "worker_decl.hpp"
 #include "../core/reasons.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE namespace details {
