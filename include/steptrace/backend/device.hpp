@@ -53,17 +53,18 @@ inline DeviceProbe probe_device(int requested) {
   int dev = requested;
   if (dev < 0 && (e = cudaGetDevice(&dev)) != cudaSuccess) {
     (void)cudaGetLastError();
-    p.null_reason = cuda_error_text("cudaGetDevice", e);
+    p.null_reason = reason_text(Reason::no_usable_gpu, cuda_error_text("cudaGetDevice", e));
     return p;
   }
   if (dev >= count) {
-    p.null_reason = "device " + std::to_string(dev) + " requested but only " + std::to_string(count) + " present";
+    p.null_reason = reason_text(Reason::no_usable_gpu, "device " + std::to_string(dev) + " requested but only " +
+                                                           std::to_string(count) + " present");
     return p;
   }
   cudaDeviceProp prop{};
   if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
     (void)cudaGetLastError();
-    p.null_reason = cuda_error_text("cudaGetDeviceProperties", e);
+    p.null_reason = reason_text(Reason::no_usable_gpu, cuda_error_text("cudaGetDeviceProperties", e));
     return p;
   }
   DeviceInfo d;

@@ -175,6 +175,8 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(no_positive_median, "bb431d1e", kWhole, "no positive median step time") \
   X(no_common_wait, "bf3f76f1", kWhole, "no kind of collective wait was measured on every rank (backward_end events, `nccl` phase markers, a traced step, an `nccl` phase): step times alone cannot tell") \
   X(capture_budget_spent, "e3ea197a", kPrefix, "capture refused: captures have spent their share of overhead_budget (") \
+  X(memory_sampling_stopped, "801ac674", kPrefix, "device memory sampling stopped: ") \
+  X(no_gpu, "f650f4bc", kWhole, "no GPU") \
   X(phase_over_step, "7c1ae39c", kPrefix, "phase scopes longer than their step: '")
 
 /// A reason's id.

@@ -47,11 +47,11 @@ class ReadingsPoller {
     if (sample_memory_) {
       const std::string err = gpu_.bind_thread(ctx.run.device->index);
       if (!err.empty()) {
-        ctx.memory_null_reason = err;
+        ctx.memory_null_reason = reason_text(Reason::memory_sampling_stopped, err);
         sample_memory_ = false;
       }
     } else {
-      ctx.memory_null_reason = ctx.run.device_null_reason.empty() ? "no GPU" : ctx.run.device_null_reason;
+      ctx.memory_null_reason = ctx.run.device_null_reason.empty() ? std::string(reason_text(Reason::no_gpu)) : ctx.run.device_null_reason;
     }
     if (sample_memory_) take_memory_sample();
     open_device_state();
@@ -120,7 +120,7 @@ class ReadingsPoller {
     ledger_.spent(OverheadLedger::Work::memory, cost);
     memory_pace_.taken(now, cost);
     if (!s) {
-      lines_.context().memory_null_reason = err;
+      lines_.context().memory_null_reason = reason_text(Reason::memory_sampling_stopped, err);
       warn_once("memory", "device memory sampling stopped: " + err);
       sample_memory_ = false;
       return;

@@ -184,7 +184,7 @@ inline void Session::start_counters(LineContext& ctx) {
       logger()->info("hardware counters: CUPTI PM sampling every {} us on {}", cfg.counters_interval_us,
                      gpu_->counters_description());
     } else {
-      why = "hardware counters unavailable: " + err + "; gpu.sm_efficiency is the launch-geometry estimate";
+      why = reason_text(Reason::counters_unavailable, err + "; gpu.sm_efficiency is the launch-geometry estimate");
       warn_once("counters", why);
     }
   }

@@ -35,7 +35,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (s_.attribution && budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg);
   const int markers_pace = marker_ring().armed() ? marker_ring().wanted_every() : 0;
   if (markers_pace > 0) o.markers_every = markers_pace;
-  else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : "stream_markers=false");
+  else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : std::string(reason_text(Reason::markers_setting_off)));
   if (!s_.attribution) {
     o.null_reason = reason_text(Reason::estimate_without_attribution, lines_.context().gpu_null_reason) +
                     "): steptrace costs its scopes only (benchmarks/README.md, scope_cost)";
