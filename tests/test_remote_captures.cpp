@@ -294,6 +294,36 @@ TEST_CASE("remote captures: every rank's link agrees on the same steps (2, 8 and
   }
 }
 
+TEST_CASE("remote captures: a rank that learns a request's plan from the exchange before it reads the file takes "
+          "the plan, not a refusal", "[remote_captures]") {
+  // Two H200s, session 75: rank 1 read the request first and asked; the exchange agreed; rank 0 then read
+  // the file while the plan waited in its link, and refused it ("planned already"), so steptrace-ctl
+  // reported a refusal for a rank that captured the steps.
+  auto hub = std::make_shared<Hub>(2);
+  std::vector<std::unique_ptr<details::CrossRankLink>> links;
+  for (int r = 0; r < 2; ++r) {
+    links.push_back(std::make_unique<details::CrossRankLink>());
+    links.back()->set(std::make_unique<HubMember>(hub, r), 4);
+  }
+  REQUIRE(links[1]->ask(0x00beef, 3));
+  bool agreed = false;
+  for (uint64_t step = 0; step < 12 && !agreed; ++step)
+    for (int r = 0; r < 2; ++r) {
+      links[static_cast<std::size_t>(r)]->post(closed_step(step));
+      links[static_cast<std::size_t>(r)]->collect(static_cast<int64_t>(step));
+      if (r == 0) agreed = links[0]->plan_pending(0x00beef);
+    }
+  REQUIRE(agreed);                           // rank 0 holds the agreed plan, not taken yet
+  CHECK_FALSE(links[0]->ask(0x00beef, 3));   // asking again is refused by the link ...
+  CHECK(links[0]->plan_pending(0x00beef));   // ... which is how RemoteCaptures tells to wait for the plan
+  CHECK_FALSE(links[0]->plan_pending(0x00cafe));
+  const auto taken = links[0]->take_plans();
+  REQUIRE(taken.size() == 1);
+  CHECK(taken[0].tag == 0x00beefu);
+  CHECK_FALSE(links[0]->plan_pending(0x00beef));  // taken: a later request under the tag is refused
+  CHECK_FALSE(links[0]->ask(0x00beef, 3));
+}
+
 namespace {
 /// The files named prefix*.json (not the temporaries steptrace writes them through).
 std::vector<std::string> files_in(const std::string& dir, const std::string& prefix) {

@@ -177,6 +177,7 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(capture_budget_spent, "e3ea197a", kPrefix, "capture refused: captures have spent their share of overhead_budget (") \
   X(memory_sampling_stopped, "801ac674", kPrefix, "device memory sampling stopped: ") \
   X(no_gpu, "f650f4bc", kWhole, "no GPU") \
+  X(trace_max_files, "3f74ec4b", kPrefix, "trace_max_files (") \
   X(phase_over_step, "7c1ae39c", kPrefix, "phase scopes longer than their step: '")
 
 /// A reason's id.

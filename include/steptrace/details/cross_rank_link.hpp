@@ -79,6 +79,12 @@ class CrossRankLink {
     ask_ = {tag, steps};
     return true;
   }
+  /// Background thread: whether the plan of `tag` was agreed and is not taken yet (take_plans() gives it
+  /// at the next look): a rank whose peer asked first learns the plan before it reads the request.
+  bool plan_pending(uint32_t tag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::any_of(plans_.begin(), plans_.end(), [tag](const CapturePlan& p) { return p.tag == tag; });
+  }
   /// Background thread: a request given up on (the exchange did not agree in time).
   void withdraw(uint32_t tag) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -150,7 +150,7 @@ class FlightRecorder {
     if (open_) due_.push_back(std::move(*std::exchange(open_, std::nullopt)));
     if (stats_.captures >= static_cast<uint64_t>(s_.max_files)) {
       ++stats_.refused_max_files;
-      t.not_written = "trace_max_files (" + std::to_string(s_.max_files) + ") traces written or due this run";
+      t.not_written = reason_text(Reason::trace_max_files, std::to_string(s_.max_files) + ") traces written or due this run");
       return t;
     }
     ++stats_.captures;

@@ -270,7 +270,10 @@ class RemoteCaptures {
       if (waiting_)
         return refuse(waiting_->tag == tag ? "its tag " + tag_hex(tag) + " is request " + waiting_->id + "'s, waiting; ask again"
                                            : "another request (" + waiting_->id + ") waits for the exchange; ask again later");
-      if (!link_->ask(tag, req.steps)) return refuse("its tag " + tag_hex(tag) + " was planned already; ask again");
+      // The exchange may have agreed on this request's plan already (another rank read the file first
+      // and asked): the plan, taken at the next look, carries this request's id (schedule_plan).
+      if (!link_->ask(tag, req.steps) && !link_->plan_pending(tag))
+        return refuse("its tag " + tag_hex(tag) + " was planned already; ask again");
       waiting_ = Waiting{tag, req.id, req.steps, monotonic_ns()};
       JsonWriter w;
       begin_answer(w, tag, req.id, run_id, "waiting");
