@@ -1,27 +1,31 @@
 // steptrace/core/line_fields_events.hpp - the stall and resumed records' fields, a row per field in
 // docs/schema.md's order (`{"event": "stall", ...}`, `{"event": "resumed", ...}`, schema
-// "steptrace.stall/1"; core/stall.hpp writes them). Their identity (timestamp, rank ... job_id, device_uuid) is the end
-// record's, written by the same function (core/end_line.hpp's write_event_identity) through each
-// record's own rows.
+// "steptrace.stall/1"; core/stall.hpp writes them). Their identity (timestamp, rank ... job_id,
+// device_uuid) is the end record's, written by the same function (core/end_line.hpp's
+// write_event_identity) through each record's own rows.
 #pragma once
 #include "line_field.hpp"
 
 STEPTRACE_BEGIN_NAMESPACE
 namespace line_field {
 
+// The identity both records carry (core/end_line.hpp's write_event_identity writes it), shown in `table`.
+#define STEPTRACE_EVENT_IDENTITY_ROWS(table)                                 \
+  row(table, "/timestamp", FieldType::string, "ISO 8601 UTC", Nulls::never), \
+      row(table, "/rank", FieldType::integer, "—", Nulls::possible),          \
+      same("/local_rank", FieldType::integer, "—"),                           \
+      same("/world_size", FieldType::integer, "—"),                           \
+      same("/hostname", FieldType::string, "—"),                              \
+      same("/pid", FieldType::integer, "—"),                                  \
+      same("/run_id", FieldType::string, "—"),                                \
+      same("/job_id", FieldType::string, "—"),                                \
+      same("/device_uuid", FieldType::string, "—")
+
 // clang-format off
 inline constexpr LineField kStallFields[] = {
     row("stall", "/event", FieldType::string, "—", Nulls::never),
     row("stall", "/schema", FieldType::string, "—", Nulls::never),
-    row("stall", "/timestamp", FieldType::string, "ISO 8601 UTC", Nulls::never),
-    row("stall", "/rank", FieldType::integer, "—", Nulls::possible),
-    same("/local_rank", FieldType::integer, "—"),
-    same("/world_size", FieldType::integer, "—"),
-    same("/hostname", FieldType::string, "—"),
-    same("/pid", FieldType::integer, "—"),
-    same("/run_id", FieldType::string, "—"),
-    same("/job_id", FieldType::string, "—"),
-    same("/device_uuid", FieldType::string, "—"),
+    STEPTRACE_EVENT_IDENTITY_ROWS("stall"),
     row("stall", "/open_step", FieldType::integer, "step", Nulls::never),
     row("stall", "/stalled_s", FieldType::number, "s", Nulls::possible),
     row("stall", "/threshold_s", FieldType::number, "s", Nulls::possible),
@@ -56,15 +60,7 @@ inline constexpr LineField kStallFields[] = {
 inline constexpr LineField kResumedFields[] = {
     row("resumed", "/event", FieldType::string, "—", Nulls::never),
     row("resumed", "/schema", FieldType::string, "—", Nulls::never),
-    row("resumed", "/timestamp", FieldType::string, "ISO 8601 UTC", Nulls::never),
-    row("resumed", "/rank", FieldType::integer, "—", Nulls::possible),
-    same("/local_rank", FieldType::integer, "—"),
-    same("/world_size", FieldType::integer, "—"),
-    same("/hostname", FieldType::string, "—"),
-    same("/pid", FieldType::integer, "—"),
-    same("/run_id", FieldType::string, "—"),
-    same("/job_id", FieldType::string, "—"),
-    same("/device_uuid", FieldType::string, "—"),
+    STEPTRACE_EVENT_IDENTITY_ROWS("resumed"),
     row("resumed", "/stalled_step", FieldType::integer, "step", Nulls::never),
     row("resumed", "/stalled_s", FieldType::number, "s", Nulls::possible),
     row("resumed", "/reports", FieldType::integer, "count", Nulls::never),
@@ -73,6 +69,7 @@ inline constexpr LineField kResumedFields[] = {
     member("/null_reasons/*", FieldType::string, "—"),
 };
 // clang-format on
+#undef STEPTRACE_EVENT_IDENTITY_ROWS
 
 }  // namespace line_field
 STEPTRACE_END_NAMESPACE  // steptrace
