@@ -369,6 +369,10 @@ struct InvariantCase {
     if (edit) edit(in);
     in.shares = compute_step_shares(in.host, in.gpu);
     check_line_invariants(in);
+    for (const auto& [path, why] : in.excluded) {  // each check's reason is a row of the reasons' table
+      INFO(path << ": " << why);
+      CHECK(steptrace::reason_of(why) != nullptr);
+    }
     return nlohmann::json::parse(make_step_line(in));
   }
 };

@@ -466,3 +466,43 @@ TEST_CASE("remote captures: with the exchange on, the steps are agreed through i
   if (!late) CHECK(captured == std::set<int64_t>{first, first + 1});
   for (int64_t c : captured) CHECK((c == first || c == first + 1));  // never a step not asked for
 }
+
+TEST_CASE("remote captures: a request read while its agreed plan waits in the link is planned under its id, not refused",
+          "[remote_captures]") {
+  // Rank 1 read the request first and asked; the exchange agreed; rank 0 reads the file while the plan
+  // is not yet taken from its link (two H200s, session 75: rank 0 answered "refused", then captured the
+  // steps anyway, and steptrace-ctl exited 1).
+  const std::string dir = steptrace_test::fresh_dir("remote_captures_agreed_first");
+  const std::string id = "00beef0000000001", run_id = "feedfacecafebeef";
+  auto hub = std::make_shared<Hub>(2);
+  details::CrossRankLink link0, link1;
+  REQUIRE(link0.set(std::make_unique<HubMember>(hub, 0), 4));
+  REQUIRE(link1.set(std::make_unique<HubMember>(hub, 1), 4));
+  REQUIRE(link1.ask(request_tag(id), 3));
+  for (uint64_t step = 0; step < 12 && !link0.plan_pending(request_tag(id)); ++step)
+    for (details::CrossRankLink* l : {&link0, &link1}) {
+      l->post(closed_step(step));
+      l->collect(static_cast<int64_t>(step));
+    }
+  REQUIRE(link0.plan_pending(request_tag(id)));
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string path = dir + "/steptrace-request-" + id + ".json";
+  write_file(path, request_text(id, run_id, 3, now));
+  const timespec settled[2] = {{static_cast<time_t>(now) - 2, 0}, {static_cast<time_t>(now) - 2, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), settled, 0) == 0);  // older than the settle time: read now
+  details::RemoteCaptures::Settings s;
+  s.on = true;
+  s.dir = dir;
+  s.world_size = 2;
+  details::CaptureRequests captures;
+  details::StepRecorder recorder;
+  details::RemoteCaptures rc(s, &link0, &captures, &recorder);
+  rc.poll(run_id);
+  CHECK(rc.stats().refused == 0);
+  CHECK(rc.stats().requests == 1);
+  const auto a = read_json(dir + "/steptrace-answer-" + id + "-r0.json");
+  INFO(a.dump());
+  CHECK(a["status"] == "planned");
+  CHECK(a["aligned"] == true);
+  CHECK(std::string(a["how"]).find("agreed through the cross-rank exchange") == 0);
+}

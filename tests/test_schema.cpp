@@ -522,7 +522,7 @@ TEST_CASE("a value written through its row's handle goes under the row's key; a 
   details::line_out_undeclared().store(before);  // this test's own (support.hpp holds it at 0)
   static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::name() == "trace_every");
   static_assert(decltype(STEPTRACE_ROW("/overhead/trace_every"))::field().type == FieldType::integer);
-  // The compile-time index is the row's place in record_fields(), for every row of both records (the
+  // The compile-time index is the row's place in record_fields(), for every row of every record (the
   // first of a path declared twice, as the lookups take).
   for (const Record r : kRecords) {
     const auto& rows = record_fields(r);
@@ -640,7 +640,7 @@ TEST_CASE("every value of the end record is declared with its type, and every ro
   CHECK(details::line_out_unbalanced().load() == unbalanced_before);  // every writer closed what it opened
   CHECK(details::line_out_undeclared().load() == undeclared_before);  // the end record's rows, found as written
 
-  // Both records declared, with their types (core/line_fields_end.hpp), and every end-record row carried.
+  // The end record's values declared, with their types (core/line_fields_end.hpp), and every row carried.
   std::set<const LineField*> used;
   for (const auto& [record, info] : {std::pair<const EndRecord*, const RunInfo*>{&full, &run}, {&bare, &nothing}}) {
     FlatJson leaves;  // as written: an integer row's value from an integer type

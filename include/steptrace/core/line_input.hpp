@@ -84,14 +84,14 @@ struct StepLineInput {
   Measured<CrossRankView> cross_rank{reason_text(Reason::no_cross_rank_exchange)};  // rank 0: the latest gathered view
   int cross_rank_every = 0;
   Measured<RankSummary> rank_wait{reason_text(Reason::no_cross_rank_exchange)};  // every rank: its own last posted summary
-  Measured<DeviceStateSummary> device_state{"NVML is not read"};  // NVML readings within the step
+  Measured<DeviceStateSummary> device_state{reason_text(Reason::nvml_not_read)};  // NVML readings within the step
   uint64_t gpu_dropped_records = 0;      // CUPTI records lost since the previous line
   StepShares shares;
   Diagnosis diagnosis;
   std::optional<WindowSummary> window;
   // Tokens and samples of every step since start() (written or not: log_every), for monotonic
   // counters; unknown, and why, while no step had a count (or the sum left the finite numbers).
-  Measured<double> tokens_total{reason_text(Reason::no_step_had_count, "tokens (set tokens_per_step or TRACE_STEP(tokens))")};
+  Measured<double> tokens_total{reason_text(Reason::no_step_had_count, "tokens (set tokens_per_step or TRACE_STEP(tokens, samples))")};
   Measured<double> samples_total{reason_text(Reason::no_step_had_count, "samples (set samples_per_step or TRACE_STEP(tokens, samples))")};
   OverheadLine overhead;
   StepTrace trace;                      // the flight recorder's capture of this step (details/flight_recorder.hpp)

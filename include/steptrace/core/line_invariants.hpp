@@ -60,7 +60,7 @@ inline const char* builtin_phase_field(PhaseId id) {
 /// `v` (a fraction) removed and its field excluded when outside [0, 1].
 inline void check_fraction(std::optional<double>& v, const std::string& field, StepLineInput& in) {
   if (!v || is_fraction(*v)) return;
-  in.excluded[field] = field + " = " + invariant_value(*v) + " lies outside [0, 1], which it cannot: left out";
+  in.excluded[field] = reason_text(Reason::fraction_outside, field + " = " + invariant_value(*v));
   v.reset();
 }
 }  // namespace details
@@ -117,14 +117,15 @@ inline void check_line_invariants(StepLineInput& in) {
     for (const auto& [id, pg] : g.phases) {
       const std::string at = "phases." + path_segment(line_phase_key(id)) + ".gpu";
       if (pg.busy_ns > g.busy_ns)
-        in.excluded[at] = "phase '" + line_phase_key(id) + "' was busy " + invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
-                          invariant_ms(g.busy_ns) + " (its work is part of the step's): left out";
+        in.excluded[at] = reason_text(Reason::phase_busy_over_step, "phase '" + line_phase_key(id) + "' was busy " +
+                                                                        invariant_ms(pg.busy_ns) + " on the GPU, more than its step's " +
+                                                                        invariant_ms(g.busy_ns) + " (its work is part of the step's)");
       else if (pg.kernels && !fits_streams(pg.kernel_ns, pg.streams))
         in.excluded[at] = overcommitted("phase '" + line_phase_key(id) + "'", pg.kernel_ns, pg.streams);
       if (pg.kernels && !is_fraction(pg.sm_efficiency))
-        in.excluded[at + ".sm_efficiency"] = at + ".sm_efficiency = " + invariant_value(pg.sm_efficiency) + " lies outside [0, 1]: left out";
+        in.excluded[at + ".sm_efficiency"] = reason_text(Reason::fraction_outside, at + ".sm_efficiency = " + invariant_value(pg.sm_efficiency));
       if (pg.kernels && pg.occupancy > 0 && !is_fraction(pg.occupancy))
-        in.excluded[at + ".occupancy"] = at + ".occupancy = " + invariant_value(pg.occupancy) + " lies outside [0, 1]: left out";
+        in.excluded[at + ".occupancy"] = reason_text(Reason::fraction_outside, at + ".occupancy = " + invariant_value(pg.occupancy));
     }
   }
 

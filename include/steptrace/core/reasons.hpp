@@ -3,7 +3,9 @@
 // compact line writes a reason as its code (core/line_tiers.hpp), and dashboards group by it, so a
 // row's code never changes: a reworded sentence keeps it. Each code was the FNV-1a hash of its
 // sentence as first worded, digits left out (what a sentence without a row is coded by), so codes
-// written before this table are the same codes. A `kPrefix` row is the fixed start of a sentence that
+// written before this table are the same codes - but for the sentences that began with their variable
+// part, reworded to begin with a fixed one when every reason became a row (docs/schema.md lists them).
+// Every reason a null is given is a row (the tests hold each reason their logs carry to one). A `kPrefix` row is the fixed start of a sentence that
 // goes on with a detail (an error, a setting's value, another reason): such a sentence's code is the
 // detail's hash continued from the row's code (core/line_tiers.hpp, reason_code), one code per detail
 // (each carries its own sentence), unchanged when the start is reworded; its digits are left out of the
@@ -20,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 STEPTRACE_BEGIN_NAMESPACE
@@ -178,6 +181,9 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(memory_sampling_stopped, "801ac674", kPrefix, "device memory sampling stopped: ") \
   X(no_gpu, "f650f4bc", kWhole, "no GPU") \
   X(trace_max_files, "3f74ec4b", kPrefix, "trace_max_files (") \
+  X(fraction_outside, "f47bbb26", kPrefix, "a fraction outside [0, 1], which it cannot be, left out: ") \
+  X(phase_busy_over_step, "e1d520bf", kPrefix, "a phase busier on the GPU than its step, left out: ") \
+  X(nvml_not_read, "d477a343", kWhole, "NVML is not read") \
   X(phase_over_step, "7c1ae39c", kPrefix, "phase scopes longer than their step: '")
 
 /// A reason's id.
@@ -221,21 +227,21 @@ inline std::string reason_text(Reason r, std::string_view detail) {
 inline const ReasonRow* reason_of(std::string_view text) {
   struct Index {
     std::unordered_map<std::string_view, const ReasonRow*> whole;
-    std::vector<const ReasonRow*> prefixes;  // longest first
+    std::vector<std::pair<std::string_view, const ReasonRow*>> prefixes;  // longest first
   };
   static const Index* index = [] {  // never destroyed, as reason_rows()
     auto* ix = new Index;
     for (const ReasonRow& r : reason_rows()) {
       if (r.match == reason_row::kWhole) ix->whole.emplace(r.sentence, &r);
-      else ix->prefixes.push_back(&r);
+      else ix->prefixes.emplace_back(r.sentence, &r);
     }
     std::sort(ix->prefixes.begin(), ix->prefixes.end(),
-              [](const ReasonRow* a, const ReasonRow* b) { return std::strlen(a->sentence) > std::strlen(b->sentence); });
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
     return ix;
   }();
   if (const auto it = index->whole.find(text); it != index->whole.end()) return it->second;
-  for (const ReasonRow* r : index->prefixes)
-    if (text.substr(0, std::strlen(r->sentence)) == r->sentence) return r;
+  for (const auto& [start, row] : index->prefixes)
+    if (text.substr(0, start.size()) == start) return row;
   return nullptr;
 }
 

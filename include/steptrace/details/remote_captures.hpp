@@ -267,13 +267,16 @@ class RemoteCaptures {
     logger()->info("remote captures: {} asks for {} steps (request {})",
                    req.by.empty() ? std::string("someone") : printable(req.by), req.steps, req.id);
     if (link_->exchanging()) {
+      // The exchange may have agreed on this request's plan already (another rank read the file first
+      // and asked): the plan, taken at this same look, carries this request's id (schedule_plan).
+      if (link_->plan_pending(tag)) {
+        named_plans_[tag] = req.id;
+        return;
+      }
       if (waiting_)
         return refuse(waiting_->tag == tag ? "its tag " + tag_hex(tag) + " is request " + waiting_->id + "'s, waiting; ask again"
                                            : "another request (" + waiting_->id + ") waits for the exchange; ask again later");
-      // The exchange may have agreed on this request's plan already (another rank read the file first
-      // and asked): the plan, taken at the next look, carries this request's id (schedule_plan).
-      if (!link_->ask(tag, req.steps) && !link_->plan_pending(tag))
-        return refuse("its tag " + tag_hex(tag) + " was planned already; ask again");
+      if (!link_->ask(tag, req.steps)) return refuse("its tag " + tag_hex(tag) + " was planned already; ask again");
       waiting_ = Waiting{tag, req.id, req.steps, monotonic_ns()};
       JsonWriter w;
       begin_answer(w, tag, req.id, run_id, "waiting");
@@ -300,6 +303,9 @@ class RemoteCaptures {
     if (waiting_ && waiting_->tag == plan.tag) {
       p.id = waiting_->id;
       waiting_.reset();
+    } else if (const auto named = named_plans_.find(plan.tag); named != named_plans_.end()) {
+      p.id = named->second;
+      named_plans_.erase(named);
     }
     p.first = plan.first_step;
     p.last = plan.last_step();
@@ -397,6 +403,7 @@ class RemoteCaptures {
   std::deque<std::string> seen_order_;
   std::map<uint32_t, Planned> planned_;  // by tag: what this rank captures for it
   std::optional<Waiting> waiting_;       // asked of the exchange, not yet agreed
+  std::map<uint32_t, std::string> named_plans_;  // by tag: a request read while its agreed plan waited in the link (taken at the same look)
   uint64_t answers_written_ = 0;
 };
 
