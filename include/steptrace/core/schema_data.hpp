@@ -9,6 +9,7 @@
 #include "../version.hpp"
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "end_line.hpp"
 #include "line_fields.hpp"
@@ -85,27 +86,32 @@ inline void schema_rows(std::string& out, Record r) {
 /// `path` is a JSON pointer whose segment "*" stands for any name of a `names` object or any element of
 /// an `array`; `nullable` false: never null.
 inline std::string schema_data_json() {
+  struct Shipped {
+    const char* name;
+    Record record;
+    std::vector<std::pair<const char*, const char*>> schemas;  // tier -> schema
+  };
+  const Shipped records[] = {
+      {"step", Record::step, {{"full", kSchemaVersion}, {"compact", kCompactSchema}, {"run", kRunSchema}}},
+      {"end", Record::end, {{"full", kEndSchemaVersion}}},
+      {"stall", Record::stall, {{"full", kStallSchemaVersion}}},
+      {"resumed", Record::resumed, {{"full", kStallSchemaVersion}}},
+  };
   std::string out = "{\"format\": ";
   details::schema_string(out, kSchemaDataFormat);
-  out += ",\n \"records\": {\n  \"step\": {\"schemas\": {\"full\": ";
-  details::schema_string(out, kSchemaVersion);
-  out += ", \"compact\": ";
-  details::schema_string(out, kCompactSchema);
-  out += ", \"run\": ";
-  details::schema_string(out, kRunSchema);
-  out += "},\n   ";
-  details::schema_rows(out, Record::step);
-  out += "},\n  \"end\": {\"schemas\": {\"full\": ";
-  details::schema_string(out, kEndSchemaVersion);
-  out += "},\n   ";
-  details::schema_rows(out, Record::end);
-  for (const auto& [name, record] : {std::pair<const char*, Record>{"stall", Record::stall}, {"resumed", Record::resumed}}) {
-    out += "},\n  ";
-    details::schema_string(out, name);
-    out += ": {\"schemas\": {\"full\": ";
-    details::schema_string(out, kStallSchemaVersion);
+  out += ",\n \"records\": {";
+  for (const Shipped& r : records) {
+    out += r.record == Record::step ? "\n  " : "},\n  ";
+    details::schema_string(out, r.name);
+    out += ": {\"schemas\": {";
+    for (const auto& [tier, schema] : r.schemas) {
+      if (tier != r.schemas.front().first) out += ", ";
+      details::schema_string(out, tier);
+      out += ": ";
+      details::schema_string(out, schema);
+    }
     out += "},\n   ";
-    details::schema_rows(out, record);
+    details::schema_rows(out, r.record);
   }
   out += "}}}\n";
   return out;

@@ -25,8 +25,6 @@
 STEPTRACE_BEGIN_NAMESPACE
 
 inline constexpr const char* kStallSchemaVersion = "steptrace.stall/1";
-/// A stall report's GPU reading before the watchdog has filled it in (a report made by hand).
-inline const char* const kStallNotRead = reason_text(Reason::stall_not_read);
 
 class StallWatch {
  public:
@@ -150,14 +148,17 @@ struct StallReport {
   std::vector<Thread> threads;
   uint64_t threads_untracked = 0;  // threads that found the open-phase table full
 
-  // GPU: what the records seen so far say, each value or why it is null (the watchdog fills them).
-  Measured<double> last_gpu_activity_s{kStallNotRead};  // the latest end of a kernel/copy record seen, seconds ago
+  // GPU: what the records seen so far say, each value or why it is null (the watchdog fills them; a
+  // report made by hand says stall_not_read).
+  Measured<double> last_gpu_activity_s{reason_text(Reason::stall_not_read)};  // the latest end of a kernel/copy record seen, seconds ago
   std::string last_gpu_activity_name;                   // its kernel name, or the copy's kind
-  Measured<uint32_t> open_step_launches{kStallNotRead}, open_step_outstanding{kStallNotRead};
+  Measured<uint32_t> open_step_launches{reason_text(Reason::stall_not_read)};
+  Measured<uint32_t> open_step_outstanding{reason_text(Reason::stall_not_read)};
   std::vector<std::pair<std::string, uint32_t>> outstanding_by_phase;
   // PM sampling: is the GPU running anything now (a kernel that never ends keeps SMs active; a host
   // stall leaves them idle)? Mean SM activity over the last second of samples, and the newest's age.
-  Measured<double> sm_active_recent{kStallNotRead}, sm_active_sample_age_s{kStallNotRead};
+  Measured<double> sm_active_recent{reason_text(Reason::stall_not_read)};
+  Measured<double> sm_active_sample_age_s{reason_text(Reason::stall_not_read)};
 };
 
 /// The stall record, each value checked against its row as it is written (core/line_fields_events.hpp).
