@@ -95,6 +95,8 @@ class MarkedStepCost {
     cached_ = false;
   }
 
+  /// Blocks with both kinds kept so far (a measurement needs kLeastBlocks).
+  std::size_t blocks() const { return diffs_.size(); }
   /// The measurement (nullopt: fewer than kLeastBlocks blocks), computed once per change of the blocks.
   std::optional<Measurement> measured() const {
     if (!cached_) cache_ = compute(), cached_ = true;

@@ -159,6 +159,14 @@ class OverheadLedger {
     if (!upper) return std::nullopt;
     return *upper / (sum_.step_ms / static_cast<double>(steps_.size()));
   }
+  /// What the pace's decisions read, for its log: the records' own time on a marked step (ms; nullopt:
+  /// none counted), the comparison's measurement (nullopt: fewer than kLeastBlocks blocks) and its blocks.
+  struct MarkedCostView {
+    std::optional<double> own_ms;
+    std::optional<MarkedStepCost::Measurement> in_run;
+    std::size_t blocks = 0;
+  };
+  MarkedCostView marked_cost_view() const { return {own_marked_ms(), in_run_.measured(), in_run_.blocks()}; }
   /// Whether marked_step_fraction() is the in-run comparison's (else the records' own time).
   bool marked_cost_in_run() const {
     const std::optional<double> own = own_marked_ms();

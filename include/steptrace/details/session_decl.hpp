@@ -222,6 +222,7 @@ class Session {
                      after ? static_cast<double>(marker_ring().recorded_ns()) / 1e3 / static_cast<double>(after) : 0.0,
                      static_cast<double>(marker_ring().open_ns()) / 1e6, once, failed, marker_ring().steps_left_out());
     }
+    if (attribution_) worker_->log_markers_at_stop();
     release_gpu();
     file_.close();
     if (prometheus_) {  // the textfile's last values (steptrace_up 0) were written by the background thread

@@ -143,6 +143,8 @@ class Worker {
 
   // After run() returned (stop()).
   bool counters_on() { return lines_.context().counters_on; }
+  /// stop(), after the thread joined: the markers' pace as the run ended and what it read (info).
+  void log_markers_at_stop() const;
   SummaryBuilder& summary() { return lines_.summary(); }
   uint64_t lines_written() const { return lines_written_; }
   uint64_t lines_failed() const { return lines_failed_.load(std::memory_order_relaxed); }
@@ -260,7 +262,10 @@ class Worker {
   /// only while that is where it runs (an event there would order the program's other blocking streams).
   void gate_markers(const StepGpu& gpu, uint64_t step);
   /// overhead_budget: how many steps the stream markers skip (MarkerRing::want_every).
-  void pace_markers(const Config& cfg);
+  void pace_markers(const Config& cfg, uint64_t index);
+  void log_markers_pace(uint64_t index, const MarkersPace& pace, double charged);
+  /// What the pace reads, in words: the records' own time on a marked step and the in-run comparison.
+  std::string marked_cost_words() const;
   /// The markers' in-run comparison's input from the step's line (core/marked_steps.hpp).
   void feed_marking(const StepRecord& r, double marked_ms, bool cupti_switched);
 
@@ -334,6 +339,8 @@ class Worker {
   int64_t last_traced_index_ = -1;  // the last traced step seen: the markers' comparison skips 2 after it
   MarkersPace::Why markers_why_ = MarkersPace::Why::cost;  // what decided the markers' pace last (pace_markers)
   bool markers_held_said_ = false;  // the markers' hold logged once
+  static constexpr int kMarkersPaceLogged = 32;  // the markers' pace changes logged (log_markers_pace)
+  int markers_pace_logged_ = 0;
   int64_t marked_ns_seen_ = 0;      // the markers' recording time charged to the overhead so far (per step:
                                     // StepRecord::markers_ns_at_close)
 

@@ -32,7 +32,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   // step to 1 in 16 charged them at every step, 0.54 % of the step, and the budget, taking it for a cost
   // no interval could fix, chose the longest interval: one trace in 4000 steps). Read once: the line's
   // markers_every and what the steps pay for the markers (host_api_fraction_at, below) say the same.
-  if (s_.attribution && budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg);
+  if (s_.attribution && budget_decides(cfg) && r.index >= kProbeAfterSteps) pace_markers(cfg, r.index);
   const int markers_pace = marker_ring().armed() ? marker_ring().wanted_every() : 0;
   if (markers_pace > 0) o.markers_every = markers_pace;
   else o.markers_every.unknown(cfg.stream_markers ? marker_ring().why_off() : std::string(reason_text(Reason::markers_setting_off)));
@@ -119,7 +119,7 @@ inline void Worker::feed_marking(const StepRecord& r, double marked_ms, bool cup
   ledger_.marking(r.index, ns_to_ms(r.own_end_ns() - r.begin_ns), marked);
 }
 
-inline void Worker::pace_markers(const Config& cfg) {
+inline void Worker::pace_markers(const Config& cfg, uint64_t index) {
   MarkerRing& ring = marker_ring();
   const std::optional<double> marked = ledger_.marked_step_fraction();
   if (!marked || !ring.armed()) return;
@@ -132,6 +132,7 @@ inline void Worker::pace_markers(const Config& cfg) {
   const MarkersPace pace = markers_pace(*marked, upper, cfg.overhead_budget, ring.wanted_every(), others);
   const int every = pace.every;
   if (every == ring.wanted_every() && pace.why == markers_why_) return;
+  log_markers_pace(index, pace, *marked);
   markers_why_ = pace.why;
   if (pace.why != MarkersPace::Why::cost) {  // held at 1 in 2 by the comparison, not by the cost
     char detail[400];
@@ -166,6 +167,36 @@ inline void Worker::pace_markers(const Config& cfg) {
   const std::string why = reason_text(Reason::markers_thinned, detail);
   ring.want_every(every, every > 1 ? why : std::string());
   if (every > 1) warn_once("markers.thinned", why + " (the unmarked lines say so; said once)");
+}
+
+inline std::string Worker::marked_cost_words() const {
+  const OverheadLedger::MarkedCostView v = ledger_.marked_cost_view();
+  char own[48] = "none counted", in_run[160];
+  if (v.own_ms) std::snprintf(own, sizeof own, "%.4f ms", *v.own_ms);
+  if (v.in_run)
+    std::snprintf(in_run, sizeof in_run, "%+.4f ms +- %.4f (standard error) over %zu blocks", v.in_run->ms, v.in_run->se_ms,
+                  v.in_run->blocks);
+  else
+    std::snprintf(in_run, sizeof in_run, "not measured (%zu of %zu blocks)", v.blocks, MarkedStepCost::kLeastBlocks);
+  return std::string("a marked step: the records' own time ") + own + ", marked against unmarked steps in this run " +
+         in_run;
+}
+
+inline void Worker::log_markers_pace(uint64_t index, const MarkersPace& pace, double charged) {
+  // Each change of the markers' pace, with what decided it (info; the first kMarkersPaceLogged changes):
+  // what a run's pace did is read from its log, not reconstructed from its lines.
+  if (markers_pace_logged_ >= kMarkersPaceLogged) return;
+  const char* why = pace.why == MarkersPace::Why::cost          ? "by cost"
+                    : pace.why == MarkersPace::Why::unmeasured ? "held: the comparison has not measured"
+                                                               : "held: the comparison's upper end is over";
+  logger()->info("stream markers: 1 step in {} from step {} ({}); {}; charged {:.4f} % of step time for marking every "
+                 "step{}", pace.every, index, why, marked_cost_words(), 100 * charged,
+                 ++markers_pace_logged_ == kMarkersPaceLogged ? " (the last change logged)" : "");
+}
+
+inline void Worker::log_markers_at_stop() const {
+  if (!marker_ring().armed() && !ledger_.marked_cost_view().own_ms) return;
+  logger()->info("stream markers' pace at the end: 1 step in {}; {}", marker_ring().wanted_every(), marked_cost_words());
 }
 
 inline std::string Worker::untraced_cupti_of(const StepRecord& r) const {
