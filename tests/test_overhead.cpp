@@ -575,6 +575,29 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
   CHECK(*warm.background_fraction() == 0.0);
 }
 
+TEST_CASE("the ledger: per-step costs over the steps' own time, the background's readings over their intervals",
+          "[overhead]") {
+  // 10 ms steps (their scopes), each 20 ms from its begin to the next step's; 2 calls and 0.1 ms of a
+  // binding's bookkeeping a step, 1 ms of readings a step: host_api over the 10 ms, the readings over
+  // the 20 (they run by the clock, between steps too).
+  steptrace::OverheadLedger ledger;
+  for (int i = 0; i < 100; ++i) {
+    ledger.spent(steptrace::OverheadLedger::Work::memory, 1.0);
+    ledger.step(10, 2, false, 0, 0.1, 20);
+  }
+  const double calls = 2 * steptrace::OverheadLedger::kScopeNs * 1e-6;
+  CHECK(*ledger.calls_fraction() == Approx((0.1 + calls) / 10));
+  CHECK(*ledger.background_fraction() == Approx(1.0 / 20));
+  CHECK(*ledger.work_fraction(steptrace::OverheadLedger::Work::memory) == Approx(1.0 / 20));
+  // An interval not given, or shorter than the step (a clock's jitter): the step's own time.
+  steptrace::OverheadLedger own;
+  own.spent(steptrace::OverheadLedger::Work::memory, 1.0);
+  own.step(10, 2, false, 0, 0.1);
+  own.spent(steptrace::OverheadLedger::Work::memory, 1.0);
+  own.step(10, 2, false, 0, 0.1, 5);
+  CHECK(*own.background_fraction() == Approx(1.0 / 10));
+}
+
 TEST_CASE("over the budget, the line names what keeps it there: the interval while the floor fits, else the floor's largest part",
           "[overhead]") {
   using steptrace::over_budget_by;

@@ -443,6 +443,49 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
   }
 }
 
+TEST_CASE("stream markers: the unmarked lines' reason says the cost the pace charges now, written again where "
+          "the comparison takes over at the same pace (full lines and the defaults)", "[runtime][markers]") {
+  // Records that cost the training thread 60 us each (their own time alone ~10 % of the 2.5 ms step a
+  // marked step: the most thinning, 1 in 64) and hold the GPU 150 us each: once the comparison has 16
+  // blocks it finds ~0.7 ms more a marked step and takes over at the same pace. The lines' reason then
+  // says so (it kept the records' own time it was first written with, as host_api charged the other).
+  struct Case {
+    bool compact;
+    const char* log;
+  };
+  for (const Case& c : {Case{false, "runtime_markers_reason_moves"}, Case{true, "runtime_markers_reason_moves_default"}}) {
+    INFO(c.log);
+    const auto log = fresh_log(c.log);
+    auto backend = marked_backend();
+    backend->fake_markers.record_cost_ns = 60'000;
+    backend->fake_markers.gpu_cost_ns = 150'000;
+    FakeRun run(std::move(backend));
+    Config cfg = base_config(log);
+    cfg.trace_every = 0;  // the default: overhead_budget decides
+    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+    REQUIRE((c.compact ? start_on_defaults(run, log) : run.start(cfg)));
+    for (int i = 0; i < 1300; ++i) marked_step(*run.gpu, 2'500, 0);
+    steptrace::stop();
+    int own_at_64 = 0, in_run_at_64 = 0, own_after_in_run = 0;
+    bool in_run_seen = false;
+    for (const auto& l : step_lines(log)) {
+      if (l["gpu_markers"].is_object() || !l["null_reasons"].contains("gpu_markers")) continue;
+      const std::string why = l["null_reasons"]["gpu_markers"];
+      if (why.find("overhead_budget") == std::string::npos || why.find("1 step in 64") == std::string::npos) continue;
+      const bool in_run = why.find("(marked steps against unmarked ones in this run)") != std::string::npos;
+      const bool own = why.find("(the records' own time)") != std::string::npos;
+      own_at_64 += own, in_run_at_64 += in_run;
+      in_run_seen = in_run_seen || in_run;
+      own_after_in_run += in_run_seen && own;
+    }
+    std::printf("%s: at 1 in 64, %d unmarked lines by the records' own time, %d by the comparison, %d by the records' "
+                "own time after it\n", c.log, own_at_64, in_run_at_64, own_after_in_run);
+    CHECK(own_at_64 > 0);         // first the records' own time, already the most thinning
+    CHECK(in_run_at_64 > 0);      // then the comparison's, at the same pace
+    CHECK(own_after_in_run == 0);
+  }
+}
+
 TEST_CASE("stream markers: once thinned, they come back to every step only after the comparison has measured "
           "(a larger budget on full lines, and the defaults)", "[runtime][markers]") {
   // The 5 ms step above, its records holding the stream 150 us each on the GPU (a marked step ~0.7 ms

@@ -98,26 +98,33 @@ class OverheadLedger {
   /// (the stream markers' event records). `extra_ms`: a binding's bookkeeping beyond its calls as
   /// modelled, as it measured it (the Python framework callbacks': details::set_binding_step_extra_ns),
   /// in force as the step closed; negative (or not finite): not taken for this step (the step stop()
-  /// closes), the last one taken stands.
-  void step(double step_ms, uint64_t calls, bool warm_up = false, double measured_ms = 0, double extra_ms = 0) {
+  /// closes), the last one taken stands. `step_ms` is the step's own time (its scope, the line's
+  /// step_time_ms): the calls', the markers' and a binding's costs are shares of it. `interval_ms`, from
+  /// its begin to the next step's (not above 0: step_ms), is what the background thread's readings are
+  /// a share of: they are paced by the clock, between steps too.
+  void step(double step_ms, uint64_t calls, bool warm_up = false, double measured_ms = 0, double extra_ms = 0,
+            double interval_ms = 0) {
     if (warm_up) {
       pending_background_ms_ = 0;
       for (double& w : by_work_) w = 0;
       return;
     }
     if (!(step_ms > 0)) return;
-    total_step_ms_ += step_ms;
+    if (!(interval_ms > step_ms) || !std::isfinite(interval_ms)) interval_ms = step_ms;
+    total_interval_ms_ += interval_ms;
     measured_ms = std::max(0.0, measured_ms);
     const double measured_steps = measured_ms > 0 ? 1 : 0;
     if (std::isfinite(extra_ms) && extra_ms >= 0) latest_extra_ms_ = extra_ms;
-    steps_.push_back({step_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps});
+    steps_.push_back({step_ms, interval_ms, pending_background_ms_, static_cast<double>(calls), measured_ms, measured_steps});
     sum_.step_ms += step_ms;
+    sum_.interval_ms += interval_ms;
     sum_.background_ms += pending_background_ms_;
     sum_.calls += static_cast<double>(calls);
     sum_.measured_steps += measured_steps;
     pending_background_ms_ = 0;
     if (steps_.size() > kWindow) {
       sum_.step_ms -= steps_.front().step_ms;
+      sum_.interval_ms -= steps_.front().interval_ms;
       sum_.background_ms -= steps_.front().background_ms;
       sum_.calls -= steps_.front().calls;
       sum_.measured_steps -= steps_.front().measured_steps;
@@ -197,18 +204,18 @@ class OverheadLedger {
   /// without the markers: a cost no interval and no pace changes.
   std::optional<double> calls_fraction() const { return host_api_fraction_at(0); }
   std::optional<double> background_fraction() const {
-    if (!(sum_.step_ms > 0)) return std::nullopt;
-    return std::max(0.0, sum_.background_ms / sum_.step_ms);
+    if (!(sum_.interval_ms > 0)) return std::nullopt;
+    return std::max(0.0, sum_.background_ms / sum_.interval_ms);
   }
-  /// One kind of reading's CPU time over all the step time counted (since the warm-up).
+  /// One kind of reading's CPU time over all the steps' intervals counted (since the warm-up).
   std::optional<double> work_fraction(Work w) const {
-    if (!(total_step_ms_ > 0)) return std::nullopt;
-    return by_work_[static_cast<int>(w)] / total_step_ms_;
+    if (!(total_interval_ms_ > 0)) return std::nullopt;
+    return by_work_[static_cast<int>(w)] / total_interval_ms_;
   }
 
  private:
   struct Entry {
-    double step_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0;
+    double step_ms = 0, interval_ms = 0, background_ms = 0, calls = 0, measured_ms = 0, measured_steps = 0;
   };
   /// The records' own time on a marked step: the median over the window's marked steps (nullopt: none).
   std::optional<double> own_marked_ms() const {
@@ -231,7 +238,7 @@ class OverheadLedger {
   double latest_extra_ms_ = 0;  // the last `extra_ms` taken: what host_api charges each step
   MarkedStepCost in_run_;       // marked against unmarked untraced steps (marking())
   double by_work_[3] = {0, 0, 0};  // CPU ms per kind of reading, since the warm-up
-  double total_step_ms_ = 0;
+  double total_interval_ms_ = 0;  // the steps' intervals (begin to the next begin) since the warm-up
 };
 
 /// The stream markers' share of overhead_budget: above it, only 1 step in N is marked (our choice: half,
@@ -255,10 +262,15 @@ inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 /// `marked_fraction` is what marking every step costs (OverheadLedger::marked_step_fraction). From
 /// `current`, it goes down only with room to spare (the halved interval under 80 % of the cap), so that
 /// it does not swing between two values.
+/// The markers' share of `budget` beside `others` (markers_every's cap, below), as a fraction of step time.
+inline double markers_share(double budget, double others = 0) {
+  const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
+  return std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
+}
+
 inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
   if (!(marked_fraction > 0) || !(budget > 0)) return 1;
-  const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
-  const double cap = std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
+  const double cap = markers_share(budget, others);
   current = std::max(1, std::min(current, kMaxMarkersEvery));
   int every = current;
   while (every < kMaxMarkersEvery && marked_fraction / every > cap) every *= 2;

@@ -263,7 +263,8 @@ class Worker {
   void gate_markers(const StepGpu& gpu, uint64_t step);
   /// overhead_budget: how many steps the stream markers skip (MarkerRing::want_every).
   void pace_markers(const Config& cfg, uint64_t index);
-  void log_markers_pace(uint64_t index, const MarkersPace& pace, double charged);
+  void log_markers_pace(uint64_t index, const MarkersPace& pace, double charged, double others,
+                        std::optional<double> upper, double budget);
   /// What the pace reads, in words: the records' own time on a marked step and the in-run comparison.
   std::string marked_cost_words() const;
   /// The markers' in-run comparison's input from the step's line (core/marked_steps.hpp).
@@ -341,6 +342,8 @@ class Worker {
   bool markers_held_said_ = false;  // the markers' hold logged once
   static constexpr int kMarkersPaceLogged = 32;  // the markers' pace changes logged (log_markers_pace)
   int markers_pace_logged_ = 0;
+  double markers_said_charge_ = 0;    // what the pace's reason was last written with (pace_markers)
+  bool markers_said_in_run_ = false;  // ... and whether that was the in-run comparison's
   int64_t marked_ns_seen_ = 0;      // the markers' recording time charged to the overhead so far (per step:
                                     // StepRecord::markers_ns_at_close)
 

@@ -24,14 +24,15 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (r.markers_ns_at_close >= 0)
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
   if (r.traced) marked_ms = 0;
-  // Over the step's own time (its scope), as the estimator's: what ran between steps (an evaluation, a
-  // data wait outside the scope, a benchmark's steps without steptrace) is no step time that a marker's
-  // or a call's cost is a share of. Counted there, it thinned every per-step share: the C++ transformer
+  // Over the step's own time (its scope where it has one, as the estimator's and the line's step_time_ms):
+  // what ran between steps (an evaluation, a data wait outside the scope, a benchmark's steps without
+  // steptrace) is no step time that a marker's or a call's cost is a share of. The background thread's
+  // readings, paced by the clock and made between steps too, stay a share of the steps' intervals. Counted there, it thinned every per-step share: the C++ transformer
   // timed in groups of 10 steps with steptrace's calls and 10 without (H200, session 76) read 124 ms
   // steps for 62, charged a marked step's measured 0.10 ms as 0.08 % for 0.16 %, and its markers went
   // from 1 in 4 back to 1 in 2.
   ledger_.step(ns_to_ms(r.own_end_ns() - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
-               marked_ms, r.binding_extra_ns >= 0 ? r.binding_extra_ns * 1e-6 : -1.0);
+               marked_ms, r.binding_extra_ns >= 0 ? r.binding_extra_ns * 1e-6 : -1.0, ns_to_ms(r.end_ns - r.begin_ns));
   // The markers' pace from here on, set before anything reads their cost: the estimate and the interval
   // charge the markers at the pace the steps will pay, never at the one this line's measurement is
   // about to end (an H200 run, session 67: the line that first thinned a 5 ms step's markers from every
@@ -137,11 +138,19 @@ inline void Worker::pace_markers(const Config& cfg, uint64_t index) {
   const std::optional<double> upper = ledger_.marked_step_upper_fraction();
   const MarkersPace pace = markers_pace(*marked, upper, cfg.overhead_budget, ring.wanted_every(), others);
   const int every = pace.every;
-  if (every == ring.wanted_every() && pace.why == markers_why_) return;
+  // The unmarked lines' reason says the cost it was decided on: written again at the same pace where
+  // what is charged moved by over a quarter or changed its basis (the records' own time, the in-run
+  // comparison), so that it never says one cost while host_api charges another.
+  const bool in_run = ledger_.marked_cost_in_run();
+  const bool cost_moved = !(*marked <= 1.25 * markers_said_charge_ && *marked >= 0.8 * markers_said_charge_) ||
+                          in_run != markers_said_in_run_;
+  if (every == ring.wanted_every() && pace.why == markers_why_ && !cost_moved) return;
   // Logged where the pace changes, not where only its reason does (at 1 in 2 the cost and the hold can
   // take turns from one line to the next: an H200 run's log had a few dozen such turns in 200 steps).
-  if (every != ring.wanted_every()) log_markers_pace(index, pace, *marked);
+  if (every != ring.wanted_every()) log_markers_pace(index, pace, *marked, others, upper, cfg.overhead_budget);
   markers_why_ = pace.why;
+  markers_said_charge_ = *marked;
+  markers_said_in_run_ = in_run;
   if (pace.why != MarkersPace::Why::cost) {  // held at 1 in 2 by the comparison, not by the cost
     char detail[400];
     if (pace.why == MarkersPace::Why::unmeasured)
@@ -170,7 +179,7 @@ inline void Worker::pace_markers(const Config& cfg, uint64_t index) {
                 "overhead_budget=%s (half of it, or what 80 %% of it leaves beside CUPTI attached and the calls, "
                 "%.3f %% of step time now, where less; a tenth of it at least)",
                 every, 100 * *marked,
-                ledger_.marked_cost_in_run() ? "marked steps against unmarked ones in this run" : "the records' own time",
+                in_run ? "marked steps against unmarked ones in this run" : "the records' own time",
                 format_fraction(cfg.overhead_budget).c_str(), 100 * others);
   const std::string why = reason_text(Reason::markers_thinned, detail);
   ring.want_every(every, every > 1 ? why : std::string());
@@ -190,21 +199,30 @@ inline std::string Worker::marked_cost_words() const {
          in_run;
 }
 
-inline void Worker::log_markers_pace(uint64_t index, const MarkersPace& pace, double charged) {
+inline void Worker::log_markers_pace(uint64_t index, const MarkersPace& pace, double charged, double others,
+                                     std::optional<double> upper, double budget) {
   // A change of the markers' pace, with what decided it (info; the first kMarkersPaceLogged changes):
   // what a run's pace did is read from its log, not reconstructed from its lines.
   if (markers_pace_logged_ >= kMarkersPaceLogged) return;
   const char* why = pace.why == MarkersPace::Why::cost          ? "by cost"
                     : pace.why == MarkersPace::Why::unmeasured ? "held: the comparison has not measured"
                                                                : "held: the comparison's upper end is over";
-  logger()->info("stream markers: 1 step in {} from step {} ({}); {}; charged {:.4f} % of step time for marking every "
-                 "step{}", pace.every, index, why, marked_cost_words(), 100 * charged,
+  char upper_text[64] = "";
+  if (upper) std::snprintf(upper_text, sizeof upper_text, " (upper end %.4f %%)", 100 * *upper);
+  logger()->info("stream markers: 1 step in {}, decided on step {}'s line ({}); {}; charged {:.4f} % of step time for "
+                 "marking every step{}, against the markers' share {:.4f} % (others per step {:.4f} %){}",
+                 pace.every, index, why, marked_cost_words(), 100 * charged, upper_text,
+                 100 * markers_share(budget, others), 100 * others,
                  ++markers_pace_logged_ == kMarkersPaceLogged ? " (the last change logged)" : "");
 }
 
 inline void Worker::log_markers_at_stop() const {
-  if (!marker_ring().armed() && !ledger_.marked_cost_view().own_ms) return;
-  logger()->info("stream markers' pace at the end: 1 step in {}; {}", marker_ring().wanted_every(), marked_cost_words());
+  const MarkerRing& ring = marker_ring();
+  if (!ring.armed()) {
+    if (ledger_.marked_cost_view().own_ms) logger()->info("stream markers at the end: off ({}); {}", ring.why_off(), marked_cost_words());
+    return;
+  }
+  logger()->info("stream markers' pace at the end: 1 step in {}; {}", ring.wanted_every(), marked_cost_words());
 }
 
 inline std::string Worker::untraced_cupti_of(const StepRecord& r) const {
