@@ -13,6 +13,14 @@ step whatever the program calls is on both sides and cancels; the block pairs (o
 bound that part. An off group next to a traced step may run with CUPTI attached (the detached mode
 attaches at the end of the step before a traced one and detaches after it): such off groups are left
 out of the comparison, the traced steps themselves are kept (their cost is the default's).
+
+Each group of off steps runs inside the last on step before it, as steptrace sees the steps: where a step
+has a scope (step_workloads' TRACE_STEP, gpt_compile.py by hand) its own time is what the budget's shares
+are over (since session 76: before, the ledger took the time to the next step's begin, ~2x the step at
+G steps on and G off, and paced the markers at about twice the budget's rate); where it has none
+(`watch()`, the framework callbacks: a step runs to the next one's begin) the budget still sees a group's
+steps inside one step, and may spend up to ~2x its share on each on step: there the in-run figure is an
+upper end for the same program run with steptrace on every step.
 """
 import json
 import os

@@ -373,6 +373,21 @@ TEST_CASE("stream markers: thinned by overhead_budget where marking every step c
   }
 }
 
+/// `steps` steps of 2.5 ms on the fake backend's named stream, each record costing the training thread
+/// `record_ns` and holding the GPU `gpu_ns`, the budget deciding: full lines, or the defaults (`compact`).
+void run_budget_paced(const std::string& log, bool compact, int64_t record_ns, int64_t gpu_ns, int steps) {
+  auto backend = marked_backend();
+  backend->fake_markers.record_cost_ns = record_ns;
+  backend->fake_markers.gpu_cost_ns = gpu_ns;
+  FakeRun run(std::move(backend));
+  Config cfg = base_config(log);
+  cfg.trace_every = 0;  // the default: overhead_budget decides
+  steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
+  REQUIRE((compact ? start_on_defaults(run, log) : run.start(cfg)));
+  for (int i = 0; i < steps; ++i) marked_step(*run.gpu, 2'500, 0);
+  steptrace::stop();
+}
+
 TEST_CASE("stream markers: a record's cost on the GPU, which its call does not pay, is found by comparing marked and "
           "unmarked steps in the run; the pace follows it (full lines and the defaults)", "[runtime][markers]") {
   // A 5 ms GPU-bound step (two 2.5 ms kernels, then a wait for the stream) whose 6 records cost the
@@ -398,16 +413,7 @@ TEST_CASE("stream markers: a record's cost on the GPU, which its call does not p
   for (const Case& c : cases) {
     INFO(c.log);
     const auto log = fresh_log(c.log);
-    auto backend = marked_backend();
-    backend->fake_markers.record_cost_ns = 1'000;
-    if (c.gpu_cost) backend->fake_markers.gpu_cost_ns = 150'000;
-    FakeRun run(std::move(backend));
-    Config cfg = base_config(log);
-    cfg.trace_every = 0;  // the default: overhead_budget decides
-    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
-    REQUIRE((c.compact ? start_on_defaults(run, log) : run.start(cfg)));
-    for (int i = 0; i < 900; ++i) marked_step(*run.gpu, 2'500, 0);
-    steptrace::stop();
+    run_budget_paced(log, c.compact, 1'000, c.gpu_cost ? 150'000 : 0, 900);
     std::map<std::string, std::string> sentences;  // a compact log's codes, as its lines bring them
     int pace = 0, in_run = 0, own = 0, lines = 0;
     for (const auto& l : read_lines(log)) {
@@ -449,6 +455,9 @@ TEST_CASE("stream markers: the unmarked lines' reason says the cost the pace cha
   // marked step: the most thinning, 1 in 64) and hold the GPU 150 us each: once the comparison has 16
   // blocks it finds ~0.7 ms more a marked step and takes over at the same pace. The lines' reason then
   // says so (it kept the records' own time it was first written with, as host_api charged the other).
+  // At 1 in 64 about one block of 32 steps in two holds a marked step: 16 blocks take ~1 050 steps, more
+  // where a loaded machine's noise keeps the comparison unresolved a while (a run beside a build took
+  // ~1 250): 1 800 steps.
   struct Case {
     bool compact;
     const char* log;
@@ -456,16 +465,7 @@ TEST_CASE("stream markers: the unmarked lines' reason says the cost the pace cha
   for (const Case& c : {Case{false, "runtime_markers_reason_moves"}, Case{true, "runtime_markers_reason_moves_default"}}) {
     INFO(c.log);
     const auto log = fresh_log(c.log);
-    auto backend = marked_backend();
-    backend->fake_markers.record_cost_ns = 60'000;
-    backend->fake_markers.gpu_cost_ns = 150'000;
-    FakeRun run(std::move(backend));
-    Config cfg = base_config(log);
-    cfg.trace_every = 0;  // the default: overhead_budget decides
-    steptrace::set_marker_stream(reinterpret_cast<void*>(0x7));
-    REQUIRE((c.compact ? start_on_defaults(run, log) : run.start(cfg)));
-    for (int i = 0; i < 1300; ++i) marked_step(*run.gpu, 2'500, 0);
-    steptrace::stop();
+    run_budget_paced(log, c.compact, 60'000, 150'000, 1800);
     int own_at_64 = 0, in_run_at_64 = 0, own_after_in_run = 0;
     bool in_run_seen = false;
     for (const auto& l : step_lines(log)) {
