@@ -19,8 +19,9 @@ has a scope (step_workloads' TRACE_STEP, gpt_compile.py by hand) its own time is
 are over (since session 76: before, the ledger took the time to the next step's begin, ~2x the step at
 G steps on and G off, and paced the markers at about twice the budget's rate); where it has none
 (`watch()`, the framework callbacks: a step runs to the next one's begin) the budget still sees a group's
-steps inside one step, and may spend up to ~2x its share on each on step: there the in-run figure is an
-upper end for the same program run with steptrace on every step.
+steps inside one step, so by reasoning (not measured) it may spend up to (G on + G off) / G on times its
+share on each on step, 2x at equal groups: there the in-run figure is an upper end for the same program
+run with steptrace on every step.
 """
 import json
 import os

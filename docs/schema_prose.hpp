@@ -610,7 +610,9 @@ inline constexpr FieldProse kStepProse[] = {
      "the high end of the estimate's interval: `estimated_fraction` plus what the background thread spent "
      "in CPU time (`parts.background`, `parts.captures`), which costs the program's steps nothing on a "
      "free core and up to its whole time on a busy one; the program's cost lies in [`estimated_fraction`, "
-     "`estimated_fraction_high`]",
+     "`estimated_fraction_high`] (`parts.background` is over the steps' intervals, begin to the next "
+     "step's begin, where the rest is over `step_time_ms`: the readings run by the clock, between steps "
+     "too)",
      "as `estimated_fraction`; steps a framework's callbacks drive (Python's Lightning and HF Trainer ones): "
      "what their calls cost the framework's own code is in no measurement (reason)"},
     {"/overhead/parts",

@@ -589,6 +589,14 @@ TEST_CASE("the ledger: per-step costs over the steps' own time, the background's
   CHECK(*ledger.calls_fraction() == Approx((0.1 + calls) / 10));
   CHECK(*ledger.background_fraction() == Approx(1.0 / 20));
   CHECK(*ledger.work_fraction(steptrace::OverheadLedger::Work::memory) == Approx(1.0 / 20));
+  // Past the window (512 steps) the intervals leave it with their steps: 600 more at 40 ms a step.
+  for (int i = 0; i < 600; ++i) {
+    ledger.spent(steptrace::OverheadLedger::Work::memory, 1.0);
+    ledger.step(10, 2, false, 0, 0.1, 40);
+  }
+  CHECK(*ledger.background_fraction() == Approx(1.0 / 40));
+  CHECK(*ledger.calls_fraction() == Approx((0.1 + calls) / 10));
+  CHECK(*ledger.work_fraction(steptrace::OverheadLedger::Work::memory) == Approx(700.0 / (100 * 20 + 600 * 40)));
   // An interval not given, or shorter than the step (a clock's jitter): the step's own time.
   steptrace::OverheadLedger own;
   own.spent(steptrace::OverheadLedger::Work::memory, 1.0);

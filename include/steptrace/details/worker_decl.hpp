@@ -342,7 +342,9 @@ class Worker {
   bool markers_held_said_ = false;  // the markers' hold logged once
   static constexpr int kMarkersPaceLogged = 32;  // the markers' pace changes logged (log_markers_pace)
   int markers_pace_logged_ = 0;
-  double markers_said_charge_ = 0;    // what the pace's reason was last written with (pace_markers)
+  static constexpr uint64_t kReasonRewriteSteps = 512;  // the least steps between two writes at one pace
+  uint64_t markers_said_index_ = 0;   // the step whose line last wrote the pace's reason (pace_markers)
+  double markers_said_charge_ = 0;    // what the pace's reason was last written with
   bool markers_said_in_run_ = false;  // ... and whether that was the in-run comparison's
   int64_t marked_ns_seen_ = 0;      // the markers' recording time charged to the overhead so far (per step:
                                     // StepRecord::markers_ns_at_close)

@@ -129,7 +129,7 @@ inline void Worker::feed_marking(const StepRecord& r, double marked_ms, bool cup
 inline void Worker::pace_markers(const Config& cfg, uint64_t index) {
   MarkerRing& ring = marker_ring();
   const std::optional<double> marked = ledger_.marked_step_fraction();
-  if (!marked || !ring.armed()) return;
+  if (!marked || !std::isfinite(*marked) || !ring.armed()) return;
   // Beside the markers, per step: CUPTI kept attached (the last estimate's) and steptrace's calls.
   const double others = attached_fraction_ + ledger_.calls_fraction().value_or(0);
   // Every step is marked only where the in-run comparison has measured and its upper end fits
@@ -140,14 +140,19 @@ inline void Worker::pace_markers(const Config& cfg, uint64_t index) {
   const int every = pace.every;
   // The unmarked lines' reason says the cost it was decided on: written again at the same pace where
   // what is charged moved by over a quarter or changed its basis (the records' own time, the in-run
-  // comparison), so that it never says one cost while host_api charges another.
+  // comparison), so that a full line never says one cost while host_api charges another (a compact line's
+  // code keeps the sentence first said with it: a new basis is new words, so a new code; a new figure is
+  // not). At most once in kReasonRewriteSteps steps, and not at 1 in 1 (no unmarked line carries it):
+  // each write is an entry of the ring's thinning history, which lines still in flight read.
   const bool in_run = ledger_.marked_cost_in_run();
-  const bool cost_moved = !(*marked <= 1.25 * markers_said_charge_ && *marked >= 0.8 * markers_said_charge_) ||
-                          in_run != markers_said_in_run_;
+  const bool cost_moved = every > 1 && index >= markers_said_index_ + kReasonRewriteSteps &&
+                          (!(*marked <= 1.25 * markers_said_charge_ && *marked >= 0.8 * markers_said_charge_) ||
+                           in_run != markers_said_in_run_);
   if (every == ring.wanted_every() && pace.why == markers_why_ && !cost_moved) return;
   // Logged where the pace changes, not where only its reason does (at 1 in 2 the cost and the hold can
   // take turns from one line to the next: an H200 run's log had a few dozen such turns in 200 steps).
   if (every != ring.wanted_every()) log_markers_pace(index, pace, *marked, others, upper, cfg.overhead_budget);
+  markers_said_index_ = index;
   markers_why_ = pace.why;
   markers_said_charge_ = *marked;
   markers_said_in_run_ = in_run;
