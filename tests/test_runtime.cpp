@@ -696,15 +696,12 @@ TEST_CASE("a binding's measured bookkeeping is charged in host_api at its latest
   CHECK(host_api(299) == Approx(expected(299, 0)).epsilon(0.1));
 }
 
-TEST_CASE("host_api is a share of the steps' own time, not of what runs between them", "[runtime]") {
-  // 1 ms steps (their scopes), each followed by 1 ms of the program's own outside any step (an
-  // evaluation, a data wait, a benchmark's steps without steptrace), with a binding's 0.1 ms a step:
-  // host_api ~10 % of the steps' own time. Over the time to the next step's begin it would read ~5 %
-  // (the C++ transformer timed in groups with and without steptrace's calls read 124 ms steps for 62 so,
-  // and its markers' pace went from 1 in 4 back to 1 in 2; H200, session 76).
-  const auto log = fresh_log("runtime_host_api_own_time");
+namespace {
+/// 120 steps of 1 ms (their scopes), each followed by 1 ms outside any step, a binding's 0.1 ms a step:
+/// full lines, or the defaults (`defaults`: as a user who sets nothing but the log).
+void run_with_gaps(const std::string& log, bool defaults) {
   FakeRun run(std::make_unique<FakeBackend>());
-  REQUIRE(run.start(base_config(log)));
+  REQUIRE((defaults ? start_on_defaults(run, log) : run.start(base_config(log))));
   steptrace::details::set_binding_step_extra_ns(100'000);
   for (int i = 0; i < 120; ++i) {
     {
@@ -715,6 +712,17 @@ TEST_CASE("host_api is a share of the steps' own time, not of what runs between 
     steptrace_test::spin_for_us(1000);  // between steps
   }
   steptrace::stop();
+}
+}  // namespace
+
+TEST_CASE("host_api is a share of the steps' own time, not of what runs between them", "[runtime]") {
+  // 1 ms steps (their scopes), each followed by 1 ms of the program's own outside any step (an
+  // evaluation, a data wait, a benchmark's steps without steptrace), with a binding's 0.1 ms a step:
+  // host_api ~10 % of the steps' own time. Over the time to the next step's begin it would read ~5 %
+  // (the C++ transformer timed in groups with and without steptrace's calls read 124 ms steps for 62 so,
+  // and its markers' pace went from 1 in 4 back to 1 in 2; H200, session 76).
+  const auto log = fresh_log("runtime_host_api_own_time");
+  run_with_gaps(log, /*defaults=*/false);
   const auto lines = read_lines(log);
   REQUIRE(lines.size() == 120);
   double own_ms = 0, to_next_ms = 0;
@@ -728,6 +736,24 @@ TEST_CASE("host_api is a share of the steps' own time, not of what runs between 
   const double expected = 111 * (0.1 + 2 * steptrace::OverheadLedger::kScopeNs * 1e-6) / own_ms;
   CHECK(host_api == Approx(expected).epsilon(0.1));
   CHECK(host_api > 1.3 * 111 * 0.1 / to_next_ms);  // not over the time between steps too
+}
+
+TEST_CASE("host_api over the steps' own time, on the defaults: the compact line's floor holds it", "[runtime]") {
+  // The case above as a user who sets nothing runs it: compact lines carry no parts, but the estimate's
+  // floor (the longest interval's: what no trace interval takes away) holds host_api, ~10 % of the
+  // steps' own time here; over the time to the next step it would be ~5 %.
+  const auto log = fresh_log("runtime_host_api_own_time_default");
+  run_with_gaps(log, /*defaults=*/true);
+  const auto lines = read_lines(log);
+  std::vector<nlohmann::json> steps;
+  for (const auto& l : lines)
+    if (l.contains("global_step")) steps.push_back(l);
+  REQUIRE(steps.size() == 120);
+  CHECK_FALSE(steps.back()["overhead"].contains("parts"));  // a compact line
+  const double floor = steps[118]["overhead"]["estimated_fraction_floor"].get<double>();
+  INFO("floor " << floor);
+  CHECK(floor > 0.08);
+  CHECK(steps[118]["overhead"]["within_budget"] == false);  // 0.1 ms a 1 ms step, against 0.1 %
 }
 
 namespace {

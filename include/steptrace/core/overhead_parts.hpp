@@ -252,6 +252,12 @@ inline constexpr int kMaxMarkersEvery = 64;
 /// take the per-step GPU view away for nothing.
 inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 
+/// The markers' share of `budget` beside `others` (markers_every's cap), as a fraction of step time.
+inline double markers_share(double budget, double others = 0) {
+  const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
+  return std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
+}
+
 /// 1 step in how many the stream markers mark (a power of two), so that they cost at most
 /// kMarkersShareOfBudget of `budget`, and at most what the budget's aim (OverheadEstimator::kAim)
 /// leaves beside `others` (the per-step costs no interval changes: CUPTI kept attached, steptrace's
@@ -262,12 +268,6 @@ inline constexpr double kMarkersLeastShareOfBudget = 0.1;
 /// `marked_fraction` is what marking every step costs (OverheadLedger::marked_step_fraction). From
 /// `current`, it goes down only with room to spare (the halved interval under 80 % of the cap), so that
 /// it does not swing between two values.
-/// The markers' share of `budget` beside `others` (markers_every's cap, below), as a fraction of step time.
-inline double markers_share(double budget, double others = 0) {
-  const double left = OverheadEstimator::kAim * budget - std::max(0.0, others);
-  return std::max(kMarkersLeastShareOfBudget * budget, std::min(kMarkersShareOfBudget * budget, left));
-}
-
 inline int markers_every(double marked_fraction, double budget, int current, double others = 0) {
   if (!(marked_fraction > 0) || !(budget > 0)) return 1;
   const double cap = markers_share(budget, others);

@@ -24,13 +24,14 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
   if (r.markers_ns_at_close >= 0)
     marked_ms = ns_to_ms(std::max<int64_t>(0, r.markers_ns_at_close - std::exchange(marked_ns_seen_, r.markers_ns_at_close)));
   if (r.traced) marked_ms = 0;
-  // Over the step's own time (its scope where it has one, as the estimator's and the line's step_time_ms):
-  // what ran between steps (an evaluation, a data wait outside the scope, a benchmark's steps without
-  // steptrace) is no step time that a marker's or a call's cost is a share of. The background thread's
-  // readings, paced by the clock and made between steps too, stay a share of the steps' intervals. Counted there, it thinned every per-step share: the C++ transformer
-  // timed in groups of 10 steps with steptrace's calls and 10 without (H200, session 76) read 124 ms
-  // steps for 62, charged a marked step's measured 0.10 ms as 0.08 % for 0.16 %, and its markers went
-  // from 1 in 4 back to 1 in 2.
+  // Per-step costs over the step's own time (its scope where it has one, as the estimator's and the
+  // line's step_time_ms): what ran between steps (an evaluation, a data wait outside the scope, a
+  // benchmark's steps without steptrace) is no step time that a marker's or a call's cost is a share of.
+  // Counted in, it thinned every per-step share: the C++ transformer timed in groups of 10 steps with
+  // steptrace's calls and 10 without (H200, session 76) read 124 ms steps for 62, charged a marked
+  // step's measured 0.10 ms as 0.08 % for 0.16 %, and its markers went from 1 in 4 back to 1 in 2. The
+  // background thread's readings, paced by the clock and made between steps too, stay a share of the
+  // steps' intervals (the last argument).
   ledger_.step(ns_to_ms(r.own_end_ns() - r.begin_ns), 1 + r.spans.size() + r.scalars.size(), r.index < kProbeAfterSteps,
                marked_ms, r.binding_extra_ns >= 0 ? r.binding_extra_ns * 1e-6 : -1.0, ns_to_ms(r.end_ns - r.begin_ns));
   // The markers' pace from here on, set before anything reads their cost: the estimate and the interval
