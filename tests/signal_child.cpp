@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   // Steps of 300 us: a writer held up ~80 ms on a loaded machine would fill the default 256 and drop
   // steps, which these modes check never happens; "many" is the backlog case and keeps the default.
   if (mode != "many") cfg.max_pending_steps = 65536;
+  // held: what it checks is the order (the held signal, then the program's handler with the sender's
+  // siginfo), not end_wait_ms's bound: on a loaded 2-core machine the ending once took over the default
+  // 1 s (a CI-path run, session 76: "not served", the program went on), so it waits for the watcher's
+  // answer up to 30 s here.
+  if (mode == "held") cfg.end_wait_ms = 30000;
   steptrace::start(cfg);
   if (mode == "after") std::signal(SIGTERM, exiting_handler);
   if (mode == "many") {  // fast steps of 20 phases each: the heaviest backlog a SIGTERM can meet
