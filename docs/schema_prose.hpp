@@ -609,18 +609,22 @@ inline constexpr FieldProse kStepProse[] = {
     {"/overhead/estimated_fraction_high",
      "the high end of the estimate's interval: `estimated_fraction` plus what the background thread spent "
      "in CPU time (`parts.background`, `parts.captures`), which costs the program's steps nothing on a "
-     "free core and up to its whole time on a busy one; the program's cost lies in [`estimated_fraction`, "
+     "free core and up to its whole time on a busy one, plus the stream markers at the in-run "
+     "comparison's upper end where `host_api` charges its lower one (`parts.host_api.fraction_high` less "
+     "`parts.host_api.fraction`); the program's cost lies in [`estimated_fraction`, "
      "`estimated_fraction_high`] (`parts.background` is over the steps' intervals, begin to the next "
      "step's begin, where the rest is over `step_time_ms`: the readings run by the clock, between steps "
      "too)",
      "as `estimated_fraction`; steps a framework's callbacks drive (Python's Lightning and HF Trainer ones): "
-     "what their calls cost the framework's own code is in no measurement (reason)"},
+     "what their calls cost the framework's own code is in no measurement (reason); the stream markers "
+     "mark steps and the in-run comparison has not measured what a marked step costs (its first ~512 "
+     "steps, or after it forgot them): their records' own time can read several times low (reason)"},
     {"/overhead/parts",
      "the estimate part by part (`core/overhead_parts.hpp`); `estimated_fraction` is the sum of the "
      "fractions of tracing, attached and host_api (the step time the budget holds: the tracing "
      "measurement holds what the counters and the background thread's work around traced steps cost the "
      "steps), `estimated_fraction_high` adds background and captures (CPU time of the background thread, "
-     "each part paced by a governor of its own). `tracing`: the traced steps at the interval in force "
+     "each part paced by a governor of its own) and host_api's `fraction_high` less its `fraction`. `tracing`: the traced steps at the interval in force "
      "(`measured` from the step times, or `modelled` from the launch count); `attached`: CUPTI's "
      "callbacks on untraced steps while attached (`modelled`, = `untraced_residual_ms / clean_step_ms`); "
      "`counters`: PM sampling — `in_tracing` when the budget decides (sampling runs only around traced "
@@ -635,6 +639,9 @@ inline constexpr FieldProse kStepProse[] = {
      "or, where the markers are thinned and it resolves more, what marked steps took beyond the unmarked "
      "steps beside them in this run less two standard errors (core/marked_steps.hpp), "
      "× the share of steps marked now (1 in `markers_every`; a traced step's markers are in `tracing`), "
+     "and `fraction_high`, the same with the markers at the comparison's upper end (value plus two "
+     "standard errors; null while the markers mark and the comparison has not measured: a marked step "
+     "cost 2-4× its records' own time on a GPU-bound C++ transformer, up to 9×, docs/gpu.md), "
      "each over the steps' `step_time_ms` (a step's scope where it has one, as the estimate's: what ran "
      "after it and before the next step is not counted) "
      "(making the events once, when the markers are first armed, and that step's "

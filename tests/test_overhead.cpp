@@ -575,6 +575,66 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
   CHECK(*warm.background_fraction() == 0.0);
 }
 
+TEST_CASE("the markers' high end: the in-run comparison's upper end, and none while the markers mark unmeasured",
+          "[overhead]") {
+  // Steps of 10 ms marked 1 in 2, a marked step's records 0.01 ms on the training thread, the marked
+  // steps 0.2 ms longer (with a little spread): the charge is the comparison's value less two standard
+  // errors, the high end its value plus two.
+  steptrace::OverheadLedger ledger;
+  CHECK(*ledger.markers_upper_extra_at(2) == 0.0);  // no marked step counted: none charged, none paid
+  const auto feed = [&ledger](uint64_t from, uint64_t to) {
+    for (uint64_t i = from; i < to; ++i) {
+      const bool marked = i % 2 == 0;
+      const double ms = 10.0 + (marked ? 0.2 + 0.01 * static_cast<double>(i / 2 % 5) : 0.0);
+      ledger.step(ms, 3, false, marked ? 0.01 : 0.0);
+      ledger.marking(i, ms, marked);
+    }
+  };
+  feed(0, 100);
+  CHECK(*ledger.markers_upper_extra_at(0) == 0.0);  // not marking: nothing to bound
+  CHECK_FALSE(ledger.markers_upper_extra_at(2));     // marking, 3 of 16 blocks: no upper end
+  CHECK_FALSE(ledger.markers_upper_extra_at(64));
+  OverheadEstimator e({0.005, 1000, true});
+  for (uint64_t i = 0; i < 4; ++i) e.observe(step(i, true, 50.0));
+  const auto host_api = ledger.host_api_fraction_at(2);
+  const auto est = e.estimate(4, *host_api);
+  const auto open = steptrace::make_overhead_parts(est, ledger, steptrace::CountersRun::off, std::nullopt, host_api, false,
+                                                   ledger.markers_upper_extra_at(2));
+  CHECK_FALSE(open.high);
+  CHECK(open.high_reason == steptrace::reason_text(steptrace::Reason::markers_cost_unbounded));
+  CHECK_FALSE(open.host_api_high);
+  CHECK(open.host_api_high.why() == steptrace::reason_text(steptrace::Reason::markers_cost_unbounded));
+  CHECK(*open.host_api.fraction == Approx(*host_api));  // the estimate and its parts stay
+  // A framework's steps keep their own reason (it bounds nothing either way).
+  const auto framework = steptrace::make_overhead_parts(est, ledger, steptrace::CountersRun::off, std::nullopt, host_api,
+                                                        true, std::nullopt);
+  CHECK(framework.high_reason == steptrace::reason_text(steptrace::Reason::framework_steps_unbounded));
+  feed(100, 17 * 32);
+  const auto view = ledger.marked_cost_view();
+  REQUIRE(view.in_run);
+  REQUIRE(view.in_run->se_ms > 0);
+  CHECK(view.in_run->ms == Approx(0.22).margin(0.01));
+  const double mean_step = 10.0 + 0.22 / 2;  // the window's mean step (the marked half 0.22 ms longer)
+  for (const int every : {2, 8}) {
+    INFO("1 in " << every);
+    const auto extra = ledger.markers_upper_extra_at(every);
+    REQUIRE(extra);
+    // (value + 2 se) - (value - 2 se), over the mean step, at the share marked.
+    CHECK(*extra == Approx(4 * view.in_run->se_ms / mean_step / every).epsilon(0.02));
+    const auto h = ledger.host_api_fraction_at(every);
+    const auto est2 = e.estimate(4, *h);
+    const auto p = steptrace::make_overhead_parts(est2, ledger, steptrace::CountersRun::off, std::nullopt, h, false, extra);
+    REQUIRE(p.high);
+    REQUIRE(p.host_api_high);
+    CHECK(*p.host_api_high == Approx(*h + *extra));
+    CHECK(*p.high == Approx(*est2.fraction + *extra + *p.background.fraction));
+    // The high end's markers: at the comparison's upper end, every marked step.
+    CHECK(*p.host_api_high - *p.host_api.fraction ==
+          Approx(((view.in_run->ms + 2 * view.in_run->se_ms) - (view.in_run->ms - 2 * view.in_run->se_ms)) / mean_step / every)
+              .epsilon(0.02));
+  }
+}
+
 TEST_CASE("the ledger: per-step costs over the steps' own time, the background's readings over their intervals",
           "[overhead]") {
   // 10 ms steps (their scopes), each 20 ms from its begin to the next step's; 2 calls and 0.1 ms of a

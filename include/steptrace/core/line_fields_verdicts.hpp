@@ -58,6 +58,7 @@ inline constexpr LineField kVerdictFields[] = {
     member("/overhead/parts/host_api", F::object, "—"),
     member("/overhead/parts/host_api/fraction", F::number, "fraction"),
     member("/overhead/parts/host_api/basis", F::string, "—"),
+    member("/overhead/parts/host_api/fraction_high", F::number, "fraction"),
     member("/overhead/parts/background", F::object, "—"),
     member("/overhead/parts/background/fraction", F::number, "fraction"),
     member("/overhead/parts/background/basis", F::string, "—"),

@@ -34,7 +34,8 @@ inline void write_overhead_parts(LineOut& out, const OverheadParts& p, const std
   part(STEPTRACE_ROW("/overhead/parts/counters"), STEPTRACE_ROW("/overhead/parts/counters/fraction"),
        STEPTRACE_ROW("/overhead/parts/counters/basis"), p.counters, nothing);
   part(STEPTRACE_ROW("/overhead/parts/host_api"), STEPTRACE_ROW("/overhead/parts/host_api/fraction"),
-       STEPTRACE_ROW("/overhead/parts/host_api/basis"), p.host_api, nothing);
+       STEPTRACE_ROW("/overhead/parts/host_api/basis"), p.host_api,
+       [&] { out.field(STEPTRACE_ROW("/overhead/parts/host_api/fraction_high"), p.host_api_high); });
   part(STEPTRACE_ROW("/overhead/parts/background"), STEPTRACE_ROW("/overhead/parts/background/fraction"),
        STEPTRACE_ROW("/overhead/parts/background/basis"), p.background, [&] {
          const char* warm_up = reason_text(Reason::warm_up_uncounted);  // by reading, since the warm-up

@@ -26,6 +26,10 @@
 // steps (almost) nothing, on a busy one up to its whole CPU time. So the estimate is an interval:
 //   low  = tracing + attached + host_api   (`estimated_fraction`: the step time the budget holds)
 //   high = low + background + captures      (`estimated_fraction_high`: its CPU time charged in full)
+//          + the markers' upper excess      (host_api charges a marked step at the in-run comparison's value
+//                                            less two standard errors, or the records' own time; the high
+//                                            end takes the upper end, value plus two: none while the markers
+//                                            mark and the comparison has not measured - then no high end)
 // The background parts have governors of their own: device-memory and NVML readings are paced to a
 // tenth of the budget each, PM samples are taken around traced steps only, captures spend a quarter.
 #pragma once
@@ -70,6 +74,9 @@ struct OverheadParts {
   OverheadPart tracing, attached, counters, host_api, background, captures;
   // background, by reading (since the warm-up): device memory, NVML, PM-sampling decodes
   std::optional<double> background_memory, background_device_state, background_counters;
+  // host_api's high end: the stream markers at the in-run comparison's upper end (OverheadLedger::
+  // markers_upper_extra_at); null while the markers mark and the comparison has not measured
+  Measured<double> host_api_high{reason_text(Reason::parts_not_computed)};
   std::optional<double> high;  // the interval's high end (its low end is the estimate's fraction)
   std::string high_reason;     // why `high` is null when the estimate is not (empty: the estimate's reason)
 };
@@ -165,6 +172,21 @@ class OverheadLedger {
     const std::optional<double> upper = own ? in_run_.upper(*own) : std::nullopt;
     if (!upper) return std::nullopt;
     return *upper / (sum_.step_ms / static_cast<double>(steps_.size()));
+  }
+  /// What the stream markers at 1 step in `markers_every` may cost beyond what host_api_fraction_at()
+  /// charges them (the high end of the estimate's interval): the in-run comparison's upper end
+  /// (marked_step_upper_fraction) less the charge (marked_step_fraction), x the share marked. 0 when not
+  /// marking, or before a marked step was counted (none charged, none paid in the window). nullopt: marking,
+  /// and the comparison has not measured - nothing bounds a marked step's cost from above then: on the C++
+  /// transformer of benchmarks/step_workloads (H200) the comparison read 2-4x the records' own time
+  /// (sessions 76-77: 0.104-0.126 ms against 0.027-0.059) and up to 9x (session 71).
+  std::optional<double> markers_upper_extra_at(int markers_every) const {
+    if (markers_every < 1) return 0.0;
+    const std::optional<double> charged = marked_step_fraction();
+    if (!charged) return 0.0;
+    const std::optional<double> upper = marked_step_upper_fraction();
+    if (!upper) return std::nullopt;
+    return std::max(0.0, *upper - *charged) / markers_every;
   }
   /// What the pace's decisions read, for its log: the records' own time on a marked step (ms; nullopt:
   /// none counted), the comparison's measurement (nullopt: fewer than kLeastBlocks blocks) and its blocks.
@@ -318,9 +340,13 @@ enum class CountersRun { around_traced_steps, every_step, off };
 /// several times what the lines estimate: Lightning ~110 us a step against ~30, the HF Trainer ~260
 /// against ~33, the cause not known; two H200s, session 69, benchmarks/framework_budget.py
 /// --interleave), so no high end is claimed; the estimate stays what was measured.
+/// `markers_upper_extra`: OverheadLedger::markers_upper_extra_at() at the pace host_api was taken at;
+/// nullopt (the markers mark, their cost not measured in the run) leaves host_api's and the estimate's
+/// high ends null, said why.
 inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const OverheadLedger& ledger, CountersRun counters,
                                          std::optional<double> captures, std::optional<double> host_api,
-                                         bool framework_steps = false) {
+                                         bool framework_steps = false,
+                                         std::optional<double> markers_upper_extra = 0.0) {
   OverheadParts p;
   p.present = true;
   const std::string pending = reason_text(Reason::no_traced_step_yet), untimed = reason_text(Reason::no_step_timed);
@@ -351,8 +377,13 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
   p.background_counters = ledger.work_fraction(OverheadLedger::Work::counters);
   p.captures.fraction = captures.value_or(0);
   p.captures.basis = captures ? PartBasis::measured : PartBasis::off;
+  const char* unbounded = reason_text(Reason::markers_cost_unbounded);
+  if (host_api && markers_upper_extra) p.host_api_high = *host_api + *markers_upper_extra;
+  else p.host_api_high.unknown(host_api ? std::string(unbounded) : untimed);
   if (e.fraction && framework_steps) p.high_reason = reason_text(Reason::framework_steps_unbounded);
-  else if (e.fraction) p.high = *e.fraction + p.background.fraction.value_or(0) + p.captures.fraction.value_or(0);
+  else if (e.fraction && !markers_upper_extra) p.high_reason = unbounded;
+  else if (e.fraction)
+    p.high = *e.fraction + *markers_upper_extra + p.background.fraction.value_or(0) + p.captures.fraction.value_or(0);
   return p;
 }
 

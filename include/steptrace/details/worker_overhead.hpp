@@ -100,7 +100,7 @@ inline OverheadLine Worker::observe_overhead(const StepRecord& r, const std::opt
                                 : ctx.counters_traced_only ? CountersRun::around_traced_steps
                                                            : CountersRun::every_step,
                                 flight_.on() ? std::optional<double>(flight_.budget().fraction()) : std::nullopt, host_api,
-                                r.framework_steps);
+                                r.framework_steps, ledger_.markers_upper_extra_at(markers_pace));
   if (d.detach) {
     switch_to_detach(r, o.estimate);
     attached_fraction_ = 0;  // detached from here on: the kept mode's share is no one's to leave room for
