@@ -633,6 +633,40 @@ TEST_CASE("the markers' high end: the in-run comparison's upper end, and none wh
           Approx(((view.in_run->ms + 2 * view.in_run->se_ms) - (view.in_run->ms - 2 * view.in_run->se_ms)) / mean_step / every)
               .epsilon(0.02));
   }
+  // CUPTI detached: the comparison starts again, and the high end with it.
+  ledger.reset_marking();
+  CHECK_FALSE(ledger.markers_upper_extra_at(2));
+}
+
+TEST_CASE("the markers' high end: a comparison that does not resolve leaves the records' own time charged and "
+          "bounds it; every step marked, nothing bounds it", "[overhead]") {
+  // Marked steps no longer than unmarked ones (a spread of +-0.05 ms): the comparison measures about 0 ms,
+  // under the records' own 0.01 ms, which stays the charge; the high end is the larger of the two,
+  // value plus two standard errors.
+  steptrace::OverheadLedger ledger;
+  for (uint64_t i = 0; i < 17 * 32; ++i) {
+    const bool marked = i % 2 == 0;
+    const double ms = 10.0 + 0.05 * (static_cast<double>(i % 7) - 3) / 3;
+    ledger.step(ms, 3, false, marked ? 0.01 : 0.0);
+    ledger.marking(i, ms, marked);
+  }
+  const auto view = ledger.marked_cost_view();
+  REQUIRE(view.in_run);
+  REQUIRE(view.own_ms);
+  CHECK(*view.own_ms == Approx(0.01));
+  CHECK_FALSE(ledger.marked_cost_in_run());  // the records' own time stands
+  const double upper_ms = std::max(*view.own_ms, view.in_run->ms + 2 * view.in_run->se_ms);
+  const auto extra = ledger.markers_upper_extra_at(2);
+  REQUIRE(extra);
+  CHECK(*extra == Approx((upper_ms - 0.01) / 10.0 / 2).epsilon(0.02).margin(1e-9));
+  // Every step marked (a fixed trace_every): no block holds both kinds, so no measurement, no upper end.
+  steptrace::OverheadLedger every;
+  for (uint64_t i = 0; i < 17 * 32; ++i) {
+    every.step(10.0, 3, false, 0.01);
+    every.marking(i, 10.0, true);
+  }
+  CHECK(every.marked_step_fraction());
+  CHECK_FALSE(every.markers_upper_extra_at(1));
 }
 
 TEST_CASE("the ledger: per-step costs over the steps' own time, the background's readings over their intervals",

@@ -257,6 +257,7 @@ TEST_CASE("every value of a step line is declared with its type, and every row i
                           &o.parts.captures})
     p->fraction = 0.001, p->basis = PartBasis::measured;
   o.parts.background_memory = o.parts.background_device_state = o.parts.background_counters = o.parts.high = 0.0005;
+  o.parts.host_api_high = 0.0012;
   StepMarkers sm;
   sm.points = 4;
   sm.pending_ns = sm.pending_own_ns = 500'000;

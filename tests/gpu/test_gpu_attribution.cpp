@@ -265,6 +265,7 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
   const auto& lines = run.lines;
   REQUIRE(lines.size() == size_t(run.truth["steps"]));
   int traced = 0, traced_with_counters = 0, untraced = 0, carried = 0, late_traced = 0, thinned = 0;
+  int high_unbounded = 0, high_bounded_late = 0;  // lines without a high end; with one from step 1100 on
   std::vector<double> early_coverage, late_coverage;  // sampling on every step (warm-up) / resumed for the step
   std::vector<double> traced_forward_busy, untraced_forward_span;
   bool believed = false;
@@ -274,12 +275,22 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
     CHECK(l["overhead"]["parts"]["counters"]["basis"] == "in_tracing");
     CHECK(l["diagnosis"]["basis"] != "none");  // every line has a usable diagnosis
     // The step-time estimate stays small; its high end adds the background thread's CPU time (PM
-    // decodes are CPU-heavy while sampling runs), never the time a reading waited for a CUDA lock.
+    // decodes are CPU-heavy while sampling runs), never the time a reading waited for a CUDA lock, and
+    // the markers at the in-run comparison's upper end: none, said why, until that comparison has
+    // measured (16 blocks of 32 steps, marked and unmarked).
     if (step >= 20) {
-      const double low = l["overhead"]["estimated_fraction"], high = l["overhead"]["estimated_fraction_high"];
+      const double low = l["overhead"]["estimated_fraction"];
       CHECK(low < 0.01);
-      CHECK(high >= low);
-      CHECK(high < 1.0);
+      const auto& high = l["overhead"]["estimated_fraction_high"];
+      if (high.is_null()) {
+        ++high_unbounded;
+        CHECK(l["null_reasons"]["overhead.estimated_fraction_high"].get<std::string>().find(
+                  "the stream markers' cost is not measured in this run") == 0);
+      } else {
+        high_bounded_late += step >= 1100;
+        CHECK(high.get<double>() >= low);
+        CHECK(high.get<double>() < 1.0);
+      }
     }
     if (step == 0) continue;  // the first step loads the module: not what this test is about
     if (l["traced"] == true) {
@@ -379,6 +390,12 @@ TEST_CASE("the defaults on a GPU-bound step: counters around traced steps only, 
   CHECK(late_coverage[late_coverage.size() / 2] >= 0.9 * early_coverage[early_coverage.size() / 2]);
   CHECK(traced_with_counters >= traced - 2);  // the first steps may start before the first samples
   CHECK(carried >= untraced - 2);
+  // The markers mark 1 step in 2 or fewer from the warm-up on: the high end comes once their comparison has
+  // measured, well before step 1100 where the run goes that far.
+  std::printf("budget_counters: %d lines without a high end, %d with one from step 1100\n", high_unbounded,
+              high_bounded_late);
+  CHECK(high_unbounded > 0);
+  if (lines.size() > 1200) CHECK(high_bounded_late > 0);
 }
 
 TEST_CASE("per-phase counters over phases of hundreds of short kernels (cuBLAS GEMMs, element-wise)", "[gpu]") {

@@ -45,7 +45,7 @@ inline constexpr LineField kVerdictFields[] = {
     row("overhead", "/overhead/launches_per_step", F::number, "count", Nulls::possible),
     row("overhead", "/overhead/untraced_cupti", F::string, "`keep` | `detach`", Nulls::possible),
     row("overhead", "/overhead/estimated_fraction_high", F::number, "fraction", Nulls::possible),
-    row("overhead", "/overhead/parts", F::object, "object `{tracing, attached, counters, host_api, background, captures}`, each `{fraction, basis}`", Nulls::possible),
+    row("overhead", "/overhead/parts", F::object, "object `{tracing, attached, counters, host_api, background, captures}`, each `{fraction, basis}` (host_api's also `fraction_high`)", Nulls::possible),
     member("/overhead/parts/tracing", F::object, "—"),
     member("/overhead/parts/tracing/fraction", F::number, "fraction"),
     member("/overhead/parts/tracing/basis", F::string, "—"),
