@@ -49,9 +49,11 @@ before an on group's, outside the steps' timing; each group's first step is left
   interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. traced=.. off_groups_left_out=..
              pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..% pair_mean=..%
              pair_median=..% pair_sd=..% pair_se=..% pair_max=..% lines_matched=.. estimate_mean=..%
+             estimate_high_mean=..% high_unbounded_lines=N
 (pairs: each on group's mean less the mean of the kept off groups beside it, over the off mean - a
 traced group has none and forms no pair; pair_se widened for neighbours sharing an off group;
-estimate_mean: the timed on steps' lines).
+estimate_mean: the timed on steps' lines; estimate_high_mean: their `estimated_fraction_high` where a
+number, high_unbounded_lines: those with an estimate and none).
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
 costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
 """
@@ -254,14 +256,17 @@ def eval_follow(a, n, mode=None):
 
 def interleaved(a, workload, r, mode, lines, times, switch):
     """--interleave: the block's on steps against its off steps (benchmarks/interleave.py), beside the lines'
-    mean estimate over the timed on steps."""
+    mean estimate over the timed on steps, its high end's mean where the lines give one and how many gave
+    none (the markers' cost not measured yet)."""
     from default_cost_summary import read_lines
     steps, _ = read_lines(lines) if lines != "-" else (None, None)
     traced = interleave.traced_steps(steps, switch)
     d = interleave.compare(times, switch, a.interleave, skip=eval_follow(a, len(times), mode), traced=traced or ())
     est = interleave.estimate_mean(steps, switch)
+    high, unbounded = interleave.estimate_high(steps, switch)
     return (f"interleave workload={workload} round={r} mode={mode} group={a.interleave} {interleave.describe(d)} "
-            f"lines_matched={traced is not None} estimate_mean={'-' if est is None else f'{100 * est:.4f}%'}")
+            f"lines_matched={traced is not None} estimate_mean={'-' if est is None else f'{100 * est:.4f}%'} "
+            f"estimate_high_mean={'-' if high is None else f'{100 * high:.4f}%'} high_unbounded_lines={unbounded}")
 
 
 def main(argv):

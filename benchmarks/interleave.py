@@ -28,7 +28,7 @@ import os
 import statistics
 import sys
 
-__all__ = ["schedule", "traced_steps", "compare", "describe"]
+__all__ = ["schedule", "traced_steps", "compare", "describe", "estimate_high"]
 
 
 def schedule(n, group, on_first=True):
@@ -58,6 +58,23 @@ def estimate_mean(lines, on):
     est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (lines or [])[len(lines or []) - sum(on):]]
     est = [e for e in est if e is not None]
     return statistics.fmean(est) if est else None
+
+
+def estimate_high(lines, on):
+    """The lines' `overhead.estimated_fraction_high` over the timed on steps: (its mean where a number, or
+    None; how many lines with an estimate had none - the markers' cost not measured yet, a framework's
+    steps; compact lines carry no high end and count in neither)."""
+    tail = (lines or [])[len(lines or []) - sum(on):]
+    high, unbounded = [], 0
+    for s in tail:
+        o = s.get("overhead") or {}
+        if o.get("estimated_fraction") is None or "estimated_fraction_high" not in o:
+            continue
+        if o["estimated_fraction_high"] is None:
+            unbounded += 1
+        else:
+            high.append(o["estimated_fraction_high"])
+    return (statistics.fmean(high) if high else None), unbounded
 
 
 def _groups(on, group):
@@ -155,8 +172,10 @@ def main(argv):
         traced = traced_steps(steps, t["on"])
         d = compare(t["ms"], t["on"], g, skip=t.get("skip", ()), traced=traced or ())
         est = estimate_mean(steps, t["on"])
+        high, unbounded = estimate_high(steps, t["on"])
         print(f"interleave times={path} group={g} {describe(d)} lines_matched={traced is not None} "
-              f"estimate_mean={'-' if est is None else f'{100 * est:.4f}%'}")
+              f"estimate_mean={'-' if est is None else f'{100 * est:.4f}%'} "
+              f"estimate_high_mean={'-' if high is None else f'{100 * high:.4f}%'} high_unbounded_lines={unbounded}")
     return 0
 
 
