@@ -108,7 +108,9 @@ def overhead_of(line):
 
 def interval_of(overhead):
     """The estimate's interval: [`estimated_fraction`, `estimated_fraction_high`] (the step-time estimate,
-    and the same with the background thread's CPU time charged in full: docs/schema.md)."""
+    and the same with the background thread's CPU time charged in full and the stream markers at their
+    measured upper end: docs/schema.md); None where either is null (the high end is until the markers'
+    in-run comparison has measured)."""
     low, high = overhead.get("estimated_fraction"), overhead.get("estimated_fraction_high")
     if isinstance(low, (int, float)) and isinstance(high, (int, float)):
         return low, high

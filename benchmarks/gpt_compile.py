@@ -53,7 +53,7 @@ before an on group's, outside the steps' timing; each group's first step is left
 (pairs: each on group's mean less the mean of the kept off groups beside it, over the off mean - a
 traced group has none and forms no pair; pair_se widened for neighbours sharing an off group;
 estimate_mean: the timed on steps' lines; estimate_high_mean: their `estimated_fraction_high` where a
-number, high_unbounded_lines: those with an estimate and none).
+number, high_unbounded_lines: those with an estimate and none - the markers' cost not measured yet).
 benchmarks/alternate_summary.py pairs each block with its round's off block (the table of README "What it
 costs"). --device cpu (with --layers 1 and small sizes) only checks the script on a machine without a GPU.
 """

@@ -55,7 +55,9 @@ def traced_steps(lines, on):
 
 def estimate_mean(lines, on):
     """The lines' mean `overhead.estimated_fraction` over the timed on steps (the last sum(on) lines), or None."""
-    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in (lines or [])[len(lines or []) - sum(on):]]
+    if lines is None or len(lines) < sum(on):
+        return None
+    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in lines[len(lines) - sum(on):]]
     est = [e for e in est if e is not None]
     return statistics.fmean(est) if est else None
 
@@ -63,8 +65,11 @@ def estimate_mean(lines, on):
 def estimate_high(lines, on):
     """The lines' `overhead.estimated_fraction_high` over the timed on steps: (its mean where a number, or
     None; how many lines with an estimate had none - the markers' cost not measured yet, a framework's
-    steps; compact lines carry no high end and count in neither)."""
-    tail = (lines or [])[len(lines or []) - sum(on):]
+    steps; compact lines carry no high end and count in neither). (None, 0) when there are fewer lines
+    than on steps."""
+    if lines is None or len(lines) < sum(on):  # a line lost or unwritten: the lines are not the steps
+        return None, 0
+    tail = lines[len(lines) - sum(on):]
     high, unbounded = [], 0
     for s in tail:
         o = s.get("overhead") or {}

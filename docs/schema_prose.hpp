@@ -616,11 +616,12 @@ inline constexpr FieldProse kStepProse[] = {
      "step's begin, where the rest is over `step_time_ms`: the readings run by the clock, between steps "
      "too)",
      "as `estimated_fraction`; steps a framework's callbacks drive (Python's Lightning and HF Trainer ones): "
-     "what their calls cost the framework's own code is in no measurement (reason); the stream markers "
-     "mark steps and the in-run comparison has not measured what a marked step costs - its first ~512 "
-     "steps, never while every step is marked (a fixed `trace_every`, or a budget that found marking "
-     "every step fits, once the comparison's blocks age out), again after CUPTI detaches: their "
-     "records' own time can read several times low (reason)"},
+     "what their calls cost the framework's own code is in no measurement (reason, before the next); the "
+     "stream markers mark steps, an untraced marked step has been counted and the in-run comparison has "
+     "not measured what a marked step costs - up to ~512 steps after the markers arm, never while every "
+     "step is marked (a fixed `trace_every`, or a budget that found marking every step fits, once the "
+     "comparison's blocks age out), again after CUPTI detaches: their records' own time can read "
+     "several times low (reason)"},
     {"/overhead/parts",
      "the estimate part by part (`core/overhead_parts.hpp`); `estimated_fraction` is the sum of the "
      "fractions of tracing, attached and host_api (the step time the budget holds: the tracing "
@@ -642,8 +643,9 @@ inline constexpr FieldProse kStepProse[] = {
      "steps beside them in this run less two standard errors (core/marked_steps.hpp), "
      "× the share of steps marked now (1 in `markers_every`; a traced step's markers are in `tracing`), "
      "and `fraction_high`, the same with a marked step at the larger of its records' own time and the "
-     "comparison's value plus two standard errors (null, with `estimated_fraction_high`'s reason, while "
-     "the markers mark and the comparison has not measured: a marked step cost 2-4× its records' own "
+     "comparison's value plus two standard errors (`fraction` where no untraced marked step is counted; "
+     "null with `fraction`'s reason where that is null, and with `estimated_fraction_high`'s markers' "
+     "reason while the markers mark and the comparison has not measured: a marked step cost 2-4× its records' own "
      "time on a GPU-bound C++ transformer, up to 9×, docs/gpu.md; what a marked step's end delays in the "
      "next step the comparison counts against the unmarked steps, so both of its ends read low by about "
      "that, N/(N−1) times at 1 in N, none seen on that transformer), "
