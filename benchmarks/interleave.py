@@ -53,11 +53,19 @@ def traced_steps(lines, on):
     return out
 
 
-def estimate_mean(lines, on):
-    """The lines' mean `overhead.estimated_fraction` over the timed on steps (the last sum(on) lines), or None."""
+def _timed_lines(lines, on):
+    """The timed on steps' lines (the last sum(on)), or None where there are fewer lines than on steps."""
     if lines is None or len(lines) < sum(on):
         return None
-    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in lines[len(lines) - sum(on):]]
+    return lines[len(lines) - sum(on):]
+
+
+def estimate_mean(lines, on):
+    """The lines' mean `overhead.estimated_fraction` over the timed on steps (the last sum(on) lines), or None."""
+    tail = _timed_lines(lines, on)
+    if tail is None:
+        return None
+    est = [(s.get("overhead") or {}).get("estimated_fraction") for s in tail]
     est = [e for e in est if e is not None]
     return statistics.fmean(est) if est else None
 
@@ -67,9 +75,9 @@ def estimate_high(lines, on):
     None; how many lines with an estimate had none - the markers' cost not measured yet, a framework's
     steps; compact lines carry no high end and count in neither). (None, 0) when there are fewer lines
     than on steps."""
-    if lines is None or len(lines) < sum(on):  # a line lost or unwritten: the lines are not the steps
+    tail = _timed_lines(lines, on)
+    if tail is None:  # a line lost or unwritten: the lines are not the steps
         return None, 0
-    tail = lines[len(lines) - sum(on):]
     high, unbounded = [], 0
     for s in tail:
         o = s.get("overhead") or {}

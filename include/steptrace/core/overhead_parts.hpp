@@ -181,12 +181,15 @@ class OverheadLedger {
   /// transformer of benchmarks/step_workloads (H200) the comparison read 2-4x the records' own time
   /// (sessions 76-77: 0.104-0.126 ms against 0.027-0.059) and up to 9x (session 71).
   std::optional<double> markers_upper_extra_at(int markers_every) const {
-    if (markers_every < 1) return 0.0;
-    const std::optional<double> charged = marked_step_fraction();
-    if (!charged) return 0.0;
-    const std::optional<double> upper = marked_step_upper_fraction();
+    if (markers_every < 1 || !(sum_.step_ms > 0)) return 0.0;
+    // The records' own time once (a median over the window): marked_step_fraction() and
+    // marked_step_upper_fraction() would each take it again.
+    const std::optional<double> own = own_marked_ms();
+    if (!own) return 0.0;
+    const std::optional<double> upper = in_run_.upper(*own);
     if (!upper) return std::nullopt;
-    return std::max(0.0, *upper - *charged) / markers_every;
+    const double charged = in_run_.beyond(*own).value_or(*own);  // as marked_step_fraction()
+    return (*upper - charged) / (sum_.step_ms / static_cast<double>(steps_.size())) / markers_every;
   }
   /// What the pace's decisions read, for its log: the records' own time on a marked step (ms; nullopt:
   /// none counted), the comparison's measurement (nullopt: fewer than kLeastBlocks blocks) and its blocks.
