@@ -14,6 +14,10 @@ bound that part. An off group next to a traced step may run with CUPTI attached 
 attaches at the end of the step before a traced one and detaches after it): such off groups are left
 out of the comparison, the traced steps themselves are kept (their cost is the default's).
 
+A pair (an on group against the off groups beside it) spreads with the program's own noise, steptrace or
+not: the null pairs (each off group against the off groups two away, no steptrace on either side) say by
+how much, and how many of them pass the bound one pair is held to (`null_over` beside `pairs_over`).
+
 Each group of off steps runs inside the last on step before it, as steptrace sees the steps: where a step
 has a scope (step_workloads' TRACE_STEP, gpt_compile.py by hand) its own time is what the budget's shares
 are over (since session 76: before, the ledger took the time to the next step's begin, ~2x the step at
@@ -29,6 +33,11 @@ import statistics
 import sys
 
 __all__ = ["schedule", "traced_steps", "compare", "describe", "estimate_high"]
+
+
+# The bound the default aims at for one pair of groups (on against the off groups beside it; docs/gpu.md,
+# "What it costs"): pairs_over counts the pairs over it, null_over the null pairs (compare) over it.
+PAIR_LIMIT = 0.003
 
 
 def schedule(n, group, on_first=True):
@@ -144,6 +153,25 @@ def compare(times, on, group, skip=(), traced=()):
         d["pair_rho1"] = rho1
         d["pair_se"] = d["pair_sd"] / len(pairs) ** 0.5 * max(1.0, 1 + 2 * rho1) ** 0.5
         d["pair_max"] = max(pairs)
+        d["pairs_over"] = sum(x > PAIR_LIMIT for x in pairs)
+    # The same comparison with steptrace on neither side ("null pairs"): each kept off group against the
+    # kept off groups two groups away (the on groups between them left out), over the same off mean: what
+    # the program's own noise does to a pair of groups. An on/off pair over PAIR_LIMIT is read against
+    # how many null pairs are (a 134 ms torch.compile step: 10 of 94 null pairs, 11 of 97 on/off pairs,
+    # session 78). Two groups apart the drift between them is a little larger: an upper end for the noise.
+    null = []
+    for gi, g in enumerate(groups):
+        if on[g[0]] or gi in tainted or not kept[gi] or not off_mean:
+            continue
+        beside = [statistics.fmean(kept[gj]) for gj in (gi - 2, gi + 2)
+                  if 0 <= gj < len(groups) and not on[groups[gj][0]] and gj not in tainted and kept[gj]]
+        if beside:
+            null.append((statistics.fmean(kept[gi]) - statistics.fmean(beside)) / off_mean)
+    d["null_pairs"] = len(null)
+    if len(null) > 1:
+        d["null_sd"] = statistics.stdev(null)
+        d["null_max"] = max(null)
+        d["null_over"] = sum(x > PAIR_LIMIT for x in null)
     return d
 
 
@@ -158,7 +186,9 @@ def describe(d):
         out += [f"on_mean_ms={d['on_mean_ms']:.4f}", f"off_mean_ms={d['off_mean_ms']:.4f}"]
     out += [f"cost_by_means={pct('cost_by_means')}", f"cost_by_medians={pct('cost_by_medians')}",
             f"pair_mean={pct('pair_mean')}", f"pair_median={pct('pair_median')}", f"pair_sd={pct('pair_sd')}",
-            f"pair_se={pct('pair_se')}", f"pair_rho1={d.get('pair_rho1', 0):.2f}", f"pair_max={pct('pair_max')}"]
+            f"pair_se={pct('pair_se')}", f"pair_rho1={d.get('pair_rho1', 0):.2f}", f"pair_max={pct('pair_max')}",
+            f"pairs_over={d.get('pairs_over', '-')}", f"null_pairs={d['null_pairs']}", f"null_sd={pct('null_sd')}",
+            f"null_max={pct('null_max')}", f"null_over={d.get('null_over', '-')}"]
     return " ".join(out)
 
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""benchmarks/interleave.py's arithmetic on step times made up to known answers: the on/off pairs, the
+pairs over the bound, the null pairs (off groups against off groups two away) and the off groups beside
+a traced step left out.
+
+    interleave_check.py
+"""
+import os
+import sys
+
+from _paths import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import interleave  # noqa: E402
+
+failures = []
+
+
+def check(what, ok):
+    print(("PASS " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def near(a, b, tol=1e-9):
+    return a is not None and abs(a - b) <= tol
+
+
+G = 10
+N = 200  # 20 groups: 10 on, 10 off
+on = interleave.schedule(N, G)
+
+# A quiet program: every off step 100 ms, every on step 100.2 ms: each pair +0.2 %, each null pair 0.
+times = [100.2 if o else 100.0 for o in on]
+d = interleave.compare(times, on, G)
+check("pairs: every on group has an off neighbour", d["pairs"] == 10 and d["on_groups_unpaired"] == 0)
+check("pair_mean +0.2 %", near(d["pair_mean"], 0.002))
+check("cost_by_means +0.2 %", near(d["cost_by_means"], 0.002))
+check("no pair over 0.3 %", d["pairs_over"] == 0)
+# Off groups 1, 3, ..., 19: each has an off group two away but for none (group 1 has 3, group 19 has 17).
+check("null pairs: every off group", d["null_pairs"] == 10)
+check("null pairs of identical groups: sd 0, max 0, none over", near(d["null_sd"], 0) and near(d["null_max"], 0)
+      and d["null_over"] == 0)
+
+# One on group at +0.5 %: one pair over the bound; the null pairs do not see it.
+times2 = list(times)
+for i in range(40, 50):  # group 4, on
+    times2[i] = 100.5
+d2 = interleave.compare(times2, on, G)
+check("one on group at +0.5 %: one pair over", d2["pairs_over"] == 1 and near(d2["pair_max"], 0.005))
+check("the null pairs unchanged by an on group", d2["null_over"] == 0 and near(d2["null_max"], 0))
+
+# One off group at +0.5 % (the program's own noise): its null pair is over the bound, measured against
+# the off groups two away (groups 3 and 7 around group 5); the on groups beside it read low.
+times3 = list(times)
+for i in range(50, 60):  # group 5, off
+    times3[i] = 100.5
+d3 = interleave.compare(times3, on, G)
+off_mean = (9 * 100.0 + 100.5) / 10
+check("an off group at +0.5 %: one null pair over", d3["null_over"] == 1 and near(d3["null_max"], 0.5 / off_mean))
+check("every off group still has its null pair", d3["null_pairs"] == 10)
+check("no on/off pair over (it lowers its neighbours' pairs)", d3["pairs_over"] == 0)
+
+# A traced on step in group 6: the off groups beside it (5 and 7) are left out of both comparisons.
+d4 = interleave.compare(times3, on, G, traced={63})
+check("off groups beside a traced step left out", d4["off_groups_left_out"] == 2)
+check("the traced group pairs with nothing", d4["on_groups_unpaired"] == 1 and d4["pairs"] == 9)
+check("null pairs without the left-out groups (the +0.5 % group 5 among them)",
+      d4["null_pairs"] == 8 and d4["null_over"] == 0)
+line = interleave.describe(d4)
+check("describe prints the counts", "pairs_over=0" in line and "null_pairs=8" in line and "null_over=0" in line)
+
+if failures:
+    print(f"{len(failures)} failed")
+    sys.exit(1)
+print("all passed")
