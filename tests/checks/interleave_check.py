@@ -6,6 +6,7 @@ a traced step left out.
     interleave_check.py
 """
 import os
+import statistics
 import sys
 
 from _paths import ROOT
@@ -67,8 +68,44 @@ check("off groups beside a traced step left out", d4["off_groups_left_out"] == 2
 check("the traced group pairs with nothing", d4["on_groups_unpaired"] == 1 and d4["pairs"] == 9)
 check("null pairs without the left-out groups (the +0.5 % group 5 among them)",
       d4["null_pairs"] == 8 and d4["null_over"] == 0)
+# A left-out off group slowed (what a trace's detach does to the steps after it): it stays out of the
+# off mean and of every null pair, and cost_with_left_out spreads its excess over the on steps.
+times5 = list(times)
+for i in range(70, 80):  # group 7, off, beside the traced group 6
+    times5[i] = 101.0
+d5 = interleave.compare(times5, on, G, traced={63})
+check("a slow left-out group: no null pair sees it", d5["null_over"] == 0 and near(d5["null_max"], 0)
+      and near(d5["null_sd"], 0))
+check("a slow left-out group: the off mean without it", near(d5["off_mean_ms"], 100.0))
+check("its excess: 10 steps x 1 ms", near(d5["left_out_excess_ms"], 10.0))
+check("cost_with_left_out: +0.2 % and 10 ms over 100 on steps", near(d5["cost_with_left_out"], (100.2 + 0.1) / 100.0 - 1))
 line = interleave.describe(d4)
 check("describe prints the counts", "pairs_over=0" in line and "null_pairs=8" in line and "null_over=0" in line)
+
+# The null pairs are two groups apart, no further: one slow off group (group 5 at +0.5 ms) moves its own
+# pair (+0.5 / m) and the two beside it (groups 3 and 7: -0.25 / m each), the other seven stay 0.
+null_expected = [0.5 / off_mean, -0.25 / off_mean, -0.25 / off_mean] + [0.0] * 7
+check("null pairs at +-2 groups only: their spread", near(d3["null_sd"], statistics.stdev(null_expected)))
+
+# Rounds that start with an off group (on_first=False): the same answers, the sides swapped.
+on_b = interleave.schedule(N, G, on_first=False)
+times_b = [100.2 if o else 100.0 for o in on_b]
+d6 = interleave.compare(times_b, on_b, G)
+check("off first: every on group paired, +0.2 %", d6["pairs"] == 10 and near(d6["pair_mean"], 0.002))
+check("off first: every off group has a null pair", d6["null_pairs"] == 10 and d6["null_over"] == 0)
+
+# The bound is strict: a pair at exactly 0.3 % is not over it, one just above is (3 / 1000: the same
+# double as the bound's 0.003).
+times7 = [1003.0 if o else 1000.0 for o in on]
+check("a pair at exactly the bound is not over", interleave.compare(times7, on, G)["pairs_over"] == 0)
+times8 = [1003.1 if o else 1000.0 for o in on]
+check("a pair just over the bound is", interleave.compare(times8, on, G)["pairs_over"] == 10)
+
+# Steps left out on both sides (a group's switch): an on step of 200 ms among them changes nothing.
+times9 = list(times)
+times9[40] = 200.0
+d9 = interleave.compare(times9, on, G, skip={40})
+check("skipped steps count on neither side", d9["on_steps"] == 99 and near(d9["pair_mean"], 0.002))
 
 if failures:
     print(f"{len(failures)} failed")
