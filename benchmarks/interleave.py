@@ -12,7 +12,9 @@ background thread: its 10-20 ms looks and memory samples), so a cost that a star
 step whatever the program calls is on both sides and cancels; the block pairs (off: never started)
 bound that part. An off group next to a traced step may run with CUPTI attached (the detached mode
 attaches at the end of the step before a traced one and detaches after it): such off groups are left
-out of the comparison, the traced steps themselves are kept (their cost is the default's).
+out of the comparison, the traced steps themselves are kept (their cost is the default's), and what they
+ran over the kept off mean (the detach slows the steps after a trace) is added back in
+`cost_with_left_out`: in a run with steptrace on every step those steps are its own.
 
 A pair (an on group against the off groups beside it) spreads with the program's own noise, steptrace or
 not: the null pairs (each off group against the off groups two away, no steptrace on either side) say by
