@@ -47,14 +47,13 @@ step after an evaluation is left out on both sides. In the watch mode, watch()'s
 (steptrace.unwatch(), which ends the step it kept open) before an off group's first step and put back
 before an on group's, outside the steps' timing; each group's first step is left out on both sides. Adds per block (its `on` list in PATH.times.json):
   interleave workload=.. round=R mode=M group=G on_steps=.. off_steps=.. traced=.. off_groups_left_out=..
-             pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..%
-             left_out_excess_ms=.. cost_with_left_out=..% pair_mean=..%
+             pairs=.. on_mean_ms=.. off_mean_ms=.. cost_by_means=..% cost_by_medians=..% pair_mean=..%
              pair_median=..% pair_sd=..% pair_se=..% pair_max=..% pairs_over=N null_pairs=N null_sd=..%
              null_max=..% null_over=N lines_matched=.. estimate_mean=..% estimate_high_mean=..% high_unbounded_lines=N
 (pairs: each on group's mean less the mean of the kept off groups beside it, over the off mean - a
 traced group has none and forms no pair; pair_se widened for neighbours sharing an off group;
-cost_with_left_out: the means with the left-out off groups' excess - a trace's detach slows the steps
-after it - spread over the on steps; pairs_over: pairs over 0.3 %; null_*: each kept off group against
+off groups beside a traced step left out (CUPTI attached there, its records on through an off group
+after a traced step that ended its on group: the benchmark's); pairs_over: pairs over 0.3 %; null_*: each kept off group against
 the off groups two away, the program's own noise on a pair (interleave.py);
 estimate_mean: the timed on steps' lines; estimate_high_mean: their `estimated_fraction_high` where a
 number, high_unbounded_lines: those with an estimate and none - the markers' cost not measured yet).

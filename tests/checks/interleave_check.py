@@ -68,17 +68,17 @@ check("off groups beside a traced step left out", d4["off_groups_left_out"] == 2
 check("the traced group pairs with nothing", d4["on_groups_unpaired"] == 1 and d4["pairs"] == 9)
 check("null pairs without the left-out groups (the +0.5 % group 5 among them)",
       d4["null_pairs"] == 8 and d4["null_over"] == 0)
-# A left-out off group slowed (what a trace's detach does to the steps after it): it stays out of the
-# off mean and of every null pair, and cost_with_left_out spreads its excess over the on steps.
-times5 = list(times)
+# A left-out off group slowed (CUPTI's records left on through it after a traced step that ended its on
+# group: the benchmark's, not steptrace's): it moves neither the off mean, nor any pair, nor a null pair.
+times5 = list(times3)
 for i in range(70, 80):  # group 7, off, beside the traced group 6
     times5[i] = 101.0
 d5 = interleave.compare(times5, on, G, traced={63})
 check("a slow left-out group: no null pair sees it", d5["null_over"] == 0 and near(d5["null_max"], 0)
       and near(d5["null_sd"], 0))
-check("a slow left-out group: the off mean without it", near(d5["off_mean_ms"], 100.0))
-check("its excess: 10 steps x 1 ms", near(d5["left_out_excess_ms"], 10.0))
-check("cost_with_left_out: +0.2 % and 10 ms over 100 on steps", near(d5["cost_with_left_out"], (100.2 + 0.1) / 100.0 - 1))
+check("a slow left-out group: the off mean without it", near(d5["off_mean_ms"], d4["off_mean_ms"]))
+check("a slow left-out group: the pairs and the means unchanged", near(d5["pair_mean"], d4["pair_mean"])
+      and near(d5["cost_by_means"], d4["cost_by_means"]))
 line = interleave.describe(d4)
 check("describe prints the counts", "pairs_over=0" in line and "null_pairs=8" in line and "null_over=0" in line)
 
