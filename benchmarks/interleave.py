@@ -127,17 +127,24 @@ def compare(times, on, group, skip=(), traced=()):
     # between them cancels), as a difference over the run's off mean (a mean of ratios would lean up).
     # An on group with no kept neighbour - a traced one: both its neighbours are left out - forms no pair,
     # so the pairs are the untraced steps' cost; the means above hold the traces too.
-    pairs, unpaired = [], 0
     off_mean = statistics.fmean(off_ms) if off_ms else None
+
+    def against(gi, dist):
+        """Group gi's mean less the mean of the kept off groups `dist` groups either side of it, over the
+        off mean; None where neither is kept."""
+        beside = [statistics.fmean(kept[gj]) for gj in (gi - dist, gi + dist)
+                  if 0 <= gj < len(groups) and not on[groups[gj][0]] and gj not in tainted and kept[gj]]
+        return (statistics.fmean(kept[gi]) - statistics.fmean(beside)) / off_mean if beside else None
+
+    pairs, unpaired = [], 0
     for gi, g in enumerate(groups):
         if not on[g[0]] or not kept[gi] or not off_mean:
             continue
-        beside = [statistics.fmean(kept[gj]) for gj in (gi - 1, gi + 1)
-                  if 0 <= gj < len(groups) and gj not in tainted and kept[gj]]
-        if beside:
-            pairs.append((statistics.fmean(kept[gi]) - statistics.fmean(beside)) / off_mean)
-        else:
+        pair = against(gi, 1)
+        if pair is None:
             unpaired += 1
+        else:
+            pairs.append(pair)
     d = {"on_steps": len(on_ms), "off_steps": len(off_ms), "off_groups_left_out": len(tainted),
          "traced": len(traced), "pairs": len(pairs), "on_groups_unpaired": unpaired}
     if on_ms and off_ms:
@@ -164,14 +171,8 @@ def compare(times, on, group, skip=(), traced=()):
     # the program's own noise does to a pair of groups. An on/off pair over PAIR_LIMIT is read against
     # how many null pairs are (a 134 ms torch.compile step: 10 of 94 null pairs, 11 of 97 on/off pairs,
     # session 78). Two groups apart the drift between them is a little larger: an upper end for the noise.
-    null = []
-    for gi, g in enumerate(groups):
-        if on[g[0]] or gi in tainted or not kept[gi] or not off_mean:
-            continue
-        beside = [statistics.fmean(kept[gj]) for gj in (gi - 2, gi + 2)
-                  if 0 <= gj < len(groups) and not on[groups[gj][0]] and gj not in tainted and kept[gj]]
-        if beside:
-            null.append((statistics.fmean(kept[gi]) - statistics.fmean(beside)) / off_mean)
+    null = [x for x in (against(gi, 2) for gi, g in enumerate(groups)
+                        if not on[g[0]] and gi not in tainted and kept[gi] and off_mean) if x is not None]
     d["null_pairs"] = len(null)
     if null:
         d["null_max"] = max(null)
