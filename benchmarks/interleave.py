@@ -21,7 +21,10 @@ cost of steptrace's.
 
 A pair (an on group against the off groups beside it) spreads with the program's own noise, steptrace or
 not: the null pairs (each off group against the off groups two away, no steptrace on either side) say by
-how much, and how many of them pass the bound one pair is held to (`null_over` beside `pairs_over`).
+how much, and how many of them pass the bound one pair is held to (`null_over` beside `pairs_over`). The blocks (200
+timed steps a side, consecutive groups) are what issue #62's pairs were, 200 steps with steptrace against
+200 without, side by side instead of one after the other: each block's cost by its own means and medians,
+`blocks_over` those over the bound.
 
 Each group of off steps runs inside the last on step before it, as steptrace sees the steps: where a step
 has a scope (step_workloads' TRACE_STEP, gpt_compile.py by hand) its own time is what the budget's shares
@@ -43,6 +46,12 @@ __all__ = ["schedule", "traced_steps", "compare", "describe", "estimate_high"]
 # The bound the default aims at for one pair of groups (on against the off groups beside it; docs/gpu.md,
 # "What it costs"): pairs_over counts the pairs over it, null_over the null pairs (compare) over it.
 PAIR_LIMIT = 0.003
+
+# A block: the interleaved counterpart of one pair of the issue's blocks (200 steps with steptrace, 200
+# without, side by side): consecutive groups holding BLOCK_SIDE_STEPS timed steps a side, the last block
+# taking the groups left over. Its cost is its on steps' mean over its kept off steps' mean (the traced
+# steps in it included, the off groups beside a trace left out as in the whole run's comparison).
+BLOCK_SIDE_STEPS = 200
 
 
 def schedule(n, group, on_first=True):
@@ -179,6 +188,24 @@ def compare(times, on, group, skip=(), traced=()):
         d["null_over"] = sum(x > PAIR_LIMIT for x in null)
     if len(null) > 1:
         d["null_sd"] = statistics.stdev(null)
+    # The blocks (BLOCK_SIDE_STEPS): each block's cost by its own means and medians.
+    per_block = 2 * -(-BLOCK_SIDE_STEPS // group)  # groups in a block: on and off alike
+    n_blocks = len(groups) // per_block
+    blocks, block_medians = [], []
+    for b in range(n_blocks):
+        gis = range(b * per_block, len(groups) if b == n_blocks - 1 else (b + 1) * per_block)
+        b_on = [t for gi in gis if on[groups[gi][0]] for t in kept[gi]]
+        b_off = [t for gi in gis if not on[groups[gi][0]] and gi not in tainted for t in kept[gi]]
+        if b_on and b_off:
+            blocks.append(statistics.fmean(b_on) / statistics.fmean(b_off) - 1)
+            block_medians.append(statistics.median(b_on) / statistics.median(b_off) - 1)
+    d["blocks"] = blocks
+    d["block_medians"] = block_medians
+    if blocks:
+        d["block_mean"] = statistics.fmean(blocks)
+        d["block_median"] = statistics.median(blocks)
+        d["block_max"] = max(blocks)
+        d["blocks_over"] = sum(x > PAIR_LIMIT for x in blocks)
     return d
 
 
@@ -196,7 +223,12 @@ def describe(d):
             f"pair_mean={pct('pair_mean')}", f"pair_median={pct('pair_median')}", f"pair_sd={pct('pair_sd')}",
             f"pair_se={pct('pair_se')}", f"pair_rho1={d.get('pair_rho1', 0):.2f}", f"pair_max={pct('pair_max')}",
             f"pairs_over={d.get('pairs_over', '-')}", f"null_pairs={d['null_pairs']}", f"null_sd={pct('null_sd')}",
-            f"null_max={pct('null_max')}", f"null_over={d.get('null_over', '-')}"]
+            f"null_max={pct('null_max')}", f"null_over={d.get('null_over', '-')}",
+            f"blocks={len(d.get('blocks', ()))}", f"block_mean={pct('block_mean')}",
+            f"block_median={pct('block_median')}", f"block_max={pct('block_max')}",
+            f"blocks_over={d.get('blocks_over', '-')}",
+            "block_costs=" + ",".join(f"{100 * x:+.3f}%" for x in d.get("blocks", ())),
+            "block_medians=" + ",".join(f"{100 * x:+.3f}%" for x in d.get("block_medians", ()))]
     return " ".join(out)
 
 

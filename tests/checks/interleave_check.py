@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """benchmarks/interleave.py's arithmetic on step times made up to known answers: the on/off pairs, the
 pairs over the bound, the null pairs (off groups against off groups two away) and the off groups beside
-a traced step left out.
+a traced step left out, and the blocks (200 steps a side, each a cost of its own).
 
     interleave_check.py
 """
@@ -106,6 +106,33 @@ times9 = list(times)
 times9[40] = 200.0
 d9 = interleave.compare(times9, on, G, skip={40})
 check("skipped steps count on neither side", d9["on_steps"] == 99 and near(d9["pair_mean"], 0.002))
+
+# The blocks: 200 timed steps a side in groups of 10 are 40 groups; a run of 1 000 steps (100 groups) is
+# two blocks, the second holding the 20 groups left over (60 in all). Block 0's on steps at +0.5 %,
+# block 1's at +0.2 %: one block over the bound, each block's cost by its own means.
+N10 = 1000
+on10 = interleave.schedule(N10, G)
+times10 = [(100.5 if i < 400 else 100.2) if o else 100.0 for i, o in enumerate(on10)]
+d10 = interleave.compare(times10, on10, G)
+check("blocks: 1 000 steps in groups of 10 are two blocks", len(d10["blocks"]) == 2)
+check("blocks: each by its own means", near(d10["blocks"][0], 0.005) and near(d10["blocks"][1], 0.002))
+check("blocks: the one over the bound counted, the max and the mean",
+      d10["blocks_over"] == 1 and near(d10["block_max"], 0.005) and near(d10["block_mean"], 0.0035))
+# A traced on step in block 1 (group 44): the off groups beside it (43, 45) are out of its block too; one
+# of them slowed changes no block.
+times11 = list(times10)
+for i in range(430, 440):  # group 43, off
+    times11[i] = 103.0
+d11 = interleave.compare(times11, on10, G, traced={445})
+check("blocks: an off group beside a trace is out of its block", near(d11["blocks"][1], 0.002)
+      and near(d11["blocks"][0], 0.005))
+# Without the trace the slowed group is the program's: block 1 reads lower.
+d12 = interleave.compare(times11, on10, G)
+check("blocks: a slow off group kept lowers its block", d12["blocks"][1] < 0.002 and near(d12["blocks"][0], 0.005))
+# Fewer steps than a block: none, and describe says so.
+check("blocks: fewer than 400 steps make none", d["blocks"] == [] and "blocks=0" in interleave.describe(d))
+check("describe prints the blocks", "blocks_over=1" in interleave.describe(d10)
+      and "block_costs=+0.500%,+0.200%" in interleave.describe(d10))
 
 if failures:
     print(f"{len(failures)} failed")
