@@ -21,10 +21,10 @@ cost of steptrace's.
 
 A pair (an on group against the off groups beside it) spreads with the program's own noise, steptrace or
 not: the null pairs (each off group against the off groups two away, no steptrace on either side) say by
-how much, and how many of them pass the bound one pair is held to (`null_over` beside `pairs_over`). The blocks (200
-timed steps a side, consecutive groups) are what issue #62's pairs were, 200 steps with steptrace against
-200 without, side by side instead of one after the other: each block's cost by its own means and medians,
-`blocks_over` those over the bound.
+how much, and how many of them pass the bound one pair is held to (`null_over` beside `pairs_over`). The blocks
+(consecutive groups, at least 200 kept timed steps a side, the last taking what is left) are what issue
+#62's pairs were, 200 steps with steptrace against 200 without, side by side instead of one after the
+other: each block's cost by its own means and medians, `blocks_over` those over the bound.
 
 Each group of off steps runs inside the last on step before it, as steptrace sees the steps: where a step
 has a scope (step_workloads' TRACE_STEP, gpt_compile.py by hand) its own time is what the budget's shares
@@ -48,9 +48,9 @@ __all__ = ["schedule", "traced_steps", "compare", "describe", "estimate_high"]
 PAIR_LIMIT = 0.003
 
 # A block: the interleaved counterpart of one pair of the issue's blocks (200 steps with steptrace, 200
-# without, side by side): consecutive groups holding BLOCK_SIDE_STEPS timed steps a side, the last block
-# taking the groups left over. Its cost is its on steps' mean over its kept off steps' mean (the traced
-# steps in it included, the off groups beside a trace left out as in the whole run's comparison).
+# without, side by side): consecutive groups holding at least BLOCK_SIDE_STEPS kept timed steps a side, the
+# last block taking what is left after it. Its cost is its on steps' mean over its kept off steps' mean (the
+# traced steps in it included, the off groups beside a trace left out as in the whole run's comparison).
 BLOCK_SIDE_STEPS = 200
 
 
@@ -188,24 +188,28 @@ def compare(times, on, group, skip=(), traced=()):
         d["null_over"] = sum(x > PAIR_LIMIT for x in null)
     if len(null) > 1:
         d["null_sd"] = statistics.stdev(null)
-    # The blocks (BLOCK_SIDE_STEPS): each block's cost by its own means and medians.
-    per_block = 2 * -(-BLOCK_SIDE_STEPS // group)  # groups in a block: on and off alike
-    n_blocks = len(groups) // per_block
-    blocks, block_medians = [], []
-    for b in range(n_blocks):
-        gis = range(b * per_block, len(groups) if b == n_blocks - 1 else (b + 1) * per_block)
-        b_on = [t for gi in gis if on[groups[gi][0]] for t in kept[gi]]
-        b_off = [t for gi in gis if not on[groups[gi][0]] and gi not in tainted for t in kept[gi]]
-        if b_on and b_off:
-            blocks.append(statistics.fmean(b_on) / statistics.fmean(b_off) - 1)
-            block_medians.append(statistics.median(b_on) / statistics.median(b_off) - 1)
-    d["blocks"] = blocks
-    d["block_medians"] = block_medians
-    if blocks:
-        d["block_mean"] = statistics.fmean(blocks)
-        d["block_median"] = statistics.median(blocks)
-        d["block_max"] = max(blocks)
-        d["blocks_over"] = sum(x > PAIR_LIMIT for x in blocks)
+    # The blocks (BLOCK_SIDE_STEPS): consecutive groups, a block closed once both its sides hold that many
+    # kept steps; what is left after the last full block joins it (a side of the last block holds under
+    # twice as many), and a run without a full block has none. Each block's cost by its own means and medians.
+    sides, on_side, off_side = [], [], []
+    for gi, g in enumerate(groups):
+        if on[g[0]]:
+            on_side += kept[gi]
+        elif gi not in tainted:
+            off_side += kept[gi]
+        if len(on_side) >= BLOCK_SIDE_STEPS and len(off_side) >= BLOCK_SIDE_STEPS:
+            sides.append((on_side, off_side))
+            on_side, off_side = [], []
+    if sides and (on_side or off_side):
+        sides[-1] = (sides[-1][0] + on_side, sides[-1][1] + off_side)
+    d["blocks"] = [statistics.fmean(a) / statistics.fmean(b) - 1 for a, b in sides]
+    d["block_medians"] = [statistics.median(a) / statistics.median(b) - 1 for a, b in sides]
+    d["block_sizes"] = [(len(a), len(b)) for a, b in sides]
+    if sides:
+        d["block_mean"] = statistics.fmean(d["blocks"])
+        d["block_median"] = statistics.median(d["blocks"])
+        d["block_max"] = max(d["blocks"])
+        d["blocks_over"] = sum(x > PAIR_LIMIT for x in d["blocks"])
     return d
 
 
@@ -227,15 +231,28 @@ def describe(d):
             f"blocks={len(d.get('blocks', ()))}", f"block_mean={pct('block_mean')}",
             f"block_median={pct('block_median')}", f"block_max={pct('block_max')}",
             f"blocks_over={d.get('blocks_over', '-')}",
+            "block_sizes=" + ",".join(f"{a}/{b}" for a, b in d.get("block_sizes", ())),
             "block_costs=" + ",".join(f"{100 * x:+.3f}%" for x in d.get("blocks", ())),
             "block_medians=" + ",".join(f"{100 * x:+.3f}%" for x in d.get("block_medians", ()))]
     return " ".join(out)
 
 
+def _cut_lines(lines):
+    """The step lines as cut_lines.py kept them (`X.cut.gz` for the lines `X.jsonl`; the results keep those),
+    as the keys the comparison reads (traced, the estimate); None where there are none."""
+    if not lines or not lines.endswith(".jsonl") or not os.path.exists(lines[:-len(".jsonl")] + ".cut.gz"):
+        return None
+    import gzip
+    with gzip.open(lines[:-len(".jsonl")] + ".cut.gz", "rt") as f:
+        rows = [json.loads(x) for x in f if x.strip()]
+    return [{"traced": r.get("tr"), "overhead": {"estimated_fraction": r.get("est")}} for r in rows]
+
+
 def main(argv):
     """python3 interleave.py PATH.times.json ... [--group G]: one block's comparison each, from the times
     file a block writes beside its lines ({"ms": [...], "on": [...], "group": G, "skip": [steps left out]}: gpt_compile.py's and
-    step_workloads' --interleave; the lines beside it, PATH, place the traced steps)."""
+    step_workloads' --interleave; the lines beside it, PATH, place the traced steps, or where they were not
+    kept their cut, PATH's .cut.gz: cut_lines.py)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from default_cost_summary import read_lines
     group = int(argv[argv.index("--group") + 1]) if "--group" in argv else None
@@ -251,7 +268,7 @@ def main(argv):
             print(f"{path}: no 'on' list or group (not an --interleave block): skipped")
             continue
         lines = path[:-len(".times.json")] if path.endswith(".times.json") else None
-        steps = read_lines(lines)[0] if lines and os.path.exists(lines) else None
+        steps = read_lines(lines)[0] if lines and os.path.exists(lines) else _cut_lines(lines)
         traced = traced_steps(steps, t["on"])
         d = compare(t["ms"], t["on"], g, skip=t.get("skip", ()), traced=traced or ())
         est = estimate_mean(steps, t["on"])

@@ -525,8 +525,11 @@ inline constexpr FieldProse kStepProse[] = {
      "`overhead_budget`",
      "`trace_every` set explicitly, `overhead_budget` 0 (reason)"},
     {"/overhead/within_budget",
-     "`estimated_fraction` ≤ `budget`",
-     "no budget, or no estimate"},
+     "`estimated_fraction` ≤ `budget`; on a step a framework's callbacks opened (`steptrace.lightning`, "
+     "`steptrace.transformers`), whose estimate is a lower end of the cost (no `estimated_fraction_high`), "
+     "false only: the estimate leaves out part of the cost, so over the budget the cost is too, and under it "
+     "the line cannot say",
+     "no budget, or no estimate; a framework callbacks' step whose estimate is within the budget (reason)"},
     {"/overhead/over_budget_by",
      "`none` within the budget; on a line over it (`within_budget` false), what keeps it there: `interval`, the interval in "
      "force is shorter than the one the estimate asks for and the budget is lengthening it (the warm-up's "
@@ -537,7 +540,7 @@ inline constexpr FieldProse kStepProse[] = {
      "`attached` (CUPTI kept attached between traced steps: `untraced_residual_ms`) or `tracing` (one "
      "trace costs more than the longest interval's share). What the budget gave up is in the same line "
      "(`trace_every`, `markers_every`, `untraced_cupti`)",
-     "no budget, or no estimate"},
+     "no budget, or no estimate; `within_budget` null (reason)"},
     {"/overhead/estimated_fraction_ci_low",
      "the low end of `estimated_fraction`'s 95 % range: with `measured`, max(0, `traced_step_extra_ms` − "
      "1.96 × `traced_step_extra_se_ms`) / (`trace_every` × `clean_step_ms`), plus "

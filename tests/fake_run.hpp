@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fake_backend.hpp"
@@ -36,10 +37,11 @@ inline Config base_config(const std::string& log) {
 
 /// start() on the defaults but the log (and no summary): CTest forces full lines through the environment
 /// (STEPTRACE_LINE_DETAIL), which this lifts for the start, so that the run writes what users get.
-inline bool start_on_defaults(FakeRun& run, const std::string& log) {
+inline bool start_on_defaults(FakeRun& run, const std::string& log, std::optional<double> overhead_budget = std::nullopt) {
   Config cfg;
   cfg.log_path = log;
   cfg.summary = false;
+  if (overhead_budget) cfg.overhead_budget = *overhead_budget;
   const char* forced = std::getenv("STEPTRACE_LINE_DETAIL");
   const std::string kept = forced ? forced : "";
   if (forced) unsetenv("STEPTRACE_LINE_DETAIL");

@@ -216,6 +216,51 @@ TEST_CASE("a non-finite scalar is null with the reason, never as if not recorded
   CHECK(std::string(lines[1]["null_reasons"]["scalars.lr"]).find("-inf") != std::string::npos);
 }
 
+TEST_CASE("a framework callbacks' step: within_budget false over the budget, null under it (its estimate a lower end)",
+          "[json]") {
+  // The callbacks' estimate leaves out what they cost the framework's own code (several times the
+  // estimate in one run: docs/python.md): over the budget the line is over it; under it, it cannot say.
+  StepRecord r;
+  r.begin_ns = 0;
+  r.end_ns = 100'000'000;
+  RunInfo run;
+  StepLineInput in = minimal_input(r, run);
+  OverheadLine& o = in.overhead;
+  o.budget = 0.001;
+  o.estimate.fraction = o.estimate.fraction_low = o.estimate.fraction_high = 0.0006;
+  o.estimate.floor_fraction = 0.0004;
+  o.estimate.within_budget = true;
+  o.parts.present = true;
+  const auto line = [&in] { return nlohmann::json::parse(make_step_line(in)); };
+  // A step of the program's own: within the budget, "none" over it.
+  auto j = line();
+  CHECK(j["overhead"]["within_budget"] == true);
+  CHECK(j["overhead"]["over_budget_by"] == "none");
+  // A framework's: null, said why, and over_budget_by with it.
+  o.parts.lower_end_only = true;
+  j = line();
+  CHECK(j["overhead"]["estimated_fraction"] == Approx(0.0006));  // the estimate stays
+  CHECK(j["overhead"]["within_budget"].is_null());
+  CHECK(j["null_reasons"]["overhead.within_budget"] == reason_text(Reason::framework_within_unknown));
+  CHECK(j["overhead"]["over_budget_by"].is_null());
+  CHECK(j["null_reasons"]["overhead.over_budget_by"] == reason_text(Reason::framework_within_unknown));
+  // Over the budget: false, and what keeps it there (the floor over it too: its largest part).
+  o.estimate.fraction = o.estimate.fraction_low = o.estimate.fraction_high = 0.015;
+  o.estimate.floor_fraction = 0.014;
+  o.estimate.other_fraction = 0.014;
+  o.estimate.within_budget = false;
+  j = line();
+  CHECK(j["overhead"]["within_budget"] == false);
+  CHECK(j["overhead"]["over_budget_by"] == "host_api");
+  CHECK_FALSE(j["null_reasons"].contains("overhead.within_budget"));
+  // No budget: null for that reason, framework or not.
+  o.budget.reset();
+  o.no_budget_reason = "trace_every is set";
+  j = line();
+  CHECK(j["overhead"]["within_budget"].is_null());
+  CHECK(j["null_reasons"]["overhead.within_budget"] == "trace_every is set");
+}
+
 TEST_CASE("make_step_line reports an MFU above one as a warning", "[json]") {
   StepRecord r;
   r.begin_ns = 0;

@@ -565,6 +565,8 @@ TEST_CASE("overhead parts: the step-time parts sum to the estimate, the backgrou
                                                         /*framework_steps=*/true);
   CHECK_FALSE(framework.high);
   CHECK(framework.high_reason == steptrace::reason_text(steptrace::Reason::framework_steps_unbounded));
+  CHECK(framework.lower_end_only);  // the line's within_budget: false over the budget, null under it
+  CHECK_FALSE(off.lower_end_only);
   CHECK(*framework.host_api.fraction == Approx(*off.host_api.fraction));
   CHECK(*framework.background.fraction == Approx(*off.background.fraction));
   // The warm-up's one-off costs are not counted.

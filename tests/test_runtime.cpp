@@ -948,36 +948,61 @@ TEST_CASE("steps a framework's callbacks open: the estimate stays, no upper end 
   // [estimated_fraction, estimated_fraction_high]" - is null on their steps: 20-39 and 60-64 below, the
   // last of them closed by stop(). The opening takes the mark back; a mark no step took (steptrace not
   // running) stays on its thread until the binding clears it. On the defaults (compact lines, which carry
-  // no high end) the estimate stays written.
-  const auto framework_steps = [](FakeBackend& gpu, int n) {
+  // no high end) the estimate stays written. Its estimate a lower end, a framework's step never says it is
+  // within the budget: over it, false; under it (a roomy budget, 0.5, which these steps fit), null, said
+  // why, where the program's own steps say true - in both line modes.
+  // `spin_us`: each step's host time (the roomy budget's steps: 1 ms, which the estimate fits under 0.5).
+  const auto steps = [](FakeBackend& gpu, int n, bool framework, int spin_us) {
     for (int i = 0; i < n; ++i) {
-      steptrace::details::set_next_step_framework(true);
+      if (framework) steptrace::details::set_next_step_framework(true);
       TRACE_STEP();
       CHECK_FALSE(steptrace::details::next_step_framework());  // taken by the step
       TRACE_PHASE(forward);
       for (int k = 0; k < 2; ++k) gpu.launch(100'000);
+      if (spin_us) steptrace_test::spin_for_us(spin_us);
     }
   };
+  for (const bool roomy : {false, true})
   for (const bool defaults : {false, true}) {
-    INFO((defaults ? "defaults (compact lines)" : "full lines"));
-    const auto log = fresh_log(defaults ? "runtime_framework_steps_defaults" : "runtime_framework_steps");
+    INFO((defaults ? "defaults (compact lines)" : "full lines") << (roomy ? ", overhead_budget 0.5" : ""));
+    const auto log = fresh_log(std::string(defaults ? "runtime_framework_steps_defaults" : "runtime_framework_steps") +
+                               (roomy ? "_roomy" : ""));
     FakeRun run(std::make_unique<FakeBackend>());
-    REQUIRE((defaults ? start_on_defaults(run, log) : run.start(budget_config(log))));
-    run_steps(*run.gpu, 20, 2);
-    framework_steps(*run.gpu, 20);
-    run_steps(*run.gpu, 20, 2);
-    framework_steps(*run.gpu, 5);
+    Config cfg = budget_config(log);
+    if (roomy) cfg.overhead_budget = 0.5;
+    REQUIRE((defaults ? start_on_defaults(run, log, roomy ? std::optional<double>(0.5) : std::nullopt) : run.start(cfg)));
+    const int spin_us = roomy ? 1000 : 0;
+    steps(*run.gpu, 20, false, spin_us);
+    steps(*run.gpu, 20, true, spin_us);
+    steps(*run.gpu, 20, false, spin_us);
+    steps(*run.gpu, 5, true, spin_us);
     steptrace::stop();
     const auto lines = read_lines(log);
     REQUIRE(lines.size() == 65);
-    int framework_estimated = 0, plain_bounded = 0;
+    int framework_estimated = 0, plain_bounded = 0, framework_under = 0, plain_within = 0;
     bool last_unbounded = false;
+    std::map<std::string, std::string> sentences;  // the compact log's codes, as its lines bring them
     for (const auto& l : lines) {
+      if (l.contains("reason_text"))
+        for (const auto& [code, text] : l["reason_text"].items()) sentences.emplace(code, text.get<std::string>());
       const int step = l["global_step"].get<int>();
       const auto& o = l["overhead"];
       if (!o["estimated_fraction"].is_number()) continue;
       const bool framework = (step >= 20 && step <= 39) || step >= 60;
       INFO("step " << step << ": " << o.dump());
+      // Its estimate a lower end, a framework's step never says it is within the budget: false, or null.
+      if (framework) CHECK(o["within_budget"] != true);
+      if (framework && o["within_budget"].is_null()) {
+        ++framework_under;
+        const std::string why = l["null_reasons"]["overhead.within_budget"];
+        CHECK((defaults ? sentences[why] : why) == steptrace::reason_text(steptrace::Reason::framework_within_unknown));
+        if (!defaults) {
+          CHECK(o["over_budget_by"].is_null());
+          CHECK(l["null_reasons"]["overhead.over_budget_by"] == why);
+        }
+      }
+      if (framework && o["within_budget"] == false && !defaults) CHECK(o["over_budget_by"].is_string());
+      if (!framework) plain_within += o["within_budget"] == true;
       if (defaults) {
         framework_estimated += framework;
         continue;
@@ -996,6 +1021,12 @@ TEST_CASE("steps a framework's callbacks open: the estimate stays, no upper end 
       }
     }
     CHECK(framework_estimated >= 20);
+    if (roomy) {  // the budget fits these steps: the program's say so, the framework's cannot
+      CHECK(framework_under >= 15);
+      CHECK(plain_within >= 20);
+    } else {  // tiny fake steps over 0.1 %: false on both kinds
+      CHECK(framework_under == 0);
+    }
     if (!defaults) {
       CHECK(plain_bounded >= 30);
       CHECK(last_unbounded);  // the step stop() closes is the framework's too

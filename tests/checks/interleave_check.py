@@ -132,7 +132,48 @@ check("blocks: a slow off group kept lowers its block", d12["blocks"][1] < 0.002
 # Fewer steps than a block: none, and describe says so.
 check("blocks: fewer than 400 steps make none", d["blocks"] == [] and "blocks=0" in interleave.describe(d))
 check("describe prints the blocks", "blocks_over=1" in interleave.describe(d10)
-      and "block_costs=+0.500%,+0.200%" in interleave.describe(d10))
+      and "block_costs=+0.500%,+0.200%" in interleave.describe(d10) and "block_sizes=200/200,300/300" in interleave.describe(d10))
+# A block closes on kept steps, both sides: with the trace, block 1's off side lacks group 43 and 45's 20
+# steps and takes them from the groups after (its sizes say so); the last block's sides stay >= 200.
+check("blocks: a side short of left-out steps takes the next groups'", d11["block_sizes"][0] == (200, 200)
+      and d11["block_sizes"][1] == (300, 280))
+# Groups that do not divide 200 (30 steps): a block closes at 210 a side (7 groups each); 1 200 steps are
+# two full blocks and 180 a side left over, which joins the second.
+on13 = interleave.schedule(1200, 30)
+d13 = interleave.compare([100.2 if o else 100.0 for o in on13], on13, 30)
+check("blocks: groups of 30", d13["block_sizes"] == [(210, 210), (390, 390)] and near(d13["block_max"], 0.002))
+# Under 200 a side (395 steps, the last group of 5: 200 on, 195 off): no block.
+on14 = interleave.schedule(395, G)
+d14 = interleave.compare([100.2 if o else 100.0 for o in on14], on14, G)
+check("blocks: 200 on and 195 off make none", d14["blocks"] == [] and "blocks_over" not in d14)
+
+# Run as a program on a times file whose lines were not kept, only their cut (cut_lines.py's .cut.gz):
+# the traced steps and the estimate come from the cut. 20 warm-up lines, then 200 timed steps: one
+# traced in group 6 (steps 60-69, on), so off groups 5 and 7 are left out.
+import contextlib  # noqa: E402
+import gzip  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
+import cut_lines  # noqa: E402  (benchmarks/, on the path above)
+
+with tempfile.TemporaryDirectory() as tmp:
+    base = os.path.join(tmp, "run.jsonl")
+    with open(base + ".times.json", "w") as f:
+        json.dump({"ms": times, "on": on, "group": G, "skip": []}, f)
+    on_steps = [i for i, o in enumerate(on) if o]
+    raw = [json.dumps({"global_step": k, "traced": k == 20 + on_steps.index(63), "step_time_ms": 100.0,
+                       "overhead": {"estimated_fraction": 0.0008}}) for k in range(20 + len(on_steps))]
+    with gzip.open(os.path.join(tmp, "run.cut.gz"), "wt") as f:
+        for row in cut_lines.cut(raw):
+            f.write(json.dumps(row) + "\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        interleave.main([base + ".times.json"])
+    printed = out.getvalue()
+check("a cut beside the times file: the lines matched, the trace placed, the estimate read",
+      "lines_matched=True" in printed and "off_groups_left_out=2" in printed and "estimate_mean=0.0800%" in printed)
 
 if failures:
     print(f"{len(failures)} failed")

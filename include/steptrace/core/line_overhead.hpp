@@ -59,11 +59,16 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   out.field(STEPTRACE_ROW("/overhead/decided_by"), o.budget ? "overhead_budget" : "trace_every");
   out.field(STEPTRACE_ROW("/overhead/markers_every"), o.markers_every);
   out.field(STEPTRACE_ROW("/overhead/budget"), o.budget, o.no_budget_reason);
-  out.field(STEPTRACE_ROW("/overhead/within_budget"), o.budget && e.fraction ? std::optional<bool>(e.within_budget) : std::nullopt,
-            o.budget ? why : o.no_budget_reason);
-  const char* over_by = o.budget ? over_budget_by(e, *o.budget) : nullptr;
+  // The estimate a lower end only (a framework's callbacks' steps): over the budget it proves the line
+  // over it; under it, it proves nothing (null, said why).
+  const bool unknown_under = o.budget && e.fraction && e.within_budget && o.parts.lower_end_only;
+  const std::string under_why = unknown_under ? std::string(reason_text(Reason::framework_within_unknown)) : std::string();
+  out.field(STEPTRACE_ROW("/overhead/within_budget"),
+            o.budget && e.fraction && !unknown_under ? std::optional<bool>(e.within_budget) : std::nullopt,
+            unknown_under ? under_why : o.budget ? why : o.no_budget_reason);
+  const char* over_by = o.budget && !unknown_under ? over_budget_by(e, *o.budget) : nullptr;
   out.field(STEPTRACE_ROW("/overhead/over_budget_by"), over_by ? std::optional<std::string>(over_by) : std::nullopt,
-            o.budget ? why : o.no_budget_reason);
+            unknown_under ? under_why : o.budget ? why : o.no_budget_reason);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_floor"), o.budget ? e.floor_fraction : std::nullopt, o.budget ? why : o.no_budget_reason);
   const char* no_range = reason_text(Reason::no_estimate_yet);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_ci_low"), e.fraction_low, e.fraction ? no_range : why);

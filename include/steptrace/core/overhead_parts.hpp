@@ -79,6 +79,9 @@ struct OverheadParts {
   Measured<double> host_api_high{reason_text(Reason::parts_not_computed)};
   std::optional<double> high;  // the interval's high end (its low end is the estimate's fraction)
   std::string high_reason;     // why `high` is null when the estimate is not (empty: the estimate's reason)
+  // A framework's callbacks opened the step: the estimate is a lower end of the cost (make_overhead_parts),
+  // so a line over the budget is over it, one under it cannot say it is under (`within_budget` null).
+  bool lower_end_only = false;
 };
 
 /// What the background thread and the training thread's scopes spent over the recent steps.
@@ -342,7 +345,8 @@ enum class CountersRun { around_traced_steps, every_step, off };
 /// cost the framework's own code around their calls is in no measurement (inside one run they cost
 /// several times what the lines estimate: Lightning ~110 us a step against ~30, the HF Trainer ~260
 /// against ~33, the cause not known; two H200s, session 69, benchmarks/framework_budget.py
-/// --interleave), so no high end is claimed; the estimate stays what was measured.
+/// --interleave), so no high end is claimed; the estimate stays what was measured, a lower end
+/// (`lower_end_only`: the line's `within_budget` is false over the budget, null under it).
 /// `markers_upper_extra`: OverheadLedger::markers_upper_extra_at() at the pace host_api was taken at;
 /// nullopt (the markers mark, their cost not measured in the run) leaves host_api's and the estimate's
 /// high ends null, said why.
@@ -383,6 +387,7 @@ inline OverheadParts make_overhead_parts(const OverheadEstimate& e, const Overhe
   const char* unbounded = reason_text(Reason::markers_cost_unbounded);
   if (host_api && markers_upper_extra) p.host_api_high = *host_api + *markers_upper_extra;
   else p.host_api_high.unknown(host_api ? std::string(unbounded) : untimed);
+  p.lower_end_only = framework_steps;
   if (e.fraction && framework_steps) p.high_reason = reason_text(Reason::framework_steps_unbounded);
   else if (e.fraction && !markers_upper_extra) p.high_reason = unbounded;
   else if (e.fraction)

@@ -87,6 +87,7 @@ enum Match : uint8_t { kWhole, kPrefix, kPrefixCounted };
   X(markers_not_traced, "cbd52c40", kWhole, "the step was not traced: no records to compare with") \
   X(records_incomplete, "69a02012", kWhole, "the step's GPU records are incomplete") \
   X(framework_steps_unbounded, "5b776841", kWhole, "a framework's callbacks open and close the steps: what they cost the framework's own code around their calls is in no measurement (inside one run the callbacks cost several times what the lines estimate: docs/python.md), so the cost has no upper end here") \
+  X(framework_within_unknown, "9054f8ca", kWhole, "a framework's callbacks open and close the steps: the estimate is a lower end of their cost (what they cost the framework's own code around their calls is in no measurement), so under the budget the line cannot say the cost is within it") \
   X(markers_cost_unbounded, "3af05072", kWhole, "the stream markers' cost is not measured in this run: it needs 16 blocks of 32 steps holding both marked and unmarked ones (none form while every step is marked; a detach of CUPTI starts them again), and a marked step can cost several times its records' own time, so it has no upper end") \
   X(no_step_ended, "ccc00d40", kWhole, "no step ended") \
   X(gpu_no_uuid, "24cf7caf", kWhole, "the GPU reported no UUID") \

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""A run's step lines cut to what the results keep of them: one JSON object a step line, gzip it beside the
+times file (`PATH.cut.gz` for `PATH.jsonl`), which `interleave.py` then reads for the traced steps and the
+estimate where the lines themselves were not kept.
+
+    python3 cut_lines.py LINES.jsonl > LINES.cut && gzip LINES.cut
+
+Keys: s (global_step), tr (traced), ms (step_time_ms), every (markers_every), te (trace_every), est
+(overhead.estimated_fraction), m (its method), wb (within_budget), marked (the line has gpu_markers), why
+(null_reasons.gpu_markers, the compact line's code read back to its sentence, 160 characters at most).
+"""
+import json
+import sys
+
+
+def cut(lines):
+    sentences = {}  # a compact log brings a code's sentence once, in `reason_text`
+    for raw in lines:
+        line = json.loads(raw)
+        sentences.update(line.get("reason_text") or {})
+        if "global_step" not in line:
+            continue
+        o = line.get("overhead") or {}
+        why = (line.get("null_reasons") or {}).get("gpu_markers")
+        if isinstance(why, str):
+            why = sentences.get(why, why)
+        yield {"s": line["global_step"], "tr": line.get("traced"), "ms": line.get("step_time_ms"),
+               "every": o.get("markers_every"), "te": o.get("trace_every"), "est": o.get("estimated_fraction"),
+               "m": o.get("method"), "wb": o.get("within_budget"),
+               "marked": isinstance(line.get("gpu_markers"), dict), "why": (why or "")[:160]}
+
+
+def main(argv):
+    if len(argv) != 1:
+        print(__doc__)
+        return 2
+    with open(argv[0]) as f:
+        for row in cut(f):
+            print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
