@@ -6,7 +6,8 @@ estimate where the lines themselves were not kept.
     python3 cut_lines.py LINES.jsonl > LINES.cut && gzip LINES.cut
 
 Keys: s (global_step), tr (traced), ms (step_time_ms), every (markers_every), te (trace_every), est
-(overhead.estimated_fraction), m (its method), wb (within_budget), marked (the line has gpu_markers), why
+(overhead.estimated_fraction), m (its method), wb (within_budget), hi (estimated_fraction_high, full lines
+only: compact ones carry none), marked (the line has gpu_markers), why
 (null_reasons.gpu_markers, the compact line's code read back to its sentence, 160 characters at most).
 """
 import json
@@ -24,10 +25,13 @@ def cut(lines):
         why = (line.get("null_reasons") or {}).get("gpu_markers")
         if isinstance(why, str):
             why = sentences.get(why, why)
-        yield {"s": line["global_step"], "tr": line.get("traced"), "ms": line.get("step_time_ms"),
+        row = {"s": line["global_step"], "tr": line.get("traced"), "ms": line.get("step_time_ms"),
                "every": o.get("markers_every"), "te": o.get("trace_every"), "est": o.get("estimated_fraction"),
                "m": o.get("method"), "wb": o.get("within_budget"),
                "marked": isinstance(line.get("gpu_markers"), dict), "why": (why or "")[:160]}
+        if "estimated_fraction_high" in o:  # full lines (null: no high end claimed); compact ones carry none
+            row["hi"] = o["estimated_fraction_high"]
+        yield row
 
 
 def main(argv):

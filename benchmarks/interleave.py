@@ -245,7 +245,13 @@ def _cut_lines(lines):
     import gzip
     with gzip.open(lines[:-len(".jsonl")] + ".cut.gz", "rt") as f:
         rows = [json.loads(x) for x in f if x.strip()]
-    return [{"traced": r.get("tr"), "overhead": {"estimated_fraction": r.get("est")}} for r in rows]
+    out = []
+    for r in rows:  # the high end only where the cut kept it ("hi": cuts made before it was kept have none)
+        o = {"estimated_fraction": r.get("est")}
+        if "hi" in r:
+            o["estimated_fraction_high"] = r["hi"]
+        out.append({"traced": r.get("tr"), "overhead": o})
+    return out
 
 
 def main(argv):
@@ -273,6 +279,8 @@ def main(argv):
         d = compare(t["ms"], t["on"], g, skip=t.get("skip", ()), traced=traced or ())
         est = estimate_mean(steps, t["on"])
         high, unbounded = estimate_high(steps, t["on"])
+        if steps and all("estimated_fraction_high" not in (x.get("overhead") or {}) for x in steps):
+            high, unbounded = None, "n/a"  # (a cut without the high end: not known, not "none")
         print(f"interleave times={path} group={g} {describe(d)} lines_matched={traced is not None} "
               f"estimate_mean={'-' if est is None else f'{100 * est:.4f}%'} "
               f"estimate_high_mean={'-' if high is None else f'{100 * high:.4f}%'} high_unbounded_lines={unbounded}")

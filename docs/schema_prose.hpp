@@ -525,10 +525,9 @@ inline constexpr FieldProse kStepProse[] = {
      "`overhead_budget`",
      "`trace_every` set explicitly, `overhead_budget` 0 (reason)"},
     {"/overhead/within_budget",
-     "`estimated_fraction` ≤ `budget`; on a step a framework's callbacks opened (`steptrace.lightning`, "
-     "`steptrace.transformers`), whose estimate is a lower end of the cost (no `estimated_fraction_high`), "
-     "false only: the estimate leaves out part of the cost, so over the budget the cost is too, and under it "
-     "the line cannot say",
+     "`estimated_fraction` ≤ `budget`; never true on a step a framework's callbacks opened "
+     "(`steptrace.lightning`, `steptrace.transformers`): their estimate leaves out part of the cost, so such a "
+     "line says false over the budget and null under it (reason `framework_within_unknown`)",
      "no budget, or no estimate; a framework callbacks' step whose estimate is within the budget (reason)"},
     {"/overhead/over_budget_by",
      "`none` within the budget; on a line over it (`within_budget` false), what keeps it there: `interval`, the interval in "

@@ -133,10 +133,13 @@ check("blocks: a slow off group kept lowers its block", d12["blocks"][1] < 0.002
 check("blocks: fewer than 400 steps make none", d["blocks"] == [] and "blocks=0" in interleave.describe(d))
 check("describe prints the blocks", "blocks_over=1" in interleave.describe(d10)
       and "block_costs=+0.500%,+0.200%" in interleave.describe(d10) and "block_sizes=200/200,300/300" in interleave.describe(d10))
-# A block closes on kept steps, both sides: with the trace, block 1's off side lacks group 43 and 45's 20
-# steps and takes them from the groups after (its sizes say so); the last block's sides stay >= 200.
-check("blocks: a side short of left-out steps takes the next groups'", d11["block_sizes"][0] == (200, 200)
-      and d11["block_sizes"][1] == (300, 280))
+# A block closes on kept steps, both sides: a trace in block 0 (group 4) leaves its off neighbours 3 and 5
+# out, and the block takes two more groups to hold 200 off steps (on 220); steps left out on both sides
+# (every group's first) make each group 9 steps, a block 23 groups a side.
+d15 = interleave.compare(times10, on10, G, traced={45})
+check("blocks: a side short of left-out steps takes the next groups'", d15["block_sizes"] == [(220, 200), (280, 280)])
+d16 = interleave.compare(times10, on10, G, skip=set(range(0, N10, 10)))
+check("blocks: skipped steps do not count toward a side", d16["block_sizes"] == [(207, 207), (243, 243)])
 # Groups that do not divide 200 (30 steps): a block closes at 210 a side (7 groups each); 1 200 steps are
 # two full blocks and 180 a side left over, which joins the second.
 on13 = interleave.schedule(1200, 30)
