@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A run's step lines cut to what the results keep of them: one JSON object a step line, gzip it beside the
 times file (`PATH.cut.gz` for `PATH.jsonl`), which `interleave.py` then reads for the traced steps and the
-estimate where the lines themselves were not kept.
+estimate where the lines themselves were not kept (`read`).
 
     python3 cut_lines.py LINES.jsonl > LINES.cut && gzip LINES.cut
 
@@ -32,6 +32,27 @@ def cut(lines):
         if "estimated_fraction_high" in o:  # full lines (null: no high end claimed); compact ones carry none
             row["hi"] = o["estimated_fraction_high"]
         yield row
+
+
+def read(lines_path):
+    """The cut beside the lines `X.jsonl` (`X.cut.gz`) read back as step lines with the keys the in-run
+    comparison reads (traced, overhead.estimated_fraction, and its high end where the cut kept one); None
+    where there is no cut."""
+    import gzip
+    import os
+    if not lines_path or not lines_path.endswith(".jsonl"):
+        return None
+    path = lines_path[:-len(".jsonl")] + ".cut.gz"
+    if not os.path.exists(path):
+        return None
+    out = []
+    with gzip.open(path, "rt") as f:
+        for r in (json.loads(x) for x in f if x.strip()):
+            o = {"estimated_fraction": r.get("est")}
+            if "hi" in r:  # (cuts made before it was kept have none)
+                o["estimated_fraction_high"] = r["hi"]
+            out.append({"traced": r.get("tr"), "overhead": o})
+    return out
 
 
 def main(argv):

@@ -237,23 +237,6 @@ def describe(d):
     return " ".join(out)
 
 
-def _cut_lines(lines):
-    """The step lines as cut_lines.py kept them (`X.cut.gz` for the lines `X.jsonl`; the results keep those),
-    as the keys the comparison reads (traced, the estimate); None where there are none."""
-    if not lines or not lines.endswith(".jsonl") or not os.path.exists(lines[:-len(".jsonl")] + ".cut.gz"):
-        return None
-    import gzip
-    with gzip.open(lines[:-len(".jsonl")] + ".cut.gz", "rt") as f:
-        rows = [json.loads(x) for x in f if x.strip()]
-    out = []
-    for r in rows:  # the high end only where the cut kept it ("hi": cuts made before it was kept have none)
-        o = {"estimated_fraction": r.get("est")}
-        if "hi" in r:
-            o["estimated_fraction_high"] = r["hi"]
-        out.append({"traced": r.get("tr"), "overhead": o})
-    return out
-
-
 def main(argv):
     """python3 interleave.py PATH.times.json ... [--group G]: one block's comparison each, from the times
     file a block writes beside its lines ({"ms": [...], "on": [...], "group": G, "skip": [steps left out]}: gpt_compile.py's and
@@ -261,6 +244,7 @@ def main(argv):
     kept their cut, PATH's .cut.gz: cut_lines.py)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from default_cost_summary import read_lines
+    import cut_lines
     group = int(argv[argv.index("--group") + 1]) if "--group" in argv else None
     paths = [a for a in argv if a.endswith(".json")]
     if not paths:
@@ -274,7 +258,7 @@ def main(argv):
             print(f"{path}: no 'on' list or group (not an --interleave block): skipped")
             continue
         lines = path[:-len(".times.json")] if path.endswith(".times.json") else None
-        steps = read_lines(lines)[0] if lines and os.path.exists(lines) else _cut_lines(lines)
+        steps = read_lines(lines)[0] if lines and os.path.exists(lines) else cut_lines.read(lines)
         traced = traced_steps(steps, t["on"])
         d = compare(t["ms"], t["on"], g, skip=t.get("skip", ()), traced=traced or ())
         est = estimate_mean(steps, t["on"])

@@ -62,13 +62,14 @@ inline void write_overhead(LineOut& out, const StepLineInput& in) {
   // The estimate a lower end only (a framework's callbacks' steps): over the budget it proves the line
   // over it; under it, it proves nothing (null, said why).
   const bool unknown_under = o.budget && e.fraction && e.within_budget && o.parts.lower_end_only;
-  const std::string under_why = unknown_under ? std::string(reason_text(Reason::framework_within_unknown)) : std::string();
+  const std::string verdict_why = unknown_under ? std::string(reason_text(Reason::framework_within_unknown))
+                                  : o.budget    ? why
+                                                : o.no_budget_reason;
   out.field(STEPTRACE_ROW("/overhead/within_budget"),
-            o.budget && e.fraction && !unknown_under ? std::optional<bool>(e.within_budget) : std::nullopt,
-            unknown_under ? under_why : o.budget ? why : o.no_budget_reason);
+            o.budget && e.fraction && !unknown_under ? std::optional<bool>(e.within_budget) : std::nullopt, verdict_why);
   const char* over_by = o.budget && !unknown_under ? over_budget_by(e, *o.budget) : nullptr;
   out.field(STEPTRACE_ROW("/overhead/over_budget_by"), over_by ? std::optional<std::string>(over_by) : std::nullopt,
-            unknown_under ? under_why : o.budget ? why : o.no_budget_reason);
+            verdict_why);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_floor"), o.budget ? e.floor_fraction : std::nullopt, o.budget ? why : o.no_budget_reason);
   const char* no_range = reason_text(Reason::no_estimate_yet);
   out.field(STEPTRACE_ROW("/overhead/estimated_fraction_ci_low"), e.fraction_low, e.fraction ? no_range : why);
